@@ -1,0 +1,577 @@
+package workqueue
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/dbinformer/dbinformer/core/clock"
+)
+
+// ErrShutDown is returned by GetContext once the queue is shut down and
+// holds nothing more to hand out.
+var ErrShutDown = errors.New("workqueue: shut down")
+
+// Config configures New. The zero value is a working unnamed queue on the
+// wall clock, without metrics, retrying with DefaultControllerRateLimiter.
+type Config[K comparable] struct {
+	// Name is passed to every MetricsProvider constructor.
+	Name string
+	// Clock drives delays, the default rate limiter and metrics; nil means
+	// the wall clock.
+	Clock clock.Clock
+	// MetricsProvider receives the queue's metrics; nil means none, and then
+	// no metrics goroutine is started.
+	MetricsProvider MetricsProvider
+	// RateLimiter decides AddRateLimited's delays; nil means
+	// DefaultControllerRateLimiter on Clock.
+	RateLimiter RateLimiter[K]
+}
+
+// AddOpts qualifies AddWithOpts, as in controller-runtime's priority queue.
+type AddOpts struct {
+	// After delays the add, like AddAfter.
+	After time.Duration
+	// RateLimited delays the add by the rate limiter's answer too; with After
+	// set as well, the later of the two wins.
+	RateLimited bool
+	// Priority: higher is taken first; the default is 0 and negative values
+	// are allowed.
+	Priority int
+}
+
+const (
+	fDirty      uint8 = 1 << iota // needs processing: queued, or re-added while processing
+	fProcessing                   // handed out by Get, Done not yet called
+	fWaiting                      // has a live entry in the delay heap
+)
+
+// itemState is everything the queue knows about one key, in one map so that
+// Add, Get and Done each cost a single lookup (client-go keeps separate dirty
+// and processing sets). A key with no flags is deleted from the map.
+type itemState struct {
+	seq   uint64 // seq of the live ready-queue slot
+	wseq  uint64 // seq of the live delay-heap entry
+	at    int64  // ready time of the live delay-heap entry
+	prio  int    // priority the item is queued, or will be re-queued, at
+	wprio int    // priority the delayed add will use
+	flags uint8
+}
+
+type level[K comparable] struct {
+	prio int
+	r    ring[K]
+}
+
+// Queue is a work queue of keys: client-go's workqueue, delaying queue and
+// rate-limiting queue in one type, plus priorities.
+//
+// An item added several times before a worker takes it is processed once; an
+// item is never handed to two workers at once; an item added while being
+// processed is handed out again after Done. Items come out highest priority
+// first and, within a priority, in the order they were added.
+type Queue[K comparable] struct {
+	mu   sync.Mutex
+	cond sync.Cond
+
+	states map[K]itemState
+	// levels holds one FIFO per priority in use, highest first. There are
+	// normally one or two, so a linear scan beats any map.
+	levels     []level[K]
+	queued     int // live slots across levels
+	processing int
+	seq        uint64
+
+	waiting     waitHeap[K]
+	staleWaits  int
+	loopStarted bool
+	kick        chan struct{}
+
+	shuttingDown bool
+	drain        bool
+	stop         chan struct{}
+	wg           sync.WaitGroup
+
+	clock   clock.Clock
+	epoch   time.Time
+	limiter RateLimiter[K]
+	metrics *queueMetrics[K]
+}
+
+// New returns a running queue. Call ShutDown (or ShutDownWithDrain) when
+// done with it: it stops the queue's goroutines.
+func New[K comparable](cfg Config[K]) *Queue[K] {
+	c := clock.Or(cfg.Clock)
+	q := &Queue[K]{
+		states:  map[K]itemState{},
+		kick:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		clock:   c,
+		epoch:   c.Now(),
+		limiter: cfg.RateLimiter,
+		metrics: newQueueMetrics[K](cfg.MetricsProvider, cfg.Name, c),
+	}
+	q.cond.L = &q.mu
+	if q.limiter == nil {
+		q.limiter = DefaultControllerRateLimiter[K](c)
+	}
+	if q.metrics != nil {
+		// Created here rather than in the goroutine so that a test holding a
+		// fake clock can step it as soon as New returns.
+		t := c.NewTicker(UnfinishedWorkUpdatePeriod)
+		q.wg.Add(1)
+		go q.metricsLoop(t)
+	}
+	return q
+}
+
+// Add marks item as needing processing. After ShutDown it does nothing.
+func (q *Queue[K]) Add(item K) {
+	q.mu.Lock()
+	if !q.shuttingDown {
+		q.promoteLocked()
+		q.addLocked(item, 0)
+	}
+	q.mu.Unlock()
+}
+
+// AddAfter adds item once d has passed; d <= 0 adds it now. An item already
+// waiting keeps the earlier of its two ready times. Each call counts as a
+// retry in the metrics.
+func (q *Queue[K]) AddAfter(item K, d time.Duration) {
+	q.mu.Lock()
+	q.addAfterLocked(item, d, 0)
+	q.mu.Unlock()
+}
+
+// AddRateLimited adds item when the rate limiter says it may be retried.
+func (q *Queue[K]) AddRateLimited(item K) {
+	d := q.limiter.When(item)
+	q.mu.Lock()
+	q.addAfterLocked(item, d, 0)
+	q.mu.Unlock()
+}
+
+// AddWithOpts adds items with a priority, a delay, rate limiting or any mix.
+// Re-adding a queued item with a higher priority moves it to the back of
+// that priority; an equal or lower one leaves it where it is. An item being
+// processed keeps the highest priority it was re-added with for when it is
+// queued again at Done.
+func (q *Queue[K]) AddWithOpts(opts AddOpts, items ...K) {
+	for _, item := range items {
+		d := opts.After
+		if opts.RateLimited {
+			d = max(d, q.limiter.When(item))
+		}
+		q.mu.Lock()
+		if opts.After == 0 && !opts.RateLimited {
+			if !q.shuttingDown {
+				q.promoteLocked()
+				q.addLocked(item, opts.Priority)
+			}
+		} else {
+			q.addAfterLocked(item, d, opts.Priority)
+		}
+		q.mu.Unlock()
+	}
+}
+
+// Forget tells the rate limiter that item is done being retried, after
+// success or after giving up. It does not replace Done.
+func (q *Queue[K]) Forget(item K) { q.limiter.Forget(item) }
+
+// NumRequeues is how many times the rate limiter has delayed item since it
+// was last forgotten.
+func (q *Queue[K]) NumRequeues(item K) int { return q.limiter.NumRequeues(item) }
+
+// Len is the number of items ready to be taken. It is for information only:
+// it can change before the caller acts on it.
+func (q *Queue[K]) Len() int {
+	q.mu.Lock()
+	q.promoteLocked()
+	n := q.queued
+	q.mu.Unlock()
+	return n
+}
+
+// Get blocks until an item is ready and returns it; the caller must call
+// Done with it. shutdown is true, and item the zero value, once the queue is
+// shut down and empty. Items queued before ShutDown are still handed out.
+func (q *Queue[K]) Get() (item K, shutdown bool) {
+	q.mu.Lock()
+	q.promoteLocked()
+	for q.queued == 0 && !q.shuttingDown {
+		q.cond.Wait()
+	}
+	if q.queued == 0 {
+		q.mu.Unlock()
+		return item, true
+	}
+	item = q.popLocked()
+	q.mu.Unlock()
+	return item, false
+}
+
+// GetContext is Get that also gives up when ctx is done, returning
+// ctx.Err(); it returns ErrShutDown where Get reports shutdown.
+func (q *Queue[K]) GetContext(ctx context.Context) (K, error) {
+	var zero K
+	if ctx.Done() == nil {
+		item, shutdown := q.Get()
+		if shutdown {
+			return zero, ErrShutDown
+		}
+		return item, nil
+	}
+	// The broadcast takes the lock, so it cannot fall between a waiter's
+	// check of ctx.Err and its Wait.
+	stop := context.AfterFunc(ctx, func() {
+		q.mu.Lock()
+		q.cond.Broadcast()
+		q.mu.Unlock()
+	})
+	defer stop()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.promoteLocked()
+	for q.queued == 0 && !q.shuttingDown && ctx.Err() == nil {
+		q.cond.Wait()
+	}
+	if err := ctx.Err(); err != nil {
+		return zero, err
+	}
+	if q.queued == 0 {
+		return zero, ErrShutDown
+	}
+	return q.popLocked(), nil
+}
+
+// Done marks item as processed. If it was added again meanwhile it is
+// queued again. Done for an item that is not being processed does nothing
+// (client-go would queue a duplicate).
+func (q *Queue[K]) Done(item K) {
+	q.mu.Lock()
+	// Promote first: promotion may mark this very item dirty.
+	q.promoteLocked()
+	st, ok := q.states[item]
+	if !ok || st.flags&fProcessing == 0 {
+		q.mu.Unlock()
+		return
+	}
+	if q.metrics != nil {
+		q.metrics.done(item)
+	}
+	st.flags &^= fProcessing
+	q.processing--
+	if st.flags&fDirty != 0 {
+		q.pushLocked(item, &st)
+	} else if q.drain && q.processing == 0 {
+		q.cond.Broadcast()
+	}
+	q.putLocked(item, st)
+	q.mu.Unlock()
+}
+
+// ShutDown stops the queue: Add and AddAfter are ignored from now on,
+// delayed items are dropped, workers blocked in Get return once the queued
+// items are handed out. It waits for the queue's own goroutines, not for
+// the workers; it may be called more than once.
+func (q *Queue[K]) ShutDown() {
+	q.mu.Lock()
+	q.shutDownLocked()
+	q.drain = false
+	q.cond.Broadcast()
+	q.mu.Unlock()
+	q.wg.Wait()
+}
+
+// ShutDownWithDrain is ShutDown that then waits until every queued item has
+// been handed out and marked Done. Unlike client-go, which only waits for the
+// items being processed, it also waits for items still queued, which a worker
+// between Done and its next Get would otherwise lose. Workers must keep
+// calling Get and Done; a ShutDown from another goroutine stops the wait.
+func (q *Queue[K]) ShutDownWithDrain() {
+	q.mu.Lock()
+	q.shutDownLocked()
+	q.drain = true
+	q.cond.Broadcast()
+	for q.drain && (q.queued > 0 || q.processing > 0) {
+		q.cond.Wait()
+	}
+	q.mu.Unlock()
+	q.wg.Wait()
+}
+
+// ShuttingDown reports whether ShutDown or ShutDownWithDrain was called.
+func (q *Queue[K]) ShuttingDown() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.shuttingDown
+}
+
+func (q *Queue[K]) shutDownLocked() {
+	if q.shuttingDown {
+		return
+	}
+	q.shuttingDown = true
+	close(q.stop)
+	for _, e := range q.waiting {
+		if st, ok := q.states[e.key]; ok && st.flags&fWaiting != 0 && st.wseq == e.seq {
+			st.flags &^= fWaiting
+			q.putLocked(e.key, st)
+		}
+	}
+	q.waiting = nil
+	q.staleWaits = 0
+}
+
+// addLocked is the dedup rule: an item already dirty is not queued twice.
+func (q *Queue[K]) addLocked(item K, prio int) {
+	st := q.states[item]
+	if st.flags&fDirty != 0 {
+		if prio > st.prio {
+			st.prio = prio
+			if st.flags&fProcessing == 0 {
+				// Leave the old slot behind as stale; popLocked skips it.
+				q.queued--
+				q.pushLocked(item, &st)
+			}
+			q.states[item] = st
+		}
+		return
+	}
+	if q.metrics != nil {
+		q.metrics.add(item)
+	}
+	st.flags |= fDirty
+	st.prio = prio
+	if st.flags&fProcessing == 0 {
+		q.pushLocked(item, &st)
+	}
+	q.states[item] = st
+}
+
+func (q *Queue[K]) pushLocked(item K, st *itemState) {
+	q.seq++
+	st.seq = q.seq
+	q.levelLocked(st.prio).r.push(slot[K]{key: item, seq: q.seq})
+	q.queued++
+	q.cond.Signal()
+}
+
+// levelLocked finds or inserts the FIFO for prio, keeping levels sorted.
+func (q *Queue[K]) levelLocked(prio int) *level[K] {
+	i := 0
+	for ; i < len(q.levels); i++ {
+		if q.levels[i].prio == prio {
+			return &q.levels[i]
+		}
+		if q.levels[i].prio < prio {
+			break
+		}
+	}
+	if len(q.levels) >= 8 {
+		// Many priorities have been used: drop the empty FIFOs rather than
+		// scan them forever.
+		kept := q.levels[:0]
+		for _, l := range q.levels {
+			if l.r.n > 0 {
+				kept = append(kept, l)
+			}
+		}
+		if len(kept) < len(q.levels) {
+			clear(q.levels[len(kept):])
+			q.levels = kept
+			return q.levelLocked(prio)
+		}
+	}
+	q.levels = append(q.levels, level[K]{})
+	copy(q.levels[i+1:], q.levels[i:])
+	q.levels[i] = level[K]{prio: prio}
+	return &q.levels[i]
+}
+
+// popLocked takes the first live slot of the highest non-empty priority.
+// The caller has checked q.queued > 0.
+func (q *Queue[K]) popLocked() K {
+	for i := range q.levels {
+		r := &q.levels[i].r
+		for r.n > 0 {
+			s := r.pop()
+			st, ok := q.states[s.key]
+			if !ok || st.seq != s.seq || st.flags&(fDirty|fProcessing) != fDirty {
+				continue
+			}
+			q.queued--
+			q.processing++
+			st.flags = st.flags&^fDirty | fProcessing
+			q.states[s.key] = st
+			if q.metrics != nil {
+				q.metrics.get(s.key)
+			}
+			return s.key
+		}
+	}
+	panic("workqueue: queued count out of step with the ready queues")
+}
+
+func (q *Queue[K]) putLocked(item K, st itemState) {
+	if st.flags == 0 {
+		delete(q.states, item)
+		return
+	}
+	q.states[item] = st
+}
+
+// now is the queue's time as an integer, so heap comparisons are plain
+// integer compares rather than time.Time.Before.
+func (q *Queue[K]) now() int64 { return int64(q.clock.Since(q.epoch)) }
+
+func (q *Queue[K]) addAfterLocked(item K, d time.Duration, prio int) {
+	if q.shuttingDown {
+		return
+	}
+	if q.metrics != nil {
+		q.metrics.retries.Inc()
+	}
+	q.promoteLocked()
+	if d <= 0 {
+		// No heap, no goroutine hop: client-go also adds these at once.
+		q.addLocked(item, prio)
+		return
+	}
+	now := q.now()
+	at := int64(math.MaxInt64)
+	if int64(d) < math.MaxInt64-now {
+		at = now + int64(d)
+	}
+	st := q.states[item]
+	if st.flags&fWaiting != 0 {
+		st.wprio = max(st.wprio, prio)
+		if at >= st.at {
+			q.states[item] = st
+			return
+		}
+		q.staleWaits++
+	} else {
+		st.wprio = prio
+	}
+	q.seq++
+	st.flags |= fWaiting
+	st.wseq = q.seq
+	st.at = at
+	q.states[item] = st
+	q.waiting.push(waitEntry[K]{at: at, seq: q.seq, key: item})
+	if q.staleWaits > 1024 && q.staleWaits > len(q.waiting)/2 {
+		q.compactWaitingLocked()
+	}
+	if q.waiting[0].seq == q.seq {
+		// The new entry is the earliest: the loop must re-arm its timer.
+		if !q.loopStarted {
+			q.loopStarted = true
+			q.wg.Add(1)
+			go q.delayLoop()
+		}
+		select {
+		case q.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (q *Queue[K]) compactWaitingLocked() {
+	kept := q.waiting[:0]
+	for _, e := range q.waiting {
+		if st, ok := q.states[e.key]; ok && st.flags&fWaiting != 0 && st.wseq == e.seq {
+			kept = append(kept, e)
+		}
+	}
+	clear(q.waiting[len(kept):])
+	q.waiting = kept
+	q.waiting.init()
+	q.staleWaits = 0
+}
+
+// promoteLocked moves every delayed item whose time has come into the ready
+// queue. Every operation calls it first, so what a caller observes depends
+// only on the clock, not on when the delay goroutine last ran; that is what
+// makes fake-clock tests deterministic.
+func (q *Queue[K]) promoteLocked() {
+	if len(q.waiting) == 0 {
+		return
+	}
+	now := q.now()
+	for len(q.waiting) > 0 && q.waiting[0].at <= now {
+		e := q.waiting.pop()
+		st, ok := q.states[e.key]
+		if !ok || st.flags&fWaiting == 0 || st.wseq != e.seq {
+			q.staleWaits--
+			continue
+		}
+		st.flags &^= fWaiting
+		q.states[e.key] = st
+		q.addLocked(e.key, st.wprio)
+	}
+}
+
+// delayLoop wakes blocked workers when a delayed item becomes ready. It is
+// started by the first AddAfter with a positive delay and ends at shutdown.
+func (q *Queue[K]) delayLoop() {
+	defer q.wg.Done()
+	var t clock.Timer
+	defer func() {
+		if t != nil {
+			t.Stop()
+		}
+	}()
+	for {
+		q.mu.Lock()
+		if q.shuttingDown {
+			q.mu.Unlock()
+			return
+		}
+		q.promoteLocked()
+		wait, armed := time.Duration(0), len(q.waiting) > 0
+		if armed {
+			wait = max(0, time.Duration(q.waiting[0].at-q.now()))
+		}
+		q.mu.Unlock()
+
+		var fire <-chan time.Time
+		switch {
+		case armed && t == nil:
+			t = q.clock.NewTimer(wait)
+			fire = t.C()
+		case armed:
+			t.Reset(wait)
+			fire = t.C()
+		case t != nil:
+			t.Stop()
+		}
+		select {
+		case <-q.stop:
+			return
+		case <-fire:
+		case <-q.kick:
+		}
+	}
+}
+
+func (q *Queue[K]) metricsLoop(t clock.Ticker) {
+	defer q.wg.Done()
+	defer t.Stop()
+	for {
+		select {
+		case <-q.stop:
+			return
+		case <-t.C():
+			q.mu.Lock()
+			if !q.shuttingDown {
+				q.metrics.updateUnfinishedWork()
+			}
+			q.mu.Unlock()
+		}
+	}
+}
