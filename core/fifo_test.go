@@ -1,0 +1,225 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"testing"
+)
+
+func add(key, v string, rv ResourceVersion) Event[string] {
+	return Event[string]{Type: Added, Key: key, Object: v, HasObject: true, RV: rv}
+}
+func mod(key, v string, rv ResourceVersion) Event[string] {
+	return Event[string]{Type: Modified, Key: key, Object: v, HasObject: true, RV: rv}
+}
+func del(key string, rv ResourceVersion) Event[string] {
+	return Event[string]{Type: Deleted, Key: key, RV: rv}
+}
+
+// popAll drains q into a flat list of "Type key=obj" strings.
+func popAll(t *testing.T, q Queue[string]) []string {
+	t.Helper()
+	var out []string
+	for q.Len() > 0 {
+		err := q.Pop(context.Background(), func(ds []Delta[string], _ bool) error {
+			for _, d := range ds {
+				s := fmt.Sprintf("%v %s=%s", d.Type, d.Key, d.Object)
+				if d.FinalStateUnknown {
+					s += " (unknown)"
+				}
+				out = append(out, s)
+			}
+			return nil
+		})
+		must(t, err)
+	}
+	return out
+}
+
+func bothQueues(t *testing.T, f func(t *testing.T, known *Indexer[string], q Queue[string])) {
+	t.Run("DeltaFIFO", func(t *testing.T) {
+		known := NewIndexer[string](nil)
+		f(t, known, NewDeltaFIFO[string](known))
+	})
+	t.Run("FIFO", func(t *testing.T) {
+		known := NewIndexer[string](nil)
+		f(t, known, NewFIFO[string](known))
+	})
+}
+
+func TestQueueReplaceEmitsTombstonesForVanishedKeys(t *testing.T) {
+	bothQueues(t, func(t *testing.T, known *Indexer[string], q Queue[string]) {
+		must(t, known.Add("gone", "g1"))
+		must(t, known.Add("kept", "k1"))
+		must(t, q.Add([]Event[string]{add("pending", "p1", 3)}))
+		must(t, q.Replace([]Event[string]{add("kept", "k2", 0)}, 5))
+		got := popAll(t, q)
+		want := map[string]bool{
+			"Added pending=p1":             true,
+			"Deleted pending=p1 (unknown)": true,
+			"Deleted gone=g1 (unknown)":    true,
+			"Replaced kept=k2":             true,
+		}
+		if len(got) != len(want) {
+			t.Fatalf("got %v", got)
+		}
+		for _, g := range got {
+			if !want[g] {
+				t.Fatalf("unexpected %q in %v", g, got)
+			}
+		}
+		if q.AppliedVersion() != 5 {
+			t.Fatalf("AppliedVersion = %d, want 5", q.AppliedVersion())
+		}
+	})
+}
+
+func TestQueueResyncSkipsKeysWithPendingDeltas(t *testing.T) {
+	bothQueues(t, func(t *testing.T, known *Indexer[string], q Queue[string]) {
+		must(t, known.Add("a", "a1"))
+		must(t, known.Add("b", "b1"))
+		must(t, q.Add([]Event[string]{mod("a", "a2", 2)}))
+		must(t, q.Resync())
+		got := popAll(t, q)
+		want := []string{"Updated a=a2", "Sync b=b1"}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("got %v, want %v", got, want)
+		}
+	})
+}
+
+func TestDeltaFIFODoubleDeletesCollapse(t *testing.T) {
+	known := NewIndexer[string](nil)
+	must(t, known.Add("a", "a1"))
+	f := NewDeltaFIFO[string](known)
+	must(t, f.Add([]Event[string]{{Type: Deleted, Key: "a", Object: "a1", HasObject: true, RV: 2}}))
+	// The relist's tombstone knows less than the watch's delete: keep the latter.
+	must(t, known.Delete("a"))
+	must(t, known.Add("a", "stale"))
+	must(t, f.Replace(nil, 3))
+	ds, _ := f.Deltas("a")
+	if len(ds) != 1 || ds[0].FinalStateUnknown || ds[0].Object != "a1" {
+		t.Fatalf("deltas = %+v, want the single watch delete", ds)
+	}
+	// Two watch deletes: the newer wins.
+	must(t, f.Add([]Event[string]{{Type: Deleted, Key: "b", Object: "x", HasObject: true, RV: 4}}))
+	ds, _ = f.Deltas("b")
+	if len(ds) != 0 {
+		t.Fatalf("delete of a key nobody knows was queued: %+v", ds)
+	}
+}
+
+func TestDeltaFIFODeleteWithoutObjectTakesLastKnown(t *testing.T) {
+	known := NewIndexer[string](nil)
+	must(t, known.Add("a", "a1"))
+	f := NewDeltaFIFO[string](known)
+	must(t, f.Add([]Event[string]{del("a", 2), add("b", "b1", 3), del("b", 4)}))
+	if got := popAll(t, f); !reflect.DeepEqual(got, []string{"Deleted a=a1", "Added b=b1", "Deleted b=b1"}) {
+		t.Fatalf("got %v", got)
+	}
+}
+
+func TestQueueFailedProcessRequeues(t *testing.T) {
+	bothQueues(t, func(t *testing.T, known *Indexer[string], q Queue[string]) {
+		must(t, q.Add([]Event[string]{add("a", "a1", 1)}))
+		err := q.Pop(context.Background(), func([]Delta[string], bool) error {
+			return fmt.Errorf("handler failed: %w", ErrRequeue)
+		})
+		if !errors.Is(err, ErrRequeue) {
+			t.Fatalf("Pop err = %v", err)
+		}
+		if q.AppliedVersion() != 0 {
+			t.Fatalf("requeued change counted as applied: %d", q.AppliedVersion())
+		}
+		if got := popAll(t, q); !reflect.DeepEqual(got, []string{"Added a=a1"}) {
+			t.Fatalf("after requeue got %v", got)
+		}
+		if q.AppliedVersion() != 1 {
+			t.Fatalf("AppliedVersion = %d", q.AppliedVersion())
+		}
+	})
+}
+
+func TestQueueHasSyncedAfterInitialPopulation(t *testing.T) {
+	bothQueues(t, func(t *testing.T, known *Indexer[string], q Queue[string]) {
+		if q.HasSynced() {
+			t.Fatal("synced before Replace")
+		}
+		must(t, q.Replace([]Event[string]{add("a", "1", 0), add("b", "2", 0)}, 7))
+		must(t, q.Add([]Event[string]{add("c", "3", 8)}))
+		var initial []bool
+		if q.HasSynced() {
+			t.Fatal("synced with the initial items pending")
+		}
+		for q.Len() > 0 {
+			must(t, q.Pop(context.Background(), func(ds []Delta[string], in bool) error {
+				for range ds {
+					initial = append(initial, in)
+				}
+				return nil
+			}))
+		}
+		if !q.HasSynced() {
+			t.Fatal("not synced after draining")
+		}
+		if !reflect.DeepEqual(initial, []bool{true, true, false}) {
+			t.Fatalf("isInInitialList = %v", initial)
+		}
+	})
+}
+
+func TestQueueEmptyReplaceSyncs(t *testing.T) {
+	bothQueues(t, func(t *testing.T, known *Indexer[string], q Queue[string]) {
+		must(t, q.Replace(nil, 1))
+		if !q.HasSynced() {
+			t.Fatal("empty initial list must count as synced")
+		}
+	})
+}
+
+func TestQueueCloseAndContext(t *testing.T) {
+	bothQueues(t, func(t *testing.T, known *Indexer[string], q Queue[string]) {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if err := q.Pop(ctx, nil); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Pop on cancelled ctx = %v", err)
+		}
+		must(t, q.Add([]Event[string]{add("a", "1", 1)}))
+		q.Close()
+		if got := popAll(t, q); len(got) != 1 {
+			t.Fatalf("queued item lost on Close: %v", got)
+		}
+		if err := q.Pop(context.Background(), nil); !errors.Is(err, ErrQueueClosed) {
+			t.Fatalf("Pop on closed empty queue = %v", err)
+		}
+	})
+}
+
+func TestFIFOKeepsArrivalOrderAcrossKeys(t *testing.T) {
+	q := NewFIFO[string](nil)
+	must(t, q.Add([]Event[string]{add("a", "a1", 1), add("b", "b1", 2), mod("a", "a2", 3)}))
+	if got := popAll(t, q); !reflect.DeepEqual(got, []string{"Added a=a1", "Added b=b1", "Updated a=a2"}) {
+		t.Fatalf("got %v", got)
+	}
+	d := NewDeltaFIFO[string](nil)
+	must(t, d.Add([]Event[string]{add("a", "a1", 1), add("b", "b1", 2), mod("a", "a2", 3)}))
+	if got := popAll(t, d); !reflect.DeepEqual(got, []string{"Added a=a1", "Updated a=a2", "Added b=b1"}) {
+		t.Fatalf("DeltaFIFO groups per key: got %v", got)
+	}
+}
+
+func TestQueueAppliedVersionWaitsForWholeTransaction(t *testing.T) {
+	bothQueues(t, func(t *testing.T, known *Indexer[string], q Queue[string]) {
+		must(t, q.Add([]Event[string]{add("a", "1", 4), add("b", "1", 4)}))
+		must(t, q.Add([]Event[string]{{Type: Bookmark, RV: 9}}))
+		if v := q.AppliedVersion(); v != 3 {
+			t.Fatalf("AppliedVersion with rv 4 pending = %d, want 3", v)
+		}
+		popAll(t, q)
+		if v := q.AppliedVersion(); v != 9 {
+			t.Fatalf("AppliedVersion after drain = %d, want bookmark 9", v)
+		}
+	})
+}
