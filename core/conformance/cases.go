@@ -1,0 +1,434 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/dbinformer/dbinformer/core"
+)
+
+func cases[T any]() []testCase[T] {
+	return []testCase[T]{
+		{"ListEmpty", listEmpty[T]},
+		{"ListAfterWrites", listAfterWrites[T]},
+		{"ListEmitError", listEmitError[T]},
+		{"ListConsistentUnderWrites", listConsistentUnderWrites[T]},
+		{"WatchFromList", watchFromList[T]},
+		{"WatchFromMiddle", watchFromMiddle[T]},
+		{"WatchLive", watchLive[T]},
+		{"Deletes", deletes[T]},
+		{"Resume", resume[T]},
+		{"Expired", expired[T]},
+		{"Bookmark", bookmark[T]},
+		{"CancelWatchContext", cancelWatchContext[T]},
+		{"CancelNextContext", cancelNextContext[T]},
+		{"Stop", stop[T]},
+	}
+}
+
+// listEmpty: an empty source lists nothing, and its RV is a valid place to
+// start watching.
+func listEmpty[T any](e *env[T]) {
+	got, rv := e.list()
+	e.checkListed(got, rv)
+	r := e.watch(rv, 0)
+	w := e.put("alpha", 1)
+	if w.rv <= rv {
+		e.t.Errorf("Put after List returned RV %d, not after the List's RV %d", w.rv, rv)
+	}
+	r.expectNoMore()
+}
+
+// listAfterWrites: List returns exactly the live keys at their latest
+// versions, and watching from its RV delivers only what comes after.
+func listAfterWrites[T any](e *env[T]) {
+	e.put("alpha", 1)
+	e.put("bravo", 1)
+	e.put("charlie", 1)
+	e.put("bravo", 2)
+	e.put("delta", 1)
+	e.del("charlie")
+	e.put("alpha", 3)
+	got, rv := e.list()
+	e.checkListed(got, rv)
+	r := e.watch(rv, len(e.writes))
+	e.put("echo", 1)
+	e.put("bravo", 4)
+	r.expectNoMore()
+}
+
+// listEmitError: List stops at the first Emit error and returns it.
+func listEmitError[T any](e *env[T]) {
+	e.put("alpha", 1)
+	e.put("bravo", 1)
+	boom := errors.New("conformance: emit refused")
+	calls := 0
+	ctx, cancel := e.opCtx()
+	defer cancel()
+	_, err := e.lw.List(ctx, core.ListOptions[T]{Emit: func(core.Event[T]) error {
+		calls++
+		return boom
+	}})
+	if !errors.Is(err, boom) {
+		e.t.Errorf("List with an Emit that fails returned %v, want the Emit's error", err)
+	}
+	if calls != 1 {
+		e.t.Errorf("List called Emit %d times after it failed, want 1", calls)
+	}
+}
+
+// watchFromList: Watch from a List's RV delivers every later change, with
+// Added for creations, Modified for updates and Deleted for deletes,
+// including a key deleted and created again.
+func watchFromList[T any](e *env[T]) {
+	_, rv := e.list()
+	r := e.watch(rv, 0)
+	e.put("alpha", 1)
+	e.put("bravo", 1)
+	e.put("alpha", 2)
+	e.del("bravo")
+	e.put("bravo", 3)
+	e.put("alpha", 4)
+	e.del("alpha")
+	r.expectNoMore()
+}
+
+// watchFromMiddle: Watch from the RV of any past write delivers exactly the
+// writes after it, whether or not they were already delivered elsewhere.
+func watchFromMiddle[T any](e *env[T]) {
+	keys := []string{"alpha", "bravo", "charlie", "delta"}
+	for i := range 24 {
+		k := keys[i%len(keys)]
+		if _, ok := e.live[k]; ok && i%5 == 3 {
+			e.del(k)
+		} else {
+			e.put(k, i+1)
+		}
+	}
+	for _, i := range []int{0, 5, 11, 17, len(e.writes) - 2, len(e.writes) - 1} {
+		r := e.watchAfter(i)
+		if !r.expectAll() {
+			return
+		}
+		r.w.Stop()
+	}
+	e.watchAfter(len(e.writes) - 1).expectNoMore()
+}
+
+// watchLive: a watch that is caught up keeps delivering writes made while
+// it waits.
+func watchLive[T any](e *env[T]) {
+	e.put("alpha", 1)
+	r := e.watchAfter(0)
+	for i := 2; i <= 6; i++ {
+		e.put("alpha", i)
+		if i%2 == 0 {
+			e.put(fmt.Sprintf("key-%d", i), i)
+		}
+		if !r.expectAll() {
+			return
+		}
+	}
+	r.expectNoMore()
+}
+
+// deletes: a delete carries the key, and the last object when the source
+// says it can (Capabilities.DeletesCarryObject); a delete watched from just
+// before it is reported too.
+func deletes[T any](e *env[T]) {
+	e.put("alpha", 1)
+	e.put("alpha", 2)
+	e.put("bravo", 7)
+	r := e.watchAfter(len(e.writes) - 1)
+	e.del("alpha")
+	e.del("bravo")
+	e.put("alpha", 3)
+	e.del("alpha")
+	r.expectNoMore()
+	got, rv := e.list()
+	e.checkListed(got, rv)
+}
+
+// resume: a watch stopped after a batch and reopened from the last RV it
+// delivered continues with nothing missing and nothing repeated, which is
+// what the Reflector does after a broken watch.
+func resume[T any](e *env[T]) {
+	_, rv := e.list()
+	for i := 1; i <= 8; i++ {
+		e.put(fmt.Sprintf("key-%d", i%3), i)
+	}
+	r := e.watch(rv, 0)
+	ctx, cancel := e.opCtx()
+	defer cancel()
+	for {
+		if err := r.fill(ctx); err != nil {
+			e.t.Fatalf("Watch(%d): Next: %v", rv, err)
+		}
+		if slicesContainsChange(r.buf) {
+			break
+		}
+	}
+	// Consume exactly the first batch, then resume from its last RV.
+	var last core.ResourceVersion
+	n := 0
+	for _, ev := range r.buf {
+		last = ev.RV
+		if ev.Type != core.Bookmark {
+			if msg := e.mismatch(ev, e.writes[n]); msg != "" {
+				e.t.Fatalf("Watch(%d): want the event of %s, got %s: %s", rv, e.writes[n], describe(e, ev), msg)
+			}
+			n++
+		}
+	}
+	r.w.Stop()
+	e.t.Logf("first batch held %d of %d changes; resuming from RV %d", n, len(e.writes), last)
+	r2 := e.watch(last, n)
+	e.put("key-1", 9)
+	r2.expectNoMore()
+}
+
+func slicesContainsChange[T any](evs []core.Event[T]) bool {
+	for _, ev := range evs {
+		if ev.Type != core.Bookmark {
+			return true
+		}
+	}
+	return false
+}
+
+// expired: after Expire, watching from an RV before it fails with an error
+// matching core.ErrExpired (from Watch or from Next), and the relist the
+// Reflector then does works.
+func expired[T any](e *env[T]) {
+	e.put("alpha", 1)
+	e.put("bravo", 1)
+	e.put("alpha", 2)
+	ctx, cancel := e.opCtx()
+	defer cancel()
+	if err := e.src.Expire(ctx); errors.Is(err, ErrNotSupported) {
+		e.t.Logf("Expire is not supported by this source; expiry not checked")
+		return
+	} else if err != nil {
+		e.t.Fatalf("Source.Expire: %v", err)
+	}
+	from := e.writes[0].rv
+	w, err := e.lw.Watch(e.ctx, from)
+	if err == nil {
+		e.t.Cleanup(w.Stop)
+		batch, nerr := w.Next(ctx)
+		switch {
+		case nerr == nil:
+			e.t.Errorf("Watch(%d) after Expire delivered %d events (first: %s), want an error matching core.ErrExpired", from, len(batch), describe(e, batch[0]))
+		case !errors.Is(nerr, core.ErrExpired):
+			e.t.Errorf("Watch(%d) after Expire: Next returned %v, want an error matching core.ErrExpired", from, nerr)
+		}
+		w.Stop()
+	} else if !errors.Is(err, core.ErrExpired) {
+		e.t.Errorf("Watch(%d) after Expire returned %v, want an error matching core.ErrExpired", from, err)
+	}
+	// Expire may have removed the data too (a purged stream), so the
+	// relist is checked for consistency with its own watch, not the model.
+	got, rv := e.list()
+	e.t.Logf("List after Expire at RV %d returned %d keys", rv, len(got))
+	r := e.watch(rv, len(e.writes))
+	e.live = got
+	e.put("charlie", 1)
+	r.expectNoMore()
+}
+
+// bookmark: a version that touched no watched key is still reachable: after
+// PutUnwatched returns R, the watch delivers a Bookmark at R or later, on
+// request (core.ProgressRequester) or on its own.
+func bookmark[T any](e *env[T]) {
+	e.put("alpha", 1)
+	r := e.watchAfter(0)
+	target := e.writes[0].rv
+	ctx, cancel := e.opCtx()
+	defer cancel()
+	unwatched := true
+	rv, err := e.src.PutUnwatched(ctx)
+	switch {
+	case errors.Is(err, ErrNotSupported):
+		unwatched = false
+	case err != nil:
+		e.t.Fatalf("Source.PutUnwatched: %v", err)
+	default:
+		if rv <= target {
+			e.t.Errorf("PutUnwatched returned RV %d, not after the previous write's RV %d", rv, target)
+		}
+		target = max(target, rv)
+	}
+	pr, canRequest := r.w.(core.ProgressRequester)
+	if !unwatched && !canRequest {
+		e.t.Logf("the source has neither PutUnwatched nor core.ProgressRequester; bookmarks not checked")
+		return
+	}
+	wait := e.caps.bookmarkTimeout()
+	if canRequest {
+		wait = e.caps.timeout()
+		if err := pr.RequestProgress(ctx); err != nil {
+			e.t.Fatalf("RequestProgress: %v", err)
+		}
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		ev, err := r.nextEvent(time.Until(deadline))
+		if err != nil {
+			e.t.Fatalf("Watch(%d): waiting for a Bookmark at RV %d or later (requested: %t): %v", r.from, target, canRequest, err)
+		}
+		if ev.Type != core.Bookmark {
+			e.t.Fatalf("Watch(%d): got %s while no watched key was written", r.from, describe(e, ev))
+		}
+		if ev.RV >= target {
+			e.t.Logf("Bookmark at RV %d (target %d)", ev.RV, target)
+			break
+		}
+	}
+	// A bookmark must not make the watch skip what follows it.
+	e.put("bravo", 1)
+	r.expectNoMore()
+}
+
+type nextResult[T any] struct {
+	batch []core.Event[T]
+	err   error
+}
+
+// callNext runs Next in a goroutine so that the case can end the watch
+// while Next is blocked.
+func callNext[T any](ctx context.Context, w core.Watcher[T]) <-chan nextResult[T] {
+	ch := make(chan nextResult[T], 1)
+	go func() {
+		b, err := w.Next(ctx)
+		ch <- nextResult[T]{b, err}
+	}()
+	return ch
+}
+
+// await waits for Next's result; ok is false when it did not come within
+// the timeout, a wedged watch.
+func await[T any](e *env[T], ch <-chan nextResult[T]) (nextResult[T], bool) {
+	timer := time.NewTimer(e.caps.timeout())
+	defer timer.Stop()
+	select {
+	case res := <-ch:
+		return res, true
+	case <-timer.C:
+		return nextResult[T]{}, false
+	}
+}
+
+// cancelWatchContext: cancelling the context given to Watch ends a blocked
+// Next with an error matching context.Canceled.
+func cancelWatchContext[T any](e *env[T]) {
+	e.put("alpha", 1)
+	before := runtime.NumGoroutine()
+	wctx, wcancel := context.WithCancel(e.ctx)
+	defer wcancel()
+	w, err := e.lw.Watch(wctx, e.lastRV())
+	if err != nil {
+		e.t.Fatalf("Watch: %v", err)
+	}
+	defer w.Stop()
+	ch := callNext(e.ctx, w)
+	wcancel()
+	res, ok := await(e, ch)
+	if !ok {
+		w.Stop()
+		if _, ok := await(e, ch); !ok {
+			e.t.Fatalf("Next did not return after the watch's context was cancelled, nor after Stop")
+		}
+		e.t.Fatalf("Next did not return after the watch's context was cancelled (it did after Stop)")
+	}
+	switch {
+	case res.err == nil:
+		e.t.Errorf("Next returned %d events after the watch's context was cancelled, with no change pending", len(res.batch))
+	case !errors.Is(res.err, context.Canceled):
+		e.t.Errorf("Next after the watch's context was cancelled returned %v, want an error matching context.Canceled", res.err)
+	}
+	w.Stop()
+	e.checkGoroutines(before)
+}
+
+// cancelNextContext: cancelling the context given to Next ends that call
+// with an error matching context.Canceled.
+func cancelNextContext[T any](e *env[T]) {
+	e.put("alpha", 1)
+	w, err := e.lw.Watch(e.ctx, e.lastRV())
+	if err != nil {
+		e.t.Fatalf("Watch: %v", err)
+	}
+	defer w.Stop()
+	nctx, ncancel := context.WithCancel(e.ctx)
+	ch := callNext(nctx, w)
+	ncancel()
+	res, ok := await(e, ch)
+	if !ok {
+		w.Stop()
+		await(e, ch)
+		e.t.Fatalf("Next did not return after its context was cancelled")
+	}
+	switch {
+	case res.err == nil:
+		e.t.Errorf("Next returned %d events after its context was cancelled, with no change pending", len(res.batch))
+	case !errors.Is(res.err, context.Canceled):
+		e.t.Errorf("Next after its context was cancelled returned %v, want an error matching context.Canceled", res.err)
+	}
+}
+
+// stop: Stop ends a blocked Next, may be called twice, and leaves Next
+// failing at once rather than blocking.
+func stop[T any](e *env[T]) {
+	e.put("alpha", 1)
+	before := runtime.NumGoroutine()
+	w, err := e.lw.Watch(e.ctx, e.lastRV())
+	if err != nil {
+		e.t.Fatalf("Watch: %v", err)
+	}
+	ch := callNext(e.ctx, w)
+	w.Stop()
+	res, ok := await(e, ch)
+	if !ok {
+		e.t.Fatalf("Next did not return after Stop")
+	}
+	if res.err == nil {
+		e.t.Errorf("Next returned %d events and no error after Stop, with no change pending", len(res.batch))
+	}
+	w.Stop() // a second Stop must be harmless
+	// Next on a stopped watch must fail, not wait for a change: a deadline
+	// error here means it waited.
+	ctx, cancel := e.opCtx()
+	defer cancel()
+	b, err := w.Next(ctx)
+	switch {
+	case err == nil:
+		e.t.Errorf("Next on a stopped watch returned %d events", len(b))
+	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil:
+		e.t.Errorf("Next on a stopped watch blocked until its deadline instead of failing")
+	}
+	e.checkGoroutines(before)
+}
+
+// checkGoroutines waits for the goroutine count to fall back to before,
+// when the source promises it (Capabilities.StrictGoroutines).
+func (e *env[T]) checkGoroutines(before int) {
+	e.t.Helper()
+	if !e.caps.StrictGoroutines {
+		return
+	}
+	deadline := time.Now().Add(e.caps.timeout())
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<16)
+			buf = buf[:runtime.Stack(buf, true)]
+			e.t.Errorf("%d goroutines remain after the watch ended, %d before it (Capabilities.StrictGoroutines):\n%s",
+				runtime.NumGoroutine(), before, strings.TrimSpace(string(buf)))
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

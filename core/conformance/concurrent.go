@@ -1,0 +1,260 @@
+package conformance
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/dbinformer/dbinformer/core"
+)
+
+const (
+	concWriters = 3
+	concKeys    = 3  // keys per writer
+	concOps     = 24 // puts per writer, then one delete
+)
+
+// keyOp is one write of a concurrent writer to one of its keys.
+type keyOp struct {
+	n     int // version; for a delete, the last version
+	del   bool
+	rv    core.ResourceVersion
+	after core.ResourceVersion // RV of the same writer's previous write
+}
+
+// listConsistentUnderWrites lists (twice) while several writers change
+// their own keys, then checks that each listed key is at a version
+// consistent with the List's RV, and that the watch from that RV folds the
+// listed state into the final state with every later write exactly once
+// and in per-key order.
+func listConsistentUnderWrites[T any](e *env[T]) {
+	total := concWriters * (concOps + 1)
+	// The lister waits for these counts of completed writes, so that each
+	// List overlaps writes still to come.
+	milestones := []*milestone{newMilestone(total / 5), newMilestone(total * 3 / 5)}
+	var done atomic.Int64
+	reached := func() {
+		n := done.Add(1)
+		for _, m := range milestones {
+			if n >= m.at {
+				m.release()
+			}
+		}
+	}
+	ops := make([][][]keyOp, concWriters) // writer, key, ops
+	errs := make([]error, concWriters)
+	var wg sync.WaitGroup
+	for w := range concWriters {
+		ops[w] = make([][]keyOp, concKeys)
+		wg.Go(func() {
+			// A writer that stops early must not leave the lister waiting.
+			defer func() {
+				if errs[w] != nil {
+					for _, m := range milestones {
+						m.release()
+					}
+				}
+			}()
+			var prev core.ResourceVersion
+			for i := range concOps + 1 {
+				k := i % concKeys
+				key := concKey(w, k)
+				ctx, cancel := e.opCtx()
+				var rv core.ResourceVersion
+				var err error
+				op := keyOp{n: i + 1, after: prev}
+				if i == concOps {
+					// The last op deletes key 0, so both a deleted key and
+					// an absent-before-creation key are in play.
+					k, key = 0, concKey(w, 0)
+					op.del = true
+					op.n = ops[w][0][len(ops[w][0])-1].n
+					rv, err = e.src.Delete(ctx, key)
+				} else {
+					rv, err = e.src.Put(ctx, key, i+1)
+				}
+				cancel()
+				if err != nil {
+					errs[w] = fmt.Errorf("writer %d: write %d to %q: %w", w, i, key, err)
+					return
+				}
+				if rv <= prev {
+					errs[w] = fmt.Errorf("writer %d: write %d to %q returned RV %d, not after its previous write's RV %d", w, i, key, rv, prev)
+					return
+				}
+				op.rv, prev = rv, rv
+				ops[w][k] = append(ops[w][k], op)
+				reached()
+			}
+		})
+	}
+
+	type listing struct {
+		got map[string]int
+		rv  core.ResourceVersion
+		r   *reader[T]
+	}
+	var lists []listing
+	for _, m := range milestones {
+		<-m.ch
+		got, rv := e.list()
+		lists = append(lists, listing{got, rv, e.watch(rv, 0)})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			e.t.Fatalf("%v", err)
+		}
+	}
+
+	for i, l := range lists {
+		e.t.Logf("List %d at RV %d returned %d keys", i, l.rv, len(l.got))
+		if !checkConcurrentList(e, ops, l.got, l.rv, l.r) {
+			return
+		}
+	}
+	// Anything still pending on the watches (a repeated event) would come
+	// before the sentinel's event.
+	w := e.put("end-concurrent", 1)
+	for _, l := range lists {
+		ev, err := l.r.nextChange()
+		if err != nil {
+			e.t.Errorf("Watch(%d): waiting for the event of %s: %v", l.rv, w, err)
+			continue
+		}
+		if ev.Key != w.key {
+			e.t.Errorf("Watch(%d): after every write was delivered, got %s; want only the event of %s", l.rv, describe(e, ev), w)
+		}
+	}
+}
+
+type milestone struct {
+	at   int64
+	ch   chan struct{}
+	once sync.Once
+}
+
+func newMilestone(at int) *milestone { return &milestone{at: int64(at), ch: make(chan struct{})} }
+
+func (m *milestone) release() { m.once.Do(func() { close(m.ch) }) }
+
+func concKey(w, k int) string { return fmt.Sprintf("w%d-k%d", w, k) }
+
+// checkConcurrentList checks one List against the writers' ops and folds
+// its watch to the final state.
+func checkConcurrentList[T any](e *env[T], ops [][][]keyOp, got map[string]int, rv core.ResourceVersion, r *reader[T]) bool {
+	e.t.Helper()
+	exact := e.caps.ExactWriteRV
+	// visible: the write's event can be in a snapshot at rv.
+	visible := func(op keyOp) bool {
+		if exact {
+			return op.rv <= rv
+		}
+		return op.after < rv
+	}
+	pos := make(map[string]int) // key -> index of the last op folded in, -1 before the first
+	seqs := make(map[string][]keyOp)
+	for w := range ops {
+		for k := range ops[w] {
+			key := concKey(w, k)
+			seq := ops[w][k]
+			seqs[key] = seq
+			// Candidates for the listed state: a put at the listed version,
+			// or, for an absent key, before the first op or after a delete.
+			var cands []int
+			if n, ok := got[key]; ok {
+				for i, op := range seq {
+					if !op.del && op.n == n {
+						cands = append(cands, i)
+					}
+				}
+				if len(cands) == 0 {
+					e.t.Errorf("List at RV %d returned %q at version %d, which was never written", rv, key, n)
+					return false
+				}
+			} else {
+				cands = append(cands, -1)
+				for i, op := range seq {
+					if op.del {
+						cands = append(cands, i)
+					}
+				}
+			}
+			found := false
+			for _, i := range cands {
+				// The listed op happened at or before rv, the next one after.
+				if (i < 0 || visible(seq[i])) && (i+1 == len(seq) || seq[i+1].rv > rv) {
+					pos[key], found = i, true
+					break
+				}
+			}
+			if !found {
+				state := "absent"
+				if n, ok := got[key]; ok {
+					state = fmt.Sprintf("at version %d", n)
+				}
+				e.t.Errorf("List at RV %d shows %q %s, which is not its state at that RV (writes: %s)", rv, key, state, fmtOps(seq))
+				return false
+			}
+		}
+	}
+	for key := range got {
+		if _, ok := seqs[key]; !ok {
+			e.t.Errorf("List at RV %d returned %q, which was never written", rv, key)
+		}
+	}
+
+	pending := 0
+	for key, seq := range seqs {
+		pending += len(seq) - 1 - pos[key]
+	}
+	for pending > 0 {
+		ev, err := r.nextChange()
+		if err != nil {
+			e.t.Errorf("Watch(%d): %d writes still undelivered: %v", rv, pending, err)
+			return false
+		}
+		seq, ok := seqs[ev.Key]
+		if !ok {
+			e.t.Errorf("Watch(%d): got %s for a key never written", rv, describe(e, ev))
+			return false
+		}
+		i := pos[ev.Key] + 1
+		if i == len(seq) {
+			e.t.Errorf("Watch(%d): got %s after every write to %q was delivered (repeated or invented)", rv, describe(e, ev), ev.Key)
+			return false
+		}
+		op := seq[i]
+		want := write{key: ev.Key, n: op.n, rv: op.rv, after: max(op.after, rv)}
+		switch {
+		case op.del:
+			want.typ = core.Deleted
+		case i == 0 || seq[i-1].del:
+			want.typ = core.Added
+		default:
+			want.typ = core.Modified
+		}
+		if msg := e.mismatch(ev, want); msg != "" {
+			e.t.Errorf("Watch(%d): want the event of %s, got %s: %s", rv, want, describe(e, ev), msg)
+			return false
+		}
+		pos[ev.Key] = i
+		pending--
+	}
+	return true
+}
+
+func fmtOps(seq []keyOp) string {
+	s := ""
+	for i, op := range seq {
+		if i > 0 {
+			s += ", "
+		}
+		if op.del {
+			s += fmt.Sprintf("delete@%d", op.rv)
+		} else {
+			s += fmt.Sprintf("v%d@%d", op.n, op.rv)
+		}
+	}
+	return s
+}

@@ -1,0 +1,467 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/dbinformer/dbinformer/core"
+)
+
+// Source is one fresh, empty watched set on a real server (a new etcd
+// prefix, a new table, a new KV bucket, a new namespace...).
+type Source[T any] interface {
+	ListerWatcher() core.ListerWatcher[T]
+	// Put creates or updates key so that the object the ListerWatcher
+	// reports for it carries version n; returns the RV of that write.
+	Put(ctx context.Context, key string, n int) (core.ResourceVersion, error)
+	// Delete removes key; returns the RV of the delete.
+	Delete(ctx context.Context, key string) (core.ResourceVersion, error)
+	// Version extracts n from an object the ListerWatcher produced.
+	Version(obj T) int
+	// Expire makes every version up to the current head unreachable for
+	// Watch (etcd compaction, dropping the slot, purging the stream...).
+	// Return ErrNotSupported if the source cannot.
+	Expire(ctx context.Context) error
+	// PutUnwatched writes outside the watched set (another prefix, table,
+	// subject, namespace) and returns that write's RV; ErrNotSupported if
+	// the source has no such notion.
+	PutUnwatched(ctx context.Context) (core.ResourceVersion, error)
+}
+
+// Capabilities tells the suite what the source promises beyond the
+// contract's minimum. The zero value is the most conservative: it asserts
+// only what every source must do.
+type Capabilities struct {
+	// DeletesCarryObject: deletes report HasObject=true with the last
+	// object (etcd PrevKV, REPLICA IDENTITY FULL, Kubernetes). When false a
+	// delete may still carry it, and then it must be the right one.
+	DeletesCarryObject bool
+	// DistinguishesUpdate: a put of a new key is reported Added and a put
+	// of an existing key Modified (etcd by the key's version, Postgres
+	// INSERT vs UPDATE, Kubernetes). When false either type is accepted for
+	// a put (a NATS KV message does not say whether the key existed).
+	DistinguishesUpdate bool
+	// ExactWriteRV: the RV Put and Delete return is exactly the RV the
+	// watch reports for that write (etcd, NATS, Kubernetes). When false the
+	// suite requires only what read-your-writes needs: the event's RV is
+	// after the RV of the previous write and at or before the write's own
+	// RV (Postgres, where the writer sees an LSN at or after the commit).
+	ExactWriteRV bool
+	// StrictGoroutines: once a watch is stopped or cancelled the process
+	// goes back to the number of goroutines it had before Watch. Leave it
+	// false when the client keeps connection goroutines alive between
+	// watches.
+	StrictGoroutines bool
+	// Timeout bounds each wait for the source: one List, one write, the
+	// next expected event, Next returning after a cancel. It is a deadline
+	// for a wedged source, not a performance target. Zero means 30s.
+	Timeout time.Duration
+	// BookmarkTimeout bounds the wait for a bookmark the source sends on
+	// its own, used when the Watcher does not implement
+	// core.ProgressRequester. Zero means 2 minutes (a Kubernetes apiserver
+	// sends a watch bookmark about once a minute).
+	BookmarkTimeout time.Duration
+}
+
+func (c Capabilities) timeout() time.Duration {
+	if c.Timeout > 0 {
+		return c.Timeout
+	}
+	return 30 * time.Second
+}
+
+func (c Capabilities) bookmarkTimeout() time.Duration {
+	if c.BookmarkTimeout > 0 {
+		return c.BookmarkTimeout
+	}
+	return 2 * time.Minute
+}
+
+// ErrNotSupported is returned by Source.Expire and Source.PutUnwatched when
+// the source has no such operation.
+var ErrNotSupported = errors.New("conformance: not supported by this source")
+
+// tb is the part of testing.TB the cases use. It is an interface of our own
+// so that the suite's tests can run a case on a recorder and check that a
+// broken source makes it fail. Fatalf must not return (testing.T calls
+// runtime.Goexit).
+type tb interface {
+	Helper()
+	Logf(format string, args ...any)
+	Errorf(format string, args ...any)
+	Fatalf(format string, args ...any)
+	Failed() bool
+	Cleanup(func())
+}
+
+var _ tb = (*testing.T)(nil)
+
+type testCase[T any] struct {
+	name string
+	run  func(e *env[T])
+}
+
+// Run runs every case as a subtest; newSource is called once per subtest
+// and returns a fresh empty Source (cleanup via t.Cleanup).
+func Run[T any](t *testing.T, caps Capabilities, newSource func(t *testing.T) Source[T]) {
+	t.Helper()
+	for _, c := range cases[T]() {
+		t.Run(c.name, func(t *testing.T) {
+			runCase(t, caps, newSource(t), c.run)
+		})
+	}
+}
+
+// runCase runs one case against src, reporting through t. Every watch the
+// case opens is stopped, and the context it used cancelled, by t's cleanup.
+func runCase[T any](t tb, caps Capabilities, src Source[T], run func(e *env[T])) {
+	ctx, cancel := context.WithCancel(context.Background())
+	e := &env[T]{t: t, caps: caps, src: src, lw: src.ListerWatcher(), ctx: ctx, live: make(map[string]int)}
+	t.Cleanup(cancel)
+	run(e)
+}
+
+// write is one write the suite made, with what the watch must report for it.
+type write struct {
+	key   string
+	n     int            // version written; for a delete, the last version
+	typ   core.EventType // Added, Modified or Deleted as the source saw it
+	rv    core.ResourceVersion
+	after core.ResourceVersion // RV of the writer's previous write: the event's RV is above it
+}
+
+func (w write) String() string {
+	if w.typ == core.Deleted {
+		return fmt.Sprintf("delete %q (last version %d) at RV %d", w.key, w.n, w.rv)
+	}
+	return fmt.Sprintf("put %q version %d (%s) at RV %d", w.key, w.n, w.typ, w.rv)
+}
+
+// env is the state of one case: the source, the serial history of the
+// suite's writes, and the model of what is live.
+type env[T any] struct {
+	t    tb
+	caps Capabilities
+	src  Source[T]
+	lw   core.ListerWatcher[T]
+	ctx  context.Context // lives as long as the case
+
+	writes   []write
+	live     map[string]int // key -> version, for keys that exist
+	sentinel int
+}
+
+// opCtx bounds one operation on the source.
+func (e *env[T]) opCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(e.ctx, e.caps.timeout())
+}
+
+func (e *env[T]) lastRV() core.ResourceVersion {
+	if len(e.writes) == 0 {
+		return 0
+	}
+	return e.writes[len(e.writes)-1].rv
+}
+
+func (e *env[T]) record(w write, err error) write {
+	e.t.Helper()
+	if err != nil {
+		e.t.Fatalf("Source: %s: %v", w, err)
+	}
+	if prev := e.lastRV(); len(e.writes) > 0 && w.rv <= prev {
+		e.t.Fatalf("Source: %s returned RV %d, not after the previous write's RV %d; the suite needs every write to return a later RV", w, w.rv, prev)
+	}
+	w.after = e.lastRV()
+	e.writes = append(e.writes, w)
+	return w
+}
+
+func (e *env[T]) put(key string, n int) write {
+	e.t.Helper()
+	ctx, cancel := e.opCtx()
+	defer cancel()
+	typ := core.Added
+	if _, ok := e.live[key]; ok {
+		typ = core.Modified
+	}
+	rv, err := e.src.Put(ctx, key, n)
+	w := e.record(write{key: key, n: n, typ: typ, rv: rv}, err)
+	e.live[key] = n
+	return w
+}
+
+func (e *env[T]) del(key string) write {
+	e.t.Helper()
+	last, ok := e.live[key]
+	if !ok {
+		e.t.Fatalf("suite bug: delete of absent key %q", key)
+	}
+	ctx, cancel := e.opCtx()
+	defer cancel()
+	rv, err := e.src.Delete(ctx, key)
+	w := e.record(write{key: key, n: last, typ: core.Deleted, rv: rv}, err)
+	delete(e.live, key)
+	return w
+}
+
+// list runs List and checks what every List must satisfy. It returns the
+// listed versions by key.
+func (e *env[T]) list() (map[string]int, core.ResourceVersion) {
+	e.t.Helper()
+	ctx, cancel := e.opCtx()
+	defer cancel()
+	got := make(map[string]int)
+	var bad []string
+	rv, err := e.lw.List(ctx, core.ListOptions[T]{Emit: func(ev core.Event[T]) error {
+		switch {
+		case ev.Err != nil:
+			bad = append(bad, fmt.Sprintf("item %q has Err: %v", ev.Key, ev.Err))
+		case ev.Type != core.Added:
+			bad = append(bad, fmt.Sprintf("item %q has type %s, want Added", ev.Key, ev.Type))
+		case ev.Key == "":
+			bad = append(bad, "item with an empty key")
+		case !ev.HasObject:
+			bad = append(bad, fmt.Sprintf("item %q has HasObject false", ev.Key))
+		default:
+			if _, dup := got[ev.Key]; dup {
+				bad = append(bad, fmt.Sprintf("item %q emitted twice", ev.Key))
+			}
+			got[ev.Key] = e.src.Version(ev.Object)
+		}
+		return nil
+	}})
+	if err != nil {
+		e.t.Fatalf("List: %v", err)
+	}
+	for _, b := range bad {
+		e.t.Errorf("List: %s", b)
+	}
+	return got, rv
+}
+
+// checkListed compares a List taken while no write was in flight with the
+// model.
+func (e *env[T]) checkListed(got map[string]int, rv core.ResourceVersion) {
+	e.t.Helper()
+	for k, n := range got {
+		if want, ok := e.live[k]; !ok {
+			e.t.Errorf("List returned %q (version %d), which does not exist", k, n)
+		} else if n != want {
+			e.t.Errorf("List returned %q at version %d, want %d", k, n, want)
+		}
+	}
+	for k, n := range e.live {
+		if _, ok := got[k]; !ok {
+			e.t.Errorf("List is missing %q (version %d)", k, n)
+		}
+	}
+	if len(e.writes) > 0 {
+		last := e.writes[len(e.writes)-1]
+		if e.caps.ExactWriteRV && rv < last.rv {
+			e.t.Errorf("List returned RV %d, before the RV %d of the last completed write (%s)", rv, last.rv, last)
+		} else if rv <= last.after {
+			e.t.Errorf("List returned RV %d, not after RV %d, which precedes the last completed write (%s)", rv, last.after, last)
+		}
+	}
+}
+
+// watch opens a watch from `from`; next is the index in e.writes of the
+// first write it must deliver.
+func (e *env[T]) watch(from core.ResourceVersion, next int) *reader[T] {
+	e.t.Helper()
+	w, err := e.lw.Watch(e.ctx, from)
+	if err != nil {
+		e.t.Fatalf("Watch(%d): %v", from, err)
+	}
+	e.t.Cleanup(w.Stop)
+	return &reader[T]{e: e, w: w, from: from, floor: from, next: next}
+}
+
+// watchAfter watches from the RV of write i, expecting the writes after it.
+func (e *env[T]) watchAfter(i int) *reader[T] {
+	e.t.Helper()
+	return e.watch(e.writes[i].rv, i+1)
+}
+
+// reader reads a watch one event at a time and checks, batch by batch, the
+// ordering rules of the contract.
+type reader[T any] struct {
+	e     *env[T]
+	w     core.Watcher[T]
+	from  core.ResourceVersion
+	floor core.ResourceVersion // a change must be above it: last RV of earlier batches, or a bookmark
+	buf   []core.Event[T]
+	next  int // index in e.writes of the next write this watch must deliver
+}
+
+func (r *reader[T]) fill(ctx context.Context) error {
+	batch, err := r.w.Next(ctx)
+	if err != nil {
+		return err
+	}
+	r.check(batch)
+	r.buf = append(r.buf, batch...)
+	return nil
+}
+
+func (r *reader[T]) check(batch []core.Event[T]) {
+	t := r.e.t
+	t.Helper()
+	if len(batch) == 0 {
+		t.Errorf("Watch(%d): Next returned an empty batch and no error", r.from)
+		return
+	}
+	prev := r.floor
+	for _, ev := range batch {
+		switch ev.Type {
+		case core.Bookmark:
+			if ev.RV < prev {
+				t.Errorf("Watch(%d): Bookmark at RV %d after RV %d: versions went backwards", r.from, ev.RV, prev)
+			}
+			if ev.Key != "" {
+				t.Errorf("Watch(%d): Bookmark at RV %d has key %q", r.from, ev.RV, ev.Key)
+			}
+			r.floor = max(r.floor, ev.RV)
+		case core.Added, core.Modified, core.Deleted:
+			if ev.RV <= r.from {
+				t.Errorf("Watch(%d): %s %q at RV %d is not after the watch's start", r.from, ev.Type, ev.Key, ev.RV)
+			}
+			if ev.RV <= r.floor && ev.RV > r.from {
+				t.Errorf("Watch(%d): %s %q at RV %d is not after RV %d, already delivered by an earlier batch or bookmark", r.from, ev.Type, ev.Key, ev.RV, r.floor)
+			}
+			if ev.RV < prev {
+				t.Errorf("Watch(%d): %s %q at RV %d follows RV %d in the same batch", r.from, ev.Type, ev.Key, ev.RV, prev)
+			}
+			if ev.Key == "" {
+				t.Errorf("Watch(%d): %s at RV %d has an empty key", r.from, ev.Type, ev.RV)
+			}
+			if ev.Err != nil {
+				t.Errorf("Watch(%d): %s %q at RV %d has Err: %v", r.from, ev.Type, ev.Key, ev.RV, ev.Err)
+			}
+		default:
+			t.Errorf("Watch(%d): event %q at RV %d has unknown type %s", r.from, ev.Key, ev.RV, ev.Type)
+		}
+		prev = max(prev, ev.RV)
+	}
+	r.floor = max(r.floor, prev)
+}
+
+// nextEvent returns the next event, bookmarks included, waiting at most d.
+func (r *reader[T]) nextEvent(d time.Duration) (core.Event[T], error) {
+	if len(r.buf) == 0 {
+		ctx, cancel := context.WithTimeout(r.e.ctx, d)
+		defer cancel()
+		for len(r.buf) == 0 {
+			if err := r.fill(ctx); err != nil {
+				return core.Event[T]{}, err
+			}
+		}
+	}
+	ev := r.buf[0]
+	r.buf = r.buf[1:]
+	return ev, nil
+}
+
+// nextChange returns the next event that is not a bookmark.
+func (r *reader[T]) nextChange() (core.Event[T], error) {
+	ctx, cancel := context.WithTimeout(r.e.ctx, r.e.caps.timeout())
+	defer cancel()
+	for {
+		for len(r.buf) > 0 {
+			ev := r.buf[0]
+			r.buf = r.buf[1:]
+			if ev.Type != core.Bookmark {
+				return ev, nil
+			}
+		}
+		if err := r.fill(ctx); err != nil {
+			return core.Event[T]{}, err
+		}
+	}
+}
+
+// expect reads the events of e.writes[r.next:upTo] and reports the first
+// mismatch. It returns false when the watch did not deliver them.
+func (r *reader[T]) expect(upTo int) bool {
+	e := r.e
+	e.t.Helper()
+	for ; r.next < upTo; r.next++ {
+		w := e.writes[r.next]
+		ev, err := r.nextChange()
+		if err != nil {
+			e.t.Errorf("Watch(%d): waiting for the event of %s: %v", r.from, w, err)
+			return false
+		}
+		if msg := e.mismatch(ev, w); msg != "" {
+			e.t.Errorf("Watch(%d): want the event of %s, got %s: %s", r.from, w, describe(e, ev), msg)
+			return false
+		}
+	}
+	return true
+}
+
+// expectAll reads the events of every write made so far.
+func (r *reader[T]) expectAll() bool {
+	r.e.t.Helper()
+	return r.expect(len(r.e.writes))
+}
+
+// expectNoMore checks that nothing but the expected writes arrives: it
+// makes one more write and requires its event to be the very next change,
+// so an event repeated or invented after the last expected one shows up
+// without waiting for a timeout.
+func (r *reader[T]) expectNoMore() bool {
+	e := r.e
+	e.t.Helper()
+	if !r.expectAll() {
+		return false
+	}
+	e.sentinel++
+	e.put(fmt.Sprintf("end-%d", e.sentinel), 1)
+	return r.expectAll()
+}
+
+func describe[T any](e *env[T], ev core.Event[T]) string {
+	s := fmt.Sprintf("%s %q at RV %d", ev.Type, ev.Key, ev.RV)
+	if ev.HasObject {
+		s += fmt.Sprintf(" (version %d)", e.src.Version(ev.Object))
+	}
+	return s
+}
+
+// mismatch says how ev differs from the event write w must produce, or ""
+// when it matches.
+func (e *env[T]) mismatch(ev core.Event[T], w write) string {
+	if ev.Key != w.key {
+		return fmt.Sprintf("key %q, want %q (an event is missing, repeated or out of order)", ev.Key, w.key)
+	}
+	switch {
+	case ev.Type == w.typ:
+	case w.typ != core.Deleted && !e.caps.DistinguishesUpdate && (ev.Type == core.Added || ev.Type == core.Modified):
+	default:
+		return fmt.Sprintf("type %s, want %s", ev.Type, w.typ)
+	}
+	if e.caps.ExactWriteRV {
+		if ev.RV != w.rv {
+			return fmt.Sprintf("RV %d, want the write's RV %d", ev.RV, w.rv)
+		}
+	} else if ev.RV <= w.after || ev.RV > w.rv {
+		return fmt.Sprintf("RV %d, want one after %d (the previous write) and at most %d (the write's RV)", ev.RV, w.after, w.rv)
+	}
+	if ev.Type == core.Deleted {
+		if e.caps.DeletesCarryObject && !ev.HasObject {
+			return "the delete has no object, want the last object (Capabilities.DeletesCarryObject)"
+		}
+	} else if !ev.HasObject {
+		return "HasObject is false"
+	}
+	if ev.HasObject {
+		if n := e.src.Version(ev.Object); n != w.n {
+			return fmt.Sprintf("object at version %d, want %d", n, w.n)
+		}
+	}
+	return ""
+}

@@ -1,0 +1,28 @@
+// Package conformance is a test suite that any core.ListerWatcher can run to
+// show that it keeps the contract the informer relies on: List is one
+// consistent snapshot even while others write, Watch(from) delivers exactly
+// the changes after from in version order with the right event types,
+// deletes carry the key (and the last object when the source has it), an
+// expired position yields core.ErrExpired, bookmarks reach versions that
+// touched no watched key, and cancellation ends a watch cleanly.
+//
+// An adapter's test provides a Source: a fresh, empty watched set on a real
+// server plus the few writes the suite needs, and calls Run:
+//
+//	func TestConformance(t *testing.T) {
+//		conformance.Run(t, conformance.Capabilities{DeletesCarryObject: true},
+//			func(t *testing.T) conformance.Source[*Item] { return newTestSource(t) })
+//	}
+//
+// The suite writes only keys made of lowercase ASCII letters, digits and
+// '-', which every source accepts as a key suffix, primary key, KV key or
+// object name. It never asserts how long anything takes: every wait has a
+// generous deadline (Capabilities.Timeout) that only a broken or wedged
+// source reaches. It never skips: a case the source cannot support (no
+// Expire, neither PutUnwatched nor progress requests) is logged and passes,
+// so that CI never shows a skip.
+//
+// The suite checks itself: its own tests run it against deliberately broken
+// wrappers of the in-memory source (dropping, repeating or reordering
+// events, ignoring expiry) and require it to fail.
+package conformance

@@ -1,0 +1,60 @@
+package memory_test
+
+import (
+	"context"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/conformance"
+	"github.com/dbinformer/dbinformer/core/memory"
+)
+
+type obj struct{ N int }
+
+// confSource adapts a memory.Source to the conformance suite; Advance plays
+// the write outside the watched set.
+type confSource struct{ s *memory.Source[obj] }
+
+func (c confSource) ListerWatcher() core.ListerWatcher[obj] { return c.s }
+
+func (c confSource) Put(_ context.Context, key string, n int) (core.ResourceVersion, error) {
+	return c.s.Put(key, obj{n}), nil
+}
+
+func (c confSource) Delete(_ context.Context, key string) (core.ResourceVersion, error) {
+	rv, _ := c.s.Delete(key)
+	return rv, nil
+}
+
+func (c confSource) Version(o obj) int { return o.N }
+
+func (c confSource) Expire(context.Context) error { return c.s.Compact(c.s.HeadRV()) }
+
+func (c confSource) PutUnwatched(context.Context) (core.ResourceVersion, error) {
+	return c.s.Advance(), nil
+}
+
+func TestConformance(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	caps := conformance.Capabilities{
+		DeletesCarryObject:  true,
+		DistinguishesUpdate: true,
+		ExactWriteRV:        true,
+		StrictGoroutines:    true,
+	}
+	conformance.Run(t, caps, func(t *testing.T) conformance.Source[obj] {
+		return confSource{memory.New[obj](memory.Options{})}
+	})
+}
+
+// Small batches split the history across many Next calls, which is where
+// ordering across batches and transaction boundaries can go wrong.
+func TestConformanceSmallBatches(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	caps := conformance.Capabilities{DeletesCarryObject: true, DistinguishesUpdate: true, ExactWriteRV: true}
+	conformance.Run(t, caps, func(t *testing.T) conformance.Source[obj] {
+		return confSource{memory.New[obj](memory.Options{MaxBatch: 1})}
+	})
+}

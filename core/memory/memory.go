@@ -1,0 +1,546 @@
+package memory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+
+	"github.com/dbinformer/dbinformer/core"
+)
+
+// ErrStopped is returned by Next and RequestProgress once the Watcher was
+// stopped. It is deliberately not context.Canceled: the caller stopped the
+// watch itself, so it knows why, while a cancelled context means something
+// else asked for the end.
+var ErrStopped = errors.New("memory: watcher stopped")
+
+// ErrDuplicateKey is returned by Apply when two operations name the same
+// key: a transaction that writes a key twice has no single resulting event.
+var ErrDuplicateKey = errors.New("memory: key written twice in one transaction")
+
+// ErrFutureVersion is returned by Compact for a version after the head.
+var ErrFutureVersion = errors.New("memory: version after the head")
+
+const defaultMaxBatch = 1000
+
+// Options configures a Source. The zero value is ready to use.
+type Options struct {
+	// Name identifies the source in errors (DecodeError.Source).
+	// Empty means "memory".
+	Name string
+	// MaxBatch caps the events one Next returns; a transaction is never
+	// split, so a batch may exceed it by the rest of one transaction.
+	// Zero means 1000.
+	MaxBatch int
+	// DeletesWithoutObject makes Deleted events carry only the key
+	// (HasObject false), like a Postgres table with REPLICA IDENTITY DEFAULT,
+	// so that tests cover the informer filling in the last object.
+	DeletesWithoutObject bool
+}
+
+// Op is one write of a transaction passed to Apply.
+type Op[T any] struct {
+	Key    string
+	Object T    // the new object; ignored when Delete is set
+	Delete bool // remove Key instead of writing Object
+}
+
+// PutOp is an Op that creates or replaces key.
+func PutOp[T any](key string, obj T) Op[T] { return Op[T]{Key: key, Object: obj} }
+
+// DeleteOp is an Op that removes key.
+func DeleteOp[T any](key string) Op[T] { return Op[T]{Key: key, Delete: true} }
+
+type item[T any] struct {
+	obj T
+	rv  core.ResourceVersion // version of the write that produced obj
+}
+
+// Source is an in-memory versioned map that implements core.ListerWatcher
+// and core.HeadReader. Objects are stored as given: do not mutate an object
+// after passing it to Put or Apply, since List and Watch hand out the same
+// value. All methods are safe for concurrent use.
+type Source[T any] struct {
+	name     string
+	maxBatch int
+	noDelObj bool
+
+	mu        sync.Mutex
+	head      core.ResourceVersion
+	compacted core.ResourceVersion // Watch(from) needs from >= compacted
+	items     map[string]item[T]
+	history   []core.Event[T] // every event with RV > compacted, RV ascending
+	// changed is closed and replaced on every state change, so that a
+	// blocked Next (or WaitForWatchers) wakes up without a goroutine per
+	// waiter.
+	changed  chan struct{}
+	watchers map[*watcher[T]]struct{}
+
+	failList   error
+	failWatch  error
+	listCalls  int
+	watchCalls int
+}
+
+var (
+	_ core.ListerWatcher[int] = (*Source[int])(nil)
+	_ core.HeadReader         = (*Source[int])(nil)
+)
+
+// New returns an empty Source at version 0.
+func New[T any](opts Options) *Source[T] {
+	name := opts.Name
+	if name == "" {
+		name = "memory"
+	}
+	mb := opts.MaxBatch
+	if mb <= 0 {
+		mb = defaultMaxBatch
+	}
+	return &Source[T]{
+		name:     name,
+		maxBatch: mb,
+		noDelObj: opts.DeletesWithoutObject,
+		items:    make(map[string]item[T]),
+		changed:  make(chan struct{}),
+		watchers: make(map[*watcher[T]]struct{}),
+	}
+}
+
+func (s *Source[T]) notifyLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// Put creates or replaces key and returns the version of the write. The
+// watch reports Added when the key was absent and Modified otherwise.
+func (s *Source[T]) Put(key string, obj T) core.ResourceVersion {
+	rv, _ := s.Apply(PutOp(key, obj))
+	return rv
+}
+
+// Delete removes key and returns the version of the delete and true. When
+// the key is absent nothing is written: it returns the head and false.
+func (s *Source[T]) Delete(key string) (core.ResourceVersion, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.items[key]; !ok {
+		return s.head, false
+	}
+	return s.applyLocked([]Op[T]{DeleteOp[T](key)}), true
+}
+
+// Apply writes ops as one transaction: every resulting event shares one
+// version and arrives in one batch. Deletes of absent keys produce no event;
+// when no op changes anything the head does not move and Apply returns it.
+func (s *Source[T]) Apply(ops ...Op[T]) (core.ResourceVersion, error) {
+	seen := make(map[string]struct{}, len(ops))
+	for _, op := range ops {
+		if _, dup := seen[op.Key]; dup {
+			return 0, fmt.Errorf("%w: %q", ErrDuplicateKey, op.Key)
+		}
+		seen[op.Key] = struct{}{}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.applyLocked(ops), nil
+}
+
+func (s *Source[T]) applyLocked(ops []Op[T]) core.ResourceVersion {
+	rv := s.head + 1
+	n := 0
+	for _, op := range ops {
+		old, existed := s.items[op.Key]
+		ev := core.Event[T]{Key: op.Key, RV: rv}
+		switch {
+		case op.Delete && !existed:
+			continue
+		case op.Delete:
+			delete(s.items, op.Key)
+			ev.Type = core.Deleted
+			if !s.noDelObj {
+				ev.Object, ev.HasObject = old.obj, true
+			}
+		default:
+			s.items[op.Key] = item[T]{obj: op.Object, rv: rv}
+			ev.Type = core.Added
+			if existed {
+				ev.Type = core.Modified
+			}
+			ev.Object, ev.HasObject = op.Object, true
+		}
+		s.history = append(s.history, ev)
+		n++
+	}
+	if n == 0 {
+		return s.head
+	}
+	s.head = rv
+	s.notifyLocked()
+	return rv
+}
+
+// Advance moves the head one version forward without changing any key, as
+// a write to an unwatched table or prefix would, and returns the new head.
+// Watchers see nothing until they ask for progress.
+func (s *Source[T]) Advance() core.ResourceVersion {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.head++
+	s.notifyLocked()
+	return s.head
+}
+
+// InjectDecodeError appends to the history a Modified event for key whose
+// Err is a *core.DecodeError wrapping err, as an adapter reports a value it
+// could not decode, and returns its version. The map is left unchanged, so
+// List does not see it: the bad value exists only in the watch stream.
+func (s *Source[T]) InjectDecodeError(key string, err error) core.ResourceVersion {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.head++
+	s.history = append(s.history, core.Event[T]{
+		Type: core.Modified,
+		Key:  key,
+		RV:   s.head,
+		Err:  &core.DecodeError{Source: s.name, Key: key, RV: s.head, Err: err},
+	})
+	s.notifyLocked()
+	return s.head
+}
+
+// Compact discards the history up to and including rv: afterwards Watch
+// from any version before rv fails with an error matching core.ErrExpired,
+// and so does Next of an open watch that had not yet delivered up to rv.
+// Compacting to a version at or below an earlier compaction does nothing.
+func (s *Source[T]) Compact(rv core.ResourceVersion) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if rv > s.head {
+		return fmt.Errorf("memory: compact to %d: %w %d", rv, ErrFutureVersion, s.head)
+	}
+	if rv <= s.compacted {
+		return nil
+	}
+	s.compacted = rv
+	i := sort.Search(len(s.history), func(i int) bool { return s.history[i].RV > rv })
+	s.history = slices.Delete(s.history, 0, i)
+	s.notifyLocked()
+	return nil
+}
+
+// HeadRV returns the version of the latest write.
+func (s *Source[T]) HeadRV() core.ResourceVersion {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.head
+}
+
+// Head implements core.HeadReader.
+func (s *Source[T]) Head(ctx context.Context) (core.ResourceVersion, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	return s.HeadRV(), nil
+}
+
+// CompactedRV returns the version up to which history was discarded.
+func (s *Source[T]) CompactedRV() core.ResourceVersion {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.compacted
+}
+
+// Get returns the current object for key.
+func (s *Source[T]) Get(key string) (T, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	it, ok := s.items[key]
+	return it.obj, ok
+}
+
+// Len returns the number of live keys.
+func (s *Source[T]) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.items)
+}
+
+// FailNextList makes the next List return err without emitting anything.
+func (s *Source[T]) FailNextList(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failList = err
+}
+
+// FailNextWatch makes the next Watch return err.
+func (s *Source[T]) FailNextWatch(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failWatch = err
+}
+
+// BreakWatchers ends every open watch: their next Next returns err (and
+// keeps returning it) even if events are pending, as when a connection
+// drops. Watches opened afterwards are not affected.
+func (s *Source[T]) BreakWatchers(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for w := range s.watchers {
+		if w.err == nil {
+			w.err = err
+		}
+	}
+	s.notifyLocked()
+}
+
+// NotifyProgress asks every open watch for a Bookmark, as a periodic etcd
+// progress notification would.
+func (s *Source[T]) NotifyProgress() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for w := range s.watchers {
+		w.progress = true
+	}
+	s.notifyLocked()
+}
+
+// OpenWatchers returns the number of watches not yet stopped, failed or
+// cancelled.
+func (s *Source[T]) OpenWatchers() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.watchers)
+}
+
+// WaitForWatchers blocks until at least n watches are open or ctx is done,
+// so that a test can write only once the code under test is watching.
+func (s *Source[T]) WaitForWatchers(ctx context.Context, n int) error {
+	for {
+		s.mu.Lock()
+		open, ch := len(s.watchers), s.changed
+		s.mu.Unlock()
+		if open >= n {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("memory: waiting for %d watchers, %d open: %w", n, open, ctx.Err())
+		}
+	}
+}
+
+// ListCalls returns how many times List was called.
+func (s *Source[T]) ListCalls() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.listCalls
+}
+
+// WatchCalls returns how many times Watch was called.
+func (s *Source[T]) WatchCalls() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.watchCalls
+}
+
+// List emits every live key as an Added event carrying the version of its
+// last write, in key order, and returns the head at the time of the
+// snapshot. The snapshot is taken under the lock, so writes racing with
+// List land either wholly before or wholly after it.
+func (s *Source[T]) List(ctx context.Context, opts core.ListOptions[T]) (core.ResourceVersion, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	s.listCalls++
+	if err := s.failList; err != nil {
+		s.failList = nil
+		s.mu.Unlock()
+		return 0, err
+	}
+	rv := s.head
+	keys := make([]string, 0, len(s.items))
+	for k := range s.items {
+		keys = append(keys, k)
+	}
+	snap := make([]core.Event[T], 0, len(keys))
+	slices.Sort(keys)
+	for _, k := range keys {
+		it := s.items[k]
+		snap = append(snap, core.Event[T]{Type: core.Added, Key: k, Object: it.obj, HasObject: true, RV: it.rv})
+	}
+	s.mu.Unlock()
+
+	if opts.Estimate != nil {
+		opts.Estimate(int64(len(snap)))
+	}
+	if opts.Emit == nil {
+		return rv, nil
+	}
+	for i, ev := range snap {
+		// Checking every item would cost more than the emit itself for
+		// small objects; a few hundred items is prompt enough.
+		if i%256 == 255 {
+			if err := ctx.Err(); err != nil {
+				return 0, err
+			}
+		}
+		if err := opts.Emit(ev); err != nil {
+			return 0, err
+		}
+	}
+	return rv, nil
+}
+
+// Watch returns a Watcher that delivers the retained history after from and
+// then every new write. It fails with an error matching core.ErrExpired when
+// from is before the compacted version. The watch ends when ctx is done or
+// Stop is called.
+func (s *Source[T]) Watch(ctx context.Context, from core.ResourceVersion) (core.Watcher[T], error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.watchCalls++
+	if err := s.failWatch; err != nil {
+		s.failWatch = nil
+		return nil, err
+	}
+	if from < s.compacted {
+		return nil, s.expiredLocked(from)
+	}
+	w := &watcher[T]{s: s, ctx: ctx, pos: from}
+	s.watchers[w] = struct{}{}
+	s.notifyLocked()
+	// Deregistering on cancellation keeps OpenWatchers truthful even for a
+	// caller that cancels without calling Stop or Next.
+	w.release = context.AfterFunc(ctx, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.endLocked(w, ctx.Err())
+	})
+	return w, nil
+}
+
+func (s *Source[T]) expiredLocked(from core.ResourceVersion) error {
+	return fmt.Errorf("%s: watch from version %d: history compacted up to %d: %w", s.name, from, s.compacted, core.ErrExpired)
+}
+
+// endLocked makes err the watcher's final answer, unless it already has one.
+func (s *Source[T]) endLocked(w *watcher[T], err error) {
+	if w.err == nil {
+		w.err = err
+	}
+	if _, ok := s.watchers[w]; ok {
+		delete(s.watchers, w)
+		s.notifyLocked()
+	}
+}
+
+type watcher[T any] struct {
+	s       *Source[T]
+	ctx     context.Context
+	release func() bool
+
+	// Guarded by s.mu.
+	pos      core.ResourceVersion // every change up to pos was delivered
+	progress bool                 // a Bookmark is owed
+	err      error                // set once the watch has ended
+}
+
+var (
+	_ core.Watcher[int]      = (*watcher[int])(nil)
+	_ core.ProgressRequester = (*watcher[int])(nil)
+)
+
+// Next returns the pending events after the watcher's position, or blocks
+// until there are some. Cancelling the ctx passed to Next only abandons
+// this call; the watch itself ends with its own context, Stop, a fault
+// injected by BreakWatchers, or compaction past its position.
+func (w *watcher[T]) Next(ctx context.Context) ([]core.Event[T], error) {
+	s := w.s
+	for {
+		s.mu.Lock()
+		if w.err == nil && w.ctx.Err() != nil {
+			// The AfterFunc may not have run yet; answer the same way now.
+			s.endLocked(w, w.ctx.Err())
+		}
+		if w.err == nil && w.pos < s.compacted {
+			s.endLocked(w, s.expiredLocked(w.pos))
+		}
+		if w.err != nil {
+			err := w.err
+			s.endLocked(w, err)
+			s.mu.Unlock()
+			return nil, err
+		}
+		if batch := w.collectLocked(); len(batch) > 0 {
+			s.mu.Unlock()
+			return batch, nil
+		}
+		ch := s.changed
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (w *watcher[T]) collectLocked() []core.Event[T] {
+	s := w.s
+	h := s.history
+	i := sort.Search(len(h), func(i int) bool { return h[i].RV > w.pos })
+	j := min(i+s.maxBatch, len(h))
+	for j < len(h) && j > i && h[j].RV == h[j-1].RV {
+		j++ // never split a transaction
+	}
+	var batch []core.Event[T]
+	if j > i {
+		batch = slices.Clone(h[i:j])
+		w.pos = h[j-1].RV
+	}
+	if w.progress && j == len(h) {
+		w.progress = false
+		// The head can be past the last event (Advance); it can also be
+		// behind pos for a watch from a future version, which must never
+		// see its position go backwards.
+		rv := max(s.head, w.pos)
+		batch = append(batch, core.Event[T]{Type: core.Bookmark, RV: rv})
+		w.pos = rv
+	}
+	return batch
+}
+
+// RequestProgress implements core.ProgressRequester: the watch delivers a
+// Bookmark at the head once it has delivered every pending event.
+func (w *watcher[T]) RequestProgress(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s := w.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w.err != nil {
+		return w.err
+	}
+	w.progress = true
+	s.notifyLocked()
+	return nil
+}
+
+// Stop ends the watch; a concurrent or later Next returns ErrStopped.
+func (w *watcher[T]) Stop() {
+	w.release()
+	s := w.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.endLocked(w, ErrStopped)
+}
