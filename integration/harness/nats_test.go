@@ -1,0 +1,58 @@
+package harness
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// TestNATSSmoke puts a key, sees it through a KV watcher, restarts the server
+// and finds the value and the revision numbering preserved.
+func TestNATSSmoke(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	n := StartNATS(t)
+	js := n.JetStream(t)
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "smoke", Storage: jetstream.FileStorage})
+	if err != nil {
+		t.Fatalf("create bucket: %v", err)
+	}
+	w, err := kv.WatchAll(ctx)
+	if err != nil {
+		t.Fatalf("watch: %v", err)
+	}
+	defer w.Stop()
+	if e := <-w.Updates(); e != nil {
+		t.Fatalf("empty bucket: first watch update = %v, want the nil end-of-initial-values marker", e.Key())
+	}
+	rev, err := kv.Put(ctx, "a", []byte("1"))
+	if err != nil {
+		t.Fatalf("put: %v", err)
+	}
+	select {
+	case e := <-w.Updates():
+		if e == nil || e.Key() != "a" || string(e.Value()) != "1" || e.Revision() != rev {
+			t.Fatalf("watch update = %+v, want a=1 at revision %d", e, rev)
+		}
+	case <-ctx.Done():
+		t.Fatal("no watch update for the put")
+	}
+
+	n.Restart(t)
+	e, err := kv.Get(ctx, "a") // the same connection reconnects
+	if err != nil {
+		t.Fatalf("get after restart: %v", err)
+	}
+	if string(e.Value()) != "1" || e.Revision() != rev {
+		t.Fatalf("after restart a = %q at %d, want 1 at %d", e.Value(), e.Revision(), rev)
+	}
+	rev2, err := kv.Put(ctx, "b", []byte("2"))
+	if err != nil {
+		t.Fatalf("put after restart: %v", err)
+	}
+	if rev2 != rev+1 {
+		t.Fatalf("revision after restart = %d, want %d", rev2, rev+1)
+	}
+}
