@@ -326,7 +326,7 @@ func await[T any](e *env[T], ch <-chan nextResult[T]) (nextResult[T], bool) {
 // Next with an error matching context.Canceled.
 func cancelWatchContext[T any](e *env[T]) {
 	e.put("alpha", 1)
-	before := runtime.NumGoroutine()
+	before := goroutines()
 	wctx, wcancel := context.WithCancel(e.ctx)
 	defer wcancel()
 	w, err := e.lw.Watch(wctx, e.lastRV())
@@ -384,7 +384,7 @@ func cancelNextContext[T any](e *env[T]) {
 // failing at once rather than blocking.
 func stop[T any](e *env[T]) {
 	e.put("alpha", 1)
-	before := runtime.NumGoroutine()
+	before := goroutines()
 	w, err := e.lw.Watch(e.ctx, e.lastRV())
 	if err != nil {
 		e.t.Fatalf("Watch: %v", err)
@@ -413,22 +413,53 @@ func stop[T any](e *env[T]) {
 	e.checkGoroutines(before)
 }
 
-// checkGoroutines waits for the goroutine count to fall back to before,
-// when the source promises it (Capabilities.StrictGoroutines).
-func (e *env[T]) checkGoroutines(before int) {
+// checkGoroutines waits until no goroutine started since before is left,
+// when the source promises it (Capabilities.StrictGoroutines). Goroutines
+// are told apart by ID, which the runtime never reuses, so goroutines of
+// earlier cases that end meanwhile cannot hide a new one.
+func (e *env[T]) checkGoroutines(before map[string]string) {
 	e.t.Helper()
 	if !e.caps.StrictGoroutines {
 		return
 	}
 	deadline := time.Now().Add(e.caps.timeout())
-	for runtime.NumGoroutine() > before {
+	for {
+		var extra []string
+		for id, stack := range goroutines() {
+			if _, ok := before[id]; !ok {
+				extra = append(extra, stack)
+			}
+		}
+		if len(extra) == 0 {
+			return
+		}
 		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<16)
-			buf = buf[:runtime.Stack(buf, true)]
-			e.t.Errorf("%d goroutines remain after the watch ended, %d before it (Capabilities.StrictGoroutines):\n%s",
-				runtime.NumGoroutine(), before, strings.TrimSpace(string(buf)))
+			e.t.Errorf("%d goroutines started during the watch remain after it ended (Capabilities.StrictGoroutines):\n%s",
+				len(extra), strings.Join(extra, "\n\n"))
 			return
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// goroutines returns the stack of every goroutine by its ID.
+func goroutines() map[string]string {
+	buf := make([]byte, 1<<16)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	m := make(map[string]string)
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		// Each stack starts "goroutine 123 [state]:".
+		f := strings.Fields(g)
+		if len(f) >= 2 && f[0] == "goroutine" {
+			m[f[1]] = g
+		}
+	}
+	return m
 }

@@ -2,6 +2,8 @@ package conformance
 
 import (
 	"fmt"
+	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -11,7 +13,10 @@ import (
 const (
 	concWriters = 3
 	concKeys    = 3  // keys per writer
-	concOps     = 24 // puts per writer, then one delete
+	concOps     = 24 // puts per writer at least, then one delete
+	// concMaxOps bounds the puts of a writer that keeps going while a slow
+	// List runs.
+	concMaxOps = 2000
 )
 
 // keyOp is one write of a concurrent writer to one of its keys.
@@ -33,6 +38,10 @@ func listConsistentUnderWrites[T any](e *env[T]) {
 	// List overlaps writes still to come.
 	milestones := []*milestone{newMilestone(total / 5), newMilestone(total * 3 / 5)}
 	var done atomic.Int64
+	// Writers go on until both Lists returned, so that even a source that
+	// writes faster than the lister gets going has writes racing each List.
+	var listed atomic.Bool
+	defer listed.Store(true) // also when a failed List ends the case
 	reached := func() {
 		n := done.Add(1)
 		for _, m := range milestones {
@@ -56,14 +65,15 @@ func listConsistentUnderWrites[T any](e *env[T]) {
 				}
 			}()
 			var prev core.ResourceVersion
-			for i := range concOps + 1 {
+			for i := 0; ; i++ {
+				last := i >= concMaxOps || (i >= concOps && listed.Load())
 				k := i % concKeys
 				key := concKey(w, k)
 				ctx, cancel := e.opCtx()
 				var rv core.ResourceVersion
 				var err error
 				op := keyOp{n: i + 1, after: prev}
-				if i == concOps {
+				if last {
 					// The last op deletes key 0, so both a deleted key and
 					// an absent-before-creation key are in play.
 					k, key = 0, concKey(w, 0)
@@ -85,6 +95,9 @@ func listConsistentUnderWrites[T any](e *env[T]) {
 				op.rv, prev = rv, rv
 				ops[w][k] = append(ops[w][k], op)
 				reached()
+				if last {
+					return
+				}
 			}
 		})
 	}
@@ -100,6 +113,7 @@ func listConsistentUnderWrites[T any](e *env[T]) {
 		got, rv := e.list()
 		lists = append(lists, listing{got, rv, e.watch(rv, 0)})
 	}
+	listed.Store(true)
 	wg.Wait()
 	for _, err := range errs {
 		if err != nil {
@@ -193,7 +207,7 @@ func checkConcurrentList[T any](e *env[T], ops [][][]keyOp, got map[string]int, 
 				if n, ok := got[key]; ok {
 					state = fmt.Sprintf("at version %d", n)
 				}
-				e.t.Errorf("List at RV %d shows %q %s, which is not its state at that RV (writes: %s)", rv, key, state, fmtOps(seq))
+				e.t.Errorf("List at RV %d shows %q %s, which is not its state at that RV (writes: %s)", rv, key, state, fmtOps(seq, rv))
 				return false
 			}
 		}
@@ -244,17 +258,26 @@ func checkConcurrentList[T any](e *env[T], ops [][][]keyOp, got map[string]int, 
 	return true
 }
 
-func fmtOps(seq []keyOp) string {
-	s := ""
-	for i, op := range seq {
+// fmtOps shows the writes to one key around rv, where a List at rv sits.
+func fmtOps(seq []keyOp, rv core.ResourceVersion) string {
+	j := sort.Search(len(seq), func(i int) bool { return seq[i].rv > rv })
+	lo, hi := max(0, j-3), min(len(seq), j+3)
+	var b strings.Builder
+	if lo > 0 {
+		b.WriteString("..., ")
+	}
+	for i, op := range seq[lo:hi] {
 		if i > 0 {
-			s += ", "
+			b.WriteString(", ")
 		}
 		if op.del {
-			s += fmt.Sprintf("delete@%d", op.rv)
+			fmt.Fprintf(&b, "delete@%d", op.rv)
 		} else {
-			s += fmt.Sprintf("v%d@%d", op.n, op.rv)
+			fmt.Fprintf(&b, "v%d@%d", op.n, op.rv)
 		}
 	}
-	return s
+	if hi < len(seq) {
+		b.WriteString(", ...")
+	}
+	return b.String()
 }

@@ -1,0 +1,357 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/memory"
+)
+
+type obj struct{ N int }
+
+// recorder is a tb that records failures instead of failing the real test,
+// so that a case can be run against a broken source and expected to fail.
+type recorder struct {
+	mu       sync.Mutex
+	errs     []string
+	cleanups []func()
+}
+
+func (r *recorder) Helper()                   {}
+func (r *recorder) Logf(string, ...any)       {}
+func (r *recorder) Cleanup(f func())          { r.mu.Lock(); r.cleanups = append(r.cleanups, f); r.mu.Unlock() }
+func (r *recorder) Failed() bool              { r.mu.Lock(); defer r.mu.Unlock(); return len(r.errs) > 0 }
+func (r *recorder) Fatalf(f string, a ...any) { r.Errorf(f, a...); runtime.Goexit() }
+func (r *recorder) Errorf(f string, a ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.errs = append(r.errs, fmt.Sprintf(f, a...))
+}
+
+// runRecorded runs one case on a recorder the way Run runs it on a
+// subtest: in its own goroutine (Fatalf exits it), then the cleanups in
+// reverse order.
+func runRecorded(caps Capabilities, src Source[obj], c testCase[obj]) *recorder {
+	rec := &recorder{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runCase(rec, caps, src, c.run)
+	}()
+	<-done
+	for _, f := range slices.Backward(rec.cleanups) {
+		f()
+	}
+	return rec
+}
+
+// memSource is a conformance Source over a memory.Source whose
+// ListerWatcher may be replaced by a broken wrapper.
+type memSource struct {
+	s  *memory.Source[obj]
+	lw core.ListerWatcher[obj]
+}
+
+func (m memSource) ListerWatcher() core.ListerWatcher[obj] { return m.lw }
+func (m memSource) Put(_ context.Context, key string, n int) (core.ResourceVersion, error) {
+	return m.s.Put(key, obj{n}), nil
+}
+func (m memSource) Delete(_ context.Context, key string) (core.ResourceVersion, error) {
+	rv, _ := m.s.Delete(key)
+	return rv, nil
+}
+func (m memSource) Version(o obj) int            { return o.N }
+func (m memSource) Expire(context.Context) error { return m.s.Compact(m.s.HeadRV()) }
+func (m memSource) PutUnwatched(context.Context) (core.ResourceVersion, error) {
+	return m.s.Advance(), nil
+}
+
+// brokenLW wraps the memory source with one deliberate bug.
+type brokenLW struct {
+	s *memory.Source[obj]
+	// list replaces List when set.
+	list func(ctx context.Context, opts core.ListOptions[obj]) (core.ResourceVersion, error)
+	// from rewrites the version Watch starts from.
+	from func(from core.ResourceVersion) core.ResourceVersion
+	// ctx rewrites the watch's context.
+	ctx func(ctx context.Context) context.Context
+	// batch rewrites each batch; n counts the batches of this watcher.
+	batch func(st *watchState, b []core.Event[obj]) []core.Event[obj]
+	// noProgress drops RequestProgress on the floor.
+	noProgress bool
+	// leak starts a goroutine per watch that outlives it.
+	leak chan struct{}
+}
+
+type watchState struct {
+	changes int
+	held    []core.Event[obj]
+}
+
+func (b *brokenLW) List(ctx context.Context, opts core.ListOptions[obj]) (core.ResourceVersion, error) {
+	if b.list != nil {
+		return b.list(ctx, opts)
+	}
+	return b.s.List(ctx, opts)
+}
+
+func (b *brokenLW) Watch(ctx context.Context, from core.ResourceVersion) (core.Watcher[obj], error) {
+	if b.from != nil {
+		from = b.from(from)
+	}
+	if b.ctx != nil {
+		ctx = b.ctx(ctx)
+	}
+	w, err := b.s.Watch(ctx, from)
+	if err != nil {
+		return nil, err
+	}
+	if b.leak != nil {
+		go func() { <-b.leak }()
+	}
+	return &brokenWatcher{b: b, w: w}, nil
+}
+
+type brokenWatcher struct {
+	b  *brokenLW
+	w  core.Watcher[obj]
+	st watchState
+}
+
+func (w *brokenWatcher) Next(ctx context.Context) ([]core.Event[obj], error) {
+	for {
+		batch, err := w.w.Next(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if w.b.batch != nil {
+			batch = w.b.batch(&w.st, batch)
+		}
+		if len(batch) > 0 {
+			return batch, nil
+		}
+	}
+}
+
+func (w *brokenWatcher) Stop() { w.w.Stop() }
+
+func (w *brokenWatcher) RequestProgress(ctx context.Context) error {
+	if w.b.noProgress {
+		return nil
+	}
+	return w.w.(core.ProgressRequester).RequestProgress(ctx)
+}
+
+// eachChange applies f to every change event, in order, keeping bookmarks.
+func eachChange(f func(st *watchState, ev core.Event[obj]) []core.Event[obj]) func(*watchState, []core.Event[obj]) []core.Event[obj] {
+	return func(st *watchState, b []core.Event[obj]) []core.Event[obj] {
+		var out []core.Event[obj]
+		for _, ev := range b {
+			if ev.Type == core.Bookmark {
+				out = append(out, ev)
+				continue
+			}
+			st.changes++
+			out = append(out, f(st, ev)...)
+		}
+		return out
+	}
+}
+
+type mutant struct {
+	name string
+	// mustFail names the case that has to catch the bug.
+	mustFail string
+	maxBatch int
+	lw       func(s *memory.Source[obj]) *brokenLW
+}
+
+func mutants() []mutant {
+	return []mutant{
+		{name: "drops the second change", mustFail: "WatchFromList", lw: func(s *memory.Source[obj]) *brokenLW {
+			return &brokenLW{s: s, batch: eachChange(func(st *watchState, ev core.Event[obj]) []core.Event[obj] {
+				if st.changes == 2 {
+					return nil
+				}
+				return []core.Event[obj]{ev}
+			})}
+		}},
+		{name: "repeats the first change", mustFail: "WatchFromList", lw: func(s *memory.Source[obj]) *brokenLW {
+			return &brokenLW{s: s, batch: eachChange(func(st *watchState, ev core.Event[obj]) []core.Event[obj] {
+				if st.changes == 1 {
+					return []core.Event[obj]{ev, ev}
+				}
+				return []core.Event[obj]{ev}
+			})}
+		}},
+		{name: "reverses each batch", mustFail: "WatchFromList", lw: func(s *memory.Source[obj]) *brokenLW {
+			return &brokenLW{s: s, batch: func(_ *watchState, b []core.Event[obj]) []core.Event[obj] {
+				slices.Reverse(b)
+				return b
+			}}
+		}},
+		{name: "delivers the first change after the second batch", mustFail: "WatchFromList", maxBatch: 1, lw: func(s *memory.Source[obj]) *brokenLW {
+			return &brokenLW{s: s, batch: func(st *watchState, b []core.Event[obj]) []core.Event[obj] {
+				st.changes++
+				switch st.changes {
+				case 1:
+					st.held = b
+					return nil
+				case 2:
+					return append(b, st.held...)
+				}
+				return b
+			}}
+		}},
+		{name: "reports updates as Added", mustFail: "WatchFromList", lw: func(s *memory.Source[obj]) *brokenLW {
+			return &brokenLW{s: s, batch: eachChange(func(_ *watchState, ev core.Event[obj]) []core.Event[obj] {
+				if ev.Type == core.Modified {
+					ev.Type = core.Added
+				}
+				return []core.Event[obj]{ev}
+			})}
+		}},
+		{name: "loses the object of deletes", mustFail: "Deletes", lw: func(s *memory.Source[obj]) *brokenLW {
+			return &brokenLW{s: s, batch: eachChange(func(_ *watchState, ev core.Event[obj]) []core.Event[obj] {
+				if ev.Type == core.Deleted {
+					ev.Object, ev.HasObject = obj{}, false
+				}
+				return []core.Event[obj]{ev}
+			})}
+		}},
+		{name: "reports the wrong RV", mustFail: "WatchFromMiddle", lw: func(s *memory.Source[obj]) *brokenLW {
+			return &brokenLW{s: s, batch: eachChange(func(_ *watchState, ev core.Event[obj]) []core.Event[obj] {
+				ev.RV += 100
+				return []core.Event[obj]{ev}
+			})}
+		}},
+		{name: "watches from the requested RV inclusive", mustFail: "WatchFromMiddle", lw: func(s *memory.Source[obj]) *brokenLW {
+			return &brokenLW{s: s, from: func(from core.ResourceVersion) core.ResourceVersion {
+				return max(from, 1) - 1
+			}}
+		}},
+		{name: "ignores expiry", mustFail: "Expired", lw: func(s *memory.Source[obj]) *brokenLW {
+			return &brokenLW{s: s, from: func(from core.ResourceVersion) core.ResourceVersion {
+				return max(from, s.CompactedRV())
+			}}
+		}},
+		{name: "lists at a stale RV", mustFail: "ListAfterWrites", lw: func(s *memory.Source[obj]) *brokenLW {
+			return &brokenLW{s: s, list: func(ctx context.Context, opts core.ListOptions[obj]) (core.ResourceVersion, error) {
+				rv, err := s.List(ctx, opts)
+				return max(rv, 1) - 1, err
+			}}
+		}},
+		{name: "tears List across concurrent writes", mustFail: "ListConsistentUnderWrites", lw: func(s *memory.Source[obj]) *brokenLW {
+			return &brokenLW{s: s, list: func(ctx context.Context, opts core.ListOptions[obj]) (core.ResourceVersion, error) {
+				// Take the version first and the items once a write has
+				// landed, as a List that forgot to pin its pages would.
+				rv := s.HeadRV()
+				for s.HeadRV() == rv && ctx.Err() == nil {
+					time.Sleep(time.Millisecond)
+				}
+				_, err := s.List(ctx, opts)
+				return rv, err
+			}}
+		}},
+		{name: "keeps emitting after Emit fails", mustFail: "ListEmitError", lw: func(s *memory.Source[obj]) *brokenLW {
+			return &brokenLW{s: s, list: func(ctx context.Context, opts core.ListOptions[obj]) (core.ResourceVersion, error) {
+				var first error
+				rv, err := s.List(ctx, core.ListOptions[obj]{Emit: func(ev core.Event[obj]) error {
+					if err := opts.Emit(ev); err != nil && first == nil {
+						first = err
+					}
+					return nil
+				}})
+				if first != nil {
+					return 0, first
+				}
+				return rv, err
+			}}
+		}},
+		{name: "ignores progress requests", mustFail: "Bookmark", lw: func(s *memory.Source[obj]) *brokenLW {
+			return &brokenLW{s: s, noProgress: true}
+		}},
+		{name: "ignores the watch context", mustFail: "CancelWatchContext", lw: func(s *memory.Source[obj]) *brokenLW {
+			return &brokenLW{s: s, ctx: context.WithoutCancel}
+		}},
+		{name: "leaks a goroutine per watch", mustFail: "Stop", lw: func(s *memory.Source[obj]) *brokenLW {
+			return &brokenLW{s: s, leak: make(chan struct{})}
+		}},
+	}
+}
+
+// selfCaps are what the memory source promises, with short deadlines: the
+// memory source answers at once, so only a mutant that never delivers
+// reaches them.
+var selfCaps = Capabilities{
+	DeletesCarryObject:  true,
+	DistinguishesUpdate: true,
+	ExactWriteRV:        true,
+	StrictGoroutines:    true,
+	Timeout:             2 * time.Second,
+	BookmarkTimeout:     2 * time.Second,
+}
+
+func TestSuiteCatchesBrokenSources(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	for _, m := range mutants() {
+		t.Run(m.name, func(t *testing.T) {
+			// Only the case that must catch the bug runs: the others may
+			// fail too, but a mutant that hides a delivery makes them wait
+			// for their deadline, which costs time and proves nothing more.
+			i := slices.IndexFunc(cases[obj](), func(c testCase[obj]) bool { return c.name == m.mustFail })
+			if i < 0 {
+				t.Fatalf("no case %q", m.mustFail)
+			}
+			s := memory.New[obj](memory.Options{MaxBatch: m.maxBatch})
+			lw := m.lw(s)
+			rec := runRecorded(selfCaps, memSource{s: s, lw: lw}, cases[obj]()[i])
+			if lw.leak != nil {
+				close(lw.leak)
+			}
+			if !rec.Failed() {
+				t.Errorf("case %s did not catch a source that %s", m.mustFail, m.name)
+			}
+			t.Logf("%s reported: %s", m.mustFail, strings.Join(rec.errs, "; "))
+		})
+	}
+}
+
+// TestSuitePassesUnbrokenWrapper is the control for the mutants: the same
+// wrapper with no bug, the same capabilities and recorder, fails nothing,
+// so the failures above come from the bugs.
+func TestSuitePassesUnbrokenWrapper(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	for _, maxBatch := range []int{0, 1} {
+		for _, c := range cases[obj]() {
+			s := memory.New[obj](memory.Options{MaxBatch: maxBatch})
+			rec := runRecorded(selfCaps, memSource{s: s, lw: &brokenLW{s: s}}, c)
+			if rec.Failed() {
+				t.Errorf("MaxBatch %d, case %s: %s", maxBatch, c.name, strings.Join(rec.errs, "; "))
+			}
+		}
+	}
+}
+
+// A source whose events carry decode errors fails every case that reads
+// them: the suite never writes bad data, so an Err is the adapter's bug.
+func TestSuiteRejectsEventErrors(t *testing.T) {
+	s := memory.New[obj](memory.Options{})
+	lw := &brokenLW{s: s, batch: eachChange(func(_ *watchState, ev core.Event[obj]) []core.Event[obj] {
+		ev.Err = &core.DecodeError{Source: "test", Key: ev.Key, RV: ev.RV, Err: fmt.Errorf("bad")}
+		return []core.Event[obj]{ev}
+	})}
+	c := cases[obj]()[slices.IndexFunc(cases[obj](), func(c testCase[obj]) bool { return c.name == "WatchLive" })]
+	if rec := runRecorded(selfCaps, memSource{s: s, lw: lw}, c); !rec.Failed() {
+		t.Errorf("events with Err set passed WatchLive")
+	}
+}
