@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/memory"
 )
@@ -302,7 +300,6 @@ var selfCaps = Capabilities{
 }
 
 func TestSuiteCatchesBrokenSources(t *testing.T) {
-	defer goleak.VerifyNone(t)
 	for _, m := range mutants() {
 		t.Run(m.name, func(t *testing.T) {
 			// Only the case that must catch the bug runs: the others may
@@ -330,7 +327,6 @@ func TestSuiteCatchesBrokenSources(t *testing.T) {
 // wrapper with no bug, the same capabilities and recorder, fails nothing,
 // so the failures above come from the bugs.
 func TestSuitePassesUnbrokenWrapper(t *testing.T) {
-	defer goleak.VerifyNone(t)
 	for _, maxBatch := range []int{0, 1} {
 		for _, c := range cases[obj]() {
 			s := memory.New[obj](memory.Options{MaxBatch: maxBatch})

@@ -4,8 +4,6 @@ import (
 	"context"
 	"testing"
 
-	"go.uber.org/goleak"
-
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/conformance"
 	"github.com/dbinformer/dbinformer/core/memory"
@@ -37,7 +35,6 @@ func (c confSource) PutUnwatched(context.Context) (core.ResourceVersion, error) 
 }
 
 func TestConformance(t *testing.T) {
-	defer goleak.VerifyNone(t)
 	caps := conformance.Capabilities{
 		DeletesCarryObject:  true,
 		DistinguishesUpdate: true,
@@ -52,7 +49,6 @@ func TestConformance(t *testing.T) {
 // Small batches split the history across many Next calls, which is where
 // ordering across batches and transaction boundaries can go wrong.
 func TestConformanceSmallBatches(t *testing.T) {
-	defer goleak.VerifyNone(t)
 	caps := conformance.Capabilities{DeletesCarryObject: true, DistinguishesUpdate: true, ExactWriteRV: true}
 	conformance.Run(t, caps, func(t *testing.T) conformance.Source[obj] {
 		return confSource{memory.New[obj](memory.Options{MaxBatch: 1})}

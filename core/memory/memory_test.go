@@ -1,0 +1,388 @@
+package memory_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/memory"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// next calls Next with a deadline that only a wedged watch reaches.
+func next(t *testing.T, w core.Watcher[obj]) []core.Event[obj] {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, err := w.Next(ctx)
+	if err != nil {
+		t.Fatalf("Next: %v", err)
+	}
+	return b
+}
+
+func watch(t *testing.T, s *memory.Source[obj], from core.ResourceVersion) core.Watcher[obj] {
+	t.Helper()
+	w, err := s.Watch(context.Background(), from)
+	if err != nil {
+		t.Fatalf("Watch(%d): %v", from, err)
+	}
+	t.Cleanup(w.Stop)
+	return w
+}
+
+// pending reports whether Next has something to return right now, using a
+// context that is already cancelled: Next answers from its state first.
+func pending(w core.Watcher[obj]) ([]core.Event[obj], error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return w.Next(ctx)
+}
+
+func fmtBatch(b []core.Event[obj]) string {
+	s := ""
+	for i, ev := range b {
+		if i > 0 {
+			s += " "
+		}
+		s += fmt.Sprintf("%s:%s@%d", ev.Type, ev.Key, ev.RV)
+		if ev.HasObject {
+			s += fmt.Sprintf("=%d", ev.Object.N)
+		}
+	}
+	return s
+}
+
+func TestWriteTypesAndVersions(t *testing.T) {
+	s := memory.New[obj](memory.Options{})
+	w := watch(t, s, 0)
+	if rv := s.Put("a", obj{1}); rv != 1 {
+		t.Errorf("first Put returned RV %d, want 1", rv)
+	}
+	s.Put("a", obj{2})
+	if rv, ok := s.Delete("a"); rv != 3 || !ok {
+		t.Errorf("Delete(a) = %d, %t; want 3, true", rv, ok)
+	}
+	if rv, ok := s.Delete("a"); rv != 3 || ok {
+		t.Errorf("Delete of an absent key = %d, %t; want the head 3 and false", rv, ok)
+	}
+	got := fmtBatch(next(t, w))
+	if want := "Added:a@1=1 Modified:a@2=2 Deleted:a@3=2"; got != want {
+		t.Errorf("events %s, want %s", got, want)
+	}
+}
+
+func TestApplyIsOneTransaction(t *testing.T) {
+	// MaxBatch 1 would split a three-event transaction if it could.
+	s := memory.New[obj](memory.Options{MaxBatch: 1})
+	s.Put("a", obj{1})
+	s.Put("c", obj{1})
+	w := watch(t, s, s.HeadRV())
+	rv, err := s.Apply(memory.PutOp("a", obj{2}), memory.PutOp("b", obj{1}), memory.DeleteOp[obj]("c"), memory.DeleteOp[obj]("absent"))
+	if err != nil || rv != 3 {
+		t.Fatalf("Apply = %d, %v; want 3, nil", rv, err)
+	}
+	s.Put("d", obj{1})
+	if got, want := fmtBatch(next(t, w)), "Modified:a@3=2 Added:b@3=1 Deleted:c@3=1"; got != want {
+		t.Errorf("first batch %s, want the whole transaction %s", got, want)
+	}
+	if got, want := fmtBatch(next(t, w)), "Added:d@4=1"; got != want {
+		t.Errorf("second batch %s, want %s", got, want)
+	}
+}
+
+func TestApplyRejectsDuplicateKeysAndNoOps(t *testing.T) {
+	s := memory.New[obj](memory.Options{})
+	if _, err := s.Apply(memory.PutOp("a", obj{1}), memory.DeleteOp[obj]("a")); !errors.Is(err, memory.ErrDuplicateKey) {
+		t.Errorf("Apply with a key twice: %v, want ErrDuplicateKey", err)
+	}
+	if rv, err := s.Apply(memory.DeleteOp[obj]("absent")); rv != 0 || err != nil {
+		t.Errorf("Apply of only no-op deletes = %d, %v; want the unchanged head 0", rv, err)
+	}
+	if s.Len() != 0 || s.HeadRV() != 0 {
+		t.Errorf("after rejected and no-op transactions: %d keys at head %d, want none at 0", s.Len(), s.HeadRV())
+	}
+}
+
+func TestListSnapshot(t *testing.T) {
+	s := memory.New[obj](memory.Options{})
+	s.Put("b", obj{1})
+	s.Put("a", obj{1})
+	s.Put("b", obj{2})
+	s.Advance()
+	var got []core.Event[obj]
+	var estimate int64 = -1
+	rv, err := s.List(context.Background(), core.ListOptions[obj]{
+		Emit:     func(ev core.Event[obj]) error { got = append(got, ev); return nil },
+		Estimate: func(n int64) { estimate = n },
+	})
+	if err != nil || rv != 4 {
+		t.Fatalf("List = %d, %v; want the head 4", rv, err)
+	}
+	if g, want := fmtBatch(got), "Added:a@2=1 Added:b@3=2"; g != want {
+		t.Errorf("List emitted %s, want %s (key order, RV of each key's last write)", g, want)
+	}
+	if estimate != 2 {
+		t.Errorf("Estimate got %d, want 2", estimate)
+	}
+	boom := errors.New("boom")
+	calls := 0
+	if _, err := s.List(context.Background(), core.ListOptions[obj]{Emit: func(core.Event[obj]) error { calls++; return boom }}); !errors.Is(err, boom) || calls != 1 {
+		t.Errorf("List with failing Emit: %v after %d calls, want boom after 1", err, calls)
+	}
+	if n := s.ListCalls(); n != 2 {
+		t.Errorf("ListCalls = %d, want 2", n)
+	}
+}
+
+func TestCompactExpires(t *testing.T) {
+	s := memory.New[obj](memory.Options{})
+	s.Put("a", obj{1})
+	behind := watch(t, s, 0) // has delivered nothing yet
+	caughtUp := watch(t, s, 0)
+	next(t, caughtUp)
+	s.Put("a", obj{2})
+	if err := s.Compact(5); !errors.Is(err, memory.ErrFutureVersion) {
+		t.Errorf("Compact past the head: %v, want ErrFutureVersion", err)
+	}
+	if err := s.Compact(1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Watch(context.Background(), 0); !errors.Is(err, core.ErrExpired) {
+		t.Errorf("Watch(0) after Compact(1): %v, want ErrExpired", err)
+	}
+	if _, err := pending(behind); !errors.Is(err, core.ErrExpired) {
+		t.Errorf("Next of a watch behind the compaction: %v, want ErrExpired", err)
+	}
+	if got, want := fmtBatch(next(t, caughtUp)), "Modified:a@2=2"; got != want {
+		t.Errorf("a watch at the compacted version got %s, want %s", got, want)
+	}
+	if got, want := fmtBatch(next(t, watch(t, s, 1))), "Modified:a@2=2"; got != want {
+		t.Errorf("Watch(1) after Compact(1) got %s, want %s", got, want)
+	}
+	if err := s.Compact(0); err != nil || s.CompactedRV() != 1 {
+		t.Errorf("Compact to an earlier version: %v, compacted %d; want no error and still 1", err, s.CompactedRV())
+	}
+}
+
+func TestProgressBookmark(t *testing.T) {
+	s := memory.New[obj](memory.Options{})
+	s.Put("a", obj{1})
+	w := watch(t, s, 0)
+	s.Advance()
+	s.Advance()
+	if err := w.(core.ProgressRequester).RequestProgress(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// The pending event comes first, then the bookmark at the head that
+	// Advance moved past it.
+	if got, want := fmtBatch(next(t, w)), "Added:a@1=1 Bookmark:@3"; got != want {
+		t.Errorf("got %s, want %s", got, want)
+	}
+	s.NotifyProgress()
+	if got, want := fmtBatch(next(t, w)), "Bookmark:@3"; got != want {
+		t.Errorf("after NotifyProgress got %s, want %s", got, want)
+	}
+	if b, err := pending(w); err == nil {
+		t.Errorf("a bookmark is answered once, got another batch %s", fmtBatch(b))
+	}
+	// A watch from a future version never sees its position go back.
+	future := watch(t, s, 10)
+	future.(core.ProgressRequester).RequestProgress(context.Background())
+	if got, want := fmtBatch(next(t, future)), "Bookmark:@10"; got != want {
+		t.Errorf("bookmark of a watch from the future: %s, want %s", got, want)
+	}
+}
+
+func TestDeletesWithoutObject(t *testing.T) {
+	s := memory.New[obj](memory.Options{DeletesWithoutObject: true})
+	s.Put("a", obj{1})
+	s.Delete("a")
+	if got, want := fmtBatch(next(t, watch(t, s, 1))), "Deleted:a@2"; got != want {
+		t.Errorf("got %s, want %s (no object)", got, want)
+	}
+}
+
+func TestInjectDecodeError(t *testing.T) {
+	s := memory.New[obj](memory.Options{Name: "fake"})
+	s.Put("a", obj{1})
+	cause := errors.New("bad bytes")
+	rv := s.InjectDecodeError("a", cause)
+	s.Put("b", obj{1})
+	b := next(t, watch(t, s, 1))
+	if len(b) != 2 {
+		t.Fatalf("got %s, want the bad event then b", fmtBatch(b))
+	}
+	var de *core.DecodeError
+	if !errors.As(b[0].Err, &de) || de.Key != "a" || de.RV != rv || de.Source != "fake" || !errors.Is(b[0].Err, cause) {
+		t.Errorf("bad event Err = %#v, want a DecodeError for a at %d from fake wrapping the cause", b[0].Err, rv)
+	}
+	if b[0].Key != "a" || b[0].RV != rv || b[0].HasObject {
+		t.Errorf("bad event %s, want key a at %d with no object", fmtBatch(b[:1]), rv)
+	}
+	if o, _ := s.Get("a"); o.N != 1 {
+		t.Errorf("the map holds a at %d after a bad event, want the last good 1", o.N)
+	}
+}
+
+func TestFaultHooks(t *testing.T) {
+	s := memory.New[obj](memory.Options{})
+	boom := errors.New("boom")
+	s.FailNextList(boom)
+	if _, err := s.List(context.Background(), core.ListOptions[obj]{}); !errors.Is(err, boom) {
+		t.Errorf("List after FailNextList: %v, want boom", err)
+	}
+	if _, err := s.List(context.Background(), core.ListOptions[obj]{}); err != nil {
+		t.Errorf("the List after: %v, want success (the fault is one-shot)", err)
+	}
+	s.FailNextWatch(boom)
+	if _, err := s.Watch(context.Background(), 0); !errors.Is(err, boom) {
+		t.Errorf("Watch after FailNextWatch: %v, want boom", err)
+	}
+	w := watch(t, s, 0)
+	s.Put("a", obj{1})
+	s.BreakWatchers(boom)
+	for range 2 {
+		if _, err := pending(w); !errors.Is(err, boom) {
+			t.Errorf("Next after BreakWatchers: %v, want boom even with an event pending, every time", err)
+		}
+	}
+	if got := fmtBatch(next(t, watch(t, s, 0))); got != "Added:a@1=1" {
+		t.Errorf("a watch opened after BreakWatchers got %s, want the event", got)
+	}
+	if n := s.WatchCalls(); n != 3 {
+		t.Errorf("WatchCalls = %d, want 3", n)
+	}
+}
+
+func TestWatchEnds(t *testing.T) {
+	s := memory.New[obj](memory.Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	w, err := s.Watch(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := watch(t, s, 0)
+	if n := s.OpenWatchers(); n != 2 {
+		t.Errorf("OpenWatchers = %d, want 2", n)
+	}
+
+	// Cancelling Next's own context abandons that call only.
+	if _, err := pending(w); !errors.Is(err, context.Canceled) {
+		t.Errorf("Next with a cancelled context: %v, want context.Canceled", err)
+	}
+	s.Put("a", obj{1})
+	if got := fmtBatch(next(t, w)); got != "Added:a@1=1" {
+		t.Errorf("after an abandoned Next the watch got %s, want the event", got)
+	}
+
+	cancel()
+	if _, err := pending(w); !errors.Is(err, context.Canceled) {
+		t.Errorf("Next after the watch's context was cancelled: %v, want context.Canceled", err)
+	}
+	stopped.Stop()
+	stopped.Stop()
+	if _, err := pending(stopped); !errors.Is(err, memory.ErrStopped) {
+		t.Errorf("Next after Stop: %v, want ErrStopped", err)
+	}
+	if err := stopped.(core.ProgressRequester).RequestProgress(context.Background()); !errors.Is(err, memory.ErrStopped) {
+		t.Errorf("RequestProgress after Stop: %v, want ErrStopped", err)
+	}
+	if n := s.OpenWatchers(); n != 0 {
+		t.Errorf("OpenWatchers = %d after both watches ended, want 0", n)
+	}
+	w.Stop()
+}
+
+func TestStopUnblocksNext(t *testing.T) {
+	s := memory.New[obj](memory.Options{})
+	w := watch(t, s, 0)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := w.Next(context.Background())
+		errc <- err
+	}()
+	if err := s.WaitForWatchers(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	w.Stop()
+	if err := <-errc; !errors.Is(err, memory.ErrStopped) {
+		t.Errorf("blocked Next after Stop: %v, want ErrStopped", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := s.WaitForWatchers(ctx, 1); !errors.Is(err, context.Canceled) {
+		t.Errorf("WaitForWatchers with none open and a cancelled context: %v, want context.Canceled", err)
+	}
+}
+
+// Concurrent writers and watchers, for the race detector and for ordering:
+// every watcher sees every write exactly once, in version order.
+func TestConcurrentWritersAndWatchers(t *testing.T) {
+	s := memory.New[obj](memory.Options{MaxBatch: 7})
+	const writers, perWriter, watchers = 4, 200, 3
+	ws := make([]core.Watcher[obj], watchers)
+	for i := range ws {
+		ws[i] = watch(t, s, 0)
+	}
+	var wg sync.WaitGroup
+	for i := range writers {
+		wg.Go(func() {
+			for j := range perWriter {
+				if j%10 == 9 {
+					s.Apply(memory.PutOp(fmt.Sprintf("w%d-x", i), obj{j}), memory.PutOp(fmt.Sprintf("w%d-y", i), obj{j}))
+				} else {
+					s.Put(fmt.Sprintf("w%d-%d", i, j%5), obj{j})
+				}
+			}
+		})
+	}
+	results := make([]error, watchers)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for i, w := range ws {
+		wg.Go(func() {
+			var last core.ResourceVersion
+			seen := 0
+			want := writers * (perWriter + perWriter/10)
+			for seen < want {
+				b, err := w.Next(ctx)
+				if err != nil {
+					results[i] = fmt.Errorf("after %d events: %w", seen, err)
+					return
+				}
+				if b[0].RV <= last {
+					results[i] = fmt.Errorf("batch starts at RV %d after RV %d", b[0].RV, last)
+					return
+				}
+				for _, ev := range b {
+					if ev.RV < last {
+						results[i] = fmt.Errorf("RV %d after %d in a batch", ev.RV, last)
+						return
+					}
+					last = ev.RV
+				}
+				seen += len(b)
+			}
+			if last != s.HeadRV() {
+				results[i] = fmt.Errorf("watcher ended at RV %d, head is %d", last, s.HeadRV())
+			}
+		})
+	}
+	wg.Wait()
+	for i, err := range results {
+		if err != nil {
+			t.Errorf("watcher %d: %v", i, err)
+		}
+	}
+	if want := core.ResourceVersion(writers * perWriter); s.HeadRV() != want {
+		t.Errorf("head %d after %d writes, want %d", s.HeadRV(), want, want)
+	}
+}
