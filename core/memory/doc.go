@@ -13,9 +13,12 @@
 // (the Watchers implement core.ProgressRequester) and WaitFor.
 //
 // Fault hooks let core tests reproduce what real sources do to an informer:
-// FailNextList and FailNextWatch make the next call fail, BreakWatchers ends
-// every open watch with an error as a dropped connection would, and
-// InjectDecodeError puts a change that could not be decoded into the history.
+// FailNextList and FailNextWatch make the next call fail, OnList and OnWatch
+// run a test's hook on every call (to fail some, or hold one while the test
+// writes), BreakWatchers ends every open watch with an error as a dropped
+// connection would, InjectDecodeError puts a change that could not be
+// decoded into the history, and Options.HistoryLimit expires watches that
+// fall behind a retention window.
 // OpenWatchers, WaitForWatchers, ListCalls and WatchCalls let a test wait for
 // the code under test to reach a state instead of sleeping.
 //

@@ -39,6 +39,11 @@ type Options struct {
 	// (HasObject false), like a Postgres table with REPLICA IDENTITY DEFAULT,
 	// so that tests cover the informer filling in the last object.
 	DeletesWithoutObject bool
+	// HistoryLimit, when positive, compacts automatically so that at most
+	// about this many events stay watchable (whole transactions are dropped,
+	// so a little more may remain), as a database with a retention window
+	// does: a watch that falls behind it gets core.ErrExpired.
+	HistoryLimit int
 }
 
 // Op is one write of a transaction passed to Apply.
@@ -67,6 +72,7 @@ type Source[T any] struct {
 	name     string
 	maxBatch int
 	noDelObj bool
+	limit    int
 
 	mu        sync.Mutex
 	head      core.ResourceVersion
@@ -81,6 +87,8 @@ type Source[T any] struct {
 
 	failList   error
 	failWatch  error
+	onList     func(context.Context) error
+	onWatch    func(context.Context, core.ResourceVersion) error
 	listCalls  int
 	watchCalls int
 }
@@ -104,6 +112,7 @@ func New[T any](opts Options) *Source[T] {
 		name:     name,
 		maxBatch: mb,
 		noDelObj: opts.DeletesWithoutObject,
+		limit:    opts.HistoryLimit,
 		items:    make(map[string]item[T]),
 		changed:  make(chan struct{}),
 		watchers: make(map[*watcher[T]]struct{}),
@@ -179,8 +188,23 @@ func (s *Source[T]) applyLocked(ops []Op[T]) core.ResourceVersion {
 		return s.head
 	}
 	s.head = rv
+	s.trimLocked()
 	s.notifyLocked()
 	return rv
+}
+
+// trimLocked enforces HistoryLimit.
+func (s *Source[T]) trimLocked() {
+	if s.limit <= 0 || len(s.history) <= s.limit {
+		return
+	}
+	s.compactLocked(s.history[len(s.history)-s.limit-1].RV)
+}
+
+func (s *Source[T]) compactLocked(rv core.ResourceVersion) {
+	s.compacted = rv
+	i := sort.Search(len(s.history), func(i int) bool { return s.history[i].RV > rv })
+	s.history = slices.Delete(s.history, 0, i)
 }
 
 // Advance moves the head one version forward without changing any key, as
@@ -208,6 +232,7 @@ func (s *Source[T]) InjectDecodeError(key string, err error) core.ResourceVersio
 		RV:   s.head,
 		Err:  &core.DecodeError{Source: s.name, Key: key, RV: s.head, Err: err},
 	})
+	s.trimLocked()
 	s.notifyLocked()
 	return s.head
 }
@@ -225,9 +250,7 @@ func (s *Source[T]) Compact(rv core.ResourceVersion) error {
 	if rv <= s.compacted {
 		return nil
 	}
-	s.compacted = rv
-	i := sort.Search(len(s.history), func(i int) bool { return s.history[i].RV > rv })
-	s.history = slices.Delete(s.history, 0, i)
+	s.compactLocked(rv)
 	s.notifyLocked()
 	return nil
 }
@@ -283,6 +306,25 @@ func (s *Source[T]) FailNextWatch(err error) {
 	s.failWatch = err
 }
 
+// OnList installs a hook that every List calls first, outside the lock:
+// an error it returns fails that List, and a hook that blocks holds the
+// List there, so a test can fail every third List or write while a List is
+// in progress. Nil removes the hook.
+func (s *Source[T]) OnList(hook func(ctx context.Context) error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.onList = hook
+}
+
+// OnWatch installs a hook that every Watch calls first, outside the lock,
+// with the requested version; an error it returns fails that Watch. Nil
+// removes the hook.
+func (s *Source[T]) OnWatch(hook func(ctx context.Context, from core.ResourceVersion) error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.onWatch = hook
+}
+
 // BreakWatchers ends every open watch: their next Next returns err (and
 // keeps returning it) even if events are pending, as when a connection
 // drops. Watches opened afterwards are not affected.
@@ -334,14 +376,15 @@ func (s *Source[T]) WaitForWatchers(ctx context.Context, n int) error {
 	}
 }
 
-// ListCalls returns how many times List was called.
+// ListCalls returns how many times List was called, failed calls included.
 func (s *Source[T]) ListCalls() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.listCalls
 }
 
-// WatchCalls returns how many times Watch was called.
+// WatchCalls returns how many times Watch was called, failed calls
+// included.
 func (s *Source[T]) WatchCalls() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -358,6 +401,14 @@ func (s *Source[T]) List(ctx context.Context, opts core.ListOptions[T]) (core.Re
 	}
 	s.mu.Lock()
 	s.listCalls++
+	hook := s.onList
+	s.mu.Unlock()
+	if hook != nil {
+		if err := hook(ctx); err != nil {
+			return 0, err
+		}
+	}
+	s.mu.Lock()
 	if err := s.failList; err != nil {
 		s.failList = nil
 		s.mu.Unlock()
@@ -406,8 +457,16 @@ func (s *Source[T]) Watch(ctx context.Context, from core.ResourceVersion) (core.
 		return nil, err
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.watchCalls++
+	hook := s.onWatch
+	s.mu.Unlock()
+	if hook != nil {
+		if err := hook(ctx, from); err != nil {
+			return nil, err
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if err := s.failWatch; err != nil {
 		s.failWatch = nil
 		return nil, err

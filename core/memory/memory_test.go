@@ -386,3 +386,74 @@ func TestConcurrentWritersAndWatchers(t *testing.T) {
 		t.Errorf("head %d after %d writes, want %d", s.HeadRV(), want, want)
 	}
 }
+
+func TestHistoryLimit(t *testing.T) {
+	s := memory.New[obj](memory.Options{HistoryLimit: 3})
+	slow := watch(t, s, 0)
+	for i := range 5 {
+		s.Put("a", obj{i})
+	}
+	// Five events, three kept: versions 3..5 are watchable, from 2 on.
+	if got := s.CompactedRV(); got != 2 {
+		t.Errorf("compacted to %d, want 2", got)
+	}
+	if _, err := pending(slow); !errors.Is(err, core.ErrExpired) {
+		t.Errorf("a watch that fell behind the limit: %v, want ErrExpired", err)
+	}
+	if got, want := fmtBatch(next(t, watch(t, s, 2))), "Modified:a@3=2 Modified:a@4=3 Modified:a@5=4"; got != want {
+		t.Errorf("Watch(2) got %s, want %s", got, want)
+	}
+	// A transaction is dropped whole, never half-watchable.
+	s.Apply(memory.PutOp("x", obj{1}), memory.PutOp("y", obj{1}), memory.PutOp("z", obj{1}))
+	if got := s.CompactedRV(); got != 5 {
+		t.Errorf("after a 3-event transaction compacted to %d, want 5", got)
+	}
+}
+
+func TestHooks(t *testing.T) {
+	s := memory.New[obj](memory.Options{})
+	s.Put("a", obj{1})
+	// Hold a List inside its hook, write meanwhile: the List snapshot is
+	// taken after the hook, so it includes the write.
+	entered, release := make(chan struct{}), make(chan struct{})
+	s.OnList(func(ctx context.Context) error {
+		close(entered)
+		<-release
+		return nil
+	})
+	type listResult struct {
+		rv  core.ResourceVersion
+		n   int
+		err error
+	}
+	res := make(chan listResult, 1)
+	go func() {
+		n := 0
+		rv, err := s.List(context.Background(), core.ListOptions[obj]{Emit: func(core.Event[obj]) error { n++; return nil }})
+		res <- listResult{rv, n, err}
+	}()
+	<-entered
+	s.Put("b", obj{1})
+	close(release)
+	if r := <-res; r.err != nil || r.rv != 2 || r.n != 2 {
+		t.Errorf("held List = RV %d with %d items, %v; want RV 2 with 2 items", r.rv, r.n, r.err)
+	}
+	s.OnList(nil)
+
+	calls := 0
+	boom := errors.New("boom")
+	s.OnWatch(func(_ context.Context, from core.ResourceVersion) error {
+		calls++
+		if from == 0 {
+			return boom
+		}
+		return nil
+	})
+	if _, err := s.Watch(context.Background(), 0); !errors.Is(err, boom) {
+		t.Errorf("Watch(0) with a failing hook: %v, want boom", err)
+	}
+	watch(t, s, 1)
+	if calls != 2 || s.WatchCalls() != 2 {
+		t.Errorf("hook called %d times, WatchCalls %d; want 2 and 2", calls, s.WatchCalls())
+	}
+}
