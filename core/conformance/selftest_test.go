@@ -88,11 +88,17 @@ type brokenLW struct {
 	noProgress bool
 	// leak starts a goroutine per watch that outlives it.
 	leak chan struct{}
+	// ignoreStop makes Stop do nothing.
+	ignoreStop bool
+	// emptyFirst makes the first Next of a watch return an empty batch.
+	emptyFirst bool
 }
 
 type watchState struct {
 	changes int
+	last    core.ResourceVersion // RV of the last change delivered
 	held    []core.Event[obj]
+	calls   int
 }
 
 func (b *brokenLW) List(ctx context.Context, opts core.ListOptions[obj]) (core.ResourceVersion, error) {
@@ -126,6 +132,10 @@ type brokenWatcher struct {
 }
 
 func (w *brokenWatcher) Next(ctx context.Context) ([]core.Event[obj], error) {
+	w.st.calls++
+	if w.b.emptyFirst && w.st.calls == 1 {
+		return []core.Event[obj]{}, nil
+	}
 	for {
 		batch, err := w.w.Next(ctx)
 		if err != nil {
@@ -140,7 +150,11 @@ func (w *brokenWatcher) Next(ctx context.Context) ([]core.Event[obj], error) {
 	}
 }
 
-func (w *brokenWatcher) Stop() { w.w.Stop() }
+func (w *brokenWatcher) Stop() {
+	if !w.b.ignoreStop {
+		w.w.Stop()
+	}
+}
 
 func (w *brokenWatcher) RequestProgress(ctx context.Context) error {
 	if w.b.noProgress {
@@ -275,6 +289,41 @@ func mutants() []mutant {
 				return rv, err
 			}}
 		}},
+		{name: "answers progress at its last change, not the head", mustFail: "Bookmark", lw: func(s *memory.Source[obj]) *brokenLW {
+			return &brokenLW{s: s, batch: func(st *watchState, b []core.Event[obj]) []core.Event[obj] {
+				for i, ev := range b {
+					if ev.Type == core.Bookmark {
+						b[i].RV = st.last
+					} else {
+						st.last = ev.RV
+					}
+				}
+				return b
+			}}
+		}},
+		{name: "lists a deleted key", mustFail: "ListAfterWrites", lw: func(s *memory.Source[obj]) *brokenLW {
+			return &brokenLW{s: s, list: func(ctx context.Context, opts core.ListOptions[obj]) (core.ResourceVersion, error) {
+				rv, err := s.List(ctx, opts)
+				if err == nil {
+					err = opts.Emit(core.Event[obj]{Type: core.Added, Key: "charlie", Object: obj{1}, HasObject: true, RV: 1})
+				}
+				return rv, err
+			}}
+		}},
+		{name: "reports a delete with the wrong object", mustFail: "Deletes", lw: func(s *memory.Source[obj]) *brokenLW {
+			return &brokenLW{s: s, batch: eachChange(func(_ *watchState, ev core.Event[obj]) []core.Event[obj] {
+				if ev.Type == core.Deleted {
+					ev.Object = obj{}
+				}
+				return []core.Event[obj]{ev}
+			})}
+		}},
+		{name: "returns an empty batch", mustFail: "WatchFromList", lw: func(s *memory.Source[obj]) *brokenLW {
+			return &brokenLW{s: s, emptyFirst: true}
+		}},
+		{name: "ignores Stop", mustFail: "Stop", lw: func(s *memory.Source[obj]) *brokenLW {
+			return &brokenLW{s: s, ignoreStop: true}
+		}},
 		{name: "ignores progress requests", mustFail: "Bookmark", lw: func(s *memory.Source[obj]) *brokenLW {
 			return &brokenLW{s: s, noProgress: true}
 		}},
@@ -287,9 +336,9 @@ func mutants() []mutant {
 	}
 }
 
-// selfCaps are what the memory source promises, with short deadlines: the
-// memory source answers at once, so only a mutant that never delivers
-// reaches them.
+// selfCaps are what the memory source promises, with short deadlines: only
+// a mutant that never delivers reaches them, and a mutant has to fail
+// whatever the reason, so a slow machine cannot make this test pass wrongly.
 var selfCaps = Capabilities{
 	DeletesCarryObject:  true,
 	DistinguishesUpdate: true,
@@ -323,6 +372,14 @@ func TestSuiteCatchesBrokenSources(t *testing.T) {
 	}
 }
 
+// controlCaps are selfCaps with the default deadlines, so that the control
+// cannot fail for a slow machine.
+var controlCaps = func() Capabilities {
+	c := selfCaps
+	c.Timeout, c.BookmarkTimeout = 0, 0
+	return c
+}()
+
 // TestSuitePassesUnbrokenWrapper is the control for the mutants: the same
 // wrapper with no bug, the same capabilities and recorder, fails nothing,
 // so the failures above come from the bugs.
@@ -330,7 +387,7 @@ func TestSuitePassesUnbrokenWrapper(t *testing.T) {
 	for _, maxBatch := range []int{0, 1} {
 		for _, c := range cases[obj]() {
 			s := memory.New[obj](memory.Options{MaxBatch: maxBatch})
-			rec := runRecorded(selfCaps, memSource{s: s, lw: &brokenLW{s: s}}, c)
+			rec := runRecorded(controlCaps, memSource{s: s, lw: &brokenLW{s: s}}, c)
 			if rec.Failed() {
 				t.Errorf("MaxBatch %d, case %s: %s", maxBatch, c.name, strings.Join(rec.errs, "; "))
 			}
@@ -347,7 +404,7 @@ func TestSuiteRejectsEventErrors(t *testing.T) {
 		return []core.Event[obj]{ev}
 	})}
 	c := cases[obj]()[slices.IndexFunc(cases[obj](), func(c testCase[obj]) bool { return c.name == "WatchLive" })]
-	if rec := runRecorded(selfCaps, memSource{s: s, lw: lw}, c); !rec.Failed() {
+	if rec := runRecorded(controlCaps, memSource{s: s, lw: lw}, c); !rec.Failed() {
 		t.Errorf("events with Err set passed WatchLive")
 	}
 }
