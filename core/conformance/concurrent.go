@@ -51,6 +51,11 @@ func listConsistentUnderWrites[T any](e *env[T]) {
 		}
 	}
 	ops := make([][][]keyOp, concWriters) // writer, key, ops
+	for w := range concWriters {
+		for k := range concKeys {
+			e.eventKey(concKey(w, k)) // the writers must not touch e
+		}
+	}
 	errs := make([]error, concWriters)
 	var wg sync.WaitGroup
 	for w := range concWriters {
@@ -136,7 +141,7 @@ func listConsistentUnderWrites[T any](e *env[T]) {
 			e.t.Errorf("Watch(%d): waiting for the event of %s: %v", l.rv, w, err)
 			continue
 		}
-		if ev.Key != w.key {
+		if ev.Key != e.eventKey(w.key) {
 			e.t.Errorf("Watch(%d): after every write was delivered, got %s; want only the event of %s", l.rv, describe(e, ev), w)
 		}
 	}
@@ -228,18 +233,19 @@ func checkConcurrentList[T any](e *env[T], ops [][][]keyOp, got map[string]int, 
 			e.t.Errorf("Watch(%d): %d writes still undelivered: %v", rv, pending, err)
 			return false
 		}
-		seq, ok := seqs[ev.Key]
+		key := e.suiteKey(ev.Key)
+		seq, ok := seqs[key]
 		if !ok {
 			e.t.Errorf("Watch(%d): got %s for a key never written", rv, describe(e, ev))
 			return false
 		}
-		i := pos[ev.Key] + 1
+		i := pos[key] + 1
 		if i == len(seq) {
-			e.t.Errorf("Watch(%d): got %s after every write to %q was delivered (repeated or invented)", rv, describe(e, ev), ev.Key)
+			e.t.Errorf("Watch(%d): got %s after every write to %q was delivered (repeated or invented)", rv, describe(e, ev), key)
 			return false
 		}
 		op := seq[i]
-		want := write{key: ev.Key, n: op.n, rv: op.rv, after: max(op.after, rv)}
+		want := write{key: key, n: op.n, rv: op.rv, after: max(op.after, rv)}
 		switch {
 		case op.del:
 			want.typ = core.Deleted
@@ -252,7 +258,7 @@ func checkConcurrentList[T any](e *env[T], ops [][][]keyOp, got map[string]int, 
 			e.t.Errorf("Watch(%d): want the event of %s, got %s: %s", rv, want, describe(e, ev), msg)
 			return false
 		}
-		pos[ev.Key] = i
+		pos[key] = i
 		pending--
 	}
 	return true

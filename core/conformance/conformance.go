@@ -31,6 +31,15 @@ type Source[T any] interface {
 	PutUnwatched(ctx context.Context) (core.ResourceVersion, error)
 }
 
+// KeyMapper is implemented by a Source whose ListerWatcher reports a key
+// other than the one given to Put, such as a Kubernetes Source that
+// reports "namespace/name" for the name it wrote. Without it the suite
+// expects events and List items to carry the key exactly as written.
+type KeyMapper interface {
+	// EventKey returns the key the ListerWatcher reports for key.
+	EventKey(key string) string
+}
+
 // Capabilities tells the suite what the source promises beyond the
 // contract's minimum. The zero value is the most conservative: it asserts
 // only what every source must do.
@@ -127,7 +136,7 @@ func Run[T any](t *testing.T, caps Capabilities, newSource func(t *testing.T) So
 // case opens is stopped, and the context it used cancelled, by t's cleanup.
 func runCase[T any](t tb, caps Capabilities, src Source[T], run func(e *env[T])) {
 	ctx, cancel := context.WithCancel(context.Background())
-	e := &env[T]{t: t, caps: caps, src: src, lw: src.ListerWatcher(), ctx: ctx, live: make(map[string]int)}
+	e := &env[T]{t: t, caps: caps, src: src, lw: src.ListerWatcher(), ctx: ctx, live: make(map[string]int), written: make(map[string]string)}
 	t.Cleanup(cancel)
 	run(e)
 }
@@ -160,6 +169,27 @@ type env[T any] struct {
 	writes   []write
 	live     map[string]int // key -> version, for keys that exist
 	sentinel int
+	written  map[string]string // event key -> suite key, for every key eventKey saw
+}
+
+// eventKey is the key the ListerWatcher reports for the suite's key. Only
+// the case's goroutine may call it: it records the mapping for suiteKey.
+func (e *env[T]) eventKey(key string) string {
+	ek := key
+	if m, ok := e.src.(KeyMapper); ok {
+		ek = m.EventKey(key)
+	}
+	e.written[ek] = key
+	return ek
+}
+
+// suiteKey maps a reported key back to the key the suite wrote; a key
+// the suite never wrote comes back unchanged.
+func (e *env[T]) suiteKey(ek string) string {
+	if k, ok := e.written[ek]; ok {
+		return k
+	}
+	return ek
 }
 
 // opCtx bounds one operation on the source.
@@ -189,6 +219,7 @@ func (e *env[T]) record(w write, err error) write {
 
 func (e *env[T]) put(key string, n int) write {
 	e.t.Helper()
+	e.eventKey(key)
 	ctx, cancel := e.opCtx()
 	defer cancel()
 	typ := core.Added
@@ -234,10 +265,11 @@ func (e *env[T]) list() (map[string]int, core.ResourceVersion) {
 		case !ev.HasObject:
 			bad = append(bad, fmt.Sprintf("item %q has HasObject false", ev.Key))
 		default:
-			if _, dup := got[ev.Key]; dup {
+			k := e.suiteKey(ev.Key)
+			if _, dup := got[k]; dup {
 				bad = append(bad, fmt.Sprintf("item %q emitted twice", ev.Key))
 			}
-			got[ev.Key] = e.src.Version(ev.Object)
+			got[k] = e.src.Version(ev.Object)
 		}
 		return nil
 	}})
@@ -443,8 +475,8 @@ func describe[T any](e *env[T], ev core.Event[T]) string {
 // mismatch says how ev differs from the event write w must produce, or ""
 // when it matches.
 func (e *env[T]) mismatch(ev core.Event[T], w write) string {
-	if ev.Key != w.key {
-		return fmt.Sprintf("key %q, want %q (an event is missing, repeated or out of order)", ev.Key, w.key)
+	if want := e.eventKey(w.key); ev.Key != want {
+		return fmt.Sprintf("key %q, want %q (an event is missing, repeated or out of order)", ev.Key, want)
 	}
 	switch {
 	case ev.Type == w.typ:

@@ -14,6 +14,9 @@
 //			func(t *testing.T) conformance.Source[*Item] { return newTestSource(t) })
 //	}
 //
+// A ListerWatcher that reports keys in another form than the one written
+// (Kubernetes reports "namespace/name") implements KeyMapper on its Source.
+//
 // The suite writes only keys made of lowercase ASCII letters, digits and
 // '-', which every source accepts as a key suffix, primary key, KV key or
 // object name. It never asserts how long anything takes: every wait has a

@@ -408,3 +408,53 @@ func TestSuiteRejectsEventErrors(t *testing.T) {
 		t.Errorf("events with Err set passed WatchLive")
 	}
 }
+
+// prefixLW reports every key with a namespace-like prefix, as the
+// Kubernetes adapter reports "namespace/name".
+type prefixLW struct{ s *memory.Source[obj] }
+
+func prefixed(ev core.Event[obj]) core.Event[obj] {
+	if ev.Type != core.Bookmark {
+		ev.Key = "ns/" + ev.Key
+	}
+	return ev
+}
+
+func (p prefixLW) List(ctx context.Context, opts core.ListOptions[obj]) (core.ResourceVersion, error) {
+	return p.s.List(ctx, core.ListOptions[obj]{Emit: func(ev core.Event[obj]) error { return opts.Emit(prefixed(ev)) }})
+}
+
+func (p prefixLW) Watch(ctx context.Context, from core.ResourceVersion) (core.Watcher[obj], error) {
+	w, err := p.s.Watch(ctx, from)
+	if err != nil {
+		return nil, err
+	}
+	b := &brokenLW{s: p.s, batch: func(_ *watchState, b []core.Event[obj]) []core.Event[obj] {
+		for i := range b {
+			b[i] = prefixed(b[i])
+		}
+		return b
+	}}
+	return &brokenWatcher{b: b, w: w}, nil
+}
+
+type mappedSource struct{ memSource }
+
+func (mappedSource) EventKey(key string) string { return "ns/" + key }
+
+// A Source that reports its keys differently passes once it says how
+// (KeyMapper), and fails without.
+func TestKeyMapper(t *testing.T) {
+	for _, c := range cases[obj]() {
+		s := memory.New[obj](memory.Options{})
+		rec := runRecorded(controlCaps, mappedSource{memSource{s: s, lw: prefixLW{s}}}, c)
+		if rec.Failed() {
+			t.Errorf("case %s with a KeyMapper: %s", c.name, strings.Join(rec.errs, "; "))
+		}
+	}
+	s := memory.New[obj](memory.Options{})
+	i := slices.IndexFunc(cases[obj](), func(c testCase[obj]) bool { return c.name == "ListAfterWrites" })
+	if rec := runRecorded(controlCaps, memSource{s: s, lw: prefixLW{s}}, cases[obj]()[i]); !rec.Failed() {
+		t.Errorf("prefixed keys passed ListAfterWrites without a KeyMapper")
+	}
+}
