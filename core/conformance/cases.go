@@ -15,6 +15,7 @@ func cases[T any]() []testCase[T] {
 	return []testCase[T]{
 		{"ListEmpty", listEmpty[T]},
 		{"ListAfterWrites", listAfterWrites[T]},
+		{"ListMany", listMany[T]},
 		{"ListEmitError", listEmitError[T]},
 		{"ListConsistentUnderWrites", listConsistentUnderWrites[T]},
 		{"WatchFromList", watchFromList[T]},
@@ -58,6 +59,25 @@ func listAfterWrites[T any](e *env[T]) {
 	r := e.watch(rv, len(e.writes))
 	e.put("echo", 1)
 	e.put("bravo", 4)
+	r.expectNoMore()
+}
+
+// listMany: enough keys that an adapter with a small page size goes
+// through several pages, with updates and deletes spread among them.
+func listMany[T any](e *env[T]) {
+	for i := range 30 {
+		e.put(fmt.Sprintf("item-%02d", i), 1)
+	}
+	for i := 0; i < 30; i += 3 {
+		e.put(fmt.Sprintf("item-%02d", i), 2)
+	}
+	for i := 1; i < 30; i += 4 {
+		e.del(fmt.Sprintf("item-%02d", i))
+	}
+	got, rv := e.list()
+	e.checkListed(got, rv)
+	r := e.watch(rv, len(e.writes))
+	e.put("item-01", 3)
 	r.expectNoMore()
 }
 

@@ -254,6 +254,11 @@ func (e *env[T]) list() (map[string]int, core.ResourceVersion) {
 	defer cancel()
 	got := make(map[string]int)
 	var bad []string
+	type itemRV struct {
+		key string
+		rv  core.ResourceVersion
+	}
+	var items []itemRV // checked once the List's RV is known
 	rv, err := e.lw.List(ctx, core.ListOptions[T]{Emit: func(ev core.Event[T]) error {
 		switch {
 		case ev.Err != nil:
@@ -270,11 +275,17 @@ func (e *env[T]) list() (map[string]int, core.ResourceVersion) {
 				bad = append(bad, fmt.Sprintf("item %q emitted twice", ev.Key))
 			}
 			got[k] = e.src.Version(ev.Object)
+			items = append(items, itemRV{ev.Key, ev.RV})
 		}
 		return nil
 	}})
 	if err != nil {
 		e.t.Fatalf("List: %v", err)
+	}
+	for _, it := range items {
+		if it.rv > rv {
+			bad = append(bad, fmt.Sprintf("item %q carries RV %d, after the List's RV %d", it.key, it.rv, rv))
+		}
 	}
 	for _, b := range bad {
 		e.t.Errorf("List: %s", b)
