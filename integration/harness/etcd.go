@@ -1,0 +1,208 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+// EtcdProgressNotifyInterval is how often the embedded etcd sends progress
+// notifications to watches that asked for them. etcd's default is ten
+// minutes, which no test can wait for; one second keeps unsolicited
+// bookmarks flowing without flooding the watch.
+const EtcdProgressNotifyInterval = time.Second
+
+// Etcd is a real single-member etcd server embedded in the test process,
+// listening on 127.0.0.1 on ports picked at start, with its data in a temp
+// dir. It is stopped when the test ends.
+type Etcd struct {
+	tb     testing.TB
+	dir    string
+	log    *LogBuffer
+	zlog   *zap.Logger
+	client url.URL
+	peer   url.URL
+	mu     sync.Mutex
+	server *embed.Etcd // nil while stopped
+}
+
+// StartEtcd starts an embedded etcd and stops it at the end of the test.
+// Embedded etcd needs nothing from the machine, so a failure to start is a
+// test failure (never a skip).
+func StartEtcd(tb testing.TB) *Etcd {
+	tb.Helper()
+	e := &Etcd{tb: tb, dir: tb.TempDir(), log: NewLogBuffer(tb, "etcd")}
+	e.zlog = zap.New(zapcore.NewCore(
+		zapcore.NewConsoleEncoder(zap.NewDevelopmentEncoderConfig()),
+		zapcore.AddSync(e.log),
+		zapcore.InfoLevel,
+	))
+	tb.Cleanup(e.shutdown)
+
+	// A port picked by FreePort can be taken by someone else before etcd
+	// binds it; pick new ones and try again a few times.
+	var err error
+	for attempt := 0; attempt < 4; attempt++ {
+		e.client = url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", FreePort(tb))}
+		e.peer = url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", FreePort(tb))}
+		if err = e.start(); err == nil {
+			return e
+		}
+		if !isAddrInUse(err) {
+			break
+		}
+	}
+	tb.Fatalf("harness: start embedded etcd: %v", err)
+	return nil
+}
+
+func isAddrInUse(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "address already in use")
+}
+
+func (e *Etcd) config() *embed.Config {
+	cfg := embed.NewConfig()
+	cfg.Name = "dbinformer-test"
+	cfg.Dir = e.dir
+	cfg.ListenClientUrls = []url.URL{e.client}
+	cfg.AdvertiseClientUrls = []url.URL{e.client}
+	cfg.ListenPeerUrls = []url.URL{e.peer}
+	cfg.AdvertisePeerUrls = []url.URL{e.peer}
+	cfg.InitialCluster = cfg.Name + "=" + e.peer.String()
+	cfg.InitialClusterToken = "dbinformer-test"
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(e.zlog)
+	cfg.Logger = "zap"
+	// The gateway, auto compaction (retention 0 turns it off) and fsync
+	// only cost time here: tests compact explicitly, and a crashed test
+	// process does not need its data.
+	cfg.EnableGRPCGateway = false
+	cfg.AutoCompactionRetention = "0"
+	cfg.UnsafeNoFsync = true
+	cfg.WatchProgressNotifyInterval = EtcdProgressNotifyInterval
+	return cfg
+}
+
+func (e *Etcd) start() error {
+	srv, err := embed.StartEtcd(e.config())
+	if err != nil {
+		return err
+	}
+	deadline := time.NewTimer(60 * time.Second)
+	defer deadline.Stop()
+	select {
+	case <-srv.Server.ReadyNotify():
+	case err := <-srv.Err():
+		srv.Close()
+		return fmt.Errorf("etcd stopped before it was ready: %w", err)
+	case <-deadline.C:
+		srv.Close()
+		return errors.New("etcd was not ready within 60s")
+	}
+	e.mu.Lock()
+	e.server = srv
+	e.mu.Unlock()
+	return nil
+}
+
+// Endpoints returns the client URLs, for clientv3.Config.Endpoints. They
+// stay the same across Stop and Restart.
+func (e *Etcd) Endpoints() []string { return []string{e.client.String()} }
+
+// DataDir returns the server's data directory.
+func (e *Etcd) DataDir() string { return e.dir }
+
+// Client returns a new client connected to the server, closed when the test
+// ends. Its log goes to the server's log buffer.
+func (e *Etcd) Client(tb testing.TB) *clientv3.Client {
+	tb.Helper()
+	c := e.newClient(tb)
+	tb.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func (e *Etcd) newClient(tb testing.TB) *clientv3.Client {
+	tb.Helper()
+	c, err := clientv3.New(clientv3.Config{
+		Endpoints:   e.Endpoints(),
+		DialTimeout: 10 * time.Second,
+		Logger:      e.zlog.Named("client"),
+	})
+	if err != nil {
+		tb.Fatalf("harness: etcd client: %v", err)
+	}
+	return c
+}
+
+// Stop stops the server, keeping its data dir and ports, so that Restart
+// can bring the same member back. Clients stay open and reconnect after
+// Restart. Stop on a stopped server does nothing.
+func (e *Etcd) Stop() {
+	e.mu.Lock()
+	srv := e.server
+	e.server = nil
+	e.mu.Unlock()
+	if srv != nil {
+		srv.Close()
+	}
+}
+
+// Restart starts the stopped server again on the same data dir and ports.
+func (e *Etcd) Restart(tb testing.TB) {
+	tb.Helper()
+	e.Stop()
+	// The ports were ours a moment ago, but a closed listener's port can be
+	// briefly unavailable, or taken by another test: retry for a while.
+	var err error
+	for attempt := 0; attempt < 20; attempt++ {
+		if err = e.start(); err == nil || !isAddrInUse(err) {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if err != nil {
+		tb.Fatalf("harness: restart embedded etcd: %v", err)
+	}
+}
+
+// Compact compacts the server's history up to rev (physically, so that the
+// compaction has happened when Compact returns). Watches from at or below
+// rev then fail with ErrCompacted.
+func (e *Etcd) Compact(tb testing.TB, rev int64) {
+	tb.Helper()
+	c := e.newClient(tb)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := c.Compact(ctx, rev, clientv3.WithCompactPhysical()); err != nil {
+		tb.Fatalf("harness: compact etcd at revision %d: %v", rev, err)
+	}
+}
+
+// Head returns the server's current revision.
+func (e *Etcd) Head(tb testing.TB) int64 {
+	tb.Helper()
+	c := e.newClient(tb)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := c.Get(ctx, "\x00", clientv3.WithCountOnly())
+	if err != nil {
+		tb.Fatalf("harness: read etcd revision: %v", err)
+	}
+	return resp.Header.Revision
+}
+
+func (e *Etcd) shutdown() {
+	e.Stop()
+	_ = e.zlog.Sync()
+}
