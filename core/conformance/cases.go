@@ -198,6 +198,9 @@ func resume[T any](e *env[T]) {
 	for _, ev := range r.buf {
 		last = ev.RV
 		if ev.Type != core.Bookmark {
+			if n == len(e.writes) {
+				e.t.Fatalf("Watch(%d): got %s after the events of all %d writes", rv, describe(e, ev), n)
+			}
 			if msg := e.mismatch(ev, e.writes[n]); msg != "" {
 				e.t.Fatalf("Watch(%d): want the event of %s, got %s: %s", rv, e.writes[n], describe(e, ev), msg)
 			}
@@ -241,7 +244,11 @@ func expired[T any](e *env[T]) {
 		e.t.Cleanup(w.Stop)
 		batch, nerr := w.Next(ctx)
 		switch {
+		case nerr == nil && len(batch) == 0:
+			e.t.Errorf("Watch(%d) after Expire: Next returned an empty batch, want an error matching core.ErrExpired", from)
 		case nerr == nil:
+			// Even a Bookmark is wrong: it would claim that the changes
+			// since from, which are gone, were delivered.
 			e.t.Errorf("Watch(%d) after Expire delivered %d events (first: %s), want an error matching core.ErrExpired", from, len(batch), describe(e, batch[0]))
 		case !errors.Is(nerr, core.ErrExpired):
 			e.t.Errorf("Watch(%d) after Expire: Next returned %v, want an error matching core.ErrExpired", from, nerr)

@@ -12,6 +12,9 @@ import (
 
 // Source is one fresh, empty watched set on a real server (a new etcd
 // prefix, a new table, a new KV bucket, a new namespace...).
+//
+// Put and Delete are called from several goroutines at once by the case
+// that lists under concurrent writes; each writer uses its own keys.
 type Source[T any] interface {
 	ListerWatcher() core.ListerWatcher[T]
 	// Put creates or updates key so that the object the ListerWatcher
