@@ -1,0 +1,55 @@
+package natsinformer
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+)
+
+// Codec turns a stored value into T. Decode must not keep data: the
+// buffer belongs to the client library.
+type Codec[T any] interface {
+	Decode(data []byte) (T, error)
+}
+
+// JSON decodes values with encoding/json; it is the default Codec.
+type JSON[T any] struct{}
+
+func (JSON[T]) Decode(data []byte) (T, error) {
+	var v T
+	err := json.Unmarshal(data, &v)
+	return v, err
+}
+
+// CodecFunc adapts a function to Codec.
+type CodecFunc[T any] func(data []byte) (T, error)
+
+func (f CodecFunc[T]) Decode(data []byte) (T, error) { return f(data) }
+
+// checkPattern validates a subject pattern made of dot-separated tokens: no
+// empty token, no whitespace, "*" only as a whole token, ">" only as the
+// whole last token. what names the setting for the error.
+func checkPattern(what, p string, wildcards bool) error {
+	if p == "" {
+		return fmt.Errorf("%s is empty", what)
+	}
+	toks := strings.Split(p, ".")
+	for i, t := range toks {
+		switch {
+		case t == "":
+			return fmt.Errorf("%s %q has an empty token (two dots in a row, or a leading or trailing dot)", what, p)
+		case strings.ContainsAny(t, " \t\r\n"):
+			return fmt.Errorf("%s %q contains whitespace", what, p)
+		case t == "*" || t == ">":
+			if !wildcards {
+				return fmt.Errorf("%s %q contains the wildcard %q; it must be literal", what, p, t)
+			}
+			if t == ">" && i != len(toks)-1 {
+				return fmt.Errorf("%s %q has \">\" before its last token", what, p)
+			}
+		case strings.ContainsAny(t, "*>"):
+			return fmt.Errorf("%s %q has %q inside a token; a wildcard must be a whole token", what, p, t)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,82 @@
+// Package natsinformer is the NATS JetStream adapter of dbinformer: a
+// core.ListerWatcher over a key-value bucket (NewKV) and one over a stream
+// used as an event log, folded into per-key state by a reducer
+// (NewEventStream). The resource version is the stream sequence (for a
+// bucket, the KV revision), so WaitFor(rev) works with the revision a
+// kv.Put returned.
+//
+// # Import name
+//
+// The directory is adapters/nats but the package is natsinformer, so that
+// it never shadows nats.go's own package nats:
+//
+//	import (
+//		"github.com/nats-io/nats.go"
+//		"github.com/nats-io/nats.go/jetstream"
+//		natsinformer "github.com/dbinformer/dbinformer/adapters/nats"
+//	)
+//
+// # Key-value buckets
+//
+// List reads the last value of every watched key with an ephemeral consumer
+// that delivers the last message per subject and folds whatever arrives
+// meanwhile, until the server reports nothing pending; the version returned
+// is the highest sequence seen or the stream head read before, whichever is
+// higher. Watch(from) is an ephemeral consumer from from+1; DEL and PURGE
+// markers (and the markers the server leaves with LimitMarkerTTL) are
+// Deleted events carrying only the key (the informer fills in the cached
+// object). A put does not say whether the key existed; the watch reports
+// Added or Modified from what it has seen. KVOptions.Prefix and
+// KVOptions.Filter restrict the keys (NATS token wildcards, validated).
+//
+// # Event streams
+//
+// NewEventStream replays a stream (or the subjects of a filter in it) from
+// its first message, or from a snapshot and its sequence, through a user
+// reducer and reports the state of each entity: the entity key comes from
+// the subject (a token position or a function). Watch continues from the
+// folded state, so each event becomes Added, Modified or Deleted of that
+// state. The adapter keeps the state of every entity in memory, as the
+// informer's cache does.
+//
+// # Expiry and resume
+//
+// JetStream has no "compacted" error. When the stream's first retained
+// sequence has passed from+1 (purge, MaxAge, limits) or from is past its
+// last sequence (the stream was recreated), Watch returns an error matching
+// core.ErrExpired and the informer relists, which turns keys that vanished
+// into deletes. A watch that is idle also checks whether the value of a key
+// it holds was removed without a delete marker (MaxAge without
+// LimitMarkerTTL, a stream purge) and expires then. Any other trouble (a
+// lost connection, a server restart, a consumer sequence gap) ends the watch
+// with an ordinary error: the informer watches again from the last version
+// it applied, and no relist happens as long as the stream still holds it.
+// With a small bucket History and one hot key, the first sequence moves
+// fast, so a watch that had to be reopened after falling behind may find
+// its position gone and relist: correct, only more expensive.
+//
+// # Bookmarks
+//
+// When a watch is idle (KVOptions.IdleCheck) or asked with RequestProgress
+// (the watcher implements core.ProgressRequester), it reads the stream's
+// last sequence and, if no message its filter matches lies between its
+// position and that sequence, sends a Bookmark there. WaitFor then returns
+// for a revision written to another key or outside the filter.
+//
+// # Setup
+//
+// A JetStream-enabled server, and a connection whose user may create
+// ephemeral consumers on the stream and read stream info and messages
+// ($JS.API.STREAM.INFO, CONSUMER.CREATE, CONSUMER.DELETE, DIRECT.GET /
+// STREAM.MSG.GET). The bucket or stream must exist: NewKV and
+// NewEventStream fail at start with an error naming it. TLS, credentials
+// and reconnect policy are the caller's nats.Conn. Consumers are ephemeral,
+// in memory, with an inactivity threshold, so a process that dies leaves
+// nothing behind for long. Bookmarks use direct gets on buckets (which allow
+// them), which in a cluster may be answered by a replica; on a single server
+// or R1 stream this is exact.
+//
+// Undecodable values (or reducer errors) arrive as events whose Err is a
+// *core.DecodeError naming the bucket or stream, the key and the sequence;
+// the watch goes on.
+package natsinformer

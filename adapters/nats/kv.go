@@ -1,0 +1,340 @@
+package natsinformer
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/dbinformer/dbinformer/core"
+)
+
+// KVOptions configures a KV ListerWatcher. The zero value watches every key
+// of the bucket and decodes values as JSON.
+type KVOptions[T any] struct {
+	// Prefix restricts the watch to keys that start with it and removes it
+	// from the keys reported, like an etcd prefix. It is literal (no
+	// wildcards) and ends with "." because NATS matches keys by
+	// dot-separated tokens: "users." watches "users.alice".
+	Prefix string
+	// Filter is a key pattern below Prefix: "*" matches one token, ">" the
+	// rest ("eu.*.config", "eu.>"). Empty means every key below Prefix.
+	// Reported keys are the full key below Prefix, not just the wildcard
+	// part.
+	Filter string
+	// Codec decodes values; nil means JSON[T].
+	Codec Codec[T]
+	// Logger receives debug lines; nil discards them.
+	Logger *slog.Logger
+	// BatchSize bounds the messages buffered from the server and the
+	// events per batch; zero means 256.
+	BatchSize int
+	// IdleCheck is how long a watch waits without messages before it reads
+	// the stream's head to send a Bookmark and to notice values removed
+	// without a delete marker (MaxAge, purges); zero means 5s.
+	// RequestProgress does the same at once.
+	IdleCheck time.Duration
+}
+
+// KV lists and watches the keys of one JetStream key-value bucket. The
+// resource version is the bucket's stream sequence (the KV revision).
+type KV[T any] struct {
+	bucket  string
+	source  string
+	stream  jetstream.Stream
+	subject string // "$KV.<bucket>.<Prefix>"
+	filter  string // subject filter of the watched keys
+	codec   Codec[T]
+	log     *slog.Logger
+	batch   int
+	idle    time.Duration
+
+	mu     sync.Mutex
+	parked *kvPark
+}
+
+var (
+	_ core.ListerWatcher[int] = (*KV[int])(nil)
+	_ core.HeadReader         = (*KV[int])(nil)
+)
+
+// kvPark is the live key → revision map at rv, left by the last List or
+// stopped watch for the watch that resumes from rv.
+type kvPark struct {
+	rv   uint64
+	revs map[string]uint64
+}
+
+// NewKV checks that the bucket exists and returns its ListerWatcher. The
+// connection behind js (TLS, credentials, reconnects) is the caller's.
+func NewKV[T any](ctx context.Context, js jetstream.JetStream, bucket string, opts KVOptions[T]) (*KV[T], error) {
+	source := fmt.Sprintf("nats kv bucket %q", bucket)
+	if err := checkPattern("bucket name", bucket, false); err != nil || strings.Contains(bucket, ".") {
+		return nil, fmt.Errorf("%s: invalid bucket name (letters, digits, '-' and '_' only)", source)
+	}
+	if opts.Prefix != "" {
+		if !strings.HasSuffix(opts.Prefix, ".") {
+			return nil, fmt.Errorf("%s: KVOptions.Prefix %q must end with \".\" (keys match by dot-separated tokens)", source, opts.Prefix)
+		}
+		if err := checkPattern("KVOptions.Prefix", strings.TrimSuffix(opts.Prefix, "."), false); err != nil {
+			return nil, fmt.Errorf("%s: %w", source, err)
+		}
+	}
+	filter := opts.Filter
+	if filter == "" {
+		filter = ">"
+	} else if err := checkPattern("KVOptions.Filter", filter, true); err != nil {
+		return nil, fmt.Errorf("%s: %w", source, err)
+	}
+	if _, err := js.KeyValue(ctx, bucket); err != nil {
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			return nil, fmt.Errorf("%s does not exist: create it (jetstream.CreateKeyValue, or `nats kv add %s`) before starting the informer: %w", source, bucket, err)
+		}
+		return nil, fmt.Errorf("%s: %w", source, err)
+	}
+	stream, err := js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		return nil, fmt.Errorf("%s: open its stream KV_%s: %w", source, bucket, err)
+	}
+	cfg := stream.CachedInfo().Config
+	subject := "$KV." + bucket + "."
+	if cfg.Mirror != nil || !slices.Contains(cfg.Subjects, subject+">") {
+		return nil, fmt.Errorf("%s: its stream does not hold the subjects %q (a mirror or a bucket behind an API prefix is not supported)", source, subject+">")
+	}
+	k := &KV[T]{
+		bucket: bucket, source: source, stream: stream,
+		subject: subject + opts.Prefix,
+		filter:  subject + opts.Prefix + filter,
+		codec:   opts.Codec, log: opts.Logger,
+		batch: opts.BatchSize, idle: opts.IdleCheck,
+	}
+	if k.codec == nil {
+		k.codec = JSON[T]{}
+	}
+	if k.log == nil {
+		k.log = slog.New(slog.DiscardHandler)
+	}
+	if k.batch <= 0 {
+		k.batch = 256
+	}
+	if k.idle <= 0 {
+		k.idle = 5 * time.Second
+	}
+	return k, nil
+}
+
+// Head returns the bucket's last stream sequence.
+func (k *KV[T]) Head(ctx context.Context) (core.ResourceVersion, error) {
+	info, err := k.stream.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("%s: read stream state: %w", k.source, err)
+	}
+	return core.ResourceVersion(info.State.LastSeq), nil
+}
+
+type kvEntry struct {
+	rev  uint64
+	data []byte
+	del  bool
+}
+
+// List reads the last value of every watched key with a consumer that
+// delivers the last message per subject, then whatever arrives while it
+// reads, until the server reports nothing pending. The set folded from
+// those messages is the bucket as of the highest sequence seen, or of the
+// stream's head read before the consumer started if that is higher (no
+// watched key changed in between, or the consumer would have had it
+// pending). Values are held raw until the fold is complete, then decoded
+// and emitted in revision order.
+func (k *KV[T]) List(ctx context.Context, opts core.ListOptions[T]) (core.ResourceVersion, error) {
+	info, err := k.stream.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("%s: read stream state: %w", k.source, err)
+	}
+	top := info.State.LastSeq
+	f, err := openFeed(ctx, k.stream, jetstream.ConsumerConfig{
+		FilterSubject: k.filter,
+		DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy,
+	}, k.batch)
+	if err != nil {
+		return 0, fmt.Errorf("%s: create list consumer: %w", k.source, err)
+	}
+	defer f.close()
+	latest := make(map[string]kvEntry)
+	if pending := f.info().NumPending; pending > 0 {
+		if opts.Estimate != nil {
+			opts.Estimate(int64(pending))
+		}
+	read:
+		for {
+			select {
+			case m := <-f.msgs:
+				meta, err := f.check(m)
+				if err != nil {
+					return 0, fmt.Errorf("%s: list: %w", k.source, err)
+				}
+				seq := meta.Sequence.Stream
+				key, ok := k.key(m.Subject())
+				if !ok {
+					return 0, fmt.Errorf("%s: list: message %d on unexpected subject %q", k.source, seq, m.Subject())
+				}
+				latest[key] = kvEntry{rev: seq, data: m.Data(), del: isDelete(m)}
+				top = max(top, seq)
+				if meta.NumPending == 0 {
+					break read
+				}
+			case err := <-f.errs:
+				return 0, fmt.Errorf("%s: list: %w", k.source, err)
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			}
+		}
+	}
+	type item struct {
+		key string
+		kvEntry
+	}
+	items := make([]item, 0, len(latest))
+	revs := make(map[string]uint64, len(latest))
+	for key, e := range latest {
+		if !e.del {
+			items = append(items, item{key, e})
+			revs[key] = e.rev
+		}
+	}
+	clear(latest)
+	slices.SortFunc(items, func(a, b item) int { return cmp.Compare(a.rev, b.rev) })
+	for i, it := range items {
+		if err := opts.Emit(k.event(core.Added, it.key, it.rev, it.data)); err != nil {
+			return 0, err
+		}
+		items[i] = item{} // let the raw value go
+	}
+	k.park(top, revs)
+	k.log.Debug("nats kv listed", "bucket", k.bucket, "keys", len(revs), "rv", top)
+	return core.ResourceVersion(top), nil
+}
+
+// Watch delivers every put, delete and purge of a watched key after from.
+func (k *KV[T]) Watch(ctx context.Context, from core.ResourceVersion) (core.Watcher[T], error) {
+	a := &kvApplier[T]{kv: k}
+	k.mu.Lock()
+	if p := k.parked; p != nil && p.rv == uint64(from) {
+		a.revs, a.known = p.revs, true
+		k.parked = nil
+	}
+	k.mu.Unlock()
+	if from == 0 {
+		a.known = true // nothing came before
+	}
+	if a.revs == nil {
+		a.revs = make(map[string]uint64)
+	}
+	return openTail[T](ctx, k.source, k.stream, k.filter, uint64(from), a, k.batch, k.idle, k.log)
+}
+
+func (k *KV[T]) park(rv uint64, revs map[string]uint64) {
+	k.mu.Lock()
+	k.parked = &kvPark{rv: rv, revs: revs}
+	k.mu.Unlock()
+}
+
+func (k *KV[T]) key(subject string) (string, bool) {
+	key, ok := strings.CutPrefix(subject, k.subject)
+	return key, ok && key != ""
+}
+
+func (k *KV[T]) event(typ core.EventType, key string, rev uint64, data []byte) core.Event[T] {
+	ev := core.Event[T]{Type: typ, Key: key, RV: core.ResourceVersion(rev)}
+	obj, err := k.codec.Decode(data)
+	if err != nil {
+		ev.Err = &core.DecodeError{Source: k.source, Key: key, RV: ev.RV, Err: err}
+		return ev
+	}
+	ev.Object, ev.HasObject = obj, true
+	return ev
+}
+
+// isDelete: a KV delete or purge marker, or a marker the server leaves when
+// it removes a key's value on its own (LimitMarkerTTL: MaxAge, Purge,
+// Remove).
+func isDelete(m jetstream.Msg) bool {
+	h := m.Headers()
+	if len(h) == 0 {
+		return false
+	}
+	switch h.Get("KV-Operation") {
+	case "DEL", "PURGE":
+		return true
+	}
+	return h.Get(jetstream.MarkerReasonHeader) != ""
+}
+
+type kvApplier[T any] struct {
+	kv    *KV[T]
+	revs  map[string]uint64 // live keys and the revision of their value
+	known bool              // revs holds every live key, not only those seen by this watch
+}
+
+func (a *kvApplier[T]) apply(m jetstream.Msg, seq uint64, out []core.Event[T]) []core.Event[T] {
+	key, ok := a.kv.key(m.Subject())
+	if !ok {
+		return out // the filter makes this impossible
+	}
+	if isDelete(m) {
+		delete(a.revs, key)
+		return append(out, core.Event[T]{Type: core.Deleted, Key: key, RV: core.ResourceVersion(seq)})
+	}
+	typ := core.Added
+	if _, ok := a.revs[key]; ok {
+		typ = core.Modified
+	}
+	a.revs[key] = seq
+	return append(out, a.kv.event(typ, key, seq, m.Data()))
+}
+
+// lost finds a live key whose value is older than the stream's first
+// retained sequence: MaxAge or a purge removed it without a delete marker,
+// so the cache holds a key the bucket no longer has. A key with a newer
+// message that the consumer has not delivered yet was only superseded.
+func (a *kvApplier[T]) lost(first uint64) string {
+	var old []string
+	for key, rev := range a.revs {
+		if rev < first {
+			old = append(old, key)
+		}
+	}
+	if len(old) == 0 {
+		return ""
+	}
+	slices.Sort(old)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i, key := range old {
+		if i == 16 {
+			break // enough lookups: assume the rest is lost too
+		}
+		m, err := a.kv.stream.GetLastMsgForSubject(ctx, a.kv.subject+key)
+		if err == nil && m.Sequence > a.revs[key] {
+			continue
+		}
+		return fmt.Sprintf("the value of key %q at sequence %d is no longer in the stream (first retained sequence %d; MaxAge or a purge removed it without a delete marker)", key, a.revs[key], first)
+	}
+	if len(old) <= 16 {
+		return ""
+	}
+	return fmt.Sprintf("%d keys have values older than the stream's first retained sequence %d", len(old), first)
+}
+
+func (a *kvApplier[T]) park(rv uint64) {
+	if a.known {
+		a.kv.park(rv, a.revs)
+	}
+}
