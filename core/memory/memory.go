@@ -205,6 +205,13 @@ func (s *Source[T]) compactLocked(rv core.ResourceVersion) {
 	s.compacted = rv
 	i := sort.Search(len(s.history), func(i int) bool { return s.history[i].RV > rv })
 	s.history = slices.Delete(s.history, 0, i)
+	// A watch that had not delivered up to rv has lost events: it ends
+	// now, so that OpenWatchers stops counting it, and its Next says why.
+	for w := range s.watchers {
+		if w.pos < rv {
+			s.endLocked(w, s.expiredLocked(w.pos))
+		}
+	}
 }
 
 // Advance moves the head one version forward without changing any key, as
@@ -332,9 +339,7 @@ func (s *Source[T]) BreakWatchers(err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for w := range s.watchers {
-		if w.err == nil {
-			w.err = err
-		}
+		s.endLocked(w, err)
 	}
 	s.notifyLocked()
 }
@@ -529,9 +534,6 @@ func (w *watcher[T]) Next(ctx context.Context) ([]core.Event[T], error) {
 		if w.err == nil && w.ctx.Err() != nil {
 			// The AfterFunc may not have run yet; answer the same way now.
 			s.endLocked(w, w.ctx.Err())
-		}
-		if w.err == nil && w.pos < s.compacted {
-			s.endLocked(w, s.expiredLocked(w.pos))
 		}
 		if w.err != nil {
 			err := w.err

@@ -158,6 +158,9 @@ func TestCompactExpires(t *testing.T) {
 	if _, err := s.Watch(context.Background(), 0); !errors.Is(err, core.ErrExpired) {
 		t.Errorf("Watch(0) after Compact(1): %v, want ErrExpired", err)
 	}
+	if n := s.OpenWatchers(); n != 1 {
+		t.Errorf("OpenWatchers = %d after compaction passed one of two watches, want 1", n)
+	}
 	if _, err := pending(behind); !errors.Is(err, core.ErrExpired) {
 		t.Errorf("Next of a watch behind the compaction: %v, want ErrExpired", err)
 	}
@@ -249,6 +252,9 @@ func TestFaultHooks(t *testing.T) {
 	w := watch(t, s, 0)
 	s.Put("a", obj{1})
 	s.BreakWatchers(boom)
+	if n := s.OpenWatchers(); n != 0 {
+		t.Errorf("OpenWatchers = %d after BreakWatchers, want 0", n)
+	}
 	for range 2 {
 		if _, err := pending(w); !errors.Is(err, boom) {
 			t.Errorf("Next after BreakWatchers: %v, want boom even with an event pending, every time", err)
