@@ -23,6 +23,7 @@ func cases[T any]() []testCase[T] {
 		{"WatchLive", watchLive[T]},
 		{"Deletes", deletes[T]},
 		{"Resume", resume[T]},
+		{"Transaction", transaction[T]},
 		{"Expired", expired[T]},
 		{"Bookmark", bookmark[T]},
 		{"CancelWatchContext", cancelWatchContext[T]},
@@ -221,6 +222,75 @@ func slicesContainsChange[T any](evs []core.Event[T]) bool {
 		}
 	}
 	return false
+}
+
+// transaction: the events of one transaction share an RV and arrive in
+// one batch, so that an informer never shows half of it.
+func transaction[T any](e *env[T]) {
+	tx, ok := e.src.(Transactor)
+	if !ok {
+		e.t.Logf("the Source does not implement conformance.Transactor; transactions not checked")
+		return
+	}
+	e.put("alpha", 1)
+	r := e.watchAfter(0)
+	keys := []string{"alpha", "bravo", "charlie"}
+	ctx, cancel := e.opCtx()
+	defer cancel()
+	rv, err := tx.PutAll(ctx, keys, 2)
+	if err != nil {
+		e.t.Fatalf("Source.PutAll: %v", err)
+	}
+	if rv <= e.lastRV() {
+		e.t.Fatalf("Source.PutAll returned RV %d, not after the previous write's RV %d", rv, e.lastRV())
+	}
+	want := make(map[string]write)
+	for _, k := range keys {
+		typ := core.Added
+		if _, ok := e.live[k]; ok {
+			typ = core.Modified
+		}
+		w := write{key: k, n: 2, typ: typ, rv: rv, after: e.lastRV()}
+		want[e.eventKey(k)] = w
+	}
+	for _, w := range want {
+		e.live[w.key] = 2
+	}
+	// The first batch with a change must hold the whole transaction.
+	for !slicesContainsChange(r.buf) {
+		if err := r.fill(ctx); err != nil {
+			e.t.Fatalf("Watch(%d): waiting for the transaction: %v", r.from, err)
+		}
+	}
+	var first core.ResourceVersion
+	for _, ev := range r.buf {
+		if ev.Type == core.Bookmark {
+			continue
+		}
+		w, ok := want[ev.Key]
+		if !ok {
+			e.t.Fatalf("Watch(%d): got %s; want only the %d events of the transaction, all in one batch (missing: %d)", r.from, describe(e, ev), len(keys), len(want))
+		}
+		if msg := e.mismatch(ev, w); msg != "" {
+			e.t.Errorf("Watch(%d): want the event of %s, got %s: %s", r.from, w, describe(e, ev), msg)
+		}
+		if first == 0 {
+			first = ev.RV
+		} else if ev.RV != first {
+			e.t.Errorf("Watch(%d): the transaction's events carry RVs %d and %d, want one", r.from, first, ev.RV)
+		}
+		delete(want, ev.Key)
+	}
+	r.buf = nil
+	for k := range want {
+		e.t.Errorf("Watch(%d): the first batch with a change lacks %q of the transaction (split across batches, or lost)", r.from, k)
+	}
+	// Later writes are compared with the transaction as the previous write.
+	for _, k := range keys {
+		e.writes = append(e.writes, write{key: k, n: 2, typ: core.Modified, rv: rv, after: rv})
+	}
+	r.next = len(e.writes)
+	r.expectNoMore()
 }
 
 // expired: after Expire, watching from an RV before it fails with an error

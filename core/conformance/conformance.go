@@ -43,6 +43,15 @@ type KeyMapper interface {
 	EventKey(key string) string
 }
 
+// Transactor is implemented by a Source that can write several keys in one
+// transaction (an etcd Txn, a Postgres transaction). The suite then checks
+// that the transaction's events share one RV and arrive in one batch.
+type Transactor interface {
+	// PutAll creates or updates every key in one transaction so that each
+	// carries version n; returns the RV of the transaction.
+	PutAll(ctx context.Context, keys []string, n int) (core.ResourceVersion, error)
+}
+
 // Capabilities tells the suite what the source promises beyond the
 // contract's minimum. The zero value is the most conservative: it asserts
 // only what every source must do.

@@ -14,8 +14,11 @@
 //			func(t *testing.T) conformance.Source[*Item] { return newTestSource(t) })
 //	}
 //
-// A ListerWatcher that reports keys in another form than the one written
-// (Kubernetes reports "namespace/name") implements KeyMapper on its Source.
+// Two optional interfaces on the Source widen the checks: KeyMapper, for a
+// ListerWatcher that reports keys in another form than the one written
+// (Kubernetes reports "namespace/name"), and Transactor, for a source that
+// can write several keys in one transaction, whose events must then share
+// one RV and arrive in one batch.
 //
 // The suite writes only keys made of lowercase ASCII letters, digits and
 // '-', which every source accepts as a key suffix, primary key, KV key or

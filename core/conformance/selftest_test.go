@@ -67,6 +67,13 @@ func (m memSource) Delete(_ context.Context, key string) (core.ResourceVersion, 
 	rv, _ := m.s.Delete(key)
 	return rv, nil
 }
+func (m memSource) PutAll(_ context.Context, keys []string, n int) (core.ResourceVersion, error) {
+	var ops []memory.Op[obj]
+	for _, k := range keys {
+		ops = append(ops, memory.PutOp(k, obj{n}))
+	}
+	return m.s.Apply(ops...)
+}
 func (m memSource) Version(o obj) int            { return o.N }
 func (m memSource) Expire(context.Context) error { return m.s.Compact(m.s.HeadRV()) }
 func (m memSource) PutUnwatched(context.Context) (core.ResourceVersion, error) {
@@ -92,6 +99,8 @@ type brokenLW struct {
 	ignoreStop bool
 	// emptyFirst makes the first Next of a watch return an empty batch.
 	emptyFirst bool
+	// split returns one event per Next, splitting transactions.
+	split bool
 }
 
 type watchState struct {
@@ -136,10 +145,19 @@ func (w *brokenWatcher) Next(ctx context.Context) ([]core.Event[obj], error) {
 	if w.b.emptyFirst && w.st.calls == 1 {
 		return []core.Event[obj]{}, nil
 	}
+	if w.b.split && len(w.st.held) > 0 {
+		ev := w.st.held[0]
+		w.st.held = w.st.held[1:]
+		return []core.Event[obj]{ev}, nil
+	}
 	for {
 		batch, err := w.w.Next(ctx)
 		if err != nil {
 			return nil, err
+		}
+		if w.b.split && len(batch) > 1 {
+			w.st.held = batch[1:]
+			batch = batch[:1]
 		}
 		if w.b.batch != nil {
 			batch = w.b.batch(&w.st, batch)
@@ -320,6 +338,17 @@ func mutants() []mutant {
 		}},
 		{name: "returns an empty batch", mustFail: "WatchFromList", lw: func(s *memory.Source[obj]) *brokenLW {
 			return &brokenLW{s: s, emptyFirst: true}
+		}},
+		{name: "splits transactions across batches", mustFail: "Transaction", lw: func(s *memory.Source[obj]) *brokenLW {
+			return &brokenLW{s: s, split: true}
+		}},
+		{name: "gives each event of a transaction its own RV", mustFail: "Transaction", lw: func(s *memory.Source[obj]) *brokenLW {
+			return &brokenLW{s: s, batch: func(_ *watchState, b []core.Event[obj]) []core.Event[obj] {
+				for i := range b {
+					b[i].RV += core.ResourceVersion(i)
+				}
+				return b
+			}}
 		}},
 		{name: "ignores Stop", mustFail: "Stop", lw: func(s *memory.Source[obj]) *brokenLW {
 			return &brokenLW{s: s, ignoreStop: true}

@@ -28,6 +28,14 @@ func (c confSource) Delete(_ context.Context, key string) (core.ResourceVersion,
 
 func (c confSource) Version(o obj) int { return o.N }
 
+func (c confSource) PutAll(_ context.Context, keys []string, n int) (core.ResourceVersion, error) {
+	ops := make([]memory.Op[obj], len(keys))
+	for i, k := range keys {
+		ops[i] = memory.PutOp(k, obj{n})
+	}
+	return c.s.Apply(ops...)
+}
+
 func (c confSource) Expire(context.Context) error { return c.s.Compact(c.s.HeadRV()) }
 
 func (c confSource) PutUnwatched(context.Context) (core.ResourceVersion, error) {
