@@ -3,7 +3,9 @@ package natsinformer_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -106,4 +108,41 @@ func TestKVConformance(t *testing.T) {
 		}
 		return &kvSource{js: js, kv: kv, lw: lw}
 	})
+}
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+func TestKVMissingBucket(t *testing.T) {
+	srv := harness.StartNATS(t)
+	js := srv.JetStream(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := natsinformer.NewKV(ctx, js, "nope", natsinformer.KVOptions[item]{})
+	if !errors.Is(err, jetstream.ErrBucketNotFound) || !contains(err.Error(), `bucket "nope" does not exist`) {
+		t.Fatalf("NewKV on a missing bucket: %v, want an error naming it and matching ErrBucketNotFound", err)
+	}
+}
+
+func TestKVOptionsValidated(t *testing.T) {
+	srv := harness.StartNATS(t)
+	js := srv.JetStream(t)
+	kv := newBucket(t, js, jetstream.KeyValueConfig{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, o := range []natsinformer.KVOptions[item]{
+		{Prefix: "users"},  // no trailing dot
+		{Prefix: "us*rs."}, // wildcard in a prefix
+		{Prefix: "a..b."},  // empty token
+		{Filter: "a.>.b"},  // > not last
+		{Filter: "a*"},     // wildcard inside a token
+		{Filter: "a b"},    // whitespace
+		{Prefix: ">."},     // wildcard prefix
+	} {
+		if _, err := natsinformer.NewKV(ctx, js, kv.Bucket(), o); err == nil {
+			t.Errorf("NewKV with %+v: no error", o)
+		}
+	}
+	if _, err := natsinformer.NewKV(ctx, js, kv.Bucket(), natsinformer.KVOptions[item]{Prefix: "eu.", Filter: "*.config"}); err != nil {
+		t.Errorf("NewKV with a valid prefix and filter: %v", err)
+	}
 }

@@ -1,0 +1,344 @@
+package natsinformer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/dbinformer/dbinformer/core"
+)
+
+// Message is one event of an event stream, as a Reducer sees it. Data and
+// Header belong to the client library: copy what the state keeps.
+type Message struct {
+	Subject  string
+	Sequence uint64
+	Time     time.Time
+	Header   nats.Header
+	Data     []byte
+}
+
+// Reducer folds one event into an entity's state. prev is the state so far
+// and exists tells whether the entity has one. It returns the new state
+// and keep=true, or keep=false to delete the entity. It must not modify
+// prev in place (the informer's cache holds it): return a new value. An
+// error leaves the entity's state as it was and is reported as the event's
+// *core.DecodeError; the stream goes on.
+type Reducer[S any] func(prev S, exists bool, msg Message) (next S, keep bool, err error)
+
+// EventStreamOptions configures an event-stream ListerWatcher. Reduce is
+// required; the zero value of everything else means: every subject of the
+// stream, the entity key is the subject's last token, replay from the
+// stream's first message.
+type EventStreamOptions[S any] struct {
+	// Reduce folds events into entity state.
+	Reduce Reducer[S]
+	// Filter is a subject pattern within the stream ("orders.*.events");
+	// empty means every subject of the stream.
+	Filter string
+	// KeyToken is the position of the subject token that names the entity:
+	// 1 is the first token, -1 (and 0, the default) the last.
+	KeyToken int
+	// Key derives the entity key from a subject; it overrides KeyToken. An
+	// error is reported like a reducer error.
+	Key func(subject string) (string, error)
+	// Snapshot and SnapshotSeq start the replay from stored state: the
+	// entities as folded up to and including sequence SnapshotSeq. The map
+	// is copied. The stream must still hold SnapshotSeq+1.
+	Snapshot    map[string]S
+	SnapshotSeq uint64
+	// Logger receives debug lines; nil discards them.
+	Logger *slog.Logger
+	// BatchSize bounds buffered messages and events per batch; zero means 256.
+	BatchSize int
+	// IdleCheck: see KVOptions.IdleCheck; zero means 5s.
+	IdleCheck time.Duration
+}
+
+// EventStream lists and watches entities folded from a JetStream stream of
+// events. The resource version is the stream sequence.
+type EventStream[S any] struct {
+	name   string
+	source string
+	stream jetstream.Stream
+	filter string
+	opts   EventStreamOptions[S]
+	log    *slog.Logger
+
+	mu     sync.Mutex
+	parked *streamPark[S]
+}
+
+var (
+	_ core.ListerWatcher[int] = (*EventStream[int])(nil)
+	_ core.HeadReader         = (*EventStream[int])(nil)
+)
+
+type streamPark[S any] struct {
+	rv    uint64
+	state map[string]S
+}
+
+// NewEventStream checks that the stream exists and that the filter is
+// valid, and returns its ListerWatcher.
+func NewEventStream[S any](ctx context.Context, js jetstream.JetStream, stream string, opts EventStreamOptions[S]) (*EventStream[S], error) {
+	source := fmt.Sprintf("nats stream %q", stream)
+	if opts.Reduce == nil {
+		return nil, fmt.Errorf("%s: EventStreamOptions.Reduce is required", source)
+	}
+	if err := checkPattern("stream name", stream, false); err != nil || strings.Contains(stream, ".") {
+		return nil, fmt.Errorf("%s: invalid stream name", source)
+	}
+	filter := opts.Filter
+	if filter == "" {
+		filter = ">"
+	} else if err := checkPattern("EventStreamOptions.Filter", filter, true); err != nil {
+		return nil, fmt.Errorf("%s: %w", source, err)
+	}
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return nil, fmt.Errorf("%s does not exist: create it (jetstream.CreateStream, or `nats stream add %s`) before starting the informer: %w", source, stream, err)
+		}
+		return nil, fmt.Errorf("%s: %w", source, err)
+	}
+	if opts.BatchSize <= 0 {
+		opts.BatchSize = 256
+	}
+	if opts.IdleCheck <= 0 {
+		opts.IdleCheck = 5 * time.Second
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	opts.Snapshot = maps.Clone(opts.Snapshot)
+	return &EventStream[S]{name: stream, source: source, stream: st, filter: filter, opts: opts, log: log}, nil
+}
+
+// Head returns the stream's last sequence.
+func (s *EventStream[S]) Head(ctx context.Context) (core.ResourceVersion, error) {
+	info, err := s.stream.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("%s: read stream state: %w", s.source, err)
+	}
+	return core.ResourceVersion(info.State.LastSeq), nil
+}
+
+// List replays the stream (from the snapshot, if any) up to the point where
+// the server reports nothing pending, and emits every entity's state. The
+// version is the last sequence folded or the stream head read before,
+// whichever is higher. Reducer errors are emitted first, as events with
+// Err set.
+func (s *EventStream[S]) List(ctx context.Context, opts core.ListOptions[S]) (core.ResourceVersion, error) {
+	f := &folder[S]{es: s, state: maps.Clone(s.opts.Snapshot)}
+	if f.state == nil {
+		f.state = make(map[string]S)
+	}
+	var errs []core.Event[S]
+	top, err := s.replay(ctx, s.opts.SnapshotSeq, 0, func(m jetstream.Msg, seq uint64) {
+		errs = f.fold(m, seq, errs, false)
+	})
+	if err != nil {
+		return 0, err
+	}
+	for _, ev := range errs {
+		if err := opts.Emit(ev); err != nil {
+			return 0, err
+		}
+	}
+	for _, key := range slices.Sorted(maps.Keys(f.state)) {
+		if err := opts.Emit(core.Event[S]{Type: core.Added, Key: key, Object: f.state[key], HasObject: true, RV: core.ResourceVersion(top)}); err != nil {
+			return 0, err
+		}
+	}
+	s.park(top, f.state)
+	s.log.Debug("nats event stream listed", "stream", s.name, "entities", len(f.state), "rv", top)
+	return core.ResourceVersion(top), nil
+}
+
+// replay reads the messages after `after` in order and hands each to fn,
+// up to the server reporting nothing pending, or, when upTo > 0, up to
+// sequence upTo. It returns the position reached.
+func (s *EventStream[S]) replay(ctx context.Context, after, upTo uint64, fn func(jetstream.Msg, uint64)) (uint64, error) {
+	info, err := s.stream.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("%s: read stream state: %w", s.source, err)
+	}
+	st := info.State
+	if after > 0 && st.FirstSeq > after+1 {
+		return 0, fmt.Errorf("%s: cannot replay from the snapshot at sequence %d: the stream's first retained sequence is %d", s.source, after, st.FirstSeq)
+	}
+	top := st.LastSeq
+	if upTo > 0 {
+		top = upTo
+	}
+	if top <= after {
+		return max(top, after), nil
+	}
+	cfg := jetstream.ConsumerConfig{FilterSubject: s.filter, DeliverPolicy: jetstream.DeliverAllPolicy}
+	if after > 0 {
+		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
+		cfg.OptStartSeq = after + 1
+	}
+	f, err := openFeed(ctx, s.stream, cfg, s.opts.BatchSize)
+	if err != nil {
+		return 0, fmt.Errorf("%s: create replay consumer: %w", s.source, err)
+	}
+	defer f.close()
+	if f.info().NumPending == 0 {
+		return top, nil
+	}
+	for {
+		select {
+		case m := <-f.msgs:
+			meta, err := f.check(m)
+			if err != nil {
+				return 0, fmt.Errorf("%s: replay: %w", s.source, err)
+			}
+			seq := meta.Sequence.Stream
+			if upTo > 0 && seq > upTo {
+				return upTo, nil
+			}
+			fn(m, seq)
+			if upTo == 0 {
+				top = max(top, seq)
+			}
+			if meta.NumPending == 0 || seq == upTo {
+				return top, nil
+			}
+		case err := <-f.errs:
+			return 0, fmt.Errorf("%s: replay: %w", s.source, err)
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// Watch continues the fold after from. The state at from comes from the
+// List or stopped watch that ended there; otherwise Watch replays up to
+// from first.
+func (s *EventStream[S]) Watch(ctx context.Context, from core.ResourceVersion) (core.Watcher[S], error) {
+	f := &folder[S]{es: s}
+	s.mu.Lock()
+	if p := s.parked; p != nil && p.rv == uint64(from) {
+		f.state = p.state
+		s.parked = nil
+	}
+	s.mu.Unlock()
+	if f.state == nil {
+		f.state = maps.Clone(s.opts.Snapshot)
+		if f.state == nil {
+			f.state = make(map[string]S)
+		}
+		if uint64(from) < s.opts.SnapshotSeq {
+			return nil, fmt.Errorf("%s: cannot watch from sequence %d, before the snapshot at %d: %w", s.source, from, s.opts.SnapshotSeq, core.ErrExpired)
+		}
+		if uint64(from) > s.opts.SnapshotSeq {
+			if _, err := s.replay(ctx, s.opts.SnapshotSeq, uint64(from), func(m jetstream.Msg, seq uint64) {
+				f.fold(m, seq, nil, false)
+			}); err != nil {
+				return nil, fmt.Errorf("rebuild the state at %d: %w", from, err)
+			}
+		}
+	}
+	return openTail[S](ctx, s.source, s.stream, s.filter, uint64(from), f, s.opts.BatchSize, s.opts.IdleCheck, s.log)
+}
+
+func (s *EventStream[S]) park(rv uint64, state map[string]S) {
+	s.mu.Lock()
+	s.parked = &streamPark[S]{rv: rv, state: state}
+	s.mu.Unlock()
+}
+
+func (s *EventStream[S]) key(subject string) (string, error) {
+	if s.opts.Key != nil {
+		k, err := s.opts.Key(subject)
+		if err == nil && k == "" {
+			err = errors.New("the key function returned an empty key")
+		}
+		return k, err
+	}
+	toks := strings.Split(subject, ".")
+	i := s.opts.KeyToken
+	switch {
+	case i == 0:
+		i = len(toks) - 1
+	case i > 0:
+		i--
+	default:
+		i += len(toks)
+	}
+	if i < 0 || i >= len(toks) {
+		return "", fmt.Errorf("subject %q has no token %d", subject, s.opts.KeyToken)
+	}
+	return toks[i], nil
+}
+
+// folder is the per-entity state of one List or watch.
+type folder[S any] struct {
+	es    *EventStream[S]
+	state map[string]S
+}
+
+// fold applies one event. In a watch (events=true) it appends the change
+// to out; in a List only errors are appended.
+func (f *folder[S]) fold(m jetstream.Msg, seq uint64, out []core.Event[S], events bool) []core.Event[S] {
+	rv := core.ResourceVersion(seq)
+	subject := m.Subject()
+	key, err := f.es.key(subject)
+	if err != nil {
+		return append(out, core.Event[S]{Type: core.Modified, Key: subject, RV: rv,
+			Err: &core.DecodeError{Source: f.es.source, Key: subject, RV: rv, Err: err}})
+	}
+	prev, exists := f.state[key]
+	msg := Message{Subject: subject, Sequence: seq, Header: m.Headers(), Data: m.Data()}
+	if meta, err := m.Metadata(); err == nil {
+		msg.Time = meta.Timestamp
+	}
+	next, keep, err := f.es.opts.Reduce(prev, exists, msg)
+	if err != nil {
+		typ := core.Added
+		if exists {
+			typ = core.Modified
+		}
+		return append(out, core.Event[S]{Type: typ, Key: key, RV: rv,
+			Err: &core.DecodeError{Source: fmt.Sprintf("%s subject %q", f.es.source, subject), Key: key, RV: rv, Err: err}})
+	}
+	switch {
+	case keep:
+		f.state[key] = next
+		if events {
+			typ := core.Added
+			if exists {
+				typ = core.Modified
+			}
+			out = append(out, core.Event[S]{Type: typ, Key: key, Object: next, HasObject: true, RV: rv})
+		}
+	case exists:
+		delete(f.state, key)
+		if events {
+			out = append(out, core.Event[S]{Type: core.Deleted, Key: key, Object: prev, HasObject: true, RV: rv})
+		}
+	}
+	return out
+}
+
+func (f *folder[S]) apply(m jetstream.Msg, seq uint64, out []core.Event[S]) []core.Event[S] {
+	return f.fold(m, seq, out, true)
+}
+
+// lost: the folded state does not depend on old events staying in the
+// stream, so nothing is lost once it has been read.
+func (f *folder[S]) lost(uint64) string { return "" }
+
+func (f *folder[S]) park(rv uint64) { f.es.park(rv, f.state) }
