@@ -131,6 +131,11 @@ type testCase[T any] struct {
 
 // Run runs every case as a subtest; newSource is called once per subtest
 // and returns a fresh empty Source (cleanup via t.Cleanup).
+//
+// Cases run one after another, never in parallel, so that a shared server
+// sees one case at a time. A single case runs with the usual filter, e.g.
+// go test -run 'TestConformance/Expired'. A case the source cannot support
+// logs why and passes; a case never skips.
 func Run[T any](t *testing.T, caps Capabilities, newSource func(t *testing.T) Source[T]) {
 	t.Helper()
 	for _, c := range cases[T]() {

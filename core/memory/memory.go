@@ -292,6 +292,19 @@ func (s *Source[T]) Get(key string) (T, bool) {
 	return it.obj, ok
 }
 
+// Items returns a copy of the live keys and their objects with the version
+// they were read at, so that a test can compare an informer's cache with
+// the source once the cache has reached that version.
+func (s *Source[T]) Items() (map[string]T, core.ResourceVersion) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := make(map[string]T, len(s.items))
+	for k, it := range s.items {
+		m[k] = it.obj
+	}
+	return m, s.head
+}
+
 // Len returns the number of live keys.
 func (s *Source[T]) Len() int {
 	s.mu.Lock()

@@ -137,6 +137,9 @@ func TestListSnapshot(t *testing.T) {
 	if _, err := s.List(context.Background(), core.ListOptions[obj]{Emit: func(core.Event[obj]) error { calls++; return boom }}); !errors.Is(err, boom) || calls != 1 {
 		t.Errorf("List with failing Emit: %v after %d calls, want boom after 1", err, calls)
 	}
+	if items, at := s.Items(); len(items) != 2 || items["a"].N != 1 || items["b"].N != 2 || at != 4 {
+		t.Errorf("Items = %v at %d, want a=1 b=2 at 4", items, at)
+	}
 	if n := s.ListCalls(); n != 2 {
 		t.Errorf("ListCalls = %d, want 2", n)
 	}
