@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"strings"
 	"sync"
@@ -41,30 +42,63 @@ type Etcd struct {
 // test failure (never a skip).
 func StartEtcd(tb testing.TB) *Etcd {
 	tb.Helper()
-	e := &Etcd{tb: tb, dir: tb.TempDir(), log: NewLogBuffer(tb, "etcd")}
+	e, err := startEtcd(tb.TempDir(), NewLogBuffer(tb, "etcd"))
+	if err != nil {
+		tb.Fatalf("harness: start embedded etcd: %v", err)
+	}
+	tb.Cleanup(e.Close)
+	return e
+}
+
+// StartEtcdMain starts an embedded etcd outside of any test, for a
+// TestMain that serves runnable examples (which get no testing.TB). The
+// caller calls Close and removes dir. The log is kept in memory and
+// returned by Log.
+func StartEtcdMain(dir string) (*Etcd, error) {
+	return startEtcd(dir, &LogBuffer{name: "etcd"})
+}
+
+func startEtcd(dir string, log *LogBuffer) (*Etcd, error) {
+	e := &Etcd{dir: dir, log: log}
 	e.zlog = zap.New(zapcore.NewCore(
 		zapcore.NewConsoleEncoder(zap.NewDevelopmentEncoderConfig()),
 		zapcore.AddSync(e.log),
 		zapcore.InfoLevel,
 	))
-	tb.Cleanup(e.shutdown)
-
-	// A port picked by FreePort can be taken by someone else before etcd
+	// A port picked at random can be taken by someone else before etcd
 	// binds it; pick new ones and try again a few times.
 	var err error
 	for attempt := 0; attempt < 4; attempt++ {
-		e.client = url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", FreePort(tb))}
-		e.peer = url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", FreePort(tb))}
+		var cp, pp int
+		if cp, err = freePort(); err != nil {
+			break
+		}
+		if pp, err = freePort(); err != nil {
+			break
+		}
+		e.client = url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", cp)}
+		e.peer = url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", pp)}
 		if err = e.start(); err == nil {
-			return e
+			return e, nil
 		}
 		if !isAddrInUse(err) {
 			break
 		}
 	}
-	tb.Fatalf("harness: start embedded etcd: %v", err)
-	return nil
+	return nil, err
 }
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Log returns what the server logged so far.
+func (e *Etcd) Log() string { return e.log.String() }
 
 func isAddrInUse(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "address already in use")
@@ -202,7 +236,8 @@ func (e *Etcd) Head(tb testing.TB) int64 {
 	return resp.Header.Revision
 }
 
-func (e *Etcd) shutdown() {
+// Close stops the server for good; StartEtcd calls it at cleanup.
+func (e *Etcd) Close() {
 	e.Stop()
 	_ = e.zlog.Sync()
 }
