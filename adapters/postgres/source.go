@@ -72,7 +72,7 @@ type Source struct {
 
 	mu          sync.Mutex
 	tables      []*tableState
-	byOID       map[uint32]*tableState
+	byOID       map[uint32][]*tableState // a table may be registered more than once, with different types
 	types       []*pgtype.Type // derived types (enums, their arrays) the tables use
 	frozen      bool           // a List happened: the table set is fixed
 	sess        *session
@@ -124,7 +124,7 @@ func NewSource(ctx context.Context, cfg Config) (*Source, error) {
 		slot:     cfg.Slot,
 		pub:      cfg.Publication,
 		interval: cfg.StatusInterval,
-		byOID:    map[uint32]*tableState{},
+		byOID:    map[uint32][]*tableState{},
 		changed:  make(chan struct{}),
 	}
 	if s.log == nil {
@@ -302,10 +302,15 @@ func (s *Source) ensurePublication(ctx context.Context, conn *pgx.Conn) error {
 	}
 	if !exists {
 		sql := "CREATE PUBLICATION " + pgx.Identifier{s.pub}.Sanitize() + " FOR TABLE "
-		for i, t := range s.tables {
-			if i > 0 {
+		seen := map[uint32]bool{}
+		for _, t := range s.tables {
+			if seen[t.oid] {
+				continue
+			}
+			if len(seen) > 0 {
 				sql += ", "
 			}
+			seen[t.oid] = true
 			sql += t.ident.Sanitize()
 		}
 		if _, err := conn.Exec(ctx, sql); err != nil {
@@ -544,6 +549,12 @@ type pendingTxn struct {
 	changes map[*tableState][]change
 }
 
+func (p *pendingTxn) add(ts []*tableState, c change) {
+	for _, t := range ts {
+		p.changes[t] = append(p.changes[t], c)
+	}
+}
+
 // stream reads the replication stream until ctx ends or it fails.
 func (s *Source) stream(ctx context.Context, sess *session, gen uint64) {
 	defer close(sess.done)
@@ -661,27 +672,26 @@ func (s *Source) handle(data []byte, relations map[uint32]*relation, txn *pendin
 	case *pglogrepl.RelationMessage:
 		relations[m.RelationID] = newRelation(m)
 	case *pglogrepl.InsertMessage:
-		if t, rel := s.lookup(relations, m.RelationID); t != nil && txn != nil {
-			txn.changes[t] = append(txn.changes[t], change{kind: changeInsert, rel: rel, new: tupleOf(m.Tuple)})
+		if ts, rel := s.lookup(relations, m.RelationID); txn != nil {
+			txn.add(ts, change{kind: changeInsert, rel: rel, new: tupleOf(m.Tuple)})
 		}
 	case *pglogrepl.UpdateMessage:
-		if t, rel := s.lookup(relations, m.RelationID); t != nil && txn != nil {
+		if ts, rel := s.lookup(relations, m.RelationID); txn != nil {
 			c := change{kind: changeUpdate, rel: rel, new: tupleOf(m.NewTuple)}
 			if m.OldTuple != nil {
 				c.old, c.oldKind = tupleOf(m.OldTuple), m.OldTupleType
 			}
-			txn.changes[t] = append(txn.changes[t], c)
+			txn.add(ts, c)
 		}
 	case *pglogrepl.DeleteMessage:
-		if t, rel := s.lookup(relations, m.RelationID); t != nil && txn != nil {
-			txn.changes[t] = append(txn.changes[t], change{kind: changeDelete, rel: rel, old: tupleOf(m.OldTuple), oldKind: m.OldTupleType})
+		if ts, rel := s.lookup(relations, m.RelationID); txn != nil {
+			txn.add(ts, change{kind: changeDelete, rel: rel, old: tupleOf(m.OldTuple), oldKind: m.OldTupleType})
 		}
 	case *pglogrepl.TruncateMessage:
 		if txn != nil {
 			for _, id := range m.RelationIDs {
-				if t, _ := s.lookup(relations, id); t != nil {
-					txn.changes[t] = append(txn.changes[t], change{kind: changeTruncate})
-				}
+				ts, _ := s.lookup(relations, id)
+				txn.add(ts, change{kind: changeTruncate})
 			}
 		}
 	case *pglogrepl.CommitMessage:
@@ -711,14 +721,14 @@ func (s *Source) handle(data []byte, relations map[uint32]*relation, txn *pendin
 // lookup finds the registered table of a relation. Whether the table is
 // active (listed) is decided at commit, under the lock that also moves pos,
 // so a table activated mid-transaction still gets that transaction.
-func (s *Source) lookup(relations map[uint32]*relation, id uint32) (*tableState, *relation) {
+func (s *Source) lookup(relations map[uint32]*relation, id uint32) ([]*tableState, *relation) {
 	s.mu.Lock()
-	t := s.byOID[id]
+	ts := s.byOID[id]
 	s.mu.Unlock()
-	if t == nil {
+	if ts == nil {
 		return nil, nil
 	}
-	return t, relations[id]
+	return ts, relations[id]
 }
 
 // requestProgress asks the server for a keepalive carrying its WAL end.

@@ -227,12 +227,14 @@ func NewTable[T any](ctx context.Context, src *Source, schema, name string) (*Ta
 		name    string
 		oid     uint32
 		typname string
+		qname   string // schema.typname, as pgx.Conn.LoadTypes wants it
 	}
-	rows, _ = conn.Query(ctx, `SELECT attname, atttypid, atttypid::regtype::text FROM pg_attribute
-		WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped ORDER BY attnum`, st.oid)
+	rows, _ = conn.Query(ctx, `SELECT a.attname, a.atttypid, format_type(a.atttypid, NULL), tn.nspname || '.' || ty.typname
+		FROM pg_attribute a JOIN pg_type ty ON ty.oid = a.atttypid JOIN pg_namespace tn ON tn.oid = ty.typnamespace
+		WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`, st.oid)
 	cols, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (col, error) {
 		var c col
-		err := r.Scan(&c.name, &c.oid, &c.typname)
+		err := r.Scan(&c.name, &c.oid, &c.typname, &c.qname)
 		return c, err
 	})
 	if err != nil {
@@ -242,7 +244,7 @@ func NewTable[T any](ctx context.Context, src *Source, schema, name string) (*Ta
 	var unknown []string
 	for _, c := range cols {
 		if _, ok := conn.TypeMap().TypeForOID(c.oid); !ok {
-			unknown = append(unknown, c.typname)
+			unknown = append(unknown, c.qname)
 		}
 	}
 	var loaded []*pgtype.Type
@@ -300,11 +302,8 @@ func NewTable[T any](ctx context.Context, src *Source, schema, name string) (*Ta
 	if src.frozen {
 		return nil, fmt.Errorf("postgres: table %s registered after the source's first List; register every table first", ident.Sanitize())
 	}
-	if _, dup := src.byOID[st.oid]; dup {
-		return nil, fmt.Errorf("postgres: table %s registered twice with one source", ident.Sanitize())
-	}
 	src.tables = append(src.tables, st)
-	src.byOID[st.oid] = st
+	src.byOID[st.oid] = append(src.byOID[st.oid], st)
 	return t, nil
 }
 

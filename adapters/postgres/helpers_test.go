@@ -1,0 +1,170 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dbinformer/dbinformer/adapters/postgres"
+	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/integration/harness"
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+)
+
+const waitLong = 2 * time.Minute
+
+func ctxFor(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*waitLong)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func newSource(t *testing.T, pg *harness.Postgres, cfg postgres.Config) *postgres.Source {
+	t.Helper()
+	if cfg.ConnString == "" {
+		cfg.ConnString = pg.ConnString()
+	}
+	if cfg.StatusInterval == 0 {
+		cfg.StatusInterval = time.Second
+	}
+	src, err := postgres.NewSource(ctxFor(t), cfg)
+	if err != nil {
+		t.Fatalf("NewSource: %v", err)
+	}
+	t.Cleanup(func() { src.Close() })
+	return src
+}
+
+func newTable[T any](t *testing.T, src *postgres.Source, name string) *postgres.Table[T] {
+	t.Helper()
+	tbl, err := postgres.NewTable[T](ctxFor(t), src, "", name)
+	if err != nil {
+		t.Fatalf("NewTable(%q): %v", name, err)
+	}
+	return tbl
+}
+
+// write runs sql and returns pg_current_wal_lsn() after its commit.
+func write(t *testing.T, conn *pgx.Conn, sql string, args ...any) core.ResourceVersion {
+	t.Helper()
+	ctx := ctxFor(t)
+	if _, err := conn.Exec(ctx, sql, args...); err != nil {
+		t.Fatalf("exec %q: %v", sql, err)
+	}
+	return currentLSN(t, conn)
+}
+
+func currentLSN(t *testing.T, conn *pgx.Conn) core.ResourceVersion {
+	t.Helper()
+	var lsn pglogrepl.LSN
+	if err := conn.QueryRow(ctxFor(t), "SELECT pg_current_wal_lsn()").Scan(&lsn); err != nil {
+		t.Fatal(err)
+	}
+	return core.ResourceVersion(lsn)
+}
+
+// recorder keeps what handlers saw.
+type recorder[T any] struct {
+	mu     sync.Mutex
+	events []string
+	errs   []error
+}
+
+func (r *recorder[T]) add(s string) {
+	r.mu.Lock()
+	r.events = append(r.events, s)
+	r.mu.Unlock()
+}
+
+// informer runs a SharedIndexInformer over lw until the test ends.
+func informer[T any](t *testing.T, lw core.ListerWatcher[T], h core.ResourceEventHandler[T]) (*core.SharedIndexInformer[T], *recorder[T]) {
+	t.Helper()
+	rec := &recorder[T]{}
+	inf := core.NewSharedIndexInformer(lw, core.InformerOptions[T]{
+		Name: t.Name(),
+		ErrorHandler: func(err error) {
+			rec.mu.Lock()
+			rec.errs = append(rec.errs, err)
+			rec.mu.Unlock()
+		},
+		Backoff: core.Backoff{Initial: 50 * time.Millisecond, Max: time.Second},
+	})
+	if h != nil {
+		if _, err := inf.AddEventHandler(h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		inf.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	sctx, scancel := context.WithTimeout(ctx, waitLong)
+	defer scancel()
+	if err := inf.WaitForCacheSync(sctx); err != nil {
+		t.Fatalf("WaitForCacheSync: %v", err)
+	}
+	return inf, rec
+}
+
+func waitFor[T any](t *testing.T, inf *core.SharedIndexInformer[T], rv core.ResourceVersion) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+	defer cancel()
+	if err := inf.WaitFor(ctx, rv); err != nil {
+		t.Fatalf("WaitFor(%d): %v", rv, err)
+	}
+}
+
+// eventually polls cond until it returns nil or the deadline passes.
+func eventually(t *testing.T, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(waitLong)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = cond(); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("%s: %v", what, err)
+}
+
+type kv struct {
+	ID int64  `db:"id"`
+	V  string `db:"v"`
+}
+
+// cacheMatches compares an informer's cache of a (id bigint, v text)
+// table with the table.
+func cacheMatches(t *testing.T, conn *pgx.Conn, table string, inf *core.SharedIndexInformer[kv]) error {
+	rows, _ := conn.Query(ctxFor(t), "SELECT id, v FROM "+pgx.Identifier{table}.Sanitize())
+	want, err := pgx.CollectRows(rows, pgx.RowToStructByName[kv])
+	if err != nil {
+		return err
+	}
+	if n := inf.Indexer().Len(); n != len(want) {
+		return fmt.Errorf("cache has %d rows, table %d", n, len(want))
+	}
+	for _, w := range want {
+		got, ok := inf.Lister().Get(fmt.Sprint(w.ID))
+		if !ok {
+			return fmt.Errorf("key %d missing from the cache", w.ID)
+		}
+		if got != w {
+			return fmt.Errorf("key %d: cache %+v, table %+v", w.ID, got, w)
+		}
+	}
+	return nil
+}
+
+var errMismatch = errors.New("mismatch")

@@ -1,0 +1,296 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dbinformer/dbinformer/adapters/postgres"
+	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/integration/harness"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+const typesDDL = `
+CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy');
+CREATE TABLE types (
+	id int PRIMARY KEY,
+	i2 int2, i4 int4, i8 int8,
+	num numeric, f4 float4, f8 float8,
+	t text, vc varchar(20), b bool,
+	tstz timestamptz, ts timestamp, d date,
+	u uuid, j json, jb jsonb, by bytea,
+	ai int4[], at text[], m mood, am mood[], nul int4, nult text
+)`
+
+const typesValues = `(%d, -12, 123456, 9007199254740993,
+	'12345678901234567890.000123', 1.5, 0.1,
+	'héllo ''quoted'' \ back', 'vc', true,
+	'2024-02-29 13:14:15.123456+02', '2024-02-29 13:14:15.5', '2024-02-29',
+	'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '{"a": [1, 2.5, "x"]}', '{"b": {"c": null}}', '\x00ff10',
+	'{1,NULL,3}', '{"a b","c,d",NULL}', 'happy', '{sad,happy}')`
+
+type typesRow struct {
+	ID   int32            `db:"id"`
+	I2   int16            `db:"i2"`
+	I4   int32            `db:"i4"`
+	I8   int64            `db:"i8"`
+	Num  pgtype.Numeric   `db:"num"`
+	F4   float32          `db:"f4"`
+	F8   float64          `db:"f8"`
+	T    string           `db:"t"`
+	VC   string           `db:"vc"`
+	B    bool             `db:"b"`
+	TSTZ time.Time        `db:"tstz"`
+	TS   time.Time        `db:"ts"`
+	D    time.Time        `db:"d"`
+	U    pgtype.UUID      `db:"u"`
+	J    map[string]any   `db:"j"`
+	JB   map[string]any   `db:"jb"`
+	By   []byte           `db:"by"`
+	AI   []pgtype.Int4    `db:"ai"`
+	AT   []pgtype.Text    `db:"at"`
+	M    string           `db:"m"`
+	AM   []string         `db:"am"`
+	Nul  *int32           `db:"nul"`
+	NulT *string          `db:"nult"`
+}
+
+// TestTypesRoundTrip: a row read by the snapshot and the same values from
+// the stream decode to equal Go values, for structs and maps, with NULLs.
+func TestTypesRoundTrip(t *testing.T) {
+	pg := harness.StartPostgres(t)
+	pg.Exec(t, typesDDL)
+	conn := pg.Conn(t)
+	write(t, conn, "INSERT INTO types VALUES "+fmt.Sprintf(typesValues, 1))
+	write(t, conn, "INSERT INTO types (id) VALUES (3)") // NULLs everywhere
+	src := newSource(t, pg, postgres.Config{})
+	structs := newTable[typesRow](t, src, "types")
+	maps := newTable[map[string]any](t, src, "types")
+	ctx := ctxFor(t)
+
+	listS := map[string]typesRow{}
+	rvS, err := structs.List(ctx, core.ListOptions[typesRow]{Emit: func(ev core.Event[typesRow]) error {
+		if ev.Err != nil && ev.Key == "1" {
+			t.Errorf("List struct: %v", ev.Err)
+		}
+		listS[ev.Key] = ev.Object
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	listM := map[string]map[string]any{}
+	rvM, err := maps.List(ctx, core.ListOptions[map[string]any]{Emit: func(ev core.Event[map[string]any]) error {
+		if ev.Err != nil {
+			t.Errorf("List map: %v", ev.Err)
+		}
+		listM[ev.Key] = ev.Object
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rvS != rvM {
+		t.Errorf("the two tables listed at %d and %d: not one snapshot", rvS, rvM)
+	}
+	ws, err := structs.Watch(ctx, rvS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Stop()
+	wm, err := maps.Watch(ctx, rvM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wm.Stop()
+	write(t, conn, "INSERT INTO types VALUES "+fmt.Sprintf(typesValues, 2))
+	write(t, conn, "INSERT INTO types (id) VALUES (4)")
+
+	streamS := map[string]typesRow{}
+	for len(streamS) < 2 {
+		evs, err := ws.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range evs {
+			if ev.Err != nil && ev.Key == "2" {
+				t.Errorf("stream struct: %v", ev.Err)
+			}
+			if ev.Type == core.Added {
+				streamS[ev.Key] = ev.Object
+			}
+		}
+	}
+	streamM := map[string]map[string]any{}
+	for len(streamM) < 2 {
+		evs, err := wm.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range evs {
+			if ev.Err != nil {
+				t.Errorf("stream map: %v", ev.Err)
+			}
+			if ev.Type == core.Added {
+				streamM[ev.Key] = ev.Object
+			}
+		}
+	}
+	for i, pair := range [][2]string{{"1", "2"}, {"3", "4"}} {
+		a, b := listS[pair[0]], streamS[pair[1]]
+		b.ID = a.ID
+		if i == 0 && !reflect.DeepEqual(a, b) {
+			t.Errorf("struct from snapshot and stream differ:\nsnapshot %#v\nstream   %#v", a, b)
+		}
+		am, bm := listM[pair[0]], streamM[pair[1]]
+		if am == nil || bm == nil {
+			t.Fatalf("map rows missing: %v %v", am, bm)
+		}
+		bm["id"] = am["id"]
+		if !reflect.DeepEqual(am, bm) {
+			t.Errorf("map from snapshot and stream differ:\nsnapshot %#v\nstream   %#v", am, bm)
+		}
+	}
+	// Spot checks that the values are the right ones, not just equal.
+	r := listS["1"]
+	if r.I8 != 9007199254740993 || r.T != `héllo 'quoted' \ back` || r.M != "happy" || !reflect.DeepEqual(r.AM, []string{"sad", "happy"}) ||
+		!reflect.DeepEqual(r.By, []byte{0, 0xff, 0x10}) || r.TSTZ.UTC() != time.Date(2024, 2, 29, 11, 14, 15, 123456000, time.UTC) || r.AI[1].Valid {
+		t.Errorf("decoded values wrong: %#v", r)
+	}
+	if v, _ := r.Num.Value(); v != "12345678901234567890.000123" {
+		t.Errorf("numeric = %v", v)
+	}
+	m := listM["1"]
+	if m["m"] != "happy" || !reflect.DeepEqual(m["am"], []any{"sad", "happy"}) {
+		t.Errorf("map enum values: %#v %#v", m["m"], m["am"])
+	}
+	if r.Nul != nil || r.NulT != nil {
+		t.Errorf("NULLs decoded into pointers as %v %v", r.Nul, r.NulT)
+	}
+	n := listM["3"]
+	for k, v := range n {
+		if k != "id" && v != nil {
+			t.Errorf("NULL column %q decoded to %#v", k, v)
+		}
+	}
+}
+
+// TestSeveralTablesOneSlot: two tables of different types on one Source
+// share one slot and one walsender; both caches follow their tables.
+func TestSeveralTablesOneSlot(t *testing.T) {
+	pg := harness.StartPostgres(t)
+	pg.Exec(t, `CREATE TABLE a (id bigint PRIMARY KEY, v text); CREATE TABLE b (id bigint PRIMARY KEY, v text, extra int);
+		INSERT INTO a VALUES (1, 'a1'); INSERT INTO b VALUES (1, 'b1', 7)`)
+	conn := pg.Conn(t)
+	src := newSource(t, pg, postgres.Config{})
+	ta := newTable[kv](t, src, "a")
+	tb := newTable[map[string]any](t, src, "b")
+	infA, _ := informer[kv](t, ta, nil)
+	infB, _ := informer[map[string]any](t, tb, nil)
+	write(t, conn, "INSERT INTO a VALUES (2, 'a2')")
+	rv := write(t, conn, "BEGIN; UPDATE b SET v = 'b1x'; INSERT INTO a VALUES (3, 'a3'); COMMIT")
+	waitFor(t, infA, rv)
+	waitFor(t, infB, rv)
+	if err := cacheMatches(t, conn, "a", infA); err != nil {
+		t.Error(err)
+	}
+	if got, _ := infB.Lister().Get("1"); got["v"] != "b1x" || got["extra"] != int32(7) {
+		t.Errorf("b/1 = %#v", got)
+	}
+	var slots, senders int
+	if err := conn.QueryRow(ctxFor(t), "SELECT (SELECT count(*) FROM pg_replication_slots), (SELECT count(*) FROM pg_stat_replication)").Scan(&slots, &senders); err != nil {
+		t.Fatal(err)
+	}
+	if slots != 1 || senders != 1 {
+		t.Errorf("%d slots and %d walsenders for one source with two tables, want 1 and 1", slots, senders)
+	}
+	// WaitFor a version that touched neither table returns too.
+	pg.Exec(t, "CREATE TABLE other (id int PRIMARY KEY)")
+	rv = write(t, conn, "INSERT INTO other VALUES (1)")
+	waitFor(t, infA, rv)
+	waitFor(t, infB, rv)
+}
+
+// TestWritersDuringInitialList: writers insert, update and delete while the
+// informer lists; afterwards the cache equals the table and every handler
+// saw each key's versions once, in commit order.
+func TestWritersDuringInitialList(t *testing.T) {
+	pg := harness.StartPostgres(t)
+	pg.Exec(t, `CREATE TABLE kv (id bigint PRIMARY KEY, v text);
+		INSERT INTO kv SELECT g, '0' FROM generate_series(1, 20000) g`)
+	src := newSource(t, pg, postgres.Config{})
+	tbl := newTable[kv](t, src, "kv")
+	ctx, cancel := context.WithCancel(ctxFor(t))
+	var wg sync.WaitGroup
+	var lastMu sync.Mutex
+	var last core.ResourceVersion
+	for w := range 3 {
+		conn := pg.Conn(t)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := 1; ctx.Err() == nil; n++ {
+				id := int64(w*1000 + n%50 + 1)
+				sql := "UPDATE kv SET v = $2 WHERE id = $1"
+				if n%7 == 0 {
+					sql = "DELETE FROM kv WHERE id = $1 AND $2::text IS NOT NULL"
+				} else if n%7 == 1 {
+					sql = "INSERT INTO kv VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET v = EXCLUDED.v"
+				}
+				if _, err := conn.Exec(context.Background(), sql, id, fmt.Sprint(n)); err != nil {
+					t.Errorf("writer: %v", err)
+					return
+				}
+				lastMu.Lock()
+				last = max(last, currentLSN(t, conn))
+				lastMu.Unlock()
+			}
+		}()
+	}
+	var seenMu sync.Mutex
+	seen := map[string][]string{}
+	note := func(key, v string) {
+		seenMu.Lock()
+		seen[key] = append(seen[key], v)
+		seenMu.Unlock()
+	}
+	time.Sleep(200 * time.Millisecond) // let the writers get going before the list
+	inf, _ := informer[kv](t, tbl, core.ResourceEventHandlerFuncs[kv]{
+		AddFunc:    func(key string, o kv, _ bool) { note(key, o.V) },
+		UpdateFunc: func(key string, _, o kv) { note(key, o.V) },
+		DeleteFunc: func(key string, _ kv, _ bool) { note(key, "deleted") },
+	})
+	time.Sleep(500 * time.Millisecond)
+	cancel()
+	wg.Wait()
+	waitFor(t, inf, last)
+	if err := cacheMatches(t, pg.Conn(t), "kv", inf); err != nil {
+		t.Fatal(err)
+	}
+	seenMu.Lock()
+	defer seenMu.Unlock()
+	for key, vs := range seen {
+		prev := -1
+		for _, v := range vs {
+			if v == "deleted" {
+				continue
+			}
+			var n int
+			fmt.Sscan(v, &n)
+			if n != 0 && n <= prev {
+				t.Errorf("key %s: versions %v not strictly increasing (repeated or out of order)", key, vs)
+				break
+			}
+			prev = n
+		}
+	}
+}
+
+func TestMain(m *testing.M) {
+	m.Run()
+}
+
