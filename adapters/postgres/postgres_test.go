@@ -34,29 +34,29 @@ const typesValues = `(%d, -12, 123456, 9007199254740993,
 	'{1,NULL,3}', '{"a b","c,d",NULL}', 'happy', '{sad,happy}')`
 
 type typesRow struct {
-	ID   int32            `db:"id"`
-	I2   int16            `db:"i2"`
-	I4   int32            `db:"i4"`
-	I8   int64            `db:"i8"`
-	Num  pgtype.Numeric   `db:"num"`
-	F4   float32          `db:"f4"`
-	F8   float64          `db:"f8"`
-	T    string           `db:"t"`
-	VC   string           `db:"vc"`
-	B    bool             `db:"b"`
-	TSTZ time.Time        `db:"tstz"`
-	TS   time.Time        `db:"ts"`
-	D    time.Time        `db:"d"`
-	U    pgtype.UUID      `db:"u"`
-	J    map[string]any   `db:"j"`
-	JB   map[string]any   `db:"jb"`
-	By   []byte           `db:"by"`
-	AI   []pgtype.Int4    `db:"ai"`
-	AT   []pgtype.Text    `db:"at"`
-	M    string           `db:"m"`
-	AM   []string         `db:"am"`
-	Nul  *int32           `db:"nul"`
-	NulT *string          `db:"nult"`
+	ID   int32          `db:"id"`
+	I2   int16          `db:"i2"`
+	I4   int32          `db:"i4"`
+	I8   int64          `db:"i8"`
+	Num  pgtype.Numeric `db:"num"`
+	F4   float32        `db:"f4"`
+	F8   float64        `db:"f8"`
+	T    string         `db:"t"`
+	VC   string         `db:"vc"`
+	B    bool           `db:"b"`
+	TSTZ time.Time      `db:"tstz"`
+	TS   time.Time      `db:"ts"`
+	D    time.Time      `db:"d"`
+	U    pgtype.UUID    `db:"u"`
+	J    map[string]any `db:"j"`
+	JB   map[string]any `db:"jb"`
+	By   []byte         `db:"by"`
+	AI   []pgtype.Int4  `db:"ai"`
+	AT   []pgtype.Text  `db:"at"`
+	M    string         `db:"m"`
+	AM   []string       `db:"am"`
+	Nul  *int32         `db:"nul"`
+	NulT *string        `db:"nult"`
 }
 
 // TestTypesRoundTrip: a row read by the snapshot and the same values from
@@ -293,4 +293,3 @@ func TestWritersDuringInitialList(t *testing.T) {
 func TestMain(m *testing.M) {
 	m.Run()
 }
-

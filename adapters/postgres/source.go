@@ -73,8 +73,8 @@ type Source struct {
 	mu          sync.Mutex
 	tables      []*tableState
 	byOID       map[uint32][]*tableState // a table may be registered more than once, with different types
-	types       []*pgtype.Type // derived types (enums, their arrays) the tables use
-	frozen      bool           // a List happened: the table set is fixed
+	types       []*pgtype.Type           // derived types (enums, their arrays) the tables use
+	frozen      bool                     // a List happened: the table set is fixed
 	sess        *session
 	gen         uint64 // stream generation; bumps at every stream start or failure
 	streamErr   error  // why the current generation's stream ended; nil while it runs
