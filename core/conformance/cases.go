@@ -523,7 +523,7 @@ func (e *env[T]) checkGoroutines(before map[string]string) {
 	for {
 		var extra []string
 		for id, stack := range goroutines() {
-			if _, ok := before[id]; !ok {
+			if _, ok := before[id]; !ok && !e.ignoredGoroutine(stack) {
 				extra = append(extra, stack)
 			}
 		}
@@ -537,6 +537,15 @@ func (e *env[T]) checkGoroutines(before map[string]string) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+func (e *env[T]) ignoredGoroutine(stack string) bool {
+	for _, s := range e.caps.IgnoreGoroutines {
+		if s != "" && strings.Contains(stack, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // goroutines returns the stack of every goroutine by its ID.

@@ -80,6 +80,12 @@ type Capabilities struct {
 	// false when the client keeps connection goroutines alive between
 	// watches.
 	StrictGoroutines bool
+	// IgnoreGoroutines lists substrings of goroutine stacks that the
+	// StrictGoroutines check does not count, such as the package path of
+	// a server embedded in the test process
+	// ("go.etcd.io/etcd/server/v3"), whose goroutines are not the
+	// adapter's.
+	IgnoreGoroutines []string
 	// Timeout bounds each wait for the source: one List, one write, the
 	// next expected event, Next returning after a cancel. It is a deadline
 	// for a wedged source, not a performance target. Zero means 30s.

@@ -438,6 +438,20 @@ func TestSuiteRejectsEventErrors(t *testing.T) {
 	}
 }
 
+// A leak the source declares as not its own is not reported.
+func TestIgnoreGoroutines(t *testing.T) {
+	i := slices.IndexFunc(cases[obj](), func(c testCase[obj]) bool { return c.name == "Stop" })
+	s := memory.New[obj](memory.Options{})
+	lw := &brokenLW{s: s, leak: make(chan struct{})}
+	defer close(lw.leak)
+	caps := controlCaps
+	caps.Timeout = 2 * time.Second // only reached if the filter fails
+	caps.IgnoreGoroutines = []string{"conformance.(*brokenLW).Watch"}
+	if rec := runRecorded(caps, memSource{s: s, lw: lw}, cases[obj]()[i]); rec.Failed() {
+		t.Errorf("an ignored goroutine was reported: %s", strings.Join(rec.errs, "; "))
+	}
+}
+
 // prefixLW reports every key with a namespace-like prefix, as the
 // Kubernetes adapter reports "namespace/name".
 type prefixLW struct{ s *memory.Source[obj] }
