@@ -315,6 +315,9 @@ func (q *Queue[K]) shutDownLocked() {
 	if q.shuttingDown {
 		return
 	}
+	// Items whose time has already come count as queued: they are handed
+	// out (and drained) like the rest; only the future ones are dropped.
+	q.promoteLocked()
 	q.shuttingDown = true
 	close(q.stop)
 	for _, e := range q.waiting {
