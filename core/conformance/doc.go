@@ -20,6 +20,28 @@
 // can write several keys in one transaction, whose events must then share
 // one RV and arrive in one batch.
 //
+// The cases, each a subtest of Run:
+//
+//   - ListEmpty, ListAfterWrites, ListMany: List returns exactly the live
+//     keys at their latest versions, and its RV is where the watch of what
+//     follows starts.
+//   - ListEmitError: List stops at, and returns, the first Emit error.
+//   - ListConsistentUnderWrites: Lists taken while writers run are
+//     snapshots at their RV; list plus watch folds to the final state.
+//   - WatchFromList, WatchFromMiddle, WatchLive, Deletes: Watch(from)
+//     delivers exactly the writes after from, with the right types, keys,
+//     versions and RVs, and the delete's last object when promised.
+//   - Resume: a watch reopened from the last RV of a batch continues.
+//   - Transaction: a transaction's events share an RV and one batch.
+//   - Expired: Watch from before Source.Expire yields core.ErrExpired.
+//   - Bookmark: PutUnwatched's RV is reached by a Bookmark.
+//   - CancelWatchContext, CancelNextContext, Stop: a watch ends promptly
+//     and, with StrictGoroutines, leaves no goroutine.
+//
+// Every watch is also checked batch by batch: no empty batch, RVs strictly
+// after from and after every earlier batch or Bookmark, non-decreasing
+// within a batch, no Err on any event.
+//
 // The suite writes only keys made of lowercase ASCII letters, digits and
 // '-', which every source accepts as a key suffix, primary key, KV key or
 // object name. It never asserts how long anything takes: every wait has a
