@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"slices"
@@ -101,6 +102,8 @@ type brokenLW struct {
 	emptyFirst bool
 	// split returns one event per Next, splitting transactions.
 	split bool
+	// progressErr, when set, is RequestProgress's answer.
+	progressErr error
 }
 
 type watchState struct {
@@ -177,6 +180,9 @@ func (w *brokenWatcher) Stop() {
 func (w *brokenWatcher) RequestProgress(ctx context.Context) error {
 	if w.b.noProgress {
 		return nil
+	}
+	if w.b.progressErr != nil {
+		return w.b.progressErr
 	}
 	return w.w.(core.ProgressRequester).RequestProgress(ctx)
 }
@@ -435,6 +441,30 @@ func TestSuiteRejectsEventErrors(t *testing.T) {
 	c := cases[obj]()[slices.IndexFunc(cases[obj](), func(c testCase[obj]) bool { return c.name == "WatchLive" })]
 	if rec := runRecorded(controlCaps, memSource{s: s, lw: lw}, c); !rec.Failed() {
 		t.Errorf("events with Err set passed WatchLive")
+	}
+}
+
+// noUnwatched is a source with no place outside the watched set.
+type noUnwatched struct{ memSource }
+
+func (noUnwatched) PutUnwatched(context.Context) (core.ResourceVersion, error) {
+	return 0, ErrNotSupported
+}
+
+// A source that can neither write elsewhere nor answer progress requests
+// passes the Bookmark case with a log line; one that can write elsewhere
+// but never sends a bookmark fails it.
+func TestBookmarkWithoutProgress(t *testing.T) {
+	i := slices.IndexFunc(cases[obj](), func(c testCase[obj]) bool { return c.name == "Bookmark" })
+	s := memory.New[obj](memory.Options{})
+	lw := &brokenLW{s: s, progressErr: fmt.Errorf("no progress on this server: %w", errors.ErrUnsupported)}
+	if rec := runRecorded(controlCaps, noUnwatched{memSource{s: s, lw: lw}}, cases[obj]()[i]); rec.Failed() {
+		t.Errorf("a source with neither PutUnwatched nor progress failed: %s", strings.Join(rec.errs, "; "))
+	}
+	s = memory.New[obj](memory.Options{})
+	lw = &brokenLW{s: s, progressErr: errors.ErrUnsupported}
+	if rec := runRecorded(selfCaps, memSource{s: s, lw: lw}, cases[obj]()[i]); !rec.Failed() {
+		t.Errorf("a source that never sends a bookmark after PutUnwatched passed")
 	}
 }
 
