@@ -62,3 +62,12 @@ func TestConformanceSmallBatches(t *testing.T) {
 		return confSource{memory.New[obj](memory.Options{MaxBatch: 1})}
 	})
 }
+
+// Deletes without the last object must still pass with the matching
+// capability: the key alone is what the contract requires.
+func TestConformanceDeletesWithoutObject(t *testing.T) {
+	caps := conformance.Capabilities{DistinguishesUpdate: true, ExactWriteRV: true}
+	conformance.Run(t, caps, func(t *testing.T) conformance.Source[obj] {
+		return confSource{memory.New[obj](memory.Options{DeletesWithoutObject: true})}
+	})
+}
