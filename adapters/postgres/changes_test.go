@@ -1,0 +1,270 @@
+package postgres_test
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/dbinformer/dbinformer/adapters/postgres"
+	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/integration/harness"
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+)
+
+type toastRow struct {
+	ID  int    `db:"id"`
+	Big string `db:"big"`
+	N   int    `db:"n"`
+}
+
+// TestToastUnchanged: a >8 kB text stored out of line, then an update of
+// another column: the cached big value stays, for a row from the snapshot
+// and a row from the stream, under DEFAULT and FULL identity.
+func TestToastUnchanged(t *testing.T) {
+	pg := harness.StartPostgres(t)
+	// STORAGE EXTERNAL: stored out of line, uncompressed, once the row
+	// exceeds the TOAST threshold (about 2 kB).
+	pg.Exec(t, `CREATE TABLE toast_d (id int PRIMARY KEY, big text, n int);
+		CREATE TABLE toast_f (id int PRIMARY KEY, big text, n int);
+		ALTER TABLE toast_d ALTER COLUMN big SET STORAGE EXTERNAL;
+		ALTER TABLE toast_f ALTER COLUMN big SET STORAGE EXTERNAL;
+		ALTER TABLE toast_f REPLICA IDENTITY FULL;
+		INSERT INTO toast_d SELECT 1, string_agg(md5(random()::text), ''), 0 FROM generate_series(1, 400);
+		INSERT INTO toast_f SELECT * FROM toast_d`)
+	conn := pg.Conn(t)
+	src := newSource(t, pg, postgres.Config{})
+	tD, tF := newTable[toastRow](t, src, "toast_d"), newTable[toastRow](t, src, "toast_f")
+	infD, recD := informer[toastRow](t, tD, nil)
+	infF, recF := informer[toastRow](t, tF, nil)
+	write(t, conn, `INSERT INTO toast_d SELECT 2, string_agg(md5(random()::text), ''), 0 FROM generate_series(1, 400);
+		INSERT INTO toast_f SELECT * FROM toast_d WHERE id = 2`)
+	rv := write(t, conn, "UPDATE toast_d SET n = n + 1; UPDATE toast_f SET n = n + 1")
+	rv2 := write(t, conn, "UPDATE toast_d SET n = n + 1; UPDATE toast_f SET n = n + 1")
+	var toastSize int64
+	if err := conn.QueryRow(ctxFor(t), "SELECT pg_relation_size(reltoastrelid) FROM pg_class WHERE oid = 'toast_d'::regclass").Scan(&toastSize); err != nil {
+		t.Fatal(err)
+	}
+	if toastSize < 16000 {
+		t.Fatalf("TOAST table of toast_d holds %d bytes: the big values are not stored out of line as the test needs", toastSize)
+	}
+	for _, c := range []struct {
+		inf *core.SharedIndexInformer[toastRow]
+		rec *recorder[toastRow]
+		tbl string
+	}{{infD, recD, "toast_d"}, {infF, recF, "toast_f"}} {
+		waitFor(t, c.inf, max(rv, rv2))
+		for _, id := range []int{1, 2} {
+			var big string
+			if err := conn.QueryRow(ctxFor(t), "SELECT big FROM "+c.tbl+" WHERE id = $1", id).Scan(&big); err != nil {
+				t.Fatal(err)
+			}
+			got, ok := c.inf.Lister().Get(fmt.Sprint(id))
+			if !ok || got.N != 2 || got.Big != big || len(big) < 8000 {
+				t.Errorf("%s/%d: cached n=%d len(big)=%d, want n=2 and the %d-byte value", c.tbl, id, got.N, len(got.Big), len(big))
+			}
+		}
+		c.rec.mu.Lock()
+		for _, err := range c.rec.errs {
+			t.Errorf("%s: informer error: %v", c.tbl, err)
+		}
+		c.rec.mu.Unlock()
+	}
+}
+
+// TestTruncateAlterCompositeKey: TRUNCATE empties the cache; ALTER TABLE
+// ADD COLUMN shows up in the map form; composite keys with '/' in them;
+// a primary-key update moves the object.
+func TestTruncateAlterCompositeKey(t *testing.T) {
+	pg := harness.StartPostgres(t)
+	pg.Exec(t, `CREATE TABLE ck (a int, b text, v text, PRIMARY KEY (a, b));
+		INSERT INTO ck VALUES (1, 'x/y', 'one'), (1, 'x', 'two'), (2, 'a\b', 'three')`)
+	conn := pg.Conn(t)
+	src := newSource(t, pg, postgres.Config{})
+	var mu sync.Mutex
+	var deleted []string
+	inf, _ := informer[map[string]any](t, newTable[map[string]any](t, src, "ck"), core.ResourceEventHandlerFuncs[map[string]any]{
+		DeleteFunc: func(key string, _ map[string]any, _ bool) {
+			mu.Lock()
+			deleted = append(deleted, key)
+			mu.Unlock()
+		},
+	})
+	keys := inf.Indexer().ListKeys()
+	want := map[string]bool{`1/x\/y`: true, `1/x`: true, `2/a\\b`: true}
+	if len(keys) != 3 {
+		t.Fatalf("keys %q", keys)
+	}
+	for _, k := range keys {
+		if !want[k] {
+			t.Errorf("unexpected key %q (want one of %v)", k, want)
+		}
+	}
+	rv := write(t, conn, "UPDATE ck SET b = 'moved' WHERE a = 1 AND b = 'x'")
+	waitFor(t, inf, rv)
+	if _, ok := inf.Lister().Get("1/x"); ok {
+		t.Error("old key 1/x still cached after a primary-key update")
+	}
+	if got, ok := inf.Lister().Get("1/moved"); !ok || got["v"] != "two" {
+		t.Errorf("new key 1/moved = %v, %v", got, ok)
+	}
+	write(t, conn, "ALTER TABLE ck ADD COLUMN extra int DEFAULT 5")
+	rv = write(t, conn, "UPDATE ck SET v = 'three!' WHERE a = 2")
+	waitFor(t, inf, rv)
+	if got, _ := inf.Lister().Get(`2/a\\b`); got["extra"] != int32(5) || got["v"] != "three!" {
+		t.Errorf("after ADD COLUMN: %v", got)
+	}
+	rv = write(t, conn, "TRUNCATE ck")
+	waitFor(t, inf, rv)
+	if n := inf.Indexer().Len(); n != 0 {
+		t.Errorf("cache holds %d objects after TRUNCATE", n)
+	}
+	mu.Lock()
+	if len(deleted) < 3 {
+		t.Errorf("handlers saw deletes %q, want every key of the truncated table", deleted)
+	}
+	mu.Unlock()
+	rv = write(t, conn, "INSERT INTO ck VALUES (9, 'z', 'after')")
+	waitFor(t, inf, rv)
+	if inf.Indexer().Len() != 1 {
+		t.Errorf("after TRUNCATE and INSERT the cache has %d objects", inf.Indexer().Len())
+	}
+}
+
+// TestLargeTransaction: one transaction of 100k rows arrives whole.
+func TestLargeTransaction(t *testing.T) {
+	pg := harness.StartPostgres(t)
+	pg.Exec(t, `CREATE TABLE kv (id bigint PRIMARY KEY, v text)`)
+	conn := pg.Conn(t)
+	src := newSource(t, pg, postgres.Config{})
+	var mu sync.Mutex
+	batches := 0
+	inf, _ := informer[kv](t, newTable[kv](t, src, "kv"), core.ResourceEventHandlerFuncs[kv]{
+		AddFunc: func(string, kv, bool) { mu.Lock(); batches++; mu.Unlock() },
+	})
+	rv := write(t, conn, "INSERT INTO kv SELECT g, 'v' || g FROM generate_series(1, 100000) g")
+	waitFor(t, inf, rv)
+	if n := inf.Indexer().Len(); n != 100000 {
+		t.Fatalf("cache has %d rows, want 100000", n)
+	}
+	if got, _ := inf.Lister().Get("77777"); got.V != "v77777" {
+		t.Errorf("row 77777 = %+v", got)
+	}
+	rv = write(t, conn, "UPDATE kv SET v = 'u' WHERE id <= 100000")
+	waitFor(t, inf, rv)
+	if got, _ := inf.Lister().Get("100000"); got.V != "u" {
+		t.Errorf("row 100000 after the big update = %+v", got)
+	}
+}
+
+// TestConfirmedFlushAdvancesOnUnwatchedWrites: the slot's confirmed
+// position follows writes to a table the source does not watch, so WAL
+// does not pile up.
+func TestConfirmedFlushAdvancesOnUnwatchedWrites(t *testing.T) {
+	pg := harness.StartPostgres(t)
+	pg.Exec(t, `CREATE TABLE kv (id bigint PRIMARY KEY, v text); CREATE TABLE noise (id serial PRIMARY KEY, v text)`)
+	conn := pg.Conn(t)
+	src := newSource(t, pg, postgres.Config{})
+	informer[kv](t, newTable[kv](t, src, "kv"), nil)
+	var target core.ResourceVersion
+	for range 20 {
+		target = write(t, conn, "INSERT INTO noise (v) SELECT 'x' FROM generate_series(1, 100)")
+	}
+	eventually(t, "confirmed_flush_lsn reaches the last unwatched write", func() error {
+		var lsn pglogrepl.LSN
+		if err := conn.QueryRow(ctxFor(t), "SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = $1", src.SlotName()).Scan(&lsn); err != nil {
+			return err
+		}
+		if core.ResourceVersion(lsn) < target {
+			return fmt.Errorf("confirmed_flush_lsn %s < %s", lsn, pglogrepl.LSN(target))
+		}
+		return nil
+	})
+}
+
+// TestFailFast: each misconfiguration is refused at start with a message
+// that says what to change, and never shows the password.
+func TestFailFast(t *testing.T) {
+	pg := harness.StartPostgres(t)
+	pg.Exec(t, `CREATE TABLE nopk (id int, v text);
+		CREATE TABLE kv (id bigint PRIMARY KEY, v text);
+		CREATE TABLE secret (id int PRIMARY KEY)`)
+	ctx := ctxFor(t)
+	check := func(name string, err error, want string) {
+		t.Helper()
+		if err == nil {
+			t.Errorf("%s: no error, want one containing %q", name, want)
+			return
+		}
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: error %q does not say %q", name, err, want)
+		}
+		if strings.Contains(err.Error(), pg.Password) {
+			t.Errorf("%s: error shows the password: %q", name, err)
+		}
+		t.Logf("%s: %v", name, err)
+	}
+	src := newSource(t, pg, postgres.Config{})
+	_, err := postgres.NewTable[kv](ctx, src, "", "missing")
+	check("unknown table", err, "does not exist")
+	_, err = postgres.NewTable[kv](ctx, src, "", "nopk")
+	check("no primary key", err, "no primary key")
+	type wrong struct {
+		ID int64 `db:"id"`
+		V  int   `db:"v"`
+	}
+	_, err = postgres.NewTable[wrong](ctx, src, "", "kv")
+	check("column type without mapping", err, `column "v" of type text cannot be decoded into field V (int)`)
+	type extra struct {
+		ID    int64 `db:"id"`
+		Other string
+	}
+	_, err = postgres.NewTable[extra](ctx, src, "", "kv")
+	check("field without column", err, "no column for field Other")
+
+	noRepl := pg.CreateRole(t, "norepl", "NOREPLICATION")
+	_, err = postgres.NewSource(ctx, postgres.Config{ConnString: noRepl})
+	check("role without REPLICATION", err, "REPLICATION")
+
+	repl := pg.CreateRole(t, "repl_noselect", "REPLICATION")
+	rsrc, err := postgres.NewSource(ctx, postgres.Config{ConnString: repl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rsrc.Close()
+	_, err = postgres.NewTable[kv](ctx, rsrc, "", "secret")
+	check("no SELECT", err, "GRANT SELECT")
+
+	bad := strings.Replace(pg.ConnString(), pg.Password, pg.Password+"x", 1)
+	_, err = postgres.NewSource(ctx, postgres.Config{ConnString: bad})
+	check("wrong password", err, "password authentication failed")
+	_, err = postgres.NewSource(ctx, postgres.Config{ConnString: "host=127.0.0.1 port=notaport password=" + pg.Password})
+	check("unparsable connection string", err, "cannot be parsed")
+
+	pg.Exec(t, "ALTER SYSTEM SET wal_level = replica")
+	pg.Restart(t, "fast")
+	_, err = postgres.NewSource(ctx, postgres.Config{ConnString: pg.ConnString()})
+	check("wal_level", err, "wal_level = logical")
+}
+
+// TestQuotedTableName: a table whose name holds a quote, a semicolon and a
+// space is quoted everywhere (publication, List, stream).
+func TestQuotedTableName(t *testing.T) {
+	pg := harness.StartPostgres(t)
+	name := `we"ird; DROP TABLE kv; --'`
+	pg.Exec(t, `CREATE TABLE kv (id bigint PRIMARY KEY, v text); CREATE TABLE `+pgx.Identifier{name}.Sanitize()+` (id bigint PRIMARY KEY, v text);
+		INSERT INTO `+pgx.Identifier{name}.Sanitize()+` VALUES (1, 'one')`)
+	conn := pg.Conn(t)
+	src := newSource(t, pg, postgres.Config{Publication: `pub"; x`, Slot: "slot_ok"})
+	inf, _ := informer[kv](t, newTable[kv](t, src, name), nil)
+	rv := write(t, conn, `INSERT INTO `+pgx.Identifier{name}.Sanitize()+` VALUES (2, 'two')`)
+	waitFor(t, inf, rv)
+	if err := cacheMatches(t, conn, name, inf); err != nil {
+		t.Error(err)
+	}
+	var n int
+	if err := conn.QueryRow(ctxFor(t), "SELECT count(*) FROM kv").Scan(&n); err != nil {
+		t.Fatalf("table kv damaged: %v", err)
+	}
+}
