@@ -27,7 +27,6 @@ const EtcdProgressNotifyInterval = time.Second
 // listening on 127.0.0.1 on ports picked at start, with its data in a temp
 // dir. It is stopped when the test ends.
 type Etcd struct {
-	tb     testing.TB
 	dir    string
 	log    *LogBuffer
 	zlog   *zap.Logger
@@ -35,6 +34,15 @@ type Etcd struct {
 	peer   url.URL
 	mu     sync.Mutex
 	server *embed.Etcd // nil while stopped
+	opts   EtcdOptions
+}
+
+// EtcdOptions adjusts the embedded etcd. The zero value means defaults.
+type EtcdOptions struct {
+	// ProgressNotifyInterval overrides EtcdProgressNotifyInterval, e.g. to
+	// make sure that a test's bookmark came from a progress request and
+	// not from the periodic notification.
+	ProgressNotifyInterval time.Duration
 }
 
 // StartEtcd starts an embedded etcd and stops it at the end of the test.
@@ -42,7 +50,13 @@ type Etcd struct {
 // test failure (never a skip).
 func StartEtcd(tb testing.TB) *Etcd {
 	tb.Helper()
-	e, err := startEtcd(tb.TempDir(), NewLogBuffer(tb, "etcd"))
+	return StartEtcdWith(tb, EtcdOptions{})
+}
+
+// StartEtcdWith is StartEtcd with options.
+func StartEtcdWith(tb testing.TB, opts EtcdOptions) *Etcd {
+	tb.Helper()
+	e, err := startEtcd(tb.TempDir(), NewLogBuffer(tb, "etcd"), opts)
 	if err != nil {
 		tb.Fatalf("harness: start embedded etcd: %v", err)
 	}
@@ -55,11 +69,11 @@ func StartEtcd(tb testing.TB) *Etcd {
 // caller calls Close and removes dir. The log is kept in memory and
 // returned by Log.
 func StartEtcdMain(dir string) (*Etcd, error) {
-	return startEtcd(dir, &LogBuffer{name: "etcd"})
+	return startEtcd(dir, &LogBuffer{name: "etcd"}, EtcdOptions{})
 }
 
-func startEtcd(dir string, log *LogBuffer) (*Etcd, error) {
-	e := &Etcd{dir: dir, log: log}
+func startEtcd(dir string, log *LogBuffer, opts EtcdOptions) (*Etcd, error) {
+	e := &Etcd{dir: dir, log: log, opts: opts}
 	e.zlog = zap.New(zapcore.NewCore(
 		zapcore.NewConsoleEncoder(zap.NewDevelopmentEncoderConfig()),
 		zapcore.AddSync(e.log),
@@ -123,6 +137,9 @@ func (e *Etcd) config() *embed.Config {
 	cfg.AutoCompactionRetention = "0"
 	cfg.UnsafeNoFsync = true
 	cfg.WatchProgressNotifyInterval = EtcdProgressNotifyInterval
+	if e.opts.ProgressNotifyInterval > 0 {
+		cfg.WatchProgressNotifyInterval = e.opts.ProgressNotifyInterval
+	}
 	return cfg
 }
 
