@@ -578,3 +578,22 @@ func TestInexactWriteRV(t *testing.T) {
 		}
 	}
 }
+
+// With DistinguishesUpdate false, a source that reports every put as Added
+// (a NATS KV message does not say whether the key existed) passes.
+func TestPutsAllAdded(t *testing.T) {
+	caps := controlCaps
+	caps.DistinguishesUpdate = false
+	for _, c := range cases[obj]() {
+		s := memory.New[obj](memory.Options{})
+		lw := &brokenLW{s: s, batch: eachChange(func(_ *watchState, ev core.Event[obj]) []core.Event[obj] {
+			if ev.Type == core.Modified {
+				ev.Type = core.Added
+			}
+			return []core.Event[obj]{ev}
+		})}
+		if rec := runRecorded(caps, memSource{s: s, lw: lw}, c); rec.Failed() {
+			t.Errorf("case %s: %s", c.name, strings.Join(rec.errs, "; "))
+		}
+	}
+}
