@@ -81,6 +81,7 @@ type Source struct {
 	pos         core.ResourceVersion
 	lastTxn     core.ResourceVersion
 	progressReq bool
+	resumable   bool // a permanent slot's stream ended: resume it, keep the tables
 	closed      bool
 	changed     chan struct{} // closed and replaced whenever buffers or pos change
 }
@@ -486,28 +487,24 @@ func (s *Source) ensureStreaming(ctx context.Context) error {
 	s.setupMu.Lock()
 	defer s.setupMu.Unlock()
 	s.mu.Lock()
-	sess, closed, failed := s.sess, s.closed, s.streamErr
+	sess, closed, resumable := s.sess, s.closed, s.resumable
 	s.mu.Unlock()
 	if closed {
 		return errors.New("postgres: source closed")
 	}
 	if sess == nil {
+		if resumable {
+			return s.resume(ctx)
+		}
 		return fmt.Errorf("postgres %s: no replication slot: %w", s.where(), core.ErrExpired)
 	}
-	if !sess.streaming {
-		return s.startStream(ctx, sess)
-	}
-	select {
-	case <-sess.done:
-	default:
-		return nil // running
-	}
-	// The stream ended. A permanent slot resumes on a new connection.
-	_ = failed
-	s.endSession(sess)
-	s.mu.Lock()
-	s.sess = nil
-	s.mu.Unlock()
+	return s.startStream(ctx, sess)
+}
+
+// resume restarts the stream of a permanent slot after its connection
+// ended, from the confirmed position, keeping every table's state. Called
+// with setupMu held.
+func (s *Source) resume(ctx context.Context) error {
 	conn, err := s.connect(ctx)
 	if err != nil {
 		return err
@@ -516,10 +513,12 @@ func (s *Source) ensureStreaming(ctx context.Context) error {
 	err = conn.QueryRow(ctx, "SELECT wal_status FROM pg_replication_slots WHERE slot_name = $1", s.slot).Scan(&walStatus)
 	conn.Close(context.Background())
 	if errors.Is(err, pgx.ErrNoRows) || err == nil && walStatus != nil && *walStatus == "lost" {
+		err := fmt.Errorf("postgres %s: replication slot %q is gone or lost its WAL: %w", s.where(), s.slot, core.ErrExpired)
 		s.mu.Lock()
-		s.failLocked(fmt.Errorf("postgres %s: replication slot %q is gone or lost its WAL: %w", s.where(), s.slot, core.ErrExpired), true)
+		s.resumable = false
+		s.failLocked(err, true)
 		s.mu.Unlock()
-		return fmt.Errorf("postgres %s: replication slot %q is gone or lost its WAL: %w", s.where(), s.slot, core.ErrExpired)
+		return err
 	}
 	if err != nil {
 		return s.wrap("look up replication slot", err)
@@ -531,15 +530,15 @@ func (s *Source) ensureStreaming(ctx context.Context) error {
 	ns := &session{repl: repl, listed: map[*tableState]bool{}}
 	s.mu.Lock()
 	ns.cp = s.pos
-	s.sess = ns
 	s.mu.Unlock()
 	if err := s.startStream(ctx, ns); err != nil {
-		s.mu.Lock()
-		s.sess = nil
-		s.mu.Unlock()
 		repl.Close(context.Background())
 		return err
 	}
+	s.mu.Lock()
+	s.sess, s.resumable = ns, false
+	s.mu.Unlock()
+	s.log.Info("replication stream resumed", "slot", s.slot)
 	return nil
 }
 
@@ -570,11 +569,14 @@ func (s *Source) stream(ctx context.Context, sess *session, gen uint64) {
 	temporary := !s.cfg.PermanentSlot
 	if temporary {
 		err = fmt.Errorf("postgres %s: replication stream of temporary slot %q ended (the server dropped the slot with its connection): %w: %w", s.where(), s.slot, core.ErrExpired, err)
-		s.sess = nil
-		go s.endSession(sess)
 	} else {
 		err = fmt.Errorf("postgres %s: replication stream of slot %q ended: %w", s.where(), s.slot, err)
+		s.resumable = true
 	}
+	if s.sess == sess {
+		s.sess = nil
+	}
+	go s.endSession(sess)
 	s.log.Warn("replication stream ended", "slot", s.slot, "err", err)
 	s.failLocked(err, temporary)
 }

@@ -489,8 +489,16 @@ func (t *Table[T]) List(ctx context.Context, opts core.ListOptions[T]) (core.Res
 		return 0, errors.New("postgres: source closed")
 	}
 	s.frozen = true
-	sess := s.sess
+	sess, resumable := s.sess, s.resumable
 	s.mu.Unlock()
+	if sess == nil && resumable {
+		if err := s.resume(ctx); err != nil && !errors.Is(err, core.ErrExpired) {
+			return 0, err
+		}
+		s.mu.Lock()
+		sess = s.sess
+		s.mu.Unlock()
+	}
 	if sess == nil {
 		var err error
 		sess, err = s.newSession(ctx)
