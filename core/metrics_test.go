@@ -1,0 +1,15 @@
+package core
+
+import "sync/atomic"
+
+type countingMetrics struct {
+	NoopMetrics
+	decode, panics, lists atomic.Int32
+	applied               atomic.Uint64
+}
+
+func (m *countingMetrics) InformerMetrics(string) InformerMetrics { return m }
+func (m *countingMetrics) DecodeFailed()                          { m.decode.Add(1) }
+func (m *countingMetrics) HandlerPanicked(string)                 { m.panics.Add(1) }
+func (m *countingMetrics) Listed(bool, int, error)                { m.lists.Add(1) }
+func (m *countingMetrics) Applied(rv ResourceVersion)             { m.applied.Store(uint64(rv)) }
