@@ -1,0 +1,458 @@
+package etcd_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	etcdinformer "github.com/dbinformer/dbinformer/adapters/etcd"
+	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/integration/harness"
+)
+
+// list collects a List into key -> event.
+func list[T any](t *testing.T, lw core.ListerWatcher[T]) (map[string]core.Event[T], core.ResourceVersion) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), converge)
+	defer cancel()
+	got := make(map[string]core.Event[T])
+	rv, err := lw.List(ctx, core.ListOptions[T]{Emit: func(ev core.Event[T]) error {
+		if _, dup := got[ev.Key]; dup {
+			t.Errorf("List emitted %q twice", ev.Key)
+		}
+		got[ev.Key] = ev
+		return nil
+	}})
+	if err != nil {
+		t.Fatalf("List: %v", err)
+	}
+	return got, rv
+}
+
+func keysOf[T any](m map[string]core.Event[T]) []string {
+	return slices.Sorted(maps.Keys(m))
+}
+
+// next returns the next batch with a deadline.
+func next[T any](t *testing.T, w core.Watcher[T]) []core.Event[T] {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), converge)
+	defer cancel()
+	b, err := w.Next(ctx)
+	if err != nil {
+		t.Fatalf("Next: %v", err)
+	}
+	return b
+}
+
+// nextChange skips bookmarks.
+func nextChange[T any](t *testing.T, w core.Watcher[T]) []core.Event[T] {
+	t.Helper()
+	for {
+		b := next(t, w)
+		if b[0].Type != core.Bookmark {
+			return b
+		}
+	}
+}
+
+func mustPut(t *testing.T, c *clientv3.Client, key, value string) core.ResourceVersion {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), converge)
+	defer cancel()
+	resp, err := c.Put(ctx, key, value)
+	if err != nil {
+		t.Fatalf("put %q: %v", key, err)
+	}
+	return core.ResourceVersion(resp.Header.Revision)
+}
+
+func mustDelete(t *testing.T, c *clientv3.Client, key string) core.ResourceVersion {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), converge)
+	defer cancel()
+	resp, err := c.Delete(ctx, key)
+	if err != nil {
+		t.Fatalf("delete %q: %v", key, err)
+	}
+	return core.ResourceVersion(resp.Header.Revision)
+}
+
+func rawLW(t *testing.T, c *clientv3.Client, prefix string, literal bool) *etcdinformer.ListerWatcher[[]byte] {
+	t.Helper()
+	lw, err := etcdinformer.New(etcdinformer.Config[[]byte]{Client: c, Prefix: prefix, LiteralPrefix: literal, Codec: etcdinformer.Raw{}})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return lw
+}
+
+// TestPrefixIsADirectory: "/a" and "/ab" do not mix unless LiteralPrefix
+// asks for byte-for-byte matching; keys are what follows the prefix.
+func TestPrefixIsADirectory(t *testing.T) {
+	srv := harness.StartEtcd(t)
+	c := srv.Client(t)
+	for _, k := range []string{"/a/x", "/a/y/z", "/ab/x", "/a", "/b/x"} {
+		mustPut(t, c, k, "v"+k)
+	}
+
+	for _, p := range []string{"/a", "/a/"} {
+		lw := rawLW(t, c, p, false)
+		if lw.Prefix() != "/a/" {
+			t.Errorf("Prefix(%q) = %q, want /a/", p, lw.Prefix())
+		}
+		got, _ := list(t, lw)
+		if k := keysOf(got); !slices.Equal(k, []string{"x", "y/z"}) {
+			t.Errorf("prefix %q lists %v, want [x y/z]", p, k)
+		}
+		if string(got["y/z"].Object) != "v/a/y/z" {
+			t.Errorf("prefix %q: y/z = %q", p, got["y/z"].Object)
+		}
+	}
+	lw := rawLW(t, c, "/ab", false)
+	if got, _ := list(t, lw); !slices.Equal(keysOf(got), []string{"x"}) || string(got["x"].Object) != "v/ab/x" {
+		t.Errorf("prefix /ab lists %v", got)
+	}
+	lit := rawLW(t, c, "/a", true)
+	if got, _ := list(t, lit); !slices.Equal(keysOf(got), []string{"", "/x", "/y/z", "b/x"}) {
+		t.Errorf("literal prefix /a lists %v, want [\"\" /x /y/z b/x]", keysOf(got))
+	}
+
+	// The watch of "/a" ignores "/ab", and "/ab" ignores "/a".
+	_, rv := list(t, lw)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	wa, err := rawLW(t, c, "/a", false).Watch(ctx, rv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wa.Stop()
+	wab, err := lw.Watch(ctx, rv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wab.Stop()
+	mustPut(t, c, "/ab/only-ab", "1")
+	mustPut(t, c, "/a/only-a", "1")
+	if b := nextChange(t, wa); len(b) != 1 || b[0].Key != "only-a" {
+		t.Errorf("watch of /a got %+v, want only-a", b)
+	}
+	if b := nextChange(t, wab); len(b) != 1 || b[0].Key != "only-ab" {
+		t.Errorf("watch of /ab got %+v, want only-ab", b)
+	}
+}
+
+// TestEmptyPrefix covers every key, and keys are the whole etcd keys.
+func TestEmptyPrefix(t *testing.T) {
+	srv := harness.StartEtcd(t)
+	c := srv.Client(t)
+	mustPut(t, c, "plain", "1")
+	mustPut(t, c, "/dir/k", "2")
+	mustPut(t, c, "\xff\xff", "3")
+	lw := rawLW(t, c, "", false)
+	if lw.Prefix() != "" {
+		t.Fatalf("Prefix() = %q, want empty", lw.Prefix())
+	}
+	got, rv := list(t, lw)
+	if k := keysOf(got); !slices.Equal(k, []string{"/dir/k", "plain", "\xff\xff"}) {
+		t.Fatalf("empty prefix lists %q", k)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w, err := lw.Watch(ctx, rv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	mustPut(t, c, "anything", "4")
+	if b := nextChange(t, w); len(b) != 1 || b[0].Key != "anything" || string(b[0].Object) != "4" {
+		t.Fatalf("watch of the empty prefix got %+v", b)
+	}
+}
+
+// TestListPinnedAcrossPages writes between the pages of a List: every page
+// must still read the first page's revision.
+func TestListPinnedAcrossPages(t *testing.T) {
+	srv := harness.StartEtcd(t)
+	c := srv.Client(t)
+	prefix := uniquePrefix("pinned")
+	for i := 0; i < 10; i++ {
+		mustPut(t, c, fmt.Sprintf("%sk%02d", prefix, i), fmt.Sprint(i))
+	}
+	lw, err := etcdinformer.New(etcdinformer.Config[[]byte]{Client: c, Prefix: prefix, Codec: etcdinformer.Raw{}, PageSize: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), converge)
+	defer cancel()
+	var estimate int64 = -1
+	got := map[string]string{}
+	emitted := 0
+	rv, err := lw.List(ctx, core.ListOptions[[]byte]{
+		Estimate: func(n int64) { estimate = n },
+		Emit: func(ev core.Event[[]byte]) error {
+			emitted++
+			got[ev.Key] = string(ev.Object)
+			if ev.Type != core.Added || !ev.HasObject || ev.Err != nil {
+				t.Errorf("list event %+v", ev)
+			}
+			if emitted == 2 {
+				// Changes behind and ahead of the reader, after the
+				// first page was read.
+				mustPut(t, c, prefix+"k00", "changed")
+				mustPut(t, c, prefix+"k09", "changed")
+				mustPut(t, c, prefix+"k05a", "new")
+				mustDelete(t, c, prefix+"k07")
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		t.Fatalf("List: %v", err)
+	}
+	if estimate != 10 {
+		t.Errorf("Estimate got %d, want 10", estimate)
+	}
+	want := map[string]string{}
+	for i := 0; i < 10; i++ {
+		want[fmt.Sprintf("k%02d", i)] = fmt.Sprint(i)
+	}
+	if !maps.Equal(got, want) {
+		t.Fatalf("List at %d saw writes made after its first page:\n got  %v\n want %v", rv, got, want)
+	}
+	// The watch from the List's revision delivers exactly those writes.
+	w, err := lw.Watch(ctx, rv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	var seen []string
+	for len(seen) < 4 {
+		for _, ev := range nextChange(t, w) {
+			seen = append(seen, ev.Type.String()+" "+ev.Key)
+		}
+	}
+	if want := []string{"Modified k00", "Modified k09", "Added k05a", "Deleted k07"}; !slices.Equal(seen, want) {
+		t.Fatalf("watch from the List's revision: %v, want %v", seen, want)
+	}
+}
+
+// TestWatchEvents checks types, objects and revisions of puts and deletes,
+// including a delete whose previous value etcd has compacted away.
+func TestWatchEvents(t *testing.T) {
+	srv := harness.StartEtcd(t)
+	c := srv.Client(t)
+	prefix := uniquePrefix("events")
+	lw := rawLW(t, c, prefix, false)
+	_, rv := list(t, lw)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w, err := lw.Watch(ctx, rv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+
+	r1 := mustPut(t, c, prefix+"k", "one")
+	r2 := mustPut(t, c, prefix+"k", "two")
+	r3 := mustDelete(t, c, prefix+"k")
+	want := []core.Event[[]byte]{
+		{Type: core.Added, Key: "k", Object: []byte("one"), HasObject: true, RV: r1},
+		{Type: core.Modified, Key: "k", Object: []byte("two"), HasObject: true, RV: r2},
+		{Type: core.Deleted, Key: "k", Object: []byte("two"), HasObject: true, RV: r3},
+	}
+	var got []core.Event[[]byte]
+	for len(got) < len(want) {
+		got = append(got, nextChange(t, w)...)
+	}
+	for i := range want {
+		g, e := got[i], want[i]
+		if g.Type != e.Type || g.Key != e.Key || string(g.Object) != string(e.Object) || g.HasObject != e.HasObject || g.RV != e.RV || g.Err != nil {
+			t.Errorf("event %d: got %+v, want %+v", i, g, e)
+		}
+	}
+
+	// A delete whose previous value is compacted: key only.
+	mustPut(t, c, prefix+"old", "gone")
+	before := mustPut(t, c, prefix+"other", "x")
+	del := mustDelete(t, c, prefix+"old")
+	srv.Compact(t, int64(del))
+	w2, err := lw.Watch(ctx, del-1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w2.Stop()
+	b := nextChange(t, w2)
+	if len(b) != 1 || b[0].Type != core.Deleted || b[0].Key != "old" || b[0].HasObject || b[0].RV != del {
+		t.Fatalf("delete at %d watched after compaction (previous write at %d): %+v, want Deleted old without object", del, before, b)
+	}
+}
+
+// TestWatchCompacted: a watch from a compacted revision fails with an
+// error matching core.ErrExpired and rpctypes.ErrCompacted that names the
+// prefix.
+func TestWatchCompacted(t *testing.T) {
+	srv := harness.StartEtcd(t)
+	c := srv.Client(t)
+	prefix := uniquePrefix("compacted")
+	r1 := mustPut(t, c, prefix+"a", "1")
+	r2 := mustPut(t, c, prefix+"a", "2")
+	srv.Compact(t, int64(r2))
+	lw := rawLW(t, c, prefix, false)
+	ctx, cancel := context.WithTimeout(context.Background(), converge)
+	defer cancel()
+	w, err := lw.Watch(ctx, r1-1)
+	if err == nil {
+		defer w.Stop()
+		_, err = w.Next(ctx)
+	}
+	if !errors.Is(err, core.ErrExpired) || !errors.Is(err, rpctypes.ErrCompacted) {
+		t.Fatalf("watch from compacted revision %d: %v, want ErrExpired and ErrCompacted", r1, err)
+	}
+	if !strings.Contains(err.Error(), prefix) || !strings.Contains(err.Error(), fmt.Sprint(r2)) {
+		t.Errorf("error does not name the prefix and the compaction revision: %v", err)
+	}
+}
+
+// TestUndecodableValue: List and Watch report a DecodeError naming prefix,
+// key and revision but not the value, and the watch goes on.
+func TestUndecodableValue(t *testing.T) {
+	srv := harness.StartEtcd(t)
+	c := srv.Client(t)
+	prefix := uniquePrefix("undecodable")
+	const secret = "token=s3cr3t"
+	listedRV := mustPut(t, c, prefix+"listed", secret)
+	mustPut(t, c, prefix+"fine", `{"version":1}`)
+	lw := newLW(t, c, prefix, 0)
+	got, rv := list(t, lw)
+	check := func(ev core.Event[item], key string, at core.ResourceVersion) {
+		t.Helper()
+		var de *core.DecodeError
+		if !errors.As(ev.Err, &de) || de.Key != key || de.RV != at || ev.Key != key || ev.RV != at || ev.HasObject {
+			t.Fatalf("event %+v, want a DecodeError for %q at %d", ev, key, at)
+		}
+		msg := ev.Err.Error()
+		if strings.Contains(msg, "s3cr3t") || !strings.Contains(msg, prefix) || !strings.Contains(msg, key) {
+			t.Fatalf("decode error %q must name prefix %q and key %q and not show the value", msg, prefix, key)
+		}
+	}
+	check(got["listed"], "listed", listedRV)
+	if got["fine"].Err != nil || got["fine"].Object.Version != 1 {
+		t.Fatalf("fine key: %+v", got["fine"])
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w, err := lw.Watch(ctx, rv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	badRV := mustPut(t, c, prefix+"watched", secret)
+	goodRV := mustPut(t, c, prefix+"watched", `{"version":2}`)
+	b := nextChange(t, w)
+	check(b[0], "watched", badRV)
+	if b = nextChange(t, w); b[0].Err != nil || b[0].Object.Version != 2 || b[0].RV != goodRV || b[0].Type != core.Modified {
+		t.Fatalf("after the bad value the watch delivered %+v", b)
+	}
+	// Deleting a key whose last value was undecodable is still a delete.
+	mustPut(t, c, prefix+"watched", secret)
+	nextChange(t, w)
+	delRV := mustDelete(t, c, prefix+"watched")
+	if b = nextChange(t, w); b[0].Type != core.Deleted || b[0].HasObject || b[0].Err != nil || b[0].RV != delRV {
+		t.Fatalf("delete of an undecodable value: %+v", b)
+	}
+}
+
+// TestRequestProgress: with periodic notifications off, a progress request
+// on the watch yields a Bookmark at or after a write under another prefix.
+func TestRequestProgress(t *testing.T) {
+	srv := harness.StartEtcdWith(t, harness.EtcdOptions{ProgressNotifyInterval: time.Hour})
+	c := srv.Client(t)
+	prefix := uniquePrefix("progress")
+	lw := rawLW(t, c, prefix, false)
+	_, rv := list(t, lw)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w, err := lw.Watch(ctx, rv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	other := mustPut(t, c, "/elsewhere/x", "1")
+	pr, ok := w.(core.ProgressRequester)
+	if !ok {
+		t.Fatal("the Watcher does not implement core.ProgressRequester")
+	}
+	for {
+		if err := pr.RequestProgress(ctx); err != nil {
+			t.Fatalf("RequestProgress: %v", err)
+		}
+		b := next(t, w)
+		if len(b) != 1 || b[0].Type != core.Bookmark {
+			t.Fatalf("got %+v, want a Bookmark", b)
+		}
+		if b[0].RV >= other {
+			break
+		}
+		// A bookmark below the write may answer a request made before
+		// the watch caught up; ask again.
+	}
+	head, err := lw.Head(ctx)
+	if err != nil || head < other {
+		t.Fatalf("Head = %d, %v; want at least %d", head, err, other)
+	}
+}
+
+// TestClientConfig: the ListerWatcher can own its client, made from a
+// clientv3.Config passed through unchanged, and closes it.
+func TestClientConfig(t *testing.T) {
+	srv := harness.StartEtcd(t)
+	mustPut(t, srv.Client(t), "/cfg/k", `{"version":5}`)
+	lw, err := etcdinformer.New(etcdinformer.Config[item]{
+		ClientConfig: &clientv3.Config{Endpoints: srv.Endpoints(), DialTimeout: 10 * time.Second},
+		Prefix:       "/cfg",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := list(t, lw)
+	if got["k"].Object.Version != 5 {
+		t.Fatalf("list: %+v", got)
+	}
+	if err := lw.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), converge)
+	defer cancel()
+	if _, err := lw.Head(ctx); err == nil {
+		t.Fatal("Head after Close succeeded; the owned client is still open")
+	}
+
+	if _, err := etcdinformer.New(etcdinformer.Config[item]{Prefix: "/x"}); err == nil {
+		t.Fatal("New without a client succeeded")
+	}
+	if _, err := etcdinformer.New(etcdinformer.Config[item]{Client: srv.Client(t), PageSize: -1}); err == nil {
+		t.Fatal("New with a negative page size succeeded")
+	}
+	// A client passed in is not closed by Close.
+	c := srv.Client(t)
+	lw2, err := etcdinformer.New(etcdinformer.Config[item]{Client: c, Prefix: "/cfg"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lw2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Get(ctx, "/cfg/k"); err != nil {
+		t.Fatalf("caller's client unusable after Close: %v", err)
+	}
+}
