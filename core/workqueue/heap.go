@@ -7,6 +7,7 @@ package workqueue
 type waitEntry[K comparable] struct {
 	at  int64 // ready time, in nanoseconds since the queue's epoch
 	seq uint64
+	idx int32
 	key K
 }
 

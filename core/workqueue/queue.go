@@ -48,9 +48,11 @@ const (
 	fWaiting                      // has a live entry in the delay heap
 )
 
-// itemState is everything the queue knows about one key, in one map so that
-// Add, Get and Done each cost a single lookup (client-go keeps separate dirty
-// and processing sets). A key with no flags is deleted from the map.
+// itemState is everything the queue knows about one key. States live in a
+// slab indexed through one map, and ready-queue slots carry the slab index:
+// an Add/Get/Done cycle costs 4 map operations (client-go's dirty and
+// processing sets cost 7), and Get none at all. A key with no flags left is
+// removed from the map and its slab entry reused.
 type itemState struct {
 	seq   uint64 // seq of the live ready-queue slot
 	wseq  uint64 // seq of the live delay-heap entry
@@ -76,7 +78,9 @@ type Queue[K comparable] struct {
 	mu   sync.Mutex
 	cond sync.Cond
 
-	states map[K]itemState
+	index map[K]int32
+	slab  []itemState
+	free  []int32
 	// levels holds one FIFO per priority in use, highest first. There are
 	// normally one or two, so a linear scan beats any map.
 	levels     []level[K]
@@ -105,7 +109,7 @@ type Queue[K comparable] struct {
 func New[K comparable](cfg Config[K]) *Queue[K] {
 	c := clock.Or(cfg.Clock)
 	q := &Queue[K]{
-		states:  map[K]itemState{},
+		index:   map[K]int32{},
 		kick:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 		clock:   c,
@@ -255,22 +259,25 @@ func (q *Queue[K]) Done(item K) {
 	q.mu.Lock()
 	// Promote first: promotion may mark this very item dirty.
 	q.promoteLocked()
-	st, ok := q.states[item]
-	if !ok || st.flags&fProcessing == 0 {
+	idx, ok := q.index[item]
+	if !ok || q.slab[idx].flags&fProcessing == 0 {
 		q.mu.Unlock()
 		return
 	}
 	if q.metrics != nil {
 		q.metrics.done(item)
 	}
+	st := &q.slab[idx]
 	st.flags &^= fProcessing
 	q.processing--
 	if st.flags&fDirty != 0 {
-		q.pushLocked(item, &st)
+		q.pushLocked(item, idx)
 	} else if q.drain && q.processing == 0 {
 		q.cond.Broadcast()
 	}
-	q.putLocked(item, st)
+	if st.flags == 0 {
+		q.releaseLocked(item, idx)
+	}
 	q.mu.Unlock()
 }
 
@@ -321,9 +328,11 @@ func (q *Queue[K]) shutDownLocked() {
 	q.shuttingDown = true
 	close(q.stop)
 	for _, e := range q.waiting {
-		if st, ok := q.states[e.key]; ok && st.flags&fWaiting != 0 && st.wseq == e.seq {
+		if st := &q.slab[e.idx]; st.flags&fWaiting != 0 && st.wseq == e.seq {
 			st.flags &^= fWaiting
-			q.putLocked(e.key, st)
+			if st.flags == 0 {
+				q.releaseLocked(e.key, e.idx)
+			}
 		}
 	}
 	q.waiting = nil
@@ -332,16 +341,16 @@ func (q *Queue[K]) shutDownLocked() {
 
 // addLocked is the dedup rule: an item already dirty is not queued twice.
 func (q *Queue[K]) addLocked(item K, prio int) {
-	st := q.states[item]
+	idx := q.acquireLocked(item)
+	st := &q.slab[idx]
 	if st.flags&fDirty != 0 {
 		if prio > st.prio {
 			st.prio = prio
 			if st.flags&fProcessing == 0 {
 				// Leave the old slot behind as stale; popLocked skips it.
 				q.queued--
-				q.pushLocked(item, &st)
+				q.pushLocked(item, idx)
 			}
-			q.states[item] = st
 		}
 		return
 	}
@@ -351,17 +360,44 @@ func (q *Queue[K]) addLocked(item K, prio int) {
 	st.flags |= fDirty
 	st.prio = prio
 	if st.flags&fProcessing == 0 {
-		q.pushLocked(item, &st)
+		q.pushLocked(item, idx)
 	}
-	q.states[item] = st
 }
 
-func (q *Queue[K]) pushLocked(item K, st *itemState) {
+func (q *Queue[K]) pushLocked(item K, idx int32) {
 	q.seq++
+	st := &q.slab[idx]
 	st.seq = q.seq
-	q.levelLocked(st.prio).r.push(slot[K]{key: item, seq: q.seq})
+	q.levelLocked(st.prio).r.push(slot[K]{key: item, seq: q.seq, idx: idx})
 	q.queued++
 	q.cond.Signal()
+}
+
+// acquireLocked returns item's slab index, allocating a zero state for a
+// key the queue does not track yet.
+func (q *Queue[K]) acquireLocked(item K) int32 {
+	if idx, ok := q.index[item]; ok {
+		return idx
+	}
+	var idx int32
+	if n := len(q.free); n > 0 {
+		idx = q.free[n-1]
+		q.free = q.free[:n-1]
+	} else {
+		idx = int32(len(q.slab))
+		q.slab = append(q.slab, itemState{})
+	}
+	q.index[item] = idx
+	return idx
+}
+
+// releaseLocked forgets a key that has no flags left. Zeroing the state
+// also invalidates any stale slot or heap entry still pointing at idx,
+// since no live seq is 0.
+func (q *Queue[K]) releaseLocked(item K, idx int32) {
+	delete(q.index, item)
+	q.slab[idx] = itemState{}
+	q.free = append(q.free, idx)
 }
 
 // levelLocked finds or inserts the FIFO for prio, keeping levels sorted.
@@ -403,14 +439,13 @@ func (q *Queue[K]) popLocked() K {
 		r := &q.levels[i].r
 		for r.n > 0 {
 			s := r.pop()
-			st, ok := q.states[s.key]
-			if !ok || st.seq != s.seq || st.flags&(fDirty|fProcessing) != fDirty {
+			st := &q.slab[s.idx]
+			if st.seq != s.seq || st.flags&(fDirty|fProcessing) != fDirty {
 				continue
 			}
 			q.queued--
 			q.processing++
 			st.flags = st.flags&^fDirty | fProcessing
-			q.states[s.key] = st
 			if q.metrics != nil {
 				q.metrics.get(s.key)
 			}
@@ -418,14 +453,6 @@ func (q *Queue[K]) popLocked() K {
 		}
 	}
 	panic("workqueue: queued count out of step with the ready queues")
-}
-
-func (q *Queue[K]) putLocked(item K, st itemState) {
-	if st.flags == 0 {
-		delete(q.states, item)
-		return
-	}
-	q.states[item] = st
 }
 
 // now is the queue's time as an integer, so heap comparisons are plain
@@ -450,11 +477,11 @@ func (q *Queue[K]) addAfterLocked(item K, d time.Duration, prio int) {
 	if int64(d) < math.MaxInt64-now {
 		at = now + int64(d)
 	}
-	st := q.states[item]
+	idx := q.acquireLocked(item)
+	st := &q.slab[idx]
 	if st.flags&fWaiting != 0 {
 		st.wprio = max(st.wprio, prio)
 		if at >= st.at {
-			q.states[item] = st
 			return
 		}
 		q.staleWaits++
@@ -465,8 +492,7 @@ func (q *Queue[K]) addAfterLocked(item K, d time.Duration, prio int) {
 	st.flags |= fWaiting
 	st.wseq = q.seq
 	st.at = at
-	q.states[item] = st
-	q.waiting.push(waitEntry[K]{at: at, seq: q.seq, key: item})
+	q.waiting.push(waitEntry[K]{at: at, seq: q.seq, idx: idx, key: item})
 	if q.staleWaits > 1024 && q.staleWaits > len(q.waiting)/2 {
 		q.compactWaitingLocked()
 	}
@@ -487,7 +513,7 @@ func (q *Queue[K]) addAfterLocked(item K, d time.Duration, prio int) {
 func (q *Queue[K]) compactWaitingLocked() {
 	kept := q.waiting[:0]
 	for _, e := range q.waiting {
-		if st, ok := q.states[e.key]; ok && st.flags&fWaiting != 0 && st.wseq == e.seq {
+		if st := &q.slab[e.idx]; st.flags&fWaiting != 0 && st.wseq == e.seq {
 			kept = append(kept, e)
 		}
 	}
@@ -508,13 +534,13 @@ func (q *Queue[K]) promoteLocked() {
 	now := q.now()
 	for len(q.waiting) > 0 && q.waiting[0].at <= now {
 		e := q.waiting.pop()
-		st, ok := q.states[e.key]
-		if !ok || st.flags&fWaiting == 0 || st.wseq != e.seq {
+		st := &q.slab[e.idx]
+		if st.flags&fWaiting == 0 || st.wseq != e.seq {
 			q.staleWaits--
 			continue
 		}
+		// Still tracked: addLocked below marks it dirty, so no release.
 		st.flags &^= fWaiting
-		q.states[e.key] = st
 		q.addLocked(e.key, st.wprio)
 	}
 }

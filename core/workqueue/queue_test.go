@@ -349,7 +349,7 @@ func TestDoneReleasesKeyState(t *testing.T) {
 		q.Done(k)
 	}
 	q.mu.Lock()
-	n, w := len(q.states), len(q.waiting)
+	n, w := len(q.index), len(q.waiting)
 	q.mu.Unlock()
 	if n != 0 || w != 0 {
 		t.Fatalf("after processing everything: %d key states, %d delayed entries left", n, w)

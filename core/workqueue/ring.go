@@ -7,6 +7,7 @@ package workqueue
 type slot[K comparable] struct {
 	key K
 	seq uint64
+	idx int32 // the item's state in Queue.slab, so Get needs no map lookup
 }
 
 // ring is a FIFO on a power-of-two circular buffer. Unlike client-go's

@@ -1,0 +1,77 @@
+package workqueue_test
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/dbinformer/dbinformer/core/workqueue"
+)
+
+// A worker loop with retries: failed keys go back with AddRateLimited,
+// succeeded ones are forgotten so their next failure starts from the
+// shortest delay again. Done is always called.
+func Example() {
+	q := workqueue.New(workqueue.Config[string]{
+		Name:        "reconcile",
+		RateLimiter: workqueue.NewItemExponentialFailureRateLimiter[string](time.Millisecond, time.Second),
+	})
+
+	attempts := map[string]int{}
+	reconcile := func(key string) error {
+		attempts[key]++
+		if attempts[key] < 3 {
+			return fmt.Errorf("backend unavailable")
+		}
+		return nil
+	}
+
+	finished := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			key, shutdown := q.Get()
+			if shutdown {
+				return
+			}
+			func() {
+				defer q.Done(key)
+				if err := reconcile(key); err != nil {
+					fmt.Printf("%s: %v (retry %d)\n", key, err, q.NumRequeues(key)+1)
+					q.AddRateLimited(key)
+					return
+				}
+				q.Forget(key)
+				fmt.Printf("%s: reconciled after %d attempts\n", key, attempts[key])
+				close(finished)
+			}()
+		}
+	})
+
+	q.Add("orders/42")
+	<-finished
+	q.ShutDownWithDrain()
+	wg.Wait()
+	// Output:
+	// orders/42: backend unavailable (retry 1)
+	// orders/42: backend unavailable (retry 2)
+	// orders/42: reconciled after 3 attempts
+}
+
+// Priorities: the urgent key is taken first even though it was added last.
+func ExampleQueue_AddWithOpts() {
+	q := workqueue.New(workqueue.Config[string]{})
+	defer q.ShutDown()
+	q.Add("routine-1")
+	q.Add("routine-2")
+	q.AddWithOpts(workqueue.AddOpts{Priority: 10}, "urgent")
+	for q.Len() > 0 {
+		key, _ := q.Get()
+		fmt.Println(key)
+		q.Done(key)
+	}
+	// Output:
+	// urgent
+	// routine-1
+	// routine-2
+}
