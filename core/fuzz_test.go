@@ -1,0 +1,211 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"strconv"
+	"testing"
+)
+
+// FuzzIndexer drives an Indexer and a plain map with the same operations
+// and checks that every index answers what the map implies.
+func FuzzIndexer(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 0, 2, 3, 2, 1, 0, 3, 0, 0})
+	f.Add([]byte{0, 0, 7, 0, 1, 7, 1, 0, 0, 3, 5, 5, 2, 1, 1})
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		groups := func(v byte) []string {
+			// Zero, one or two values, sometimes repeated.
+			switch v % 4 {
+			case 0:
+				return nil
+			case 1:
+				return []string{"g" + strconv.Itoa(int(v/4%3))}
+			case 2:
+				return []string{"g" + strconv.Itoa(int(v/4%3)), "h"}
+			}
+			return []string{"h", "h"}
+		}
+		s := NewIndexer(Indexers[[]string]{"g": func(v []string) ([]string, error) { return v, nil }})
+		model := map[string][]string{}
+		for len(ops) >= 3 {
+			op, key, val := ops[0]%4, "k"+strconv.Itoa(int(ops[1]%6)), ops[2]
+			ops = ops[3:]
+			switch op {
+			case 0, 1:
+				must(t, s.Add(key, groups(val)))
+				model[key] = groups(val)
+			case 2:
+				must(t, s.Delete(key))
+				delete(model, key)
+			case 3:
+				m := map[string][]string{}
+				for k := range int(val % 4) {
+					m["k"+strconv.Itoa(k)] = groups(val + byte(k))
+				}
+				must(t, s.Replace(m))
+				model = m
+			}
+			checkIndexer(t, s, model)
+		}
+	})
+}
+
+func checkIndexer(t *testing.T, s *Indexer[[]string], model map[string][]string) {
+	t.Helper()
+	want := map[string][]string{}
+	for k, vs := range model {
+		for _, v := range vs {
+			if !slices.Contains(want[v], k) {
+				want[v] = append(want[v], k)
+			}
+		}
+	}
+	values := slices.Sorted(maps.Keys(want))
+	if got := s.ListIndexFuncValues("g"); !slices.Equal(got, values) {
+		t.Fatalf("index values %v, want %v", got, values)
+	}
+	for v, keys := range want {
+		sort.Strings(keys)
+		got, err := s.IndexKeys("g", v)
+		must(t, err)
+		if !slices.Equal(got, keys) {
+			t.Fatalf("IndexKeys(%s) = %v, want %v", v, got, keys)
+		}
+		objs, _ := s.ByIndex("g", v)
+		if len(objs) != len(keys) {
+			t.Fatalf("ByIndex(%s) has %d objects, want %d", v, len(objs), len(keys))
+		}
+	}
+	if s.Len() != len(model) {
+		t.Fatalf("Len %d, want %d", s.Len(), len(model))
+	}
+	for k, v := range model {
+		got, ok := s.Get(k)
+		if !ok || !slices.Equal(got, v) {
+			t.Fatalf("Get(%s) = %v %v, want %v", k, got, ok, v)
+		}
+	}
+}
+
+// FuzzQueues plays a source whose watch sometimes misses changes (and then
+// relists), through both queues into a consumer cache, and checks that the
+// cache ends equal to the source, that versions are fully applied, and that
+// DeltaFIFO never hands over two deletes in a row.
+func FuzzQueues(f *testing.F) {
+	f.Add([]byte{0, 1, 0, 2, 1, 1, 3, 0, 2, 1, 5, 0, 4, 0})
+	f.Add([]byte{0, 0, 6, 0, 0, 1, 2, 0, 3, 0, 7, 0, 4, 1, 5, 0})
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		for _, deltaFIFO := range []bool{false, true} {
+			fuzzQueue(t, ops, deltaFIFO)
+		}
+	})
+}
+
+func fuzzQueue(t *testing.T, ops []byte, deltaFIFO bool) {
+	cache := NewIndexer[string](nil)
+	var q Queue[string]
+	if deltaFIFO {
+		q = NewDeltaFIFO[string](cache)
+	} else {
+		q = NewFIFO[string](cache)
+	}
+	source := map[string]string{}
+	var rv ResourceVersion
+	watching := true
+	process := func(ds []Delta[string], _ bool) error {
+		for i, d := range ds {
+			if deltaFIFO && i > 0 && d.Type == DeltaDeleted && ds[i-1].Type == DeltaDeleted {
+				t.Fatalf("two deletes in a row for %s: %+v", d.Key, ds)
+			}
+			if d.Key == "" {
+				t.Fatalf("delta without key: %+v", d)
+			}
+			switch d.Type {
+			case DeltaAdded, DeltaUpdated, DeltaReplaced:
+				must(t, cache.Add(d.Key, d.Object))
+			case DeltaDeleted:
+				must(t, cache.Delete(d.Key))
+			}
+		}
+		return nil
+	}
+	pop := func() {
+		if q.Len() > 0 {
+			must(t, q.Pop(context.Background(), process))
+		}
+	}
+	for len(ops) >= 2 {
+		op, key := ops[0]%8, "k"+strconv.Itoa(int(ops[1]%5))
+		ops = ops[2:]
+		var ev Event[string]
+		switch op {
+		case 0, 1: // write
+			rv++
+			v := fmt.Sprintf("%s@%d", key, rv)
+			typ := Added
+			if _, ok := source[key]; ok {
+				typ = Modified
+			}
+			source[key] = v
+			ev = Event[string]{Type: typ, Key: key, Object: v, HasObject: true, RV: rv}
+		case 2: // delete
+			old, ok := source[key]
+			if !ok {
+				continue
+			}
+			rv++
+			delete(source, key)
+			ev = Event[string]{Type: Deleted, Key: key, Object: old, HasObject: op == 2 && rv%2 == 0, RV: rv}
+		case 3:
+			pop()
+			continue
+		case 4: // the watch breaks: changes are missed until the relist
+			watching = false
+			continue
+		case 5: // relist
+			list := make([]Event[string], 0, len(source))
+			for k, v := range source {
+				list = append(list, Event[string]{Type: Added, Key: k, Object: v, HasObject: true})
+			}
+			must(t, q.Replace(list, rv))
+			watching = true
+			continue
+		case 6:
+			must(t, q.Resync())
+			continue
+		case 7:
+			rv++
+			if watching {
+				must(t, q.Add([]Event[string]{{Type: Bookmark, RV: rv}}))
+			}
+			continue
+		}
+		if watching {
+			must(t, q.Add([]Event[string]{ev}))
+		}
+	}
+	if !watching {
+		list := make([]Event[string], 0, len(source))
+		for k, v := range source {
+			list = append(list, Event[string]{Type: Added, Key: k, Object: v, HasObject: true})
+		}
+		must(t, q.Replace(list, rv))
+	}
+	for q.Len() > 0 {
+		pop()
+	}
+	if cache.Len() != len(source) {
+		t.Fatalf("deltaFIFO=%v: cache has %d keys, source %d: %v vs %v", deltaFIFO, cache.Len(), len(source), cache.List(), source)
+	}
+	for k, v := range source {
+		if got, _ := cache.Get(k); got != v {
+			t.Fatalf("deltaFIFO=%v: cache[%s] = %q, source %q", deltaFIFO, k, got, v)
+		}
+	}
+	if q.AppliedVersion() != rv {
+		t.Fatalf("applied %d, last version %d", q.AppliedVersion(), rv)
+	}
+}
