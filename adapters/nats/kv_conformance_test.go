@@ -146,3 +146,5 @@ func TestKVOptionsValidated(t *testing.T) {
 		t.Errorf("NewKV with a valid prefix and filter: %v", err)
 	}
 }
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }

@@ -55,13 +55,23 @@ var _ core.ProgressRequester = (*tail[int])(nil)
 
 // openTail checks that the stream still holds everything after from, then
 // starts a consumer at from+1.
-func openTail[T any](ctx context.Context, source string, stream jetstream.Stream, filter string, from uint64, a applier[T], batch int, idle time.Duration, log *slog.Logger) (*tail[T], error) {
+func openTail[T any](ctx context.Context, source string, stream jetstream.Stream, filter string, from uint64, a applier[T], batch int, idle time.Duration, log *slog.Logger) (_ *tail[T], err error) {
+	defer func() {
+		// The state at from is still good for the next attempt (the
+		// informer retries from the same version), unless from is gone.
+		if err != nil && !errors.Is(err, core.ErrExpired) {
+			a.park(from)
+		}
+	}()
 	info, err := stream.Info(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("%s: read stream state to watch from %d: %w", source, from, err)
 	}
 	if err := checkPosition(source, info.State, from); err != nil {
 		return nil, err
+	}
+	if why := a.lost(info.State.FirstSeq); why != "" {
+		return nil, fmt.Errorf("%s: cannot watch from sequence %d: %s: %w", source, from, why, core.ErrExpired)
 	}
 	cfg := jetstream.ConsumerConfig{FilterSubject: filter, DeliverPolicy: jetstream.DeliverAllPolicy}
 	if from > 0 {

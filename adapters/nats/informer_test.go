@@ -1,0 +1,489 @@
+package natsinformer_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	natsinformer "github.com/dbinformer/dbinformer/adapters/nats"
+	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/integration/harness"
+)
+
+// countingLW counts Lists, so that tests can tell a resume from a relist.
+type countingLW[T any] struct {
+	core.ListerWatcher[T]
+	lists atomic.Int32
+}
+
+func (c *countingLW[T]) List(ctx context.Context, opts core.ListOptions[T]) (core.ResourceVersion, error) {
+	c.lists.Add(1)
+	return c.ListerWatcher.List(ctx, opts)
+}
+
+// errSink collects what the informer reports.
+type errSink struct {
+	mu   sync.Mutex
+	errs []error
+}
+
+func (s *errSink) handle(err error) {
+	s.mu.Lock()
+	s.errs = append(s.errs, err)
+	s.mu.Unlock()
+}
+
+func (s *errSink) all() []error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]error(nil), s.errs...)
+}
+
+// startInformer runs an informer over lw until the test ends and waits for
+// its first sync.
+func startInformer[T any](t *testing.T, lw core.ListerWatcher[T], sink *errSink, h core.ResourceEventHandler[T]) *core.SharedIndexInformer[T] {
+	t.Helper()
+	opts := core.InformerOptions[T]{Name: t.Name(), MinWatchTimeout: time.Hour}
+	if sink != nil {
+		opts.ErrorHandler = sink.handle
+	}
+	inf := core.NewSharedIndexInformer(lw, opts)
+	if h != nil {
+		if _, err := inf.AddEventHandler(h); err != nil {
+			t.Fatalf("AddEventHandler: %v", err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = inf.Run(ctx)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	sctx, scancel := context.WithTimeout(ctx, 60*time.Second)
+	defer scancel()
+	if err := inf.WaitForCacheSync(sctx); err != nil {
+		t.Fatalf("WaitForCacheSync: %v", err)
+	}
+	return inf
+}
+
+func cacheOf[T any](inf *core.SharedIndexInformer[T], version func(T) int) map[string]int {
+	m := make(map[string]int)
+	inf.Indexer().Range(func(k string, o T) bool {
+		m[k] = version(o)
+		return true
+	})
+	return m
+}
+
+// bucketState reads every key of kv below prefix, directly.
+func bucketState(t *testing.T, kv jetstream.KeyValue, prefix string) map[string]int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	m := make(map[string]int)
+	keys, err := kv.Keys(ctx)
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return m
+	}
+	if err != nil {
+		t.Fatalf("read bucket keys: %v", err)
+	}
+	for _, k := range keys {
+		if len(k) < len(prefix) || k[:len(prefix)] != prefix {
+			continue
+		}
+		e, err := kv.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			t.Fatalf("get %q: %v", k, err)
+		}
+		var it item
+		if err := jsonUnmarshal(e.Value(), &it); err != nil {
+			t.Fatalf("decode %q: %v", k, err)
+		}
+		m[k[len(prefix):]] = it.N
+	}
+	return m
+}
+
+// converge waits (generously) until the cache equals want().
+func converge[T any](t *testing.T, inf *core.SharedIndexInformer[T], version func(T) int, want func() map[string]int) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		w := want()
+		got := cacheOf(inf, version)
+		if maps.Equal(got, w) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cache did not converge:\n got %d keys %v\nwant %d keys %v", len(got), trim(got), len(w), trim(w))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func trim(m map[string]int) string {
+	if len(m) > 20 {
+		return fmt.Sprintf("(%d keys)", len(m))
+	}
+	return fmt.Sprint(m)
+}
+
+func waitFor[T any](t *testing.T, inf *core.SharedIndexInformer[T], rv uint64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := inf.WaitFor(ctx, core.ResourceVersion(rv)); err != nil {
+		t.Fatalf("WaitFor(%d): %v", rv, err)
+	}
+}
+
+// orderChecker fails the test when a handler sees a key's versions go
+// backwards or repeat (every writer in these tests writes increasing n).
+type orderChecker struct {
+	t    *testing.T
+	mu   sync.Mutex
+	last map[string]int
+	bad  []string
+}
+
+func newOrderChecker(t *testing.T) *orderChecker {
+	c := &orderChecker{t: t, last: make(map[string]int)}
+	t.Cleanup(func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for i, b := range c.bad {
+			if i == 10 {
+				break
+			}
+			t.Errorf("handler: %s", b)
+		}
+	})
+	return c
+}
+
+func (c *orderChecker) see(key string, n int, initial bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if prev, ok := c.last[key]; ok && n <= prev && !initial {
+		c.bad = append(c.bad, fmt.Sprintf("key %q went from version %d to %d", key, prev, n))
+	}
+	c.last[key] = n
+}
+
+func (c *orderChecker) handler() core.ResourceEventHandler[item] {
+	return core.ResourceEventHandlerFuncs[item]{
+		AddFunc: func(k string, o item, initial bool) { c.see(k, o.N, initial) },
+		UpdateFunc: func(k string, old, o item) {
+			if old != o {
+				c.see(k, o.N, false)
+			}
+		},
+		DeleteFunc: func(k string, _ item, _ bool) {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			// A key recreated after a delete starts again above its last
+			// version in these tests, so keep the last version.
+		},
+	}
+}
+
+func newKVLW(t *testing.T, js jetstream.JetStream, bucket string, opts natsinformer.KVOptions[item]) *countingLW[item] {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lw, err := natsinformer.NewKV(ctx, js, bucket, opts)
+	if err != nil {
+		t.Fatalf("NewKV: %v", err)
+	}
+	return &countingLW[item]{ListerWatcher: lw}
+}
+
+func itemVersion(o item) int { return o.N }
+
+// Writers keep changing keys while the informer lists a large bucket; once
+// they stop, the cache equals the bucket, and no handler saw a key's
+// versions out of order.
+func TestKVInformerWritersDuringList(t *testing.T) {
+	srv := harness.StartNATS(t)
+	js := srv.JetStream(t)
+	kv := newBucket(t, js, jetstream.KeyValueConfig{History: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	const keys = 3000
+	version := make([]int, keys)
+	for i := range keys {
+		version[i] = 1
+		if _, err := put(ctx, kv, fmt.Sprintf("k%d", i), 1); err != nil {
+			t.Fatalf("put: %v", err)
+		}
+	}
+	lw := newKVLW(t, js, kv.Bucket(), natsinformer.KVOptions[item]{BatchSize: 64})
+	order := newOrderChecker(t)
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	var last atomic.Uint64
+	for w := range 3 {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(w), 7))
+			for i := 0; !stop.Load() || i < 200; i++ {
+				k := w + 3*r.IntN(keys/3) // each writer owns its keys
+				version[k]++
+				var rev uint64
+				var err error
+				if i%17 == 5 {
+					rev, err = del(ctx, js, kv, fmt.Sprintf("k%d", k))
+				} else {
+					rev, err = put(ctx, kv, fmt.Sprintf("k%d", k), version[k])
+				}
+				if err != nil {
+					t.Errorf("writer %d: %v", w, err)
+					return
+				}
+				for {
+					l := last.Load()
+					if rev <= l || last.CompareAndSwap(l, rev) {
+						break
+					}
+				}
+			}
+		})
+	}
+	inf := startInformer(t, core.ListerWatcher[item](lw), nil, order.handler())
+	stop.Store(true)
+	wg.Wait()
+	waitFor(t, inf, last.Load())
+	want := bucketState(t, kv, "")
+	if got := cacheOf(inf, itemVersion); !maps.Equal(got, want) {
+		t.Fatalf("after WaitFor(%d) the cache differs from the bucket: got %s, want %s", last.Load(), trim(got), trim(want))
+	}
+	if n := lw.lists.Load(); n != 1 {
+		t.Errorf("informer listed %d times, want 1", n)
+	}
+}
+
+// The server stops and restarts from its store while the informer runs;
+// the watch resumes from its last version (no relist) and the cache
+// converges with writes made after the restart.
+func TestKVInformerServerRestart(t *testing.T) {
+	srv := harness.StartNATS(t)
+	js := srv.JetStream(t)
+	kv := newBucket(t, js, jetstream.KeyValueConfig{})
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	for i := range 20 {
+		put(ctx, kv, fmt.Sprintf("k%d", i), 1)
+	}
+	lw := newKVLW(t, js, kv.Bucket(), natsinformer.KVOptions[item]{IdleCheck: 200 * time.Millisecond})
+	sink := &errSink{}
+	order := newOrderChecker(t)
+	inf := startInformer(t, core.ListerWatcher[item](lw), sink, order.handler())
+	rev, _ := put(ctx, kv, "k1", 2)
+	waitFor(t, inf, rev)
+
+	srv.Restart(t)
+	for i := range 20 {
+		if rev, err := put(ctx, kv, fmt.Sprintf("k%d", i), 3); err != nil {
+			t.Fatalf("put after restart: %v", err)
+		} else if i == 19 {
+			waitFor(t, inf, rev)
+		}
+	}
+	if _, err := del(ctx, js, kv, "k7"); err != nil {
+		t.Fatalf("delete after restart: %v", err)
+	}
+	converge(t, inf, itemVersion, func() map[string]int { return bucketState(t, kv, "") })
+	if n := lw.lists.Load(); n != 1 {
+		t.Errorf("informer listed %d times after a server restart, want 1 (resume from the last version)", n)
+	}
+	errs := sink.all()
+	t.Logf("errors reported across the restart: %d (first: %v)", len(errs), first(errs))
+	for _, err := range errs {
+		if errors.Is(err, core.ErrExpired) {
+			t.Errorf("restart reported expiry: %v", err)
+		}
+	}
+}
+
+func first(errs []error) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	return errs[0]
+}
+
+// Purge, delete and PurgeDeletes arrive as deletes; values expiring by
+// MaxAge, and a purge of the stream below the informer's version, make the
+// informer relist, after which the cache equals the bucket again.
+func TestKVInformerRemovals(t *testing.T) {
+	srv := harness.StartNATS(t)
+	js := srv.JetStream(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	t.Run("PurgeDeletePurgeDeletes", func(t *testing.T) {
+		kv := newBucket(t, js, jetstream.KeyValueConfig{})
+		for i := range 6 {
+			put(ctx, kv, fmt.Sprintf("k%d", i), 1)
+		}
+		lw := newKVLW(t, js, kv.Bucket(), natsinformer.KVOptions[item]{IdleCheck: 100 * time.Millisecond})
+		inf := startInformer(t, core.ListerWatcher[item](lw), nil, nil)
+		if err := kv.Purge(ctx, "k1"); err != nil {
+			t.Fatal(err)
+		}
+		if err := kv.Delete(ctx, "k2"); err != nil {
+			t.Fatal(err)
+		}
+		converge(t, inf, itemVersion, func() map[string]int { return bucketState(t, kv, "") })
+		if _, ok := inf.Indexer().Get("k1"); ok {
+			t.Fatalf("purged key still cached")
+		}
+		if err := kv.PurgeDeletes(ctx, jetstream.DeleteMarkersOlderThan(-1)); err != nil {
+			t.Fatal(err)
+		}
+		rev, _ := put(ctx, kv, "k3", 2)
+		waitFor(t, inf, rev)
+		converge(t, inf, itemVersion, func() map[string]int { return bucketState(t, kv, "") })
+		if len(cacheOf(inf, itemVersion)) != 4 {
+			t.Fatalf("cache %v, want 4 keys", cacheOf(inf, itemVersion))
+		}
+	})
+	t.Run("MaxAge", func(t *testing.T) {
+		kv := newBucket(t, js, jetstream.KeyValueConfig{TTL: 2 * time.Second})
+		for i := range 4 {
+			put(ctx, kv, fmt.Sprintf("k%d", i), 1)
+		}
+		lw := newKVLW(t, js, kv.Bucket(), natsinformer.KVOptions[item]{IdleCheck: 200 * time.Millisecond})
+		inf := startInformer(t, core.ListerWatcher[item](lw), nil, nil)
+		if got := len(cacheOf(inf, itemVersion)); got != 4 {
+			t.Fatalf("listed %d keys, want 4", got)
+		}
+		// The values expire without delete markers; the idle watch notices
+		// and the relist empties the cache.
+		converge(t, inf, itemVersion, func() map[string]int { return map[string]int{} })
+		if n := lw.lists.Load(); n < 2 {
+			t.Errorf("informer listed %d times, want a relist after expiry", n)
+		}
+		rev, _ := put(ctx, kv, "fresh", 5)
+		waitFor(t, inf, rev)
+		if o, ok := inf.Indexer().Get("fresh"); !ok || o.N != 5 {
+			t.Fatalf("after expiry a new key is not cached: %v %v", o, ok)
+		}
+	})
+	// The informer's own connection reconnects slowly, so that the stream
+	// can be purged behind its back while it is away. Purging from k9 on
+	// leaves the first sequence at RV+1 but removes every listed value;
+	// purging from k10 puts it past RV+1.
+	for _, c := range []struct {
+		name string
+		from string
+	}{{"FirstSeqAtRVPlus1", "k9"}, {"FirstSeqPastRV", "k10"}} {
+		t.Run(c.name, func(t *testing.T) {
+			kv := newBucket(t, js, jetstream.KeyValueConfig{})
+			for i := range 5 {
+				put(ctx, kv, fmt.Sprintf("k%d", i), 1)
+			}
+			nc, err := nats.Connect(srv.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(3*time.Second), nats.ReconnectJitter(0, 0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(nc.Close)
+			ijs, _ := jetstream.New(nc)
+			lw := newKVLW(t, ijs, kv.Bucket(), natsinformer.KVOptions[item]{IdleCheck: time.Hour})
+			inf := startInformer(t, core.ListerWatcher[item](lw), nil, nil)
+			srv.Restart(t)
+			st, err := js.Stream(ctx, "KV_"+kv.Bucket())
+			if err != nil {
+				t.Fatal(err)
+			}
+			revs := map[string]uint64{}
+			revs["k9"], _ = put(ctx, kv, "k9", 9)
+			revs["k10"], _ = put(ctx, kv, "k10", 10)
+			if err := st.Purge(ctx, jetstream.WithPurgeSequence(revs[c.from])); err != nil {
+				t.Fatal(err)
+			}
+			put(ctx, kv, "k11", 11)
+			converge(t, inf, itemVersion, func() map[string]int { return bucketState(t, kv, "") })
+			if n := lw.lists.Load(); n < 2 {
+				t.Errorf("informer listed %d times, want a relist after the purge", n)
+			}
+			if got := cacheOf(inf, itemVersion); len(got) > 3 || got["k11"] != 11 {
+				t.Errorf("cache %v after the purge", got)
+			}
+		})
+	}
+}
+
+// WaitFor returns for a revision written outside the informer's prefix.
+func TestKVReadYourWritesOtherKey(t *testing.T) {
+	srv := harness.StartNATS(t)
+	js := srv.JetStream(t)
+	kv := newBucket(t, js, jetstream.KeyValueConfig{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	lw := newKVLW(t, js, kv.Bucket(), natsinformer.KVOptions[item]{Prefix: "mine.", IdleCheck: time.Hour})
+	inf := startInformer(t, core.ListerWatcher[item](lw), nil, nil)
+	rev, _ := put(ctx, kv, "mine.a", 1)
+	waitFor(t, inf, rev)
+	for i := range 5 {
+		rev, err := put(ctx, kv, "theirs.b", i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, inf, rev) // only a bookmark can satisfy this
+	}
+	if got := cacheOf(inf, itemVersion); !maps.Equal(got, map[string]int{"a": 1}) {
+		t.Fatalf("cache %v, want only a=1", got)
+	}
+}
+
+// An undecodable value is reported with bucket, key and revision; the rest
+// of the cache stays right and the watch goes on.
+func TestKVBadPayload(t *testing.T) {
+	srv := harness.StartNATS(t)
+	js := srv.JetStream(t)
+	kv := newBucket(t, js, jetstream.KeyValueConfig{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	put(ctx, kv, "good", 1)
+	badListed, _ := kv.Put(ctx, "bad1", []byte("{not json"))
+	sink := &errSink{}
+	lw := newKVLW(t, js, kv.Bucket(), natsinformer.KVOptions[item]{})
+	inf := startInformer(t, core.ListerWatcher[item](lw), sink, nil)
+	badWatched, _ := kv.Put(ctx, "bad2", []byte("\x00garbage"))
+	rev, _ := put(ctx, kv, "good", 2)
+	waitFor(t, inf, rev)
+	if got := cacheOf(inf, itemVersion); !maps.Equal(got, map[string]int{"good": 2}) {
+		t.Fatalf("cache %v, want good=2 only", got)
+	}
+	want := map[string]uint64{"bad1": badListed, "bad2": badWatched}
+	for _, err := range sink.all() {
+		var de *core.DecodeError
+		if errors.As(err, &de) {
+			if r, ok := want[de.Key]; ok && uint64(de.RV) == r && contains(de.Source, kv.Bucket()) {
+				delete(want, de.Key)
+			}
+		}
+	}
+	if len(want) > 0 {
+		t.Fatalf("no DecodeError naming bucket, key and revision for %v; reported: %v", want, sink.all())
+	}
+	rev, _ = put(ctx, kv, "bad2", 7)
+	waitFor(t, inf, rev)
+	if o, ok := inf.Indexer().Get("bad2"); !ok || o.N != 7 {
+		t.Fatalf("a fixed value is not cached: %v %v", o, ok)
+	}
+}
