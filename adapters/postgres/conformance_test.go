@@ -112,12 +112,20 @@ func dropSlot(ctx context.Context, conn *pgx.Conn, slot string) error {
 func TestConformance(t *testing.T) {
 	pg := harness.StartPostgres(t)
 	pg.Exec(t, `CREATE TABLE unwatched (id serial PRIMARY KEY, v text)`)
-	conformance.Run(t, conformance.Capabilities{DistinguishesUpdate: true, Timeout: time.Minute},
+	t.Run("IdentityDefault", func(t *testing.T) { runConformance(t, pg, false) })
+	t.Run("IdentityFull", func(t *testing.T) { runConformance(t, pg, true) })
+}
+
+func runConformance(t *testing.T, pg *harness.Postgres, full bool) {
+	conformance.Run(t, conformance.Capabilities{DistinguishesUpdate: true, DeletesCarryObject: full, Timeout: time.Minute},
 		func(t *testing.T) conformance.Source[confRow] {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			name := fmt.Sprintf("conf_%d", tableSeq.Add(1))
 			pg.Exec(t, fmt.Sprintf(`CREATE TABLE %s (id text PRIMARY KEY, n int NOT NULL)`, name))
+			if full {
+				pg.Exec(t, fmt.Sprintf(`ALTER TABLE %s REPLICA IDENTITY FULL`, name))
+			}
 			src, err := postgres.NewSource(ctx, postgres.Config{ConnString: pg.ConnString(), StatusInterval: time.Second})
 			if err != nil {
 				t.Fatal(err)

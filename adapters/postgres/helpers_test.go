@@ -1,9 +1,11 @@
 package postgres_test
 
 import (
+	"bytes"
 	"context"
-	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -30,6 +32,18 @@ func newSource(t *testing.T, pg *harness.Postgres, cfg postgres.Config) *postgre
 	}
 	if cfg.StatusInterval == 0 {
 		cfg.StatusInterval = time.Second
+	}
+	if cfg.Logger == nil {
+		// The log must never show the password.
+		var buf syncBuffer
+		cfg.Logger = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		t.Cleanup(func() {
+			if s := buf.String(); strings.Contains(s, pg.Password) {
+				t.Errorf("the source's log shows the password:\n%s", s)
+			} else if t.Failed() {
+				t.Logf("source log:\n%s", s)
+			}
+		})
 	}
 	src, err := postgres.NewSource(ctxFor(t), cfg)
 	if err != nil {
@@ -167,4 +181,19 @@ func cacheMatches(t *testing.T, conn *pgx.Conn, table string, inf *core.SharedIn
 	return nil
 }
 
-var errMismatch = errors.New("mismatch")
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

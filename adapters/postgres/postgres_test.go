@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"reflect"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	"github.com/jackc/pgx/v5/pgtype"
+	"go.uber.org/goleak"
 )
 
 const typesDDL = `
@@ -290,6 +292,51 @@ func TestWritersDuringInitialList(t *testing.T) {
 	}
 }
 
+// examplePG serves the runnable examples, which get no testing.TB.
+var examplePG *harness.Postgres
+
 func TestMain(m *testing.M) {
-	m.Run()
+	pg, err := harness.StartPostgresMain()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "postgres unavailable: %v\n", err)
+		if harness.InCI() {
+			os.Exit(1)
+		}
+		os.Exit(0) // every test here needs the server
+	}
+	examplePG = pg
+	code := m.Run()
+	pg.Close()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// TestEstimate: List reports the planner's row estimate before the rows.
+func TestEstimate(t *testing.T) {
+	pg := harness.StartPostgres(t)
+	pg.Exec(t, `CREATE TABLE kv (id bigint PRIMARY KEY, v text);
+		INSERT INTO kv SELECT g, 'x' FROM generate_series(1, 5000) g; ANALYZE kv`)
+	src := newSource(t, pg, postgres.Config{})
+	tbl := newTable[kv](t, src, "kv")
+	estimate, rows := int64(-1), 0
+	_, err := tbl.List(ctxFor(t), core.ListOptions[kv]{
+		Estimate: func(n int64) {
+			if rows != 0 {
+				t.Error("Estimate called after the first row")
+			}
+			estimate = n
+		},
+		Emit: func(core.Event[kv]) error { rows++; return nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if estimate != 5000 || rows != 5000 {
+		t.Errorf("estimate %d, rows %d; want 5000 and 5000", estimate, rows)
+	}
 }

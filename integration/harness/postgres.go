@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -40,16 +41,78 @@ type Postgres struct {
 
 	mu      sync.Mutex
 	running bool
+	log     string // set by Close
 }
 
 // StartPostgres initdb's and starts a server for tb; it is stopped and its
 // files removed when tb ends, and its log is printed if tb failed.
 func StartPostgres(tb testing.TB) *Postgres {
 	tb.Helper()
-	bin, err := findPostgresBin()
-	if err != nil {
+	lb := NewLogBuffer(tb, "postgres")
+	p, err := startPostgres()
+	if p != nil {
+		// Runs before lb's cleanup (LIFO), so lb sees the whole log.
+		tb.Cleanup(func() {
+			p.Close()
+			lb.Write([]byte(p.Log()))
+		})
+	}
+	var un *unavailableError
+	if errors.As(err, &un) {
 		Unavailable(tb, "%v; %s", err, postgresHowTo)
 		return nil
+	}
+	if err != nil {
+		tb.Fatalf("harness: %v", err)
+	}
+	return p
+}
+
+// StartPostgresMain starts a server outside of any test, for a TestMain
+// that serves runnable examples (which get no testing.TB). The caller calls
+// Close. When the binaries are missing the error says how to get them.
+func StartPostgresMain() (*Postgres, error) {
+	p, err := startPostgres()
+	if err != nil && p != nil {
+		p.Close()
+	}
+	var un *unavailableError
+	if errors.As(err, &un) {
+		return nil, fmt.Errorf("%w; %s", err, postgresHowTo)
+	}
+	return p, err
+}
+
+type unavailableError struct{ msg string }
+
+func (e *unavailableError) Error() string { return e.msg }
+
+// Close stops the server (immediate) and removes its files.
+func (p *Postgres) Close() {
+	p.stop("immediate")
+	if b, err := os.ReadFile(p.logFile); err == nil {
+		p.mu.Lock()
+		p.log = string(b)
+		p.mu.Unlock()
+	}
+	os.RemoveAll(p.dir)
+}
+
+// Log returns the server log (as of Close, once closed).
+func (p *Postgres) Log() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.log != "" {
+		return p.log
+	}
+	b, _ := os.ReadFile(p.logFile)
+	return string(b)
+}
+
+func startPostgres() (*Postgres, error) {
+	bin, err := findPostgresBin()
+	if err != nil {
+		return nil, &unavailableError{err.Error()}
 	}
 	p := &Postgres{User: "postgres", Database: "postgres", bin: bin}
 	if os.Geteuid() == 0 {
@@ -60,8 +123,7 @@ func StartPostgres(tb testing.TB) *Postgres {
 	if p.asUser != "" {
 		u, err := user.Lookup(p.asUser)
 		if err != nil {
-			Unavailable(tb, "running as root and there is no %q OS user to run the server as: %v; %s", p.asUser, err, postgresHowTo)
-			return nil
+			return nil, &unavailableError{fmt.Sprintf("running as root and there is no %q OS user to run the server as: %v", p.asUser, err)}
 		}
 		uid, _ = strconv.Atoi(u.Uid)
 		gid, _ = strconv.Atoi(u.Gid)
@@ -70,12 +132,11 @@ func StartPostgres(tb testing.TB) *Postgres {
 	// another OS user cannot enter, so the server gets a dir of its own.
 	p.dir, err = os.MkdirTemp("", "dbinformer-pg-")
 	if err != nil {
-		tb.Fatalf("harness: postgres temp dir: %v", err)
+		return nil, fmt.Errorf("postgres temp dir: %w", err)
 	}
-	tb.Cleanup(func() { os.RemoveAll(p.dir) })
 	if uid >= 0 {
 		if err := os.Chown(p.dir, uid, gid); err != nil {
-			tb.Fatalf("harness: chown postgres temp dir: %v", err)
+			return p, fmt.Errorf("chown postgres temp dir: %w", err)
 		}
 	}
 	p.dataDir = filepath.Join(p.dir, "data")
@@ -86,7 +147,7 @@ func StartPostgres(tb testing.TB) *Postgres {
 	p.Password = "pw" + hex.EncodeToString(pw[:])
 	pwFile := filepath.Join(p.dir, "pwfile")
 	if err := os.WriteFile(pwFile, []byte(p.Password+"\n"), 0o600); err != nil {
-		tb.Fatalf("harness: %v", err)
+		return p, err
 	}
 	if uid >= 0 {
 		os.Chown(pwFile, uid, gid)
@@ -95,9 +156,13 @@ func StartPostgres(tb testing.TB) *Postgres {
 		"--auth-local=trust", "--auth-host=scram-sha-256", "-E", "UTF8", "--locale=C", "--no-sync")
 	os.Remove(pwFile)
 	if err != nil {
-		tb.Fatalf("harness: initdb: %v\n%s", err, out)
+		return p, fmt.Errorf("initdb: %v\n%s", err, out)
 	}
-	p.Port = FreePort(tb)
+	port, err := freePort()
+	if err != nil {
+		return p, err
+	}
+	p.Port = port
 	conf := fmt.Sprintf(`
 listen_addresses = '127.0.0.1'
 port = %d
@@ -114,25 +179,14 @@ log_line_prefix = '%%m [%%p] %%u '
 `, p.Port, p.dir)
 	f, err := os.OpenFile(filepath.Join(p.dataDir, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
-		tb.Fatalf("harness: %v", err)
+		return p, err
 	}
 	_, err = f.WriteString(conf)
 	f.Close()
 	if err != nil {
-		tb.Fatalf("harness: %v", err)
+		return p, err
 	}
-
-	// Registered before the stop below so that it runs after it (cleanups are
-	// LIFO) and sees the whole log.
-	lb := NewLogBuffer(tb, "postgres")
-	tb.Cleanup(func() {
-		p.stop("immediate")
-		if b, err := os.ReadFile(p.logFile); err == nil {
-			lb.Write(b)
-		}
-	})
-	p.Start(tb)
-	return p
+	return p, p.start()
 }
 
 func findPostgresBin() (string, error) {
@@ -185,19 +239,26 @@ func (p *Postgres) run(ctx context.Context, prog string, args ...string) ([]byte
 // Start starts the (stopped) server and waits until it accepts connections.
 func (p *Postgres) Start(tb testing.TB) {
 	tb.Helper()
+	if err := p.start(); err != nil {
+		tb.Fatalf("harness: %v", err)
+	}
+}
+
+func (p *Postgres) start() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.running {
-		return
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	out, err := p.run(ctx, "pg_ctl", "-D", p.dataDir, "-l", p.logFile, "-w", "-t", "90", "start")
 	if err != nil {
 		log, _ := os.ReadFile(p.logFile)
-		tb.Fatalf("harness: pg_ctl start: %v\n%s\n%s", err, out, log)
+		return fmt.Errorf("pg_ctl start: %v\n%s\n%s", err, out, log)
 	}
 	p.running = true
+	return nil
 }
 
 // Stop stops the server; mode is "fast" (clean shutdown) or "immediate"

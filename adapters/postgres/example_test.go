@@ -1,0 +1,75 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/dbinformer/dbinformer/adapters/postgres"
+	"github.com/dbinformer/dbinformer/core"
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+)
+
+type User struct {
+	ID    int64  `db:"id"`
+	Name  string `db:"name"`
+	Admin bool   `db:"admin"`
+}
+
+// Example keeps an indexed, typed cache of a table, and reads its own
+// write with WaitFor(pg_current_wal_lsn()).
+func Example() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	connString := examplePG.ConnString() // a role with REPLICATION and SELECT
+
+	db, err := pgx.Connect(ctx, connString)
+	if err != nil {
+		panic(err)
+	}
+	defer db.Close(ctx)
+	if _, err := db.Exec(ctx, `CREATE TABLE users (id bigint PRIMARY KEY, name text NOT NULL, admin bool NOT NULL DEFAULT false)`); err != nil {
+		panic(err)
+	}
+
+	// One Source per database: one slot and one walsender, however many tables.
+	src, err := postgres.NewSource(ctx, postgres.Config{ConnString: connString})
+	if err != nil {
+		panic(err)
+	}
+	defer src.Close()
+	usersTable, err := postgres.NewTable[User](ctx, src, "public", "users")
+	if err != nil {
+		panic(err)
+	}
+
+	users := core.NewSharedIndexInformer[User](usersTable, core.InformerOptions[User]{
+		Name: "users",
+		Indexers: core.Indexers[User]{"admin": func(u User) ([]string, error) {
+			return []string{fmt.Sprint(u.Admin)}, nil
+		}},
+	})
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { _ = users.Run(runCtx); close(done) }()
+	defer func() { stop(); <-done }()
+	if err := users.WaitForCacheSync(ctx); err != nil {
+		panic(err)
+	}
+
+	if _, err := db.Exec(ctx, `INSERT INTO users VALUES (1, 'Ada Lovelace', true), (2, 'Charles Babbage', false)`); err != nil {
+		panic(err)
+	}
+	var lsn pglogrepl.LSN
+	if err := db.QueryRow(ctx, `SELECT pg_current_wal_lsn()`).Scan(&lsn); err != nil {
+		panic(err)
+	}
+	if err := users.WaitFor(ctx, core.ResourceVersion(lsn)); err != nil {
+		panic(err)
+	}
+	ada, _ := users.Lister().Get("1")
+	admins, _ := users.Lister().ByIndex("admin", "true")
+	fmt.Println(ada.Name, len(admins))
+	// Output: Ada Lovelace 1
+}
