@@ -820,9 +820,9 @@ func (l *listener[T]) run(ctx context.Context) {
 			l.mu.Unlock()
 			return
 		}
-		batch = append(batch[:0], l.buf[l.head:]...)
-		clear(l.buf[l.head:])
-		l.buf, l.head = l.buf[:0], 0
+		// Swap buffers: the handler drains one while add fills the other.
+		batch, l.buf = l.buf[l.head:], batch[:0]
+		l.head = 0
 		l.delivering = len(batch)
 		l.cond.Broadcast()
 		l.mu.Unlock()
