@@ -136,6 +136,9 @@ func (e *Etcd) config() *embed.Config {
 	cfg.EnableGRPCGateway = false
 	cfg.AutoCompactionRetention = "0"
 	cfg.UnsafeNoFsync = true
+	// NewConfig leaves this at zero, which logs every request as slow and
+	// buries a failed test's log in noise.
+	cfg.WarningUnaryRequestDuration = embed.DefaultWarningUnaryRequestDuration
 	cfg.WatchProgressNotifyInterval = EtcdProgressNotifyInterval
 	if e.opts.ProgressNotifyInterval > 0 {
 		cfg.WatchProgressNotifyInterval = e.opts.ProgressNotifyInterval

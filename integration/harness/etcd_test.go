@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -86,5 +87,26 @@ func TestEtcdTwiceRestartCompact(t *testing.T) {
 	// The first server is unaffected.
 	if _, err := a.Client(t).Put(ctx, "k", "a"); err != nil {
 		t.Fatalf("put to first server: %v", err)
+	}
+}
+
+// TestEtcdParallel starts servers concurrently, as tests of several
+// packages (or t.Parallel tests of one) do in one process.
+func TestEtcdParallel(t *testing.T) {
+	for i := 0; i < 3; i++ {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			t.Parallel()
+			e := StartEtcd(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			c := e.Client(t)
+			if _, err := c.Put(ctx, "k", fmt.Sprint(i)); err != nil {
+				t.Fatalf("put: %v", err)
+			}
+			resp, err := c.Get(ctx, "k")
+			if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != fmt.Sprint(i) {
+				t.Fatalf("get: %v %v", resp, err)
+			}
+		})
 	}
 }
