@@ -87,6 +87,7 @@ type Queue[K comparable] struct {
 	queued     int // live slots across levels
 	processing int
 	seq        uint64
+	signals    int // pushes not yet signalled; see unlock
 
 	waiting     waitHeap[K]
 	staleWaits  int
@@ -138,7 +139,7 @@ func (q *Queue[K]) Add(item K) {
 		q.promoteLocked()
 		q.addLocked(item, 0)
 	}
-	q.mu.Unlock()
+	q.unlock()
 }
 
 // AddAfter adds item once d has passed; d <= 0 adds it now. An item already
@@ -147,7 +148,7 @@ func (q *Queue[K]) Add(item K) {
 func (q *Queue[K]) AddAfter(item K, d time.Duration) {
 	q.mu.Lock()
 	q.addAfterLocked(item, d, 0)
-	q.mu.Unlock()
+	q.unlock()
 }
 
 // AddRateLimited adds item when the rate limiter says it may be retried.
@@ -155,7 +156,7 @@ func (q *Queue[K]) AddRateLimited(item K) {
 	d := q.limiter.When(item)
 	q.mu.Lock()
 	q.addAfterLocked(item, d, 0)
-	q.mu.Unlock()
+	q.unlock()
 }
 
 // AddWithOpts adds items with a priority, a delay, rate limiting or any mix.
@@ -178,7 +179,7 @@ func (q *Queue[K]) AddWithOpts(opts AddOpts, items ...K) {
 		} else {
 			q.addAfterLocked(item, d, opts.Priority)
 		}
-		q.mu.Unlock()
+		q.unlock()
 	}
 }
 
@@ -196,7 +197,7 @@ func (q *Queue[K]) Len() int {
 	q.mu.Lock()
 	q.promoteLocked()
 	n := q.queued
-	q.mu.Unlock()
+	q.unlock()
 	return n
 }
 
@@ -210,11 +211,11 @@ func (q *Queue[K]) Get() (item K, shutdown bool) {
 		q.cond.Wait()
 	}
 	if q.queued == 0 {
-		q.mu.Unlock()
+		q.unlock()
 		return item, true
 	}
 	item = q.popLocked()
-	q.mu.Unlock()
+	q.unlock()
 	return item, false
 }
 
@@ -238,7 +239,7 @@ func (q *Queue[K]) GetContext(ctx context.Context) (K, error) {
 	})
 	defer stop()
 	q.mu.Lock()
-	defer q.mu.Unlock()
+	defer q.unlock()
 	q.promoteLocked()
 	for q.queued == 0 && !q.shuttingDown && ctx.Err() == nil {
 		q.cond.Wait()
@@ -261,7 +262,7 @@ func (q *Queue[K]) Done(item K) {
 	q.promoteLocked()
 	idx, ok := q.index[item]
 	if !ok || q.slab[idx].flags&fProcessing == 0 {
-		q.mu.Unlock()
+		q.unlock()
 		return
 	}
 	if q.metrics != nil {
@@ -278,7 +279,7 @@ func (q *Queue[K]) Done(item K) {
 	if st.flags == 0 {
 		q.releaseLocked(item, idx)
 	}
-	q.mu.Unlock()
+	q.unlock()
 }
 
 // ShutDown stops the queue: Add and AddAfter are ignored from now on,
@@ -290,7 +291,7 @@ func (q *Queue[K]) ShutDown() {
 	q.shutDownLocked()
 	q.drain = false
 	q.cond.Broadcast()
-	q.mu.Unlock()
+	q.unlock()
 	q.wg.Wait()
 }
 
@@ -307,14 +308,14 @@ func (q *Queue[K]) ShutDownWithDrain() {
 	for q.drain && (q.queued > 0 || q.processing > 0) {
 		q.cond.Wait()
 	}
-	q.mu.Unlock()
+	q.unlock()
 	q.wg.Wait()
 }
 
 // ShuttingDown reports whether ShutDown or ShutDownWithDrain was called.
 func (q *Queue[K]) ShuttingDown() bool {
 	q.mu.Lock()
-	defer q.mu.Unlock()
+	defer q.unlock()
 	return q.shuttingDown
 }
 
@@ -370,7 +371,20 @@ func (q *Queue[K]) pushLocked(item K, idx int32) {
 	st.seq = q.seq
 	q.levelLocked(st.prio).r.push(slot[K]{key: item, seq: q.seq, idx: idx})
 	q.queued++
-	q.cond.Signal()
+	q.signals++
+}
+
+// unlock releases the lock and then wakes one blocked Get per item pushed
+// meanwhile. Signalling after the unlock spares the woken worker from
+// running straight into the lock we still held; no wakeup is lost because a
+// Get only waits after finding the queue empty under the lock.
+func (q *Queue[K]) unlock() {
+	n := q.signals
+	q.signals = 0
+	q.mu.Unlock()
+	for ; n > 0; n-- {
+		q.cond.Signal()
+	}
 }
 
 // acquireLocked returns item's slab index, allocating a zero state for a
@@ -528,9 +542,14 @@ func (q *Queue[K]) compactWaitingLocked() {
 // only on the clock, not on when the delay goroutine last ran; that is what
 // makes fake-clock tests deterministic.
 func (q *Queue[K]) promoteLocked() {
-	if len(q.waiting) == 0 {
-		return
+	// Small enough to inline: the common case of no delayed items costs a
+	// length check, not a call.
+	if len(q.waiting) > 0 {
+		q.promoteDueLocked()
 	}
+}
+
+func (q *Queue[K]) promoteDueLocked() {
 	now := q.now()
 	for len(q.waiting) > 0 && q.waiting[0].at <= now {
 		e := q.waiting.pop()
@@ -558,7 +577,7 @@ func (q *Queue[K]) delayLoop() {
 	for {
 		q.mu.Lock()
 		if q.shuttingDown {
-			q.mu.Unlock()
+			q.unlock()
 			return
 		}
 		q.promoteLocked()
@@ -566,7 +585,7 @@ func (q *Queue[K]) delayLoop() {
 		if armed {
 			wait = max(0, time.Duration(q.waiting[0].at-q.now()))
 		}
-		q.mu.Unlock()
+		q.unlock()
 
 		var fire <-chan time.Time
 		switch {
@@ -600,7 +619,7 @@ func (q *Queue[K]) metricsLoop(t clock.Ticker) {
 			if !q.shuttingDown {
 				q.metrics.updateUnfinishedWork()
 			}
-			q.mu.Unlock()
+			q.unlock()
 		}
 	}
 }
