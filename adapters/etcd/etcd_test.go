@@ -456,3 +456,86 @@ func TestClientConfig(t *testing.T) {
 		t.Fatalf("caller's client unusable after Close: %v", err)
 	}
 }
+
+// TestAuthPassesThrough: with auth on, the ListerWatcher works with the
+// credentials of the client config it is given, a user who may only read
+// the prefix can list, watch and read the head, and a wrong password fails
+// without showing up in the error.
+func TestAuthPassesThrough(t *testing.T) {
+	srv := harness.StartEtcd(t)
+	admin := srv.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), converge)
+	defer cancel()
+	const rootPW, readerPW = "root-pw-1f3a", "reader-pw-9c2e"
+	mustPut(t, admin, "/auth/k", `{"version":1}`)
+	mustPut(t, admin, "/secret/k", `{"version":1}`)
+	steps := []func() error{
+		func() error { _, err := admin.UserAdd(ctx, "root", rootPW); return err },
+		func() error { _, err := admin.UserGrantRole(ctx, "root", "root"); return err },
+		func() error { _, err := admin.RoleAdd(ctx, "auth-reader"); return err },
+		func() error {
+			_, err := admin.RoleGrantPermission(ctx, "auth-reader", "/auth/", clientv3.GetPrefixRangeEnd("/auth/"), clientv3.PermissionType(clientv3.PermRead))
+			return err
+		},
+		func() error { _, err := admin.UserAdd(ctx, "reader", readerPW); return err },
+		func() error { _, err := admin.UserGrantRole(ctx, "reader", "auth-reader"); return err },
+		func() error { _, err := admin.AuthEnable(ctx); return err },
+	}
+	for i, step := range steps {
+		if err := step(); err != nil {
+			t.Fatalf("auth setup step %d: %v", i, err)
+		}
+	}
+
+	cfg := func(user, pw string) *clientv3.Config {
+		return &clientv3.Config{Endpoints: srv.Endpoints(), DialTimeout: 10 * time.Second, Username: user, Password: pw}
+	}
+	lw, err := etcdinformer.New(etcdinformer.Config[item]{ClientConfig: cfg("reader", readerPW), Prefix: "/auth"})
+	if err != nil {
+		t.Fatalf("New as reader: %v", err)
+	}
+	defer lw.Close()
+	got, rv := list(t, lw)
+	if got["k"].Object.Version != 1 || len(got) != 1 {
+		t.Fatalf("reader lists %+v", got)
+	}
+	if _, err := lw.Head(ctx); err != nil {
+		t.Fatalf("Head as reader: %v", err)
+	}
+	w, err := lw.Watch(ctx, rv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	root, err := clientv3.New(*cfg("root", rootPW))
+	if err != nil {
+		t.Fatalf("root client: %v", err)
+	}
+	defer root.Close()
+	putRV := mustPut(t, root, "/auth/k", `{"version":2}`)
+	if b := nextChange(t, w); b[0].Object.Version != 2 || b[0].RV != putRV {
+		t.Fatalf("reader's watch got %+v", b)
+	}
+
+	// The reader may not read another prefix.
+	other, err := etcdinformer.New(etcdinformer.Config[item]{ClientConfig: cfg("reader", readerPW), Prefix: "/secret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if _, err := other.List(ctx, core.ListOptions[item]{Emit: func(core.Event[item]) error { return nil }}); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+		t.Fatalf("reader listing /secret: %v, want permission denied", err)
+	}
+
+	bad, err := etcdinformer.New(etcdinformer.Config[item]{ClientConfig: cfg("reader", "wrong-pw-77"), Prefix: "/auth"})
+	if err == nil {
+		_, err = bad.List(ctx, core.ListOptions[item]{Emit: func(core.Event[item]) error { return nil }})
+		bad.Close()
+	}
+	if err == nil {
+		t.Fatal("a wrong password was accepted")
+	}
+	if strings.Contains(err.Error(), "wrong-pw-77") || strings.Contains(err.Error(), readerPW) {
+		t.Fatalf("error shows a password: %v", err)
+	}
+}

@@ -140,6 +140,9 @@ func (e *Etcd) config() *embed.Config {
 	// buries a failed test's log in noise.
 	cfg.WarningUnaryRequestDuration = embed.DefaultWarningUnaryRequestDuration
 	cfg.WatchProgressNotifyInterval = EtcdProgressNotifyInterval
+	// bcrypt's minimum cost (4): tests that turn auth on would otherwise
+	// spend seconds per login under the race detector.
+	cfg.BcryptCost = 4
 	if e.opts.ProgressNotifyInterval > 0 {
 		cfg.WatchProgressNotifyInterval = e.opts.ProgressNotifyInterval
 	}
