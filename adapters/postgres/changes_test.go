@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -266,5 +267,57 @@ func TestQuotedTableName(t *testing.T) {
 	var n int
 	if err := conn.QueryRow(ctxFor(t), "SELECT count(*) FROM kv").Scan(&n); err != nil {
 		t.Fatalf("table kv damaged: %v", err)
+	}
+}
+
+// TestHistoryWindow: a Watch may start from an acknowledged version while
+// it is within Config.History; older starts are ErrExpired.
+func TestHistoryWindow(t *testing.T) {
+	pg := harness.StartPostgres(t)
+	pg.Exec(t, `CREATE TABLE kv (id bigint PRIMARY KEY, v text)`)
+	conn := pg.Conn(t)
+	src := newSource(t, pg, postgres.Config{History: 3})
+	tbl := newTable[kv](t, src, "kv")
+	ctx := ctxFor(t)
+	rv0, err := tbl.List(ctx, core.ListOptions[kv]{Emit: func(core.Event[kv]) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rvs []core.ResourceVersion
+	for i := range 6 {
+		rvs = append(rvs, write(t, conn, fmt.Sprintf("INSERT INTO kv VALUES (%d, 'x')", i)))
+	}
+	w, err := tbl.Watch(ctx, rv0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last core.ResourceVersion
+	for seen := 0; seen < 6; {
+		evs, err := w.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range evs {
+			if ev.Type == core.Added {
+				seen++
+				last = ev.RV
+			}
+		}
+	}
+	w.Stop()
+	// Watching from the last version acknowledges all six changes; three
+	// stay in memory.
+	w, err = tbl.Watch(ctx, last)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Stop()
+	w, err = tbl.Watch(ctx, rvs[2])
+	if err != nil {
+		t.Fatalf("Watch from within the history: %v", err)
+	}
+	w.Stop()
+	if _, err := tbl.Watch(ctx, rv0); !errors.Is(err, core.ErrExpired) {
+		t.Errorf("Watch from before the history returned %v, want ErrExpired", err)
 	}
 }

@@ -85,7 +85,9 @@ type tableState struct {
 	active  bool                 // listed in the current slot's lifetime
 	floor   core.ResourceVersion // oldest version a Watch may start from
 	applied core.ResourceVersion // acknowledged by a consumer
-	batches []batch              // streamed: unacknowledged ones, and some history before them
+	// ackedChanges counts the changes of batches at or below applied.
+	ackedChanges int
+	batches      []batch // streamed: unacknowledged ones, and some history before them
 
 	// known holds every key of the table as of the last decoded change,
 	// with the values of its variable-length columns: an unchanged TOASTed
@@ -99,35 +101,47 @@ func (t *tableState) expire() {
 	t.active = false
 	t.floor = math.MaxUint64
 	t.batches = nil
+	t.ackedChanges = 0
 }
 
-// trim drops acknowledged batches beyond the history kept for watches
-// that start from an older version, and raises floor past what it drops.
-func (t *tableState) trim(history int) {
-	acked := 0
-	for _, b := range t.batches {
-		if b.rv > t.applied {
-			break
-		}
-		acked += len(b.changes)
+// firstAfter is the index of the first batch above rv (batches are in
+// version order).
+func (t *tableState) firstAfter(rv core.ResourceVersion) int {
+	return sort.Search(len(t.batches), func(i int) bool { return t.batches[i].rv > rv })
+}
+
+// advance records that a consumer applied everything up to rv, and drops
+// acknowledged batches beyond the history kept for watches that start from
+// an older version, raising floor past what it drops.
+func (t *tableState) advance(rv core.ResourceVersion, history int) {
+	if rv <= t.applied {
+		return
 	}
-	i := 0
-	for i < len(t.batches) && t.batches[i].rv <= t.applied && acked > history {
-		acked -= len(t.batches[i].changes)
-		t.floor = max(t.floor, t.batches[i].rv)
-		i++
+	i, j := t.firstAfter(t.applied), t.firstAfter(rv)
+	for k := i; k < j; k++ {
+		t.ackedChanges += len(t.batches[k].changes)
 	}
-	if i > 0 {
-		t.batches = append(t.batches[:0:0], t.batches[i:]...)
+	t.applied = rv
+	drop := 0
+	for drop < j && t.ackedChanges > history {
+		t.ackedChanges -= len(t.batches[drop].changes)
+		t.floor = max(t.floor, t.batches[drop].rv)
+		t.batches[drop] = batch{} // release its rows
+		drop++
 	}
+	// The array's dropped front is freed when append next reallocates.
+	t.batches = t.batches[drop:]
+}
+
+// reset starts the table over at rv: listed there, nothing streamed yet.
+func (t *tableState) reset(rv core.ResourceVersion) {
+	t.active, t.floor, t.applied, t.batches, t.ackedChanges = true, rv, rv, nil, 0
 }
 
 // pending is the oldest batch no consumer has acknowledged.
 func (t *tableState) pending() *batch {
-	for i := range t.batches {
-		if t.batches[i].rv > t.applied {
-			return &t.batches[i]
-		}
+	if i := t.firstAfter(t.applied); i < len(t.batches) {
+		return &t.batches[i]
 	}
 	return nil
 }
@@ -517,7 +531,7 @@ func (t *Table[T]) List(ctx context.Context, opts core.ListOptions[T]) (core.Res
 	if sess.snapTx != nil {
 		s.mu.Lock()
 		if !t.st.active {
-			t.st.active, t.st.floor, t.st.applied, t.st.batches = true, sess.cp, sess.cp, nil
+			t.st.reset(sess.cp)
 		}
 		s.mu.Unlock()
 		if err := t.read(ctx, sess.snapTx, sess.cp, opts); err != nil {
@@ -536,7 +550,7 @@ func (t *Table[T]) List(ctx context.Context, opts core.ListOptions[T]) (core.Res
 	if !t.st.active {
 		// From here on the stream keeps this table's transactions; the
 		// helper's consistent point below is at or after s.pos.
-		t.st.active, t.st.floor, t.st.applied, t.st.batches = true, s.pos, s.pos, nil
+		t.st.reset(s.pos)
 	}
 	s.mu.Unlock()
 	return t.listWithHelper(ctx, opts)
@@ -663,9 +677,8 @@ func (t *Table[T]) Watch(ctx context.Context, from core.ResourceVersion) (core.W
 	}
 	s.mu.Lock()
 	err := check()
-	if err == nil && from > t.st.applied {
-		t.st.applied = from
-		t.st.trim(s.history)
+	if err == nil {
+		t.st.advance(from, s.history)
 	}
 	s.mu.Unlock()
 	if err != nil {
@@ -715,10 +728,7 @@ func (w *watcher[T]) Next(ctx context.Context) ([]core.Event[T], error) {
 		s.mu.Lock()
 		if w.acked < w.pos && st.active {
 			w.acked = w.pos
-			if w.pos > st.applied {
-				st.applied = w.pos
-				st.trim(s.history)
-			}
+			st.advance(w.pos, s.history)
 		}
 		select {
 		case <-w.stop:
@@ -746,12 +756,9 @@ func (w *watcher[T]) Next(ctx context.Context) ([]core.Event[T], error) {
 			return nil, err
 		}
 		var next *batch
-		for i := range st.batches {
-			if st.batches[i].rv > w.pos {
-				b := st.batches[i]
-				next = &b
-				break
-			}
+		if i := st.firstAfter(w.pos); i < len(st.batches) {
+			b := st.batches[i]
+			next = &b
 		}
 		if next != nil {
 			w.pos = next.rv
