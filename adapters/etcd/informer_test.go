@@ -220,7 +220,7 @@ func requireConverged(t *testing.T, inf *core.SharedIndexInformer[item], c *clie
 	return got
 }
 
-func newLW(t *testing.T, c *clientv3.Client, prefix string, pageSize int64) *etcdinformer.ListerWatcher[item] {
+func newLW(t testing.TB, c *clientv3.Client, prefix string, pageSize int64) *etcdinformer.ListerWatcher[item] {
 	t.Helper()
 	lw, err := etcdinformer.New(etcdinformer.Config[item]{Client: c, Prefix: prefix, PageSize: pageSize})
 	if err != nil {
