@@ -19,8 +19,9 @@
 // so Prefix "/a" covers "/a/x" but never "/ab/x", and the object key of
 // "/a/x" is "x". Keys deeper down keep their slashes ("/a/b/c" is "b/c").
 // Set LiteralPrefix to match Prefix byte for byte instead ("user-" covers
-// "user-1", "user-10"; "/a" covers "/ab"). The empty Prefix covers every
-// key in etcd, and the object key is then the whole etcd key.
+// "user-1", "user-10"; "/a" covers "/ab"; a key equal to Prefix has the
+// empty object key). The empty Prefix covers every key in etcd, and the
+// object key is then the whole etcd key.
 //
 // # Values
 //

@@ -200,7 +200,9 @@ func (lw *ListerWatcher[T]) List(ctx context.Context, opts core.ListOptions[T]) 
 	return core.ResourceVersion(rev), nil
 }
 
-// Head returns etcd's current revision (a linearizable read).
+// Head returns etcd's current revision, from the header of a linearizable
+// count-only read of the prefix's own range, which a user allowed to read
+// just that range may make.
 func (lw *ListerWatcher[T]) Head(ctx context.Context) (core.ResourceVersion, error) {
 	resp, err := lw.client.Get(ctx, lw.start, clientv3.WithRange(lw.end), clientv3.WithCountOnly())
 	if err != nil {
