@@ -93,6 +93,7 @@ func BenchmarkAddAfterPending(b *testing.B) {
 	for i := range b.N {
 		q.AddAfter(pending+i, time.Hour+time.Duration(r.IntN(3600))*time.Second)
 	}
+	b.StopTimer()
 }
 
 // BenchmarkAddAfterZero: AddAfter with no delay must cost about an Add.

@@ -78,9 +78,10 @@ type Queue[K comparable] struct {
 	mu   sync.Mutex
 	cond sync.Cond
 
-	index map[K]int32
-	slab  []itemState
-	free  []int32
+	index   map[K]int32
+	slab    [][]itemState // fixed-size chunks: growing never copies states
+	slabLen int32
+	free    []int32
 	// levels holds one FIFO per priority in use, highest first. There are
 	// normally one or two, so a linear scan beats any map.
 	levels     []level[K]
@@ -261,14 +262,14 @@ func (q *Queue[K]) Done(item K) {
 	// Promote first: promotion may mark this very item dirty.
 	q.promoteLocked()
 	idx, ok := q.index[item]
-	if !ok || q.slab[idx].flags&fProcessing == 0 {
+	if !ok || q.state(idx).flags&fProcessing == 0 {
 		q.unlock()
 		return
 	}
 	if q.metrics != nil {
 		q.metrics.done(item)
 	}
-	st := &q.slab[idx]
+	st := q.state(idx)
 	st.flags &^= fProcessing
 	q.processing--
 	if st.flags&fDirty != 0 {
@@ -328,11 +329,18 @@ func (q *Queue[K]) shutDownLocked() {
 	q.promoteLocked()
 	q.shuttingDown = true
 	close(q.stop)
-	for _, e := range q.waiting {
-		if st := &q.slab[e.idx]; st.flags&fWaiting != 0 && st.wseq == e.seq {
-			st.flags &^= fWaiting
-			if st.flags == 0 {
-				q.releaseLocked(e.key, e.idx)
+	if q.queued == 0 && q.processing == 0 {
+		// Every key left is only waiting: forget them all at once rather
+		// than one map delete per key.
+		clear(q.index)
+		q.slab, q.free, q.slabLen = nil, nil, 0
+	} else {
+		for _, e := range q.waiting {
+			if st := q.state(e.idx); st.flags&fWaiting != 0 && st.wseq == e.seq {
+				st.flags &^= fWaiting
+				if st.flags == 0 {
+					q.releaseLocked(e.key, e.idx)
+				}
 			}
 		}
 	}
@@ -343,7 +351,7 @@ func (q *Queue[K]) shutDownLocked() {
 // addLocked is the dedup rule: an item already dirty is not queued twice.
 func (q *Queue[K]) addLocked(item K, prio int) {
 	idx := q.acquireLocked(item)
-	st := &q.slab[idx]
+	st := q.state(idx)
 	if st.flags&fDirty != 0 {
 		if prio > st.prio {
 			st.prio = prio
@@ -367,7 +375,7 @@ func (q *Queue[K]) addLocked(item K, prio int) {
 
 func (q *Queue[K]) pushLocked(item K, idx int32) {
 	q.seq++
-	st := &q.slab[idx]
+	st := q.state(idx)
 	st.seq = q.seq
 	q.levelLocked(st.prio).r.push(slot[K]{key: item, seq: q.seq, idx: idx})
 	q.queued++
@@ -387,6 +395,16 @@ func (q *Queue[K]) unlock() {
 	}
 }
 
+const (
+	slabChunkBits = 10
+	slabChunk     = 1 << slabChunkBits
+	slabChunkMask = slabChunk - 1
+)
+
+func (q *Queue[K]) state(idx int32) *itemState {
+	return &q.slab[idx>>slabChunkBits][idx&slabChunkMask]
+}
+
 // acquireLocked returns item's slab index, allocating a zero state for a
 // key the queue does not track yet.
 func (q *Queue[K]) acquireLocked(item K) int32 {
@@ -398,8 +416,19 @@ func (q *Queue[K]) acquireLocked(item K) int32 {
 		idx = q.free[n-1]
 		q.free = q.free[:n-1]
 	} else {
-		idx = int32(len(q.slab))
-		q.slab = append(q.slab, itemState{})
+		idx = q.slabLen
+		switch {
+		case idx < slabChunk:
+			// The first chunk grows by append so a queue of a few keys
+			// does not pay for a whole chunk.
+			if len(q.slab) == 0 {
+				q.slab = append(q.slab, nil)
+			}
+			q.slab[0] = append(q.slab[0], itemState{})
+		case idx&slabChunkMask == 0:
+			q.slab = append(q.slab, make([]itemState, slabChunk))
+		}
+		q.slabLen++
 	}
 	q.index[item] = idx
 	return idx
@@ -410,7 +439,7 @@ func (q *Queue[K]) acquireLocked(item K) int32 {
 // since no live seq is 0.
 func (q *Queue[K]) releaseLocked(item K, idx int32) {
 	delete(q.index, item)
-	q.slab[idx] = itemState{}
+	*q.state(idx) = itemState{}
 	q.free = append(q.free, idx)
 }
 
@@ -453,7 +482,7 @@ func (q *Queue[K]) popLocked() K {
 		r := &q.levels[i].r
 		for r.n > 0 {
 			s := r.pop()
-			st := &q.slab[s.idx]
+			st := q.state(s.idx)
 			if st.seq != s.seq || st.flags&(fDirty|fProcessing) != fDirty {
 				continue
 			}
@@ -492,7 +521,7 @@ func (q *Queue[K]) addAfterLocked(item K, d time.Duration, prio int) {
 		at = now + int64(d)
 	}
 	idx := q.acquireLocked(item)
-	st := &q.slab[idx]
+	st := q.state(idx)
 	if st.flags&fWaiting != 0 {
 		st.wprio = max(st.wprio, prio)
 		if at >= st.at {
@@ -527,7 +556,7 @@ func (q *Queue[K]) addAfterLocked(item K, d time.Duration, prio int) {
 func (q *Queue[K]) compactWaitingLocked() {
 	kept := q.waiting[:0]
 	for _, e := range q.waiting {
-		if st := &q.slab[e.idx]; st.flags&fWaiting != 0 && st.wseq == e.seq {
+		if st := q.state(e.idx); st.flags&fWaiting != 0 && st.wseq == e.seq {
 			kept = append(kept, e)
 		}
 	}
@@ -553,7 +582,7 @@ func (q *Queue[K]) promoteDueLocked() {
 	now := q.now()
 	for len(q.waiting) > 0 && q.waiting[0].at <= now {
 		e := q.waiting.pop()
-		st := &q.slab[e.idx]
+		st := q.state(e.idx)
 		if st.flags&fWaiting == 0 || st.wseq != e.seq {
 			q.staleWaits--
 			continue

@@ -338,21 +338,29 @@ func TestZeroConfigUsesRealClockAndDefaultLimiter(t *testing.T) {
 
 func TestDoneReleasesKeyState(t *testing.T) {
 	q, clk := newFake(t)
-	for i := range 100 {
-		k := strconv.Itoa(i)
-		q.Add(k)
-		q.AddAfter(k, time.Second)
-	}
-	clk.Step(time.Second)
-	for q.Len() > 0 {
-		k, _ := q.Get()
-		q.Done(k)
-	}
-	q.mu.Lock()
-	n, w := len(q.index), len(q.waiting)
-	q.mu.Unlock()
-	if n != 0 || w != 0 {
-		t.Fatalf("after processing everything: %d key states, %d delayed entries left", n, w)
+	// Enough keys to span several state chunks, twice, so freed states are
+	// reused by other keys.
+	const n = 3000
+	for round := range 2 {
+		for i := range n {
+			k := strconv.Itoa(round*n + i)
+			q.AddAfter(k, time.Second)
+			q.Add(k)
+		}
+		clk.Step(time.Second)
+		for i := range n {
+			k, _ := q.Get()
+			if want := strconv.Itoa(round*n + i); k != want {
+				t.Fatalf("round %d: Get = %s, want %s", round, k, want)
+			}
+			q.Done(k)
+		}
+		q.mu.Lock()
+		keys, w, queued := len(q.index), len(q.waiting), q.queued
+		q.mu.Unlock()
+		if keys != 0 || w != 0 || queued != 0 {
+			t.Fatalf("round %d: %d key states, %d delayed entries, %d queued left", round, keys, w, queued)
+		}
 	}
 }
 
