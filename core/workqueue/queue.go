@@ -332,8 +332,10 @@ func (q *Queue[K]) shutDownLocked() {
 	if q.queued == 0 && q.processing == 0 {
 		// Every key left is only waiting: forget them all at once rather
 		// than one map delete per key.
+		// Any slot left in the ready queues is stale, so drop them too.
 		clear(q.index)
 		q.slab, q.free, q.slabLen = nil, nil, 0
+		q.levels = nil
 	} else {
 		for _, e := range q.waiting {
 			if st := q.state(e.idx); st.flags&fWaiting != 0 && st.wseq == e.seq {
