@@ -412,10 +412,13 @@ func (s *Source) newSession(ctx context.Context) (*session, error) {
 	return sess, nil
 }
 
-// startStreamLocked ends the held snapshot (if any) and starts streaming.
+// startStream ends the held snapshot (if any) and starts streaming.
 // Called with setupMu held and s.mu not held.
 func (s *Source) startStream(ctx context.Context, sess *session) error {
-	if sess.streaming {
+	s.mu.Lock()
+	streaming := sess.streaming
+	s.mu.Unlock()
+	if streaming {
 		return nil
 	}
 	if sess.snapTx != nil {
@@ -443,8 +446,8 @@ func (s *Source) startStream(ctx context.Context, sess *session) error {
 		return s.wrap(fmt.Sprintf("start replication on slot %q", s.slot), err)
 	}
 	sctx, cancel := context.WithCancel(context.Background())
-	sess.cancel, sess.done, sess.streaming = cancel, make(chan struct{}), true
 	s.mu.Lock()
+	sess.cancel, sess.done, sess.streaming = cancel, make(chan struct{}), true
 	s.gen++
 	s.streamErr = nil
 	gen := s.gen
@@ -484,6 +487,13 @@ func (s *Source) ackLocked() core.ResourceVersion {
 // ensureStreaming is called by Watch: the stream must run for the watcher
 // to get anything.
 func (s *Source) ensureStreaming(ctx context.Context) error {
+	// Fast path: a long List of another table holds setupMu.
+	s.mu.Lock()
+	running := s.sess != nil && s.sess.streaming && !s.closed
+	s.mu.Unlock()
+	if running {
+		return nil
+	}
 	s.setupMu.Lock()
 	defer s.setupMu.Unlock()
 	s.mu.Lock()
@@ -704,7 +714,13 @@ func (s *Source) handle(data []byte, relations map[uint32]*relation, txn *pendin
 		s.mu.Lock()
 		if rv > s.lastTxn { // on a resumed stream, skip what we had
 			for t, cs := range txn.changes {
-				if t.active {
+				switch {
+				case !t.active:
+				case rv <= t.applied:
+					// Listed by a helper snapshot the stream had not
+					// reached: the table has this transaction already.
+					t.floor = max(t.floor, rv)
+				default:
 					t.batches = append(t.batches, batch{rv: rv, commitLSN: txn.commit, changes: cs})
 				}
 			}
