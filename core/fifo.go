@@ -475,11 +475,10 @@ func (f *DeltaFIFO[T]) Deltas(key string) ([]Delta[T], bool) {
 // before key A's earlier one. It is the informer's default queue.
 type FIFO[T any] struct {
 	queueBase
-	items   []Delta[T]
-	head    int
-	known   KeyLister[T]
-	scratch []Delta[T]
-	// MaxBatch bounds how many deltas one Pop hands over; 0 means 256.
+	items    []Delta[T]
+	head     int
+	known    KeyLister[T]
+	scratch  []Delta[T]
 	maxBatch int
 }
 
@@ -599,9 +598,10 @@ func (f *FIFO[T]) Resync() error {
 	return nil
 }
 
-// Pop implements Queue: it hands over up to 256 consecutive deltas. A run
-// never straddles the end of the initial list, so isInInitialList holds for
-// all of it.
+// Pop implements Queue: it hands over up to 256 consecutive deltas, more
+// when needed to keep the deltas of one version (one source transaction)
+// together. A run never straddles the end of the initial list, so
+// isInInitialList holds for all of it.
 func (f *FIFO[T]) Pop(ctx context.Context, process PopProcessFunc[T]) error {
 	f.popMu.Lock()
 	defer f.popMu.Unlock()
@@ -619,6 +619,17 @@ func (f *FIFO[T]) Pop(ctx context.Context, process PopProcessFunc[T]) error {
 	initial := !(f.populated && f.initialCount == 0)
 	if f.initialCount > 0 && n > f.initialCount {
 		n = f.initialCount
+	} else {
+		// Never split a transaction: the consumer applies a run under one
+		// lock, so readers see a transaction whole.
+		// A relist is one version too, but may be huge; it is split.
+		for f.head+n < len(f.items) {
+			d := &f.items[f.head+n]
+			if d.RV != f.items[f.head+n-1].RV || d.Type == DeltaSync || d.Type == DeltaReplaced || d.FinalStateUnknown {
+				break
+			}
+			n++
+		}
 	}
 	batch := append(f.scratch[:0], f.items[f.head:f.head+n]...)
 	clear(f.items[f.head : f.head+n])

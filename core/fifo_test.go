@@ -223,3 +223,26 @@ func TestQueueAppliedVersionWaitsForWholeTransaction(t *testing.T) {
 		}
 	})
 }
+
+func TestFIFOKeepsTransactionsWhole(t *testing.T) {
+	q := NewFIFO[string](nil)
+	must(t, q.Replace(nil, 1))
+	var tx []Event[string]
+	for i := range 300 {
+		tx = append(tx, add(fmt.Sprint(i), "v", 5))
+	}
+	must(t, q.Add([]Event[string]{add("before", "v", 4)}))
+	must(t, q.Add(tx))
+	must(t, q.Add([]Event[string]{add("after", "v", 6)}))
+	var sizes []int
+	for q.Len() > 0 {
+		must(t, q.Pop(context.Background(), func(ds []Delta[string], _ bool) error {
+			sizes = append(sizes, len(ds))
+			return nil
+		}))
+	}
+	// The first run takes 256 deltas and extends to the end of version 5.
+	if !reflect.DeepEqual(sizes, []int{301, 1}) {
+		t.Fatalf("run sizes %v", sizes)
+	}
+}

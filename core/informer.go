@@ -276,7 +276,7 @@ func (i *SharedIndexInformer[T]) startListenerLocked(l *listener[T]) {
 		l.mu.Unlock()
 		return
 	}
-	l.active = true
+	l.active, l.stopping = true, false
 	l.mu.Unlock()
 	ctx, wg := i.runCtx, i.runWG
 	wg.Add(1)
@@ -798,7 +798,10 @@ func (l *listener[T]) run(ctx context.Context) {
 	defer func() {
 		stop()
 		l.mu.Lock()
-		l.active, l.stopping = false, false
+		// stopping stays set until the next start: the informer's
+		// processing may still be adding to this buffer, and must not
+		// wait for room that nobody will make.
+		l.active = false
 		if l.removed {
 			l.closeDone()
 		}

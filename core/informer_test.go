@@ -567,3 +567,44 @@ func (w idleWatcher[T]) Next(ctx context.Context) ([]Event[T], error) {
 	}
 }
 func (idleWatcher[T]) Stop() {}
+
+func TestStopWithFullBoundedHandlerDoesNotHang(t *testing.T) {
+	lw := newFakeLW()
+	inf, _, _ := newTestInformer(lw, InformerOptions[string]{})
+	release := make(chan struct{})
+	got := make(chan string, 10)
+	reg, err := inf.AddEventHandlerWithOptions(ResourceEventHandlerFuncs[string]{
+		AddFunc: func(key, _ string, _ bool) {
+			got <- key
+			<-release
+		},
+	}, HandlerOptions{MaxPending: 1})
+	must(t, err)
+	stop := started(t, inf)
+	lw.list(t, 5)
+	w := lw.watch(t)
+	w.send(t, add("a", "", 6), add("b", "", 6), add("c", "", 6))
+	<-got
+	stopped := make(chan struct{})
+	go func() { stop(); close(stopped) }()
+	close(release)
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return")
+	}
+	// What was not delivered before the stop is kept for the next run:
+	// b and c arrive exactly once, in order, across the two runs.
+	started(t, inf)
+	lw.list(t, 6, add("a", "", 0), add("b", "", 0), add("c", "", 0))
+	if b, c := <-got, <-got; b != "b" || c != "c" {
+		t.Fatalf("got %s %s", b, c)
+	}
+	must(t, inf.WaitForCacheSync(testCtx(t)))
+	eventually(t, "drained", func() bool { return reg.Pending() == 0 })
+	select {
+	case k := <-got:
+		t.Fatalf("duplicate add %s", k)
+	default:
+	}
+}
