@@ -321,3 +321,40 @@ func TestHistoryWindow(t *testing.T) {
 		t.Errorf("Watch from before the history returned %v, want ErrExpired", err)
 	}
 }
+
+type numRow struct {
+	ID int64 `db:"id"`
+	N  int   `db:"n"`
+}
+
+// TestDecodeErrorMidStream: a value that no longer decodes into its field
+// (the column's type changed under the informer) is reported with the
+// table, key and version, and the rest keeps flowing.
+func TestDecodeErrorMidStream(t *testing.T) {
+	pg := harness.StartPostgres(t)
+	pg.Exec(t, `CREATE TABLE nums (id bigint PRIMARY KEY, n int); INSERT INTO nums VALUES (1, 1)`)
+	conn := pg.Conn(t)
+	src := newSource(t, pg, postgres.Config{})
+	inf, rec := informer[numRow](t, newTable[numRow](t, src, "nums"), nil)
+	write(t, conn, "ALTER TABLE nums ALTER COLUMN n TYPE text")
+	bad := write(t, conn, "UPDATE nums SET n = 'not a number' WHERE id = 1")
+	write(t, conn, "ALTER TABLE nums ALTER COLUMN n TYPE int USING 7")
+	rv := write(t, conn, "INSERT INTO nums VALUES (2, 2)")
+	waitFor(t, inf, rv)
+	if got, ok := inf.Lister().Get("2"); !ok || got.N != 2 {
+		t.Errorf("row 2 after the bad row: %+v, %v", got, ok)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	found := false
+	for _, err := range rec.errs {
+		var de *core.DecodeError
+		if errors.As(err, &de) && de.Key == "1" && de.RV <= bad && strings.Contains(de.Source, `"nums"`) {
+			found = true
+			t.Logf("reported: %v", err)
+		}
+	}
+	if !found {
+		t.Errorf("no DecodeError for key 1 reached the error handler; got %v", rec.errs)
+	}
+}

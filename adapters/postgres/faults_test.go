@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/core"
@@ -71,9 +72,32 @@ func TestServerRestart(t *testing.T) {
 			oc := &orderChecker{t: t, last: map[string]int{}}
 			inf, _ := informer[kv](t, newTable[kv](t, src, "kv"), oc.handler())
 			waitFor(t, inf, writeRound(t, pg, 1))
+			// A writer keeps committing while the server goes down and up.
+			stop := make(chan struct{})
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for round := 100; ; round++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					if c, err := pgx.Connect(ctx, pg.ConnString()); err == nil {
+						c.Exec(ctx, fmt.Sprintf("INSERT INTO kv SELECT g, '%d' FROM generate_series(1, 20) g ON CONFLICT (id) DO UPDATE SET v = EXCLUDED.v", round))
+						c.Close(ctx)
+					}
+					cancel()
+				}
+			}()
+			time.Sleep(300 * time.Millisecond)
 			pg.Restart(t, mode)
-			writeRound(t, pg, 2)
-			rv := writeRound(t, pg, 3)
+			time.Sleep(300 * time.Millisecond)
+			close(stop)
+			<-done
+			writeRound(t, pg, 100000)
+			rv := writeRound(t, pg, 100001)
 			waitFor(t, inf, rv)
 			eventually(t, "cache converges after restart", func() error { return cacheMatches(t, pg.Conn(t), "kv", inf) })
 		})
