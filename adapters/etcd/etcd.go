@@ -304,6 +304,14 @@ func (w *Watcher[T]) Next(ctx context.Context) ([]core.Event[T], error) {
 		}
 		if resp.IsProgressNotify() {
 			rv := core.ResourceVersion(resp.Header.Revision)
+			if rv < w.after() {
+				// Older etcd servers could send a requested progress
+				// notification ahead of events still queued for the
+				// watch (etcd issue #15220) and, the other way round,
+				// one below them; a bookmark below what was delivered
+				// says nothing and would break the order.
+				continue
+			}
 			w.advance(rv)
 			return []core.Event[T]{{Type: core.Bookmark, RV: rv}}, nil
 		}
