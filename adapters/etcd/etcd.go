@@ -305,11 +305,11 @@ func (w *Watcher[T]) Next(ctx context.Context) ([]core.Event[T], error) {
 		if resp.IsProgressNotify() {
 			rv := core.ResourceVersion(resp.Header.Revision)
 			if rv < w.after() {
-				// Older etcd servers could send a requested progress
-				// notification ahead of events still queued for the
-				// watch (etcd issue #15220) and, the other way round,
-				// one below them; a bookmark below what was delivered
-				// says nothing and would break the order.
+				// A bookmark below what was already delivered says
+				// nothing new and would break the order the core
+				// checks. etcd 3.6 orders progress notifications with
+				// the events (etcd issue #15220); this guards against
+				// older servers.
 				continue
 			}
 			w.advance(rv)
