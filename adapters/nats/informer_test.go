@@ -218,10 +218,20 @@ func itemVersion(o item) int { return o.N }
 // Writers keep changing keys while the informer lists a large bucket; once
 // they stop, the cache equals the bucket, and no handler saw a key's
 // versions out of order.
+//
+// History 1 makes the list consumer a plain one from the first sequence;
+// a longer history makes the server deliver the last message per subject
+// from a skip list and then what came meanwhile.
 func TestKVInformerWritersDuringList(t *testing.T) {
+	for _, history := range []uint8{1, 8} {
+		t.Run(fmt.Sprintf("History%d", history), func(t *testing.T) { writersDuringList(t, history) })
+	}
+}
+
+func writersDuringList(t *testing.T, history uint8) {
 	srv := harness.StartNATS(t)
 	js := srv.JetStream(t)
-	kv := newBucket(t, js, jetstream.KeyValueConfig{History: 1})
+	kv := newBucket(t, js, jetstream.KeyValueConfig{History: history})
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	const keys = 3000
@@ -263,7 +273,8 @@ func TestKVInformerWritersDuringList(t *testing.T) {
 			}
 		})
 	}
-	inf := startInformer(t, core.ListerWatcher[item](lw), nil, order.handler())
+	sink := &errSink{}
+	inf := startInformer(t, core.ListerWatcher[item](lw), sink, order.handler())
 	stop.Store(true)
 	wg.Wait()
 	waitFor(t, inf, last.Load())
@@ -272,7 +283,7 @@ func TestKVInformerWritersDuringList(t *testing.T) {
 		t.Fatalf("after WaitFor(%d) the cache differs from the bucket: got %s, want %s", last.Load(), trim(got), trim(want))
 	}
 	if n := lw.lists.Load(); n != 1 {
-		t.Errorf("informer listed %d times, want 1", n)
+		t.Errorf("informer listed %d times, want 1; errors: %v", n, sink.all())
 	}
 }
 
@@ -485,5 +496,31 @@ func TestKVBadPayload(t *testing.T) {
 	waitFor(t, inf, rev)
 	if o, ok := inf.Indexer().Get("bad2"); !ok || o.N != 7 {
 		t.Fatalf("a fixed value is not cached: %v %v", o, ok)
+	}
+}
+
+// A bucket deleted and created again restarts its revisions: the informer
+// must not take the new bucket's revisions for the old one's.
+func TestKVBucketRecreated(t *testing.T) {
+	srv := harness.StartNATS(t)
+	js := srv.JetStream(t)
+	kv := newBucket(t, js, jetstream.KeyValueConfig{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for i := range 3 {
+		put(ctx, kv, fmt.Sprintf("old%d", i), 1)
+	}
+	lw := newKVLW(t, js, kv.Bucket(), natsinformer.KVOptions[item]{IdleCheck: 100 * time.Millisecond})
+	inf := startInformer(t, core.ListerWatcher[item](lw), nil, nil)
+	if err := js.DeleteKeyValue(ctx, kv.Bucket()); err != nil {
+		t.Fatal(err)
+	}
+	kv = newBucket(t, js, jetstream.KeyValueConfig{Bucket: kv.Bucket()})
+	for i := range 5 { // past the old head, so that positions alone look fine
+		put(ctx, kv, fmt.Sprintf("new%d", i), 2)
+	}
+	converge(t, inf, itemVersion, func() map[string]int { return bucketState(t, kv, "") })
+	if n := lw.lists.Load(); n < 2 {
+		t.Errorf("informer listed %d times, want a relist of the new bucket", n)
 	}
 }

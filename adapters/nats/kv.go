@@ -49,6 +49,7 @@ type KV[T any] struct {
 	bucket  string
 	source  string
 	stream  jetstream.Stream
+	id      identity
 	subject string // "$KV.<bucket>.<Prefix>"
 	filter  string // subject filter of the watched keys
 	codec   Codec[T]
@@ -158,6 +159,7 @@ func (k *KV[T]) List(ctx context.Context, opts core.ListOptions[T]) (core.Resour
 	if err != nil {
 		return 0, fmt.Errorf("%s: read stream state: %w", k.source, err)
 	}
+	k.id.reset(info)
 	top := info.State.LastSeq
 	f, err := openFeed(ctx, k.stream, jetstream.ConsumerConfig{
 		FilterSubject: k.filter,
@@ -237,7 +239,7 @@ func (k *KV[T]) Watch(ctx context.Context, from core.ResourceVersion) (core.Watc
 	if a.revs == nil {
 		a.revs = make(map[string]uint64)
 	}
-	return openTail[T](ctx, k.source, k.stream, k.filter, uint64(from), a, k.batch, k.idle, k.log)
+	return openTail[T](ctx, k.source, k.stream, &k.id, k.filter, uint64(from), a, k.batch, k.idle, k.log)
 }
 
 func (k *KV[T]) park(rv uint64, revs map[string]uint64) {
@@ -304,7 +306,7 @@ func (a *kvApplier[T]) apply(m jetstream.Msg, seq uint64, out []core.Event[T]) [
 // retained sequence: MaxAge or a purge removed it without a delete marker,
 // so the cache holds a key the bucket no longer has. A key with a newer
 // message that the consumer has not delivered yet was only superseded.
-func (a *kvApplier[T]) lost(first uint64) string {
+func (a *kvApplier[T]) lost(ctx context.Context, first uint64) string {
 	var old []string
 	for key, rev := range a.revs {
 		if rev < first {
@@ -315,8 +317,6 @@ func (a *kvApplier[T]) lost(first uint64) string {
 		return ""
 	}
 	slices.Sort(old)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	for i, key := range old {
 		if i == 16 {
 			break // enough lookups: assume the rest is lost too
@@ -324,6 +324,9 @@ func (a *kvApplier[T]) lost(first uint64) string {
 		m, err := a.kv.stream.GetLastMsgForSubject(ctx, a.kv.subject+key)
 		if err == nil && m.Sequence > a.revs[key] {
 			continue
+		}
+		if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+			return "" // cannot tell now; the next check will
 		}
 		return fmt.Sprintf("the value of key %q at sequence %d is no longer in the stream (first retained sequence %d; MaxAge or a purge removed it without a delete marker)", key, a.revs[key], first)
 	}

@@ -97,7 +97,7 @@ func (s *kvSource) PutUnwatched(ctx context.Context) (core.ResourceVersion, erro
 func TestKVConformance(t *testing.T) {
 	srv := harness.StartNATS(t)
 	js := srv.JetStream(t)
-	caps := conformance.Capabilities{ExactWriteRV: true}
+	caps := conformance.Capabilities{ExactWriteRV: true, StrictGoroutines: true}
 	conformance.Run(t, caps, func(t *testing.T) conformance.Source[item] {
 		kv := newBucket(t, js, jetstream.KeyValueConfig{})
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

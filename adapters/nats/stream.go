@@ -70,6 +70,7 @@ type EventStream[S any] struct {
 	name   string
 	source string
 	stream jetstream.Stream
+	id     identity
 	filter string
 	opts   EventStreamOptions[S]
 	log    *slog.Logger
@@ -174,6 +175,11 @@ func (s *EventStream[S]) replay(ctx context.Context, after, upTo uint64, fn func
 	if err != nil {
 		return 0, fmt.Errorf("%s: read stream state: %w", s.source, err)
 	}
+	if upTo == 0 {
+		s.id.reset(info)
+	} else if err := s.id.check(s.source, info); err != nil {
+		return 0, err
+	}
 	st := info.State
 	if after > 0 && st.FirstSeq > after+1 {
 		return 0, fmt.Errorf("%s: cannot replay from the snapshot at sequence %d: the stream's first retained sequence is %d", s.source, after, st.FirstSeq)
@@ -251,7 +257,7 @@ func (s *EventStream[S]) Watch(ctx context.Context, from core.ResourceVersion) (
 			}
 		}
 	}
-	return openTail[S](ctx, s.source, s.stream, s.filter, uint64(from), f, s.opts.BatchSize, s.opts.IdleCheck, s.log)
+	return openTail[S](ctx, s.source, s.stream, &s.id, s.filter, uint64(from), f, s.opts.BatchSize, s.opts.IdleCheck, s.log)
 }
 
 func (s *EventStream[S]) park(rv uint64, state map[string]S) {
@@ -339,6 +345,6 @@ func (f *folder[S]) apply(m jetstream.Msg, seq uint64, out []core.Event[S]) []co
 
 // lost: the folded state does not depend on old events staying in the
 // stream, so nothing is lost once it has been read.
-func (f *folder[S]) lost(uint64) string { return "" }
+func (f *folder[S]) lost(context.Context, uint64) string { return "" }
 
 func (f *folder[S]) park(rv uint64) { f.es.park(rv, f.state) }

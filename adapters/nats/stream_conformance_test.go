@@ -110,7 +110,7 @@ func newStreamLW(t testing.TB, js jetstream.JetStream, name, filter string) *nat
 func TestEventStreamConformance(t *testing.T) {
 	srv := harness.StartNATS(t)
 	js := srv.JetStream(t)
-	caps := conformance.Capabilities{ExactWriteRV: true, DeletesCarryObject: true, DistinguishesUpdate: true}
+	caps := conformance.Capabilities{ExactWriteRV: true, DeletesCarryObject: true, DistinguishesUpdate: true, StrictGoroutines: true}
 	conformance.Run(t, caps, func(t *testing.T) conformance.Source[item] {
 		st, root := newStream(t, js, jetstream.StreamConfig{})
 		return &streamSource{js: js, st: st, root: root, lw: newStreamLW(t, js, st.CachedInfo().Config.Name, root+".w.*")}

@@ -21,7 +21,7 @@ type applier[T any] interface {
 	// lost reports why state this watch has delivered can no longer be
 	// trusted now that the stream's first retained sequence is first
 	// (a key's current value removed by MaxAge or a purge), or "".
-	lost(first uint64) string
+	lost(ctx context.Context, first uint64) string
 	// park hands the state at rv back to the ListerWatcher for the next
 	// Watch(rv), the resume after a broken watch.
 	park(rv uint64)
@@ -33,6 +33,7 @@ type applier[T any] interface {
 type tail[T any] struct {
 	source string // for errors: `nats kv bucket "x"`
 	stream jetstream.Stream
+	id     *identity
 	filter string
 	f      *feed
 	a      applier[T]
@@ -55,7 +56,7 @@ var _ core.ProgressRequester = (*tail[int])(nil)
 
 // openTail checks that the stream still holds everything after from, then
 // starts a consumer at from+1.
-func openTail[T any](ctx context.Context, source string, stream jetstream.Stream, filter string, from uint64, a applier[T], batch int, idle time.Duration, log *slog.Logger) (_ *tail[T], err error) {
+func openTail[T any](ctx context.Context, source string, stream jetstream.Stream, id *identity, filter string, from uint64, a applier[T], batch int, idle time.Duration, log *slog.Logger) (_ *tail[T], err error) {
 	defer func() {
 		// The state at from is still good for the next attempt (the
 		// informer retries from the same version), unless from is gone.
@@ -67,10 +68,13 @@ func openTail[T any](ctx context.Context, source string, stream jetstream.Stream
 	if err != nil {
 		return nil, fmt.Errorf("%s: read stream state to watch from %d: %w", source, from, err)
 	}
+	if err := id.check(source, info); err != nil {
+		return nil, err
+	}
 	if err := checkPosition(source, info.State, from); err != nil {
 		return nil, err
 	}
-	if why := a.lost(info.State.FirstSeq); why != "" {
+	if why := a.lost(ctx, info.State.FirstSeq); why != "" {
 		return nil, fmt.Errorf("%s: cannot watch from sequence %d: %s: %w", source, from, why, core.ErrExpired)
 	}
 	cfg := jetstream.ConsumerConfig{FilterSubject: filter, DeliverPolicy: jetstream.DeliverAllPolicy}
@@ -90,7 +94,7 @@ func openTail[T any](ctx context.Context, source string, stream jetstream.Stream
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	return &tail[T]{
-		source: source, stream: stream, filter: filter, f: f, a: a,
+		source: source, stream: stream, id: id, filter: filter, f: f, a: a,
 		batch: batch, idle: idle, log: log,
 		ctx: wctx, cancel: cancel, progress: make(chan struct{}, 1),
 		pos: from,
@@ -209,6 +213,7 @@ func (w *tail[T]) take(m jetstream.Msg) []core.Event[T] {
 func (w *tail[T]) head(ctx context.Context, requested bool) ([]core.Event[T], error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	defer context.AfterFunc(w.ctx, cancel)() // Stop must not wait for a slow server
 	info, err := w.stream.Info(ctx)
 	if err != nil {
 		if w.ctx.Err() != nil {
@@ -216,8 +221,11 @@ func (w *tail[T]) head(ctx context.Context, requested bool) ([]core.Event[T], er
 		}
 		return nil, fmt.Errorf("%s: read stream state at sequence %d: %w", w.source, w.pos, err)
 	}
+	if err := w.id.check(w.source, info); err != nil {
+		return nil, err
+	}
 	st := info.State
-	if why := w.a.lost(st.FirstSeq); why != "" {
+	if why := w.a.lost(ctx, st.FirstSeq); why != "" {
 		return nil, fmt.Errorf("%s: %s: %w", w.source, why, core.ErrExpired)
 	}
 	if st.LastSeq < w.pos {
@@ -264,4 +272,33 @@ func (w *tail[T]) Stop() {
 			w.a.park(w.pos)
 		}
 	})
+}
+
+// identity remembers when the stream was created, so that a stream deleted
+// and created again under the same name (sequences starting over) is not
+// mistaken for the one whose versions the informer holds.
+type identity struct {
+	mu      sync.Mutex
+	created time.Time
+}
+
+// reset adopts the stream a List just read.
+func (id *identity) reset(info *jetstream.StreamInfo) {
+	id.mu.Lock()
+	id.created = info.Created
+	id.mu.Unlock()
+}
+
+func (id *identity) check(source string, info *jetstream.StreamInfo) error {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.created.IsZero() {
+		id.created = info.Created
+		return nil
+	}
+	if !info.Created.Equal(id.created) {
+		return fmt.Errorf("%s: the stream was deleted and created again (created %s, the versions held are from the one created %s): %w",
+			source, info.Created.UTC().Format(time.RFC3339Nano), id.created.UTC().Format(time.RFC3339Nano), core.ErrExpired)
+	}
+	return nil
 }
