@@ -3,6 +3,7 @@ package workqueue
 import (
 	"context"
 	"errors"
+	"hash/maphash"
 	"math"
 	"sync"
 	"time"
@@ -49,10 +50,11 @@ const (
 )
 
 // itemState is everything the queue knows about one key. States live in a
-// slab indexed through one map, and ready-queue slots carry the slab index:
-// an Add/Get/Done cycle costs 4 map operations (client-go's dirty and
-// processing sets cost 7), and Get none at all. A key with no flags left is
-// removed from the map and its slab entry reused.
+// slab indexed through one keyIndex, and ready-queue slots and delay entries
+// carry the slab index: an Add/Get/Done cycle costs 3 index probes
+// (client-go's dirty and processing sets cost 7 map operations), Get none at
+// all. A key with no flags left is removed from the index and its slab
+// entry reused.
 type itemState struct {
 	seq   uint64 // seq of the live ready-queue slot
 	wseq  uint64 // seq of the live delay-heap entry
@@ -78,7 +80,7 @@ type Queue[K comparable] struct {
 	mu   sync.Mutex
 	cond sync.Cond
 
-	index   map[K]int32
+	index   keyIndex[K]
 	slab    [][]itemState // fixed-size chunks: growing never copies states
 	slabLen int32
 	free    []int32
@@ -111,7 +113,7 @@ type Queue[K comparable] struct {
 func New[K comparable](cfg Config[K]) *Queue[K] {
 	c := clock.Or(cfg.Clock)
 	q := &Queue[K]{
-		index:   map[K]int32{},
+		index:   keyIndex[K]{seed: maphash.MakeSeed()},
 		kick:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 		clock:   c,
@@ -135,10 +137,11 @@ func New[K comparable](cfg Config[K]) *Queue[K] {
 
 // Add marks item as needing processing. After ShutDown it does nothing.
 func (q *Queue[K]) Add(item K) {
+	h := q.index.hash(item)
 	q.mu.Lock()
 	if !q.shuttingDown {
 		q.promoteLocked()
-		q.addLocked(item, 0)
+		q.addLocked(item, h, 0)
 	}
 	q.unlock()
 }
@@ -147,16 +150,18 @@ func (q *Queue[K]) Add(item K) {
 // waiting keeps the earlier of its two ready times. Each call counts as a
 // retry in the metrics.
 func (q *Queue[K]) AddAfter(item K, d time.Duration) {
+	h := q.index.hash(item)
 	q.mu.Lock()
-	q.addAfterLocked(item, d, 0)
+	q.addAfterLocked(item, h, d, 0)
 	q.unlock()
 }
 
 // AddRateLimited adds item when the rate limiter says it may be retried.
 func (q *Queue[K]) AddRateLimited(item K) {
 	d := q.limiter.When(item)
+	h := q.index.hash(item)
 	q.mu.Lock()
-	q.addAfterLocked(item, d, 0)
+	q.addAfterLocked(item, h, d, 0)
 	q.unlock()
 }
 
@@ -171,14 +176,15 @@ func (q *Queue[K]) AddWithOpts(opts AddOpts, items ...K) {
 		if opts.RateLimited {
 			d = max(d, q.limiter.When(item))
 		}
+		h := q.index.hash(item)
 		q.mu.Lock()
 		if opts.After == 0 && !opts.RateLimited {
 			if !q.shuttingDown {
 				q.promoteLocked()
-				q.addLocked(item, opts.Priority)
+				q.addLocked(item, h, opts.Priority)
 			}
 		} else {
-			q.addAfterLocked(item, d, opts.Priority)
+			q.addAfterLocked(item, h, d, opts.Priority)
 		}
 		q.unlock()
 	}
@@ -258,11 +264,12 @@ func (q *Queue[K]) GetContext(ctx context.Context) (K, error) {
 // queued again. Done for an item that is not being processed does nothing
 // (client-go would queue a duplicate).
 func (q *Queue[K]) Done(item K) {
+	h := q.index.hash(item)
 	q.mu.Lock()
 	// Promote first: promotion may mark this very item dirty.
 	q.promoteLocked()
-	idx, ok := q.index[item]
-	if !ok || q.state(idx).flags&fProcessing == 0 {
+	idx := q.index.find(h, item)
+	if idx < 0 || q.state(idx).flags&fProcessing == 0 {
 		q.unlock()
 		return
 	}
@@ -278,7 +285,7 @@ func (q *Queue[K]) Done(item K) {
 		q.cond.Broadcast()
 	}
 	if st.flags == 0 {
-		q.releaseLocked(item, idx)
+		q.releaseLocked(item, h, idx)
 	}
 	q.unlock()
 }
@@ -333,7 +340,7 @@ func (q *Queue[K]) shutDownLocked() {
 		// Every key left is only waiting: forget them all at once rather
 		// than one map delete per key.
 		// Any slot left in the ready queues is stale, so drop them too.
-		clear(q.index)
+		q.index.reset()
 		q.slab, q.free, q.slabLen = nil, nil, 0
 		q.levels = nil
 	} else {
@@ -341,7 +348,7 @@ func (q *Queue[K]) shutDownLocked() {
 			if st := q.state(e.idx); st.flags&fWaiting != 0 && st.wseq == e.seq {
 				st.flags &^= fWaiting
 				if st.flags == 0 {
-					q.releaseLocked(e.key, e.idx)
+					q.releaseLocked(e.key, q.index.hash(e.key), e.idx)
 				}
 			}
 		}
@@ -351,8 +358,11 @@ func (q *Queue[K]) shutDownLocked() {
 }
 
 // addLocked is the dedup rule: an item already dirty is not queued twice.
-func (q *Queue[K]) addLocked(item K, prio int) {
-	idx := q.acquireLocked(item)
+func (q *Queue[K]) addLocked(item K, h uint64, prio int) {
+	q.addIdxLocked(item, q.acquireLocked(item, h), prio)
+}
+
+func (q *Queue[K]) addIdxLocked(item K, idx int32, prio int) {
 	st := q.state(idx)
 	if st.flags&fDirty != 0 {
 		if prio > st.prio {
@@ -409,9 +419,10 @@ func (q *Queue[K]) state(idx int32) *itemState {
 
 // acquireLocked returns item's slab index, allocating a zero state for a
 // key the queue does not track yet.
-func (q *Queue[K]) acquireLocked(item K) int32 {
-	if idx, ok := q.index[item]; ok {
-		return idx
+func (q *Queue[K]) acquireLocked(item K, h uint64) int32 {
+	slot, found := q.index.findOrInsert(h, item)
+	if found {
+		return slot.ref - 1
 	}
 	var idx int32
 	if n := len(q.free); n > 0 {
@@ -432,15 +443,15 @@ func (q *Queue[K]) acquireLocked(item K) int32 {
 		}
 		q.slabLen++
 	}
-	q.index[item] = idx
+	slot.ref = idx + 1
 	return idx
 }
 
 // releaseLocked forgets a key that has no flags left. Zeroing the state
 // also invalidates any stale slot or heap entry still pointing at idx,
 // since no live seq is 0.
-func (q *Queue[K]) releaseLocked(item K, idx int32) {
-	delete(q.index, item)
+func (q *Queue[K]) releaseLocked(item K, h uint64, idx int32) {
+	q.index.delete(h, item)
 	*q.state(idx) = itemState{}
 	q.free = append(q.free, idx)
 }
@@ -504,7 +515,7 @@ func (q *Queue[K]) popLocked() K {
 // integer compares rather than time.Time.Before.
 func (q *Queue[K]) now() int64 { return int64(q.clock.Since(q.epoch)) }
 
-func (q *Queue[K]) addAfterLocked(item K, d time.Duration, prio int) {
+func (q *Queue[K]) addAfterLocked(item K, h uint64, d time.Duration, prio int) {
 	if q.shuttingDown {
 		return
 	}
@@ -514,7 +525,7 @@ func (q *Queue[K]) addAfterLocked(item K, d time.Duration, prio int) {
 	q.promoteLocked()
 	if d <= 0 {
 		// No heap, no goroutine hop: client-go also adds these at once.
-		q.addLocked(item, prio)
+		q.addLocked(item, h, prio)
 		return
 	}
 	now := q.now()
@@ -522,7 +533,7 @@ func (q *Queue[K]) addAfterLocked(item K, d time.Duration, prio int) {
 	if int64(d) < math.MaxInt64-now {
 		at = now + int64(d)
 	}
-	idx := q.acquireLocked(item)
+	idx := q.acquireLocked(item, h)
 	st := q.state(idx)
 	if st.flags&fWaiting != 0 {
 		st.wprio = max(st.wprio, prio)
@@ -589,9 +600,9 @@ func (q *Queue[K]) promoteDueLocked() {
 			q.staleWaits--
 			continue
 		}
-		// Still tracked: addLocked below marks it dirty, so no release.
+		// Still tracked: addIdxLocked marks it dirty, so no release.
 		st.flags &^= fWaiting
-		q.addLocked(e.key, st.wprio)
+		q.addIdxLocked(e.key, e.idx, st.wprio)
 	}
 }
 

@@ -356,7 +356,7 @@ func TestDoneReleasesKeyState(t *testing.T) {
 			q.Done(k)
 		}
 		q.mu.Lock()
-		keys, w, queued := len(q.index), len(q.waiting), q.queued
+		keys, w, queued := q.index.len(), len(q.waiting), q.queued
 		q.mu.Unlock()
 		if keys != 0 || w != 0 || queued != 0 {
 			t.Fatalf("round %d: %d key states, %d delayed entries, %d queued left", round, keys, w, queued)
