@@ -36,16 +36,28 @@
 // reducer and reports the state of each entity: the entity key comes from
 // the subject (a token position or a function). Watch continues from the
 // folded state, so each event becomes Added, Modified or Deleted of that
-// state. The adapter keeps the state of every entity in memory, as the
-// informer's cache does.
+// state. To know the previous state of an entity, a watch needs the fold
+// at its start: List leaves its result with the ListerWatcher, a stopped
+// watch leaves the fold at the last version it returned, and Watch(from)
+// takes that state when from matches (the informer's watch after a list,
+// and its resume after a broken watch). For any other from, Watch replays
+// the stream up to from first. So the adapter holds the state of every
+// entity once more, beside the informer's cache. A relist replays from the
+// start (or the snapshot) again. The reducer also sees server-made marker
+// messages (empty data, a Nats-Marker-Reason header) if the stream is
+// configured to leave them.
 //
 // # Expiry and resume
 //
 // JetStream has no "compacted" error. When the stream's first retained
-// sequence has passed from+1 (purge, MaxAge, limits) or from is past its
-// last sequence (the stream was recreated), Watch returns an error matching
-// core.ErrExpired and the informer relists, which turns keys that vanished
-// into deletes. A watch that is idle also checks whether the value of a key
+// sequence has passed from+1 (purge, MaxAge, limits), when from is past its
+// last sequence, or when the stream's creation time differs from the one
+// the last List read (the stream was deleted and created again), Watch
+// returns an error matching core.ErrExpired and the informer relists, which
+// turns keys that vanished into deletes. For a bucket, the ListerWatcher
+// keeps the revision of every live key (from List, handed from watch to
+// watch like the event-stream state) to tell a value that was superseded
+// from one that was removed. A watch that is idle also checks whether the value of a key
 // it holds was removed without a delete marker (MaxAge without
 // LimitMarkerTTL, a stream purge) and expires then. Any other trouble (a
 // lost connection, a server restart, a consumer sequence gap) ends the watch
@@ -75,6 +87,10 @@
 // nothing behind for long. Bookmarks use direct gets on buckets (which allow
 // them), which in a cluster may be answered by a replica; on a single server
 // or R1 stream this is exact.
+//
+// List holds the raw values of the listed keys until its fold is complete
+// (a key written during the List must replace, not follow, its old value),
+// then decodes and emits them in revision order and lets them go.
 //
 // Undecodable values (or reducer errors) arrive as events whose Err is a
 // *core.DecodeError naming the bucket or stream, the key and the sequence;
