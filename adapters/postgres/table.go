@@ -74,6 +74,12 @@ func tupleOf(t *pglogrepl.TupleData) []rawValue {
 
 // tableState is the per-table part of a Source that the stream feeds.
 // Fields below "guarded by src.mu" are only touched under it.
+// knownValue is one variable-length column's last value.
+type knownValue struct {
+	col  string
+	data []byte
+}
+
 type tableState struct {
 	schema, name string
 	ident        pgx.Identifier
@@ -93,7 +99,7 @@ type tableState struct {
 	// with the values of its variable-length columns: an unchanged TOASTed
 	// value ('u') is filled in from here, and TRUNCATE deletes these keys.
 	knownMu sync.Mutex
-	known   map[string]map[string][]byte
+	known   map[string][]knownValue
 	knownRV core.ResourceVersion // version known reflects; older batches (history replays) leave it alone
 }
 
@@ -424,13 +430,12 @@ func (t *Table[T]) remember(p *rowPlan, key string, vals []rawValue, mutate bool
 	if !mutate {
 		return
 	}
-	var vl map[string][]byte
-	for c, v := range vals {
-		if v.kind == 't' && !fixedLength[p.rel.oids[c]] {
-			if vl == nil {
-				vl = map[string][]byte{}
+	var vl []knownValue
+	if !t.st.full { // FULL: 'u' is filled from the old row instead
+		for c, v := range vals {
+			if v.kind == 't' && !fixedLength[p.rel.oids[c]] {
+				vl = append(vl, knownValue{p.rel.names[c], v.data})
 			}
-			vl[p.rel.names[c]] = v.data
 		}
 	}
 	t.st.knownMu.Lock()
@@ -604,7 +609,7 @@ func (t *Table[T]) read(ctx context.Context, tx pgx.Tx, rv core.ResourceVersion,
 		}
 	}
 	t.st.knownMu.Lock()
-	t.st.known = map[string]map[string][]byte{}
+	t.st.known = map[string][]knownValue{}
 	t.st.knownRV = rv
 	t.st.knownMu.Unlock()
 	// Text format on both paths: the walsender prints values as text, and
@@ -628,13 +633,20 @@ func (t *Table[T]) read(ctx context.Context, tx pgx.Tx, rv core.ResourceVersion,
 	}()
 	var emitErr error
 	for rr.NextRow() {
+		// rr.Values is reused by the next row: copy the row into one buffer.
 		raw := rr.Values()
+		size := 0
+		for _, v := range raw {
+			size += len(v)
+		}
+		buf := make([]byte, 0, size)
 		vals := make([]rawValue, len(raw))
 		for i, v := range raw {
 			if v == nil {
 				vals[i] = rawValue{kind: 'n'}
 			} else {
-				vals[i] = rawValue{kind: 't', data: append([]byte(nil), v...)}
+				buf = append(buf, v...)
+				vals[i] = rawValue{kind: 't', data: buf[len(buf)-len(v) : len(buf) : len(buf)]}
 			}
 		}
 		ev := core.Event[T]{Type: core.Added, RV: rv}
@@ -806,7 +818,7 @@ func (t *Table[T]) events(b *batch) []core.Event[T] {
 				keys = append(keys, k)
 			}
 			if mutate {
-				t.st.known = map[string]map[string][]byte{}
+				t.st.known = map[string][]knownValue{}
 			}
 			t.st.knownMu.Unlock()
 			sort.Strings(keys)
@@ -917,11 +929,13 @@ func (t *Table[T]) fillToast(p *rowPlan, key string, vals, old []rawValue) []raw
 			continue
 		}
 		t.st.knownMu.Lock()
-		d, ok := t.st.known[key][p.rel.names[i]]
-		t.st.knownMu.Unlock()
-		if ok {
-			out[i] = rawValue{kind: 't', data: d}
+		for _, kv := range t.st.known[key] {
+			if kv.col == p.rel.names[i] {
+				out[i] = rawValue{kind: 't', data: kv.data}
+				break
+			}
 		}
+		t.st.knownMu.Unlock()
 	}
 	if out == nil {
 		return vals
