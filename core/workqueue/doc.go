@@ -32,10 +32,11 @@
 //
 // Add, Len, Get, Done, ShutDown, ShutDownWithDrain, ShuttingDown, AddAfter,
 // AddRateLimited, Forget and NumRequeues keep their client-go meaning, with
-// three deliberate differences: Done for an item that is not being
+// four deliberate differences: Done for an item that is not being
 // processed does nothing; ShutDownWithDrain also waits for items still
-// queued, not only for those being processed; and metrics are emitted
-// whenever a provider is given, named or not.
+// queued, not only for those being processed; delayed items already due at
+// shutdown are queued rather than dropped with the rest; and metrics are
+// emitted whenever a provider is given, named or not.
 //
 // # Additions
 //
@@ -45,6 +46,15 @@
 // still processed once and never concurrently with itself.
 //
 // GetContext is Get that also returns when a context ends.
+//
+// # Cost
+//
+// Steady Add/Get/Done does not allocate: the ready queue is a ring buffer
+// per priority, delayed items sit by value in a hand-written heap, and key
+// state lives in a slab behind an open-addressing index hashed before the
+// lock is taken. AddAfter with a positive delay costs a heap push under the
+// lock, with no channel send to a goroutine; with d <= 0 it is an Add. The
+// index, slab and rings keep their high-water size, as Go maps do.
 //
 // # Time
 //
