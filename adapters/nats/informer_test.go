@@ -524,3 +524,50 @@ func TestKVBucketRecreated(t *testing.T) {
 		t.Errorf("informer listed %d times, want a relist of the new bucket", n)
 	}
 }
+
+// With LimitMarkerTTL the server leaves a marker when MaxAge removes a
+// value: the watch reports it as a delete, and no relist is needed.
+func TestKVMaxAgeWithMarkers(t *testing.T) {
+	srv := harness.StartNATS(t)
+	js := srv.JetStream(t)
+	kv := newBucket(t, js, jetstream.KeyValueConfig{TTL: 2 * time.Second, LimitMarkerTTL: time.Minute})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for i := range 3 {
+		put(ctx, kv, fmt.Sprintf("k%d", i), 1)
+	}
+	lw := newKVLW(t, js, kv.Bucket(), natsinformer.KVOptions[item]{IdleCheck: time.Hour})
+	var deletes atomic.Int32
+	inf := startInformer(t, core.ListerWatcher[item](lw), nil, core.ResourceEventHandlerFuncs[item]{
+		DeleteFunc: func(string, item, bool) { deletes.Add(1) },
+	})
+	converge(t, inf, itemVersion, func() map[string]int { return map[string]int{} })
+	if n := lw.lists.Load(); n != 1 {
+		t.Errorf("informer listed %d times, want 1 (markers are deletes)", n)
+	}
+	if n := deletes.Load(); n != 3 {
+		t.Errorf("handler saw %d deletes, want 3", n)
+	}
+}
+
+// A pluggable codec decodes values that are not JSON.
+func TestKVCustomCodec(t *testing.T) {
+	srv := harness.StartNATS(t)
+	js := srv.JetStream(t)
+	kv := newBucket(t, js, jetstream.KeyValueConfig{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	kv.Put(ctx, "a", []byte("v=3"))
+	codec := natsinformer.CodecFunc[item](func(b []byte) (item, error) {
+		var it item
+		_, err := fmt.Sscanf(string(b), "v=%d", &it.N)
+		return it, err
+	})
+	lw := newKVLW(t, js, kv.Bucket(), natsinformer.KVOptions[item]{Codec: codec})
+	inf := startInformer(t, core.ListerWatcher[item](lw), nil, nil)
+	rev, _ := kv.Put(ctx, "b", []byte("v=4"))
+	waitFor(t, inf, rev)
+	if got := cacheOf(inf, itemVersion); !maps.Equal(got, map[string]int{"a": 3, "b": 4}) {
+		t.Fatalf("cache %v, want a=3 b=4", got)
+	}
+}
