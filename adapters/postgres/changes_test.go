@@ -243,6 +243,9 @@ func TestFailFast(t *testing.T) {
 	_, err = postgres.NewSource(ctx, postgres.Config{ConnString: "host=127.0.0.1 port=notaport password=" + pg.Password})
 	check("unparsable connection string", err, "cannot be parsed")
 
+	_, err = postgres.NewSource(ctx, postgres.Config{ConnString: pg.ConnString(), PermanentSlot: true})
+	check("permanent slot without a name", err, "needs Config.Slot")
+
 	pg.Exec(t, "ALTER SYSTEM SET wal_level = replica")
 	pg.Restart(t, "fast")
 	_, err = postgres.NewSource(ctx, postgres.Config{ConnString: pg.ConnString()})

@@ -4,7 +4,8 @@
 //
 // A Source owns one replication slot, one walsender and one publication,
 // however many tables it serves. Each table is a core.ListerWatcher[T]
-// (NewTable), typically run by its own informer; T is a struct mapped by
+// (NewTable; register every table before the first List), typically run by
+// its own informer; T is a struct mapped by
 // column name (`db` tags, like pgx.RowToStructByName) or map[string]any.
 // Keys are the primary key: the column's text for a single column, the
 // columns' texts joined by '/' (with '\' and '/' escaped by '\') for a
@@ -69,10 +70,25 @@
 // database as well as a normal one.
 //
 // Temporary slots (the default) disappear with the replication connection;
-// a broken stream then means a relist. Config.PermanentSlot keeps the slot,
-// so the stream resumes from the confirmed position after a restart of
-// either side; a slot whose WAL is lost (wal_status 'lost') is recreated and
-// every table relists.
+// a broken stream (server restart, terminated walsender) then means a relist
+// of every table. Config.PermanentSlot keeps the slot (name it with
+// Config.Slot), so a broken stream resumes from the confirmed position
+// without a relist; at start an existing slot is checked in
+// pg_replication_slots, and one whose WAL is lost (wal_status 'lost') or
+// that was dropped is recreated and every table relists. A permanent slot
+// holds WAL while its consumer is away: set max_slot_wal_keep_size, and
+// drop the slot (SELECT pg_drop_replication_slot('name')) when the
+// application is retired. Its publication is kept by Close.
+//
+// # Memory
+//
+// Besides the informers' caches, a Source keeps per table the keys and
+// variable-length values described above, the transactions no consumer has
+// acknowledged yet (a transaction is held whole: a 100k-row transaction is
+// 100k rows in memory once), and Config.History acknowledged changes so
+// that a Watch can restart from a slightly older version. A table whose
+// informer is stopped for good holds its unacknowledged transactions and
+// the slot's WAL: Close the Source when its informers stop.
 //
 // Import it as is (package postgres); name it pginformer if another
 // package postgres is in scope.

@@ -25,7 +25,8 @@ type Config struct {
 	// with REPLICATION and SELECT on the tables. It is parsed once and never
 	// printed: errors and logs name host, port and user only.
 	ConnString string
-	// Slot is the replication slot's name. Default: a fresh random name.
+	// Slot is the replication slot's name. Default: a fresh random name
+	// (required with PermanentSlot).
 	Slot string
 	// PermanentSlot keeps the slot across connections and restarts of
 	// either side, so a broken stream resumes without a relist. The server
@@ -38,7 +39,9 @@ type Config struct {
 	PermanentSlot bool
 	// Publication to stream. If it exists it is used as is (it must
 	// include every table). If it does not, it is created with the tables
-	// listed explicitly and dropped again by Close. Default: a fresh name.
+	// listed explicitly, and dropped again by Close unless the slot is
+	// permanent. Default: a fresh name, or the slot's name for a permanent
+	// slot.
 	Publication string
 	// StatusInterval is how often the confirmed position is reported to the
 	// server even when it did not move. It must stay well below the
@@ -138,11 +141,20 @@ func NewSource(ctx context.Context, cfg Config) (*Source, error) {
 	if s.interval <= 0 {
 		s.interval = 5 * time.Second
 	}
+	if cfg.PermanentSlot && s.slot == "" {
+		return nil, errors.New("postgres: Config.PermanentSlot needs Config.Slot: a generated slot name cannot be found again after a restart")
+	}
 	if s.slot == "" {
 		s.slot = "dbinformer_" + randomHex(8)
 	}
 	if s.pub == "" {
 		s.pub = "dbinformer_" + randomHex(8)
+		if cfg.PermanentSlot {
+			// Stable, and kept by Close: the slot decodes its retained
+			// WAL with the publication as it was then, so a publication
+			// dropped and created again would make that WAL undecodable.
+			s.pub = s.slot
+		}
 	}
 	conn, err := s.connect(ctx)
 	if err != nil {
@@ -246,7 +258,7 @@ func (s *Source) Close() error {
 	if sess != nil {
 		s.endSession(sess)
 	}
-	if s.pubCreated {
+	if s.pubCreated && !s.cfg.PermanentSlot {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if c, err := s.connect(ctx); err == nil {
