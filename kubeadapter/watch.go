@@ -309,6 +309,7 @@ func (w *watcher[T]) add(batch []core.Event[T], ev watch.Event) ([]core.Event[T]
 		}
 		// The watch cache can send a bookmark older than events it already
 		// replayed to a new watch; it says nothing new.
+		w.lw.log.Debug("kubeadapter: bookmark", "rv", rv, "last", w.last)
 		if rv <= w.last {
 			return batch, nil
 		}

@@ -1,0 +1,222 @@
+package kubeadapter_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/integration/harness"
+	"github.com/dbinformer/dbinformer/kubeadapter"
+)
+
+// versionKey is the ConfigMap data key holding the version the tests wrote.
+const versionKey = "n"
+
+func randomSuffix(t testing.TB) string {
+	b := make([]byte, 4)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+// createNamespace creates a fresh namespace and deletes it at cleanup.
+func createNamespace(t testing.TB, cs kubernetes.Interface, prefix string) string {
+	t.Helper()
+	name := prefix + "-" + randomSuffix(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create namespace %s: %v", name, err)
+	}
+	return name
+}
+
+func rv(t testing.TB, s string) core.ResourceVersion {
+	t.Helper()
+	v, err := core.ParseResourceVersion(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// configMaps writes ConfigMaps in one namespace the way the tests need:
+// every write returns its exact resourceVersion, deletes included.
+type configMaps struct {
+	cs kubernetes.Interface
+	ns string
+}
+
+func (c configMaps) put(ctx context.Context, name string, n int, labels map[string]string) (*corev1.ConfigMap, error) {
+	cm := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.ns, Labels: labels},
+		Data:       map[string]string{versionKey: strconv.Itoa(n)},
+	}
+	api := c.cs.CoreV1().ConfigMaps(c.ns)
+	out, err := api.Create(ctx, cm, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		// ConfigMaps allow unconditional updates: no read needed.
+		out, err = api.Update(ctx, cm, metav1.UpdateOptions{})
+	}
+	return out, err
+}
+
+// delete deletes name and returns the resourceVersion of the delete. The
+// API answers a ConfigMap delete with a Status that has no version, so the
+// version is read from a watch on that one object, opened before the
+// delete.
+func (c configMaps) delete(ctx context.Context, name string) (core.ResourceVersion, error) {
+	api := c.cs.CoreV1().ConfigMaps(c.ns)
+	cur, err := api.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return 0, err
+	}
+	w, err := api.Watch(ctx, metav1.ListOptions{
+		FieldSelector:   "metadata.name=" + name,
+		ResourceVersion: cur.ResourceVersion,
+	})
+	if err != nil {
+		return 0, err
+	}
+	defer w.Stop()
+	if err := api.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &cur.ResourceVersion}}); err != nil {
+		return 0, err
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return 0, fmt.Errorf("watch on %s/%s ended before its delete arrived", c.ns, name)
+			}
+			switch ev.Type {
+			case watch.Deleted:
+				return core.ParseResourceVersion(ev.Object.(*corev1.ConfigMap).ResourceVersion)
+			case watch.Error:
+				return 0, apierrors.FromObject(ev.Object)
+			}
+		}
+	}
+}
+
+// kubeSource is one conformance Source: a fresh namespace on a shared
+// apiserver.
+type kubeSource struct {
+	kube      *harness.Kube
+	cms       configMaps
+	unwatched configMaps
+	lw        *kubeadapter.ListerWatcher[*corev1.ConfigMap]
+	t         *testing.T
+}
+
+func (s *kubeSource) ListerWatcher() core.ListerWatcher[*corev1.ConfigMap] {
+	return nameKeys{lw: s.lw, ns: s.cms.ns}
+}
+
+func (s *kubeSource) Put(ctx context.Context, key string, n int) (core.ResourceVersion, error) {
+	cm, err := s.cms.put(ctx, key, n, nil)
+	if err != nil {
+		return 0, err
+	}
+	return core.ParseResourceVersion(cm.ResourceVersion)
+}
+
+func (s *kubeSource) Delete(ctx context.Context, key string) (core.ResourceVersion, error) {
+	return s.cms.delete(ctx, key)
+}
+
+func (s *kubeSource) Version(cm *corev1.ConfigMap) int {
+	n, err := strconv.Atoi(cm.Data[versionKey])
+	if err != nil {
+		s.t.Errorf("ConfigMap %s/%s has no version in data[%q]: %v", cm.Namespace, cm.Name, versionKey, err)
+	}
+	return n
+}
+
+// Expire compacts etcd at its head and restarts the apiserver, so that
+// neither etcd nor the new watch cache can serve an older version.
+func (s *kubeSource) Expire(ctx context.Context) error {
+	s.kube.Expire(s.t)
+	return nil
+}
+
+func (s *kubeSource) PutUnwatched(ctx context.Context) (core.ResourceVersion, error) {
+	cm, err := s.unwatched.put(ctx, "unwatched-"+randomSuffix(s.t), 1, nil)
+	if err != nil {
+		return 0, err
+	}
+	return core.ParseResourceVersion(cm.ResourceVersion)
+}
+
+// testWriter sends log lines to the test's log.
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+func testLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+// nameKeys presents a namespace-scoped ListerWatcher with the object name as
+// key, which is what the conformance suite writes and expects back; the
+// adapter's own keys are "namespace/name".
+type nameKeys struct {
+	lw *kubeadapter.ListerWatcher[*corev1.ConfigMap]
+	ns string
+}
+
+func (n nameKeys) strip(ev core.Event[*corev1.ConfigMap]) core.Event[*corev1.ConfigMap] {
+	if ev.Type != core.Bookmark {
+		ev.Key = strings.TrimPrefix(ev.Key, n.ns+"/")
+	}
+	return ev
+}
+
+func (n nameKeys) List(ctx context.Context, opts core.ListOptions[*corev1.ConfigMap]) (core.ResourceVersion, error) {
+	emit := opts.Emit
+	opts.Emit = func(ev core.Event[*corev1.ConfigMap]) error { return emit(n.strip(ev)) }
+	return n.lw.List(ctx, opts)
+}
+
+func (n nameKeys) Watch(ctx context.Context, from core.ResourceVersion) (core.Watcher[*corev1.ConfigMap], error) {
+	w, err := n.lw.Watch(ctx, from)
+	if err != nil {
+		return nil, err
+	}
+	return nameKeysWatcher{w, n}, nil
+}
+
+type nameKeysWatcher struct {
+	core.Watcher[*corev1.ConfigMap]
+	n nameKeys
+}
+
+func (w nameKeysWatcher) Next(ctx context.Context) ([]core.Event[*corev1.ConfigMap], error) {
+	batch, err := w.Watcher.Next(ctx)
+	for i := range batch {
+		batch[i] = w.n.strip(batch[i])
+	}
+	return batch, err
+}
+
+func (w nameKeysWatcher) RequestProgress(ctx context.Context) error {
+	return w.Watcher.(core.ProgressRequester).RequestProgress(ctx)
+}
