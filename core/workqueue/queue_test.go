@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -376,4 +378,58 @@ func TestStaleDelayedEntriesAreCompacted(t *testing.T) {
 	if n > 2100 {
 		t.Fatalf("%d delayed entries for one item", n)
 	}
+}
+
+func TestAddWithOptsBatch(t *testing.T) {
+	q, clk := newFake(t)
+	q.AddWithOpts(AddOpts{}, "a", "b")
+	q.AddWithOpts(AddOpts{Priority: 1}, "c", "a")
+	q.AddWithOpts(AddOpts{After: time.Second, Priority: 2}, "d", "e")
+	clk.Step(time.Second)
+	var got []string
+	for q.Len() > 0 {
+		k, _ := q.Get()
+		got = append(got, k)
+		q.Done(k)
+	}
+	want := []string{"d", "e", "c", "a", "b"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("order %v, want %v", got, want)
+	}
+}
+
+// TestNeverConcurrentWithPriorityRaises hammers one key with priority
+// raises from producers while workers hold it, the case where a stale
+// ready-queue slot could otherwise hand the key out twice.
+func TestNeverConcurrentWithPriorityRaises(t *testing.T) {
+	q := New(Config[int]{})
+	var busy [4]atomic.Bool
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for {
+				k, shutdown := q.Get()
+				if shutdown {
+					return
+				}
+				if !busy[k].CompareAndSwap(false, true) {
+					t.Errorf("key %d handed out twice at once", k)
+				}
+				runtime.Gosched()
+				busy[k].Store(false)
+				q.Done(k)
+			}
+		})
+	}
+	var prod sync.WaitGroup
+	for p := range 4 {
+		prod.Go(func() {
+			for i := range 5000 {
+				q.AddWithOpts(AddOpts{Priority: (i + p) % 5}, i%4)
+			}
+		})
+	}
+	prod.Wait()
+	q.ShutDownWithDrain()
+	wg.Wait()
 }
