@@ -455,7 +455,23 @@ func (s *Source) startStream(ctx context.Context, sess *session) error {
 		},
 	})
 	if err != nil {
-		return s.wrap(fmt.Sprintf("start replication on slot %q", s.slot), err)
+		// The connection is in an unknown state: give it up. A temporary
+		// slot goes with it (every table relists); a permanent one is
+		// resumed by the next Watch.
+		err = s.wrap(fmt.Sprintf("start replication on slot %q", s.slot), err)
+		s.mu.Lock()
+		if s.sess == sess {
+			s.sess = nil
+		}
+		if s.cfg.PermanentSlot {
+			s.resumable = true
+			s.failLocked(err, false)
+		} else {
+			s.failLocked(fmt.Errorf("%w: %w", err, core.ErrExpired), true)
+		}
+		s.mu.Unlock()
+		s.endSession(sess)
+		return err
 	}
 	sctx, cancel := context.WithCancel(context.Background())
 	s.mu.Lock()
@@ -614,7 +630,10 @@ func (s *Source) streamLoop(ctx context.Context, sess *session) error {
 		reply := s.progressReq
 		s.progressReq = false
 		s.mu.Unlock()
-		if ack != lastSent || reply || time.Since(lastSentAt) >= s.interval {
+		// Report a moved position promptly but at most every 100ms, and
+		// the same position every interval (it is also our keepalive).
+		since := time.Since(lastSentAt)
+		if reply || since >= s.interval || ack != lastSent && since >= 100*time.Millisecond {
 			err := pglogrepl.SendStandbyStatusUpdate(ctx, sess.repl, pglogrepl.StandbyStatusUpdate{
 				WALWritePosition: pglogrepl.LSN(ack),
 				WALFlushPosition: pglogrepl.LSN(ack),
