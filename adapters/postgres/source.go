@@ -567,15 +567,14 @@ func (s *Source) resume(ctx context.Context) error {
 	}
 	ns := &session{repl: repl, listed: map[*tableState]bool{}}
 	s.mu.Lock()
+	// Installed before the stream starts, so that a stream that fails at
+	// once finds itself current and marks the slot resumable again.
 	ns.cp = s.pos
-	s.mu.Unlock()
-	if err := s.startStream(ctx, ns); err != nil {
-		repl.Close(context.Background())
-		return err
-	}
-	s.mu.Lock()
 	s.sess, s.resumable = ns, false
 	s.mu.Unlock()
+	if err := s.startStream(ctx, ns); err != nil {
+		return err // startStream tore ns down and marked the slot resumable
+	}
 	s.log.Info("replication stream resumed", "slot", s.slot)
 	return nil
 }
