@@ -275,6 +275,7 @@ func writersDuringList(t *testing.T, history uint8) {
 	}
 	sink := &errSink{}
 	inf := startInformer(t, core.ListerWatcher[item](lw), sink, order.handler())
+	synced := lw.lists.Load() // a list retried before the first sync is not a relist
 	stop.Store(true)
 	wg.Wait()
 	waitFor(t, inf, last.Load())
@@ -282,8 +283,8 @@ func writersDuringList(t *testing.T, history uint8) {
 	if got := cacheOf(inf, itemVersion); !maps.Equal(got, want) {
 		t.Fatalf("after WaitFor(%d) the cache differs from the bucket: got %s, want %s", last.Load(), trim(got), trim(want))
 	}
-	if n := lw.lists.Load(); n != 1 {
-		t.Errorf("informer listed %d times, want 1; errors: %v", n, sink.all())
+	if n := lw.lists.Load(); n != synced {
+		t.Errorf("informer listed %d times, want no relist after the first sync; errors: %v", n, sink.all())
 	}
 }
 
@@ -303,6 +304,7 @@ func TestKVInformerServerRestart(t *testing.T) {
 	sink := &errSink{}
 	order := newOrderChecker(t)
 	inf := startInformer(t, core.ListerWatcher[item](lw), sink, order.handler())
+	synced := lw.lists.Load() // a list retried before the first sync is not a relist
 	rev, _ := put(ctx, kv, "k1", 2)
 	waitFor(t, inf, rev)
 
@@ -318,8 +320,8 @@ func TestKVInformerServerRestart(t *testing.T) {
 		t.Fatalf("delete after restart: %v", err)
 	}
 	converge(t, inf, itemVersion, func() map[string]int { return bucketState(t, kv, "") })
-	if n := lw.lists.Load(); n != 1 {
-		t.Errorf("informer listed %d times after a server restart, want 1 (resume from the last version)", n)
+	if n := lw.lists.Load(); n != synced {
+		t.Errorf("informer listed %d times after a server restart, want no relist (resume from the last version)", n)
 	}
 	errs := sink.all()
 	t.Logf("errors reported across the restart: %d (first: %v)", len(errs), first(errs))
@@ -373,19 +375,20 @@ func TestKVInformerRemovals(t *testing.T) {
 		}
 	})
 	t.Run("MaxAge", func(t *testing.T) {
-		kv := newBucket(t, js, jetstream.KeyValueConfig{TTL: 2 * time.Second})
+		kv := newBucket(t, js, jetstream.KeyValueConfig{TTL: 5 * time.Second})
 		for i := range 4 {
 			put(ctx, kv, fmt.Sprintf("k%d", i), 1)
 		}
 		lw := newKVLW(t, js, kv.Bucket(), natsinformer.KVOptions[item]{IdleCheck: 200 * time.Millisecond})
 		inf := startInformer(t, core.ListerWatcher[item](lw), nil, nil)
+		synced := lw.lists.Load() // a list retried before the first sync is not a relist
 		if got := len(cacheOf(inf, itemVersion)); got != 4 {
 			t.Fatalf("listed %d keys, want 4", got)
 		}
 		// The values expire without delete markers; the idle watch notices
 		// and the relist empties the cache.
 		converge(t, inf, itemVersion, func() map[string]int { return map[string]int{} })
-		if n := lw.lists.Load(); n < 2 {
+		if n := lw.lists.Load(); n <= synced {
 			t.Errorf("informer listed %d times, want a relist after expiry", n)
 		}
 		rev, _ := put(ctx, kv, "fresh", 5)
@@ -415,6 +418,7 @@ func TestKVInformerRemovals(t *testing.T) {
 			ijs, _ := jetstream.New(nc)
 			lw := newKVLW(t, ijs, kv.Bucket(), natsinformer.KVOptions[item]{IdleCheck: time.Hour})
 			inf := startInformer(t, core.ListerWatcher[item](lw), nil, nil)
+			synced := lw.lists.Load() // a list retried before the first sync is not a relist
 			srv.Restart(t)
 			st, err := js.Stream(ctx, "KV_"+kv.Bucket())
 			if err != nil {
@@ -428,7 +432,7 @@ func TestKVInformerRemovals(t *testing.T) {
 			}
 			put(ctx, kv, "k11", 11)
 			converge(t, inf, itemVersion, func() map[string]int { return bucketState(t, kv, "") })
-			if n := lw.lists.Load(); n < 2 {
+			if n := lw.lists.Load(); n <= synced {
 				t.Errorf("informer listed %d times, want a relist after the purge", n)
 			}
 			if got := cacheOf(inf, itemVersion); len(got) > 3 || got["k11"] != 11 {
@@ -512,6 +516,7 @@ func TestKVBucketRecreated(t *testing.T) {
 	}
 	lw := newKVLW(t, js, kv.Bucket(), natsinformer.KVOptions[item]{IdleCheck: 100 * time.Millisecond})
 	inf := startInformer(t, core.ListerWatcher[item](lw), nil, nil)
+	synced := lw.lists.Load() // a list retried before the first sync is not a relist
 	if err := js.DeleteKeyValue(ctx, kv.Bucket()); err != nil {
 		t.Fatal(err)
 	}
@@ -520,7 +525,7 @@ func TestKVBucketRecreated(t *testing.T) {
 		put(ctx, kv, fmt.Sprintf("new%d", i), 2)
 	}
 	converge(t, inf, itemVersion, func() map[string]int { return bucketState(t, kv, "") })
-	if n := lw.lists.Load(); n < 2 {
+	if n := lw.lists.Load(); n <= synced {
 		t.Errorf("informer listed %d times, want a relist of the new bucket", n)
 	}
 }
@@ -530,7 +535,7 @@ func TestKVBucketRecreated(t *testing.T) {
 func TestKVMaxAgeWithMarkers(t *testing.T) {
 	srv := harness.StartNATS(t)
 	js := srv.JetStream(t)
-	kv := newBucket(t, js, jetstream.KeyValueConfig{TTL: 2 * time.Second, LimitMarkerTTL: time.Minute})
+	kv := newBucket(t, js, jetstream.KeyValueConfig{TTL: 5 * time.Second, LimitMarkerTTL: time.Minute})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for i := range 3 {
@@ -541,9 +546,10 @@ func TestKVMaxAgeWithMarkers(t *testing.T) {
 	inf := startInformer(t, core.ListerWatcher[item](lw), nil, core.ResourceEventHandlerFuncs[item]{
 		DeleteFunc: func(string, item, bool) { deletes.Add(1) },
 	})
+	synced := lw.lists.Load() // a list retried before the first sync is not a relist
 	converge(t, inf, itemVersion, func() map[string]int { return map[string]int{} })
-	if n := lw.lists.Load(); n != 1 {
-		t.Errorf("informer listed %d times, want 1 (markers are deletes)", n)
+	if n := lw.lists.Load(); n != synced {
+		t.Errorf("informer listed %d times, want no relist after the first sync (markers are deletes)", n)
 	}
 	if n := deletes.Load(); n != 3 {
 		t.Errorf("handler saw %d deletes, want 3", n)
