@@ -3,6 +3,7 @@ package natsinformer
 import (
 	"encoding/json"
 	"fmt"
+	"runtime/debug"
 	"strings"
 )
 
@@ -52,4 +53,15 @@ func checkPattern(what, p string, wildcards bool) error {
 		}
 	}
 	return nil
+}
+
+// guard runs user code (a codec, a reducer, a key function) and turns a
+// panic into an error, so that one bad value cannot take the watch down.
+func guard(what string, f func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%s panicked: %v\n%s", what, r, debug.Stack())
+		}
+	}()
+	return f()
 }

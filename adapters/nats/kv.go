@@ -255,7 +255,8 @@ func (k *KV[T]) key(subject string) (string, bool) {
 
 func (k *KV[T]) event(typ core.EventType, key string, rev uint64, data []byte) core.Event[T] {
 	ev := core.Event[T]{Type: typ, Key: key, RV: core.ResourceVersion(rev)}
-	obj, err := k.codec.Decode(data)
+	var obj T
+	err := guard("codec", func() (err error) { obj, err = k.codec.Decode(data); return err })
 	if err != nil {
 		ev.Err = &core.DecodeError{Source: k.source, Key: key, RV: ev.RV, Err: err}
 		return ev

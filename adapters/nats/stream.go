@@ -268,7 +268,8 @@ func (s *EventStream[S]) park(rv uint64, state map[string]S) {
 
 func (s *EventStream[S]) key(subject string) (string, error) {
 	if s.opts.Key != nil {
-		k, err := s.opts.Key(subject)
+		var k string
+		err := guard("key function", func() (err error) { k, err = s.opts.Key(subject); return err })
 		if err == nil && k == "" {
 			err = errors.New("the key function returned an empty key")
 		}
@@ -311,7 +312,9 @@ func (f *folder[S]) fold(m jetstream.Msg, seq uint64, out []core.Event[S], event
 	if meta, err := m.Metadata(); err == nil {
 		msg.Time = meta.Timestamp
 	}
-	next, keep, err := f.es.opts.Reduce(prev, exists, msg)
+	var next S
+	var keep bool
+	err = guard("reducer", func() (err error) { next, keep, err = f.es.opts.Reduce(prev, exists, msg); return err })
 	if err != nil {
 		typ := core.Added
 		if exists {

@@ -251,3 +251,43 @@ func TestEventStreamKeys(t *testing.T) {
 		}
 	}
 }
+
+// A reducer that panics on one event is reported like a reducer error; the
+// other entities and later events are folded.
+func TestEventStreamReducerPanic(t *testing.T) {
+	srv := harness.StartNATS(t)
+	js := srv.JetStream(t)
+	st, root := newStream(t, js, jetstream.StreamConfig{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	lw, err := natsinformer.NewEventStream(ctx, js, st.CachedInfo().Config.Name, natsinformer.EventStreamOptions[Account]{
+		Reduce: func(prev Account, exists bool, m natsinformer.Message) (Account, bool, error) {
+			if string(m.Data) == "boom" {
+				panic("reducer bug")
+			}
+			return reduceAccount(prev, exists, m)
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &errSink{}
+	inf := startInformer(t, core.ListerWatcher[Account](lw), sink, nil)
+	publishAccount(ctx, t, js, root, "a1", accountEvent{Type: "open"})
+	boom, _ := js.Publish(ctx, root+".acct.a1", []byte("boom"))
+	last := publishAccount(ctx, t, js, root, "a1", accountEvent{Type: "deposit", Amount: 5})
+	waitFor(t, inf, last)
+	if got := accounts(inf); !maps.Equal(got, map[string]Account{"a1": {Balance: 5, Events: 2}}) {
+		t.Fatalf("accounts %v", got)
+	}
+	var found bool
+	for _, err := range sink.all() {
+		var de *core.DecodeError
+		if errors.As(err, &de) && de.Key == "a1" && uint64(de.RV) == boom.Sequence && contains(err.Error(), "reducer panicked") {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("the reducer panic was not reported as a DecodeError for a1 at %d: %v", boom.Sequence, sink.all())
+	}
+}
