@@ -6,12 +6,14 @@ import (
 	"os"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/integration/harness"
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgtype"
 	"go.uber.org/goleak"
 )
@@ -230,6 +232,12 @@ func TestWritersDuringInitialList(t *testing.T) {
 	var wg sync.WaitGroup
 	var lastMu sync.Mutex
 	var last core.ResourceVersion
+	type version struct {
+		key    string
+		n      int
+		before core.ResourceVersion // WAL insert position before the statement: below its commit
+	}
+	var written []version
 	for w := range 3 {
 		conn := pg.Conn(t)
 		wg.Add(1)
@@ -243,12 +251,24 @@ func TestWritersDuringInitialList(t *testing.T) {
 				} else if n%7 == 1 {
 					sql = "INSERT INTO kv VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET v = EXCLUDED.v"
 				}
-				if _, err := conn.Exec(context.Background(), sql, id, fmt.Sprint(n)); err != nil {
+				var before, after pglogrepl.LSN
+				if err := conn.QueryRow(context.Background(), "SELECT pg_current_wal_insert_lsn()").Scan(&before); err != nil {
+					t.Errorf("writer: %v", err)
+					return
+				}
+				tag, err := conn.Exec(context.Background(), sql, id, fmt.Sprint(n))
+				if err == nil {
+					err = conn.QueryRow(context.Background(), "SELECT pg_current_wal_lsn()").Scan(&after)
+				}
+				if err != nil {
 					t.Errorf("writer: %v", err)
 					return
 				}
 				lastMu.Lock()
-				last = max(last, currentLSN(t, conn))
+				last = max(last, core.ResourceVersion(after))
+				if tag.RowsAffected() == 1 && n%7 != 0 {
+					written = append(written, version{fmt.Sprint(id), n, core.ResourceVersion(before)})
+				}
 				lastMu.Unlock()
 			}
 		}()
@@ -261,7 +281,8 @@ func TestWritersDuringInitialList(t *testing.T) {
 		seenMu.Unlock()
 	}
 	time.Sleep(200 * time.Millisecond) // let the writers get going before the list
-	inf, _ := informer[kv](t, tbl, core.ResourceEventHandlerFuncs[kv]{
+	lw := &listRVRecorder[kv]{ListerWatcher: tbl}
+	inf, _ := informer[kv](t, lw, core.ResourceEventHandlerFuncs[kv]{
 		AddFunc:    func(key string, o kv, _ bool) { note(key, o.V) },
 		UpdateFunc: func(key string, _, o kv) { note(key, o.V) },
 		DeleteFunc: func(key string, _ kv, _ bool) { note(key, "deleted") },
@@ -275,6 +296,29 @@ func TestWritersDuringInitialList(t *testing.T) {
 	}
 	seenMu.Lock()
 	defer seenMu.Unlock()
+	// Every version committed after the list's snapshot reached the
+	// handlers exactly once.
+	listRV := core.ResourceVersion(lw.rv.Load())
+	checked := 0
+	for _, v := range written {
+		if v.before <= listRV {
+			continue // maybe in the snapshot, maybe not: the writer cannot tell
+		}
+		checked++
+		count := 0
+		for _, s := range seen[v.key] {
+			if s == fmt.Sprint(v.n) {
+				count++
+			}
+		}
+		if count != 1 {
+			t.Errorf("key %s version %d (committed after the list at %d) reached the handlers %d times, want once", v.key, v.n, listRV, count)
+		}
+	}
+	t.Logf("%d writes, %d of them after the list's snapshot checked for exactly-once delivery", len(written), checked)
+	if checked == 0 {
+		t.Error("no write landed after the list's snapshot; the test proved nothing")
+	}
 	for key, vs := range seen {
 		prev := -1
 		for _, v := range vs {
@@ -290,6 +334,18 @@ func TestWritersDuringInitialList(t *testing.T) {
 			prev = n
 		}
 	}
+}
+
+// listRVRecorder keeps the RV of the last List.
+type listRVRecorder[T any] struct {
+	core.ListerWatcher[T]
+	rv atomic.Uint64
+}
+
+func (l *listRVRecorder[T]) List(ctx context.Context, opts core.ListOptions[T]) (core.ResourceVersion, error) {
+	rv, err := l.ListerWatcher.List(ctx, opts)
+	l.rv.Store(uint64(rv))
+	return rv, err
 }
 
 // examplePG serves the runnable examples, which get no testing.TB.
