@@ -361,3 +361,33 @@ func TestDecodeErrorMidStream(t *testing.T) {
 		t.Errorf("no DecodeError for key 1 reached the error handler; got %v", rec.errs)
 	}
 }
+
+// TestExistingPublication: a publication that exists is used as is (and
+// kept by Close); one that lacks a table is refused with the fix.
+func TestExistingPublication(t *testing.T) {
+	pg := harness.StartPostgres(t)
+	pg.Exec(t, `CREATE TABLE kv (id bigint PRIMARY KEY, v text); CREATE TABLE other (id bigint PRIMARY KEY, v text);
+		CREATE PUBLICATION mine FOR TABLE kv`)
+	conn := pg.Conn(t)
+	ctx := ctxFor(t)
+
+	bad := newSource(t, pg, postgres.Config{Publication: "mine"})
+	tbl := newTable[kv](t, bad, "other")
+	_, err := tbl.List(ctx, core.ListOptions[kv]{Emit: func(core.Event[kv]) error { return nil }})
+	if err == nil || !strings.Contains(err.Error(), `ALTER PUBLICATION "mine" ADD TABLE "public"."other"`) {
+		t.Errorf("List with a publication lacking the table: %v", err)
+	}
+
+	src := newSource(t, pg, postgres.Config{Publication: "mine"})
+	inf, _ := informer[kv](t, newTable[kv](t, src, "kv"), nil)
+	rv := write(t, conn, "INSERT INTO kv VALUES (1, 'one')")
+	waitFor(t, inf, rv)
+	if err := cacheMatches(t, conn, "kv", inf); err != nil {
+		t.Error(err)
+	}
+	src.Close()
+	var n int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_publication WHERE pubname = 'mine'").Scan(&n); err != nil || n != 1 {
+		t.Errorf("the user's publication was dropped by Close: %d, %v", n, err)
+	}
+}
