@@ -1,12 +1,14 @@
 package postgres_test
 
 import (
+	"context"
 	"io"
 	"testing"
 
 	"github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/integration/harness"
+	"github.com/jackc/pglogrepl"
 )
 
 // Initial sync of a 100k-row table through List (snapshot, text decode into
@@ -41,6 +43,53 @@ func BenchmarkInitialSync(b *testing.B) {
 			}
 			if n != 100000 {
 				b.Fatalf("listed %d rows", n)
+			}
+		}
+	})
+}
+
+// Streaming apply: one 1000-row transaction per op, written and then
+// waited for in the informer's cache (WaitFor), against writing alone.
+func BenchmarkStreamApply(b *testing.B) {
+	pg := harness.StartPostgres(b)
+	pg.Exec(b, `CREATE TABLE kv (id bigint PRIMARY KEY, v text)`)
+	conn := pg.Conn(b)
+	upsert := "INSERT INTO kv SELECT g, md5(random()::text) FROM generate_series(1, 1000) g ON CONFLICT (id) DO UPDATE SET v = EXCLUDED.v"
+	b.Run("WriteOnly", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := conn.Exec(b.Context(), upsert); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("WriteAndWaitFor", func(b *testing.B) {
+		src, err := postgres.NewSource(b.Context(), postgres.Config{ConnString: pg.ConnString()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer src.Close()
+		tbl, err := postgres.NewTable[kv](b.Context(), src, "", "kv")
+		if err != nil {
+			b.Fatal(err)
+		}
+		inf := core.NewSharedIndexInformer[kv](tbl, core.InformerOptions[kv]{})
+		ctx, cancel := context.WithCancel(b.Context())
+		done := make(chan struct{})
+		go func() { inf.Run(ctx); close(done) }()
+		defer func() { cancel(); <-done }()
+		if err := inf.WaitForCacheSync(ctx); err != nil {
+			b.Fatal(err)
+		}
+		for b.Loop() {
+			if _, err := conn.Exec(ctx, upsert); err != nil {
+				b.Fatal(err)
+			}
+			var lsn pglogrepl.LSN
+			if err := conn.QueryRow(ctx, "SELECT pg_current_wal_lsn()").Scan(&lsn); err != nil {
+				b.Fatal(err)
+			}
+			if err := inf.WaitFor(ctx, core.ResourceVersion(lsn)); err != nil {
+				b.Fatal(err)
 			}
 		}
 	})
