@@ -116,3 +116,22 @@ func (f *feed) deleteConsumer() {
 	defer cancel()
 	_ = f.stream.DeleteConsumer(ctx, f.cons.CachedInfo().Name)
 }
+
+// feedStall is how long a reader that expects more messages waits before
+// asking the server whether any are still pending.
+const feedStall = 3 * time.Second
+
+// drained asks the server whether the consumer has nothing pending and
+// every message it delivered has been read. A reader that waits for
+// pending messages uses it when they stop coming: messages counted as
+// pending can vanish before delivery (a purge), and then no message would
+// ever carry NumPending 0.
+func (f *feed) drained(ctx context.Context) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ci, err := f.cons.Info(ctx)
+	if err != nil {
+		return false, err
+	}
+	return ci.NumPending == 0 && ci.Delivered.Consumer == f.cseq, nil
+}

@@ -174,10 +174,20 @@ func (k *KV[T]) List(ctx context.Context, opts core.ListOptions[T]) (core.Resour
 		if opts.Estimate != nil {
 			opts.Estimate(int64(pending))
 		}
+		stall := time.NewTimer(feedStall)
+		defer stall.Stop()
 	read:
 		for {
 			select {
+			case <-stall.C:
+				if done, err := f.drained(ctx); err != nil {
+					return 0, fmt.Errorf("%s: list: %w", k.source, err)
+				} else if done {
+					break read
+				}
+				stall.Reset(feedStall)
 			case m := <-f.msgs:
+				stall.Reset(feedStall)
 				meta, err := f.check(m)
 				if err != nil {
 					return 0, fmt.Errorf("%s: list: %w", k.source, err)

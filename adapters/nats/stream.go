@@ -204,9 +204,19 @@ func (s *EventStream[S]) replay(ctx context.Context, after, upTo uint64, fn func
 	if f.info().NumPending == 0 {
 		return top, nil
 	}
+	stall := time.NewTimer(feedStall)
+	defer stall.Stop()
 	for {
 		select {
+		case <-stall.C:
+			if done, err := f.drained(ctx); err != nil {
+				return 0, fmt.Errorf("%s: replay: %w", s.source, err)
+			} else if done {
+				return top, nil
+			}
+			stall.Reset(feedStall)
 		case m := <-f.msgs:
+			stall.Reset(feedStall)
 			meta, err := f.check(m)
 			if err != nil {
 				return 0, fmt.Errorf("%s: replay: %w", s.source, err)
