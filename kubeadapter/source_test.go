@@ -78,16 +78,22 @@ func (c configMaps) put(ctx context.Context, name string, n int, labels map[stri
 // delete deletes name and returns the resourceVersion of the delete. The
 // API answers a ConfigMap delete with a Status that has no version, so the
 // version is read from a watch on that one object, opened before the
-// delete.
+// delete from the version of a fresh list (the object's own version may be
+// older than what the apiserver's watch cache still holds).
 func (c configMaps) delete(ctx context.Context, name string) (core.ResourceVersion, error) {
 	api := c.cs.CoreV1().ConfigMaps(c.ns)
-	cur, err := api.Get(ctx, name, metav1.GetOptions{})
+	byName := "metadata.name=" + name
+	l, err := api.List(ctx, metav1.ListOptions{FieldSelector: byName})
 	if err != nil {
 		return 0, err
 	}
+	if len(l.Items) != 1 {
+		return 0, fmt.Errorf("configmap %s/%s: found %d", c.ns, name, len(l.Items))
+	}
+	cur := &l.Items[0]
 	w, err := api.Watch(ctx, metav1.ListOptions{
-		FieldSelector:   "metadata.name=" + name,
-		ResourceVersion: cur.ResourceVersion,
+		FieldSelector:   byName,
+		ResourceVersion: l.ResourceVersion,
 	})
 	if err != nil {
 		return 0, err

@@ -143,7 +143,10 @@ func (w *watcher[T]) probeDue() (bool, time.Duration) {
 // reopens the stream from the last delivered version as a watch of a few
 // seconds, whose bookmark then says that everything up to H was delivered.
 // Nothing is skipped or repeated: the new stream starts strictly after the
-// last version Next returned.
+// last version Next returned. The watch cache sends no bookmark at the version
+// of the last event it replayed to a new watch (filtered out or not), so when
+// H is the newest change of the whole cluster the bookmark waits for the next
+// change of anything; see the package documentation.
 func (w *watcher[T]) RequestProgress(ctx context.Context) error {
 	head, err := w.lw.Head(ctx)
 	if err != nil {
