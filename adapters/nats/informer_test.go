@@ -577,3 +577,35 @@ func TestKVCustomCodec(t *testing.T) {
 		t.Fatalf("cache %v, want a=3 b=4", got)
 	}
 }
+
+// The stream is purged while the informer's first List reads it: messages
+// the server counted as pending vanish before delivery. The List must still
+// finish, and the cache must end up equal to the (empty, then refilled)
+// bucket, whichever way the race goes.
+func TestKVPurgeDuringList(t *testing.T) {
+	srv := harness.StartNATS(t)
+	js := srv.JetStream(t)
+	kv := newBucket(t, js, jetstream.KeyValueConfig{History: 8})
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	for i := range 3000 {
+		put(ctx, kv, fmt.Sprintf("k%d", i), 1)
+	}
+	st, err := js.Stream(ctx, "KV_"+kv.Bucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lw := newKVLW(t, js, kv.Bucket(), natsinformer.KVOptions[item]{BatchSize: 16, IdleCheck: 200 * time.Millisecond})
+	purged := make(chan error, 1)
+	go func() {
+		time.Sleep(5 * time.Millisecond) // aims at the List; either outcome is checked
+		purged <- st.Purge(ctx)
+	}()
+	inf := startInformer(t, core.ListerWatcher[item](lw), nil, nil)
+	if err := <-purged; err != nil {
+		t.Fatal(err)
+	}
+	rev, _ := put(ctx, kv, "after", 2)
+	waitFor(t, inf, rev)
+	converge(t, inf, itemVersion, func() map[string]int { return bucketState(t, kv, "") })
+}
