@@ -140,6 +140,7 @@ type SharedIndexInformer[T any] struct {
 	runWG             *sync.WaitGroup
 	reflector         *Reflector[T]
 	resyncCheckPeriod time.Duration
+	handlerSeq        int
 
 	// handleMu serializes applying a popped run with changes to the
 	// handler list, so that a handler added meanwhile sees each key
@@ -476,9 +477,12 @@ func (i *SharedIndexInformer[T]) AddEventHandlerWithOptions(h ResourceEventHandl
 		}
 		requested = period
 	}
+	i.handlerSeq++
 	name := o.Name
 	if name == "" {
-		name = fmt.Sprintf("%T", h)
+		// Numbered, so that two handlers of one type are told apart in
+		// metrics.
+		name = fmt.Sprintf("%T#%d", h, i.handlerSeq)
 	}
 	l := &listener[T]{
 		inf:             i,

@@ -608,3 +608,20 @@ func TestStopWithFullBoundedHandlerDoesNotHang(t *testing.T) {
 	default:
 	}
 }
+
+func TestEventWithoutKeyIsReported(t *testing.T) {
+	lw := newFakeLW()
+	inf, _, ec := newTestInformer(lw, InformerOptions[string]{})
+	started(t, inf)
+	lw.list(t, 5, add("", "orphan", 0), add("a", "a1", 0))
+	must(t, inf.WaitForCacheSync(testCtx(t)))
+	lw.watch(t).send(t, add("", "orphan2", 6))
+	must(t, inf.WaitFor(testCtx(t), 6))
+	if n := inf.Indexer().Len(); n != 1 {
+		t.Fatalf("cache has %d keys", n)
+	}
+	var de *DecodeError
+	if ec.find(func(e error) bool { return errors.As(e, &de) && de.RV == 6 && strings.Contains(e.Error(), "no key") }) == nil {
+		t.Fatalf("keyless event not reported: %v", ec.errs)
+	}
+}

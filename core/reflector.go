@@ -57,6 +57,9 @@ func (e *OrderError) Error() string {
 	return fmt.Sprintf("%s: key %q at version %d arrived after version %d: watch out of order, restarting it", e.Source, e.Key, e.RV, e.After)
 }
 
+// errNoKey reports an adapter event without a key: it cannot be cached.
+var errNoKey = errors.New("event has no key")
+
 // ErrProgressNotSupported is returned by RequestProgress when no watch is
 // open or the open watch cannot produce bookmarks on request.
 var ErrProgressNotSupported = errors.New("dbinformer: the current watch cannot report progress on request")
@@ -233,6 +236,10 @@ func (r *Reflector[T]) list(ctx context.Context, relist bool) error {
 			if ev.Type == Bookmark {
 				return nil
 			}
+			if ev.Key == "" {
+				r.decodeFailed(&ev, errNoKey)
+				return nil
+			}
 			if r.opts.Transform != nil {
 				obj, err := r.opts.Transform(ev.Object)
 				if err != nil {
@@ -358,6 +365,9 @@ func (r *Reflector[T]) apply(batch []Event[T]) error {
 		}
 		if ev.Type == Bookmark {
 			continue
+		}
+		if ev.Err == nil && ev.Key == "" {
+			ev.Err = errNoKey
 		}
 		if ev.Err != nil {
 			r.decodeFailed(ev, ev.Err)
