@@ -134,6 +134,9 @@ func (w *tail[T]) Next(ctx context.Context) ([]core.Event[T], error) {
 			default:
 			}
 			out, err := w.head(ctx, true)
+			if err != nil && ctx.Err() != nil && w.ctx.Err() == nil {
+				return nil, ctx.Err() // this call ends, the watch does not
+			}
 			if err != nil || len(out) > 0 {
 				return w.result(out, err)
 			}
@@ -150,6 +153,9 @@ func (w *tail[T]) Next(ctx context.Context) ([]core.Event[T], error) {
 			w.wantProgress = true
 		case <-idle.C:
 			out, err := w.head(ctx, false)
+			if err != nil && ctx.Err() != nil && w.ctx.Err() == nil {
+				return nil, ctx.Err()
+			}
 			if err != nil || len(out) > 0 {
 				return w.result(out, err)
 			}
