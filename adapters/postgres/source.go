@@ -100,6 +100,7 @@ type session struct {
 	// The replication connection. Idle while the snapshot is held (any
 	// command on it would destroy the snapshot), then streaming.
 	repl      *pgconn.PgConn
+	snapTimer *time.Timer // starts streaming if the snapshot is held too long
 	streaming bool
 	cancel    context.CancelFunc
 	done      chan struct{}
@@ -175,6 +176,10 @@ func NewSource(ctx context.Context, cfg Config) (*Source, error) {
 	}
 	return s, nil
 }
+
+// snapshotHold bounds how long the first List's snapshot is held for the
+// other tables to list in it.
+const snapshotHold = 30 * time.Second
 
 // sessionParams make both paths (snapshot query and walsender) print values
 // the same way, so that they decode to equal Go values.
@@ -272,6 +277,9 @@ func (s *Source) Close() error {
 }
 
 func (s *Source) endSession(sess *session) {
+	if sess.snapTimer != nil {
+		sess.snapTimer.Stop()
+	}
 	if sess.cancel != nil {
 		sess.cancel()
 		<-sess.done
@@ -420,6 +428,21 @@ func (s *Source) newSession(ctx context.Context) (*session, error) {
 	}
 	sess.cp = core.ResourceVersion(cp)
 	sess.snapConn, sess.snapTx, sess.repl, sess.slotNew = conn, tx, repl, true
+	// The held snapshot pins the server's xmin (vacuum waits) and the slot
+	// does not advance until streaming starts; if some table never lists
+	// and no Watch comes, start anyway. Late tables list via a helper.
+	sess.snapTimer = time.AfterFunc(snapshotHold, func() {
+		s.setupMu.Lock()
+		defer s.setupMu.Unlock()
+		s.mu.Lock()
+		current := s.sess == sess && !s.closed
+		s.mu.Unlock()
+		if current {
+			if err := s.startStream(context.Background(), sess); err != nil {
+				s.log.Warn("start streaming after the snapshot hold", "err", err)
+			}
+		}
+	})
 	s.log.Info("replication slot created", "slot", s.slot, "consistent_point", cp.String(), "temporary", !s.cfg.PermanentSlot)
 	return sess, nil
 }
