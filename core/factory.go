@@ -123,7 +123,7 @@ func (f *Factory) Shutdown() {
 }
 
 // CacheSyncWaiter is anything that can wait for its cache to sync:
-// informers and factories.
+// informers, handler registrations and factories.
 type CacheSyncWaiter interface {
 	WaitForCacheSync(ctx context.Context) error
 }
@@ -131,6 +131,7 @@ type CacheSyncWaiter interface {
 var (
 	_ CacheSyncWaiter = (*Factory)(nil)
 	_ CacheSyncWaiter = (*SharedIndexInformer[int])(nil)
+	_ CacheSyncWaiter = (*Registration[int])(nil)
 )
 
 // WaitForCacheSync waits for every waiter and joins their errors.

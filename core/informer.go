@@ -544,6 +544,10 @@ func (i *SharedIndexInformer[T]) RemoveEventHandler(reg *Registration[T]) error 
 	l.mu.Lock()
 	l.removed = true
 	l.buf, l.head = nil, 0
+	if l.initialCh != nil {
+		close(l.initialCh)
+		l.initialCh = nil
+	}
 	l.cond.Broadcast()
 	if !l.active {
 		l.closeDone()
@@ -698,6 +702,32 @@ func (r *Registration[T]) HasSynced() bool {
 	return r.l.initialPending == 0
 }
 
+// WaitForCacheSync blocks until HasSynced. When ctx ends first, the error
+// says why (see SharedIndexInformer.WaitForCacheSync) or that this handler
+// is still working through its initial adds.
+func (r *Registration[T]) WaitForCacheSync(ctx context.Context) error {
+	if err := r.l.inf.WaitForCacheSync(ctx); err != nil {
+		return err
+	}
+	for {
+		r.l.mu.Lock()
+		if r.l.initialPending == 0 || r.l.removed {
+			r.l.mu.Unlock()
+			return nil
+		}
+		if r.l.initialCh == nil {
+			r.l.initialCh = make(chan struct{})
+		}
+		ch, left := r.l.initialCh, r.l.initialPending
+		r.l.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("%s: handler %s has %d initial notifications left: %w", r.l.inf.name, r.l.name, left, ctx.Err())
+		}
+	}
+}
+
 // Pending counts the notifications not yet delivered to this handler.
 func (r *Registration[T]) Pending() int {
 	r.l.mu.Lock()
@@ -729,8 +759,11 @@ type listener[T any] struct {
 	head int
 	// delivering counts notifications taken from buf and not yet
 	// handled.
-	delivering     int
+	delivering int
+	// initialPending counts undelivered adds with isInInitialList;
+	// initialCh, when waited on, is closed as it reaches zero.
 	initialPending int
+	initialCh      chan struct{}
 	active         bool
 	removed        bool
 	stopping       bool
@@ -775,6 +808,9 @@ func (l *listener[T]) add(notes []notification[T]) {
 			break
 		}
 		l.buf = append(l.buf, *n)
+		if n.kind == noteAdd && n.flag {
+			l.initialPending++
+		}
 		added++
 	}
 	pending := l.pendingLocked()
@@ -841,6 +877,10 @@ func (l *listener[T]) run(ctx context.Context) {
 			l.delivering--
 			if n.kind == noteAdd && n.flag && l.initialPending > 0 {
 				l.initialPending--
+				if l.initialPending == 0 && l.initialCh != nil {
+					close(l.initialCh)
+					l.initialCh = nil
+				}
 			}
 			removed := l.removed
 			if l.max > 0 {

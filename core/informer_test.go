@@ -625,3 +625,32 @@ func TestEventWithoutKeyIsReported(t *testing.T) {
 		t.Fatalf("keyless event not reported: %v", ec.errs)
 	}
 }
+
+func TestRegistrationSyncsAfterItsInitialAdds(t *testing.T) {
+	lw := newFakeLW()
+	inf, _, _ := newTestInformer(lw, InformerOptions[string]{})
+	release := make(chan struct{})
+	slow, err := inf.AddEventHandler(ResourceEventHandlerFuncs[string]{
+		AddFunc: func(string, string, bool) { <-release },
+	})
+	must(t, err)
+	fast, err := inf.AddEventHandler(newRecorder())
+	must(t, err)
+	started(t, inf)
+	lw.list(t, 5, add("a", "a1", 0), add("b", "b1", 0))
+	must(t, inf.WaitForCacheSync(testCtx(t)))
+	must(t, fast.WaitForCacheSync(testCtx(t)))
+	if slow.HasSynced() {
+		t.Fatal("registration synced with its initial adds undelivered")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := slow.WaitForCacheSync(ctx); err == nil || !strings.Contains(err.Error(), "initial notifications left") {
+		t.Fatalf("WaitForCacheSync = %v", err)
+	}
+	close(release)
+	must(t, WaitForCacheSync(testCtx(t), slow, fast, inf))
+	if !slow.HasSynced() {
+		t.Fatal("not synced after delivery")
+	}
+}
