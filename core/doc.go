@@ -50,8 +50,8 @@
 // HandlerOptions.MaxPending bounds its buffer: when full the informer
 // blocks (the cache stops advancing), it never drops. A panicking handler
 // is recovered and reported (*HandlerPanicError); it and the others keep
-// receiving. Registration.HasSynced is true once the informer synced and the
-// handler received its initial adds; a handler added late first receives
+// receiving. Registration.HasSynced (and WaitForCacheSync) is true once the
+// informer synced and the handler received its initial adds; a handler added late first receives
 // the whole cache as adds with isInInitialList true. RemoveEventHandler
 // stops delivery; Registration.Done tells when no call is in progress.
 //

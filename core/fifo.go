@@ -241,7 +241,10 @@ type DeltaFIFO[T any] struct {
 // NewDeltaFIFO returns an empty DeltaFIFO. known is the consumer's cache
 // (the informer's Indexer); nil means the queue knows only what it holds,
 // so Replace cannot infer deletes of keys already popped and Resync does
-// nothing.
+// nothing. With known set, a delete of a key neither known nor queued is
+// dropped, as in client-go. Without it the delete is queued: unlike
+// client-go, which drops it, a queue that cannot tell whether its consumer
+// saw the key prefers a redundant delete to a lost one.
 func NewDeltaFIFO[T any](known KeyLister[T]) *DeltaFIFO[T] {
 	return &DeltaFIFO[T]{
 		queueBase: newQueueBase(),
