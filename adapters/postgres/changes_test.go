@@ -362,6 +362,27 @@ func TestDecodeErrorMidStream(t *testing.T) {
 	}
 }
 
+type Audit struct {
+	V string `db:"v"`
+}
+
+type embedded struct {
+	ID int64 `db:"id"`
+	Audit
+}
+
+// TestEmbeddedStruct: fields of an embedded struct map to columns, as with
+// pgx.RowToStructByName.
+func TestEmbeddedStruct(t *testing.T) {
+	pg := harness.StartPostgres(t)
+	pg.Exec(t, `CREATE TABLE kv (id bigint PRIMARY KEY, v text); INSERT INTO kv VALUES (1, 'one')`)
+	src := newSource(t, pg, postgres.Config{})
+	inf, _ := informer[embedded](t, newTable[embedded](t, src, "kv"), nil)
+	if got, _ := inf.Lister().Get("1"); got.V != "one" {
+		t.Errorf("embedded field: %+v", got)
+	}
+}
+
 // TestExistingPublication: a publication that exists is used as is (and
 // kept by Close); one that lacks a table is refused with the fix.
 func TestExistingPublication(t *testing.T) {

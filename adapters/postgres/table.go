@@ -299,21 +299,20 @@ func NewTable[T any](ctx context.Context, src *Source, schema, name string) (*Ta
 		// into its field.
 		m := t.maps.Get().(*pgtype.Map)
 		defer t.maps.Put(m)
-		mapped := map[int]bool{}
+		mapped := map[string]bool{}
 		for i, f := range plan.fields {
 			if f == nil {
 				continue
 			}
-			mapped[f[0]] = true
+			mapped[fmt.Sprint(f)] = true
 			target := reflect.New(t.typ.FieldByIndex(f).Type).Interface()
 			if p := m.PlanScan(rel.oids[i], pgtype.TextFormatCode, target); fmt.Sprintf("%T", p) == "*pgtype.scanPlanFail" {
 				return nil, fmt.Errorf("postgres %s: table %s: column %q of type %s cannot be decoded into field %s (%s)", src.where(), ident.Sanitize(), rel.names[i], cols[i].typname, t.typ.FieldByIndex(f).Name, t.typ.FieldByIndex(f).Type)
 			}
 		}
-		for i := 0; i < t.typ.NumField(); i++ {
-			f := t.typ.Field(i)
-			if f.IsExported() && f.Tag.Get("db") != "-" && !mapped[i] {
-				return nil, fmt.Errorf("postgres %s: table %s has no column for field %s of %s", src.where(), ident.Sanitize(), f.Name, t.typ)
+		for _, f := range structFields(t.typ, nil) {
+			if !mapped[fmt.Sprint(f.path)] {
+				return nil, fmt.Errorf("postgres %s: table %s has no column for field %s of %s", src.where(), ident.Sanitize(), f.name, t.typ)
 			}
 		}
 	}
@@ -325,6 +324,32 @@ func NewTable[T any](ctx context.Context, src *Source, schema, name string) (*Ta
 	src.tables = append(src.tables, st)
 	src.byOID[st.oid] = append(src.byOID[st.oid], st)
 	return t, nil
+}
+
+type structField struct {
+	path      []int
+	name, tag string
+}
+
+// structFields lists the exported fields of typ that map to columns, with
+// the fields of embedded structs without a db tag flattened in, as
+// pgx.RowToStructByName does.
+func structFields(typ reflect.Type, prefix []int) []structField {
+	var out []structField
+	for i := 0; i < typ.NumField(); i++ {
+		f := typ.Field(i)
+		tag := f.Tag.Get("db")
+		if !f.IsExported() || tag == "-" {
+			continue
+		}
+		path := append(append([]int(nil), prefix...), i)
+		if f.Anonymous && tag == "" && f.Type.Kind() == reflect.Struct {
+			out = append(out, structFields(f.Type, path)...)
+			continue
+		}
+		out = append(out, structField{path: path, name: f.Name, tag: tag})
+	}
+	return out
 }
 
 // rowPlan maps one column layout onto T.
@@ -346,27 +371,19 @@ func (t *Table[T]) plan(rel *relation) (*rowPlan, error) {
 	}
 	p := &rowPlan{rel: rel, fields: make([][]int, len(rel.names))}
 	if !t.isMap {
-		byName := map[string]int{}
-		for i := 0; i < t.typ.NumField(); i++ {
-			f := t.typ.Field(i)
-			if !f.IsExported() {
-				continue
-			}
-			tag := f.Tag.Get("db")
-			if tag == "-" {
-				continue
-			}
-			if tag != "" {
-				byName["tag:"+tag] = i
+		byTag, byName := map[string][]int{}, map[string][]int{}
+		for _, f := range structFields(t.typ, nil) {
+			if f.tag != "" {
+				byTag[f.tag] = f.path
 			} else {
-				byName[normalizeName(f.Name)] = i
+				byName[normalizeName(f.name)] = f.path
 			}
 		}
 		for c, name := range rel.names {
-			if i, ok := byName["tag:"+name]; ok {
-				p.fields[c] = []int{i}
-			} else if i, ok := byName[normalizeName(name)]; ok {
-				p.fields[c] = []int{i}
+			if path, ok := byTag[name]; ok {
+				p.fields[c] = path
+			} else if path, ok := byName[normalizeName(name)]; ok {
+				p.fields[c] = path
 			}
 		}
 	}
