@@ -770,9 +770,13 @@ func (w *watcher[T]) Next(ctx context.Context) ([]core.Event[T], error) {
 		}
 		if !st.active || st.floor > w.pos {
 			err := s.streamErr
+			active, floor := st.active, st.floor
 			s.mu.Unlock()
-			if err == nil || !errors.Is(err, core.ErrExpired) {
-				err = fmt.Errorf("%s: slot %q was recreated: %w", st.sourceName(), s.slot, core.ErrExpired)
+			switch {
+			case active:
+				err = fmt.Errorf("%s: version %d fell out of the changes kept in memory (from %d on; Config.History): %w", st.sourceName(), w.pos, floor, core.ErrExpired)
+			case err == nil || !errors.Is(err, core.ErrExpired):
+				err = fmt.Errorf("%s: the replication slot %q was lost or recreated: %w", st.sourceName(), s.slot, core.ErrExpired)
 			}
 			return nil, err
 		}
