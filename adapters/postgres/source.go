@@ -119,6 +119,9 @@ func NewSource(ctx context.Context, cfg Config) (*Source, error) {
 	for k, v := range sessionParams {
 		connCfg.RuntimeParams[k] = v
 	}
+	// The Source opens replication connections itself; the snapshot
+	// connection must be a normal one.
+	delete(connCfg.RuntimeParams, "replication")
 	replCfg := connCfg.Config.Copy()
 	replCfg.RuntimeParams["replication"] = "database"
 	s := &Source{
