@@ -3,8 +3,10 @@ package postgres_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -394,5 +396,61 @@ func TestEstimate(t *testing.T) {
 	}
 	if estimate != 5000 || rows != 5000 {
 		t.Errorf("estimate %d, rows %d; want 5000 and 5000", estimate, rows)
+	}
+}
+
+// TestLateTable: a table whose informer starts after the stream is running
+// lists inside a helper slot's snapshot and then follows the shared stream
+// with nothing missing or repeated; the helper slot is gone afterwards.
+func TestLateTable(t *testing.T) {
+	pg := harness.StartPostgres(t)
+	pg.Exec(t, `CREATE TABLE a (id bigint PRIMARY KEY, v text); CREATE TABLE b (id bigint PRIMARY KEY, v text)`)
+	conn := pg.Conn(t)
+	var logBuf syncBuffer
+	src := newSource(t, pg, postgres.Config{Logger: slog.New(slog.NewTextHandler(&logBuf, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	ta, tb := newTable[kv](t, src, "a"), newTable[kv](t, src, "b")
+	infA, _ := informer[kv](t, ta, nil)
+	for i := range 50 {
+		write(t, conn, fmt.Sprintf("INSERT INTO a VALUES (%d, 'a'); INSERT INTO b VALUES (%d, 'b')", i, i))
+	}
+	// Writers keep going while b lists.
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	wconn := pg.Conn(t)
+	go func() {
+		defer close(done)
+		for i := 50; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := wconn.Exec(context.Background(), fmt.Sprintf("INSERT INTO b VALUES (%d, 'b'); UPDATE b SET v = 'b%d' WHERE id = %d", i, i, i%50)); err != nil {
+				t.Errorf("writer: %v", err)
+				return
+			}
+		}
+	}()
+	infB, _ := informer[kv](t, tb, nil)
+	time.Sleep(300 * time.Millisecond)
+	close(stop)
+	<-done
+	rv := write(t, conn, "DELETE FROM b WHERE id = 3")
+	waitFor(t, infA, rv)
+	waitFor(t, infB, rv)
+	for _, c := range []struct {
+		name string
+		inf  *core.SharedIndexInformer[kv]
+	}{{"a", infA}, {"b", infB}} {
+		if err := cacheMatches(t, conn, c.name, c.inf); err != nil {
+			t.Errorf("table %s: %v", c.name, err)
+		}
+	}
+	if !strings.Contains(logBuf.String(), `listed in a helper slot's snapshot" table="\"public\".\"b\""`) {
+		t.Errorf("b was not listed through a helper snapshot; log:\n%s", logBuf.String())
+	}
+	var slots int
+	if err := conn.QueryRow(ctxFor(t), "SELECT count(*) FROM pg_replication_slots").Scan(&slots); err != nil || slots != 1 {
+		t.Errorf("%d replication slots after the late List, want 1 (%v)", slots, err)
 	}
 }

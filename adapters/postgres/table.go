@@ -613,6 +613,7 @@ func (t *Table[T]) listWithHelper(ctx context.Context, opts core.ListOptions[T])
 	if err := t.read(ctx, tx, rv, opts); err != nil {
 		return 0, err
 	}
+	s.log.Debug("table listed in a helper slot's snapshot", "table", t.st.ident.Sanitize(), "rv", cp.String())
 	return rv, nil
 }
 
