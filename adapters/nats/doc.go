@@ -57,15 +57,20 @@
 // turns keys that vanished into deletes. For a bucket, the ListerWatcher
 // keeps the revision of every live key (from List, handed from watch to
 // watch like the event-stream state) to tell a value that was superseded
-// from one that was removed. A watch that is idle also checks whether the value of a key
+// from one that was removed: when a watch resumes from a version whose key
+// set it holds, a first sequence past from+1 is expiry only if a key the
+// cache holds has lost its value (a bucket with History 1 whose keys were
+// rewritten while the watch was away resumes without a relist; the watch
+// then reports each key's newest value, not every intermediate one). A watch that is idle also checks whether the value of a key
 // it holds was removed without a delete marker (MaxAge without
 // LimitMarkerTTL, a stream purge) and expires then. Any other trouble (a
 // lost connection, a server restart, a consumer sequence gap) ends the watch
 // with an ordinary error: the informer watches again from the last version
 // it applied, and no relist happens as long as the stream still holds it.
-// With a small bucket History and one hot key, the first sequence moves
-// fast, so a watch that had to be reopened after falling behind may find
-// its position gone and relist: correct, only more expensive.
+// A watch opened from a version whose key set the ListerWatcher does not
+// hold (not the end of its last List or watch) applies the first-sequence
+// rule strictly, so with a small History it may relist: correct, only more
+// expensive.
 //
 // # Bookmarks
 //

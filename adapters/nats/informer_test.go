@@ -609,3 +609,47 @@ func TestKVPurgeDuringList(t *testing.T) {
 	waitFor(t, inf, rev)
 	converge(t, inf, itemVersion, func() map[string]int { return bucketState(t, kv, "") })
 }
+
+// With History 1, rewriting keys while the informer is away moves the
+// first sequence past its version without losing anything it needs: each
+// key's newest value is still there. The watch resumes without a relist.
+func TestKVHistoryOneResumesWithoutRelist(t *testing.T) {
+	srv := harness.StartNATS(t)
+	js := srv.JetStream(t)
+	kv := newBucket(t, js, jetstream.KeyValueConfig{History: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	for i := range 5 {
+		put(ctx, kv, fmt.Sprintf("k%d", i), 1)
+	}
+	nc, err := nats.Connect(srv.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(3*time.Second), nats.ReconnectJitter(0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	ijs, _ := jetstream.New(nc)
+	lw := newKVLW(t, ijs, kv.Bucket(), natsinformer.KVOptions[item]{IdleCheck: time.Hour})
+	sink := &errSink{}
+	order := newOrderChecker(t)
+	inf := startInformer(t, core.ListerWatcher[item](lw), sink, order.handler())
+	synced := lw.lists.Load()
+	rv := inf.LastSyncResourceVersion()
+	srv.Restart(t)
+	for n := 2; n <= 4; n++ {
+		for i := range 5 {
+			put(ctx, kv, fmt.Sprintf("k%d", i), n)
+		}
+	}
+	st, _ := js.Stream(ctx, "KV_"+kv.Bucket())
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.FirstSeq <= uint64(rv)+1 {
+		t.Fatalf("setup: first sequence %d is not past the informer's version %d", info.State.FirstSeq, rv)
+	}
+	converge(t, inf, itemVersion, func() map[string]int { return bucketState(t, kv, "") })
+	if n := lw.lists.Load(); n != synced {
+		t.Errorf("informer listed %d times, want no relist; errors: %v", n, sink.all())
+	}
+}

@@ -347,6 +347,8 @@ func (a *kvApplier[T]) lost(ctx context.Context, first uint64) string {
 	return fmt.Sprintf("%d keys have values older than the stream's first retained sequence %d", len(old), first)
 }
 
+func (a *kvApplier[T]) complete() bool { return a.known }
+
 func (a *kvApplier[T]) park(rv uint64) {
 	if a.known {
 		a.kv.park(rv, a.revs)

@@ -361,3 +361,6 @@ func (f *folder[S]) apply(m jetstream.Msg, seq uint64, out []core.Event[S]) []co
 func (f *folder[S]) lost(context.Context, uint64) string { return "" }
 
 func (f *folder[S]) park(rv uint64) { f.es.park(rv, f.state) }
+
+// complete is false: a replayed fold needs every event after from.
+func (f *folder[S]) complete() bool { return false }

@@ -25,6 +25,12 @@ type applier[T any] interface {
 	// park hands the state at rv back to the ListerWatcher for the next
 	// Watch(rv), the resume after a broken watch.
 	park(rv uint64)
+	// complete reports whether lost sees every live key at the watch's
+	// start. Then a first sequence past from+1 is not by itself expiry:
+	// messages after from that are gone were either superseded (a bucket's
+	// History limit; the newer message follows) or removed together with
+	// their key, and lost catches keys the cache holds that were removed.
+	complete() bool
 }
 
 // tail is the Watcher of both modes: a feed from one ephemeral consumer,
@@ -71,7 +77,7 @@ func openTail[T any](ctx context.Context, source string, stream jetstream.Stream
 	if err := id.check(source, info); err != nil {
 		return nil, err
 	}
-	if err := checkPosition(source, info.State, from); err != nil {
+	if err := checkPosition(source, info.State, from, a.complete()); err != nil {
 		return nil, err
 	}
 	if why := a.lost(ctx, info.State.FirstSeq); why != "" {
@@ -88,7 +94,7 @@ func openTail[T any](ctx context.Context, source string, stream jetstream.Stream
 	}
 	// A purge between the check above and the consumer's creation moves
 	// the consumer's start past from+1 without telling anyone.
-	if d := f.info().Delivered.Stream; d > from {
+	if d := f.info().Delivered.Stream; d > from && !a.complete() {
 		f.close()
 		return nil, fmt.Errorf("%s: the consumer starts after sequence %d, not at %d: messages were removed meanwhile: %w", source, d, from+1, core.ErrExpired)
 	}
@@ -104,9 +110,10 @@ func openTail[T any](ctx context.Context, source string, stream jetstream.Stream
 // checkPosition: Watch(from) needs every message after from. A first
 // sequence past from+1 means some were removed (purge, MaxAge, limits); a
 // from past the last sequence means the stream was deleted and created
-// again. Both are expiry: the informer relists.
-func checkPosition(source string, st jetstream.StreamState, from uint64) error {
-	if st.FirstSeq > from+1 {
+// again. Both are expiry: the informer relists. With complete state the
+// first rule is left to applier.lost.
+func checkPosition(source string, st jetstream.StreamState, from uint64, complete bool) error {
+	if st.FirstSeq > from+1 && !complete {
 		return fmt.Errorf("%s: cannot watch from sequence %d: the stream's first retained sequence is %d (purged or expired): %w", source, from, st.FirstSeq, core.ErrExpired)
 	}
 	if from > st.LastSeq {
