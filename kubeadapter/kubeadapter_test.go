@@ -157,54 +157,12 @@ func TestCustomResourceDynamic(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
-	ext, err := apiextclient.NewForConfig(kube.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
-	crd := &apiextv1.CustomResourceDefinition{
-		ObjectMeta: metav1.ObjectMeta{Name: "widgets.test.dbinformer.io"},
-		Spec: apiextv1.CustomResourceDefinitionSpec{
-			Group: "test.dbinformer.io",
-			Scope: apiextv1.NamespaceScoped,
-			Names: apiextv1.CustomResourceDefinitionNames{Plural: "widgets", Singular: "widget", Kind: "Widget", ListKind: "WidgetList"},
-			Versions: []apiextv1.CustomResourceDefinitionVersion{{
-				Name: "v1", Served: true, Storage: true,
-				Schema: &apiextv1.CustomResourceValidation{OpenAPIV3Schema: &apiextv1.JSONSchemaProps{
-					Type: "object",
-					Properties: map[string]apiextv1.JSONSchemaProps{
-						"spec": {Type: "object", Properties: map[string]apiextv1.JSONSchemaProps{"size": {Type: "integer"}}},
-					},
-				}},
-			}},
-		},
-	}
-	if _, err := ext.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create CRD: %v", err)
-	}
-	for {
-		got, err := ext.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		established := false
-		for _, c := range got.Status.Conditions {
-			established = established || (c.Type == apiextv1.Established && c.Status == apiextv1.ConditionTrue)
-		}
-		if established {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("CRD %s never became established", crd.Name)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	gvr := createWidgetCRD(t, kube)
 
 	dyn, err := dynamic.NewForConfig(kube.Config())
 	if err != nil {
 		t.Fatal(err)
 	}
-	gvr := schema.GroupVersionResource{Group: "test.dbinformer.io", Version: "v1", Resource: "widgets"}
 	widgets := dyn.Resource(gvr).Namespace(ns)
 	lw := kubeadapter.NewDynamic(dyn, gvr, ns, kubeadapter.Config{})
 	var (
@@ -310,4 +268,56 @@ func TestNonNumericVersion(t *testing.T) {
 		t.Fatalf("List error %q should name the source and the bad version, and not be ErrExpired", err)
 	}
 	t.Logf("error: %v", err)
+}
+
+// createWidgetCRD creates a namespaced custom resource, widgets.test.dbinformer.io
+// (spec.size and spec.n integers), and waits until it is served.
+func createWidgetCRD(t *testing.T, kube *harness.Kube) schema.GroupVersionResource {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ext, err := apiextclient.NewForConfig(kube.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	crd := &apiextv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: "widgets.test.dbinformer.io"},
+		Spec: apiextv1.CustomResourceDefinitionSpec{
+			Group: "test.dbinformer.io",
+			Scope: apiextv1.NamespaceScoped,
+			Names: apiextv1.CustomResourceDefinitionNames{Plural: "widgets", Singular: "widget", Kind: "Widget", ListKind: "WidgetList"},
+			Versions: []apiextv1.CustomResourceDefinitionVersion{{
+				Name: "v1", Served: true, Storage: true,
+				Schema: &apiextv1.CustomResourceValidation{OpenAPIV3Schema: &apiextv1.JSONSchemaProps{
+					Type: "object",
+					Properties: map[string]apiextv1.JSONSchemaProps{
+						"spec": {Type: "object", Properties: map[string]apiextv1.JSONSchemaProps{"size": {Type: "integer"}, "n": {Type: "integer"}}},
+					},
+				}},
+			}},
+		},
+	}
+	if _, err := ext.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create CRD: %v", err)
+	}
+	for {
+		got, err := ext.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		established := false
+		for _, c := range got.Status.Conditions {
+			established = established || (c.Type == apiextv1.Established && c.Status == apiextv1.ConditionTrue)
+		}
+		if established {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("CRD %s never became established", crd.Name)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+
+	return schema.GroupVersionResource{Group: "test.dbinformer.io", Version: "v1", Resource: "widgets"}
 }

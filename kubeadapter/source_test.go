@@ -14,7 +14,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/dbinformer/dbinformer/core"
@@ -131,7 +133,7 @@ type kubeSource struct {
 }
 
 func (s *kubeSource) ListerWatcher() core.ListerWatcher[*corev1.ConfigMap] {
-	return nameKeys{lw: s.lw, ns: s.cms.ns}
+	return trimKeys[*corev1.ConfigMap]{lw: s.lw, prefix: s.cms.ns + "/"}
 }
 
 func (s *kubeSource) Put(ctx context.Context, key string, n int) (core.ResourceVersion, error) {
@@ -181,41 +183,41 @@ func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }
 
-// nameKeys presents a namespace-scoped ListerWatcher with the object name as
-// key, which is what the conformance suite writes and expects back; the
+// trimKeys presents a namespace-scoped ListerWatcher with the object name
+// as key, which is what the conformance suite writes and expects back; the
 // adapter's own keys are "namespace/name".
-type nameKeys struct {
-	lw *kubeadapter.ListerWatcher[*corev1.ConfigMap]
-	ns string
+type trimKeys[T kubeadapter.Object] struct {
+	lw     *kubeadapter.ListerWatcher[T]
+	prefix string
 }
 
-func (n nameKeys) strip(ev core.Event[*corev1.ConfigMap]) core.Event[*corev1.ConfigMap] {
+func (n trimKeys[T]) strip(ev core.Event[T]) core.Event[T] {
 	if ev.Type != core.Bookmark {
-		ev.Key = strings.TrimPrefix(ev.Key, n.ns+"/")
+		ev.Key = strings.TrimPrefix(ev.Key, n.prefix)
 	}
 	return ev
 }
 
-func (n nameKeys) List(ctx context.Context, opts core.ListOptions[*corev1.ConfigMap]) (core.ResourceVersion, error) {
+func (n trimKeys[T]) List(ctx context.Context, opts core.ListOptions[T]) (core.ResourceVersion, error) {
 	emit := opts.Emit
-	opts.Emit = func(ev core.Event[*corev1.ConfigMap]) error { return emit(n.strip(ev)) }
+	opts.Emit = func(ev core.Event[T]) error { return emit(n.strip(ev)) }
 	return n.lw.List(ctx, opts)
 }
 
-func (n nameKeys) Watch(ctx context.Context, from core.ResourceVersion) (core.Watcher[*corev1.ConfigMap], error) {
+func (n trimKeys[T]) Watch(ctx context.Context, from core.ResourceVersion) (core.Watcher[T], error) {
 	w, err := n.lw.Watch(ctx, from)
 	if err != nil {
 		return nil, err
 	}
-	return nameKeysWatcher{w, n}, nil
+	return trimKeysWatcher[T]{w, n}, nil
 }
 
-type nameKeysWatcher struct {
-	core.Watcher[*corev1.ConfigMap]
-	n nameKeys
+type trimKeysWatcher[T kubeadapter.Object] struct {
+	core.Watcher[T]
+	n trimKeys[T]
 }
 
-func (w nameKeysWatcher) Next(ctx context.Context) ([]core.Event[*corev1.ConfigMap], error) {
+func (w trimKeysWatcher[T]) Next(ctx context.Context) ([]core.Event[T], error) {
 	batch, err := w.Watcher.Next(ctx)
 	for i := range batch {
 		batch[i] = w.n.strip(batch[i])
@@ -223,6 +225,98 @@ func (w nameKeysWatcher) Next(ctx context.Context) ([]core.Event[*corev1.ConfigM
 	return batch, err
 }
 
-func (w nameKeysWatcher) RequestProgress(ctx context.Context) error {
+func (w trimKeysWatcher[T]) RequestProgress(ctx context.Context) error {
 	return w.Watcher.(core.ProgressRequester).RequestProgress(ctx)
+}
+
+// widgetSource is a conformance Source over custom resources in a fresh
+// namespace, read as unstructured.
+type widgetSource struct {
+	kube      *harness.Kube
+	t         *testing.T
+	ns        string
+	widgets   dynamic.ResourceInterface
+	unwatched configMaps
+	lw        *kubeadapter.ListerWatcher[*unstructured.Unstructured]
+}
+
+func (s *widgetSource) ListerWatcher() core.ListerWatcher[*unstructured.Unstructured] {
+	return trimKeys[*unstructured.Unstructured]{lw: s.lw, prefix: s.ns + "/"}
+}
+
+func (s *widgetSource) Put(ctx context.Context, key string, n int) (core.ResourceVersion, error) {
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "test.dbinformer.io/v1",
+		"kind":       "Widget",
+		"metadata":   map[string]any{"name": key},
+		"spec":       map[string]any{"n": int64(n)},
+	}}
+	out, err := s.widgets.Create(ctx, u, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		var cur *unstructured.Unstructured
+		if cur, err = s.widgets.Get(ctx, key, metav1.GetOptions{}); err != nil {
+			return 0, err
+		}
+		u.SetResourceVersion(cur.GetResourceVersion())
+		out, err = s.widgets.Update(ctx, u, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		return 0, err
+	}
+	return core.ParseResourceVersion(out.GetResourceVersion())
+}
+
+// Delete reads the delete's version from a watch on the one object, as
+// configMaps.delete does.
+func (s *widgetSource) Delete(ctx context.Context, key string) (core.ResourceVersion, error) {
+	byName := "metadata.name=" + key
+	l, err := s.widgets.List(ctx, metav1.ListOptions{FieldSelector: byName})
+	if err != nil {
+		return 0, err
+	}
+	w, err := s.widgets.Watch(ctx, metav1.ListOptions{FieldSelector: byName, ResourceVersion: l.GetResourceVersion()})
+	if err != nil {
+		return 0, err
+	}
+	defer w.Stop()
+	if err := s.widgets.Delete(ctx, key, metav1.DeleteOptions{}); err != nil {
+		return 0, err
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return 0, fmt.Errorf("watch on widget %s/%s ended before its delete arrived", s.ns, key)
+			}
+			switch ev.Type {
+			case watch.Deleted:
+				return core.ParseResourceVersion(ev.Object.(*unstructured.Unstructured).GetResourceVersion())
+			case watch.Error:
+				return 0, apierrors.FromObject(ev.Object)
+			}
+		}
+	}
+}
+
+func (s *widgetSource) Version(u *unstructured.Unstructured) int {
+	n, ok, err := unstructured.NestedInt64(u.Object, "spec", "n")
+	if !ok || err != nil {
+		s.t.Errorf("widget %s/%s has no spec.n (%v)", u.GetNamespace(), u.GetName(), err)
+	}
+	return int(n)
+}
+
+func (s *widgetSource) Expire(ctx context.Context) error {
+	s.kube.Expire(s.t)
+	return nil
+}
+
+func (s *widgetSource) PutUnwatched(ctx context.Context) (core.ResourceVersion, error) {
+	cm, err := s.unwatched.put(ctx, "unwatched-"+randomSuffix(s.t), 1, nil)
+	if err != nil {
+		return 0, err
+	}
+	return core.ParseResourceVersion(cm.ResourceVersion)
 }
