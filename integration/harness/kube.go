@@ -13,6 +13,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -143,7 +144,8 @@ func KubeAPIServerBinary() (string, error) {
 	fmt.Fprintf(os.Stderr, "harness: ensuring the kube-apiserver binary with %s (a cold build takes several minutes)\n", script)
 	var stderr bytes.Buffer
 	cmd := exec.Command("bash", script)
-	cmd.Stderr = &stderr
+	// Shown as it happens (a cold build is long) and kept for the error.
+	cmd.Stderr = io.MultiWriter(os.Stderr, &stderr)
 	out, err := cmd.Output()
 	if err != nil {
 		return "", fmt.Errorf("%s failed: %w\n%s", script, err, tail(stderr.String(), 4000))
