@@ -317,35 +317,40 @@ func (a *kvApplier[T]) apply(m jetstream.Msg, seq uint64, out []core.Event[T]) [
 // retained sequence: MaxAge or a purge removed it without a delete marker,
 // so the cache holds a key the bucket no longer has. A key with a newer
 // message that the consumer has not delivered yet was only superseded.
+// Keys are checked oldest first (MaxAge removes those first); past
+// maxLostLookups the rest is assumed lost, and the relist sorts it out.
 func (a *kvApplier[T]) lost(ctx context.Context, first uint64) string {
-	var old []string
+	type kr struct {
+		key string
+		rev uint64
+	}
+	var old []kr
 	for key, rev := range a.revs {
 		if rev < first {
-			old = append(old, key)
+			old = append(old, kr{key, rev})
 		}
 	}
 	if len(old) == 0 {
 		return ""
 	}
-	slices.Sort(old)
-	for i, key := range old {
-		if i == 16 {
-			break // enough lookups: assume the rest is lost too
+	slices.SortFunc(old, func(x, y kr) int { return cmp.Compare(x.rev, y.rev) })
+	for i, o := range old {
+		if i == maxLostLookups {
+			return fmt.Sprintf("%d keys have values older than the stream's first retained sequence %d, too many to check one by one", len(old), first)
 		}
-		m, err := a.kv.stream.GetLastMsgForSubject(ctx, a.kv.subject+key)
-		if err == nil && m.Sequence > a.revs[key] {
+		m, err := a.kv.stream.GetLastMsgForSubject(ctx, a.kv.subject+o.key)
+		if err == nil && m.Sequence > o.rev {
 			continue
 		}
 		if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 			return "" // cannot tell now; the next check will
 		}
-		return fmt.Sprintf("the value of key %q at sequence %d is no longer in the stream (first retained sequence %d; MaxAge or a purge removed it without a delete marker)", key, a.revs[key], first)
+		return fmt.Sprintf("the value of key %q at sequence %d is no longer in the stream (first retained sequence %d; MaxAge or a purge removed it without a delete marker)", o.key, o.rev, first)
 	}
-	if len(old) <= 16 {
-		return ""
-	}
-	return fmt.Sprintf("%d keys have values older than the stream's first retained sequence %d", len(old), first)
+	return ""
 }
+
+const maxLostLookups = 256
 
 func (a *kvApplier[T]) complete() bool { return a.known }
 
