@@ -49,7 +49,7 @@
 // to it, even one the watch filtered out, so when the unwatched write is the
 // newest change in the whole cluster the bookmark comes with the next change
 // of anything (lease renewals make one every few seconds in any cluster).
-// Measured against the test apiserver: 1 to 11 seconds when idle, 1 to 3
+// Measured against the test apiserver: 1 to 12 seconds when idle, 1 to 3
 // seconds while other writes go on. WaitFor for a version of a watched object
 // does not depend on this: its event arrives at once.
 //
