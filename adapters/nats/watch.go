@@ -60,6 +60,8 @@ type tail[T any] struct {
 
 var _ core.ProgressRequester = (*tail[int])(nil)
 
+const headTimeout = 3 * time.Second
+
 // openTail checks that the stream still holds everything after from, then
 // starts a consumer at from+1.
 func openTail[T any](ctx context.Context, source string, stream jetstream.Stream, id *identity, filter string, from uint64, a applier[T], batch int, idle time.Duration, log *slog.Logger) (_ *tail[T], err error) {
@@ -224,7 +226,9 @@ func (w *tail[T]) take(m jetstream.Msg) []core.Event[T] {
 // consumer has nothing pending, so everything up to the head has been
 // delivered. It also notices state that vanished without a delete marker.
 func (w *tail[T]) head(ctx context.Context, requested bool) ([]core.Event[T], error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	// A request in flight when the connection drops gets no answer; a
+	// short bound lets the watch fail over to a fresh one soon.
+	ctx, cancel := context.WithTimeout(ctx, headTimeout)
 	defer cancel()
 	defer context.AfterFunc(w.ctx, cancel)() // Stop must not wait for a slow server
 	info, err := w.stream.Info(ctx)
