@@ -251,9 +251,10 @@ func (b badVersions) Watch(ctx context.Context, opts metav1.ListOptions) (watch.
 	return b.Client.Watch(ctx, opts)
 }
 
-// TestNonNumericVersion: a resourceVersion that is not a number fails the
-// List with an error that names the source and the value.
-func TestNonNumericVersion(t *testing.T) {
+// TestBadVersions: a resourceVersion that is not a number fails the List
+// with an error that names the source and the value; a watch from version
+// 0 (before all history) is expired, so that the caller lists.
+func TestBadVersions(t *testing.T) {
 	kube := harness.StartKube(t)
 	cs := kube.Client(t)
 	ns := createNamespace(t, cs, "badrv")
@@ -268,6 +269,14 @@ func TestNonNumericVersion(t *testing.T) {
 		t.Fatalf("List error %q should name the source and the bad version, and not be ErrExpired", err)
 	}
 	t.Logf("error: %v", err)
+
+	good := kubeadapter.New[*corev1.ConfigMap](cs.CoreV1().ConfigMaps(ns), kubeadapter.Config{})
+	if w, err := good.Watch(ctx, 0); !errors.Is(err, core.ErrExpired) {
+		if w != nil {
+			w.Stop()
+		}
+		t.Fatalf("Watch(0) returned %v, want an error matching core.ErrExpired", err)
+	}
 }
 
 // createWidgetCRD creates a namespaced custom resource, widgets.test.dbinformer.io
