@@ -1,0 +1,50 @@
+// Package prommetrics reports dbinformer's informer and workqueue metrics to
+// Prometheus (github.com/prometheus/client_golang).
+//
+// The package is named prommetrics, not prometheus, so that it can be
+// imported next to client_golang's own prometheus package without an alias:
+//
+//	import (
+//		"github.com/prometheus/client_golang/prometheus"
+//		prommetrics "github.com/dbinformer/dbinformer/metrics/prometheus"
+//	)
+//
+// One Provider registers its collectors on the prometheus.Registerer it is
+// given, never on the global default registry unless that is what the caller
+// passes, and serves every informer and queue that is given it:
+//
+//	reg := prometheus.NewRegistry()
+//	pm, err := prommetrics.New(reg, prommetrics.Options{})
+//	inf := core.NewSharedIndexInformer(lw, core.InformerOptions[T]{Name: "orders", Metrics: pm})
+//	pm.TrackLag("orders", lw) // lw implements core.HeadReader
+//	q := workqueue.New(workqueue.Config[string]{Name: "orders", MetricsProvider: pm})
+//
+// # Informer metrics (label informer = InformerOptions.Name)
+//
+//	dbinformer_informer_lists_total{kind="list|relist",result="success|error"}
+//	dbinformer_informer_listed_objects            objects in the last successful list
+//	dbinformer_informer_list_received_objects     objects received by the list in progress (or the last)
+//	dbinformer_informer_list_estimated_objects    the source's estimate for that list, 0 if unknown
+//	dbinformer_informer_watch_restarts_total{reason="timeout|expired|error"}
+//	dbinformer_informer_applied_resource_version  the version up to which the cache is applied
+//	dbinformer_informer_pending_notifications{handler}
+//	dbinformer_informer_handler_panics_total{handler}
+//	dbinformer_informer_decode_errors_total
+//	dbinformer_informer_head_resource_version     the source's newest version (TrackLag only)
+//	dbinformer_informer_lag                       head − applied, in the source's version units
+//	dbinformer_informer_head_errors_total         failed head reads (TrackLag only)
+//
+// Lag is measured on scrape: for each informer given to TrackLag the
+// collector calls Head (bounded by Options.HeadTimeout, so a stuck source
+// cannot hang a scrape) and subtracts the applied version. Its unit is the
+// source's: etcd revisions, Postgres WAL bytes (versions are LSNs),
+// JetStream sequences. Nothing polls between scrapes.
+//
+// # Workqueue metrics (label name = workqueue.Config.Name)
+//
+// client-go's set, with its names under the namespace: workqueue_depth,
+// workqueue_adds_total, workqueue_queue_duration_seconds,
+// workqueue_work_duration_seconds, workqueue_unfinished_work_seconds,
+// workqueue_longest_running_processor_seconds, workqueue_retries_total.
+// Dashboards built for client-go's queues work after changing the prefix.
+package prommetrics

@@ -1,0 +1,61 @@
+package prommetrics_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http/httptest"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/memory"
+	prommetrics "github.com/dbinformer/dbinformer/metrics/prometheus"
+)
+
+// An informer reporting to a registry of its own, served on /metrics.
+func Example() {
+	reg := prometheus.NewRegistry()
+	pm, err := prommetrics.New(reg, prommetrics.Options{})
+	if err != nil {
+		panic(err)
+	}
+	src := memory.New[string](memory.Options{})
+	src.Put("greeting", "hello")
+	inf := core.NewSharedIndexInformer[string](src, core.InformerOptions[string]{Name: "greetings", Metrics: pm})
+	pm.TrackLag("greetings", src)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	done := make(chan error, 1)
+	go func() { done <- inf.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	if err := inf.WaitForCacheSync(ctx); err != nil {
+		panic(err)
+	}
+	if err := inf.WaitFor(ctx, src.Put("farewell", "bye")); err != nil {
+		panic(err)
+	}
+
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer srv.Close()
+	resp, err := srv.Client().Get(srv.URL)
+	if err != nil {
+		panic(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, "dbinformer_informer_applied_resource_version") ||
+			strings.HasPrefix(line, "dbinformer_informer_lag") ||
+			strings.HasPrefix(line, "dbinformer_informer_listed_objects") {
+			fmt.Println(line)
+		}
+	}
+	// Output:
+	// dbinformer_informer_applied_resource_version{informer="greetings"} 2
+	// dbinformer_informer_lag{informer="greetings"} 0
+	// dbinformer_informer_listed_objects{informer="greetings"} 1
+}
