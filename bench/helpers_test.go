@@ -20,7 +20,8 @@ func size(full, small int) int {
 // allocMeter counts what the whole process allocates between start and
 // stop, every goroutine included, which is what an informer's cost is.
 type allocMeter struct {
-	m0 runtime.MemStats
+	unit string // what one of n is: "event" unless set
+	m0   runtime.MemStats
 	t0 time.Time
 }
 
@@ -29,14 +30,18 @@ func (a *allocMeter) start() {
 	a.t0 = time.Now()
 }
 
-// stop reports events/s, allocs/event and B/event for n events.
+// stop reports units/s, allocs/unit and B/unit for n units (events).
 func (a *allocMeter) stop(b *testing.B, n int) time.Duration {
 	d := time.Since(a.t0)
 	var m1 runtime.MemStats
 	runtime.ReadMemStats(&m1)
-	b.ReportMetric(float64(n)/d.Seconds(), "events/s")
-	b.ReportMetric(float64(m1.Mallocs-a.m0.Mallocs)/float64(n), "allocs/event")
-	b.ReportMetric(float64(m1.TotalAlloc-a.m0.TotalAlloc)/float64(n), "B/event")
+	u := a.unit
+	if u == "" {
+		u = "event"
+	}
+	b.ReportMetric(float64(n)/d.Seconds(), u+"s/s")
+	b.ReportMetric(float64(m1.Mallocs-a.m0.Mallocs)/float64(n), "allocs/"+u)
+	b.ReportMetric(float64(m1.TotalAlloc-a.m0.TotalAlloc)/float64(n), "B/"+u)
 	return d
 }
 
