@@ -22,7 +22,7 @@ func size(full, small int) int {
 type allocMeter struct {
 	unit string // what one of n is: "event" unless set
 	m0   runtime.MemStats
-	t0 time.Time
+	t0   time.Time
 }
 
 func (a *allocMeter) start() {
