@@ -1,0 +1,289 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// row is one line of the table: a metric of our sub-benchmark against the
+// same (or a related) metric of the reference, as the ratio ours/ref.
+type row struct {
+	Title      string
+	Ours       string // sub-benchmark name without "Benchmark" and the -P suffix
+	OursMetric string
+	Ref        string // "" when the reference is a metric of Ours itself
+	RefMetric  string // "" for a row with no reference (an absolute target)
+	Op         string // "≥" or "≤" against Target; "" for no target
+	Target     float64
+}
+
+var rows = []row{
+	{"1 Core pipeline vs client-go: throughput", "Pipeline/ours", "events/s", "Pipeline/clientgo", "events/s", "≥", 2},
+	{"1 Core pipeline vs client-go: allocations per event", "Pipeline/ours", "allocs/event", "Pipeline/clientgo", "allocs/event", "≤", 0.5},
+	{"1 Core pipeline vs client-go: bytes per event", "Pipeline/ours", "B/event", "Pipeline/clientgo", "B/event", "", 0},
+	{"1 Core pipeline vs client-go: peak heap above input", "Pipeline/ours", "peak-heap-MB", "Pipeline/clientgo", "peak-heap-MB", "", 0},
+	{"2 WorkQueue Add/Get/Done, 1 goroutine", "WorkQueue/AddGetDone/ours", "items/s", "WorkQueue/AddGetDone/clientgo", "items/s", "≥", 1.5},
+	{"2 WorkQueue 8 producers + 8 consumers", "WorkQueue/Parallel8x8/ours", "items/s", "WorkQueue/Parallel8x8/clientgo", "items/s", "≥", 1.5},
+	{"2 WorkQueue AddAfter, 100k pending", "WorkQueue/AddAfter100k/ours", "items/s", "WorkQueue/AddAfter100k/clientgo", "items/s", "≥", 1.5},
+	{"3 Memory per object: ours (2 indexes) vs client-go (2 indexes)", "MemoryPerObject/ours", "B/object", "MemoryPerObject/clientgo", "B/object", "≤", 1},
+	{"3 Memory per object: ours (2 indexes) vs plain map", "MemoryPerObject/ours", "B/object", "MemoryPerObject/map", "B/object", "≤", 1.3},
+	{"3 Memory per object: ours without indexes vs plain map", "MemoryPerObject/ours-noindex", "B/object", "MemoryPerObject/map", "B/object", "", 0},
+	{"4 Postgres initial sync (List) vs raw COPY TO STDOUT: time", "PostgresInitialSync/ours", "ns/op", "PostgresInitialSync/copy", "ns/op", "≤", 1.5},
+	{"5 Postgres streaming: applied vs committed rows/s", "PostgresStreaming/ours", "applied-rows/s", "", "committed-rows/s", "≥", 0.99},
+	{"5 Postgres streaming: cache lag p50, ms (commit to handler)", "PostgresStreaming/ours", "lag-p50-ms", "", "", "", 0},
+	{"5 Postgres streaming: cache lag p99, ms (commit to handler)", "PostgresStreaming/ours", "lag-p99-ms", "", "", "≤", 100},
+	{"5 Postgres decode rate vs bare receive loop (decodes nothing)", "PostgresDecode/ours", "rows/s", "PostgresDecode/bare", "rows/s", "", 0},
+	{"6 etcd List vs raw clientv3: time", "EtcdList/ours", "ns/op", "EtcdList/raw", "ns/op", "≤", 1.2},
+	{"6 etcd watch of changes vs raw clientv3: time", "EtcdWatch/ours", "ns/op", "EtcdWatch/raw", "ns/op", "≤", 1.2},
+	{"7 NATS KV initial sync vs raw KV watcher: time", "NATSKVList/ours", "ns/op", "NATSKVList/raw", "ns/op", "≤", 1.2},
+	{"7 NATS KV changes vs raw KV watcher: time", "NATSKVWatch/ours", "ns/op", "NATSKVWatch/raw", "ns/op", "≤", 1.2},
+}
+
+// results maps a sub-benchmark to its metrics, each the values of every run.
+type results map[string]map[string][]float64
+
+var lineRE = regexp.MustCompile(`^Benchmark(\S+?)(?:-\d+)?\s+\d+\s+(.*)$`)
+
+// parse reads `go test -bench` output.
+func parse(r io.Reader) (results, error) {
+	res := results{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		m := lineRE.FindStringSubmatch(strings.TrimSpace(sc.Text()))
+		if m == nil {
+			continue
+		}
+		f := strings.Fields(m[2])
+		for i := 0; i+1 < len(f); i += 2 {
+			v, err := strconv.ParseFloat(f[i], 64)
+			if err != nil {
+				continue
+			}
+			if res[m[1]] == nil {
+				res[m[1]] = map[string][]float64{}
+			}
+			res[m[1]][f[i+1]] = append(res[m[1]][f[i+1]], v)
+		}
+	}
+	return res, sc.Err()
+}
+
+func median(vs []float64) float64 {
+	s := slices.Clone(vs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func (r results) get(bench, metric string) (float64, bool) {
+	vs := r[bench][metric]
+	if len(vs) == 0 {
+		return 0, false
+	}
+	return median(vs), true
+}
+
+// format prints a figure with its unit, turning ns/op into seconds.
+func format(v float64, metric string) string {
+	if metric == "ns/op" {
+		return fmt.Sprintf("%.3g s", v/1e9)
+	}
+	switch {
+	case v >= 1e6:
+		return fmt.Sprintf("%.3gM %s", v/1e6, metric)
+	case v >= 1e4:
+		return fmt.Sprintf("%.3gk %s", v/1e3, metric)
+	}
+	return fmt.Sprintf("%.3g %s", v, metric)
+}
+
+// table renders the rows found in res as Markdown, and how many targets
+// were met out of those measured.
+func table(res results) (string, int, int) {
+	var b strings.Builder
+	b.WriteString("| Comparison | Ours | Reference | Ratio ours/ref | Target | Met |\n")
+	b.WriteString("|---|---:|---:|---:|---|---|\n")
+	met, measured := 0, 0
+	for _, r := range rows {
+		ours, ok := res.get(r.Ours, r.OursMetric)
+		if !ok {
+			fmt.Fprintf(&b, "| %s | not run | | | | |\n", r.Title)
+			continue
+		}
+		refName := r.Ref
+		if refName == "" {
+			refName = r.Ours
+		}
+		refCell, ratioCell := "—", "—"
+		value := ours // what the target is checked against
+		if r.RefMetric != "" {
+			ref, ok := res.get(refName, r.RefMetric)
+			if !ok || ref == 0 {
+				fmt.Fprintf(&b, "| %s | %s | not run | | | |\n", r.Title, format(ours, r.OursMetric))
+				continue
+			}
+			value = ours / ref
+			refCell = format(ref, r.RefMetric)
+			ratioCell = fmt.Sprintf("**%.2f×**", value)
+		}
+		targetCell, metCell := "—", "—"
+		if r.Op != "" {
+			measured++
+			unit := "×"
+			if r.RefMetric == "" {
+				unit = ""
+			}
+			targetCell = fmt.Sprintf("%s %g%s", r.Op, r.Target, unit)
+			if (r.Op == "≥" && value >= r.Target) || (r.Op == "≤" && value <= r.Target) {
+				metCell = "yes"
+				met++
+			} else {
+				metCell = "**no**"
+			}
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", r.Title, format(ours, r.OursMetric), refCell, ratioCell, targetCell, metCell)
+	}
+	return b.String(), met, measured
+}
+
+func machine(goVersion string) string {
+	cpu := ""
+	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(data), "\n") {
+			if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
+				cpu = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	mem := ""
+	if data, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for _, l := range strings.Split(string(data), "\n") {
+			if f := strings.Fields(l); len(f) >= 2 && f[0] == "MemTotal:" {
+				if kb, err := strconv.ParseFloat(f[1], 64); err == nil {
+					mem = fmt.Sprintf("%.1f GiB", kb/(1<<20))
+				}
+			}
+		}
+	}
+	return fmt.Sprintf("%d cores (%s), %s memory, %s, %s/%s", runtime.NumCPU(), cpu, mem, goVersion, runtime.GOOS, runtime.GOARCH)
+}
+
+// keptNotes returns the "## Notes" section of an existing file, if any.
+func keptNotes(path string) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	if i := bytes.Index(data, []byte("\n## Notes")); i >= 0 {
+		return string(data[i+1:])
+	}
+	return ""
+}
+
+func main() {
+	var (
+		bench   = flag.String("bench", ".", "benchmarks to run (go test -bench)")
+		count   = flag.Int("count", 1, "runs of each benchmark; figures are medians")
+		short   = flag.Bool("short", false, "small sizes (the smoke run)")
+		out     = flag.String("out", "BENCHMARKS.md", `file to write, "-" for none`)
+		from    = flag.String("from", "", "parse this saved go test output instead of running")
+		pkg     = flag.String("pkg", "./bench/", "package holding the benchmarks")
+		timeout = flag.String("timeout", "90m", "go test -timeout")
+	)
+	flag.Parse()
+	args := []string{"test", "-run", "^$", "-bench", *bench, "-benchmem", "-benchtime=1x",
+		"-count", strconv.Itoa(*count), "-timeout", *timeout}
+	if *short {
+		args = append(args, "-short")
+	}
+	args = append(args, *pkg)
+	command := "go " + strings.Join(quoteArgs(args), " ")
+
+	var output []byte
+	if *from != "" {
+		data, err := os.ReadFile(*from)
+		if err != nil {
+			fatal(err)
+		}
+		output = data
+		command = "(parsed from " + *from + ")"
+	} else {
+		fmt.Fprintln(os.Stderr, "running:", command)
+		var buf bytes.Buffer
+		cmd := exec.Command("go", args...)
+		cmd.Stdout = io.MultiWriter(os.Stderr, &buf)
+		cmd.Stderr = os.Stderr
+		if err := cmd.Run(); err != nil {
+			fatal(fmt.Errorf("go test: %w", err))
+		}
+		output = buf.Bytes()
+	}
+	res, err := parse(bytes.NewReader(output))
+	if err != nil {
+		fatal(err)
+	}
+	goVersion := runtime.Version()
+	if v, err := exec.Command("go", "env", "GOVERSION").Output(); err == nil {
+		goVersion = strings.TrimSpace(string(v))
+	}
+	tbl, met, measured := table(res)
+	fmt.Print(tbl)
+	fmt.Printf("targets met: %d of %d\n", met, measured)
+	if *out == "-" {
+		return
+	}
+	var doc strings.Builder
+	doc.WriteString("# Benchmarks\n\n")
+	doc.WriteString("Generated by `go run ./cmd/benchtable` (`make bench`). Each row runs our code and the reference on the same workload in the same process; ")
+	doc.WriteString("only the ratio is a claim, the absolute figures depend on a shared, noisy machine. Sizes and workloads: see `bench/*_test.go` and `bench/doc.go`.\n\n")
+	fmt.Fprintf(&doc, "- Command: `%s`\n", command)
+	fmt.Fprintf(&doc, "- Machine: %s\n", machine(goVersion))
+	fmt.Fprintf(&doc, "- Date: %s\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"))
+	fmt.Fprintf(&doc, "- Targets met: %d of %d\n\n", met, measured)
+	doc.WriteString(tbl)
+	doc.WriteString("\n<details><summary>Raw go test output</summary>\n\n```\n")
+	for _, l := range strings.Split(string(output), "\n") {
+		if strings.HasPrefix(l, "Benchmark") || strings.HasPrefix(l, "cpu:") || strings.HasPrefix(l, "ok") || strings.HasPrefix(l, "PASS") {
+			doc.WriteString(l + "\n")
+		}
+	}
+	doc.WriteString("```\n</details>\n")
+	if notes := keptNotes(*out); notes != "" {
+		doc.WriteString("\n" + notes)
+	}
+	if err := os.WriteFile(*out, []byte(doc.String()), 0o644); err != nil {
+		fatal(err)
+	}
+	fmt.Fprintln(os.Stderr, "wrote", *out)
+}
+
+func quoteArgs(args []string) []string {
+	q := make([]string, len(args))
+	for i, a := range args {
+		if strings.ContainsAny(a, "^$ *") {
+			a = "'" + a + "'"
+		}
+		q[i] = a
+	}
+	return q
+}
+
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, "benchtable:", err)
+	os.Exit(1)
+}

@@ -1,0 +1,43 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+const sample = `goos: linux
+BenchmarkPipeline/ours-2         	       1	  57062897 ns/op	       369.9 B/event	         3.409 allocs/event	    700000 events/s	         6.486 peak-heap-MB
+BenchmarkPipeline/clientgo-2     	       1	  90368834 ns/op	      1211 B/event	         7.634 allocs/event	    230593 events/s	         8.207 peak-heap-MB
+BenchmarkPipeline/ours-2         	       1	  57062897 ns/op	       369.9 B/event	         3.409 allocs/event	    100000 events/s	         6.486 peak-heap-MB
+BenchmarkPipeline/ours-2         	       1	  57062897 ns/op	       369.9 B/event	         3.409 allocs/event	    500000 events/s	         6.486 peak-heap-MB
+PASS
+`
+
+func TestParseMedian(t *testing.T) {
+	res, err := parse(strings.NewReader(sample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res["Pipeline/ours"]["events/s"]; len(got) != 3 {
+		t.Fatalf("runs of ours: %v", got)
+	}
+	if v, _ := res.get("Pipeline/ours", "events/s"); v != 500000 {
+		t.Fatalf("median %v, want 500000", v)
+	}
+}
+
+// A table from saved output: the throughput row is met (500k/230k ≥ 2),
+// and so is the allocation row (3.41/7.63 ≤ 0.5).
+func Example() {
+	res, _ := parse(strings.NewReader(sample))
+	tbl, met, measured := table(res)
+	for _, l := range strings.Split(tbl, "\n")[2:4] {
+		fmt.Println(l)
+	}
+	fmt.Println(met, "of", measured)
+	// Output:
+	// | 1 Core pipeline vs client-go: throughput | 500k events/s | 231k events/s | **2.17×** | ≥ 2× | yes |
+	// | 1 Core pipeline vs client-go: allocations per event | 3.41 allocs/event | 7.63 allocs/event | **0.45×** | ≤ 0.5× | yes |
+	// 2 of 2
+}
