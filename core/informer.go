@@ -361,6 +361,9 @@ func (i *SharedIndexInformer[T]) handleDeltas(deltas []Delta[T], initial bool) e
 	i.handleMu.RLock()
 	defer i.handleMu.RUnlock()
 	notes := i.notes[:0]
+	// Errors are reported after the lock is released: an error handler
+	// that reads the cache must not deadlock.
+	var errs []error
 	s := i.indexer
 	s.mu.Lock()
 	for k := range deltas {
@@ -377,7 +380,7 @@ func (i *SharedIndexInformer[T]) handleDeltas(deltas []Delta[T], initial bool) e
 		case DeltaAdded, DeltaUpdated, DeltaReplaced:
 			old, existed := s.items[d.Key]
 			if _, err := s.putLocked(d.Key, d.Object); err != nil {
-				i.report(fmt.Errorf("%s: version %d: %w", i.name, d.RV, err))
+				errs = append(errs, fmt.Errorf("%s: version %d: %w", i.name, d.RV, err))
 				continue
 			}
 			if existed {
@@ -389,7 +392,7 @@ func (i *SharedIndexInformer[T]) handleDeltas(deltas []Delta[T], initial bool) e
 		case DeltaDeleted:
 			old, existed, err := s.deleteLocked(d.Key)
 			if err != nil {
-				i.report(fmt.Errorf("%s: version %d: %w", i.name, d.RV, err))
+				errs = append(errs, fmt.Errorf("%s: version %d: %w", i.name, d.RV, err))
 			}
 			if !existed {
 				// No handler ever saw this key (client-go drops such
@@ -404,6 +407,9 @@ func (i *SharedIndexInformer[T]) handleDeltas(deltas []Delta[T], initial bool) e
 		}
 	}
 	s.mu.Unlock()
+	for _, err := range errs {
+		i.report(err)
+	}
 	if len(notes) > 0 {
 		for _, l := range i.listeners {
 			l.add(notes)
@@ -840,8 +846,14 @@ func (l *listener[T]) run(ctx context.Context) {
 		l.mu.Lock()
 		// stopping stays set until the next start: the informer's
 		// processing may still be adding to this buffer, and must not
-		// wait for room that nobody will make.
+		// wait for room that nobody will make. It is set here too because
+		// stop() can win against a cancellation that has closed Done but
+		// not yet run the AfterFunc.
 		l.active = false
+		if ctx.Err() != nil {
+			l.stopping = true
+			l.cond.Broadcast()
+		}
 		if l.removed {
 			l.closeDone()
 		}

@@ -654,3 +654,33 @@ func TestRegistrationSyncsAfterItsInitialAdds(t *testing.T) {
 		t.Fatal("not synced after delivery")
 	}
 }
+
+func TestIndexErrorIsReportedOutsideTheCacheLock(t *testing.T) {
+	lw := newFakeLW()
+	var inf *SharedIndexInformer[string]
+	reported := make(chan error, 1)
+	inf = NewSharedIndexInformer[string](lw, InformerOptions[string]{
+		Name: "src",
+		Indexers: Indexers[string]{"len": func(s string) ([]string, error) {
+			if s == "" {
+				return nil, errors.New("empty value")
+			}
+			return []string{strings.Repeat("x", len(s))}, nil
+		}},
+		ErrorHandler: func(err error) {
+			_, _ = inf.Lister().Get("a") // would deadlock under the cache lock
+			reported <- err
+		},
+	})
+	started(t, inf)
+	lw.list(t, 5, add("a", "a1", 0), add("bad", "", 0))
+	must(t, inf.WaitForCacheSync(testCtx(t)))
+	err := <-reported
+	var ie *IndexError
+	if !errors.As(err, &ie) || ie.Key != "bad" || !strings.Contains(err.Error(), "version 5") {
+		t.Fatalf("err = %v", err)
+	}
+	if _, ok := inf.Lister().Get("bad"); ok {
+		t.Fatal("object whose index failed was cached")
+	}
+}
