@@ -1,0 +1,24 @@
+// Package reliability is dbinformer's model-based fault-injection suite:
+// for each adapter, against its real server, a random workload of creates,
+// updates and deletes over a small key space runs while faults are
+// injected (connections cut through integration/proxy, the server killed
+// and restarted with its data, the position expired, handlers that fail
+// and requeue through a rate-limited WorkQueue). When the workload stops
+// the suite waits for WaitFor(head) and checks that the cache equals the
+// source read directly, that no handler saw a key's version go backwards,
+// that every handler ends at the source's final state (deleted keys gone),
+// and that no goroutine is left behind.
+//
+// Every value written carries a version drawn from one counter per run, so
+// versions grow in write order across keys and across deletes: a handler
+// that sees a smaller version after a larger one for the same key has seen
+// the key go backwards. History records what handlers saw and checks it.
+//
+// A run is a pure function of its seed for everything the suite decides
+// (operations, keys, fault kinds and their positions); the timing of the
+// servers is not, so a failing seed is replayed with the command the
+// failure prints, and re-run a few times if it does not fail at once.
+//
+//	go test ./integration/reliability -run TestReliability/etcd -seed 7 -v
+//	go test ./integration/reliability -seeds 50 -report RELIABILITY.md
+package reliability

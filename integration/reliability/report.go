@@ -1,0 +1,128 @@
+package reliability
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Report renders results as RELIABILITY.md: per adapter and fault kind, the
+// runs that injected it, how many faults, and how many of those runs
+// diverged; then every divergence with its replay seed.
+func Report(results []Result, command string, elapsed time.Duration) string {
+	var b strings.Builder
+	b.WriteString("# Reliability\n\n")
+	b.WriteString("Model-based fault injection against the real servers (`integration/reliability`): a random\n")
+	b.WriteString("workload of creates, updates and deletes over 16 keys while faults are injected; afterwards\n")
+	b.WriteString("`WaitFor(head)`, then cache == source read directly, handler views and a failing-and-requeuing\n")
+	b.WriteString("WorkQueue controller end at the source's state, no key's version ever went backwards in a\n")
+	b.WriteString("handler, and no goroutine is left after stop. A divergence is a run where any check failed.\n\n")
+	fmt.Fprintf(&b, "- command: `%s`\n", command)
+	fmt.Fprintf(&b, "- date: %s\n", time.Now().UTC().Format("2006-01-02 15:04 MST"))
+	fmt.Fprintf(&b, "- machine: %s, %d CPUs, %s/%s, %s\n", cpuModel(), runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version())
+	fmt.Fprintf(&b, "- wall time: %s\n\n", elapsed.Round(time.Second))
+
+	type cell struct{ runs, faults, div int }
+	var adapters []string
+	byAdapter := map[string][]Result{}
+	for _, r := range results {
+		if _, ok := byAdapter[r.Adapter]; !ok {
+			adapters = append(adapters, r.Adapter)
+		}
+		byAdapter[r.Adapter] = append(byAdapter[r.Adapter], r)
+	}
+
+	b.WriteString("## Summary\n\n| adapter | runs (seeds) | writes | faults injected | relists | watch restarts | divergent runs | variants | mean run time |\n|---|---|---|---|---|---|---|---|---|\n")
+	for _, a := range adapters {
+		rs := byAdapter[a]
+		var ops, faults, div, relists, restarts int
+		var total time.Duration
+		variants := map[string]int{}
+		for _, r := range rs {
+			ops += r.Ops
+			relists += r.Relists
+			restarts += r.Restarts
+			for _, n := range r.Faults {
+				faults += n
+			}
+			if len(r.Divergences) > 0 {
+				div++
+			}
+			total += r.Elapsed
+			variants[r.Variant]++
+		}
+		var vs []string
+		for v, n := range variants {
+			vs = append(vs, fmt.Sprintf("%s ×%d", v, n))
+		}
+		slices.Sort(vs)
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %d | %s | %s |\n", a, len(rs), ops, faults, relists, restarts, div,
+			strings.Join(vs, ", "), (total / time.Duration(len(rs))).Round(100*time.Millisecond))
+	}
+
+	b.WriteString("\n## Adapter × fault kind\n\n")
+	b.WriteString("`runs` = runs that injected this kind at least once; `faults` = how many times in all;\n")
+	b.WriteString("`divergences` = those runs that failed a check.\n\n")
+	b.WriteString("| adapter | fault | runs | faults | divergences |\n|---|---|---|---|---|\n")
+	for _, a := range adapters {
+		cells := map[Fault]*cell{}
+		for _, r := range byAdapter[a] {
+			for f, n := range r.Faults {
+				if n == 0 {
+					continue
+				}
+				c := cells[f]
+				if c == nil {
+					c = &cell{}
+					cells[f] = c
+				}
+				c.runs++
+				c.faults += n
+				if len(r.Divergences) > 0 {
+					c.div++
+				}
+			}
+		}
+		kinds := make(map[Fault]int, len(cells))
+		for f := range cells {
+			kinds[f] = 1
+		}
+		for _, f := range sortedFaults(kinds) {
+			c := cells[f]
+			fmt.Fprintf(&b, "| %s | %s | %d | %d | %d |\n", a, f, c.runs, c.faults, c.div)
+		}
+	}
+
+	b.WriteString("\n## Divergences\n\n")
+	n := 0
+	for _, r := range results {
+		if len(r.Divergences) == 0 {
+			continue
+		}
+		n++
+		fmt.Fprintf(&b, "- %s seed %d (%s): replay with `go test ./integration/reliability -run 'TestReliability/%s$' -seed %d -v`\n", r.Adapter, r.Seed, r.Variant, r.Adapter, r.Seed)
+		for _, d := range r.Divergences {
+			fmt.Fprintf(&b, "  - %s\n", d)
+		}
+	}
+	if n == 0 {
+		b.WriteString("None.\n")
+	}
+	return b.String()
+}
+
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return "unknown CPU"
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown CPU"
+}
