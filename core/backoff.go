@@ -16,7 +16,8 @@ type Backoff struct {
 	Max     time.Duration
 	Factor  float64
 	// Jitter adds up to Jitter×delay at random, so that many informers
-	// that failed together do not retry together.
+	// that failed together do not retry together. 0 means the default
+	// 1.0; a negative value means no jitter.
 	Jitter float64
 	// Reset is how long without a failure brings the delay back to
 	// Initial.

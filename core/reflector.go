@@ -141,7 +141,8 @@ func (r *Reflector[T]) report(err error) {
 }
 
 // Run lists and watches until ctx is done, then returns once every
-// goroutine it started has ended.
+// goroutine it started has ended. One Reflector runs once at a time; an
+// informer makes a new one for each of its runs.
 func (r *Reflector[T]) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
