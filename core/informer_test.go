@@ -69,7 +69,8 @@ func TestInformerListThenWatch(t *testing.T) {
 func TestInformerRelistsOnExpiredWithTombstones(t *testing.T) {
 	bothModes(t, func(t *testing.T, deltaFIFO bool) {
 		lw := newFakeLW()
-		inf, _, ec := newTestInformer(lw, InformerOptions[string]{DeltaFIFO: deltaFIFO})
+		m := &countingMetrics{}
+		inf, _, ec := newTestInformer(lw, InformerOptions[string]{DeltaFIFO: deltaFIFO, Metrics: m})
 		rec := newRecorder()
 		_, err := inf.AddEventHandler(rec)
 		must(t, err)
@@ -91,6 +92,9 @@ func TestInformerRelistsOnExpiredWithTombstones(t *testing.T) {
 		}
 		if ec.find(func(e error) bool { return errors.Is(e, ErrExpired) }) == nil {
 			t.Fatal("expiry not reported")
+		}
+		if m.lists.Load() != 2 || m.relists.Load() != 1 || m.restarts.Load() != 1 {
+			t.Fatalf("metrics: lists %d relists %d watch restarts %d", m.lists.Load(), m.relists.Load(), m.restarts.Load())
 		}
 	})
 }
