@@ -44,10 +44,10 @@ var rows = []row{
 	{"5 Postgres streaming: cache lag p50, ms (commit to handler)", "PostgresStreaming/ours", "lag-p50-ms", "", "", "", 0},
 	{"5 Postgres streaming: cache lag p99, ms (commit to handler)", "PostgresStreaming/ours", "lag-p99-ms", "", "", "≤", 100},
 	{"5 Postgres decode rate vs bare receive loop (decodes nothing)", "PostgresDecode/ours", "rows/s", "PostgresDecode/bare", "rows/s", "", 0},
-	{"6 etcd List vs raw clientv3: time", "EtcdList/ours", "ns/op", "EtcdList/raw", "ns/op", "≤", 1.2},
-	{"6 etcd watch of changes vs raw clientv3: time", "EtcdWatch/ours", "ns/op", "EtcdWatch/raw", "ns/op", "≤", 1.2},
-	{"7 NATS KV initial sync vs raw KV watcher: time", "NATSKVList/ours", "ns/op", "NATSKVList/raw", "ns/op", "≤", 1.2},
-	{"7 NATS KV changes vs raw KV watcher: time", "NATSKVWatch/ours", "ns/op", "NATSKVWatch/raw", "ns/op", "≤", 1.2},
+	{"6 etcd List vs raw clientv3: time", "Etcd/List/ours", "ns/op", "Etcd/List/raw", "ns/op", "≤", 1.2},
+	{"6 etcd watch of changes vs raw clientv3: time", "Etcd/Watch/ours", "ns/op", "Etcd/Watch/raw", "ns/op", "≤", 1.2},
+	{"7 NATS KV initial sync vs raw KV watcher: time", "NATSKV/List/ours", "ns/op", "NATSKV/List/raw", "ns/op", "≤", 1.2},
+	{"7 NATS KV changes vs raw KV watcher: time", "NATSKV/Watch/ours", "ns/op", "NATSKV/Watch/raw", "ns/op", "≤", 1.2},
 }
 
 // results maps a sub-benchmark to its metrics, each the values of every run.
