@@ -1,0 +1,275 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/dbinformer/dbinformer/integration/harness"
+)
+
+// syncBuffer is written by handlers, progress hooks and run at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// started runs the example until the returned stop is called, and returns
+// the HTTP base URL it printed.
+func started(t *testing.T, cfg config) (base string, out *syncBuffer, stop func() error) {
+	t.Helper()
+	out = &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, cfg, out) }()
+	addr := regexp.MustCompile(`serving (http://[0-9.:]+) `)
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		if m := addr.FindStringSubmatch(out.String()); m != nil {
+			base = m[1]
+			break
+		}
+		select {
+		case err := <-done:
+			cancel()
+			t.Fatalf("run ended before serving: %v\n%s", err, out.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatalf("never served:\n%s", out.String())
+		}
+	}
+	var once sync.Once
+	var err error
+	stop = func() error {
+		once.Do(func() {
+			cancel() // what Ctrl-C does through signal.NotifyContext
+			select {
+			case err = <-done:
+			case <-time.After(time.Minute):
+				t.Fatalf("run did not return after cancel:\n%s", out.String())
+			}
+		})
+		return err
+	}
+	t.Cleanup(func() { _ = stop() })
+	return base, out, stop
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func getJSON[T any](t *testing.T, url string) T {
+	t.Helper()
+	code, body := get(t, url)
+	var v T
+	if code != http.StatusOK {
+		t.Fatalf("GET %s: %d %s", url, code, body)
+	}
+	if err := json.Unmarshal([]byte(body), &v); err != nil {
+		t.Fatalf("GET %s: %v\n%s", url, err, body)
+	}
+	return v
+}
+
+// eventuallyGet polls until url answers 200 with a body containing want.
+func eventuallyGet(t *testing.T, url, want string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		code, body := get(t, url)
+		if code == http.StatusOK && strings.Contains(body, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET %s: %d %s; want 200 with %q", url, code, body, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func slots(t *testing.T, pg *harness.Postgres) int {
+	t.Helper()
+	var n int
+	if err := pg.Conn(t).QueryRow(context.Background(), `SELECT count(*) FROM pg_replication_slots`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func publications(t *testing.T, pg *harness.Postgres) []string {
+	t.Helper()
+	rows, err := pg.Conn(t).Query(context.Background(), `SELECT pubname FROM pg_publication ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, n)
+	}
+	return names
+}
+
+// The README's first setup: a role with REPLICATION that may create tables
+// and a publication (CREATE on the database and the schema); -init creates
+// and fills the tables, so the role owns them and the Source creates its
+// own publication.
+func TestPostgresExample(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	pg := harness.StartPostgres(t)
+	conn := pg.CreateRole(t, "shop_sync", "REPLICATION")
+	pg.Exec(t, `GRANT CREATE ON DATABASE postgres TO shop_sync; GRANT CREATE, USAGE ON SCHEMA public TO shop_sync`)
+
+	base, out, stop := started(t, config{conn: conn, listen: "127.0.0.1:0", init: true, customers: 20, orders: 100})
+	for _, want := range []string{
+		"customers: listed 20 rows",
+		"orders: listed 100 rows",
+		"synced 20 customers and 100 orders",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	if n := slots(t, pg); n != 1 {
+		t.Errorf("%d replication slots while running, want exactly 1 for both tables", n)
+	}
+
+	customers := getJSON[[]Customer](t, base+"/customers")
+	if len(customers) != 20 || customers[6].ID != 7 || customers[6].Email != "customer7@example.com" {
+		t.Errorf("/customers: %d rows, [6] = %+v", len(customers), customers[min(6, len(customers)-1)])
+	}
+	if c := getJSON[Customer](t, base+"/customers/3"); c.Name != "Customer 3" {
+		t.Errorf("/customers/3 = %+v", c)
+	}
+	// Orders i go to customer 1+(i-1)%20: customer 3 has orders 3, 23, 43, 63, 83.
+	byCustomer := getJSON[[]Order](t, base+"/orders?customer=3")
+	var ids []int64
+	for _, o := range byCustomer {
+		ids = append(ids, o.ID)
+	}
+	if len(ids) != 5 || ids[0] != 3 || ids[4] != 83 {
+		t.Errorf("/orders?customer=3 ids = %v", ids)
+	}
+	if o := getJSON[Order](t, base+"/orders/42"); o.CustomerID != 2 || o.TotalCents != 4200 || o.Status != "open" ||
+		!o.CreatedAt.Equal(time.Date(2026, 1, 1, 0, 42, 0, 0, time.UTC)) {
+		t.Errorf("/orders/42 = %+v", o)
+	}
+	if code, _ := get(t, base+"/orders/100000"); code != http.StatusNotFound {
+		t.Errorf("/orders/100000: %d, want 404", code)
+	}
+
+	// A write through the database reaches the JSON view.
+	pg.Exec(t, `INSERT INTO orders (id, customer_id, status, total_cents) VALUES (1001, 3, 'open', 999);
+		UPDATE customers SET name = 'Renamed' WHERE id = 4`)
+	eventuallyGet(t, base+"/orders/1001", `"total_cents": 999`)
+	eventuallyGet(t, base+"/customers/4", `"name": "Renamed"`)
+	if got := getJSON[[]Order](t, base+"/orders?customer=3"); len(got) != 6 {
+		t.Errorf("/orders?customer=3 after insert: %d orders, want 6", len(got))
+	}
+
+	_, metrics := get(t, base+"/metrics")
+	for _, want := range []string{
+		`dbinformer_informer_listed_objects{informer="customers"} 20`,
+		`dbinformer_informer_listed_objects{informer="orders"} 100`,
+		`dbinformer_informer_lists_total{informer="orders",kind="list",result="success"} 1`,
+		`dbinformer_informer_lag{informer="orders"}`,
+		`dbinformer_informer_pending_notifications{handler="printer",informer="orders"}`,
+		`dbinformer_informer_applied_resource_version{informer="customers"}`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+
+	if err := stop(); err != nil {
+		t.Fatalf("run after Ctrl-C: %v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "stopping\n") || !strings.Contains(out.String(), "closed the source") {
+		t.Errorf("no clean stop:\n%s", out.String())
+	}
+	if n := slots(t, pg); n != 0 {
+		t.Errorf("%d replication slots left after Ctrl-C", n)
+	}
+	if p := publications(t, pg); len(p) != 0 {
+		t.Errorf("publications left after Ctrl-C: %v", p)
+	}
+	if strings.Contains(out.String(), "rpw") {
+		t.Errorf("the password appears in the output:\n%s", out.String())
+	}
+	t.Logf("output:\n%s", out.String())
+}
+
+// The README's second setup: tables owned by someone else, a publication
+// created once by their owner, and a role with only REPLICATION and SELECT.
+func TestPostgresExampleWithExistingPublication(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	pg := harness.StartPostgres(t)
+	if err := initTables(context.Background(), config{conn: pg.ConnString(), customers: 3, orders: 7}); err != nil {
+		t.Fatal(err)
+	}
+	conn := pg.CreateRole(t, "shop_reader", "REPLICATION")
+	pg.Exec(t, `GRANT SELECT ON public.customers, public.orders TO shop_reader;
+		CREATE PUBLICATION shop_pub FOR TABLE public.customers, public.orders`)
+
+	base, out, stop := started(t, config{conn: conn, pub: "shop_pub", listen: "127.0.0.1:0"})
+	if got := getJSON[[]Order](t, base+"/orders?customer=1"); len(got) != 3 {
+		t.Errorf("/orders?customer=1: %d orders, want 3 (1, 4, 7)", len(got))
+	}
+	pg.Exec(t, `DELETE FROM orders WHERE id = 4`)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if code, _ := get(t, base+"/orders/4"); code == http.StatusNotFound {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("deleted order 4 still served")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("run after Ctrl-C: %v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), `publication "shop_pub" kept`) {
+		t.Errorf("output:\n%s", out.String())
+	}
+	if n := slots(t, pg); n != 0 {
+		t.Errorf("%d replication slots left after Ctrl-C", n)
+	}
+	if p := publications(t, pg); len(p) != 1 || p[0] != "shop_pub" {
+		t.Errorf("publications after Ctrl-C: %v, want the user's shop_pub only", p)
+	}
+}
