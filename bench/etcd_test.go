@@ -186,4 +186,3 @@ func BenchmarkEtcd(b *testing.B) {
 		}
 	})
 }
-
