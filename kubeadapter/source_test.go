@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/conformance"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	"github.com/dbinformer/dbinformer/kubeadapter"
 )
@@ -132,9 +133,11 @@ type kubeSource struct {
 	t         *testing.T
 }
 
-func (s *kubeSource) ListerWatcher() core.ListerWatcher[*corev1.ConfigMap] {
-	return trimKeys[*corev1.ConfigMap]{lw: s.lw, prefix: s.cms.ns + "/"}
-}
+func (s *kubeSource) ListerWatcher() core.ListerWatcher[*corev1.ConfigMap] { return s.lw }
+
+// EventKey: the adapter reports "namespace/name" for the name the suite
+// wrote (conformance.KeyMapper).
+func (s *kubeSource) EventKey(key string) string { return s.cms.ns + "/" + key }
 
 func (s *kubeSource) Put(ctx context.Context, key string, n int) (core.ResourceVersion, error) {
 	cm, err := s.cms.put(ctx, key, n, nil)
@@ -183,52 +186,6 @@ func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }
 
-// trimKeys presents a namespace-scoped ListerWatcher with the object name
-// as key, which is what the conformance suite writes and expects back; the
-// adapter's own keys are "namespace/name".
-type trimKeys[T kubeadapter.Object] struct {
-	lw     *kubeadapter.ListerWatcher[T]
-	prefix string
-}
-
-func (n trimKeys[T]) strip(ev core.Event[T]) core.Event[T] {
-	if ev.Type != core.Bookmark {
-		ev.Key = strings.TrimPrefix(ev.Key, n.prefix)
-	}
-	return ev
-}
-
-func (n trimKeys[T]) List(ctx context.Context, opts core.ListOptions[T]) (core.ResourceVersion, error) {
-	emit := opts.Emit
-	opts.Emit = func(ev core.Event[T]) error { return emit(n.strip(ev)) }
-	return n.lw.List(ctx, opts)
-}
-
-func (n trimKeys[T]) Watch(ctx context.Context, from core.ResourceVersion) (core.Watcher[T], error) {
-	w, err := n.lw.Watch(ctx, from)
-	if err != nil {
-		return nil, err
-	}
-	return trimKeysWatcher[T]{w, n}, nil
-}
-
-type trimKeysWatcher[T kubeadapter.Object] struct {
-	core.Watcher[T]
-	n trimKeys[T]
-}
-
-func (w trimKeysWatcher[T]) Next(ctx context.Context) ([]core.Event[T], error) {
-	batch, err := w.Watcher.Next(ctx)
-	for i := range batch {
-		batch[i] = w.n.strip(batch[i])
-	}
-	return batch, err
-}
-
-func (w trimKeysWatcher[T]) RequestProgress(ctx context.Context) error {
-	return w.Watcher.(core.ProgressRequester).RequestProgress(ctx)
-}
-
 // widgetSource is a conformance Source over custom resources in a fresh
 // namespace, read as unstructured.
 type widgetSource struct {
@@ -241,8 +198,11 @@ type widgetSource struct {
 }
 
 func (s *widgetSource) ListerWatcher() core.ListerWatcher[*unstructured.Unstructured] {
-	return trimKeys[*unstructured.Unstructured]{lw: s.lw, prefix: s.ns + "/"}
+	return s.lw
 }
+
+// EventKey: the adapter reports "namespace/name" (conformance.KeyMapper).
+func (s *widgetSource) EventKey(key string) string { return s.ns + "/" + key }
 
 func (s *widgetSource) Put(ctx context.Context, key string, n int) (core.ResourceVersion, error) {
 	u := &unstructured.Unstructured{Object: map[string]any{
@@ -320,3 +280,8 @@ func (s *widgetSource) PutUnwatched(ctx context.Context) (core.ResourceVersion, 
 	}
 	return core.ParseResourceVersion(cm.ResourceVersion)
 }
+
+var (
+	_ conformance.KeyMapper = (*kubeSource)(nil)
+	_ conformance.KeyMapper = (*widgetSource)(nil)
+)
