@@ -95,8 +95,9 @@ type ListerWatcher[T any] interface {
 	// opts.Emit with an Added event for every object in it (in any order,
 	// paginating as the adapter sees fit) and returns the version at which the
 	// snapshot was taken. Watch(ctx, thatVersion) must then deliver exactly
-	// the changes after the snapshot. If Emit returns an error, List stops and
-	// returns it.
+	// the changes after the snapshot. Emit is called from one goroutine at a
+	// time (never concurrently) and only before List returns. If Emit
+	// returns an error, List stops and returns it.
 	List(ctx context.Context, opts ListOptions[T]) (ResourceVersion, error)
 
 	// Watch delivers every change strictly after from, in version order,

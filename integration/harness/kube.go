@@ -85,7 +85,7 @@ func StartKube(tb testing.TB) *Kube {
 	tb.Helper()
 	bin, err := KubeAPIServerBinary()
 	if err != nil {
-		Unavailable(tb, "kube-apiserver: %v (run scripts/build-kube-apiserver.sh, which needs Go and network access to proxy.golang.org, or set %s to a kube-apiserver v1.36 binary)", err, KubeAPIServerEnv)
+		Unavailable(tb, "kube-apiserver: %v (run scripts/build-kube-apiserver.sh, which needs Go and access to the Go module proxy, or set %s to a kube-apiserver v1.36 binary)", err, KubeAPIServerEnv)
 		return nil
 	}
 	k := &Kube{
