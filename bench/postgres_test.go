@@ -1,0 +1,342 @@
+package bench_test
+
+import (
+	"context"
+	"io"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/dbinformer/dbinformer/adapters/postgres"
+	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/integration/harness"
+)
+
+// pgRow is a typical narrow row: a key, two short texts, an int and a
+// 32-character note.
+type pgRow struct {
+	ID   int64  `db:"id"`
+	Org  string `db:"org"`
+	Team string `db:"team"`
+	N    int32  `db:"n"`
+	Note string `db:"note"`
+}
+
+const pgRowCols = "id bigint PRIMARY KEY, org text NOT NULL, team text NOT NULL, n int NOT NULL, note text NOT NULL"
+
+// pgRowsFrom is a SELECT producing pgRow values for ids lo..hi.
+func pgRowsFrom(lo, hi int) string {
+	return "SELECT g, 'org-' || (g % 100), 'team-' || (g % 1000), g % 1000000, md5(g::text) FROM generate_series(" +
+		strconv.Itoa(lo) + ", " + strconv.Itoa(hi) + ") g"
+}
+
+// streamRow is the streaming workload's row: batch says which writer
+// transaction wrote it, so the handler can tell its commit time.
+type streamRow struct {
+	ID    int64  `db:"id"`
+	Batch int64  `db:"batch"`
+	V     string `db:"v"`
+}
+
+func newPGTable[T any](b *testing.B, pg *harness.Postgres, table string) (*postgres.Source, *postgres.Table[T]) {
+	b.Helper()
+	src, err := postgres.NewSource(context.Background(), postgres.Config{ConnString: pg.ConnString()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	tbl, err := postgres.NewTable[T](context.Background(), src, "", table)
+	if err != nil {
+		src.Close()
+		b.Fatal(err)
+	}
+	return src, tbl
+}
+
+// BenchmarkPostgres runs every Postgres row on one server:
+//   - InitialSync: our List of a 1,000,000-row table (fresh Source: slot,
+//     exported snapshot, rows decoded into structs) against a raw
+//     COPY (SELECT …) TO STDOUT of the same rows read with pgx and thrown
+//     away, the floor.
+//   - Streaming: 4 writer connections upsert transactions of 100 rows into
+//     disjoint key ranges for a fixed time while an informer follows;
+//     committed vs applied rows/s and the lag from each transaction's
+//     commit (as its writer saw it return) to the handler, p50 and p99.
+//   - Decode: one 200,000-row transaction, from its commit to the last
+//     row: our Watch (decoded into structs) against a bare pglogrepl
+//     receive loop that decodes nothing, the floor.
+func BenchmarkPostgres(b *testing.B) {
+	pg := harness.StartPostgres(b)
+	rows := size(1_000_000, 10_000)
+	pg.Exec(b, "CREATE TABLE sync_rows ("+pgRowCols+"); INSERT INTO sync_rows "+pgRowsFrom(1, rows))
+	pg.Exec(b, "VACUUM ANALYZE sync_rows")
+	ctx := context.Background()
+
+	b.Run("InitialSync/copy", func(b *testing.B) {
+		conn := pg.Conn(b)
+		copyAll := func() {
+			res, err := conn.PgConn().CopyTo(ctx, io.Discard, "COPY (SELECT id, org, team, n, note FROM sync_rows) TO STDOUT")
+			if err != nil {
+				b.Fatal(err)
+			}
+			if res.RowsAffected() != int64(rows) {
+				b.Fatalf("copied %d rows, want %d", res.RowsAffected(), rows)
+			}
+		}
+		copyAll() // warm the buffer cache for both sides
+		b.ResetTimer()
+		for range b.N {
+			copyAll()
+		}
+	})
+	b.Run("InitialSync/ours", func(b *testing.B) {
+		for range b.N {
+			b.StopTimer()
+			src, tbl := newPGTable[pgRow](b, pg, "sync_rows")
+			b.StartTimer()
+			n := 0
+			if _, err := tbl.List(ctx, core.ListOptions[pgRow]{Emit: func(ev core.Event[pgRow]) error {
+				if ev.Err != nil {
+					return ev.Err
+				}
+				n++
+				return nil
+			}}); err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			src.Close()
+			if n != rows {
+				b.Fatalf("listed %d rows, want %d", n, rows)
+			}
+		}
+	})
+
+	b.Run("Streaming/ours", func(b *testing.B) {
+		pg.Exec(b, "CREATE TABLE stream_rows (id bigint PRIMARY KEY, batch bigint NOT NULL, v text NOT NULL)")
+		for range b.N {
+			pgStreaming(b, pg, time.Duration(size(10, 1))*time.Second)
+		}
+	})
+
+	decodeRows := size(200_000, 5_000)
+	pg.Exec(b, "CREATE TABLE decode_rows ("+pgRowCols+")")
+	b.Run("Decode/ours", func(b *testing.B) {
+		for i := range b.N {
+			b.StopTimer()
+			src, tbl := newPGTable[pgRow](b, pg, "decode_rows")
+			rv, err := tbl.List(ctx, core.ListOptions[pgRow]{Emit: func(core.Event[pgRow]) error { return nil }})
+			if err != nil {
+				b.Fatal(err)
+			}
+			wctx, cancel := context.WithCancel(ctx)
+			w, err := tbl.Watch(wctx, rv)
+			if err != nil {
+				b.Fatal(err)
+			}
+			lo := 1 + 2*i*decodeRows
+			pg.Exec(b, "INSERT INTO decode_rows "+pgRowsFrom(lo, lo+decodeRows-1))
+			b.StartTimer()
+			t0 := time.Now()
+			for n := 0; n < decodeRows; {
+				batch, err := w.Next(wctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, ev := range batch {
+					if ev.Err != nil {
+						b.Fatal(ev.Err)
+					}
+					if ev.Type == core.Added {
+						n++
+					}
+				}
+			}
+			b.ReportMetric(float64(decodeRows)/time.Since(t0).Seconds(), "rows/s")
+			b.StopTimer()
+			w.Stop()
+			cancel()
+			src.Close()
+		}
+	})
+	b.Run("Decode/bare", func(b *testing.B) {
+		pg.Exec(b, "CREATE PUBLICATION bench_bare FOR TABLE decode_rows")
+		for i := range b.N {
+			b.StopTimer()
+			repl, err := pgconn.Connect(ctx, pg.ReplicationConnString())
+			if err != nil {
+				b.Fatal(err)
+			}
+			slot := "bench_bare_" + strconv.Itoa(i)
+			res, err := pglogrepl.CreateReplicationSlot(ctx, repl, slot, "pgoutput", pglogrepl.CreateReplicationSlotOptions{Temporary: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			start, err := pglogrepl.ParseLSN(res.ConsistentPoint)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := pglogrepl.StartReplication(ctx, repl, slot, start, pglogrepl.StartReplicationOptions{
+				PluginArgs: []string{"proto_version '1'", "publication_names 'bench_bare'"},
+			}); err != nil {
+				b.Fatal(err)
+			}
+			lo := 1 + (2*i+1)*decodeRows
+			pg.Exec(b, "INSERT INTO decode_rows "+pgRowsFrom(lo, lo+decodeRows-1))
+			b.StartTimer()
+			t0 := time.Now()
+			bareReceive(b, repl, start, decodeRows)
+			b.ReportMetric(float64(decodeRows)/time.Since(t0).Seconds(), "rows/s")
+			b.StopTimer()
+			repl.Close(ctx)
+		}
+	})
+}
+
+// bareReceive reads the replication stream until it has seen want insert
+// messages and the commit after them, looking at one byte per message and
+// answering keepalives: the least any pgoutput consumer must do.
+func bareReceive(b *testing.B, repl *pgconn.PgConn, pos pglogrepl.LSN, want int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	n := 0
+	for {
+		msg, err := repl.ReceiveMessage(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		cd, ok := msg.(*pgproto3.CopyData)
+		if !ok {
+			b.Fatalf("unexpected %T", msg)
+		}
+		switch cd.Data[0] {
+		case pglogrepl.PrimaryKeepaliveMessageByteID:
+			ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(cd.Data[1:])
+			if err != nil {
+				b.Fatal(err)
+			}
+			if ka.ReplyRequested {
+				if err := pglogrepl.SendStandbyStatusUpdate(ctx, repl, pglogrepl.StandbyStatusUpdate{WALWritePosition: pos}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		case pglogrepl.XLogDataByteID:
+			// 1 + 24 bytes of header, then the pgoutput message.
+			switch cd.Data[25] {
+			case 'I':
+				n++
+			case 'C':
+				if n >= want {
+					return
+				}
+			}
+		}
+	}
+}
+
+// pgStreaming runs the writers for d with an informer following and
+// reports the rates and lags.
+func pgStreaming(b *testing.B, pg *harness.Postgres, d time.Duration) {
+	const writers, perTx, keysPerWriter = 4, 100, 25_000
+	ctx := context.Background()
+	src, tbl := newPGTable[streamRow](b, pg, "stream_rows")
+	defer src.Close()
+	// Batch numbers index these; generously sized for any machine.
+	const maxBatches = 1 << 20
+	committed := make([]atomic.Int64, maxBatches) // unix ns when the writer's Commit returned
+	arrived := make([]atomic.Int64, maxBatches)   // unix ns when the handler saw the first row
+	var applied atomic.Int64
+	note := func(r streamRow) {
+		arrived[r.Batch].CompareAndSwap(0, time.Now().UnixNano())
+		applied.Add(1)
+	}
+	inf := core.NewSharedIndexInformer[streamRow](tbl, core.InformerOptions[streamRow]{Name: "stream_rows"})
+	if _, err := inf.AddEventHandler(core.ResourceEventHandlerFuncs[streamRow]{
+		AddFunc:    func(_ string, r streamRow, _ bool) { note(r) },
+		UpdateFunc: func(_ string, _, r streamRow) { note(r) },
+	}); err != nil {
+		b.Fatal(err)
+	}
+	ictx, cancel := context.WithCancel(ctx)
+	runDone := make(chan struct{})
+	go func() { _ = inf.Run(ictx); close(runDone) }()
+	defer func() { cancel(); <-runDone }()
+	if err := inf.WaitForCacheSync(ictx); err != nil {
+		b.Fatal(err)
+	}
+	base := applied.Load() // initial adds of rows left by an earlier op
+
+	conns := make([]*pgx.Conn, writers)
+	for w := range conns {
+		conns[w] = pg.Conn(b)
+	}
+	var nextBatch atomic.Int64
+	b.StartTimer()
+	start := time.Now()
+	deadline := start.Add(d)
+	var wg sync.WaitGroup
+	var writeErr atomic.Value
+	for w := range writers {
+		wg.Go(func() {
+			lo := w * keysPerWriter
+			for off := 0; time.Now().Before(deadline); off = (off + perTx) % keysPerWriter {
+				batch := nextBatch.Add(1)
+				if batch >= maxBatches {
+					return
+				}
+				sql := "INSERT INTO stream_rows (id, batch, v) SELECT g, " + strconv.FormatInt(batch, 10) +
+					", md5(random()::text) FROM generate_series(" + strconv.Itoa(lo+off) + ", " + strconv.Itoa(lo+off+perTx-1) +
+					") g ON CONFLICT (id) DO UPDATE SET batch = EXCLUDED.batch, v = EXCLUDED.v"
+				if _, err := conns[w].Exec(ctx, sql); err != nil {
+					writeErr.Store(err)
+					return
+				}
+				committed[batch].Store(time.Now().UnixNano())
+			}
+		})
+	}
+	wg.Wait()
+	writeEnd := time.Now()
+	if err, _ := writeErr.Load().(error); err != nil {
+		b.Fatal(err)
+	}
+	batches := nextBatch.Load()
+	var total int64
+	for i := int64(1); i <= batches && i < maxBatches; i++ {
+		if committed[i].Load() != 0 {
+			total += perTx
+		}
+	}
+	for applied.Load()-base < total {
+		if time.Since(writeEnd) > 5*time.Minute {
+			b.Fatalf("applied %d of %d rows 5 minutes after the writers stopped", applied.Load()-base, total)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	applyEnd := time.Now()
+	b.StopTimer()
+	var lags []float64
+	for i := int64(1); i <= batches && i < maxBatches; i++ {
+		c, a := committed[i].Load(), arrived[i].Load()
+		if c == 0 {
+			continue
+		}
+		// Replication may deliver a transaction before its writer has
+		// heard back from Commit: that is no lag.
+		lags = append(lags, max(0, float64(a-c))/1e6)
+	}
+	slices.Sort(lags)
+	pct := func(p float64) float64 { return lags[min(len(lags)-1, int(p*float64(len(lags))))] }
+	b.ReportMetric(float64(total)/writeEnd.Sub(start).Seconds(), "committed-rows/s")
+	b.ReportMetric(float64(total)/applyEnd.Sub(start).Seconds(), "applied-rows/s")
+	b.ReportMetric(pct(0.50), "lag-p50-ms")
+	b.ReportMetric(pct(0.99), "lag-p99-ms")
+	b.ReportMetric(applyEnd.Sub(writeEnd).Seconds()*1000, "drain-ms")
+}
