@@ -1,0 +1,180 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/dbinformer/dbinformer/integration/harness"
+)
+
+// syncBuffer is written by workers and run at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// start runs the controller until the returned stop is called.
+func start(t *testing.T, cfg config) (out *syncBuffer, stop func() error) {
+	t.Helper()
+	out = &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, cfg, out) }()
+	var once sync.Once
+	var err error
+	stop = func() error {
+		once.Do(func() {
+			cancel() // what Ctrl-C does through signal.NotifyContext
+			select {
+			case err = <-done:
+			case <-time.After(time.Minute):
+				t.Fatalf("run did not return after cancel:\n%s", out.String())
+			}
+		})
+		return err
+	}
+	t.Cleanup(func() { _ = stop() })
+	return out, stop
+}
+
+// waitOutput waits, with a generous deadline, until the output holds want
+// n times.
+func waitOutput(t *testing.T, out *syncBuffer, want string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for strings.Count(out.String(), want) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("output never held %q %d times:\n%s", want, n, out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestController(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) }) // after the server and clients stopped
+	srv := harness.StartEtcd(t)
+	cli := srv.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	status := func(name string) (Status, bool) {
+		t.Helper()
+		resp, err := cli.Get(ctx, statusPrefix+name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Kvs) == 0 {
+			return Status{}, false
+		}
+		var s Status
+		if err := json.Unmarshal(resp.Kvs[0].Value, &s); err != nil {
+			t.Fatal(err)
+		}
+		return s, true
+	}
+
+	out, stop := start(t, config{
+		endpoints: srv.Endpoints(), listen: "127.0.0.1:0", workers: 2, seed: true,
+		flaky: "api", fail: 3, baseDelay: time.Millisecond, maxRetries: 5,
+	})
+	// Retries back off exponentially per key, then Forget resets the key.
+	waitOutput(t, out, "reconcile api: attempt 4 succeeded after 3 retries; Forget (requeues now 0)", 1)
+	for _, want := range []string{
+		"cache synced: 3 apps; starting 2 workers",
+		"reconcile api: attempt 1 failed: simulated backend failure (1 of 3); retry 1 in 1ms",
+		"reconcile api: attempt 2 failed: simulated backend failure (2 of 3); retry 2 in 2ms",
+		"reconcile api: attempt 3 failed: simulated backend failure (3 of 3); retry 3 in 4ms",
+		"reconcile web: image=nginx:1.27 replicas=3 -> status written",
+		"reconcile worker: image=worker:2.4.1 replicas=5 -> status written",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	if s, ok := status("api"); !ok || s.Attempts != 4 || s.ObservedReplicas != 2 {
+		t.Errorf("status of api = %+v (present %v)", s, ok)
+	}
+
+	m := regexp.MustCompile(`serving (http://[0-9.:]+/metrics)`).FindStringSubmatch(out.String())
+	if m == nil {
+		t.Fatalf("no metrics address:\n%s", out.String())
+	}
+	resp, err := http.Get(m[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`dbinformer_workqueue_retries_total{name="apps"} 3`,
+		`dbinformer_workqueue_depth{name="apps"} 0`,
+		`dbinformer_workqueue_work_duration_seconds_count{name="apps"}`,
+		`dbinformer_informer_listed_objects{informer="apps"} 3`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+
+	// After Forget, the next failure of api starts from the shortest delay.
+	if _, err := cli.Put(ctx, appsPrefix+"api", `{"image":"api:2.5.0","replicas":4}`); err != nil {
+		t.Fatal(err)
+	}
+	waitOutput(t, out, "reconcile api: attempt 4 succeeded after 3 retries", 2)
+	if n := strings.Count(out.String(), "; retry 1 in 1ms"); n != 2 {
+		t.Errorf("%d first retries at 1ms, want 2 (Forget resets the backoff)", n)
+	}
+	if s, _ := status("api"); s.ObservedImage != "api:2.5.0" || s.ObservedReplicas != 4 {
+		t.Errorf("status of api after update = %+v", s)
+	}
+
+	if _, err := cli.Delete(ctx, appsPrefix+"web"); err != nil {
+		t.Fatal(err)
+	}
+	waitOutput(t, out, "reconcile web: app deleted; removed its status", 1)
+	if _, ok := status("web"); ok {
+		t.Error("status of deleted app web still there")
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("run after Ctrl-C: %v", err)
+	}
+	if !strings.HasSuffix(out.String(), "stopping: shutting the queue down\nworkers stopped\n") {
+		t.Errorf("no clean stop:\n%s", out.String())
+	}
+	t.Logf("output:\n%s", out.String())
+
+	// A key that keeps failing is dropped after max-retries.
+	out, stop = start(t, config{
+		endpoints: srv.Endpoints(), workers: 1,
+		flaky: "api", fail: 10, baseDelay: time.Millisecond, maxRetries: 2,
+	})
+	waitOutput(t, out, "reconcile api: attempt 3 failed: simulated backend failure (3 of 10); dropping it after 2 retries", 1)
+	if err := stop(); err != nil {
+		t.Fatalf("second run after Ctrl-C: %v", err)
+	}
+	if strings.Contains(out.String(), "attempt 4") {
+		t.Errorf("a dropped key was retried:\n%s", out.String())
+	}
+}
