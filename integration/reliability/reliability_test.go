@@ -79,6 +79,9 @@ func TestReliability(t *testing.T) {
 	t.Run("etcd", func(t *testing.T) {
 		runAll(t, func() reliability.Adapter[reliability.Obj] { return &reliability.Etcd{} })
 	})
+	t.Run("nats", func(t *testing.T) {
+		runAll(t, func() reliability.Adapter[reliability.Obj] { return &reliability.NATS{} })
+	})
 	if *flagReport != "" {
 		md := reliability.Report(report.results, command(), time.Since(start))
 		if err := os.WriteFile(*flagReport, []byte(md), 0o644); err != nil {
