@@ -79,6 +79,9 @@ func TestReliability(t *testing.T) {
 	t.Run("etcd", func(t *testing.T) {
 		runAll(t, func() reliability.Adapter[reliability.Obj] { return &reliability.Etcd{} })
 	})
+	t.Run("postgres", func(t *testing.T) {
+		runAll(t, func() reliability.Adapter[reliability.Obj] { return &reliability.Postgres{} })
+	})
 	t.Run("nats", func(t *testing.T) {
 		runAll(t, func() reliability.Adapter[reliability.Obj] { return &reliability.NATS{} })
 	})
