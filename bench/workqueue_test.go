@@ -122,6 +122,9 @@ func BenchmarkWorkQueue(b *testing.B) {
 					q.ShutDownWithDrain()
 					cons.Wait()
 					am.stop(b, per*producers)
+					// client-go's ShutDownWithDrain leaves its delaying
+					// queue's waitingLoop running; ShutDown stops it.
+					q.ShutDown()
 				}
 			})
 		}

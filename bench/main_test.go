@@ -1,0 +1,23 @@
+package bench_test
+
+import (
+	"fmt"
+	"os"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// The benchmarks start informers, queues, watchers and servers on both
+// sides; whatever they leave running would distort the rows that follow,
+// so a run (the smoke run included) fails if anything is left.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goroutines left after the benchmarks: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
