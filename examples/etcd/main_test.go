@@ -119,6 +119,19 @@ func eventuallyGet(t *testing.T, url, want string) {
 	}
 }
 
+// waitOutput waits, with a generous deadline, until the output holds want:
+// handlers print on their own goroutines.
+func waitOutput(t *testing.T, out *syncBuffer, want string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !strings.Contains(out.String(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("output never held %q:\n%s", want, out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func TestEtcdExample(t *testing.T) {
 	// Checked after every cleanup (LIFO), once the server and clients are
 	// gone: the embedded server's goroutines start lazily, so nothing
@@ -186,6 +199,9 @@ func TestEtcdExample(t *testing.T) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}
+	waitOutput(t, out, "added billing:")
+	waitOutput(t, out, "deleted svc-0001 (team search)")
+	waitOutput(t, out, `key "broken"`)
 	if err := stop(); err != nil {
 		t.Fatalf("run after Ctrl-C: %v\n%s", err, out.String())
 	}

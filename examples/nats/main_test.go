@@ -118,6 +118,19 @@ func eventuallyGet(t *testing.T, url, want string) {
 	}
 }
 
+// waitOutput waits, with a generous deadline, until the output holds want:
+// handlers print on their own goroutines.
+func waitOutput(t *testing.T, out *syncBuffer, want string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !strings.Contains(out.String(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("output never held %q:\n%s", want, out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func TestNATSExample(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) }) // after the server and clients stopped
@@ -162,6 +175,12 @@ func TestNATSExample(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	for !strings.Contains(out.String(), `key "bad"`) { // the undecodable value, reported after the delete
+		if time.Now().After(deadline) {
+			t.Fatalf("undecodable value never reported:\n%s", out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	_, metrics := get(t, base+"/metrics")
 	for _, want := range []string{
 		`dbinformer_informer_listed_objects{informer="items"} 100`,
@@ -173,6 +192,8 @@ func TestNATSExample(t *testing.T) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}
+	waitOutput(t, out, "updated sku-00003: qty 21 -> 0")
+	waitOutput(t, out, "deleted sku-00004 (was in osl)")
 	if err := stop(); err != nil {
 		t.Fatalf("run after Ctrl-C: %v\n%s", err, out.String())
 	}
