@@ -71,14 +71,15 @@ const (
 )
 
 type config struct {
-	endpoints  []string
-	listen     string        // "" serves no /metrics
-	workers    int           // concurrent reconciles (never two for one key)
-	seed       bool          // write demo apps at start
-	flaky      string        // app whose reconcile fails its first fail attempts
-	fail       int           // failures before the flaky app succeeds
-	baseDelay  time.Duration // first retry delay; doubles per failure
-	maxRetries int           // failures after which a key is dropped
+	syncTimeout time.Duration // 0: wait for the initial sync until Ctrl-C
+	endpoints   []string
+	listen      string        // "" serves no /metrics
+	workers     int           // concurrent reconciles (never two for one key)
+	seed        bool          // write demo apps at start
+	flaky       string        // app whose reconcile fails its first fail attempts
+	fail        int           // failures before the flaky app succeeds
+	baseDelay   time.Duration // first retry delay; doubles per failure
+	maxRetries  int           // failures after which a key is dropped
 }
 
 func main() {
@@ -91,6 +92,7 @@ func main() {
 	flag.IntVar(&cfg.fail, "fail", 3, "failing attempts of the -flaky app before it succeeds")
 	flag.DurationVar(&cfg.baseDelay, "base-delay", 100*time.Millisecond, "first retry delay, doubled per failure")
 	flag.IntVar(&cfg.maxRetries, "max-retries", 5, "failures after which a key is dropped")
+	flag.DurationVar(&cfg.syncTimeout, "sync-timeout", time.Minute, "give up when the initial sync has not finished after this long (0: never); the error says why")
 	flag.Parse()
 	cfg.endpoints = strings.Split(*endpoints, ",")
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -199,11 +201,8 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 
 	// Workers start once the cache is complete, so that a reconcile never
 	// acts on a partial view (client-go's WaitForCacheSync before Run).
-	if err := c.apps.WaitForCacheSync(ctx); err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("initial sync: %w", err)
+	if err := waitForSync(ctx, cfg.syncTimeout, c.apps); err != nil {
+		return err
 	}
 	fmt.Fprintf(out, "cache synced: %d apps; starting %d workers\n", c.apps.Indexer().Len(), cfg.workers)
 	var workers sync.WaitGroup
@@ -296,4 +295,24 @@ func (c *controller) reconcile(ctx context.Context, key string, attempt int) err
 
 func (c *controller) printf(format string, args ...any) {
 	fmt.Fprintf(c.out, "%7.3fs  "+format+"\n", append([]any{time.Since(c.start).Seconds()}, args...)...)
+}
+
+// waitForSync waits for the initial sync of every informer. A source that
+// keeps failing (a missing privilege, say) is retried with backoff forever
+// by the informer; the timeout turns that into an error that says why: the
+// last list error. Ctrl-C during the wait is a clean stop (nil).
+func waitForSync(ctx context.Context, timeout time.Duration, informers ...core.CacheSyncWaiter) error {
+	syncCtx := ctx
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		syncCtx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	if err := core.WaitForCacheSync(syncCtx, informers...); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("initial sync did not finish within %v: %w", timeout, err)
+	}
+	return nil
 }

@@ -65,12 +65,13 @@ type Service struct {
 }
 
 type config struct {
-	endpoints []string
-	user      string
-	password  string // never printed
-	prefix    string
-	listen    string
-	seed      int // demo services written when the prefix is empty
+	syncTimeout time.Duration // 0: wait for the initial sync until Ctrl-C
+	endpoints   []string
+	user        string
+	password    string // never printed
+	prefix      string
+	listen      string
+	seed        int // demo services written when the prefix is empty
 }
 
 func main() {
@@ -80,6 +81,7 @@ func main() {
 	flag.StringVar(&cfg.prefix, "prefix", "/dbinformer-example/services/", "key prefix to sync")
 	flag.StringVar(&cfg.listen, "listen", "127.0.0.1:8080", "HTTP address for /metrics and the JSON view")
 	flag.IntVar(&cfg.seed, "seed", 0, "write this many demo services if the prefix is empty")
+	flag.DurationVar(&cfg.syncTimeout, "sync-timeout", time.Minute, "give up when the initial sync has not finished after this long (0: never); the error says why")
 	flag.Parse()
 	cfg.endpoints = strings.Split(*endpoints, ",")
 	cfg.password = os.Getenv("ETCD_PASSWORD")
@@ -147,11 +149,8 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 
 	start := time.Now()
 	fmt.Fprintf(out, "listing %q on %s\n", lw.Prefix(), strings.Join(cfg.endpoints, ","))
-	if err := services.WaitForCacheSync(ctx); err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("initial sync: %w", err)
+	if err := waitForSync(ctx, cfg.syncTimeout, services); err != nil {
+		return err
 	}
 	fmt.Fprintf(out, "synced %d services at revision %d in %v\n",
 		services.Indexer().Len(), services.LastSyncResourceVersion(), time.Since(start).Round(time.Millisecond))
@@ -251,6 +250,26 @@ func seed(ctx context.Context, cli *clientv3.Client, cfg config) error {
 		if _, err := cli.Txn(ctx).Then(rest[:min(len(rest), 100)]...).Commit(); err != nil {
 			return fmt.Errorf("seed: %w", err)
 		}
+	}
+	return nil
+}
+
+// waitForSync waits for the initial sync of every informer. A source that
+// keeps failing (a missing privilege, say) is retried with backoff forever
+// by the informer; the timeout turns that into an error that says why: the
+// last list error. Ctrl-C during the wait is a clean stop (nil).
+func waitForSync(ctx context.Context, timeout time.Duration, informers ...core.CacheSyncWaiter) error {
+	syncCtx := ctx
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		syncCtx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	if err := core.WaitForCacheSync(syncCtx, informers...); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("initial sync did not finish within %v: %w", timeout, err)
 	}
 	return nil
 }

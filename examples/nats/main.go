@@ -58,12 +58,13 @@ type Item struct {
 }
 
 type config struct {
-	url    string
-	creds  string // path of a .creds file; "" for none
-	bucket string
-	listen string
-	init   bool
-	items  int // demo items written by -init into an empty bucket
+	syncTimeout time.Duration // 0: wait for the initial sync until Ctrl-C
+	url         string
+	creds       string // path of a .creds file; "" for none
+	bucket      string
+	listen      string
+	init        bool
+	items       int // demo items written by -init into an empty bucket
 }
 
 func main() {
@@ -74,6 +75,7 @@ func main() {
 	flag.StringVar(&cfg.listen, "listen", "127.0.0.1:8080", "HTTP address for /metrics and the JSON view")
 	flag.BoolVar(&cfg.init, "init", false, "create the bucket if missing and fill it with demo items if empty")
 	flag.IntVar(&cfg.items, "items", 5000, "demo items written by -init")
+	flag.DurationVar(&cfg.syncTimeout, "sync-timeout", time.Minute, "give up when the initial sync has not finished after this long (0: never); the error says why")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -145,11 +147,8 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	defer func() { stopInformer(); wg.Wait() }()
 
 	start := time.Now()
-	if err := items.WaitForCacheSync(ctx); err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("initial sync: %w", err)
+	if err := waitForSync(ctx, cfg.syncTimeout, items); err != nil {
+		return err
 	}
 	fmt.Fprintf(out, "synced %d items from bucket %q at revision %d in %v\n",
 		items.Indexer().Len(), cfg.bucket, items.LastSyncResourceVersion(), time.Since(start).Round(time.Millisecond))
@@ -237,6 +236,26 @@ func initBucket(ctx context.Context, js jetstream.JetStream, cfg config) error {
 		if _, err := kv.Create(ctx, it.SKU, b); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 			return fmt.Errorf("-init item %s: %w", it.SKU, err)
 		}
+	}
+	return nil
+}
+
+// waitForSync waits for the initial sync of every informer. A source that
+// keeps failing (a missing privilege, say) is retried with backoff forever
+// by the informer; the timeout turns that into an error that says why: the
+// last list error. Ctrl-C during the wait is a clean stop (nil).
+func waitForSync(ctx context.Context, timeout time.Duration, informers ...core.CacheSyncWaiter) error {
+	syncCtx := ctx
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		syncCtx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	if err := core.WaitForCacheSync(syncCtx, informers...); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("initial sync did not finish within %v: %w", timeout, err)
 	}
 	return nil
 }

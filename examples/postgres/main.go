@@ -61,12 +61,13 @@ type Order struct {
 }
 
 type config struct {
-	conn      string // pgx connection string; never printed
-	pub       string // existing publication to use; "" creates (and drops) one
-	listen    string // HTTP address
-	init      bool   // create and fill the tables when missing or empty
-	customers int    // demo rows written by -init
-	orders    int
+	syncTimeout time.Duration // 0: wait for the initial sync until Ctrl-C
+	conn        string        // pgx connection string; never printed
+	pub         string        // existing publication to use; "" creates (and drops) one
+	listen      string        // HTTP address
+	init        bool          // create and fill the tables when missing or empty
+	customers   int           // demo rows written by -init
+	orders      int
 }
 
 func main() {
@@ -74,6 +75,7 @@ func main() {
 	flag.StringVar(&cfg.conn, "conn", os.Getenv("DATABASE_URL"), "connection string of a role with REPLICATION and SELECT (default $DATABASE_URL)")
 	flag.StringVar(&cfg.pub, "publication", "", "existing publication covering both tables (default: create a temporary one, which needs table ownership)")
 	flag.StringVar(&cfg.listen, "listen", "127.0.0.1:8080", "HTTP address for /metrics and the JSON view")
+	flag.DurationVar(&cfg.syncTimeout, "sync-timeout", time.Minute, "give up when the initial sync has not finished after this long (0: never); the error says why")
 	flag.BoolVar(&cfg.init, "init", false, "create public.customers and public.orders if missing and fill them with demo rows if empty")
 	flag.IntVar(&cfg.customers, "customers", 1000, "demo customers written by -init")
 	flag.IntVar(&cfg.orders, "orders", 20000, "demo orders written by -init")
@@ -116,7 +118,7 @@ func run(ctx context.Context, cfg config, out io.Writer) (err error) {
 			err = cerr
 		}
 		if cfg.pub == "" {
-			fmt.Fprintf(out, "closed the source: replication slot %q and publication %q dropped\n", src.SlotName(), src.PublicationName())
+			fmt.Fprintf(out, "closed the source: temporary replication slot %q and publication %q gone\n", src.SlotName(), src.PublicationName())
 		} else {
 			fmt.Fprintf(out, "closed the source: replication slot %q dropped, publication %q kept\n", src.SlotName(), src.PublicationName())
 		}
@@ -167,13 +169,8 @@ func run(ctx context.Context, cfg config, out io.Writer) (err error) {
 	defer func() { stopInformers(); wg.Wait() }()
 
 	start := time.Now()
-	for _, w := range []interface{ WaitForCacheSync(context.Context) error }{customers, orders} {
-		if err := w.WaitForCacheSync(ctx); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("initial sync: %w", err) // says why: the last list error
-		}
+	if err := waitForSync(ctx, cfg.syncTimeout, customers, orders); err != nil {
+		return err
 	}
 	fmt.Fprintf(out, "synced %d customers and %d orders in %v over replication slot %q\n",
 		customers.Indexer().Len(), orders.Indexer().Len(), time.Since(start).Round(time.Millisecond), src.SlotName())
@@ -319,8 +316,7 @@ func (p *progressPrinter) Listed(relist bool, items int, err error) {
 		what = "relisted"
 	}
 	if err != nil {
-		fmt.Fprintf(p.out, "%s: list failed: %v\n", p.name, err)
-		return
+		return // the informer's error handler prints it
 	}
 	fmt.Fprintf(p.out, "%s: %s %d rows\n", p.name, what, items)
 }
@@ -371,4 +367,24 @@ func initTables(ctx context.Context, cfg config) error {
 		}
 	}
 	return tx.Commit(ctx)
+}
+
+// waitForSync waits for the initial sync of every informer. A source that
+// keeps failing (a missing privilege, say) is retried with backoff forever
+// by the informer; the timeout turns that into an error that says why: the
+// last list error. Ctrl-C during the wait is a clean stop (nil).
+func waitForSync(ctx context.Context, timeout time.Duration, informers ...core.CacheSyncWaiter) error {
+	syncCtx := ctx
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		syncCtx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	if err := core.WaitForCacheSync(syncCtx, informers...); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("initial sync did not finish within %v: %w", timeout, err)
+	}
+	return nil
 }

@@ -288,3 +288,35 @@ func TestPostgresExampleWithExistingPublication(t *testing.T) {
 		t.Errorf("publications after Ctrl-C: %v, want the user's shop_pub only", p)
 	}
 }
+
+// A role that may neither create a publication nor use an existing one
+// gets an error saying so once -sync-timeout passes, instead of retrying
+// in silence; nothing is left on the server.
+func TestPostgresExampleMissingPrivilegeFails(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+	pg := harness.StartPostgres(t)
+	if err := initTables(context.Background(), config{conn: pg.ConnString(), customers: 1, orders: 1}); err != nil {
+		t.Fatal(err)
+	}
+	conn := pg.CreateRole(t, "shop_reader", "REPLICATION")
+	pg.Exec(t, `GRANT SELECT ON public.customers, public.orders TO shop_reader`)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out syncBuffer
+	err := run(ctx, config{conn: conn, listen: "127.0.0.1:0", syncTimeout: 3 * time.Second}, &out)
+	if err == nil || !strings.Contains(err.Error(), "initial sync did not finish") ||
+		!strings.Contains(err.Error(), "create publication") || !strings.Contains(err.Error(), "permission denied") {
+		t.Fatalf("run = %v; want the initial sync to fail naming the publication and the permission\n%s", err, out.String())
+	}
+	if strings.Contains(out.String(), "serving http://") {
+		t.Error("served a cache that never synced")
+	}
+	if n := slots(t, pg); n != 0 {
+		t.Errorf("%d replication slots left", n)
+	}
+	if p := publications(t, pg); len(p) != 0 {
+		t.Errorf("publications left: %v", p)
+	}
+}
