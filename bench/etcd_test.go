@@ -137,13 +137,14 @@ func oursEtcdWatch(b *testing.B, lw *etcdinformer.ListerWatcher[item], mid int64
 	}
 }
 
-// BenchmarkEtcd: 100,000 keys listed (EtcdList) and 100,000 changes (one
+// BenchmarkEtcd: 100,000 keys listed (List) and 100,000 changes (one
 // update per key) replayed by a watch from the revision before them
-// (EtcdWatch), through our ListerWatcher and through the raw clientv3 doing
-// the same reads and decoding the same JSON. Each side runs once untimed
-// first, so neither pays for a cold server.
+// (Watch), through our ListerWatcher and through the raw clientv3 doing the
+// same reads and decoding the same JSON. The sides alternate, after one
+// untimed run each so that neither pays for a cold server.
 func BenchmarkEtcd(b *testing.B) {
 	keys := size(100_000, 2_000)
+	rounds := size(3, 1)
 	srv := harness.StartEtcd(b)
 	c := srv.Client(b)
 	mid := etcdFill(b, c, keys)
@@ -157,32 +158,18 @@ func BenchmarkEtcd(b *testing.B) {
 			b.Fatalf("listed %d keys, want %d", n, keys)
 		}
 	}
-	b.Run("List/ours", func(b *testing.B) {
-		check(oursEtcdList(b, lw))
-		b.ResetTimer()
-		for range b.N {
-			check(oursEtcdList(b, lw))
-		}
+	oursList := func() { check(oursEtcdList(b, lw)) }
+	rawList := func() { check(rawEtcdList(b, c)) }
+	oursWatch := func() { oursEtcdWatch(b, lw, mid, keys) }
+	rawWatch := func() { rawEtcdWatch(b, c, mid, keys) }
+	b.Run("List", func(b *testing.B) {
+		oursList()
+		rawList()
+		alternate(b, rounds, side{name: "ours", n: keys, unit: "key", run: oursList}, side{name: "raw", n: keys, unit: "key", run: rawList})
 	})
-	b.Run("List/raw", func(b *testing.B) {
-		check(rawEtcdList(b, c))
-		b.ResetTimer()
-		for range b.N {
-			check(rawEtcdList(b, c))
-		}
-	})
-	b.Run("Watch/ours", func(b *testing.B) {
-		oursEtcdWatch(b, lw, mid, keys)
-		b.ResetTimer()
-		for range b.N {
-			oursEtcdWatch(b, lw, mid, keys)
-		}
-	})
-	b.Run("Watch/raw", func(b *testing.B) {
-		rawEtcdWatch(b, c, mid, keys)
-		b.ResetTimer()
-		for range b.N {
-			rawEtcdWatch(b, c, mid, keys)
-		}
+	b.Run("Watch", func(b *testing.B) {
+		oursWatch()
+		rawWatch()
+		alternate(b, rounds, side{name: "ours", n: keys, unit: "change", run: oursWatch}, side{name: "raw", n: keys, unit: "change", run: rawWatch})
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/metrics"
+	"slices"
 	"testing"
 	"time"
 )
@@ -15,34 +16,6 @@ func size(full, small int) int {
 		return small
 	}
 	return full
-}
-
-// allocMeter counts what the whole process allocates between start and
-// stop, every goroutine included, which is what an informer's cost is.
-type allocMeter struct {
-	unit string // what one of n is: "event" unless set
-	m0   runtime.MemStats
-	t0   time.Time
-}
-
-func (a *allocMeter) start() {
-	runtime.ReadMemStats(&a.m0)
-	a.t0 = time.Now()
-}
-
-// stop reports units/s, allocs/unit and B/unit for n units (events).
-func (a *allocMeter) stop(b *testing.B, n int) time.Duration {
-	d := time.Since(a.t0)
-	var m1 runtime.MemStats
-	runtime.ReadMemStats(&m1)
-	u := a.unit
-	if u == "" {
-		u = "event"
-	}
-	b.ReportMetric(float64(n)/d.Seconds(), u+"s/s")
-	b.ReportMetric(float64(m1.Mallocs-a.m0.Mallocs)/float64(n), "allocs/"+u)
-	b.ReportMetric(float64(m1.TotalAlloc-a.m0.TotalAlloc)/float64(n), "B/"+u)
-	return d
 }
 
 // peakHeap samples the live heap every few milliseconds until stopped and
@@ -87,9 +60,9 @@ func startPeakHeap() *peakHeap {
 	return p
 }
 
-func (p *peakHeap) stop(b *testing.B) {
+func (p *peakHeap) stopValue() uint64 {
 	close(p.done)
-	b.ReportMetric(float64(<-p.res)/(1<<20), "peak-heap-MB")
+	return <-p.res
 }
 
 // liveHeap is the heap in use after two collections.
@@ -99,4 +72,82 @@ func liveHeap() uint64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return m.HeapAlloc
+}
+
+// side is one contender of a side-by-side benchmark.
+type side struct {
+	name string
+	// n is the number of units (unit: "event", "item", "row") one run
+	// handles; unit "" reports time only.
+	n    int
+	unit string
+	// peak samples the heap during run and reports its peak above the
+	// start.
+	peak bool
+	// prepare (untimed) sets a run up, run is timed, finish (untimed)
+	// checks and tears down. prepare and finish may be nil.
+	prepare, run, finish func()
+}
+
+// alternate runs the sides in turn, rounds times (A B A B …), so that a
+// slowdown of the shared machine hits both, and reports for each side the
+// median of its rounds as "<side>-s" (seconds per run) and, with a unit,
+// "<side>-<unit>s/s", "<side>-allocs/<unit>" and "<side>-B/<unit>"
+// (allocations of every goroutine of the process during the run).
+func alternate(b *testing.B, rounds int, sides ...side) {
+	b.Helper()
+	type sample struct{ secs, rate, allocs, bytes, peak float64 }
+	got := make([][]sample, len(sides))
+	for range b.N {
+		for range rounds {
+			for i, s := range sides {
+				if s.prepare != nil {
+					s.prepare()
+				}
+				var ph *peakHeap
+				if s.peak {
+					ph = startPeakHeap()
+				}
+				runtime.GC()
+				var m0, m1 runtime.MemStats
+				runtime.ReadMemStats(&m0)
+				t0 := time.Now()
+				s.run()
+				d := time.Since(t0)
+				runtime.ReadMemStats(&m1)
+				smp := sample{secs: d.Seconds()}
+				if s.n > 0 {
+					smp.rate = float64(s.n) / d.Seconds()
+					smp.allocs = float64(m1.Mallocs-m0.Mallocs) / float64(s.n)
+					smp.bytes = float64(m1.TotalAlloc-m0.TotalAlloc) / float64(s.n)
+				}
+				if ph != nil {
+					smp.peak = float64(ph.stopValue()) / (1 << 20)
+				}
+				if s.finish != nil {
+					s.finish()
+				}
+				got[i] = append(got[i], smp)
+			}
+		}
+	}
+	med := func(xs []sample, f func(sample) float64) float64 {
+		v := make([]float64, len(xs))
+		for i, x := range xs {
+			v[i] = f(x)
+		}
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	for i, s := range sides {
+		b.ReportMetric(med(got[i], func(x sample) float64 { return x.secs }), s.name+"-s")
+		if s.unit != "" {
+			b.ReportMetric(med(got[i], func(x sample) float64 { return x.rate }), s.name+"-"+s.unit+"s/s")
+			b.ReportMetric(med(got[i], func(x sample) float64 { return x.allocs }), s.name+"-allocs/"+s.unit)
+			b.ReportMetric(med(got[i], func(x sample) float64 { return x.bytes }), s.name+"-B/"+s.unit)
+		}
+		if s.peak {
+			b.ReportMetric(med(got[i], func(x sample) float64 { return x.peak }), s.name+"-peak-heap-MB")
+		}
+	}
 }

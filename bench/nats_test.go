@@ -114,13 +114,14 @@ func oursNATSWatch(b *testing.B, lw *natsinformer.KV[item], mid uint64, want int
 }
 
 // BenchmarkNATSKV: a bucket of 100,000 keys (History 1) read whole
-// (KV/List: our List against nats.go's KV watcher up to its end-of-initial
+// (List: our List against nats.go's KV watcher up to its end-of-initial
 // marker) and its 100,000 later changes, one update per key, read from the
-// revision before them (KV/Watch: our Watch against a KV watcher with
-// ResumeFromRevision). Both sides decode the same JSON; each runs once
-// untimed first.
+// revision before them (Watch: our Watch against a KV watcher with
+// ResumeFromRevision). Both sides decode the same JSON. The sides
+// alternate, after one untimed run each.
 func BenchmarkNATSKV(b *testing.B) {
 	keys := size(100_000, 2_000)
+	rounds := size(3, 1)
 	srv := harness.StartNATS(b)
 	js := srv.JetStream(b)
 	ctx := context.Background()
@@ -133,38 +134,22 @@ func BenchmarkNATSKV(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Run("List/ours", func(b *testing.B) {
-		for i := range b.N + 1 {
-			if i == 1 {
-				b.ResetTimer()
-			}
-			if n := oursNATSList(b, lw); n != keys {
-				b.Fatalf("listed %d keys, want %d", n, keys)
-			}
+	oursList := func() {
+		if n := oursNATSList(b, lw); n != keys {
+			b.Fatalf("listed %d keys, want %d", n, keys)
 		}
+	}
+	rawList := func() { rawNATSWatch(b, kv, keys) }
+	oursWatch := func() { oursNATSWatch(b, lw, mid, keys) }
+	rawWatch := func() { rawNATSWatch(b, kv, keys, jetstream.ResumeFromRevision(mid+1)) }
+	b.Run("List", func(b *testing.B) {
+		oursList()
+		rawList()
+		alternate(b, rounds, side{name: "ours", n: keys, unit: "key", run: oursList}, side{name: "raw", n: keys, unit: "key", run: rawList})
 	})
-	b.Run("List/raw", func(b *testing.B) {
-		for i := range b.N + 1 {
-			if i == 1 {
-				b.ResetTimer()
-			}
-			rawNATSWatch(b, kv, keys)
-		}
-	})
-	b.Run("Watch/ours", func(b *testing.B) {
-		for i := range b.N + 1 {
-			if i == 1 {
-				b.ResetTimer()
-			}
-			oursNATSWatch(b, lw, mid, keys)
-		}
-	})
-	b.Run("Watch/raw", func(b *testing.B) {
-		for i := range b.N + 1 {
-			if i == 1 {
-				b.ResetTimer()
-			}
-			rawNATSWatch(b, kv, keys, jetstream.ResumeFromRevision(mid+1))
-		}
+	b.Run("Watch", func(b *testing.B) {
+		oursWatch()
+		rawWatch()
+		alternate(b, rounds, side{name: "ours", n: keys, unit: "change", run: oursWatch}, side{name: "raw", n: keys, unit: "change", run: rawWatch})
 	})
 }

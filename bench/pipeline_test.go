@@ -162,21 +162,44 @@ func (w *cgWatch) Stop()                          { w.once.Do(func() { close(w.s
 // BenchmarkPipeline: 1,000,000 changes (adds, updates, deletes over 100,000
 // keys) through ListerWatcher → Reflector → FIFO → Indexer with two indexes
 // → one handler, ours against client-go's SharedIndexInformer (its
-// defaults: in-order FIFO). One op is the whole stream; the handler counts
-// notifications and the op ends when it has seen every change.
+// defaults: in-order FIFO). One run is the whole stream; the handler counts
+// notifications and the run ends when it has seen every change. The two
+// sides alternate for 3 rounds; each reports its medians.
 func BenchmarkPipeline(b *testing.B) {
 	n, keys := size(1_000_000, 20_000), size(100_000, 2_000)
-	b.Run("ours", func(b *testing.B) {
-		for range b.N {
-			b.StopTimer()
-			s := newStream(n, keys)
-			var seen atomic.Int64
-			done := make(chan struct{})
-			count := func() {
-				if seen.Add(1) == int64(n) {
-					close(done)
-				}
-			}
+	var (
+		s       *stream
+		done    chan struct{}
+		seen    atomic.Int64
+		cancel  context.CancelFunc
+		runDone chan struct{}
+		start   func()
+		has     func(string) bool
+	)
+	count := func() {
+		if seen.Add(1) == int64(n) {
+			close(done)
+		}
+	}
+	reset := func() {
+		s = newStream(n, keys)
+		seen.Store(0)
+		done = make(chan struct{})
+		runDone = make(chan struct{})
+	}
+	run := func() {
+		start()
+		<-done
+	}
+	finish := func() {
+		cancel()
+		<-runDone
+		checkFinal(b, s, keys, has)
+		s = nil
+	}
+	ours := side{name: "ours", n: n, unit: "event", peak: true, run: run, finish: finish,
+		prepare: func() {
+			reset()
 			inf := core.NewSharedIndexInformer[*obj](oursLW{s}, core.InformerOptions[*obj]{
 				Indexers: core.Indexers[*obj]{
 					"org":  func(o *obj) ([]string, error) { return []string{o.Org}, nil },
@@ -190,33 +213,14 @@ func BenchmarkPipeline(b *testing.B) {
 			}); err != nil {
 				b.Fatal(err)
 			}
-			ctx, cancel := context.WithCancel(context.Background())
-			ph := startPeakHeap()
-			var am allocMeter
-			b.StartTimer()
-			am.start()
-			runDone := make(chan struct{})
-			go func() { _ = inf.Run(ctx); close(runDone) }()
-			<-done
-			am.stop(b, n)
-			b.StopTimer()
-			ph.stop(b)
-			cancel()
-			<-runDone
-			checkFinal(b, s, keys, func(k string) bool { _, ok := inf.Indexer().Get(k); return ok })
-		}
-	})
-	b.Run("clientgo", func(b *testing.B) {
-		for range b.N {
-			b.StopTimer()
-			s := newStream(n, keys)
-			var seen atomic.Int64
-			done := make(chan struct{})
-			count := func() {
-				if seen.Add(1) == int64(n) {
-					close(done)
-				}
-			}
+			var ctx context.Context
+			ctx, cancel = context.WithCancel(context.Background())
+			start = func() { go func() { _ = inf.Run(ctx); close(runDone) }() }
+			has = func(k string) bool { _, ok := inf.Indexer().Get(k); return ok }
+		}}
+	clientgo := side{name: "clientgo", n: n, unit: "event", peak: true, run: run, finish: finish,
+		prepare: func() {
+			reset()
 			inf := cache.NewSharedIndexInformer(cgLW{s}, &obj{}, 0, cache.Indexers{
 				"org":  func(o any) ([]string, error) { return []string{o.(*obj).Org}, nil },
 				"team": func(o any) ([]string, error) { return []string{o.(*obj).Team}, nil },
@@ -228,22 +232,12 @@ func BenchmarkPipeline(b *testing.B) {
 			}); err != nil {
 				b.Fatal(err)
 			}
-			ctx, cancel := context.WithCancel(context.Background())
-			ph := startPeakHeap()
-			var am allocMeter
-			b.StartTimer()
-			am.start()
-			runDone := make(chan struct{})
-			go func() { inf.RunWithContext(ctx); close(runDone) }()
-			<-done
-			am.stop(b, n)
-			b.StopTimer()
-			ph.stop(b)
-			cancel()
-			<-runDone
-			checkFinal(b, s, keys, func(k string) bool { _, ok, _ := inf.GetIndexer().GetByKey(k); return ok })
-		}
-	})
+			var ctx context.Context
+			ctx, cancel = context.WithCancel(context.Background())
+			start = func() { go func() { inf.RunWithContext(ctx); close(runDone) }() }
+			has = func(k string) bool { _, ok, _ := inf.GetIndexer().GetByKey(k); return ok }
+		}}
+	alternate(b, size(3, 1), ours, clientgo)
 }
 
 // checkFinal asserts that the cache holds exactly the keys the stream left

@@ -52,7 +52,8 @@ func wqKeySet() []string {
 	return keys
 }
 
-// BenchmarkWorkQueue: one op is a whole workload, reported as items/s.
+// BenchmarkWorkQueue: one run is a whole workload, reported as items/s;
+// the two queues alternate for 5 rounds and each reports its medians.
 //   - AddGetDone: one goroutine adds the 10,000 keys, then Gets and Dones
 //     them, 100 rounds (1,000,000 items).
 //   - Parallel8x8: 8 producers add 1,000,000 keys drawn from 10,000 while 8
@@ -62,15 +63,23 @@ func wqKeySet() []string {
 //     holding 100,000 delayed items, until all are in the delay heap.
 func BenchmarkWorkQueue(b *testing.B) {
 	keys := wqKeySet()
-	rounds := size(100, 2)
-	b.Run("AddGetDone", func(b *testing.B) {
+	rounds := size(5, 1)
+	sides := func(mk func(name string, str func() queue[string], num func() queue[int]) side) []side {
+		var out []side
 		for _, qq := range queues {
-			b.Run(qq.name, func(b *testing.B) {
-				am := allocMeter{unit: "item"}
-				for range b.N {
-					q := qq.str()
-					am.start()
-					for range rounds {
+			out = append(out, mk(qq.name, qq.str, qq.num))
+		}
+		return out
+	}
+
+	loops := size(100, 2)
+	b.Run("AddGetDone", func(b *testing.B) {
+		alternate(b, rounds, sides(func(name string, str func() queue[string], _ func() queue[int]) side {
+			var q queue[string]
+			return side{name: name, n: loops * wqKeys, unit: "item",
+				prepare: func() { q = str() },
+				run: func() {
+					for range loops {
 						for _, k := range keys {
 							q.Add(k)
 						}
@@ -79,24 +88,24 @@ func BenchmarkWorkQueue(b *testing.B) {
 							q.Done(k)
 						}
 					}
-					am.stop(b, rounds*wqKeys)
+				},
+				finish: func() {
 					if q.Len() != 0 {
-						b.Fatalf("%d left", q.Len())
+						b.Fatalf("%s: %d left", name, q.Len())
 					}
 					q.ShutDown()
-				}
-			})
-		}
+				}}
+		})...)
 	})
-	adds := size(1_000_000, 20_000)
+
+	const producers, consumers = 8, 8
+	per := size(1_000_000, 20_000) / producers
 	b.Run("Parallel8x8", func(b *testing.B) {
-		const producers, consumers = 8, 8
-		for _, qq := range queues {
-			b.Run(qq.name, func(b *testing.B) {
-				am := allocMeter{unit: "item"}
-				for range b.N {
-					q := qq.str()
-					am.start()
+		alternate(b, rounds, sides(func(name string, str func() queue[string], _ func() queue[int]) side {
+			var q queue[string]
+			return side{name: name, n: per * producers, unit: "item",
+				prepare: func() { q = str() },
+				run: func() {
 					var cons sync.WaitGroup
 					for range consumers {
 						cons.Go(func() {
@@ -110,7 +119,6 @@ func BenchmarkWorkQueue(b *testing.B) {
 						})
 					}
 					var prod sync.WaitGroup
-					per := adds / producers
 					for p := range producers {
 						prod.Go(func() {
 							for i := range per {
@@ -121,49 +129,44 @@ func BenchmarkWorkQueue(b *testing.B) {
 					prod.Wait()
 					q.ShutDownWithDrain()
 					cons.Wait()
-					am.stop(b, per*producers)
-					// client-go's ShutDownWithDrain leaves its delaying
-					// queue's waitingLoop running; ShutDown stops it.
-					q.ShutDown()
-				}
-			})
-		}
+				},
+				// client-go's ShutDownWithDrain leaves its delaying queue's
+				// waitingLoop running; ShutDown stops it.
+				finish: func() { q.ShutDown() }}
+		})...)
 	})
+
 	pending := size(100_000, 5_000)
 	b.Run("AddAfter100k", func(b *testing.B) {
-		for _, qq := range queues {
-			b.Run(qq.name, func(b *testing.B) {
-				am := allocMeter{unit: "item"}
-				for range b.N {
-					b.StopTimer()
-					q := qq.num()
-					r := rand.New(rand.NewPCG(1, 2))
-					delay := func() time.Duration { return time.Hour + time.Duration(r.IntN(3600))*time.Second }
+		alternate(b, rounds, sides(func(name string, _ func() queue[string], num func() queue[int]) side {
+			var q queue[int]
+			var r *rand.Rand
+			delay := func() time.Duration { return time.Hour + time.Duration(r.IntN(3600))*time.Second }
+			// client-go hands AddAfter to a goroutine over a channel: a due
+			// sentinel behind them comes out of Get only once all before
+			// it reached the heap. Same on both sides.
+			settle := func(sentinel int) {
+				q.AddAfter(sentinel, time.Nanosecond)
+				if k, _ := q.Get(); k != sentinel {
+					b.Fatalf("%s: got %d, want sentinel %d", name, k, sentinel)
+				}
+				q.Done(sentinel)
+			}
+			return side{name: name, n: pending, unit: "item",
+				prepare: func() {
+					q, r = num(), rand.New(rand.NewPCG(1, 2))
 					for k := range pending {
 						q.AddAfter(k, delay())
 					}
-					// client-go hands AddAfter to a goroutine over a channel:
-					// a due sentinel behind them comes out of Get only once
-					// all before it reached the heap. Same on both sides.
-					settle := func(sentinel int) {
-						q.AddAfter(sentinel, time.Nanosecond)
-						if k, _ := q.Get(); k != sentinel {
-							b.Fatalf("got %d, want sentinel %d", k, sentinel)
-						}
-						q.Done(sentinel)
-					}
 					settle(-1)
-					b.StartTimer()
-					am.start()
+				},
+				run: func() {
 					for i := range pending {
 						q.AddAfter(pending+i, delay())
 					}
 					settle(-2)
-					am.stop(b, pending)
-					b.StopTimer()
-					q.ShutDown()
-				}
-			})
-		}
+				},
+				finish: func() { q.ShutDown() }}
+		})...)
 	})
 }

@@ -20,36 +20,37 @@ import (
 // same (or a related) metric of the reference, as the ratio ours/ref.
 type row struct {
 	Title      string
-	Ours       string // sub-benchmark name without "Benchmark" and the -P suffix
+	Ours       string // benchmark name without "Benchmark" and the -P suffix
 	OursMetric string
-	Ref        string // "" when the reference is a metric of Ours itself
+	Ref        string // "" when the reference is another metric of Ours (side by side)
 	RefMetric  string // "" for a row with no reference (an absolute target)
 	Op         string // "≥" or "≤" against Target; "" for no target
 	Target     float64
 }
 
 var rows = []row{
-	{"1 Core pipeline vs client-go: throughput", "Pipeline/ours", "events/s", "Pipeline/clientgo", "events/s", "≥", 2},
-	{"1 Core pipeline vs client-go: allocations per event", "Pipeline/ours", "allocs/event", "Pipeline/clientgo", "allocs/event", "≤", 0.5},
-	{"1 Core pipeline vs client-go: bytes per event", "Pipeline/ours", "B/event", "Pipeline/clientgo", "B/event", "", 0},
-	{"1 Core pipeline vs client-go: peak heap above input", "Pipeline/ours", "peak-heap-MB", "Pipeline/clientgo", "peak-heap-MB", "", 0},
-	{"2 WorkQueue Add/Get/Done, 1 goroutine", "WorkQueue/AddGetDone/ours", "items/s", "WorkQueue/AddGetDone/clientgo", "items/s", "≥", 1.5},
-	{"2 WorkQueue 8 producers + 8 consumers", "WorkQueue/Parallel8x8/ours", "items/s", "WorkQueue/Parallel8x8/clientgo", "items/s", "≥", 1.5},
-	{"2 WorkQueue AddAfter, 100k pending", "WorkQueue/AddAfter100k/ours", "items/s", "WorkQueue/AddAfter100k/clientgo", "items/s", "≥", 1.5},
+	{"1 Core pipeline vs client-go: throughput", "Pipeline", "ours-events/s", "", "clientgo-events/s", "≥", 2},
+	{"1 Core pipeline vs client-go: allocations per event", "Pipeline", "ours-allocs/event", "", "clientgo-allocs/event", "≤", 0.5},
+	{"1 Core pipeline vs client-go: bytes allocated per event", "Pipeline", "ours-B/event", "", "clientgo-B/event", "", 0},
+	{"1 Core pipeline vs client-go: peak heap above the input", "Pipeline", "ours-peak-heap-MB", "", "clientgo-peak-heap-MB", "", 0},
+	{"2 WorkQueue Add/Get/Done, 1 goroutine", "WorkQueue/AddGetDone", "ours-items/s", "", "clientgo-items/s", "≥", 1.5},
+	{"2 WorkQueue 8 producers + 8 consumers", "WorkQueue/Parallel8x8", "ours-items/s", "", "clientgo-items/s", "≥", 1.5},
+	{"2 WorkQueue AddAfter, 100k pending", "WorkQueue/AddAfter100k", "ours-items/s", "", "clientgo-items/s", "≥", 1.5},
 	{"3 Memory per object: ours (2 indexes) vs client-go (2 indexes)", "MemoryPerObject/ours", "B/object", "MemoryPerObject/clientgo", "B/object", "≤", 1},
 	{"3 Memory per object: ours (2 indexes) vs plain map", "MemoryPerObject/ours", "B/object", "MemoryPerObject/map", "B/object", "≤", 1.3},
 	{"3 Memory per object: ours without indexes vs plain map", "MemoryPerObject/ours-noindex", "B/object", "MemoryPerObject/map", "B/object", "", 0},
-	{"4 Postgres initial sync (List) vs raw COPY TO STDOUT: time", "Postgres/InitialSync/ours", "ns/op", "Postgres/InitialSync/copy", "ns/op", "≤", 1.5},
+	{"4 Postgres initial sync (List) vs raw COPY TO STDOUT: time", "Postgres/InitialSync", "ours-s", "", "copy-s", "≤", 1.5},
 	{"5 Postgres streaming, writers unpaced: applied vs committed rows/s", "Postgres/Streaming/max/ours", "applied-rows/s", "", "committed-rows/s", "≥", 0.99},
-	{"5 Postgres streaming, writers unpaced: cache lag p99, ms", "Postgres/Streaming/max/ours", "lag-p99-ms", "", "", "", 0},
+	{"5 Postgres streaming, writers unpaced: lag p99, ms (from send)", "Postgres/Streaming/max/ours", "lag-from-send-p99-ms", "", "", "", 0},
 	{"5 Postgres streaming at 20k rows/s: applied vs committed rows/s", "Postgres/Streaming/paced/ours", "applied-rows/s", "", "committed-rows/s", "≥", 0.99},
-	{"5 Postgres streaming at 20k rows/s: cache lag p50, ms (commit to handler)", "Postgres/Streaming/paced/ours", "lag-p50-ms", "", "", "", 0},
-	{"5 Postgres streaming at 20k rows/s: cache lag p99, ms (commit to handler)", "Postgres/Streaming/paced/ours", "lag-p99-ms", "", "", "≤", 100},
-	{"5 Postgres decode rate vs bare receive loop (decodes nothing)", "Postgres/Decode/ours", "rows/s", "Postgres/Decode/bare", "rows/s", "", 0},
-	{"6 etcd List vs raw clientv3: time", "Etcd/List/ours", "ns/op", "Etcd/List/raw", "ns/op", "≤", 1.2},
-	{"6 etcd watch of changes vs raw clientv3: time", "Etcd/Watch/ours", "ns/op", "Etcd/Watch/raw", "ns/op", "≤", 1.2},
-	{"7 NATS KV initial sync vs raw KV watcher: time", "NATSKV/List/ours", "ns/op", "NATSKV/List/raw", "ns/op", "≤", 1.2},
-	{"7 NATS KV changes vs raw KV watcher: time", "NATSKV/Watch/ours", "ns/op", "NATSKV/Watch/raw", "ns/op", "≤", 1.2},
+	{"5 Postgres streaming at 20k rows/s: lag p50, ms (commit returned → handler)", "Postgres/Streaming/paced/ours", "lag-p50-ms", "", "", "", 0},
+	{"5 Postgres streaming at 20k rows/s: lag p99, ms (commit returned → handler)", "Postgres/Streaming/paced/ours", "lag-p99-ms", "", "", "", 0},
+	{"5 Postgres streaming at 20k rows/s: lag p99, ms (transaction sent → handler)", "Postgres/Streaming/paced/ours", "lag-from-send-p99-ms", "", "", "≤", 100},
+	{"5 Postgres decode rate vs bare receive loop that decodes nothing", "Postgres/Decode", "ours-rows/s", "", "bare-rows/s", "", 0},
+	{"6 etcd List of 100k keys vs raw clientv3: time", "Etcd/List", "ours-s", "", "raw-s", "≤", 1.2},
+	{"6 etcd watch of 100k changes vs raw clientv3: time", "Etcd/Watch", "ours-s", "", "raw-s", "≤", 1.2},
+	{"7 NATS KV initial sync of 100k keys vs raw KV watcher: time", "NATSKV/List", "ours-s", "", "raw-s", "≤", 1.2},
+	{"7 NATS KV 100k changes vs raw KV watcher: time", "NATSKV/Watch", "ours-s", "", "raw-s", "≤", 1.2},
 }
 
 // results maps a sub-benchmark to its metrics, each the values of every run.
@@ -99,10 +100,17 @@ func (r results) get(bench, metric string) (float64, bool) {
 	return median(vs), true
 }
 
-// format prints a figure with its unit, turning ns/op into seconds.
+// format prints a figure with its unit, without the side's name that
+// prefixes the metrics of a side-by-side benchmark.
 func format(v float64, metric string) string {
-	if metric == "ns/op" {
+	for _, p := range []string{"ours-", "clientgo-", "raw-", "copy-", "bare-"} {
+		metric = strings.TrimPrefix(metric, p)
+	}
+	switch metric {
+	case "ns/op":
 		return fmt.Sprintf("%.3g s", v/1e9)
+	case "s":
+		return fmt.Sprintf("%.3g s", v)
 	}
 	switch {
 	case v >= 1e6:
@@ -200,7 +208,7 @@ func keptNotes(path string) string {
 func main() {
 	var (
 		bench   = flag.String("bench", ".", "benchmarks to run (go test -bench)")
-		count   = flag.Int("count", 3, "runs of each benchmark; figures are medians")
+		count   = flag.Int("count", 1, "runs of each benchmark; figures are medians")
 		short   = flag.Bool("short", false, "small sizes (the smoke run)")
 		out     = flag.String("out", "BENCHMARKS.md", `file to write, "-" for none`)
 		from    = flag.String("from", "", "parse this saved go test output instead of running")

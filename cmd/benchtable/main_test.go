@@ -7,10 +7,9 @@ import (
 )
 
 const sample = `goos: linux
-BenchmarkPipeline/ours-2         	       1	  57062897 ns/op	       369.9 B/event	         3.409 allocs/event	    700000 events/s	         6.486 peak-heap-MB
-BenchmarkPipeline/clientgo-2     	       1	  90368834 ns/op	      1211 B/event	         7.634 allocs/event	    230593 events/s	         8.207 peak-heap-MB
-BenchmarkPipeline/ours-2         	       1	  57062897 ns/op	       369.9 B/event	         3.409 allocs/event	    100000 events/s	         6.486 peak-heap-MB
-BenchmarkPipeline/ours-2         	       1	  57062897 ns/op	       369.9 B/event	         3.409 allocs/event	    500000 events/s	         6.486 peak-heap-MB
+BenchmarkPipeline-2   	       1	 263386980 ns/op	      1210 clientgo-B/event	         7.634 clientgo-allocs/event	    230593 clientgo-events/s	        14.67 clientgo-peak-heap-MB	         0.1248 clientgo-s	       332.8 ours-B/event	         3.409 ours-allocs/event	    700000 ours-events/s	         6.113 ours-peak-heap-MB	         0.02491 ours-s
+BenchmarkPipeline-2   	       1	 263386980 ns/op	      1210 clientgo-B/event	         7.634 clientgo-allocs/event	    230593 clientgo-events/s	        14.67 clientgo-peak-heap-MB	         0.1248 clientgo-s	       332.8 ours-B/event	         3.409 ours-allocs/event	    100000 ours-events/s	         6.113 ours-peak-heap-MB	         0.02491 ours-s
+BenchmarkPipeline-2   	       1	 263386980 ns/op	      1210 clientgo-B/event	         7.634 clientgo-allocs/event	    230593 clientgo-events/s	        14.67 clientgo-peak-heap-MB	         0.1248 clientgo-s	       332.8 ours-B/event	         3.409 ours-allocs/event	    500000 ours-events/s	         6.113 ours-peak-heap-MB	         0.02491 ours-s
 PASS
 `
 
@@ -19,10 +18,10 @@ func TestParseMedian(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := res["Pipeline/ours"]["events/s"]; len(got) != 3 {
+	if got := res["Pipeline"]["ours-events/s"]; len(got) != 3 {
 		t.Fatalf("runs of ours: %v", got)
 	}
-	if v, _ := res.get("Pipeline/ours", "events/s"); v != 500000 {
+	if v, _ := res.get("Pipeline", "ours-events/s"); v != 500000 {
 		t.Fatalf("median %v, want 500000", v)
 	}
 }
