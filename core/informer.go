@@ -786,11 +786,14 @@ func (l *listener[T]) closeDone() { l.doneOnce.Do(func() { close(l.done) }) }
 
 func (l *listener[T]) pendingLocked() int { return len(l.buf) - l.head + l.delivering }
 
+// reportPending reports under l.mu so that reports from the informer and
+// from the delivery goroutine reach the metric in the order the counts were
+// taken; reported after unlocking, an older count could land last and leave
+// the gauge stale. InformerMetrics methods must not block, so this is safe.
 func (l *listener[T]) reportPending() {
 	l.mu.Lock()
-	n := l.pendingLocked()
+	l.inf.met.PendingNotifications(l.name, l.pendingLocked())
 	l.mu.Unlock()
-	l.inf.met.PendingNotifications(l.name, n)
 }
 
 // add appends notes under one lock, blocking while the buffer is full.
@@ -819,11 +822,12 @@ func (l *listener[T]) add(notes []notification[T]) {
 		}
 		added++
 	}
-	pending := l.pendingLocked()
+	if added > 0 {
+		l.inf.met.PendingNotifications(l.name, l.pendingLocked()) // under l.mu: see reportPending
+	}
 	l.mu.Unlock()
 	if added > 0 {
 		l.signal()
-		l.inf.met.PendingNotifications(l.name, pending)
 	}
 }
 
