@@ -1,75 +1,26 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/dbinformer/dbinformer/examples/internal/exampletest"
 	"github.com/dbinformer/dbinformer/integration/harness"
 )
 
-// syncBuffer is written by workers and run at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// start runs the controller until the returned stop is called.
-func start(t *testing.T, cfg config) (out *syncBuffer, stop func() error) {
+// start runs the controller until stop (what Ctrl-C does).
+func start(t *testing.T, cfg config) (out *exampletest.Output, stop func() error) {
 	t.Helper()
-	out = &syncBuffer{}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, cfg, out) }()
-	var once sync.Once
-	var err error
-	stop = func() error {
-		once.Do(func() {
-			cancel() // what Ctrl-C does through signal.NotifyContext
-			select {
-			case err = <-done:
-			case <-time.After(time.Minute):
-				t.Fatalf("run did not return after cancel:\n%s", out.String())
-			}
-		})
-		return err
-	}
-	t.Cleanup(func() { _ = stop() })
-	return out, stop
-}
-
-// waitOutput waits, with a generous deadline, until the output holds want
-// n times.
-func waitOutput(t *testing.T, out *syncBuffer, want string, n int) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for strings.Count(out.String(), want) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("output never held %q %d times:\n%s", want, n, out.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	p := exampletest.Start(t, func(ctx context.Context, out io.Writer) error { return run(ctx, cfg, out) })
+	return p.Out, p.Stop
 }
 
 func TestController(t *testing.T) {
@@ -100,7 +51,7 @@ func TestController(t *testing.T) {
 		flaky: "api", fail: 3, baseDelay: time.Millisecond, maxRetries: 5,
 	})
 	// Retries back off exponentially per key, then Forget resets the key.
-	waitOutput(t, out, "reconcile api: attempt 4 succeeded after 3 retries; Forget (requeues now 0)", 1)
+	exampletest.WaitOutput(t, out, "reconcile api: attempt 4 succeeded after 3 retries; Forget (requeues now 0)", 1)
 	for _, want := range []string{
 		"cache synced: 3 apps; starting 2 workers",
 		"reconcile api: attempt 1 failed: simulated backend failure (1 of 3); retry 1 in 1ms",
@@ -112,8 +63,8 @@ func TestController(t *testing.T) {
 		}
 	}
 	// The other worker handles the other apps meanwhile.
-	waitOutput(t, out, "reconcile web: image=nginx:1.27 replicas=3 -> status written", 1)
-	waitOutput(t, out, "reconcile worker: image=worker:2.4.1 replicas=5 -> status written", 1)
+	exampletest.WaitOutput(t, out, "reconcile web: image=nginx:1.27 replicas=3 -> status written", 1)
+	exampletest.WaitOutput(t, out, "reconcile worker: image=worker:2.4.1 replicas=5 -> status written", 1)
 	if s, ok := status("api"); !ok || s.Attempts != 4 || s.ObservedReplicas != 2 {
 		t.Errorf("status of api = %+v (present %v)", s, ok)
 	}
@@ -144,7 +95,7 @@ func TestController(t *testing.T) {
 	if _, err := cli.Put(ctx, appsPrefix+"api", `{"image":"api:2.5.0","replicas":4}`); err != nil {
 		t.Fatal(err)
 	}
-	waitOutput(t, out, "reconcile api: attempt 4 succeeded after 3 retries", 2)
+	exampletest.WaitOutput(t, out, "reconcile api: attempt 4 succeeded after 3 retries", 2)
 	if n := strings.Count(out.String(), "; retry 1 in 1ms"); n != 2 {
 		t.Errorf("%d first retries at 1ms, want 2 (Forget resets the backoff)", n)
 	}
@@ -155,7 +106,7 @@ func TestController(t *testing.T) {
 	if _, err := cli.Delete(ctx, appsPrefix+"web"); err != nil {
 		t.Fatal(err)
 	}
-	waitOutput(t, out, "reconcile web: app deleted; removed its status", 1)
+	exampletest.WaitOutput(t, out, "reconcile web: app deleted; removed its status", 1)
 	if _, ok := status("web"); ok {
 		t.Error("status of deleted app web still there")
 	}
@@ -172,7 +123,7 @@ func TestController(t *testing.T) {
 		endpoints: srv.Endpoints(), workers: 1,
 		flaky: "api", fail: 10, baseDelay: time.Millisecond, maxRetries: 2,
 	})
-	waitOutput(t, out, "reconcile api: attempt 3 failed: simulated backend failure (3 of 10); dropping it after 2 retries", 1)
+	exampletest.WaitOutput(t, out, "reconcile api: attempt 3 failed: simulated backend failure (3 of 10); dropping it after 2 retries", 1)
 	if err := stop(); err != nil {
 		t.Fatalf("second run after Ctrl-C: %v", err)
 	}

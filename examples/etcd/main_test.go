@@ -1,135 +1,26 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
-	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 
+	"github.com/dbinformer/dbinformer/examples/internal/exampletest"
 	"github.com/dbinformer/dbinformer/integration/harness"
 )
 
-// syncBuffer is written by handlers, progress hooks and run at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// started runs the example until the returned stop is called, and returns
-// the HTTP base URL it printed.
-func started(t *testing.T, cfg config) (base string, out *syncBuffer, stop func() error) {
+// started runs the example until stop (what Ctrl-C does) and returns the
+// HTTP base URL it announced.
+func started(t *testing.T, cfg config) (base string, out *exampletest.Output, stop func() error) {
 	t.Helper()
-	out = &syncBuffer{}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, cfg, out) }()
-	addr := regexp.MustCompile(`serving (http://[0-9.:]+) `)
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		if m := addr.FindStringSubmatch(out.String()); m != nil {
-			base = m[1]
-			break
-		}
-		select {
-		case err := <-done:
-			cancel()
-			t.Fatalf("run ended before serving: %v\n%s", err, out.String())
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			cancel()
-			t.Fatalf("never served:\n%s", out.String())
-		}
-	}
-	var once sync.Once
-	var err error
-	stop = func() error {
-		once.Do(func() {
-			cancel() // what Ctrl-C does through signal.NotifyContext
-			select {
-			case err = <-done:
-			case <-time.After(time.Minute):
-				t.Fatalf("run did not return after cancel:\n%s", out.String())
-			}
-		})
-		return err
-	}
-	t.Cleanup(func() { _ = stop() })
-	return base, out, stop
-}
-
-func get(t *testing.T, url string) (int, string) {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
-}
-
-func getJSON[T any](t *testing.T, url string) T {
-	t.Helper()
-	code, body := get(t, url)
-	var v T
-	if code != http.StatusOK {
-		t.Fatalf("GET %s: %d %s", url, code, body)
-	}
-	if err := json.Unmarshal([]byte(body), &v); err != nil {
-		t.Fatalf("GET %s: %v\n%s", url, err, body)
-	}
-	return v
-}
-
-// eventuallyGet polls until url answers 200 with a body containing want.
-func eventuallyGet(t *testing.T, url, want string) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		code, body := get(t, url)
-		if code == http.StatusOK && strings.Contains(body, want) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("GET %s: %d %s; want 200 with %q", url, code, body, want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// waitOutput waits, with a generous deadline, until the output holds want:
-// handlers print on their own goroutines.
-func waitOutput(t *testing.T, out *syncBuffer, want string) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !strings.Contains(out.String(), want) {
-		if time.Now().After(deadline) {
-			t.Fatalf("output never held %q:\n%s", want, out.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	p := exampletest.Start(t, func(ctx context.Context, out io.Writer) error { return run(ctx, cfg, out) })
+	return p.BaseURL(), p.Out, p.Stop
 }
 
 func TestEtcdExample(t *testing.T) {
@@ -153,14 +44,14 @@ func TestEtcdExample(t *testing.T) {
 	if !strings.Contains(out.String(), "synced 150 services at revision ") {
 		t.Errorf("output:\n%s", out.String())
 	}
-	all := getJSON[[]Service](t, base+"/services")
+	all := exampletest.GetJSON[[]Service](t, base+"/services")
 	if len(all) != 150 || all[3].Name != "svc-0003" || all[3].Team != "storage" {
 		t.Errorf("/services: %d, [3] = %+v", len(all), all[min(3, len(all)-1)])
 	}
-	if got := getJSON[[]Service](t, base+"/services?team=payments"); len(got) != 38 { // 0, 4, ..., 148
+	if got := exampletest.GetJSON[[]Service](t, base+"/services?team=payments"); len(got) != 38 { // 0, 4, ..., 148
 		t.Errorf("/services?team=payments: %d services, want 38", len(got))
 	}
-	if s := getJSON[Service](t, base+"/services/svc-0010"); s.Healthy || s.Endpoint != "10.0.0.11:8443" {
+	if s := exampletest.GetJSON[Service](t, base+"/services/svc-0010"); s.Healthy || s.Endpoint != "10.0.0.11:8443" {
 		t.Errorf("/services/svc-0010 = %+v", s)
 	}
 
@@ -173,10 +64,10 @@ func TestEtcdExample(t *testing.T) {
 	if _, err := cli.Delete(ctx, prefix+"svc-0001"); err != nil {
 		t.Fatal(err)
 	}
-	eventuallyGet(t, base+"/services/billing", `"endpoint": "10.9.9.9:443"`)
+	exampletest.EventuallyGet(t, base+"/services/billing", `"endpoint": "10.9.9.9:443"`)
 	deadline := time.Now().Add(time.Minute)
 	for {
-		if code, _ := get(t, base+"/services/svc-0001"); code == http.StatusNotFound {
+		if code, _ := exampletest.Get(t, base+"/services/svc-0001"); code == http.StatusNotFound {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -184,11 +75,11 @@ func TestEtcdExample(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if got := getJSON[[]Service](t, base+"/services?team=payments"); len(got) != 39 {
+	if got := exampletest.GetJSON[[]Service](t, base+"/services?team=payments"); len(got) != 39 {
 		t.Errorf("/services?team=payments after a put: %d, want 39", len(got))
 	}
 
-	_, metrics := get(t, base+"/metrics")
+	_, metrics := exampletest.Get(t, base+"/metrics")
 	for _, want := range []string{
 		`dbinformer_informer_listed_objects{informer="services"} 150`,
 		`dbinformer_informer_decode_errors_total{informer="services"} 1`,
@@ -199,9 +90,9 @@ func TestEtcdExample(t *testing.T) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}
-	waitOutput(t, out, "added billing:")
-	waitOutput(t, out, "deleted svc-0001 (team search)")
-	waitOutput(t, out, `key "broken"`)
+	exampletest.WaitOutput(t, out, "added billing:", 1)
+	exampletest.WaitOutput(t, out, "deleted svc-0001 (team search)", 1)
+	exampletest.WaitOutput(t, out, `key "broken"`, 1)
 	if err := stop(); err != nil {
 		t.Fatalf("run after Ctrl-C: %v\n%s", err, out.String())
 	}

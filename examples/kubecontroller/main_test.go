@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -15,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/dbinformer/dbinformer/examples/internal/exampletest"
 	"github.com/dbinformer/dbinformer/integration/harness"
 )
 
@@ -38,35 +37,6 @@ func TestMain(m *testing.M) {
 	)
 }
 
-// syncBuffer is a bytes.Buffer safe for the program's workers and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func waitForOutput(t *testing.T, out interface{ String() string }, want string) {
-	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for !strings.Contains(out.String(), want) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the program never printed %q; it printed:\n%s", want, out.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 func createConfigMap(t *testing.T, k *harness.Kube, ns, name string, data map[string]string) *corev1.ConfigMap {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -87,15 +57,15 @@ func TestReconcilesConfigMap(t *testing.T) {
 	k := harness.StartKube(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stdout, stderr syncBuffer
+	var stdout, stderr exampletest.Output
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"--kubeconfig", k.Kubeconfig(), "--namespace", "default"}, &stdout, &stderr)
 	}()
-	waitForOutput(t, &stdout, "caches synced")
+	exampletest.WaitOutput(t, &stdout, "caches synced", 1)
 
 	cm := createConfigMap(t, k, "default", "hello", map[string]string{"greeting": "hi", "name": "world"})
-	waitForOutput(t, &stdout, "reconciled configmap default/hello: version "+cm.ResourceVersion+", keys [greeting name]")
+	exampletest.WaitOutput(t, &stdout, "reconciled configmap default/hello: version "+cm.ResourceVersion+", keys [greeting name]", 1)
 
 	cs := k.Client(t)
 	pod, err := cs.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
@@ -105,12 +75,12 @@ func TestReconcilesConfigMap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitForOutput(t, &stdout, "reconciled pod default/web: version "+pod.ResourceVersion+", phase Pending, 1 containers")
+	exampletest.WaitOutput(t, &stdout, "reconciled pod default/web: version "+pod.ResourceVersion+", phase Pending, 1 containers", 1)
 
 	if err := cs.CoreV1().ConfigMaps("default").Delete(ctx, "hello", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitForOutput(t, &stdout, "reconciled configmap default/hello: deleted")
+	exampletest.WaitOutput(t, &stdout, "reconciled configmap default/hello: deleted", 1)
 
 	cancel()
 	select {
@@ -133,7 +103,7 @@ func TestReconcilesConfigMap(t *testing.T) {
 func TestInterrupt(t *testing.T) {
 	k := harness.StartKube(t)
 	ns := "default"
-	var stdout, stderr syncBuffer
+	var stdout, stderr exampletest.Output
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), runAsMainEnv+"=1", runAsMainEnv+"_ARGS=--kubeconfig "+k.Kubeconfig()+" --namespace "+ns)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -154,9 +124,9 @@ func TestInterrupt(t *testing.T) {
 			<-exited
 		}
 	})
-	waitForOutput(t, &stdout, "caches synced")
+	exampletest.WaitOutput(t, &stdout, "caches synced", 1)
 	cm := createConfigMap(t, k, ns, "interrupt-me", map[string]string{"a": "1"})
-	waitForOutput(t, &stdout, "reconciled configmap "+ns+"/interrupt-me: version "+cm.ResourceVersion)
+	exampletest.WaitOutput(t, &stdout, "reconciled configmap "+ns+"/interrupt-me: version "+cm.ResourceVersion, 1)
 
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)

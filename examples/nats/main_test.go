@@ -1,134 +1,25 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
-	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/dbinformer/dbinformer/examples/internal/exampletest"
 	"github.com/dbinformer/dbinformer/integration/harness"
 )
 
-// syncBuffer is written by handlers, progress hooks and run at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// started runs the example until the returned stop is called, and returns
-// the HTTP base URL it printed.
-func started(t *testing.T, cfg config) (base string, out *syncBuffer, stop func() error) {
+// started runs the example until stop (what Ctrl-C does) and returns the
+// HTTP base URL it announced.
+func started(t *testing.T, cfg config) (base string, out *exampletest.Output, stop func() error) {
 	t.Helper()
-	out = &syncBuffer{}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, cfg, out) }()
-	addr := regexp.MustCompile(`serving (http://[0-9.:]+) `)
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		if m := addr.FindStringSubmatch(out.String()); m != nil {
-			base = m[1]
-			break
-		}
-		select {
-		case err := <-done:
-			cancel()
-			t.Fatalf("run ended before serving: %v\n%s", err, out.String())
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			cancel()
-			t.Fatalf("never served:\n%s", out.String())
-		}
-	}
-	var once sync.Once
-	var err error
-	stop = func() error {
-		once.Do(func() {
-			cancel() // what Ctrl-C does through signal.NotifyContext
-			select {
-			case err = <-done:
-			case <-time.After(time.Minute):
-				t.Fatalf("run did not return after cancel:\n%s", out.String())
-			}
-		})
-		return err
-	}
-	t.Cleanup(func() { _ = stop() })
-	return base, out, stop
-}
-
-func get(t *testing.T, url string) (int, string) {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
-}
-
-func getJSON[T any](t *testing.T, url string) T {
-	t.Helper()
-	code, body := get(t, url)
-	var v T
-	if code != http.StatusOK {
-		t.Fatalf("GET %s: %d %s", url, code, body)
-	}
-	if err := json.Unmarshal([]byte(body), &v); err != nil {
-		t.Fatalf("GET %s: %v\n%s", url, err, body)
-	}
-	return v
-}
-
-// eventuallyGet polls until url answers 200 with a body containing want.
-func eventuallyGet(t *testing.T, url, want string) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		code, body := get(t, url)
-		if code == http.StatusOK && strings.Contains(body, want) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("GET %s: %d %s; want 200 with %q", url, code, body, want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// waitOutput waits, with a generous deadline, until the output holds want:
-// handlers print on their own goroutines.
-func waitOutput(t *testing.T, out *syncBuffer, want string) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !strings.Contains(out.String(), want) {
-		if time.Now().After(deadline) {
-			t.Fatalf("output never held %q:\n%s", want, out.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	p := exampletest.Start(t, func(ctx context.Context, out io.Writer) error { return run(ctx, cfg, out) })
+	return p.BaseURL(), p.Out, p.Stop
 }
 
 func TestNATSExample(t *testing.T) {
@@ -143,11 +34,11 @@ func TestNATSExample(t *testing.T) {
 	if !strings.Contains(out.String(), `synced 100 items from bucket "inv_test" at revision 100`) {
 		t.Errorf("output:\n%s", out.String())
 	}
-	all := getJSON[[]Item](t, base+"/items")
+	all := exampletest.GetJSON[[]Item](t, base+"/items")
 	if len(all) != 100 || all[42].SKU != "sku-00042" || all[42].Warehouse != "lis" || all[42].Qty != 94 {
 		t.Errorf("/items: %d, [42] = %+v", len(all), all[min(42, len(all)-1)])
 	}
-	if got := getJSON[[]Item](t, base+"/items?warehouse=ams"); len(got) != 20 {
+	if got := exampletest.GetJSON[[]Item](t, base+"/items?warehouse=ams"); len(got) != 20 {
 		t.Errorf("/items?warehouse=ams: %d items, want 20", len(got))
 	}
 
@@ -164,10 +55,10 @@ func TestNATSExample(t *testing.T) {
 	if _, err := kv.Put(ctx, "bad", []byte(`[1,2`)); err != nil {
 		t.Fatal(err)
 	}
-	eventuallyGet(t, base+"/items/sku-00003", `"qty": 0`)
+	exampletest.EventuallyGet(t, base+"/items/sku-00003", `"qty": 0`)
 	deadline := time.Now().Add(time.Minute)
 	for {
-		if code, _ := get(t, base+"/items/sku-00004"); code == http.StatusNotFound {
+		if code, _ := exampletest.Get(t, base+"/items/sku-00004"); code == http.StatusNotFound {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -181,7 +72,7 @@ func TestNATSExample(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	_, metrics := get(t, base+"/metrics")
+	_, metrics := exampletest.Get(t, base+"/metrics")
 	for _, want := range []string{
 		`dbinformer_informer_listed_objects{informer="items"} 100`,
 		`dbinformer_informer_lists_total{informer="items",kind="list",result="success"} 1`,
@@ -192,8 +83,8 @@ func TestNATSExample(t *testing.T) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}
-	waitOutput(t, out, "updated sku-00003: qty 21 -> 0")
-	waitOutput(t, out, "deleted sku-00004 (was in osl)")
+	exampletest.WaitOutput(t, out, "updated sku-00003: qty 21 -> 0", 1)
+	exampletest.WaitOutput(t, out, "deleted sku-00004 (was in osl)", 1)
 	if err := stop(); err != nil {
 		t.Fatalf("run after Ctrl-C: %v\n%s", err, out.String())
 	}

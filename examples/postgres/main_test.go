@@ -1,121 +1,26 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/dbinformer/dbinformer/examples/internal/exampletest"
 	"github.com/dbinformer/dbinformer/integration/harness"
 )
 
-// syncBuffer is written by handlers, progress hooks and run at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// started runs the example until the returned stop is called, and returns
-// the HTTP base URL it printed.
-func started(t *testing.T, cfg config) (base string, out *syncBuffer, stop func() error) {
+// started runs the example until stop (what Ctrl-C does) and returns the
+// HTTP base URL it announced.
+func started(t *testing.T, cfg config) (base string, out *exampletest.Output, stop func() error) {
 	t.Helper()
-	out = &syncBuffer{}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, cfg, out) }()
-	addr := regexp.MustCompile(`serving (http://[0-9.:]+) `)
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		if m := addr.FindStringSubmatch(out.String()); m != nil {
-			base = m[1]
-			break
-		}
-		select {
-		case err := <-done:
-			cancel()
-			t.Fatalf("run ended before serving: %v\n%s", err, out.String())
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			cancel()
-			t.Fatalf("never served:\n%s", out.String())
-		}
-	}
-	var once sync.Once
-	var err error
-	stop = func() error {
-		once.Do(func() {
-			cancel() // what Ctrl-C does through signal.NotifyContext
-			select {
-			case err = <-done:
-			case <-time.After(time.Minute):
-				t.Fatalf("run did not return after cancel:\n%s", out.String())
-			}
-		})
-		return err
-	}
-	t.Cleanup(func() { _ = stop() })
-	return base, out, stop
-}
-
-func get(t *testing.T, url string) (int, string) {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
-}
-
-func getJSON[T any](t *testing.T, url string) T {
-	t.Helper()
-	code, body := get(t, url)
-	var v T
-	if code != http.StatusOK {
-		t.Fatalf("GET %s: %d %s", url, code, body)
-	}
-	if err := json.Unmarshal([]byte(body), &v); err != nil {
-		t.Fatalf("GET %s: %v\n%s", url, err, body)
-	}
-	return v
-}
-
-// eventuallyGet polls until url answers 200 with a body containing want.
-func eventuallyGet(t *testing.T, url, want string) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		code, body := get(t, url)
-		if code == http.StatusOK && strings.Contains(body, want) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("GET %s: %d %s; want 200 with %q", url, code, body, want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	p := exampletest.Start(t, func(ctx context.Context, out io.Writer) error { return run(ctx, cfg, out) })
+	return p.BaseURL(), p.Out, p.Stop
 }
 
 func slots(t *testing.T, pg *harness.Postgres) int {
@@ -173,15 +78,15 @@ func TestPostgresExample(t *testing.T) {
 		}
 	}
 
-	customers := getJSON[[]Customer](t, base+"/customers")
+	customers := exampletest.GetJSON[[]Customer](t, base+"/customers")
 	if len(customers) != 20 || customers[6].ID != 7 || customers[6].Email != "customer7@example.com" {
 		t.Errorf("/customers: %d rows, [6] = %+v", len(customers), customers[min(6, len(customers)-1)])
 	}
-	if c := getJSON[Customer](t, base+"/customers/3"); c.Name != "Customer 3" {
+	if c := exampletest.GetJSON[Customer](t, base+"/customers/3"); c.Name != "Customer 3" {
 		t.Errorf("/customers/3 = %+v", c)
 	}
 	// Orders i go to customer 1+(i-1)%20: customer 3 has orders 3, 23, 43, 63, 83.
-	byCustomer := getJSON[[]Order](t, base+"/orders?customer=3")
+	byCustomer := exampletest.GetJSON[[]Order](t, base+"/orders?customer=3")
 	var ids []int64
 	for _, o := range byCustomer {
 		ids = append(ids, o.ID)
@@ -189,24 +94,24 @@ func TestPostgresExample(t *testing.T) {
 	if len(ids) != 5 || ids[0] != 3 || ids[4] != 83 {
 		t.Errorf("/orders?customer=3 ids = %v", ids)
 	}
-	if o := getJSON[Order](t, base+"/orders/42"); o.CustomerID != 2 || o.TotalCents != 4200 || o.Status != "open" ||
+	if o := exampletest.GetJSON[Order](t, base+"/orders/42"); o.CustomerID != 2 || o.TotalCents != 4200 || o.Status != "open" ||
 		!o.CreatedAt.Equal(time.Date(2026, 1, 1, 0, 42, 0, 0, time.UTC)) {
 		t.Errorf("/orders/42 = %+v", o)
 	}
-	if code, _ := get(t, base+"/orders/100000"); code != http.StatusNotFound {
+	if code, _ := exampletest.Get(t, base+"/orders/100000"); code != http.StatusNotFound {
 		t.Errorf("/orders/100000: %d, want 404", code)
 	}
 
 	// A write through the database reaches the JSON view.
 	pg.Exec(t, `INSERT INTO orders (id, customer_id, status, total_cents) VALUES (1001, 3, 'open', 999);
 		UPDATE customers SET name = 'Renamed' WHERE id = 4`)
-	eventuallyGet(t, base+"/orders/1001", `"total_cents": 999`)
-	eventuallyGet(t, base+"/customers/4", `"name": "Renamed"`)
-	if got := getJSON[[]Order](t, base+"/orders?customer=3"); len(got) != 6 {
+	exampletest.EventuallyGet(t, base+"/orders/1001", `"total_cents": 999`)
+	exampletest.EventuallyGet(t, base+"/customers/4", `"name": "Renamed"`)
+	if got := exampletest.GetJSON[[]Order](t, base+"/orders?customer=3"); len(got) != 6 {
 		t.Errorf("/orders?customer=3 after insert: %d orders, want 6", len(got))
 	}
 
-	_, metrics := get(t, base+"/metrics")
+	_, metrics := exampletest.Get(t, base+"/metrics")
 	for _, want := range []string{
 		`dbinformer_informer_listed_objects{informer="customers"} 20`,
 		`dbinformer_informer_listed_objects{informer="orders"} 100`,
@@ -261,13 +166,13 @@ func TestPostgresExampleWithExistingPublication(t *testing.T) {
 		CREATE PUBLICATION shop_pub FOR TABLE public.customers, public.orders`)
 
 	base, out, stop := started(t, config{conn: conn, pub: "shop_pub", listen: "127.0.0.1:0"})
-	if got := getJSON[[]Order](t, base+"/orders?customer=1"); len(got) != 3 {
+	if got := exampletest.GetJSON[[]Order](t, base+"/orders?customer=1"); len(got) != 3 {
 		t.Errorf("/orders?customer=1: %d orders, want 3 (1, 4, 7)", len(got))
 	}
 	pg.Exec(t, `DELETE FROM orders WHERE id = 4`)
 	deadline := time.Now().Add(time.Minute)
 	for {
-		if code, _ := get(t, base+"/orders/4"); code == http.StatusNotFound {
+		if code, _ := exampletest.Get(t, base+"/orders/4"); code == http.StatusNotFound {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -304,7 +209,7 @@ func TestPostgresExampleMissingPrivilegeFails(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	var out syncBuffer
+	var out exampletest.Output
 	err := run(ctx, config{conn: conn, listen: "127.0.0.1:0", syncTimeout: 3 * time.Second}, &out)
 	if err == nil || !strings.Contains(err.Error(), "initial sync did not finish") ||
 		!strings.Contains(err.Error(), "create publication") || !strings.Contains(err.Error(), "permission denied") {

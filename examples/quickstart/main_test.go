@@ -1,40 +1,22 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/dbinformer/dbinformer/examples/internal/exampletest"
 )
-
-// syncBuffer is written by the informer's progress hook and the tour at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // The README's first command: the whole tour on the embedded server.
 func TestQuickstartTour(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	var out syncBuffer
+	var out exampletest.Output
 	if err := run(ctx, config{bucket: "qs_test", orders: 300}, &out); err != nil {
 		t.Fatalf("run: %v\n%s", err, out.String())
 	}
@@ -61,7 +43,7 @@ func TestQuickstartFollowStopsOnCancel(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out syncBuffer
+	var out exampletest.Output
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, config{bucket: "qs_follow", orders: 10, follow: true}, &out) }()
 	deadline := time.Now().Add(2 * time.Minute)
