@@ -5,9 +5,17 @@ GO ?= go
 TEST_TIMEOUT ?= 40m
 TEST_FLAGS ?=
 
-.PHONY: test deps postgres kube-apiserver vet
+.PHONY: test deps postgres kube-apiserver vet fuzz
 test: deps vet
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...
+	bash scripts/fuzz.sh $(FUZZ_SHORT)
+
+# Fuzz targets (DeltaFIFO/FIFO, Indexer, WorkQueue against reference models):
+# a short fixed-time pass runs inside make test, a long one here.
+FUZZ_SHORT ?= 10s
+FUZZ_TIME ?= 3m
+fuzz:
+	bash scripts/fuzz.sh $(FUZZ_TIME)
 
 # Everything a fresh machine needs before the tests: Postgres server binaries
 # (Debian's postgresql, only when missing) and the real kube-apiserver built
