@@ -1,12 +1,13 @@
 # dbinformer — see README.md.
+SHELL := /bin/bash
 GO ?= go
 # The whole suite takes a few minutes warm on 2 cores; the timeout leaves
 # room for a cold machine without letting a hang eat CI's 90 minutes.
 TEST_TIMEOUT ?= 40m
 TEST_FLAGS ?=
 
-.PHONY: test deps postgres kube-apiserver vet fuzz
-test: deps vet
+.PHONY: test deps postgres kube-apiserver vet fuzz smoke
+test: deps vet smoke
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...
 	bash scripts/fuzz.sh $(FUZZ_SHORT)
 
@@ -28,6 +29,11 @@ postgres:
 
 kube-apiserver:
 	bash scripts/build-kube-apiserver.sh >/dev/null
+
+# One real round trip per server (Postgres, etcd, NATS, kube-apiserver),
+# named in the output so that a run shows the four servers were really used.
+smoke:
+	set -o pipefail; $(GO) test -count=1 -v -run 'Smoke$$' ./integration/harness/ | grep -E '^(--- |ok|FAIL|panic)'
 
 vet:
 	$(GO) vet ./...

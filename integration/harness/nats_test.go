@@ -41,9 +41,22 @@ func TestNATSSmoke(t *testing.T) {
 	}
 
 	n.Restart(t)
-	e, err := kv.Get(ctx, "a") // the same connection reconnects
-	if err != nil {
-		t.Fatalf("get after restart: %v", err)
+	// The same connection reconnects. A request sent in the instant before
+	// the client notices the old socket died is lost with it (nats.go does
+	// not resend in-flight requests), so each attempt gets its own short
+	// timeout and the read is retried, as any client of a restarting server
+	// must.
+	var e jetstream.KeyValueEntry
+	for {
+		attempt, cancelAttempt := context.WithTimeout(ctx, 2*time.Second)
+		e, err = kv.Get(attempt, "a")
+		cancelAttempt()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("get after restart: %v", err)
+		}
 	}
 	if string(e.Value()) != "1" || e.Revision() != rev {
 		t.Fatalf("after restart a = %q at %d, want 1 at %d", e.Value(), e.Revision(), rev)
