@@ -53,7 +53,11 @@ func record(r reliability.Result) {
 func runAll[T any](t *testing.T, newAdapter func() reliability.Adapter[T]) {
 	for _, seed := range seeds() {
 		t.Run(fmt.Sprintf("seed_%d", seed), func(t *testing.T) {
-			record(reliability.Run(t, newAdapter(), seed, config()))
+			res := reliability.Run(t, newAdapter(), seed, config())
+			record(res)
+			if len(res.Divergences) > 0 {
+				t.Error(res.Failure())
+			}
 		})
 	}
 }
@@ -74,6 +78,9 @@ func command() string {
 	return strings.Join(args, " ")
 }
 
+// TestReliability runs the suite for every adapter; -seeds, -seed, -ops,
+// -faults and -report size it (the defaults are the small version run by
+// make test).
 func TestReliability(t *testing.T) {
 	start := time.Now()
 	t.Run("etcd", func(t *testing.T) {

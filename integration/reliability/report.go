@@ -103,7 +103,7 @@ func Report(results []Result, command string, elapsed time.Duration) string {
 			continue
 		}
 		n++
-		fmt.Fprintf(&b, "- %s seed %d (%s): replay with `go test ./integration/reliability -run 'TestReliability/%s$' -seed %d -v`\n", r.Adapter, r.Seed, r.Variant, r.Adapter, r.Seed)
+		fmt.Fprintf(&b, "- %s seed %d (%s): replay with `%s`\n", r.Adapter, r.Seed, r.Variant, r.Replay())
 		for _, d := range r.Divergences {
 			fmt.Fprintf(&b, "  - %s\n", d)
 		}

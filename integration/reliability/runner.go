@@ -77,7 +77,6 @@ type Config struct {
 	FailRate      float64       // chance that the WorkQueue handler fails; default 0.3
 	MaxPause      time.Duration // longest pause between writes; default 20ms
 	Settle        time.Duration // deadline for convergence after the workload; default 3m
-	Replay        string        // command that replays a seed, with %s for the adapter and %d for the seed
 }
 
 func (c Config) withDefaults() Config {
@@ -99,9 +98,6 @@ func (c Config) withDefaults() Config {
 	if c.Settle <= 0 {
 		c.Settle = 3 * time.Minute
 	}
-	if c.Replay == "" {
-		c.Replay = "go test ./integration/reliability -run 'TestReliability/%s$' -seed %d -v"
-	}
 	return c
 }
 
@@ -118,9 +114,22 @@ type Result struct {
 	Elapsed     time.Duration
 }
 
-// Run runs one seed against a. It fails t (with the replay command) on any
-// divergence and returns what it did.
-func Run[T any](t *testing.T, a Adapter[T], seed uint64, cfg Config) (res Result) {
+// Failure describes a divergent run with the command that replays it.
+func (r Result) Failure() string {
+	return fmt.Sprintf("%s seed %d (%s): %d divergence(s):\n  %s\nreplay: %s",
+		r.Adapter, r.Seed, r.Variant, len(r.Divergences), strings.Join(r.Divergences, "\n  "), r.Replay())
+}
+
+// Replay is the command that runs this seed again.
+func (r Result) Replay() string {
+	return fmt.Sprintf("go test ./integration/reliability -run 'TestReliability/%s$' -seed %d -v", r.Adapter, r.Seed)
+}
+
+// Run runs one seed against a and returns what it did and found; it fails
+// t only when the run itself cannot proceed (a server that does not start,
+// a write failing for a minute). The caller reports res.Divergences, with
+// Failure for the message.
+func Run[T any](t testing.TB, a Adapter[T], seed uint64, cfg Config) (res Result) {
 	cfg = cfg.withDefaults()
 	leaks := goleak.IgnoreCurrent()
 	start := time.Now()
@@ -129,14 +138,7 @@ func Run[T any](t *testing.T, a Adapter[T], seed uint64, cfg Config) (res Result
 	diverge := func(format string, args ...any) {
 		res.Divergences = append(res.Divergences, fmt.Sprintf(format, args...))
 	}
-	defer func() {
-		res.Elapsed = time.Since(start)
-		if len(res.Divergences) > 0 {
-			t.Errorf("%s seed %d (%s): %d divergence(s):\n  %s\nreplay: %s",
-				a.Name(), seed, res.Variant, len(res.Divergences), strings.Join(res.Divergences, "\n  "),
-				fmt.Sprintf(cfg.Replay, a.Name(), seed))
-		}
-	}()
+	defer func() { res.Elapsed = time.Since(start) }()
 
 	res.Variant = a.Start(t, rnd)
 	stopped := false
@@ -155,7 +157,10 @@ func Run[T any](t *testing.T, a Adapter[T], seed uint64, cfg Config) (res Result
 		Name: "reliability " + a.Name(),
 		// Faults make errors by the dozen; they are expected. What counts
 		// is convergence, checked below.
-		ErrorHandler:    func(error) { listErrs.Add(1) },
+		ErrorHandler: func(err error) {
+			listErrs.Add(1)
+			t.Logf("%s informer: %v", time.Now().Format("15:04:05.000"), err)
+		},
 		Backoff:         core.Backoff{Initial: 50 * time.Millisecond, Max: time.Second},
 		MinWatchTimeout: 30 * time.Second,
 		Metrics:         met,
@@ -268,6 +273,7 @@ func Run[T any](t *testing.T, a Adapter[T], seed uint64, cfg Config) (res Result
 	}
 	for i := range cfg.Ops {
 		for _, f := range plan[i] {
+			t.Logf("%s before write %d: %s (applied %d)", time.Now().Format("15:04:05.000"), i, f, inf.AppliedVersion())
 			end, writable := a.Inject(t, ctx, f)
 			res.Faults[f]++
 			if writable {
@@ -308,6 +314,13 @@ func Run[T any](t *testing.T, a Adapter[T], seed uint64, cfg Config) (res Result
 	})
 	for _, d := range Diff("cache", cache, truth) {
 		diverge("%s", d)
+	}
+	if len(res.Divergences) > 0 {
+		// The handlers will not fix what the cache got wrong: do not wait
+		// the whole deadline for them.
+		var cancel context.CancelFunc
+		settle, cancel = context.WithTimeout(settle, 2*time.Second)
+		defer cancel()
 	}
 	if !waitUntil(settle, func() bool { return hist.Diff(truth) == nil }) {
 		for _, d := range hist.Diff(truth) {
