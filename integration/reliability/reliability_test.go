@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/dbinformer/dbinformer/integration/reliability"
 )
 
@@ -91,6 +93,9 @@ func TestReliability(t *testing.T) {
 	})
 	t.Run("nats", func(t *testing.T) {
 		runAll(t, func() reliability.Adapter[reliability.Obj] { return &reliability.NATS{} })
+	})
+	t.Run("kube", func(t *testing.T) {
+		runAll(t, func() reliability.Adapter[*corev1.ConfigMap] { return &reliability.Kube{} })
 	})
 	if *flagReport != "" {
 		md := reliability.Report(report.results, command(), time.Since(start))
