@@ -37,6 +37,7 @@ const (
 	Restart Fault = "restart" // server killed and restarted with its data
 	Expire  Fault = "expire"  // the informer's position made unusable (compaction, slot drop, purge)
 	Requeue Fault = "requeue" // a handler failed and its key was requeued
+	Panic   Fault = "panic"   // a handler panicked (recovered and reported by the informer)
 )
 
 // Adapter drives one source for the runner. Writes and ground-truth reads
@@ -177,6 +178,27 @@ func Run[T any](t testing.TB, a Adapter[T], seed uint64, cfg Config) (res Result
 		UpdateFunc: func(key string, _, obj T) { hist.Saw(key, a.Version(obj)); enqueue(key) },
 		DeleteFunc: func(key string, obj T, _ bool) { hist.Deleted(key, a.Version(obj)); enqueue(key) },
 	}); err != nil {
+		t.Fatalf("add handler: %v", err)
+	}
+
+	// A handler that records what it saw and then panics on about one
+	// event in eight: the informer must recover, report it, and keep
+	// feeding this handler and the others.
+	panicky := NewHistory()
+	boom := func(key string, ver int64) {
+		if (uint64(ver)*0x9e3779b97f4a7c15+uint64(len(key)))%8 == 0 {
+			panic(fmt.Sprintf("reliability: planned panic at %s version %d", key, ver))
+		}
+	}
+	if _, err := inf.AddEventHandlerWithOptions(core.ResourceEventHandlerFuncs[T]{
+		AddFunc: func(key string, obj T, _ bool) { v := a.Version(obj); panicky.Saw(key, v); boom(key, v) },
+		UpdateFunc: func(key string, _, obj T) {
+			v := a.Version(obj)
+			panicky.Saw(key, v)
+			boom(key, v)
+		},
+		DeleteFunc: func(key string, obj T, _ bool) { v := a.Version(obj); panicky.Deleted(key, v); boom(key, v) },
+	}, core.HandlerOptions{Name: "panicky"}); err != nil {
 		t.Fatalf("add handler: %v", err)
 	}
 
@@ -327,6 +349,14 @@ func Run[T any](t testing.TB, a Adapter[T], seed uint64, cfg Config) (res Result
 			diverge("%s", d)
 		}
 	}
+	if !waitUntil(settle, func() bool { return panicky.Diff(truth) == nil }) {
+		for _, d := range panicky.Diff(truth) {
+			diverge("panicking %s", d)
+		}
+	}
+	for _, v := range panicky.Violations() {
+		diverge("panicking handler: %s", v)
+	}
 	recDiff := func() []string {
 		recMu.Lock()
 		defer recMu.Unlock()
@@ -342,6 +372,7 @@ func Run[T any](t testing.TB, a Adapter[T], seed uint64, cfg Config) (res Result
 	}
 	res.Faults[Requeue] = int(requeues.Load())
 	res.Relists, res.Restarts = int(met.relists.Load()), int(met.restarts.Load())
+	res.Faults[Panic] = int(met.panics.Load())
 
 	stopped = true
 	shutdown()
@@ -400,8 +431,10 @@ func sortedFaults(m map[Fault]int) []Fault {
 // shows they bit.
 type metrics struct {
 	core.NoopMetrics
-	relists, restarts atomic.Int64
+	relists, restarts, panics atomic.Int64
 }
+
+func (m *metrics) HandlerPanicked(string) { m.panics.Add(1) }
 
 func (m *metrics) InformerMetrics(string) core.InformerMetrics { return m }
 
