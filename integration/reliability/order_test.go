@@ -1,0 +1,131 @@
+package reliability_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	etcdinformer "github.com/dbinformer/dbinformer/adapters/etcd"
+	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/integration/harness"
+)
+
+// swapOnce wraps a ListerWatcher whose first watch hands over its first
+// two batches in reverse order, as a broken adapter might.
+type swapOnce[T any] struct {
+	core.ListerWatcher[T]
+	mu      sync.Mutex
+	swapped bool
+}
+
+func (s *swapOnce[T]) Watch(ctx context.Context, from core.ResourceVersion) (core.Watcher[T], error) {
+	w, err := s.ListerWatcher.Watch(ctx, from)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.swapped {
+		return w, nil
+	}
+	s.swapped = true
+	return &swapWatcher[T]{Watcher: w}, nil
+}
+
+type swapWatcher[T any] struct {
+	core.Watcher[T]
+	held [][]core.Event[T]
+}
+
+func (w *swapWatcher[T]) Next(ctx context.Context) ([]core.Event[T], error) {
+	for w.held == nil {
+		// The first two changes, whether they came in one batch or two,
+		// are handed over second first.
+		var got []core.Event[T]
+		for len(got) < 2 {
+			b, err := w.Watcher.Next(ctx)
+			if err != nil {
+				return nil, err
+			}
+			for _, ev := range b {
+				if ev.Type != core.Bookmark {
+					got = append(got, ev)
+				}
+			}
+		}
+		w.held = [][]core.Event[T]{got[1:], got[:1]}
+	}
+	if len(w.held) == 0 {
+		return w.Watcher.Next(ctx)
+	}
+	b := w.held[0]
+	w.held = w.held[1:]
+	return b, nil
+}
+
+// An adapter that delivers two changes out of version order: the informer
+// detects it (*core.OrderError naming key and versions) and does not apply
+// the late one on top of the newer state; and (with -known-bugs, until
+// fixed) after WaitFor(head) the cache equals etcd: the change that arrived
+// late must not be lost either.
+func TestOutOfOrderWatchIsDetectedAndRepaired(t *testing.T) {
+	srv := harness.StartEtcd(t)
+	c := srv.Client(t)
+	ctx := testCtx(t)
+	lw, err := etcdinformer.New(etcdinformer.Config[string]{Client: c, Prefix: "/order",
+		Codec: etcdinformer.DecodeFunc[string](func(b []byte) (string, error) { return string(b), nil })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &errs{}
+	inf := core.NewSharedIndexInformer[string](&swapOnce[string]{ListerWatcher: lw}, core.InformerOptions[string]{
+		Name: "order", ErrorHandler: e.add, Backoff: core.Backoff{Initial: 10 * time.Millisecond},
+	})
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = inf.Run(runCtx) }()
+	defer func() { stop(); <-done }()
+	if err := inf.WaitForCacheSync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var head core.ResourceVersion
+	for _, kv := range [][2]string{{"a", "a1"}, {"b", "b1"}} {
+		r, err := c.Put(ctx, "/order/"+kv[0], kv[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		head = core.ResourceVersion(r.Header.Revision)
+	}
+	if err := inf.WaitFor(ctx, head); err != nil {
+		t.Fatal(err)
+	}
+	e.mu.Lock()
+	var oe *core.OrderError
+	for _, err := range e.list {
+		if errors.As(err, &oe) {
+			break
+		}
+	}
+	e.mu.Unlock()
+	if oe == nil || oe.Key != "a" || oe.RV >= oe.After {
+		t.Fatalf("out-of-order delivery not reported as an OrderError for key a: %v", e.list)
+	}
+	if _, ok := inf.Lister().Get("b"); !ok {
+		t.Error(`"b", which arrived in order, is missing from the cache`)
+	}
+	// Known divergence (core/reflector.go, Reflector.apply): after an
+	// OrderError the watch resumes from the last applied version, which is
+	// already past the change that came late, so that change is never
+	// fetched again and the cache lacks it until some relist.
+	if !*flagKnownBugs {
+		t.Log("known divergence, not fixed yet: run with -known-bugs to check that the late change is not lost")
+		return
+	}
+	for _, k := range []string{"a", "b"} {
+		if _, ok := inf.Lister().Get(k); !ok {
+			t.Errorf("after WaitFor(%d): %q missing from the cache (etcd has it): the change that arrived out of order was dropped and never fetched again", head, k)
+		}
+	}
+}
