@@ -20,5 +20,17 @@
 // failure prints, and re-run a few times if it does not fail at once.
 //
 //	go test ./integration/reliability -run TestReliability/etcd -seed 7 -v
-//	go test ./integration/reliability -seeds 50 -report RELIABILITY.md
+//	go test ./integration/reliability -run TestReliability -seeds 50 -report RELIABILITY.md
+//
+// Flags of the test binary: -seeds N (seeds 1..N per adapter, default 2,
+// the small version that make test runs), -seed N (only that one), -ops and
+// -faults (size of a run), -report FILE (write RELIABILITY.md), and
+// -known-bugs (also run the regression tests of divergences found and not
+// fixed yet, which fail until they are).
+//
+// The package's other tests cover bad inputs and hostile names that the
+// adapters' own tests do not: empty and huge keys and values, bucket,
+// stream, slot and schema names with quotes, semicolons, spaces, dots and
+// wildcards, passwords next to TLS settings, and a watch that delivers out
+// of version order.
 package reliability
