@@ -116,6 +116,8 @@ func BenchmarkPostgres(b *testing.B) {
 			},
 			finish: func() {
 				src.Close()
+				// Let the next round's GC drop this Source's state.
+				src, tbl = nil, nil
 				if listed != rows {
 					b.Fatalf("listed %d rows, want %d", listed, rows)
 				}
@@ -184,7 +186,7 @@ func BenchmarkPostgres(b *testing.B) {
 					}
 				}
 			},
-			finish: func() { w.Stop(); cancel(); src.Close() }}
+			finish: func() { w.Stop(); cancel(); src.Close(); src, w = nil, nil }}
 		var (
 			repl  *pgconn.PgConn
 			start pglogrepl.LSN
