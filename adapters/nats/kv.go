@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/dbinformer/dbinformer/core"
@@ -49,6 +50,7 @@ type KV[T any] struct {
 	bucket  string
 	source  string
 	stream  jetstream.Stream
+	nc      *nats.Conn
 	id      identity
 	subject string // "$KV.<bucket>.<Prefix>"
 	filter  string // subject filter of the watched keys
@@ -110,7 +112,7 @@ func NewKV[T any](ctx context.Context, js jetstream.JetStream, bucket string, op
 		return nil, fmt.Errorf("%s: its stream does not hold the subjects %q (a mirror or a bucket behind an API prefix is not supported)", source, subject+">")
 	}
 	k := &KV[T]{
-		bucket: bucket, source: source, stream: stream,
+		bucket: bucket, source: source, stream: stream, nc: js.Conn(),
 		subject: subject + opts.Prefix,
 		filter:  subject + opts.Prefix + filter,
 		codec:   opts.Codec, log: opts.Logger,
@@ -249,7 +251,7 @@ func (k *KV[T]) Watch(ctx context.Context, from core.ResourceVersion) (core.Watc
 	if a.revs == nil {
 		a.revs = make(map[string]uint64)
 	}
-	return openTail[T](ctx, k.source, k.stream, &k.id, k.filter, uint64(from), a, k.batch, k.idle, k.log)
+	return openTail[T](ctx, k.source, k.stream, k.nc, &k.id, k.filter, uint64(from), a, k.batch, k.idle, k.log)
 }
 
 func (k *KV[T]) park(rv uint64, revs map[string]uint64) {
@@ -294,12 +296,21 @@ type kvApplier[T any] struct {
 	kv    *KV[T]
 	revs  map[string]uint64 // live keys and the revision of their value
 	known bool              // revs holds every live key, not only those seen by this watch
+	// newer: keys whose value in revs was found superseded by a message
+	// not delivered yet, and that message's sequence. While the stream
+	// still holds it, lost need not look the key up again: a History 1
+	// bucket rewritten while the watch lags would otherwise cost a lookup
+	// per key at every check.
+	newer map[string]uint64
 }
 
 func (a *kvApplier[T]) apply(m jetstream.Msg, seq uint64, out []core.Event[T]) []core.Event[T] {
 	key, ok := a.kv.key(m.Subject())
 	if !ok {
 		return out // the filter makes this impossible
+	}
+	if n, ok := a.newer[key]; ok && n <= seq {
+		delete(a.newer, key)
 	}
 	if isDelete(m) {
 		delete(a.revs, key)
@@ -319,35 +330,43 @@ func (a *kvApplier[T]) apply(m jetstream.Msg, seq uint64, out []core.Event[T]) [
 // message that the consumer has not delivered yet was only superseded.
 // Keys are checked oldest first (MaxAge removes those first); past
 // maxLostLookups the rest is assumed lost, and the relist sorts it out.
-func (a *kvApplier[T]) lost(ctx context.Context, first uint64) string {
+func (a *kvApplier[T]) lost(ctx context.Context, first uint64) (string, error) {
 	type kr struct {
 		key string
 		rev uint64
 	}
 	var old []kr
 	for key, rev := range a.revs {
-		if rev < first {
-			old = append(old, kr{key, rev})
+		if rev >= first {
+			continue
 		}
+		if n, ok := a.newer[key]; ok && n > rev && n >= first {
+			continue
+		}
+		old = append(old, kr{key, rev})
 	}
 	if len(old) == 0 {
-		return ""
+		return "", nil
 	}
 	slices.SortFunc(old, func(x, y kr) int { return cmp.Compare(x.rev, y.rev) })
 	for i, o := range old {
 		if i == maxLostLookups {
-			return fmt.Sprintf("%d keys have values older than the stream's first retained sequence %d, too many to check one by one", len(old), first)
+			return fmt.Sprintf("%d keys have values older than the stream's first retained sequence %d, too many to check one by one", len(old), first), nil
 		}
 		m, err := a.kv.stream.GetLastMsgForSubject(ctx, a.kv.subject+o.key)
 		if err == nil && m.Sequence > o.rev {
+			if a.newer == nil {
+				a.newer = make(map[string]uint64)
+			}
+			a.newer[o.key] = m.Sequence
 			continue
 		}
 		if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
-			return "" // cannot tell now; the next check will
+			return "", fmt.Errorf("read the last message of key %q: %w", o.key, err)
 		}
-		return fmt.Sprintf("the value of key %q at sequence %d is no longer in the stream (first retained sequence %d; MaxAge or a purge removed it without a delete marker)", o.key, o.rev, first)
+		return fmt.Sprintf("the value of key %q at sequence %d is no longer in the stream (first retained sequence %d; MaxAge or a purge removed it without a delete marker)", o.key, o.rev, first), nil
 	}
-	return ""
+	return "", nil
 }
 
 const maxLostLookups = 256

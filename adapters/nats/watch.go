@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/dbinformer/dbinformer/core"
@@ -20,8 +21,9 @@ type applier[T any] interface {
 	apply(m jetstream.Msg, seq uint64, out []core.Event[T]) []core.Event[T]
 	// lost reports why state this watch has delivered can no longer be
 	// trusted now that the stream's first retained sequence is first
-	// (a key's current value removed by MaxAge or a purge), or "".
-	lost(ctx context.Context, first uint64) string
+	// (a key's current value removed by MaxAge or a purge), or "". An
+	// error means it could not tell.
+	lost(ctx context.Context, first uint64) (string, error)
 	// park hands the state at rv back to the ListerWatcher for the next
 	// Watch(rv), the resume after a broken watch.
 	park(rv uint64)
@@ -39,6 +41,7 @@ type applier[T any] interface {
 type tail[T any] struct {
 	source string // for errors: `nats kv bucket "x"`
 	stream jetstream.Stream
+	nc     *nats.Conn // nil: no reconnects to watch for
 	id     *identity
 	filter string
 	f      *feed
@@ -55,7 +58,9 @@ type tail[T any] struct {
 	mu           sync.Mutex // Next is not called concurrently, but Stop may be
 	pos          uint64     // last RV returned
 	wantProgress bool
-	err          error // sticky: the watch ended
+	err          error  // sticky: the watch ended
+	reconnects   uint64 // nc's reconnect count when the state was last checked
+	skipsSafe    bool   // verify has nothing to look for (applier.lost never finds anything)
 }
 
 var _ core.ProgressRequester = (*tail[int])(nil)
@@ -64,7 +69,7 @@ const headTimeout = 3 * time.Second
 
 // openTail checks that the stream still holds everything after from, then
 // starts a consumer at from+1.
-func openTail[T any](ctx context.Context, source string, stream jetstream.Stream, id *identity, filter string, from uint64, a applier[T], batch int, idle time.Duration, log *slog.Logger) (_ *tail[T], err error) {
+func openTail[T any](ctx context.Context, source string, stream jetstream.Stream, nc *nats.Conn, id *identity, filter string, from uint64, a applier[T], batch int, idle time.Duration, log *slog.Logger) (_ *tail[T], err error) {
 	defer func() {
 		// The state at from is still good for the next attempt (the
 		// informer retries from the same version), unless from is gone.
@@ -72,6 +77,7 @@ func openTail[T any](ctx context.Context, source string, stream jetstream.Stream
 			a.park(from)
 		}
 	}()
+	reconnects := reconnectCount(nc) // before the state it vouches for is read
 	info, err := stream.Info(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("%s: read stream state to watch from %d: %w", source, from, err)
@@ -82,7 +88,9 @@ func openTail[T any](ctx context.Context, source string, stream jetstream.Stream
 	if err := checkPosition(source, info.State, from, a.complete()); err != nil {
 		return nil, err
 	}
-	if why := a.lost(ctx, info.State.FirstSeq); why != "" {
+	if why, err := a.lost(ctx, info.State.FirstSeq); err != nil {
+		return nil, fmt.Errorf("%s: check the values held at sequence %d: %w", source, from, err)
+	} else if why != "" {
 		return nil, fmt.Errorf("%s: cannot watch from sequence %d: %s: %w", source, from, why, core.ErrExpired)
 	}
 	cfg := jetstream.ConsumerConfig{FilterSubject: filter, DeliverPolicy: jetstream.DeliverAllPolicy}
@@ -102,10 +110,10 @@ func openTail[T any](ctx context.Context, source string, stream jetstream.Stream
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	return &tail[T]{
-		source: source, stream: stream, id: id, filter: filter, f: f, a: a,
+		source: source, stream: stream, nc: nc, id: id, filter: filter, f: f, a: a,
 		batch: batch, idle: idle, log: log,
 		ctx: wctx, cancel: cancel, progress: make(chan struct{}, 1),
-		pos: from,
+		pos: from, reconnects: reconnects,
 	}, nil
 }
 
@@ -190,20 +198,24 @@ func (w *tail[T]) result(out []core.Event[T], err ...error) ([]core.Event[T], er
 	return nil, w.err
 }
 
-// take applies m and whatever else is already buffered, up to a batch.
+// take applies m and whatever else is already buffered, up to a batch,
+// after checking the stream's state if the batch passes over messages or
+// comes after a reconnect.
 func (w *tail[T]) take(m jetstream.Msg) []core.Event[T] {
-	var out []core.Event[T]
-	applied := false
-	for n := 0; ; n++ {
+	var (
+		msgs []jetstream.Msg
+		seqs []uint64
+		bad  error
+	)
+	for {
 		meta, err := w.f.check(m)
 		if err != nil {
-			w.err = fmt.Errorf("%s: watch after sequence %d: %w", w.source, w.pos, err)
+			bad = fmt.Errorf("%s: watch after sequence %d: %w", w.source, w.pos, err)
 			break
 		}
-		out = w.a.apply(m, meta.Sequence.Stream, out)
-		w.pos = meta.Sequence.Stream
-		applied = true
-		if n+1 >= w.batch {
+		msgs = append(msgs, m)
+		seqs = append(seqs, meta.Sequence.Stream)
+		if len(msgs) >= w.batch {
 			break
 		}
 		select {
@@ -213,12 +225,90 @@ func (w *tail[T]) take(m jetstream.Msg) []core.Event[T] {
 		}
 		break
 	}
-	if len(out) == 0 && applied {
+	if len(msgs) > 0 {
+		if err := w.verify(seqs); err != nil {
+			w.err = err
+			return nil
+		}
+	}
+	var out []core.Event[T]
+	for i, m := range msgs {
+		out = w.a.apply(m, seqs[i], out)
+		w.pos = seqs[i]
+	}
+	if bad != nil {
+		w.err = bad
+	}
+	if len(out) == 0 && len(msgs) > 0 {
 		// Messages that changed nothing (a reducer's no-op) still move the
 		// position, which WaitFor can use.
 		out = append(out, core.Event[T]{Type: core.Bookmark, RV: core.ResourceVersion(w.pos)})
 	}
 	return out
+}
+
+// verify runs before a batch is applied. The consumer lives on the server
+// and outlasts a dropped connection; the server moves it past messages
+// removed meanwhile (a purge, MaxAge) and all the watch sees is a stream
+// sequence that jumps, as it also does for messages the filter does not
+// match or that a bucket's History limit superseded. Values the watch
+// delivered earlier can vanish the same way without any jump. So when the
+// batch skips sequences, or the connection has been re-established since
+// the last check, the stream's state is read first and applier.lost looks
+// for held values that are gone; if so the watch expires before anything
+// past the jump is emitted, so WaitFor cannot be satisfied by a cache
+// that still holds them. One check covers the whole batch: every message
+// in it was delivered before the state is read, so a removal that made
+// the consumer skip is already visible. The reconnect count is read after
+// the messages were received; nats.go raises it before it reads anything
+// from the new connection.
+func (w *tail[T]) verify(seqs []uint64) error {
+	if w.skipsSafe {
+		return nil
+	}
+	reconnects := reconnectCount(w.nc)
+	gap, prev := false, w.pos
+	for _, s := range seqs {
+		if s > prev+1 {
+			gap = true
+			break
+		}
+		prev = s
+	}
+	if !gap && reconnects == w.reconnects {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(w.ctx, headTimeout)
+	defer cancel()
+	info, err := w.stream.Info(ctx)
+	if err != nil {
+		if w.ctx.Err() != nil {
+			return fmt.Errorf("%s: watch stopped: %w", w.source, w.ctx.Err())
+		}
+		// The watch cannot vouch for what it skipped; the next one starts
+		// from the position and checks again.
+		return fmt.Errorf("%s: read stream state to check the messages after sequence %d: %w", w.source, w.pos, err)
+	}
+	if err := w.id.check(w.source, info); err != nil {
+		return err
+	}
+	why, err := w.a.lost(ctx, info.State.FirstSeq)
+	if err != nil {
+		return fmt.Errorf("%s: check the values held at sequence %d: %w", w.source, w.pos, err)
+	}
+	if why != "" {
+		return fmt.Errorf("%s: after sequence %d (next delivered %d): %s: %w", w.source, w.pos, seqs[0], why, core.ErrExpired)
+	}
+	w.reconnects = reconnects
+	return nil
+}
+
+// reconnectCount is how many times nc has connected again.
+func reconnectCount(nc *nats.Conn) uint64 {
+	if nc == nil {
+		return 0
+	}
+	return nc.Stats().Reconnects
 }
 
 // head reads the stream's state and returns a Bookmark at its last sequence
@@ -231,6 +321,7 @@ func (w *tail[T]) head(ctx context.Context, requested bool) ([]core.Event[T], er
 	ctx, cancel := context.WithTimeout(ctx, headTimeout)
 	defer cancel()
 	defer context.AfterFunc(w.ctx, cancel)() // Stop must not wait for a slow server
+	reconnects := reconnectCount(w.nc)
 	info, err := w.stream.Info(ctx)
 	if err != nil {
 		if w.ctx.Err() != nil {
@@ -242,9 +333,12 @@ func (w *tail[T]) head(ctx context.Context, requested bool) ([]core.Event[T], er
 		return nil, err
 	}
 	st := info.State
-	if why := w.a.lost(ctx, st.FirstSeq); why != "" {
+	if why, err := w.a.lost(ctx, st.FirstSeq); err != nil {
+		return nil, fmt.Errorf("%s: check the values held at sequence %d: %w", w.source, w.pos, err)
+	} else if why != "" {
 		return nil, fmt.Errorf("%s: %s: %w", w.source, why, core.ErrExpired)
 	}
+	w.reconnects = reconnects
 	if st.LastSeq < w.pos {
 		return nil, fmt.Errorf("%s: the stream's last sequence %d is before the watch's position %d (was it deleted and created again?): %w", w.source, st.LastSeq, w.pos, core.ErrExpired)
 	}
