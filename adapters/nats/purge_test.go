@@ -29,7 +29,9 @@ import (
 // "gap": writes during the outage, so the purged ones were never delivered
 // and the watch's next message jumps. "no gap": the informer had reached
 // the head; only values it already delivered are purged and the next
-// message follows its position. "rewrites": History 1 rewrites every key
+// message follows its position. "consumer lost": as "no gap", but the
+// consumer is deleted too, so the watch is opened again from its version,
+// which the stream's first sequence has not passed. "rewrites": History 1 rewrites every key
 // during the outage; the jump hides nothing lost and must not relist.
 func TestKVPurgeWhileDisconnected(t *testing.T) {
 	srv := harness.StartNATS(t)
@@ -39,15 +41,16 @@ func TestKVPurgeWhileDisconnected(t *testing.T) {
 			name   string
 			writes int
 			purge  bool
-		}{{"gap", 3, true}, {"no gap", 0, true}, {"rewrites", 0, false}} {
+			drop   bool
+		}{{"gap", 3, true, false}, {"no gap", 0, true, false}, {"rewrites", 0, false, false}, {"consumer lost", 0, true, true}} {
 			t.Run(fmt.Sprintf("History%d/%s", history, tc.name), func(t *testing.T) {
-				purgeWhileDisconnected(t, srv, js, history, tc.writes, tc.purge)
+				purgeWhileDisconnected(t, srv, js, history, tc.writes, tc.purge, tc.drop)
 			})
 		}
 	}
 }
 
-func purgeWhileDisconnected(t *testing.T, srv *harness.NATS, js jetstream.JetStream, history uint8, writes int, purge bool) {
+func purgeWhileDisconnected(t *testing.T, srv *harness.NATS, js jetstream.JetStream, history uint8, writes int, purge, drop bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	kv := newBucket(t, js, jetstream.KeyValueConfig{History: history})
@@ -90,6 +93,9 @@ func purgeWhileDisconnected(t *testing.T, srv *harness.NATS, js jetstream.JetStr
 
 	px.Pause()
 	px.Cut()
+	if drop {
+		dropConsumers(t, ctx, st)
+	}
 	for i := range writes {
 		head = mustPut(t, ctx, kv, fmt.Sprintf("x%d", i), 1)
 	}
@@ -124,6 +130,28 @@ func purgeWhileDisconnected(t *testing.T, srv *harness.NATS, js jetstream.JetStr
 		}
 	} else if n := lw.lists.Load(); n == synced {
 		t.Errorf("a purge of %d cached keys did not relist", keys)
+	}
+}
+
+// dropConsumers deletes the stream's consumers, as InactiveThreshold or a
+// server that lost them would: the watch is opened again from its version.
+func dropConsumers(t *testing.T, ctx context.Context, st jetstream.Stream) {
+	t.Helper()
+	names := st.ConsumerNames(ctx)
+	var all []string
+	for n := range names.Name() {
+		all = append(all, n)
+	}
+	if err := names.Err(); err != nil {
+		t.Fatalf("list consumers: %v", err)
+	}
+	if len(all) == 0 {
+		t.Fatal("setup: the watch has no consumer to drop")
+	}
+	for _, n := range all {
+		if err := st.DeleteConsumer(ctx, n); err != nil {
+			t.Fatalf("delete consumer %s: %v", n, err)
+		}
 	}
 }
 
