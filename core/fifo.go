@@ -131,6 +131,12 @@ type queueBase struct {
 	inflight    bool
 	inflightMin ResourceVersion
 	populated   bool
+	// A Replace's deltas carry the list's version, but each stands for
+	// changes at any version up to it: while any of them is queued or in
+	// flight, nothing above replFloor (what was applied before the list)
+	// may count as applied.
+	replPending int
+	replFloor   ResourceVersion
 	// initialCount counts what of the first Replace is still unprocessed.
 	initialCount int
 }
@@ -187,6 +193,22 @@ func (q *queueBase) HasSynced() bool {
 // appliedLocked turns "the oldest unprocessed version" into "everything
 // below it is applied".
 func (q *queueBase) appliedLocked(pending bool, minPending ResourceVersion) ResourceVersion {
+	v := q.appliedOrderLocked(pending, minPending)
+	if q.replPending > 0 && q.replFloor < v {
+		return q.replFloor
+	}
+	return v
+}
+
+// startReplaceLocked is called by Replace before it queues anything, with
+// what appliedLocked says then.
+func (q *queueBase) startReplaceLocked(applied ResourceVersion) {
+	if q.replPending == 0 || applied < q.replFloor {
+		q.replFloor = applied
+	}
+}
+
+func (q *queueBase) appliedOrderLocked(pending bool, minPending ResourceVersion) ResourceVersion {
 	if q.inflight && (!pending || q.inflightMin < minPending) {
 		minPending, pending = q.inflightMin, true
 	}
@@ -236,6 +258,7 @@ type DeltaFIFO[T any] struct {
 	queue    []string
 	known    KeyLister[T]
 	requeued map[string]struct{}
+	replKeys map[string]struct{} // keys whose pending deltas include one of a Replace
 }
 
 // NewDeltaFIFO returns an empty DeltaFIFO. known is the consumer's cache
@@ -251,7 +274,16 @@ func NewDeltaFIFO[T any](known KeyLister[T]) *DeltaFIFO[T] {
 		items:     map[string][]Delta[T]{},
 		known:     known,
 		requeued:  map[string]struct{}{},
+		replKeys:  map[string]struct{}{},
 	}
+}
+
+func (f *DeltaFIFO[T]) queueReplacedLocked(d Delta[T]) {
+	if _, ok := f.replKeys[d.Key]; !ok {
+		f.replKeys[d.Key] = struct{}{}
+		f.replPending++
+	}
+	f.queueLocked(d)
 }
 
 func (f *DeltaFIFO[T]) queueLocked(d Delta[T]) {
@@ -332,10 +364,11 @@ func (f *DeltaFIFO[T]) Add(events []Event[T]) error {
 func (f *DeltaFIFO[T]) Replace(list []Event[T], rv ResourceVersion) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.startReplaceLocked(f.appliedVersionLocked())
 	keys := make(map[string]struct{}, len(list))
 	for i := range list {
 		keys[list[i].Key] = struct{}{}
-		f.queueLocked(Delta[T]{Type: DeltaReplaced, Key: list[i].Key, Object: list[i].Object, HasObject: true, RV: rv})
+		f.queueReplacedLocked(Delta[T]{Type: DeltaReplaced, Key: list[i].Key, Object: list[i].Object, HasObject: true, RV: rv})
 	}
 	for _, k := range f.queue {
 		if _, ok := keys[k]; ok {
@@ -343,7 +376,7 @@ func (f *DeltaFIFO[T]) Replace(list []Event[T], rv ResourceVersion) error {
 		}
 		pending := f.items[k]
 		last := pending[len(pending)-1]
-		f.queueLocked(Delta[T]{Type: DeltaDeleted, Key: k, Object: last.Object, HasObject: last.HasObject, FinalStateUnknown: true, RV: rv})
+		f.queueReplacedLocked(Delta[T]{Type: DeltaDeleted, Key: k, Object: last.Object, HasObject: last.HasObject, FinalStateUnknown: true, RV: rv})
 	}
 	if f.known != nil {
 		for _, k := range f.known.ListKeys() {
@@ -354,7 +387,7 @@ func (f *DeltaFIFO[T]) Replace(list []Event[T], rv ResourceVersion) error {
 				continue
 			}
 			obj, ok := f.known.Get(k)
-			f.queueLocked(Delta[T]{Type: DeltaDeleted, Key: k, Object: obj, HasObject: ok, FinalStateUnknown: true, RV: rv})
+			f.queueReplacedLocked(Delta[T]{Type: DeltaDeleted, Key: k, Object: obj, HasObject: ok, FinalStateUnknown: true, RV: rv})
 		}
 	}
 	f.bumpLocked(rv)
@@ -407,6 +440,8 @@ func (f *DeltaFIFO[T]) Pop(ctx context.Context, process PopProcessFunc[T]) error
 	deltas := f.items[key]
 	delete(f.items, key)
 	delete(f.requeued, key)
+	_, repl := f.replKeys[key]
+	delete(f.replKeys, key) // still counted in replPending while in flight
 	initial := !(f.populated && f.initialCount == 0)
 	counts := f.initialCount > 0
 	f.inflight, f.inflightMin = true, minRV(deltas)
@@ -419,11 +454,22 @@ func (f *DeltaFIFO[T]) Pop(ctx context.Context, process PopProcessFunc[T]) error
 	if counts {
 		f.initialCount--
 	}
+	requeued := false
 	if errors.Is(err, ErrRequeue) {
 		if _, exists := f.items[key]; !exists {
 			f.items[key] = deltas
 			f.queue = append(f.queue, key)
 			f.requeued[key] = struct{}{}
+			requeued = true
+		}
+	}
+	if repl {
+		if requeued {
+			f.replKeys[key] = struct{}{} // still counted
+		} else {
+			// Done. A Replace that queued the key again while it was in
+			// flight counted it anew.
+			f.replPending--
 		}
 	}
 	f.mu.Unlock()
@@ -434,6 +480,10 @@ func (f *DeltaFIFO[T]) Pop(ctx context.Context, process PopProcessFunc[T]) error
 func (f *DeltaFIFO[T]) AppliedVersion() ResourceVersion {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	return f.appliedVersionLocked()
+}
+
+func (f *DeltaFIFO[T]) appliedVersionLocked() ResourceVersion {
 	if len(f.queue) == 0 {
 		return f.appliedLocked(false, 0)
 	}
@@ -525,6 +575,8 @@ func (f *FIFO[T]) Add(events []Event[T]) error {
 func (f *FIFO[T]) Replace(list []Event[T], rv ResourceVersion) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.startReplaceLocked(f.appliedVersionLocked())
+	queuedBefore := len(f.items)
 	keys := make(map[string]struct{}, len(list))
 	for i := range list {
 		keys[list[i].Key] = struct{}{}
@@ -563,6 +615,7 @@ func (f *FIFO[T]) Replace(list []Event[T], rv ResourceVersion) error {
 	for i := range list {
 		f.items = append(f.items, Delta[T]{Type: DeltaReplaced, Key: list[i].Key, Object: list[i].Object, HasObject: true, RV: rv})
 	}
+	f.replPending += len(f.items) - queuedBefore
 	f.bumpLocked(rv)
 	if !f.populated {
 		f.populated = true
@@ -656,8 +709,15 @@ func (f *FIFO[T]) Pop(ctx context.Context, process PopProcessFunc[T]) error {
 		rest := append(batch, f.items[f.head:]...)
 		f.items = append(f.items[:0], rest...)
 		f.head = 0
-	} else if f.initialCount > 0 {
-		f.initialCount -= n
+	} else {
+		if f.initialCount > 0 {
+			f.initialCount -= n
+		}
+		for _, d := range batch {
+			if d.Type == DeltaReplaced || d.FinalStateUnknown {
+				f.replPending--
+			}
+		}
 	}
 	clear(batch)
 	f.scratch = batch[:0]
@@ -669,6 +729,10 @@ func (f *FIFO[T]) Pop(ctx context.Context, process PopProcessFunc[T]) error {
 func (f *FIFO[T]) AppliedVersion() ResourceVersion {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	return f.appliedVersionLocked()
+}
+
+func (f *FIFO[T]) appliedVersionLocked() ResourceVersion {
 	if f.head == len(f.items) {
 		return f.appliedLocked(false, 0)
 	}

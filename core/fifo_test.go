@@ -246,3 +246,45 @@ func TestFIFOKeepsTransactionsWhole(t *testing.T) {
 		t.Fatalf("run sizes %v", sizes)
 	}
 }
+
+// A relist's deltas carry the list's version but stand for every change up
+// to it: while any is queued or in flight, AppliedVersion must not pass
+// what was applied before the relist, or WaitFor returns before the listed
+// objects are cached (found by the reliability suite on Postgres, where a
+// List's version is always above a head read before it).
+func TestAppliedVersionWaitsForPendingRelist(t *testing.T) {
+	ctx := context.Background()
+	ok := func([]Delta[string], bool) error { return nil }
+	for name, q := range map[string]Queue[string]{"FIFO": NewFIFO[string](nil), "DeltaFIFO": NewDeltaFIFO[string](nil)} {
+		t.Run(name, func(t *testing.T) {
+			q.Add([]Event[string]{{Type: Added, Key: "a", Object: "a", HasObject: true, RV: 5}})
+			q.Pop(ctx, ok)
+			if v := q.AppliedVersion(); v != 5 {
+				t.Fatalf("applied %d after the first change, want 5", v)
+			}
+			q.Replace([]Event[string]{{Key: "a", Object: "a2"}, {Key: "b", Object: "b"}}, 10)
+			if v := q.AppliedVersion(); v != 5 {
+				t.Fatalf("applied %d with a relist pending, want 5", v)
+			}
+			// A requeued relist delta still holds the version back.
+			q.Pop(ctx, func([]Delta[string], bool) error { return ErrRequeue })
+			if v := q.AppliedVersion(); v != 5 {
+				t.Fatalf("applied %d after a requeue of relist deltas, want 5", v)
+			}
+			// While a key is in flight, a second relist queues it again.
+			q.Pop(ctx, func([]Delta[string], bool) error {
+				q.Replace([]Event[string]{{Key: "a", Object: "a3"}, {Key: "b", Object: "b"}}, 20)
+				return nil
+			})
+			if v := q.AppliedVersion(); v != 5 {
+				t.Fatalf("applied %d with the second relist pending, want 5", v)
+			}
+			for q.Len() > 0 {
+				q.Pop(ctx, ok)
+			}
+			if v := q.AppliedVersion(); v != 20 {
+				t.Fatalf("applied %d after draining, want 20", v)
+			}
+		})
+	}
+}

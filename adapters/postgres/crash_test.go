@@ -2,15 +2,12 @@ package postgres_test
 
 import (
 	"errors"
-	"flag"
 	"testing"
 
 	"github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/integration/harness"
 )
-
-var flagKnownBugs = flag.Bool("known-bugs", false, "also run the tests of known bugs in other packages, which fail until those are fixed")
 
 // TestImmediateRestartAfterBookmark: a crash (immediate shutdown) right
 // after the informer got a Bookmark at the server's WAL end. The Bookmark
@@ -70,21 +67,16 @@ func TestImmediateRestartAfterBookmark(t *testing.T) {
 	}
 }
 
-// TestKnownBugAppliedVersionWithPendingRelist shows a bug of core's queues
-// (core/fifo.go, FIFO.AppliedVersion and DeltaFIFO.AppliedVersion through
-// queueBase.appliedLocked): while the deltas of Replace(list, rv) are
+// TestAppliedVersionWithPendingRelist is the regression test of a bug that
+// was in core's queues (core/fifo.go, AppliedVersion): while the deltas of Replace(list, rv) are
 // queued and not processed yet, AppliedVersion is rv-1, as if every change
 // below rv were in the cache, though none of the list's rows is. A
 // Postgres List is always above a head read before it (creating its slot
 // writes WAL), so WaitFor(head) returns with the cache still stale: the
 // reliability suite's divergences after a relist at the end of a run.
-//
-// It runs with -known-bugs until core is fixed; then drop the flag.
-func TestKnownBugAppliedVersionWithPendingRelist(t *testing.T) {
-	if !*flagKnownBugs {
-		t.Log("known bug in core, not fixed yet: run with -known-bugs")
-		return
-	}
+// Fixed by holding AppliedVersion at what was applied before a relist while
+// any of its deltas is pending.
+func TestAppliedVersionWithPendingRelist(t *testing.T) {
 	pg := harness.StartPostgres(t)
 	pg.Exec(t, `CREATE TABLE kv (id bigint PRIMARY KEY, v text)`)
 	conn := pg.Conn(t)
