@@ -16,7 +16,8 @@
 // without relisting. Each watch ends after a random time in
 // [MinWatchTimeout, 2×MinWatchTimeout) and reopens from the last version.
 // A batch whose versions go backwards is not applied (*OrderError) and the
-// watch restarts. An event with Err set (and a Transform error) is reported
+// reflector relists: the late change is below the applied version, so
+// resuming the watch would skip it. An event with Err set (and a Transform error) is reported
 // as a *DecodeError naming source, key and version; its key keeps its last
 // good state and the version still advances.
 //

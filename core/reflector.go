@@ -44,8 +44,11 @@ type ReflectorOptions[T any] struct {
 }
 
 // OrderError reports a watch that broke its contract by delivering a
-// version not after the last one applied. The batch is not applied; the
-// reflector reopens the watch from the last applied version.
+// version not after the last one applied. The batch is not applied, and
+// the reflector relists: resuming the watch from the last applied version
+// would skip the change that came late (it is below that version), and a
+// stream that broke its order once cannot be trusted to have lost nothing
+// else.
 type OrderError struct {
 	Source string
 	Key    string
@@ -54,7 +57,7 @@ type OrderError struct {
 }
 
 func (e *OrderError) Error() string {
-	return fmt.Sprintf("%s: key %q at version %d arrived after version %d: watch out of order, restarting it", e.Source, e.Key, e.RV, e.After)
+	return fmt.Sprintf("%s: key %q at version %d arrived after version %d: watch out of order, relisting", e.Source, e.Key, e.RV, e.After)
 }
 
 // errNoKey reports an adapter event without a key: it cannot be cached.
@@ -174,7 +177,7 @@ func (r *Reflector[T]) Run(ctx context.Context) {
 		r.met.WatchRestarted(err)
 		switch {
 		case err == nil: // planned timeout: reopen at once
-		case errors.Is(err, ErrExpired):
+		case errors.Is(err, ErrExpired), errors.As(err, new(*OrderError)):
 			r.report(err)
 			needList = true
 			// A watch that expires before delivering anything may mean the
