@@ -107,6 +107,7 @@ type Result struct {
 	Adapter     string
 	Variant     string
 	Seed        uint64
+	Config      Config // as run, defaults filled in
 	Ops         int
 	Faults      map[Fault]int
 	Relists     int      // successful relists after the first list
@@ -123,7 +124,8 @@ func (r Result) Failure() string {
 
 // Replay is the command that runs this seed again.
 func (r Result) Replay() string {
-	return fmt.Sprintf("go test ./integration/reliability -run 'TestReliability/%s$' -seed %d -v", r.Adapter, r.Seed)
+	return fmt.Sprintf("go test ./integration/reliability -run 'TestReliability/%s$' -seed %d -ops %d -faults %d -v",
+		r.Adapter, r.Seed, r.Config.Ops, r.Config.FaultsPerKind)
 }
 
 // Run runs one seed against a and returns what it did and found; it fails
@@ -135,7 +137,7 @@ func Run[T any](t testing.TB, a Adapter[T], seed uint64, cfg Config) (res Result
 	leaks := goleak.IgnoreCurrent()
 	start := time.Now()
 	rnd := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	res = Result{Adapter: a.Name(), Seed: seed, Faults: map[Fault]int{}}
+	res = Result{Adapter: a.Name(), Seed: seed, Config: cfg, Faults: map[Fault]int{}}
 	diverge := func(format string, args ...any) {
 		res.Divergences = append(res.Divergences, fmt.Sprintf(format, args...))
 	}
