@@ -35,3 +35,23 @@ func TestRegressionNATSPurgeWhileDisconnected(t *testing.T) {
 		}
 	}
 }
+
+// Found by the 50-seed run (RELIABILITY.md, 2026-11-21): postgres seed 21,
+// temporary slot, -ops 60 -faults 1, on a loaded machine. WaitFor(head)
+// returned without error, yet the cache lacked the last ~10 transactions
+// of the workload (keys at versions 55..63 stale or missing, one delete not
+// applied): a version at or past head was reported applied while those
+// transactions were not. It did not reproduce in 12 quiet replays; it runs
+// here up to 10 times (with -known-bugs) until its cause is found.
+func TestRegressionPostgresSeed21(t *testing.T) {
+	if !*flagKnownBugs {
+		t.Log("known divergence, not reproduced on demand yet: run with -known-bugs")
+		return
+	}
+	for attempt := 1; attempt <= 10; attempt++ {
+		res := reliability.Run(t, &reliability.Postgres{}, 21, reliability.Config{Ops: 60, FaultsPerKind: 1})
+		if len(res.Divergences) > 0 {
+			t.Fatalf("attempt %d: %s", attempt, res.Failure())
+		}
+	}
+}
