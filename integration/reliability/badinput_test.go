@@ -39,6 +39,12 @@ func (e *errs) add(err error) {
 	e.mu.Unlock()
 }
 
+func (e *errs) snapshot() []error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]error(nil), e.list...)
+}
+
 // decodeError returns the first *core.DecodeError reported for key.
 func (e *errs) decodeError(key string) *core.DecodeError {
 	e.mu.Lock()
@@ -135,7 +141,7 @@ func TestEtcdEmptyAndHugeKeysAndValues(t *testing.T) {
 		t.Error("the key equal to the prefix is cached under the empty key")
 	}
 	if rawErrs.decodeError("") == nil {
-		t.Errorf("the key equal to the prefix was dropped without a report: %v", rawErrs.list)
+		t.Errorf("the key equal to the prefix was dropped without a report: %v", rawErrs.snapshot())
 	}
 	if _, ok := jsInf.Lister().Get("empty"); ok {
 		t.Error("JSON: an empty value was cached")
@@ -295,7 +301,7 @@ func TestPostgresEmptyAndHugeKeysAndValues(t *testing.T) {
 		t.Error("the empty primary key is cached under the empty key")
 	}
 	if e.decodeError("") == nil {
-		t.Errorf("the row with the empty primary key was dropped without a report: %v", e.list)
+		t.Errorf("the row with the empty primary key was dropped without a report: %v", e.snapshot())
 	}
 	var n int
 	if err := conn.QueryRow(ctx, `SELECT count(*) FROM keep`).Scan(&n); err != nil {

@@ -101,16 +101,24 @@ func TestOutOfOrderWatchIsDetectedAndRepaired(t *testing.T) {
 	if err := inf.WaitFor(ctx, head); err != nil {
 		t.Fatal(err)
 	}
-	e.mu.Lock()
+	// b is applied before a arrives late: the report may follow WaitFor.
 	var oe *core.OrderError
-	for _, err := range e.list {
-		if errors.As(err, &oe) {
-			break
+	found := func() bool {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		for _, err := range e.list {
+			if errors.As(err, &oe) {
+				return true
+			}
 		}
+		return false
 	}
-	e.mu.Unlock()
+	deadline := time.Now().Add(time.Minute)
+	for !found() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
 	if oe == nil || oe.Key != "a" || oe.RV >= oe.After {
-		t.Fatalf("out-of-order delivery not reported as an OrderError for key a: %v", e.list)
+		t.Fatalf("out-of-order delivery not reported as an OrderError for key a (got %v)", oe)
 	}
 	if _, ok := inf.Lister().Get("b"); !ok {
 		t.Error(`"b", which arrived in order, is missing from the cache`)

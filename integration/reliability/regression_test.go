@@ -29,7 +29,7 @@ func TestRegressionNATSPurgeWhileDisconnected(t *testing.T) {
 		return
 	}
 	for attempt := 1; attempt <= 5; attempt++ {
-		res := reliability.Run(t, &reliability.NATS{}, 1, reliability.Config{Ops: 40})
+		res := reliability.Run(t, &reliability.NATS{Purge: true}, 1, reliability.Config{Ops: 60, FaultsPerKind: 1})
 		if len(res.Divergences) > 0 {
 			t.Fatalf("attempt %d: %s", attempt, res.Failure())
 		}

@@ -92,7 +92,9 @@ func TestReliability(t *testing.T) {
 		runAll(t, func() reliability.Adapter[reliability.Obj] { return &reliability.Postgres{} })
 	})
 	t.Run("nats", func(t *testing.T) {
-		runAll(t, func() reliability.Adapter[reliability.Obj] { return &reliability.NATS{} })
+		runAll(t, func() reliability.Adapter[reliability.Obj] {
+			return &reliability.NATS{Purge: *flagKnownBugs || *flagReport != ""}
+		})
 	})
 	t.Run("kube", func(t *testing.T) {
 		runAll(t, func() reliability.Adapter[*corev1.ConfigMap] { return &reliability.Kube{} })
