@@ -61,9 +61,21 @@
 // set it holds, a first sequence past from+1 is expiry only if a key the
 // cache holds has lost its value (a bucket with History 1 whose keys were
 // rewritten while the watch was away resumes without a relist; the watch
-// then reports each key's newest value, not every intermediate one). A watch that is idle also checks whether the value of a key
-// it holds was removed without a delete marker (MaxAge without
-// LimitMarkerTTL, a stream purge) and expires then. Any other trouble (a
+// then reports each key's newest value, not every intermediate one).
+//
+// A bucket watch checks the same (is the value of a key it holds gone
+// without a delete marker: MaxAge without LimitMarkerTTL, a stream purge)
+// before it applies messages that skip stream sequences or that come after
+// its connection was re-established, when it is idle, and on
+// RequestProgress, and expires if so. The consumer lives on the server and
+// outlasts a dropped connection; the server moves it past messages removed
+// meanwhile, so a skip in sequence (which a History limit or the key filter
+// also cause) or a reconnect is all the watch sees of a purge. The check
+// costs one stream-info request per such batch, plus one last-message
+// lookup per held key older than the first retained sequence (remembered
+// while the newer message is retained). Values removed with the connection
+// up and nothing skipped (a purge below the watch's position) are noticed
+// at the next such check. Any other trouble (a
 // lost connection, a server restart, a consumer sequence gap) ends the watch
 // with an ordinary error: the informer watches again from the last version
 // it applied, and no relist happens as long as the stream still holds it.

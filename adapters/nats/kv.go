@@ -40,7 +40,9 @@ type KVOptions[T any] struct {
 	// IdleCheck is how long a watch waits without messages before it reads
 	// the stream's head to send a Bookmark and to notice values removed
 	// without a delete marker (MaxAge, purges); zero means 5s.
-	// RequestProgress does the same at once.
+	// RequestProgress does the same at once. Messages that skip stream
+	// sequences, or that follow a reconnect, are checked for such removals
+	// before they are applied, whatever IdleCheck says.
 	IdleCheck time.Duration
 }
 
@@ -157,13 +159,17 @@ type kvEntry struct {
 // pending). Values are held raw until the fold is complete, then decoded
 // and emitted in revision order.
 func (k *KV[T]) List(ctx context.Context, opts core.ListOptions[T]) (core.ResourceVersion, error) {
-	info, err := k.stream.Info(ctx)
+	// The requests that start the read have their own bound: one lost
+	// with a dropped connection gets no answer, and ctx may have none.
+	rctx, rcancel := context.WithTimeout(ctx, requestTimeout)
+	defer rcancel()
+	info, err := k.stream.Info(rctx)
 	if err != nil {
 		return 0, fmt.Errorf("%s: read stream state: %w", k.source, err)
 	}
 	k.id.reset(info)
 	top := info.State.LastSeq
-	f, err := openFeed(ctx, k.stream, jetstream.ConsumerConfig{
+	f, err := openFeed(rctx, k.stream, jetstream.ConsumerConfig{
 		FilterSubject: k.filter,
 		DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy,
 	}, k.batch)

@@ -171,7 +171,11 @@ func (s *EventStream[S]) List(ctx context.Context, opts core.ListOptions[S]) (co
 // up to the server reporting nothing pending, or, when upTo > 0, up to
 // sequence upTo. It returns the position reached.
 func (s *EventStream[S]) replay(ctx context.Context, after, upTo uint64, fn func(jetstream.Msg, uint64)) (uint64, error) {
-	info, err := s.stream.Info(ctx)
+	// The requests that start the read have their own bound: one lost
+	// with a dropped connection gets no answer, and ctx may have none.
+	rctx, rcancel := context.WithTimeout(ctx, requestTimeout)
+	defer rcancel()
+	info, err := s.stream.Info(rctx)
 	if err != nil {
 		return 0, fmt.Errorf("%s: read stream state: %w", s.source, err)
 	}
@@ -196,7 +200,7 @@ func (s *EventStream[S]) replay(ctx context.Context, after, upTo uint64, fn func
 		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
 		cfg.OptStartSeq = after + 1
 	}
-	f, err := openFeed(ctx, s.stream, cfg, s.opts.BatchSize)
+	f, err := openFeed(rctx, s.stream, cfg, s.opts.BatchSize)
 	if err != nil {
 		return 0, fmt.Errorf("%s: create replay consumer: %w", s.source, err)
 	}

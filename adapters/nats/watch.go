@@ -65,7 +65,16 @@ type tail[T any] struct {
 
 var _ core.ProgressRequester = (*tail[int])(nil)
 
-const headTimeout = 3 * time.Second
+const (
+	headTimeout = 3 * time.Second
+	// requestTimeout bounds one request made with a context that lives
+	// long (a watch's, a List's), the default of nats.go for contexts
+	// without a deadline: a request lost with a dropped connection gets no
+	// answer, and the caller's context may have a far deadline.
+	requestTimeout = 5 * time.Second
+	// lostTimeout bounds the lost-value lookups of a watch being opened.
+	lostTimeout = 30 * time.Second
+)
 
 // openTail checks that the stream still holds everything after from, then
 // starts a consumer at from+1.
@@ -78,7 +87,7 @@ func openTail[T any](ctx context.Context, source string, stream jetstream.Stream
 		}
 	}()
 	reconnects := reconnectCount(nc) // before the state it vouches for is read
-	info, err := stream.Info(ctx)
+	info, err := withTimeout(ctx, requestTimeout, func(ctx context.Context) (*jetstream.StreamInfo, error) { return stream.Info(ctx) })
 	if err != nil {
 		return nil, fmt.Errorf("%s: read stream state to watch from %d: %w", source, from, err)
 	}
@@ -88,7 +97,8 @@ func openTail[T any](ctx context.Context, source string, stream jetstream.Stream
 	if err := checkPosition(source, info.State, from, a.complete()); err != nil {
 		return nil, err
 	}
-	if why, err := a.lost(ctx, info.State.FirstSeq); err != nil {
+	why, err := withTimeout(ctx, lostTimeout, func(ctx context.Context) (string, error) { return a.lost(ctx, info.State.FirstSeq) })
+	if err != nil {
 		return nil, fmt.Errorf("%s: check the values held at sequence %d: %w", source, from, err)
 	} else if why != "" {
 		return nil, fmt.Errorf("%s: cannot watch from sequence %d: %s: %w", source, from, why, core.ErrExpired)
@@ -98,7 +108,7 @@ func openTail[T any](ctx context.Context, source string, stream jetstream.Stream
 		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
 		cfg.OptStartSeq = from + 1
 	}
-	f, err := openFeed(ctx, stream, cfg, batch)
+	f, err := withTimeout(ctx, requestTimeout, func(ctx context.Context) (*feed, error) { return openFeed(ctx, stream, cfg, batch) })
 	if err != nil {
 		return nil, fmt.Errorf("%s: create consumer from sequence %d: %w", source, from+1, err)
 	}
@@ -115,6 +125,13 @@ func openTail[T any](ctx context.Context, source string, stream jetstream.Stream
 		ctx: wctx, cancel: cancel, progress: make(chan struct{}, 1),
 		pos: from, reconnects: reconnects,
 	}, nil
+}
+
+// withTimeout runs fn with ctx bounded by d.
+func withTimeout[R any](ctx context.Context, d time.Duration, fn func(context.Context) (R, error)) (R, error) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	return fn(ctx)
 }
 
 // checkPosition: Watch(from) needs every message after from. A first
@@ -278,9 +295,7 @@ func (w *tail[T]) verify(seqs []uint64) error {
 	if !gap && reconnects == w.reconnects {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(w.ctx, headTimeout)
-	defer cancel()
-	info, err := w.stream.Info(ctx)
+	info, err := withTimeout(w.ctx, headTimeout, func(ctx context.Context) (*jetstream.StreamInfo, error) { return w.stream.Info(ctx) })
 	if err != nil {
 		if w.ctx.Err() != nil {
 			return fmt.Errorf("%s: watch stopped: %w", w.source, w.ctx.Err())
@@ -292,8 +307,11 @@ func (w *tail[T]) verify(seqs []uint64) error {
 	if err := w.id.check(w.source, info); err != nil {
 		return err
 	}
-	why, err := w.a.lost(ctx, info.State.FirstSeq)
+	why, err := withTimeout(w.ctx, lostTimeout, func(ctx context.Context) (string, error) { return w.a.lost(ctx, info.State.FirstSeq) })
 	if err != nil {
+		if w.ctx.Err() != nil {
+			return fmt.Errorf("%s: watch stopped: %w", w.source, w.ctx.Err())
+		}
 		return fmt.Errorf("%s: check the values held at sequence %d: %w", w.source, w.pos, err)
 	}
 	if why != "" {
