@@ -28,7 +28,7 @@ func TestRegressionNATSPurgeWhileDisconnected(t *testing.T) {
 		t.Log("known divergence, not fixed yet: run with -known-bugs")
 		return
 	}
-	for attempt := 1; attempt <= 5; attempt++ {
+	for attempt := 1; attempt <= 10; attempt++ {
 		res := reliability.Run(t, &reliability.NATS{Purge: true}, 1, reliability.Config{Ops: 60, FaultsPerKind: 1})
 		if len(res.Divergences) > 0 {
 			t.Fatalf("attempt %d: %s", attempt, res.Failure())
