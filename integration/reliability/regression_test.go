@@ -9,8 +9,10 @@ import (
 
 var flagKnownBugs = flag.Bool("known-bugs", false, "also run the regression tests of divergences not fixed yet")
 
-// Found by TestReliability/nats seed 1 (KV history 5; diverges in about 2
-// runs of 5, with or without -race). The expire fault cuts the informer's
+// Found by TestReliability/nats seed 1 (KV history 5). How often it
+// diverges depends on the machine's load: 2 runs of 3 with -race and 2 of 5
+// without on a busy machine, 16 seeds of 50 in the RELIABILITY.md run, none
+// in 20 runs on a quiet machine. The expire fault cuts the informer's
 // connection, writes, purges the bucket's stream below its head and lets
 // the client reconnect. The watch's pull consumer lives on the server and
 // survives the disconnect; the server moves it past the purged messages,
@@ -29,7 +31,7 @@ func TestRegressionNATSPurgeWhileDisconnected(t *testing.T) {
 		return
 	}
 	for attempt := 1; attempt <= 10; attempt++ {
-		res := reliability.Run(t, &reliability.NATS{Purge: true}, 1, reliability.Config{Ops: 60, FaultsPerKind: 1})
+		res := reliability.Run(t, &reliability.NATS{Purge: true}, 1, reliability.Config{Ops: 40, FaultsPerKind: 1})
 		if len(res.Divergences) > 0 {
 			t.Fatalf("attempt %d: %s", attempt, res.Failure())
 		}
