@@ -2,6 +2,7 @@ package natsinformer_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net/url"
@@ -29,7 +30,9 @@ import (
 // "gap": writes during the outage, so the purged ones were never delivered
 // and the watch's next message jumps. "no gap": the informer had reached
 // the head; only values it already delivered are purged and the next
-// message follows its position. "consumer lost": as "no gap", but the
+// message follows its position. "quiet": as "no gap", with no write after
+// the outage, so that only the reconnect can tell the watch to look.
+// "consumer lost": as "no gap", but the
 // consumer is deleted too, so the watch is opened again from its version,
 // which the stream's first sequence has not passed. "rewrites": History 1 rewrites every key
 // during the outage; the jump hides nothing lost and must not relist.
@@ -37,20 +40,30 @@ func TestKVPurgeWhileDisconnected(t *testing.T) {
 	srv := harness.StartNATS(t)
 	js := srv.JetStream(t)
 	for _, history := range []uint8{1, 5} {
-		for _, tc := range []struct {
-			name   string
-			writes int
-			purge  bool
-			drop   bool
-		}{{"gap", 3, true, false}, {"no gap", 0, true, false}, {"rewrites", 0, false, false}, {"consumer lost", 0, true, true}} {
+		for _, tc := range []purgeCase{
+			{name: "gap", writes: 3, purge: true},
+			{name: "no gap", purge: true},
+			{name: "quiet", purge: true, quiet: true},
+			{name: "rewrites"},
+			{name: "consumer lost", purge: true, drop: true},
+		} {
 			t.Run(fmt.Sprintf("History%d/%s", history, tc.name), func(t *testing.T) {
-				purgeWhileDisconnected(t, srv, js, history, tc.writes, tc.purge, tc.drop)
+				purgeWhileDisconnected(t, srv, js, history, tc)
 			})
 		}
 	}
 }
 
-func purgeWhileDisconnected(t *testing.T, srv *harness.NATS, js jetstream.JetStream, history uint8, writes int, purge, drop bool) {
+type purgeCase struct {
+	name   string
+	writes int  // during the outage
+	purge  bool // below the head, during the outage; else rewrite every key
+	drop   bool // delete the watch's consumer during the outage
+	quiet  bool // no writes after the outage: wait for the cache, not a version
+}
+
+func purgeWhileDisconnected(t *testing.T, srv *harness.NATS, js jetstream.JetStream, history uint8, tc purgeCase) {
+	writes, purge, drop := tc.writes, tc.purge, tc.drop
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	kv := newBucket(t, js, jetstream.KeyValueConfig{History: history})
@@ -109,15 +122,22 @@ func purgeWhileDisconnected(t *testing.T, srv *harness.NATS, js jetstream.JetStr
 		t.Fatal(err)
 	}
 	px.Resume()
-	for i := range 3 {
-		head = mustPut(t, ctx, kv, fmt.Sprintf("after%d", i), 1)
+	want := bucketState(t, kv, "")
+	if tc.quiet {
+		// Nothing will come to the watch; its reconnect alone must make it
+		// look (the idle check is an hour away).
+		converge(t, inf, itemVersion, func() map[string]int { return want })
+	} else {
+		for i := range 3 {
+			head = mustPut(t, ctx, kv, fmt.Sprintf("after%d", i), 1)
+		}
+		waitApplied(t, inf, head)
+		want = bucketState(t, kv, "")
 	}
-	waitApplied(t, inf, head)
 	if nc.Stats().Reconnects == reconnects {
 		t.Fatal("setup: the informer's connection was not cut")
 	}
 
-	want := bucketState(t, kv, "")
 	if _, ok := want["k0"]; purge == ok {
 		t.Fatalf("setup: purge %v, yet the bucket holds k0: %v", purge, ok)
 	}
@@ -176,4 +196,42 @@ func mustPut(t *testing.T, ctx context.Context, kv jetstream.KeyValue, key strin
 		t.Fatalf("put %q: %v", key, err)
 	}
 	return rev
+}
+
+// A watch opened from a version whose values were purged, although the
+// stream's first sequence (the head kept by the purge) has not passed
+// version+1, expires: the first-sequence rule alone would let it resume
+// with every purged key still cached.
+func TestKVWatchFromVersionWithPurgedValues(t *testing.T) {
+	srv := harness.StartNATS(t)
+	js := srv.JetStream(t)
+	kv := newBucket(t, js, jetstream.KeyValueConfig{History: 5})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for i := range 5 {
+		mustPut(t, ctx, kv, fmt.Sprintf("k%d", i), 1)
+	}
+	lw, err := natsinformer.NewKV(ctx, js, kv.Bucket(), natsinformer.KVOptions[item]{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rv, err := lw.List(ctx, core.ListOptions[item]{Emit: func(core.Event[item]) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, "KV_"+kv.Bucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Purge(ctx, jetstream.WithPurgeSequence(uint64(rv))); err != nil {
+		t.Fatal(err)
+	}
+	w, err := lw.Watch(ctx, rv)
+	if err == nil {
+		w.Stop()
+		t.Fatalf("Watch(%d) after a purge that kept only sequence %d succeeded; want an error matching core.ErrExpired", rv, rv)
+	}
+	if !errors.Is(err, core.ErrExpired) {
+		t.Fatalf("Watch(%d): %v; want an error matching core.ErrExpired", rv, err)
+	}
 }

@@ -61,6 +61,9 @@ type tail[T any] struct {
 	err          error  // sticky: the watch ended
 	reconnects   uint64 // nc's reconnect count when the state was last checked
 	skipsSafe    bool   // verify has nothing to look for (applier.lost never finds anything)
+	// connected receives nc's reconnects, so that an idle watch checks
+	// the state at once rather than after IdleCheck; nil without nc.
+	connected chan nats.Status
 }
 
 var _ core.ProgressRequester = (*tail[int])(nil)
@@ -119,11 +122,15 @@ func openTail[T any](ctx context.Context, source string, stream jetstream.Stream
 		return nil, fmt.Errorf("%s: the consumer starts after sequence %d, not at %d: messages were removed meanwhile: %w", source, d, from+1, core.ErrExpired)
 	}
 	wctx, cancel := context.WithCancel(ctx)
+	var connected chan nats.Status
+	if nc != nil {
+		connected = nc.StatusChanged(nats.CONNECTED)
+	}
 	return &tail[T]{
 		source: source, stream: stream, nc: nc, id: id, filter: filter, f: f, a: a,
 		batch: batch, idle: idle, log: log,
 		ctx: wctx, cancel: cancel, progress: make(chan struct{}, 1),
-		pos: from, reconnects: reconnects,
+		pos: from, reconnects: reconnects, connected: connected,
 	}, nil
 }
 
@@ -185,6 +192,17 @@ func (w *tail[T]) Next(ctx context.Context) ([]core.Event[T], error) {
 			return nil, w.err
 		case <-w.progress:
 			w.wantProgress = true
+		case _, ok := <-w.connected:
+			if !ok { // Stop removed the listener
+				w.err = fmt.Errorf("%s: watch stopped: %w", w.source, context.Canceled)
+				return nil, w.err
+			}
+			// Values may have been purged while the connection was down,
+			// and no message may come to reveal it.
+			if err := w.verify(nil); err != nil {
+				w.err = err
+				return nil, err
+			}
 		case <-idle.C:
 			out, err := w.head(ctx, false)
 			if err != nil && ctx.Err() != nil && w.ctx.Err() == nil {
@@ -315,6 +333,9 @@ func (w *tail[T]) verify(seqs []uint64) error {
 		return fmt.Errorf("%s: check the values held at sequence %d: %w", w.source, w.pos, err)
 	}
 	if why != "" {
+		if len(seqs) == 0 {
+			return fmt.Errorf("%s: at sequence %d after a reconnect: %s: %w", w.source, w.pos, why, core.ErrExpired)
+		}
 		return fmt.Errorf("%s: after sequence %d (next delivered %d): %s: %w", w.source, w.pos, seqs[0], why, core.ErrExpired)
 	}
 	w.reconnects = reconnects
@@ -393,6 +414,9 @@ func (w *tail[T]) RequestProgress(ctx context.Context) error {
 func (w *tail[T]) Stop() {
 	w.stopOnce.Do(func() {
 		w.cancel()
+		if w.connected != nil {
+			w.nc.RemoveStatusListener(w.connected)
+		}
 		w.f.close()
 		// Next has returned or will at once; its state is consistent at pos.
 		w.mu.Lock()
