@@ -24,9 +24,8 @@
 //
 // Flags of the test binary: -seeds N (seeds 1..N per adapter, default 2,
 // the small version that make test runs), -seed N (only that one), -ops and
-// -faults (size of a run), -report FILE (write RELIABILITY.md), and
-// -known-bugs (also run the regression tests of divergences found and not
-// fixed yet, which fail until they are).
+// -faults (size of a run), and -report FILE (write RELIABILITY.md). Every
+// divergence found is kept as a regression test that always runs.
 //
 // The package's other tests cover bad inputs and hostile names that the
 // adapters' own tests do not: empty and huge keys and values, bucket,

@@ -25,13 +25,6 @@ const natsBucket = "reliability"
 // bucket's stream below its head while the informer is cut off, so keys
 // whose last value was older vanish from the source as well.
 type NATS struct {
-	// Purge enables the Expire fault. A purge while the informer is
-	// disconnected is a known divergence of adapters/nats (see
-	// TestRegressionNATSPurgeWhileDisconnected), so the small run inside
-	// make test leaves it out until that is fixed; -known-bugs and
-	// -report turn it on.
-	Purge bool
-
 	srv     *harness.NATS
 	px      *proxy.Proxy
 	direct  *nats.Conn
@@ -147,12 +140,7 @@ func (n *NATS) Head(ctx context.Context) (core.ResourceVersion, error) {
 
 func (n *NATS) Version(o Obj) int64 { return o.V }
 
-func (n *NATS) Faults() []Fault {
-	if n.Purge {
-		return []Fault{Cut, Pause, Restart, Expire}
-	}
-	return []Fault{Cut, Pause, Restart}
-}
+func (n *NATS) Faults() []Fault { return []Fault{Cut, Pause, Restart, Expire} }
 
 func (n *NATS) Inject(t testing.TB, ctx context.Context, f Fault) (func(), bool) {
 	switch f {

@@ -93,7 +93,7 @@ func TestReliability(t *testing.T) {
 	})
 	t.Run("nats", func(t *testing.T) {
 		runAll(t, func() reliability.Adapter[reliability.Obj] {
-			return &reliability.NATS{Purge: *flagKnownBugs || *flagReport != ""}
+			return &reliability.NATS{}
 		})
 	})
 	t.Run("kube", func(t *testing.T) {
