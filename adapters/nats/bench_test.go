@@ -79,3 +79,61 @@ func BenchmarkKVListRaw(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkKVWatchSkips measures what the check for purged values costs a
+// watch: with "skips", each watched write follows a write outside the
+// watch's prefix, so every message it receives skips a stream sequence and
+// is checked (one stream-info request); "contiguous" writes only watched
+// keys. Each iteration is one watched write (and its acknowledgement) up to
+// its event; compare the two as a ratio.
+func BenchmarkKVWatchSkips(b *testing.B) {
+	for _, other := range []bool{false, true} {
+		name := "contiguous"
+		if other {
+			name = "skips"
+		}
+		b.Run(name, func(b *testing.B) { benchWatch(b, other) })
+	}
+}
+
+func benchWatch(b *testing.B, other bool) {
+	srv := harness.StartNATS(b)
+	js := srv.JetStream(b)
+	kv := newBucket(b, js, jetstream.KeyValueConfig{History: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	lw, err := natsinformer.NewKV(ctx, js, kv.Bucket(), natsinformer.KVOptions[item]{Prefix: "a."})
+	if err != nil {
+		b.Fatal(err)
+	}
+	rv, err := lw.List(ctx, core.ListOptions[item]{Emit: func(core.Event[item]) error { return nil }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	w, err := lw.Watch(ctx, rv)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Stop()
+	n := 0
+	for b.Loop() {
+		n++
+		if other {
+			if _, err := put(ctx, kv, "b.x", n); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if _, err := put(ctx, kv, "a.k", n); err != nil {
+			b.Fatal(err)
+		}
+		for got := false; !got; {
+			evs, err := w.Next(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, ev := range evs {
+				got = got || ev.Type != core.Bookmark
+			}
+		}
+	}
+}
