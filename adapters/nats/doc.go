@@ -65,9 +65,9 @@
 //
 // A bucket watch checks the same (is the value of a key it holds gone
 // without a delete marker: MaxAge without LimitMarkerTTL, a stream purge)
-// before it applies messages that skip stream sequences or that come after
-// its connection was re-established, when it is idle, and on
-// RequestProgress, and expires if so. The consumer lives on the server and
+// as soon as its connection is re-established, before it applies messages
+// that skip stream sequences or that come after a reconnect, when it is
+// idle, and on RequestProgress, and expires if so. The consumer lives on the server and
 // outlasts a dropped connection; the server moves it past messages removed
 // meanwhile, so a skip in sequence (which a History limit or the key filter
 // also cause) or a reconnect is all the watch sees of a purge. The check
