@@ -6,10 +6,11 @@ GO ?= go
 TEST_TIMEOUT ?= 40m
 TEST_FLAGS ?=
 
-.PHONY: test deps postgres kube-apiserver vet fuzz smoke reliability
+.PHONY: test deps postgres kube-apiserver vet fuzz smoke reliability bench bench-smoke
 test: deps vet smoke
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...
 	bash scripts/fuzz.sh $(FUZZ_SHORT)
+	$(MAKE) --no-print-directory bench-smoke
 
 # Fuzz targets (DeltaFIFO/FIFO, Indexer, WorkQueue against reference models):
 # a short fixed-time pass runs inside make test, a long one here.
@@ -45,3 +46,13 @@ vet:
 N ?= 50
 reliability: deps
 	$(GO) test -count=1 -timeout 120m ./integration/reliability -run 'TestReliability$$' -seeds $(N) -report $(CURDIR)/RELIABILITY.md
+
+# Side by side with client-go, a plain map, a raw Postgres COPY and the raw
+# etcd and NATS clients, as ratios measured in one run (~2.5 minutes on 2
+# cores); rewrites BENCHMARKS.md.
+bench:
+	$(GO) run ./cmd/benchtable
+
+# Every benchmark of every package once, at small sizes, so none can rot.
+bench-smoke:
+	$(GO) test -count=1 -run '^$$' -bench . -benchtime=1x -short ./... | grep -Ev 'no test files|^(goos|goarch|pkg|cpu):'
