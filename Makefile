@@ -55,4 +55,4 @@ bench:
 
 # Every benchmark of every package once, at small sizes, so none can rot.
 bench-smoke:
-	$(GO) test -count=1 -run '^$$' -bench . -benchtime=1x -short ./... | grep -Ev 'no test files|^(goos|goarch|pkg|cpu):'
+	set -o pipefail; $(GO) test -count=1 -run '^$$' -bench . -benchtime=1x -short ./... | grep -Ev 'no test files|^(goos|goarch|pkg|cpu):'
