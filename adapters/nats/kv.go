@@ -35,7 +35,8 @@ type KVOptions[T any] struct {
 	// Logger receives debug lines; nil discards them.
 	Logger *slog.Logger
 	// BatchSize bounds the messages buffered from the server and the
-	// events per batch; zero means 256.
+	// events per batch; zero means 1024 (measured: 256 made the initial sync
+	// of 100k keys ~1.7x the raw KV watcher, 1024 ~1.3x; see bench/).
 	BatchSize int
 	// IdleCheck is how long a watch waits without messages before it reads
 	// the stream's head to send a Bookmark and to notice values removed
@@ -127,7 +128,7 @@ func NewKV[T any](ctx context.Context, js jetstream.JetStream, bucket string, op
 		k.log = slog.New(slog.DiscardHandler)
 	}
 	if k.batch <= 0 {
-		k.batch = 256
+		k.batch = 1024
 	}
 	if k.idle <= 0 {
 		k.idle = 5 * time.Second
