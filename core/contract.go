@@ -90,28 +90,44 @@ type Event[T any] struct {
 // ListerWatcher is the contract between the core and a source adapter. An
 // adapter only reports what the source says; retry, backoff, relist and
 // resync are the core's policy.
+//
+// Both calls push: List hands the snapshot to sink.Emit, Watch hands each
+// batch to opts.Emit. Neither keeps running after it returns, and neither
+// calls its Emit concurrently with itself.
 type ListerWatcher[T any] interface {
 	// List reads one consistent snapshot of the source: it calls
-	// opts.Emit with an Added event for every object in it (in any order,
+	// sink.Emit with an Added event for every object in it (in any order,
 	// paginating as the adapter sees fit) and returns the version at which the
-	// snapshot was taken. Watch(ctx, thatVersion) must then deliver exactly
-	// the changes after the snapshot. Emit is called from one goroutine at a
-	// time (never concurrently) and only before List returns. If Emit
-	// returns an error, List stops and returns it.
-	List(ctx context.Context, opts ListOptions[T]) (ResourceVersion, error)
+	// snapshot was taken. Watch(ctx, thatVersion, ...) must then deliver
+	// exactly the changes after the snapshot. Emit is called from one
+	// goroutine at a time and only before List returns. If Emit returns an
+	// error, List stops and returns it (wrapped or not: errors.Is matches).
+	List(ctx context.Context, sink ListSink[T]) (ResourceVersion, error)
 
 	// Watch delivers every change strictly after from, in version order,
-	// none missing and none repeated, until ctx is done or the watch fails.
-	// If the source can no longer serve changes after from (compacted,
-	// expired, slot lost), Watch or Watcher.Next returns an error that
-	// matches ErrExpired and the caller relists.
-	Watch(ctx context.Context, from ResourceVersion) (Watcher[T], error)
+	// none missing and none repeated, through opts.Emit, until one of:
+	//
+	//   - ctx is done: Watch returns an error matching ErrWatchStopped
+	//     (build it with Stopped(ctx)), whatever the source was doing;
+	//   - the source can no longer serve changes after the last version it
+	//     emitted (compacted, expired, slot lost): an error matching
+	//     ErrExpired, and the caller relists;
+	//   - the source will never serve this watch again (a dropped table, a
+	//     deleted bucket, a revoked privilege): an error matching
+	//     ErrPermanent (see Permanent), and the caller stops and reports;
+	//   - opts.Emit returned an error: Watch returns it (errors.Is matches);
+	//   - anything else failed: that error, and the caller resumes with a new
+	//     Watch from the last version it was given.
+	//
+	// Changes received before a failure are emitted before Watch returns the
+	// failure. Watch never returns nil.
+	Watch(ctx context.Context, from ResourceVersion, opts WatchOptions[T]) error
 }
 
-// ListOptions carries the callbacks of one List call.
-type ListOptions[T any] struct {
+// ListSink receives one List's snapshot.
+type ListSink[T any] struct {
 	// Emit receives each object of the snapshot as an Added event. An event
-	// with Err set reports an object that could not be decoded.
+	// with Err set reports an object that could not be decoded. Required.
 	Emit func(Event[T]) error
 	// Estimate, when non-nil, is given the source's estimate of how many
 	// objects the snapshot holds (for example planner statistics), so that
@@ -120,28 +136,32 @@ type ListOptions[T any] struct {
 	Estimate func(objects int64)
 }
 
-// Watcher is one open watch.
-type Watcher[T any] interface {
-	// Next blocks until the next batch of events, in version order. A batch
-	// is never empty; events of one source transaction arrive in one batch.
-	// The returned slice belongs to the caller. Next returns an error when
-	// the watch ends: ctx.Err() or the watch's context error when cancelled,
-	// an error matching ErrExpired when the position is gone, anything else
-	// for a failure the caller may retry from the last version it applied.
-	Next(ctx context.Context) ([]Event[T], error)
-	// Stop ends the watch and releases its resources. It may be called
-	// more than once and concurrently with Next, which then returns.
-	Stop()
+// WatchOptions carries the callbacks of one Watch call.
+type WatchOptions[T any] struct {
+	// Emit receives each batch of events in version order. A batch is never
+	// empty; events of one source transaction arrive in one batch (a batch
+	// may hold several transactions). Emit blocks while the consumer is
+	// busy; its return means the consumer has taken the batch, which is
+	// what an adapter that acknowledges positions to its server (the
+	// Postgres slot) may acknowledge. The slice is the consumer's only for
+	// the call: the adapter may reuse it once Emit returns. Required.
+	Emit func(batch []Event[T]) error
+	// Progress, when non-nil, carries the consumer's requests for a
+	// Bookmark. A watch of a ListerWatcher that implements ProgressReporter
+	// (and reports true) answers each request it receives with a Bookmark
+	// whose RV is at least the source's head at the time it received the
+	// request; several requests may be answered by one Bookmark. Other
+	// watches never read it.
+	Progress <-chan struct{}
 }
 
-// ProgressRequester is implemented by a Watcher that can be asked for a
-// Bookmark: after RequestProgress, the watch delivers a Bookmark whose RV is
-// at least the source's head at the time of the request (etcd
-// RequestProgress, a NATS consumer with nothing pending, a Postgres keepalive
-// with nothing pending). The informer uses it to serve WaitFor for a version
-// that touched no watched key.
-type ProgressRequester interface {
-	RequestProgress(ctx context.Context) error
+// ProgressReporter is implemented by a ListerWatcher whose watches answer
+// requests on WatchOptions.Progress with a Bookmark (etcd RequestProgress, a
+// NATS consumer with nothing pending, a Postgres keepalive with nothing
+// pending). The informer uses it to serve WaitFor for a version that
+// touched no watched key. A wrapper forwards the answer of what it wraps.
+type ProgressReporter interface {
+	ReportsProgress() bool
 }
 
 // HeadReader is implemented by a ListerWatcher that can tell the newest
@@ -151,11 +171,73 @@ type HeadReader interface {
 	Head(ctx context.Context) (ResourceVersion, error)
 }
 
+// State parked between watches.
+//
+// Some adapters keep, beside the informer's cache, state that a watch needs
+// and that the cache does not hold: the NATS KV adapter the revision of each
+// key (to tell a purge it missed), the NATS event-stream adapter the
+// reducer's folded state, the Postgres adapter each table's keys and the
+// values pgoutput may leave out (unchanged TOAST). Such state belongs to the
+// position it was built at. The rule for handing it to the next Watch is:
+//
+//   - List builds it from scratch and parks it at the version List
+//     returns;
+//   - Watch parks it at the last version it emitted before returning;
+//   - Watch(from) takes over the parked state only if it was parked at
+//     exactly from; any other from (an older checkpoint, another caller)
+//     finds no usable state and returns an error matching ErrExpired unless
+//     it can rebuild the state from the source at from, so that the caller
+//     relists rather than watching with a shadow that belongs elsewhere;
+//   - only one watch holds the state at a time: a second concurrent Watch of
+//     the same ListerWatcher must not share it.
+
 // ErrExpired is matched (with errors.Is) by the error a source returns when
 // it cannot resume from the requested version: etcd compaction, a lost
 // Postgres slot, a JetStream stream whose first sequence has passed it,
 // Kubernetes 410 Gone. The reflector then relists from scratch.
 var ErrExpired = errors.New("dbinformer: resource version expired")
+
+// ErrWatchStopped is matched (with errors.Is) by what Watch returns when its
+// context is done. Build it with Stopped.
+var ErrWatchStopped = errors.New("dbinformer: watch stopped")
+
+// Stopped returns the error a Watch returns when ctx is done: it matches
+// ErrWatchStopped and the context's cause (context.Canceled,
+// context.DeadlineExceeded or the cause given to the cancel function).
+func Stopped(ctx context.Context) error {
+	cause := context.Cause(ctx)
+	if cause == nil {
+		cause = context.Canceled
+	}
+	return &stoppedError{cause: cause}
+}
+
+type stoppedError struct{ cause error }
+
+func (e *stoppedError) Error() string        { return "dbinformer: watch stopped: " + e.cause.Error() }
+func (e *stoppedError) Is(target error) bool { return target == ErrWatchStopped }
+func (e *stoppedError) Unwrap() error        { return e.cause }
+
+// ErrPermanent is matched by an error that retrying cannot cure: the watched
+// table was dropped, the bucket deleted, the privilege revoked. The
+// reflector stops, the informer reports it (WaitForCacheSync returns it) and
+// Run returns it. Mark an error permanent with Permanent.
+var ErrPermanent = errors.New("dbinformer: permanent failure")
+
+// Permanent marks err as permanent: the result matches ErrPermanent and
+// still matches (and unwraps to) err. Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err: err}
+}
+
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string        { return e.err.Error() }
+func (e *permanentError) Is(target error) bool { return target == ErrPermanent }
+func (e *permanentError) Unwrap() error        { return e.err }
 
 // DecodeError reports a change that an adapter could not decode. It names
 // the source, the key and the version, never the raw bytes (which may hold
