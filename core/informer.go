@@ -150,6 +150,8 @@ type SharedIndexInformer[T any] struct {
 
 	synced   atomic.Bool
 	syncedCh chan struct{}
+	// failure is the latest run's permanent failure (guarded by mu).
+	failure *runFailure
 
 	waiters atomic.Int32
 	progMu  sync.Mutex
@@ -167,6 +169,7 @@ func NewSharedIndexInformer[T any](lw ListerWatcher[T], opts InformerOptions[T])
 		clk:               clock.Or(opts.Clock),
 		resyncCheckPeriod: opts.ResyncPeriod,
 		syncedCh:          make(chan struct{}),
+		failure:           &runFailure{done: make(chan struct{})},
 		progCh:            make(chan struct{}),
 	}
 	if i.name == "" {
@@ -217,7 +220,10 @@ func (i *SharedIndexInformer[T]) report(err error) {
 }
 
 // Run runs the informer until ctx is done and returns once every goroutine
-// it started (reflector, processing, handlers) has ended. It can be called
+// it started (reflector, processing, handlers) has ended. A source that
+// fails permanently (an error matching ErrPermanent) ends the run: Run
+// returns that error, and so does WaitForCacheSync if the cache never
+// synced. Run returns nil when ctx ended it. It can be called
 // again after it returned: the cache, the handlers and their undelivered
 // notifications are kept, and the new run's list reconciles the cache
 // with the source (keys that vanished meanwhile are deleted with
@@ -232,6 +238,11 @@ func (i *SharedIndexInformer[T]) Run(ctx context.Context) error {
 	defer cancel()
 	wg := &sync.WaitGroup{}
 	i.running, i.started, i.runCtx, i.runWG = true, true, ctx, wg
+	failure := i.failure
+	if failure.err != nil {
+		failure = &runFailure{done: make(chan struct{})}
+		i.failure = failure
+	}
 	i.reflector = NewReflector[T](i.lw, signalingQueue[T]{i.queue, i}, ReflectorOptions[T]{
 		Name:            i.name,
 		ResyncPeriod:    i.resyncCheckPeriod,
@@ -250,10 +261,16 @@ func (i *SharedIndexInformer[T]) Run(ctx context.Context) error {
 	}
 	i.handleMu.RUnlock()
 	r := i.reflector
+	var runErr error
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		r.Run(ctx)
+		if err := r.Run(ctx); err != nil {
+			runErr = err
+			failure.err = err
+			close(failure.done)
+			cancel()
+		}
 	}()
 	go func() {
 		defer wg.Done()
@@ -267,7 +284,7 @@ func (i *SharedIndexInformer[T]) Run(ctx context.Context) error {
 	i.running = false
 	i.mu.Unlock()
 	wg.Wait()
-	return nil
+	return runErr
 }
 
 // startListenerLocked needs i.mu held and the informer running.
@@ -316,6 +333,13 @@ func (i *SharedIndexInformer[T]) advanced() {
 	close(i.progCh)
 	i.progCh = make(chan struct{})
 	i.progMu.Unlock()
+}
+
+// runFailure is one run's permanent failure: err is set before done is
+// closed.
+type runFailure struct {
+	done chan struct{}
+	err  error
 }
 
 // signalingQueue wakes WaitFor when the reflector queues a bookmark or a
@@ -606,18 +630,25 @@ func (i *SharedIndexInformer[T]) LastListError() error {
 	return r.LastListError()
 }
 
-// WaitForCacheSync blocks until HasSynced. When ctx ends first, the error
-// wraps ctx's error and says why the cache is not synced: the last list
-// error, or that the informer was never started.
+// WaitForCacheSync blocks until HasSynced. When the run ends on a
+// permanent failure first, it returns an error wrapping that failure
+// (matching ErrPermanent). When ctx ends first, the error wraps ctx's error
+// and says why the cache is not synced: the last list error, or that the
+// informer was never started.
 func (i *SharedIndexInformer[T]) WaitForCacheSync(ctx context.Context) error {
 	select {
 	case <-i.syncedCh:
 		return nil
 	default:
 	}
+	i.mu.Lock()
+	failure := i.failure
+	i.mu.Unlock()
 	select {
 	case <-i.syncedCh:
 		return nil
+	case <-failure.done:
+		return fmt.Errorf("%s: cache not synced: %w", i.name, failure.err)
 	case <-ctx.Done():
 	}
 	i.mu.Lock()
@@ -634,8 +665,8 @@ func (i *SharedIndexInformer[T]) WaitForCacheSync(ctx context.Context) error {
 
 // WaitFor blocks until the cache has applied every change up to rv (and
 // every bookmark), which gives read-your-writes: write, take the version
-// the source returned, WaitFor it, read the cache. When the open watch is a
-// ProgressRequester it is asked for a bookmark (at most once per
+// the source returned, WaitFor it, read the cache. When the ListerWatcher
+// is a ProgressReporter the open watch is asked for a bookmark (at most once per
 // ProgressRequestInterval), so a version that touched no watched key is
 // reached too. Without one, such a version is reached at the next change or
 // bookmark the source sends.

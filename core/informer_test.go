@@ -108,10 +108,12 @@ func TestReflectorBacksOffAndResumesFromLastVersion(t *testing.T) {
 	w.send(t, add("a", "a1", 8))
 	must(t, inf.WaitFor(testCtx(t), 8))
 	w.fail(t, errors.New("connection reset"))
-	// Once the watch is stopped its timeout timer is gone and only the
-	// backoff timer remains; step past its longest delay (800ms plus up to
-	// 100% jitter).
-	<-w.stop
+	// Once the failure is reported the watch's timeout timer is gone and
+	// only the backoff timer remains; step past its longest delay (800ms
+	// plus up to 100% jitter).
+	eventually(t, "watch error reported", func() bool {
+		return ec.find(func(e error) bool { return strings.Contains(e.Error(), "connection reset") }) != nil
+	})
 	eventually(t, "backoff timer", func() bool { return fc.Waiters() == 1 })
 	fc.Step(1600 * time.Millisecond)
 	w2 := lw.watch(t)
@@ -361,7 +363,7 @@ func TestWaitForRequestsProgressForQuietVersions(t *testing.T) {
 		inf.mu.Unlock()
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		return r.watcher != nil
+		return r.progress != nil
 	})
 	done := make(chan error, 1)
 	go func() { done <- inf.WaitFor(testCtx(t), 10) }()
@@ -435,7 +437,7 @@ func TestInformerRestarts(t *testing.T) {
 
 func TestEqualTurnsUnchangedRelistIntoResync(t *testing.T) {
 	lw := newFakeLW()
-	inf, fc, _ := newTestInformer(lw, InformerOptions[string]{Equal: func(a, b string) bool { return a == b }})
+	inf, fc, ec := newTestInformer(lw, InformerOptions[string]{Equal: func(a, b string) bool { return a == b }})
 	rec := newRecorder()
 	_, err := inf.AddEventHandler(rec)
 	must(t, err)
@@ -444,8 +446,9 @@ func TestEqualTurnsUnchangedRelistIntoResync(t *testing.T) {
 	rec.expectSet(t, "add a=a1 initial=true", "add b=b1 initial=true")
 	w := lw.watch(t)
 	w.fail(t, ErrExpired)
-	// Expired before any progress: the relist waits for the backoff.
-	<-w.stop
+	// Expired before any progress: the relist waits for the backoff (armed
+	// once the expiry is reported).
+	eventually(t, "expiry reported", func() bool { return ec.find(func(e error) bool { return errors.Is(e, ErrExpired) }) != nil })
 	eventually(t, "backoff timer", func() bool { return fc.Waiters() == 1 })
 	fc.Step(2 * time.Second)
 	lw.list(t, 9, add("a", "a1", 0), add("b", "b2", 0))
@@ -560,22 +563,11 @@ func TestFactorySharesAndShutsDown(t *testing.T) {
 // memLW is an always-empty source that never changes.
 type memLW[T any] struct{}
 
-func (memLW[T]) List(context.Context, ListOptions[T]) (ResourceVersion, error) { return 1, nil }
-func (memLW[T]) Watch(ctx context.Context, _ ResourceVersion) (Watcher[T], error) {
-	return idleWatcher[T]{ctx}, nil
+func (memLW[T]) List(context.Context, ListSink[T]) (ResourceVersion, error) { return 1, nil }
+func (memLW[T]) Watch(ctx context.Context, _ ResourceVersion, _ WatchOptions[T]) error {
+	<-ctx.Done()
+	return Stopped(ctx)
 }
-
-type idleWatcher[T any] struct{ ctx context.Context }
-
-func (w idleWatcher[T]) Next(ctx context.Context) ([]Event[T], error) {
-	select {
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-w.ctx.Done():
-		return nil, w.ctx.Err()
-	}
-}
-func (idleWatcher[T]) Stop() {}
 
 func TestStopWithFullBoundedHandlerDoesNotHang(t *testing.T) {
 	lw := newFakeLW()

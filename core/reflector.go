@@ -82,7 +82,7 @@ type Reflector[T any] struct {
 	lastRV atomic.Uint64
 
 	mu          sync.Mutex
-	watcher     Watcher[T]
+	progress    chan struct{} // the open watch's Progress; nil when none can answer
 	lastListErr error
 	listed      bool
 }
@@ -119,16 +119,24 @@ func (r *Reflector[T]) LastListError() error {
 }
 
 // RequestProgress asks the open watch for a bookmark (see
-// ProgressRequester).
+// ProgressReporter). It never blocks: a request already waiting to be read
+// by the watch answers this one too. It returns ErrProgressNotSupported when
+// no watch is open or the ListerWatcher does not report progress.
 func (r *Reflector[T]) RequestProgress(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	r.mu.Lock()
-	w := r.watcher
+	ch := r.progress
 	r.mu.Unlock()
-	pr, ok := w.(ProgressRequester)
-	if !ok {
+	if ch == nil {
 		return ErrProgressNotSupported
 	}
-	return pr.RequestProgress(ctx)
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+	return nil
 }
 
 func (r *Reflector[T]) report(err error) {
@@ -143,10 +151,14 @@ func (r *Reflector[T]) report(err error) {
 	r.opts.Logger.Log(context.Background(), level, "dbinformer reflector", "source", r.opts.Name, "err", err)
 }
 
-// Run lists and watches until ctx is done, then returns once every
-// goroutine it started has ended. One Reflector runs once at a time; an
-// informer makes a new one for each of its runs.
-func (r *Reflector[T]) Run(ctx context.Context) {
+// Run lists and watches until ctx is done or the source fails permanently
+// (an error matching ErrPermanent), then returns once every goroutine it
+// started has ended. It returns nil when ctx ended it and the permanent
+// error otherwise. One Reflector runs once at a time; an informer makes a
+// new one for each of its runs.
+func (r *Reflector[T]) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	if r.opts.ResyncPeriod > 0 {
@@ -162,9 +174,12 @@ func (r *Reflector[T]) Run(ctx context.Context) {
 		if needList {
 			if err := r.list(ctx, relist); err != nil {
 				if ctx.Err() != nil {
-					return
+					return nil
 				}
 				r.report(err)
+				if errors.Is(err, ErrPermanent) {
+					return err
+				}
 				r.sleep(ctx, bo.next())
 				continue
 			}
@@ -172,11 +187,14 @@ func (r *Reflector[T]) Run(ctx context.Context) {
 		}
 		progressed, err := r.watch(ctx)
 		if ctx.Err() != nil {
-			return
+			return nil
 		}
 		r.met.WatchRestarted(err)
 		switch {
 		case err == nil: // planned timeout: reopen at once
+		case errors.Is(err, ErrPermanent):
+			r.report(err)
+			return err
 		case errors.Is(err, ErrExpired), errors.As(err, new(*OrderError)):
 			r.report(err)
 			needList = true
@@ -190,6 +208,7 @@ func (r *Reflector[T]) Run(ctx context.Context) {
 			r.sleep(ctx, bo.next())
 		}
 	}
+	return nil
 }
 
 func (r *Reflector[T]) sleep(ctx context.Context, d time.Duration) {
@@ -231,7 +250,7 @@ func (r *Reflector[T]) decodeFailed(ev *Event[T], err error) {
 func (r *Reflector[T]) list(ctx context.Context, relist bool) error {
 	var items []Event[T]
 	var received, estimated int64
-	opts := ListOptions[T]{
+	opts := ListSink[T]{
 		Emit: func(ev Event[T]) error {
 			if ev.Err != nil {
 				r.decodeFailed(&ev, ev.Err)
@@ -285,29 +304,21 @@ func (r *Reflector[T]) list(ctx context.Context, relist bool) error {
 	return nil
 }
 
+// errWatchTimeout is the cause with which the reflector ends a watch at
+// its planned timeout.
+var errWatchTimeout = errors.New("dbinformer: planned watch timeout")
+
 // watch runs one watch until it ends. It returns nil when the planned
 // timeout ended it, and whether any batch was applied.
 func (r *Reflector[T]) watch(ctx context.Context) (progressed bool, err error) {
 	from := r.LastSyncResourceVersion()
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	w, err := r.lw.Watch(wctx, from)
-	if err != nil {
-		return false, fmt.Errorf("%s: watch from version %d: %w", r.opts.Name, from, err)
-	}
-	r.mu.Lock()
-	r.watcher = w
-	r.mu.Unlock()
-	defer func() {
-		r.mu.Lock()
-		r.watcher = nil
-		r.mu.Unlock()
-		w.Stop()
-	}()
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 
+	// The planned timeout only cancels the watch's context: the watch ends
+	// itself and returns Stopped(wctx).
 	minTimeout := r.opts.MinWatchTimeout
 	timer := r.clk.NewTimer(minTimeout + time.Duration(rand.Int64N(int64(minTimeout))))
-	var timedOut atomic.Bool
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -315,9 +326,7 @@ func (r *Reflector[T]) watch(ctx context.Context) (progressed bool, err error) {
 		defer wg.Done()
 		select {
 		case <-timer.C():
-			timedOut.Store(true)
-			cancel()
-			w.Stop()
+			cancel(errWatchTimeout)
 		case <-done:
 			timer.Stop()
 		}
@@ -325,22 +334,41 @@ func (r *Reflector[T]) watch(ctx context.Context) (progressed bool, err error) {
 	defer wg.Wait()
 	defer close(done)
 
-	for {
-		batch, err := w.Next(wctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return progressed, ctx.Err()
-			}
-			if timedOut.Load() {
-				return progressed, nil
-			}
-			return progressed, fmt.Errorf("%s: watch from version %d: %w", r.opts.Name, r.LastSyncResourceVersion(), err)
-		}
-		if err := r.apply(batch); err != nil {
-			return progressed, err
-		}
-		progressed = true
+	var progress chan struct{}
+	if pr, ok := r.lw.(ProgressReporter); ok && pr.ReportsProgress() {
+		progress = make(chan struct{}, 1)
+		r.mu.Lock()
+		r.progress = progress
+		r.mu.Unlock()
+		defer func() {
+			r.mu.Lock()
+			r.progress = nil
+			r.mu.Unlock()
+		}()
 	}
+
+	var applied atomic.Bool
+	err = r.lw.Watch(wctx, from, WatchOptions[T]{
+		Emit: func(batch []Event[T]) error {
+			if err := r.apply(batch); err != nil {
+				return err
+			}
+			applied.Store(true)
+			return nil
+		},
+		Progress: progress,
+	})
+	progressed = applied.Load()
+	if ctx.Err() != nil {
+		return progressed, ctx.Err()
+	}
+	if errors.Is(err, ErrWatchStopped) && errors.Is(context.Cause(wctx), errWatchTimeout) {
+		return progressed, nil
+	}
+	if err == nil {
+		err = errors.New("watch returned nil (the contract says it never does)")
+	}
+	return progressed, fmt.Errorf("%s: watch from version %d: %w", r.opts.Name, r.LastSyncResourceVersion(), err)
 }
 
 // apply checks and queues one watch batch. Nothing of a batch that breaks

@@ -10,7 +10,7 @@
 // matching core.ErrExpired, which is how a test drives a Reflector into a
 // relist. Advance moves the head without touching a key, as a write to an
 // unwatched part of a database would, so that tests can exercise bookmarks
-// (the Watchers implement core.ProgressRequester) and WaitFor.
+// (Source implements core.ProgressReporter) and WaitFor.
 //
 // Fault hooks let core tests reproduce what real sources do to an informer:
 // FailNextList and FailNextWatch make the next call fail, OnList and OnWatch
@@ -23,5 +23,5 @@
 // the code under test to reach a state instead of sleeping.
 //
 // A Source starts no goroutine of its own; a watch holds only a
-// context.AfterFunc registration that Stop releases.
+// context.AfterFunc registration that it releases when Watch returns.
 package memory

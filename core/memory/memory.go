@@ -11,12 +11,6 @@ import (
 	"github.com/dbinformer/dbinformer/core"
 )
 
-// ErrStopped is returned by Next and RequestProgress once the Watcher was
-// stopped. It is deliberately not context.Canceled: the caller stopped the
-// watch itself, so it knows why, while a cancelled context means something
-// else asked for the end.
-var ErrStopped = errors.New("memory: watcher stopped")
-
 // ErrDuplicateKey is returned by Apply when two operations name the same
 // key: a transaction that writes a key twice has no single resulting event.
 var ErrDuplicateKey = errors.New("memory: key written twice in one transaction")
@@ -31,7 +25,7 @@ type Options struct {
 	// Name identifies the source in errors (DecodeError.Source).
 	// Empty means "memory".
 	Name string
-	// MaxBatch caps the events one Next returns; a transaction is never
+	// MaxBatch caps the events of one batch a watch emits; a transaction is never
 	// split, so a batch may exceed it by the rest of one transaction.
 	// Zero means 1000.
 	MaxBatch int
@@ -80,7 +74,7 @@ type Source[T any] struct {
 	items     map[string]item[T]
 	history   []core.Event[T] // every event with RV > compacted, RV ascending
 	// changed is closed and replaced on every state change, so that a
-	// blocked Next (or WaitForWatchers) wakes up without a goroutine per
+	// waiting watch (or WaitForWatchers) wakes up without a goroutine per
 	// waiter.
 	changed  chan struct{}
 	watchers map[*watcher[T]]struct{}
@@ -96,6 +90,7 @@ type Source[T any] struct {
 var (
 	_ core.ListerWatcher[int] = (*Source[int])(nil)
 	_ core.HeadReader         = (*Source[int])(nil)
+	_ core.ProgressReporter   = (*Source[int])(nil)
 )
 
 // New returns an empty Source at version 0.
@@ -206,7 +201,7 @@ func (s *Source[T]) compactLocked(rv core.ResourceVersion) {
 	i := sort.Search(len(s.history), func(i int) bool { return s.history[i].RV > rv })
 	s.history = slices.Delete(s.history, 0, i)
 	// A watch that had not delivered up to rv has lost events: it ends
-	// now, so that OpenWatchers stops counting it, and its Next says why.
+	// now, so that OpenWatchers stops counting it, and returns why.
 	for w := range s.watchers {
 		if w.pos < rv {
 			s.endLocked(w, s.expiredLocked(w.pos))
@@ -246,7 +241,7 @@ func (s *Source[T]) InjectDecodeError(key string, err error) core.ResourceVersio
 
 // Compact discards the history up to and including rv: afterwards Watch
 // from any version before rv fails with an error matching core.ErrExpired,
-// and so does Next of an open watch that had not yet delivered up to rv.
+// and so does an open watch that had not yet emitted up to rv.
 // Compacting to a version at or below an earlier compaction does nothing.
 func (s *Source[T]) Compact(rv core.ResourceVersion) error {
 	s.mu.Lock()
@@ -345,9 +340,9 @@ func (s *Source[T]) OnWatch(hook func(ctx context.Context, from core.ResourceVer
 	s.onWatch = hook
 }
 
-// BreakWatchers ends every open watch: their next Next returns err (and
-// keeps returning it) even if events are pending, as when a connection
-// drops. Watches opened afterwards are not affected.
+// BreakWatchers ends every open watch: each returns err, even if events
+// are pending, as when a connection drops (a batch being emitted is
+// emitted first). Watches opened afterwards are not affected.
 func (s *Source[T]) BreakWatchers(err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -413,7 +408,7 @@ func (s *Source[T]) WatchCalls() int {
 // last write, in key order, and returns the head at the time of the
 // snapshot. The snapshot is taken under the lock, so writes racing with
 // List land either wholly before or wholly after it.
-func (s *Source[T]) List(ctx context.Context, opts core.ListOptions[T]) (core.ResourceVersion, error) {
+func (s *Source[T]) List(ctx context.Context, opts core.ListSink[T]) (core.ResourceVersion, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
@@ -466,13 +461,18 @@ func (s *Source[T]) List(ctx context.Context, opts core.ListOptions[T]) (core.Re
 	return rv, nil
 }
 
-// Watch returns a Watcher that delivers the retained history after from and
-// then every new write. It fails with an error matching core.ErrExpired when
-// from is before the compacted version. The watch ends when ctx is done or
-// Stop is called.
-func (s *Source[T]) Watch(ctx context.Context, from core.ResourceVersion) (core.Watcher[T], error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
+// ReportsProgress implements core.ProgressReporter: a watch answers each
+// request on WatchOptions.Progress with a Bookmark at the head, once it has
+// emitted every pending event.
+func (s *Source[T]) ReportsProgress() bool { return true }
+
+// Watch emits the retained history after from and then every new write,
+// until ctx is done (it returns core.Stopped(ctx)), the watch falls behind
+// a compaction (an error matching core.ErrExpired; from before the
+// compacted version fails at once), BreakWatchers ends it, or Emit fails.
+func (s *Source[T]) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[T]) error {
+	if ctx.Err() != nil {
+		return core.Stopped(ctx)
 	}
 	s.mu.Lock()
 	s.watchCalls++
@@ -480,36 +480,90 @@ func (s *Source[T]) Watch(ctx context.Context, from core.ResourceVersion) (core.
 	s.mu.Unlock()
 	if hook != nil {
 		if err := hook(ctx, from); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if err := s.failWatch; err != nil {
 		s.failWatch = nil
-		return nil, err
+		s.mu.Unlock()
+		return err
 	}
 	if from < s.compacted {
-		return nil, s.expiredLocked(from)
+		err := s.expiredLocked(from)
+		s.mu.Unlock()
+		return err
 	}
-	w := &watcher[T]{s: s, ctx: ctx, pos: from}
+	w := &watcher[T]{pos: from}
 	s.watchers[w] = struct{}{}
 	s.notifyLocked()
-	// Deregistering on cancellation keeps OpenWatchers truthful even for a
-	// caller that cancels without calling Stop or Next.
-	w.release = context.AfterFunc(ctx, func() {
+	s.mu.Unlock()
+	// Deregistering as soon as ctx ends keeps OpenWatchers truthful while
+	// the watch is still inside Emit.
+	release := context.AfterFunc(ctx, func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		s.endLocked(w, ctx.Err())
+		s.endLocked(w, core.Stopped(ctx))
 	})
-	return w, nil
+	defer release()
+
+	var batch []core.Event[T]
+	for {
+		select {
+		case <-opts.Progress:
+			s.mu.Lock()
+			w.progress = true
+			s.mu.Unlock()
+		default:
+		}
+		s.mu.Lock()
+		if ctx.Err() != nil {
+			s.endLocked(w, nil)
+			s.mu.Unlock()
+			return core.Stopped(ctx)
+		}
+		if w.err != nil {
+			err := w.err
+			s.mu.Unlock()
+			return err
+		}
+		batch = w.collectLocked(s, batch[:0])
+		ch := s.changed
+		s.mu.Unlock()
+		if len(batch) > 0 {
+			err := opts.Emit(batch)
+			clear(batch)
+			if ctx.Err() != nil {
+				s.mu.Lock()
+				s.endLocked(w, nil)
+				s.mu.Unlock()
+				return core.Stopped(ctx)
+			}
+			if err != nil {
+				s.mu.Lock()
+				s.endLocked(w, err)
+				s.mu.Unlock()
+				return err
+			}
+			continue
+		}
+		select {
+		case <-ch:
+		case <-opts.Progress:
+			s.mu.Lock()
+			w.progress = true
+			s.mu.Unlock()
+		case <-ctx.Done():
+		}
+	}
 }
 
 func (s *Source[T]) expiredLocked(from core.ResourceVersion) error {
 	return fmt.Errorf("%s: watch from version %d: history compacted up to %d: %w", s.name, from, s.compacted, core.ErrExpired)
 }
 
-// endLocked makes err the watcher's final answer, unless it already has one.
+// endLocked makes err the watch's final answer, unless it already has one,
+// and stops counting it as open.
 func (s *Source[T]) endLocked(w *watcher[T], err error) {
 	if w.err == nil {
 		w.err = err
@@ -520,65 +574,25 @@ func (s *Source[T]) endLocked(w *watcher[T], err error) {
 	}
 }
 
+// watcher is one open watch's state, guarded by Source.mu.
 type watcher[T any] struct {
-	s       *Source[T]
-	ctx     context.Context
-	release func() bool
-
-	// Guarded by s.mu.
-	pos      core.ResourceVersion // every change up to pos was delivered
+	pos      core.ResourceVersion // every change up to pos was emitted
 	progress bool                 // a Bookmark is owed
 	err      error                // set once the watch has ended
 }
 
-var (
-	_ core.Watcher[int]      = (*watcher[int])(nil)
-	_ core.ProgressRequester = (*watcher[int])(nil)
-)
-
-// Next returns the pending events after the watcher's position, or blocks
-// until there are some. Cancelling the ctx passed to Next only abandons
-// this call; the watch itself ends with its own context, Stop, a fault
-// injected by BreakWatchers, or compaction past its position.
-func (w *watcher[T]) Next(ctx context.Context) ([]core.Event[T], error) {
-	s := w.s
-	for {
-		s.mu.Lock()
-		if w.err == nil && w.ctx.Err() != nil {
-			// The AfterFunc may not have run yet; answer the same way now.
-			s.endLocked(w, w.ctx.Err())
-		}
-		if w.err != nil {
-			err := w.err
-			s.endLocked(w, err)
-			s.mu.Unlock()
-			return nil, err
-		}
-		if batch := w.collectLocked(); len(batch) > 0 {
-			s.mu.Unlock()
-			return batch, nil
-		}
-		ch := s.changed
-		s.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-}
-
-func (w *watcher[T]) collectLocked() []core.Event[T] {
-	s := w.s
+// collectLocked appends to batch the pending events after the watch's
+// position, at most MaxBatch of them (never splitting a transaction), and
+// a Bookmark when one is owed and nothing else is pending.
+func (w *watcher[T]) collectLocked(s *Source[T], batch []core.Event[T]) []core.Event[T] {
 	h := s.history
 	i := sort.Search(len(h), func(i int) bool { return h[i].RV > w.pos })
 	j := min(i+s.maxBatch, len(h))
 	for j < len(h) && j > i && h[j].RV == h[j-1].RV {
 		j++ // never split a transaction
 	}
-	var batch []core.Event[T]
 	if j > i {
-		batch = slices.Clone(h[i:j])
+		batch = append(batch, h[i:j]...)
 		w.pos = h[j-1].RV
 	}
 	if w.progress && j == len(h) {
@@ -591,30 +605,4 @@ func (w *watcher[T]) collectLocked() []core.Event[T] {
 		w.pos = rv
 	}
 	return batch
-}
-
-// RequestProgress implements core.ProgressRequester: the watch delivers a
-// Bookmark at the head once it has delivered every pending event.
-func (w *watcher[T]) RequestProgress(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	s := w.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if w.err != nil {
-		return w.err
-	}
-	w.progress = true
-	s.notifyLocked()
-	return nil
-}
-
-// Stop ends the watch; a concurrent or later Next returns ErrStopped.
-func (w *watcher[T]) Stop() {
-	w.release()
-	s := w.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.endLocked(w, ErrStopped)
 }
