@@ -71,8 +71,9 @@ func ExampleSpy_Break() {
 
 	ctx := context.Background()
 	_ = spy.WaitOpen(ctx, 1)
+	n := spy.Watches()
 	spy.Break(errors.New("connection reset"))
-	_ = spy.Wait(ctx, func(calls []informertest.Call, open int) bool { return len(calls) == 3 && open == 1 })
+	_ = spy.WaitWatch(ctx, n+1) // the informer watches again
 	src.Put("a", item{2})
 	informertest.WaitFor(t, inf, src.HeadRV())
 

@@ -287,6 +287,9 @@ func TestSpyFailsHoldsAndBreaks(t *testing.T) {
 	}
 	src.Put("a", item{2})
 	<-got
+	if err := spy.WaitWatch(ctx, spy.Watches()); err != nil {
+		t.Fatal(err)
+	}
 	reset := errors.New("connection reset")
 	if n := spy.Break(reset); n != 1 {
 		t.Errorf("Break broke %d watches, want 1", n)

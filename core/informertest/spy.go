@@ -26,6 +26,7 @@ type Call struct {
 	RV   core.ResourceVersion // List: the version it returned
 	Err  error                // what it returned; nil while it runs
 	Done bool                 // it has returned
+	Open bool                 // Watch: running in the wrapped ListerWatcher (past any Gate and planned failure)
 }
 
 func (c Call) String() string {
@@ -174,11 +175,13 @@ func (s *Spy[T]) Watch(ctx context.Context, from core.ResourceVersion, opts core
 	w := &spyWatch{cancel: cancel}
 	s.mu.Lock()
 	s.open[w] = struct{}{}
+	s.calls[i].Open = true
 	s.changed.notify()
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
 		delete(s.open, w)
+		s.calls[i].Open = false
 		s.changed.notify()
 		s.mu.Unlock()
 	}()
@@ -324,6 +327,25 @@ func (s *Spy[T]) Wait(ctx context.Context, cond func(calls []Call, open int) boo
 // only once the code under test watches), or ctx ends.
 func (s *Spy[T]) WaitOpen(ctx context.Context, n int) error {
 	return s.Wait(ctx, func(_ []Call, open int) bool { return open >= n })
+}
+
+// WaitWatch waits until the n-th Watch call (counting from 1, as Watches
+// does) is running in the wrapped ListerWatcher, or has returned, or ctx
+// ends. After a Break, WaitWatch(ctx, n+1), with n read from Watches
+// before the Break, waits until the informer watches again.
+func (s *Spy[T]) WaitWatch(ctx context.Context, n int) error {
+	return s.Wait(ctx, func(calls []Call, _ int) bool {
+		seen := 0
+		for _, c := range calls {
+			if c.Op == Watch {
+				seen++
+				if seen == n {
+					return c.Open || c.Done
+				}
+			}
+		}
+		return false
+	})
 }
 
 // Gate holds the calls of a Spy (HoldLists, HoldWatches) until Release.
