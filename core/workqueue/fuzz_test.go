@@ -123,7 +123,7 @@ func FuzzQueue(f *testing.F) {
 	f.Add([]byte{0, 0x10, 0, 0x21, 0, 0x32, 0, 0x03, 3, 0, 3, 0, 3, 0, 3, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		clk := clock.NewFake(epoch)
-		q := New(Config[int]{Clock: clk})
+		q := New(Options[int]{Clock: clk})
 		defer q.ShutDown()
 		m := &model{items: map[int]*modelItem{}}
 
