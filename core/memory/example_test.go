@@ -70,20 +70,18 @@ func ExampleSource_Advance() {
 	// Bookmark true
 }
 
-// Fault hooks make a source misbehave the way a database does, for testing
-// the code that consumes it.
-func ExampleSource_BreakWatchers() {
-	ctx := context.Background()
-	src := memory.New[user](memory.Options{})
-	errc := make(chan error, 1)
-	go func() {
-		errc <- src.Watch(ctx, 0, core.WatchOptions[user]{Emit: func([]core.Event[user]) error { return nil }})
-	}()
-	src.WaitForWatchers(ctx, 1)
-
-	src.Put("u1", user{"ada"})
-	src.BreakWatchers(errors.New("connection reset"))
-	fmt.Println(<-errc)
+// InjectDecodeError puts a change the adapter could not decode into the
+// history, as a value written by another program would be.
+func ExampleSource_InjectDecodeError() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	src := memory.New[user](memory.Options{Name: "users"})
+	src.InjectDecodeError("u1", errors.New("invalid character 'x'"))
+	src.Watch(ctx, 0, core.WatchOptions[user]{Emit: func(batch []core.Event[user]) error {
+		fmt.Println(batch[0].Type, batch[0].Key, batch[0].Err)
+		cancel()
+		return nil
+	}})
 	// Output:
-	// connection reset
+	// Modified u1 users: key "u1" at version 1: invalid character 'x'
 }

@@ -74,17 +74,9 @@ type Source[T any] struct {
 	items     map[string]item[T]
 	history   []core.Event[T] // every event with RV > compacted, RV ascending
 	// changed is closed and replaced on every state change, so that a
-	// waiting watch (or WaitForWatchers) wakes up without a goroutine per
-	// waiter.
+	// waiting watch wakes up without a goroutine per waiter.
 	changed  chan struct{}
-	watchers map[*watcher[T]]struct{}
-
-	failList   error
-	failWatch  error
-	onList     func(context.Context) error
-	onWatch    func(context.Context, core.ResourceVersion) error
-	listCalls  int
-	watchCalls int
+	watchers map[*watcher[T]]struct{} // open watches, for NotifyProgress and Compact
 }
 
 var (
@@ -201,7 +193,7 @@ func (s *Source[T]) compactLocked(rv core.ResourceVersion) {
 	i := sort.Search(len(s.history), func(i int) bool { return s.history[i].RV > rv })
 	s.history = slices.Delete(s.history, 0, i)
 	// A watch that had not delivered up to rv has lost events: it ends
-	// now, so that OpenWatchers stops counting it, and returns why.
+	// and returns why.
 	for w := range s.watchers {
 		if w.pos < rv {
 			s.endLocked(w, s.expiredLocked(w.pos))
@@ -307,51 +299,6 @@ func (s *Source[T]) Len() int {
 	return len(s.items)
 }
 
-// FailNextList makes the next List return err without emitting anything.
-func (s *Source[T]) FailNextList(err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.failList = err
-}
-
-// FailNextWatch makes the next Watch return err.
-func (s *Source[T]) FailNextWatch(err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.failWatch = err
-}
-
-// OnList installs a hook that every List calls first, outside the lock:
-// an error it returns fails that List, and a hook that blocks holds the
-// List there, so a test can fail every third List or write while a List is
-// in progress. Nil removes the hook.
-func (s *Source[T]) OnList(hook func(ctx context.Context) error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.onList = hook
-}
-
-// OnWatch installs a hook that every Watch calls first, outside the lock,
-// with the requested version; an error it returns fails that Watch. Nil
-// removes the hook.
-func (s *Source[T]) OnWatch(hook func(ctx context.Context, from core.ResourceVersion) error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.onWatch = hook
-}
-
-// BreakWatchers ends every open watch: each returns err, even if events
-// are pending, as when a connection drops (a batch being emitted is
-// emitted first). Watches opened afterwards are not affected.
-func (s *Source[T]) BreakWatchers(err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for w := range s.watchers {
-		s.endLocked(w, err)
-	}
-	s.notifyLocked()
-}
-
 // NotifyProgress asks every open watch for a Bookmark, as a periodic etcd
 // progress notification would.
 func (s *Source[T]) NotifyProgress() {
@@ -363,47 +310,6 @@ func (s *Source[T]) NotifyProgress() {
 	s.notifyLocked()
 }
 
-// OpenWatchers returns the number of watches not yet stopped, failed or
-// cancelled.
-func (s *Source[T]) OpenWatchers() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.watchers)
-}
-
-// WaitForWatchers blocks until at least n watches are open or ctx is done,
-// so that a test can write only once the code under test is watching.
-func (s *Source[T]) WaitForWatchers(ctx context.Context, n int) error {
-	for {
-		s.mu.Lock()
-		open, ch := len(s.watchers), s.changed
-		s.mu.Unlock()
-		if open >= n {
-			return nil
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return fmt.Errorf("memory: waiting for %d watchers, %d open: %w", n, open, ctx.Err())
-		}
-	}
-}
-
-// ListCalls returns how many times List was called, failed calls included.
-func (s *Source[T]) ListCalls() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.listCalls
-}
-
-// WatchCalls returns how many times Watch was called, failed calls
-// included.
-func (s *Source[T]) WatchCalls() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.watchCalls
-}
-
 // List emits every live key as an Added event carrying the version of its
 // last write, in key order, and returns the head at the time of the
 // snapshot. The snapshot is taken under the lock, so writes racing with
@@ -413,20 +319,6 @@ func (s *Source[T]) List(ctx context.Context, opts core.ListSink[T]) (core.Resou
 		return 0, err
 	}
 	s.mu.Lock()
-	s.listCalls++
-	hook := s.onList
-	s.mu.Unlock()
-	if hook != nil {
-		if err := hook(ctx); err != nil {
-			return 0, err
-		}
-	}
-	s.mu.Lock()
-	if err := s.failList; err != nil {
-		s.failList = nil
-		s.mu.Unlock()
-		return 0, err
-	}
 	rv := s.head
 	keys := make([]string, 0, len(s.items))
 	for k := range s.items {
@@ -469,26 +361,12 @@ func (s *Source[T]) ReportsProgress() bool { return true }
 // Watch emits the retained history after from and then every new write,
 // until ctx is done (it returns core.Stopped(ctx)), the watch falls behind
 // a compaction (an error matching core.ErrExpired; from before the
-// compacted version fails at once), BreakWatchers ends it, or Emit fails.
+// compacted version fails at once), or Emit fails (its error is returned).
 func (s *Source[T]) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[T]) error {
 	if ctx.Err() != nil {
 		return core.Stopped(ctx)
 	}
 	s.mu.Lock()
-	s.watchCalls++
-	hook := s.onWatch
-	s.mu.Unlock()
-	if hook != nil {
-		if err := hook(ctx, from); err != nil {
-			return err
-		}
-	}
-	s.mu.Lock()
-	if err := s.failWatch; err != nil {
-		s.failWatch = nil
-		s.mu.Unlock()
-		return err
-	}
 	if from < s.compacted {
 		err := s.expiredLocked(from)
 		s.mu.Unlock()
@@ -498,14 +376,6 @@ func (s *Source[T]) Watch(ctx context.Context, from core.ResourceVersion, opts c
 	s.watchers[w] = struct{}{}
 	s.notifyLocked()
 	s.mu.Unlock()
-	// Deregistering as soon as ctx ends keeps OpenWatchers truthful while
-	// the watch is still inside Emit.
-	release := context.AfterFunc(ctx, func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		s.endLocked(w, core.Stopped(ctx))
-	})
-	defer release()
 
 	var batch []core.Event[T]
 	for {
