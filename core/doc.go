@@ -23,8 +23,9 @@
 // through WatchOptions.Emit; bookmarks advance the version; an error
 // matching ErrExpired relists from scratch; an error matching ErrPermanent
 // stops the informer (Run and WaitForCacheSync return it); any other
-// failure backs off (exponential, jitter, reset after a healthy period;
-// Backoff) and resumes the watch from the last version, without relisting.
+// failure backs off (Backoff: exponential, jitter within the cap, back to
+// the first step as soon as a watch moves the version again) and resumes
+// the watch from the last version, without relisting.
 // Each watch is cancelled after a random time in [MinWatchTimeout,
 // 2×MinWatchTimeout) and reopened from the last version. A batch whose
 // versions go backwards is not applied (*OrderError) and the reflector
