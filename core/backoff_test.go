@@ -121,3 +121,25 @@ func TestReflectorBackoffFollowsProgress(t *testing.T) {
 		t.Fatalf("resumed from %d, want 6", w2.from)
 	}
 }
+
+// healingLW is a fakeLW whose source says when it is back.
+type healingLW struct {
+	*fakeLW
+	healed chan struct{}
+}
+
+func (h healingLW) Healed() <-chan struct{} { return h.healed }
+
+func TestHealCutsABackoffShort(t *testing.T) {
+	lw := healingLW{newFakeLW(), make(chan struct{})}
+	inf := NewSharedIndexInformer[string](lw, InformerOptions[string]{
+		Clock:        clock.NewFake(t0), // never stepped: only the heal can end the sleep
+		Backoff:      Backoff{Initial: time.Hour, Max: time.Hour},
+		ErrorHandler: func(error) {},
+	})
+	started(t, inf)
+	lw.listErr(t, 0, errors.New("no leader"))
+	close(lw.healed)
+	lw.list(t, 5)
+	must(t, inf.WaitForCacheSync(testCtx(t)))
+}

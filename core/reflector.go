@@ -198,12 +198,18 @@ func (r *Reflector[T]) Run(ctx context.Context) error {
 	return nil
 }
 
+// sleep waits d, or less when the ListerWatcher says its source healed.
 func (r *Reflector[T]) sleep(ctx context.Context, d time.Duration) {
+	var healed <-chan struct{}
+	if h, ok := r.lw.(HealNotifier); ok {
+		healed = h.Healed()
+	}
 	t := r.cfg.clk.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 	case <-t.C():
+	case <-healed:
 	}
 }
 
