@@ -20,7 +20,7 @@ func (q quietLW) Watch(ctx context.Context, from ResourceVersion, opts WatchOpti
 
 func TestRequestProgressNeedsAReporterAndAnOpenWatch(t *testing.T) {
 	lw := newFakeLW()
-	r := NewReflector[string](quietLW{lw}, NewFIFO[string](NewIndexer[string](nil)), ReflectorOptions[string]{})
+	r := NewReflector[string](quietLW{lw}, NewFIFO[string](NewIndexer[string](nil)), InformerOptions[string]{})
 	if err := r.RequestProgress(context.Background()); !errors.Is(err, ErrProgressNotSupported) {
 		t.Fatalf("RequestProgress before any watch: %v, want ErrProgressNotSupported", err)
 	}
@@ -40,7 +40,7 @@ func TestRequestProgressNeedsAReporterAndAnOpenWatch(t *testing.T) {
 
 func TestRequestProgressNeverBlocks(t *testing.T) {
 	lw := newFakeLW()
-	r := NewReflector[string](lw, NewFIFO[string](NewIndexer[string](nil)), ReflectorOptions[string]{})
+	r := NewReflector[string](lw, NewFIFO[string](NewIndexer[string](nil)), InformerOptions[string]{})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
