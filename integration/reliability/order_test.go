@@ -73,8 +73,8 @@ func TestOutOfOrderWatchIsDetectedAndRepaired(t *testing.T) {
 	srv := harness.StartEtcd(t)
 	c := srv.Client(t)
 	ctx := testCtx(t)
-	lw, err := etcdinformer.New(etcdinformer.Config[string]{Client: c, Prefix: "/order",
-		Codec: etcdinformer.DecodeFunc[string](func(b []byte) (string, error) { return string(b), nil })})
+	lw, err := etcdinformer.NewPrefix(ctx, c, "/order", etcdinformer.Options[string]{
+		Codec: core.CodecFuncs[string]{DecodeFunc: func(b []byte) (string, error) { return string(b), nil }}})
 	if err != nil {
 		t.Fatal(err)
 	}
