@@ -1,7 +1,7 @@
 // Command kubecontroller is a small Kubernetes controller built on
 // dbinformer's core instead of client-go's informers: it watches the
 // ConfigMaps and Pods of a namespace (or of all namespaces) through
-// kubeadapter, feeds their keys into a rate-limited WorkQueue, and prints
+// kubeinformer, feeds their keys into a rate-limited WorkQueue, and prints
 // what each reconcile sees in the cache. Ctrl-C (SIGINT) or SIGTERM stops it
 // cleanly: the queue drains, workers finish, informers stop.
 //
@@ -33,7 +33,7 @@ import (
 
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/workqueue"
-	"github.com/dbinformer/dbinformer/kubeadapter"
+	kubeinformer "github.com/dbinformer/dbinformer/kubeadapter"
 )
 
 func main() {
@@ -79,15 +79,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 
-	adapterCfg := kubeadapter.Config{LabelSelector: *selector, Logger: log}
-	configMaps := core.NewSharedIndexInformer[*corev1.ConfigMap](
-		kubeadapter.New[*corev1.ConfigMap](cs.CoreV1().ConfigMaps(*namespace), adapterCfg),
-		core.InformerOptions[*corev1.ConfigMap]{Name: "configmaps", Logger: log},
-	)
-	pods := core.NewSharedIndexInformer[*corev1.Pod](
-		kubeadapter.New[*corev1.Pod](cs.CoreV1().Pods(*namespace), adapterCfg),
-		core.InformerOptions[*corev1.Pod]{Name: "pods", Logger: log},
-	)
+	opts := kubeinformer.Options{Namespace: *namespace, LabelSelector: *selector, Logger: log}
+	cmSource, err := kubeinformer.NewResource[*corev1.ConfigMap](ctx, cs.CoreV1().ConfigMaps(*namespace), opts)
+	if err != nil {
+		return err
+	}
+	podSource, err := kubeinformer.NewResource[*corev1.Pod](ctx, cs.CoreV1().Pods(*namespace), opts)
+	if err != nil {
+		return err
+	}
+	configMaps := core.NewSharedIndexInformer[*corev1.ConfigMap](cmSource,
+		core.InformerOptions[*corev1.ConfigMap]{Name: "configmaps", Logger: log})
+	pods := core.NewSharedIndexInformer[*corev1.Pod](podSource,
+		core.InformerOptions[*corev1.Pod]{Name: "pods", Logger: log})
 
 	queue := workqueue.New(workqueue.Config[item]{Name: "kubecontroller"})
 	defer queue.ShutDown()
