@@ -3,45 +3,21 @@ package kubeinformer_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	kubeinformer "github.com/dbinformer/dbinformer/kubeadapter"
 	"github.com/dbinformer/dbinformer/kubeadapter/kubetest"
 )
-
-// runInformer runs inf until the test ends and waits for its first sync.
-func runInformer[T any](t *testing.T, inf *core.SharedIndexInformer[T]) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := inf.Run(ctx); err != nil {
-			t.Errorf("informer Run: %v", err)
-		}
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
-	sctx, scancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer scancel()
-	if err := inf.WaitForCacheSync(sctx); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // TestWatchExpiredRelists breaks both informers' watches by restarting the
 // apiserver after compacting etcd past the versions they applied: their
@@ -111,8 +87,7 @@ func TestWaitForUnwatchedVersion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	inf := core.NewSharedIndexInformer[*corev1.ConfigMap](lw, core.InformerOptions[*corev1.ConfigMap]{Logger: testLogger(t)})
-	runInformer(t, inf)
+	inf, _ := informertest.Run(t, lw, core.InformerOptions[*corev1.ConfigMap]{Logger: testLogger(t)})
 
 	for i := range 3 {
 		cm, err := kubetest.PutConfigMap(context.Background(), cs, other, "elsewhere", int64(i), nil)
@@ -169,23 +144,8 @@ func TestCustomResourceDynamic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var (
-		mu      sync.Mutex
-		deleted []string
-	)
-	inf := core.NewSharedIndexInformer[*unstructured.Unstructured](lw, core.InformerOptions[*unstructured.Unstructured]{Logger: testLogger(t)})
-	if _, err := inf.AddEventHandler(core.ResourceEventHandlerFuncs[*unstructured.Unstructured]{
-		DeleteFunc: func(key string, obj *unstructured.Unstructured, unknown bool) {
-			if !unknown && obj.GetName() != "" {
-				mu.Lock()
-				deleted = append(deleted, key)
-				mu.Unlock()
-			}
-		},
-	}); err != nil {
-		t.Fatal(err)
-	}
-	runInformer(t, inf)
+	rec := informertest.NewRecorder(t, func(u *unstructured.Unstructured) int64 { return int64(rv(t, u.GetResourceVersion())) })
+	inf, _ := informertest.Run(t, lw, core.InformerOptions[*unstructured.Unstructured]{Logger: testLogger(t)}, rec)
 
 	size := func(u *unstructured.Unstructured) int64 {
 		n, _, _ := unstructured.NestedInt64(u.Object, "spec", "size")
@@ -224,10 +184,30 @@ func TestCustomResourceDynamic(t *testing.T) {
 	if _, ok := inf.Lister().Get(ns + "/gizmo"); ok {
 		t.Fatalf("widget %s/gizmo still cached at version %d, after its delete", ns, head)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(deleted) != 1 || deleted[0] != ns+"/gizmo" {
-		t.Fatalf("delete notifications with the last object: %v, want [%s/gizmo]", deleted, ns)
-	}
+	rec.Wait("the delete of "+ns+"/gizmo, with its last object", func(log []string, _ map[string]int64) bool {
+		return len(log) > 0 && strings.HasPrefix(log[len(log)-1], "delete "+ns+"/gizmo v=") && !strings.HasSuffix(log[len(log)-1], "unknown")
+	})
 }
 
+// TestResourceRemovedStopsInformer: when the CustomResourceDefinition of a
+// watched resource is deleted, the informer delivers the deletes of its
+// objects and then stops with an error matching core.ErrPermanent instead
+// of retrying forever.
+func TestResourceRemovedStopsInformer(t *testing.T) {
+	kube := harness.StartKube(t)
+	h := kubetest.NewWidgets(t, kube, kubetest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if _, err := h.Put(ctx, "doomed", 1); err != nil {
+		t.Fatal(err)
+	}
+	rec := informertest.NewRecorder(t, h.Version)
+	_, errs := informertest.Run(t, h.ListerWatcher(), core.InformerOptions[*unstructured.Unstructured]{Logger: testLogger(t)}, rec)
+	rec.ExpectSet("add " + h.EventKey("doomed") + " v=1 initial")
+	if err := h.Drop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rec.Expect("delete " + h.EventKey("doomed") + " v=1")
+	err := errs.Wait(t, "a permanent error", func(err error) bool { return errors.Is(err, core.ErrPermanent) })
+	t.Logf("the informer stopped with: %v", err)
+}

@@ -2,7 +2,6 @@ package kubeinformer_test
 
 import (
 	"context"
-	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	kubeinformer "github.com/dbinformer/dbinformer/kubeadapter"
 	"github.com/dbinformer/dbinformer/kubeadapter/kubetest"
@@ -50,23 +50,10 @@ func TestBrokenWatchResumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	client := &countingLists{Client: viaProxy.CoreV1().ConfigMaps(ns)}
-	var expired atomic.Int32
 	lw, err := kubeinformer.NewResource[*corev1.ConfigMap](context.Background(), client, kubeinformer.Options{Namespace: ns})
 	if err != nil {
 		t.Fatal(err)
 	}
-	inf := core.NewSharedIndexInformer[*corev1.ConfigMap](
-		lw,
-		core.InformerOptions[*corev1.ConfigMap]{
-			Logger:  testLogger(t),
-			Backoff: core.Backoff{Initial: 100 * time.Millisecond, Max: time.Second},
-			ErrorHandler: func(err error) {
-				t.Logf("informer error: %v", err)
-				if errors.Is(err, core.ErrExpired) {
-					expired.Add(1)
-				}
-			},
-		})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	for i, name := range []string{"alpha", "bravo"} {
@@ -74,7 +61,10 @@ func TestBrokenWatchResumes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	runInformer(t, inf)
+	inf, errs := informertest.Run(t, lw, core.InformerOptions[*corev1.ConfigMap]{
+		Logger:  testLogger(t),
+		Backoff: core.Backoff{Initial: 100 * time.Millisecond, Max: time.Second},
+	})
 	// A change delivered through the watch proves the stream is open.
 	b, err := kubetest.PutConfigMap(ctx, cs, ns, "bravo", 2, nil)
 	if err != nil {
@@ -110,7 +100,7 @@ func TestBrokenWatchResumes(t *testing.T) {
 	if client.watches.Load() == watchesBefore {
 		t.Errorf("no new watch after the connections were cut: the watch did not break")
 	}
-	if n := client.lists.Load(); n != 1 || expired.Load() != 0 {
-		t.Errorf("the informer listed %d times (%d expired errors); a broken watch within the apiserver's history must resume, not relist", n, expired.Load())
+	if n := client.lists.Load(); n != 1 || errs.Is(core.ErrExpired) != nil {
+		t.Errorf("the informer listed %d times (expired: %v); a broken watch within the apiserver's history must resume, not relist", n, errs.Is(core.ErrExpired))
 	}
 }

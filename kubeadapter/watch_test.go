@@ -218,7 +218,9 @@ func TestWatchProgress(t *testing.T) {
 	progress := make(chan struct{})
 	c := newCollect()
 	done := make(chan error, 1)
-	go func() { done <- r.Watch(ctx, 5, core.WatchOptions[*corev1.ConfigMap]{Emit: c.emit, Progress: progress}) }()
+	go func() {
+		done <- r.Watch(ctx, 5, core.WatchOptions[*corev1.ConfigMap]{Emit: c.emit, Progress: progress})
+	}()
 	<-c.got // Added a@6
 
 	// Head 6 was emitted already: answered at once.

@@ -25,6 +25,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -60,6 +61,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	namespace := fs.String("namespace", "", "namespace to watch (default: all namespaces)")
 	selector := fs.String("selector", "", "label selector for both resources")
 	workers := fs.Int("workers", 2, "reconcile workers")
+	syncTimeout := fs.Duration("sync-timeout", 2*time.Minute, "give up if the caches have not filled by then (0: wait forever)")
 	verbose := fs.Bool("v", false, "log informer internals")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -93,7 +95,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	pods := core.NewSharedIndexInformer[*corev1.Pod](podSource,
 		core.InformerOptions[*corev1.Pod]{Name: "pods", Logger: log})
 
-	queue := workqueue.New(workqueue.Config[item]{Name: "kubecontroller"})
+	queue := workqueue.New(workqueue.Options[item]{Name: "kubecontroller"})
 	defer queue.ShutDown()
 	if err := enqueueChanges(configMaps, queue, "configmap"); err != nil {
 		return err
@@ -117,7 +119,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		stopInformers()
 		informers.Wait()
 	}()
-	if err := core.WaitForCacheSync(ctx, configMaps, pods); err != nil {
+	if err := core.WaitForCacheSyncTimeout(ctx, *syncTimeout, configMaps, pods); err != nil {
 		if ctx.Err() != nil {
 			return nil // interrupted before the caches filled
 		}
@@ -126,7 +128,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	out := &lockedWriter{w: stdout}
 	fmt.Fprintf(out, "kubecontroller: caches synced (%d configmaps, %d pods); watching %s\n",
-		len(configMaps.Lister().List(nil)), len(pods.Lister().List(nil)), describeScope(*namespace))
+		configMaps.Lister().Len(), pods.Lister().Len(), describeScope(*namespace))
 
 	r := reconciler{configMaps: configMaps.Lister(), pods: pods.Lister(), out: out}
 	var wg sync.WaitGroup

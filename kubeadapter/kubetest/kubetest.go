@@ -268,10 +268,9 @@ func (b *base) Head(ctx context.Context) (core.ResourceVersion, error) {
 	return core.ParseResourceVersion(l.ResourceVersion)
 }
 
-// Faults lists the faults Inject supports (conformance.Faults): no Freeze,
-// which the proxy cannot do.
+// Faults lists the faults Inject supports (conformance.Faults).
 func (b *base) Faults() []conformance.Fault {
-	return []conformance.Fault{conformance.Cut, conformance.Pause, conformance.Restart, conformance.Expire}
+	return []conformance.Fault{conformance.Cut, conformance.Pause, conformance.Restart, conformance.Expire, conformance.Freeze}
 }
 
 // Inject starts fault f (conformance.Faults):
@@ -282,6 +281,8 @@ func (b *base) Faults() []conformance.Fault {
 //   - Expire: connections are cut and refused while writes go on; end
 //     compacts etcd, restarts the apiserver and lets connections through,
 //     so that the Resource's next watch gets 410 Gone.
+//   - Freeze: every byte between the Resource and the apiserver is held,
+//     connections stay open, writes go on; end forwards what was held.
 func (b *base) Inject(t testing.TB, ctx context.Context, f conformance.Fault) (end func(), writable bool) {
 	switch f {
 	case conformance.Cut:
@@ -301,13 +302,16 @@ func (b *base) Inject(t testing.TB, ctx context.Context, f conformance.Fault) (e
 			b.kube.Expire(t)
 			b.px.Resume()
 		}, true
+	case conformance.Freeze:
+		b.px.Freeze()
+		return b.px.Thaw, true
 	}
 	t.Fatalf("kubetest: no fault %q", f)
 	return nil, false
 }
 
-// Heal ends any outage: the apiserver runs and the proxy lets connections
-// through (conformance.Faults).
+// Heal ends any outage: the apiserver runs and the proxy forwards again
+// (conformance.Faults).
 func (b *base) Heal(t testing.TB) {
 	if !b.kube.Running() {
 		b.kube.Restart(t)
