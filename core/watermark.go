@@ -160,6 +160,9 @@ type queueBase struct {
 	// kick gets a token on every such change, for the one follower that
 	// always listens (the informer), without a new channel each time.
 	kick chan struct{}
+	// inflight is set while Pop's process runs (the queue holds the
+	// deltas in flight too, to infer deletes for their keys).
+	inflight bool
 	// populated is set when the first list ended; initialCount counts
 	// what was queued before and is not processed yet.
 	populated    bool
