@@ -224,7 +224,7 @@ func Run[T any](t testing.TB, name string, makeHarness MakeHarness[T], seed uint
 		Metrics:         met,
 	})
 
-	queue := workqueue.New(workqueue.Config[string]{
+	queue := workqueue.New(workqueue.Options[string]{
 		Name:        "reliability",
 		RateLimiter: workqueue.NewItemExponentialFailureRateLimiter[string](time.Millisecond, 50*time.Millisecond),
 	})
