@@ -375,7 +375,7 @@ func TestIdleKeyStatesAreSwept(t *testing.T) {
 			t.Fatalf("round %d: %d keys indexed, %d states in use", round, keys, states)
 		}
 		// At most the keys of this round and the last, and a sweep's slack.
-		if limit := 2*(2*n) + maxChunk; states > limit {
+		if limit := 2*(2*n) + sweepSlack; states > limit {
 			t.Fatalf("round %d: %d states in use, want at most %d", round, states, limit)
 		}
 		if round == rounds-1 && free == 0 {
