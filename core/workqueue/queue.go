@@ -93,6 +93,7 @@ type Queue[K comparable] struct {
 	free      []int32
 	states    int // allocated and not freed
 	sweepAt   int
+	slack     int // sweepSlack; tests lower it to sweep often
 	sweepDue  bool
 	_         [64]byte
 
@@ -123,6 +124,7 @@ func New[K comparable](opts Options[K]) *Queue[K] {
 		seed:    maphash.MakeSeed(),
 		kick:    make(chan struct{}, 1),
 		sweepAt: sweepSlack,
+		slack:   sweepSlack,
 		stop:    make(chan struct{}),
 		clock:   c,
 		epoch:   c.Now(),

@@ -145,7 +145,7 @@ func (q *Queue[K]) sweepLocked() {
 		q.states -= len(idle)
 	}
 	q.unlockShards()
-	q.sweepAt = 2*q.states + sweepSlack
+	q.sweepAt = 2*q.states + q.slack
 }
 
 // lockShards takes every shard's lock, holding mu. That cannot deadlock: a
