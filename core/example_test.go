@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/memory"
@@ -83,11 +84,14 @@ func ExampleDeltaFIFO() {
 	known := core.NewIndexer[string](nil)
 	_ = known.Add("old", "o1")
 	q := core.NewDeltaFIFO[string](known)
-	_ = q.Add([]core.Event[string]{
-		{Type: core.Added, Key: "a", Object: "a1", HasObject: true, RV: 1},
-		{Type: core.Modified, Key: "a", Object: "a2", HasObject: true, RV: 2},
+	_ = q.Add([]core.Delta[string]{
+		{Type: core.DeltaAdded, Key: "a", Object: "a1", HasObject: true, RV: 1},
+		{Type: core.DeltaUpdated, Key: "a", Object: "a2", HasObject: true, RV: 2},
+	}, 2)
+	// A list streams in through put; the deletes it implies follow it.
+	_ = q.Replace(context.Background(), func(put func(core.Delta[string]) error) (core.ResourceVersion, error) {
+		return 3, put(core.Delta[string]{Type: core.DeltaReplaced, Key: "a", Object: "a3"})
 	})
-	_ = q.Replace([]core.Event[string]{{Type: core.Added, Key: "a", Object: "a3"}}, 3)
 	for q.Len() > 0 {
 		_ = q.Pop(context.Background(), func(ds []core.Delta[string], _ bool) error {
 			var parts []string
@@ -109,9 +113,9 @@ func ExampleInformerFor() {
 	defer cancel()
 	src := memory.New[User](memory.Options{})
 	src.Put("1", User{Name: "ada"})
-	f := core.NewFactory()
-	a := core.InformerFor[User](f, "users", src, core.InformerOptions[User]{})
-	b := core.InformerFor[User](f, "users", src, core.InformerOptions[User]{})
+	var f core.Factory // the zero Factory is ready to use
+	a := core.InformerFor[User](&f, "users", src, core.InformerOptions[User]{})
+	b := core.InformerFor[User](&f, "users", src, core.InformerOptions[User]{})
 	f.Start(ctx)
 	if err := f.WaitForCacheSync(ctx); err != nil {
 		fmt.Println(err)
@@ -124,4 +128,36 @@ func ExampleInformerFor() {
 	fmt.Println(a == b, names)
 	f.Shutdown()
 	// Output: true [ada]
+}
+
+// Waiting for the initial sync at startup: a time limit of its own, and an
+// interrupted start (ctx cancelled, e.g. by Ctrl-C) told apart from a
+// failure.
+func ExampleWaitForCacheSyncTimeout() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	src := memory.New[User](memory.Options{})
+	src.Put("1", User{Name: "ada", Org: "eng"})
+	src.Put("2", User{Name: "bob", Org: "eng"})
+	inf := core.NewSharedIndexInformer[User](src, core.InformerOptions[User]{
+		Indexers: core.Indexers[User]{"org": func(u User) ([]string, error) { return []string{u.Org}, nil }},
+	})
+	done := make(chan error, 1)
+	go func() { done <- inf.Run(ctx) }()
+
+	if err := core.WaitForCacheSyncTimeout(ctx, time.Minute, inf); err != nil {
+		if ctx.Err() != nil {
+			return // interrupted: not an error
+		}
+		fmt.Println(err) // errors.Is(err, core.ErrSyncTimeout): says why each cache is not synced
+		return
+	}
+	l := inf.Lister()
+	keys, _ := l.IndexKeys("org", "eng")
+	fmt.Println(l.Len(), keys, l.ListIndexFuncValues("org"))
+	cancel()
+	fmt.Println(<-done)
+	// Output:
+	// 2 [1 2] [eng]
+	// <nil>
 }

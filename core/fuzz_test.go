@@ -10,12 +10,19 @@ import (
 	"testing"
 )
 
+// maxFuzzOps bounds the operations one fuzz input plays. Six keys and a
+// few values are exhausted long before: a longer input finds nothing new,
+// only makes every execution, and the minimization of every new
+// interesting input, slower (see scripts/fuzz.sh).
+const maxFuzzOps = 64
+
 // FuzzIndexer drives an Indexer and a plain map with the same operations
 // and checks that every index answers what the map implies.
 func FuzzIndexer(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 0, 2, 3, 2, 1, 0, 3, 0, 0})
 	f.Add([]byte{0, 0, 7, 0, 1, 7, 1, 0, 0, 3, 5, 5, 2, 1, 1})
 	f.Fuzz(func(t *testing.T, ops []byte) {
+		ops = ops[:min(len(ops), 3*maxFuzzOps)]
 		groups := func(v byte) []string {
 			// Zero, one or two values, sometimes repeated.
 			switch v % 4 {
@@ -45,7 +52,7 @@ func FuzzIndexer(f *testing.F) {
 				for k := range int(val % 4) {
 					m["k"+strconv.Itoa(k)] = groups(val + byte(k))
 				}
-				must(t, s.Replace(m))
+				must(t, s.replace(m))
 				model = m
 			}
 			checkIndexer(t, s, model)
@@ -98,6 +105,7 @@ func FuzzQueues(f *testing.F) {
 	f.Add([]byte{0, 1, 0, 2, 1, 1, 3, 0, 2, 1, 5, 0, 4, 0})
 	f.Add([]byte{0, 0, 6, 0, 0, 1, 2, 0, 3, 0, 7, 0, 4, 1, 5, 0})
 	f.Fuzz(func(t *testing.T, ops []byte) {
+		ops = ops[:min(len(ops), 2*maxFuzzOps)]
 		for _, deltaFIFO := range []bool{false, true} {
 			fuzzQueue(t, ops, deltaFIFO)
 		}
@@ -170,7 +178,7 @@ func fuzzQueue(t *testing.T, ops []byte, deltaFIFO bool) {
 			for k, v := range source {
 				list = append(list, Event[string]{Type: Added, Key: k, Object: v, HasObject: true})
 			}
-			must(t, q.Replace(list, rv))
+			must(t, qreplace(q, list, rv))
 			watching = true
 			continue
 		case 6:
@@ -179,12 +187,12 @@ func fuzzQueue(t *testing.T, ops []byte, deltaFIFO bool) {
 		case 7:
 			rv++
 			if watching {
-				must(t, q.Add([]Event[string]{{Type: Bookmark, RV: rv}}))
+				must(t, qadd(q, []Event[string]{{Type: Bookmark, RV: rv}}))
 			}
 			continue
 		}
 		if watching {
-			must(t, q.Add([]Event[string]{ev}))
+			must(t, qadd(q, []Event[string]{ev}))
 		}
 	}
 	if !watching {
@@ -192,7 +200,7 @@ func fuzzQueue(t *testing.T, ops []byte, deltaFIFO bool) {
 		for k, v := range source {
 			list = append(list, Event[string]{Type: Added, Key: k, Object: v, HasObject: true})
 		}
-		must(t, q.Replace(list, rv))
+		must(t, qreplace(q, list, rv))
 	}
 	for q.Len() > 0 {
 		pop()
