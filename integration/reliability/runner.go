@@ -541,13 +541,6 @@ func retry(t testing.TB, ctx context.Context, what string, f func(context.Contex
 	t.Fatalf("%s: still failing after a minute: %v", what, err)
 }
 
-// Retry is retry for harnesses: it calls f until it succeeds, failing t
-// after a minute.
-func Retry(t testing.TB, ctx context.Context, what string, f func(context.Context) error) {
-	t.Helper()
-	retry(t, ctx, what, f)
-}
-
 // waitUntil polls cond until it holds or ctx ends.
 func waitUntil(ctx context.Context, cond func() bool) bool {
 	for {
