@@ -1,10 +1,10 @@
-package postgres_test
+package pginformer_test
 
 import (
 	"errors"
 	"testing"
 
-	"github.com/dbinformer/dbinformer/adapters/postgres"
+	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/integration/harness"
 )
@@ -24,8 +24,8 @@ func TestImmediateRestartAfterBookmark(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			pg := harness.StartPostgres(t)
-			pg.Exec(t, `CREATE TABLE kv (id bigint PRIMARY KEY, v text); CREATE TABLE other (id bigint PRIMARY KEY)`)
-			cfg := postgres.Config{}
+			pg.Exec(t, `CREATE TABLE kv (id bigint PRIMARY KEY, v text NOT NULL); CREATE TABLE other (id bigint PRIMARY KEY)`)
+			cfg := pginformer.Options{}
 			if permanent {
 				cfg.PermanentSlot, cfg.Slot = true, "crash"
 			}
@@ -78,13 +78,13 @@ func TestImmediateRestartAfterBookmark(t *testing.T) {
 // any of its deltas is pending.
 func TestAppliedVersionWithPendingRelist(t *testing.T) {
 	pg := harness.StartPostgres(t)
-	pg.Exec(t, `CREATE TABLE kv (id bigint PRIMARY KEY, v text)`)
+	pg.Exec(t, `CREATE TABLE kv (id bigint PRIMARY KEY, v text NOT NULL)`)
 	conn := pg.Conn(t)
 	head := write(t, conn, `INSERT INTO kv SELECT g, 'v' FROM generate_series(1, 5) g`)
-	src := newSource(t, pg, postgres.Config{})
+	src := newSource(t, pg, pginformer.Options{})
 	tbl := newTable[kv](t, src, "kv")
 	var items []core.Event[kv]
-	rv, err := tbl.List(ctxFor(t), core.ListOptions[kv]{Emit: func(ev core.Event[kv]) error {
+	rv, err := tbl.List(ctxFor(t), core.ListSink[kv]{Emit: func(ev core.Event[kv]) error {
 		items = append(items, ev)
 		return nil
 	}})

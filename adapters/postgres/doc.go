@@ -92,4 +92,4 @@
 //
 // Import it as is (package postgres); name it pginformer if another
 // package postgres is in scope.
-package postgres
+package pginformer
