@@ -229,7 +229,7 @@ func TestFailFast(t *testing.T) {
 		V  int   `db:"v"`
 	}
 	_, err = pginformer.NewTable[wrong](ctx, src, "kv", pginformer.TableOptions[wrong]{})
-	check("column type without mapping", err, `column "v" of type text cannot be decoded into field V (int)`)
+	check("column type without mapping", err, `column "v" (text) holds values that field V (int) cannot`)
 	type extra struct {
 		ID    int64 `db:"id"`
 		Other string
@@ -257,7 +257,7 @@ func TestFailFast(t *testing.T) {
 	check("unparsable connection string", err, "cannot be parsed")
 
 	_, err = pginformer.NewSource(ctx, pg.ConnString(), pginformer.Options{PermanentSlot: true})
-	check("permanent slot without a name", err, "needs Config.Slot")
+	check("permanent slot without a name", err, "needs Options.Slot")
 
 	pg.Exec(t, "ALTER SYSTEM SET wal_level = replica")
 	pg.Restart(t, "fast")
@@ -273,7 +273,7 @@ func TestQuotedTableName(t *testing.T) {
 	pg.Exec(t, `CREATE TABLE kv (id bigint PRIMARY KEY, v text NOT NULL); CREATE TABLE `+pgx.Identifier{name}.Sanitize()+` (id bigint PRIMARY KEY, v text NOT NULL);
 		INSERT INTO `+pgx.Identifier{name}.Sanitize()+` VALUES (1, 'one')`)
 	conn := pg.Conn(t)
-	src := newSource(t, pg, pginformer.Options{Publication: `pub"; x`, Slot: "slot_ok"})
+	src := newSource(t, pg, pginformer.Options{Publication: `pub"; x`, CreatePublication: true, Slot: "slot_ok"})
 	inf, _ := informer[kv](t, newTable[kv](t, src, name), nil)
 	rv := write(t, conn, `INSERT INTO `+pgx.Identifier{name}.Sanitize()+` VALUES (2, 'two')`)
 	waitFor(t, inf, rv)
@@ -343,14 +343,21 @@ type numRow struct {
 }
 
 // TestDecodeErrorMidStream: a value that no longer decodes into its field
-// (the column's type changed under the informer) is reported with the
-// table, key and version, and the rest keeps flowing.
+// (the column's type changed under the informer) stops the informer with
+// a permanent error naming table, key and version; with SkipUndecodable it
+// is reported and counted, and the rest keeps flowing.
 func TestDecodeErrorMidStream(t *testing.T) {
 	pg := harness.StartPostgres(t)
 	pg.Exec(t, `CREATE TABLE nums (id bigint PRIMARY KEY, n int NOT NULL); INSERT INTO nums VALUES (1, 1)`)
 	conn := pg.Conn(t)
 	src := newSource(t, pg, pginformer.Options{})
-	inf, rec := informer[numRow](t, newTable[numRow](t, src, "nums"), nil)
+	strict := newTable[numRow](t, src, "nums")
+	skip, err := pginformer.NewTable[numRow](ctxFor(t), src, "nums", pginformer.TableOptions[numRow]{SkipUndecodable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, recStrict := informer[numRow](t, strict, nil)
+	inf, rec := informer[numRow](t, skip, nil)
 	write(t, conn, "ALTER TABLE nums ALTER COLUMN n TYPE text")
 	bad := write(t, conn, "UPDATE nums SET n = 'not a number' WHERE id = 1")
 	write(t, conn, "ALTER TABLE nums ALTER COLUMN n TYPE int USING 7")
@@ -359,19 +366,25 @@ func TestDecodeErrorMidStream(t *testing.T) {
 	if got, ok := inf.Lister().Get("2"); !ok || got.N != 2 {
 		t.Errorf("row 2 after the bad row: %+v, %v", got, ok)
 	}
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	found := false
-	for _, err := range rec.errs {
-		var de *core.DecodeError
-		if errors.As(err, &de) && de.Key == "1" && de.RV <= bad && strings.Contains(de.Source, `"nums"`) {
-			found = true
-			t.Logf("reported: %v", err)
+	if n := skip.Skipped(); n != 1 {
+		t.Errorf("Skipped = %d, want 1", n)
+	}
+	reported := func(rec *recorder[numRow], permanent bool) error {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		for _, err := range rec.errs {
+			var de *core.DecodeError
+			if errors.As(err, &de) && de.Key == "1" && de.RV <= bad && strings.Contains(de.Source, `"nums"`) && errors.Is(err, core.ErrPermanent) == permanent {
+				t.Logf("reported: %v", err)
+				return nil
+			}
 		}
+		return fmt.Errorf("no DecodeError (permanent: %t) for key 1 reached the error handler; got %v", permanent, rec.errs)
 	}
-	if !found {
-		t.Errorf("no DecodeError for key 1 reached the error handler; got %v", rec.errs)
+	if err := reported(rec, false); err != nil {
+		t.Error(err)
 	}
+	eventually(t, "the strict informer stops with a permanent error", func() error { return reported(recStrict, true) })
 }
 
 type Audit struct {
@@ -405,10 +418,9 @@ func TestExistingPublication(t *testing.T) {
 	ctx := ctxFor(t)
 
 	bad := newSource(t, pg, pginformer.Options{Publication: "mine"})
-	tbl := newTable[kv](t, bad, "other")
-	_, err := tbl.List(ctx, core.ListSink[kv]{Emit: func(core.Event[kv]) error { return nil }})
+	_, err := pginformer.NewTable[kv](ctx, bad, "other", pginformer.TableOptions[kv]{})
 	if err == nil || !strings.Contains(err.Error(), `ALTER PUBLICATION "mine" ADD TABLE "public"."other"`) {
-		t.Errorf("List with a publication lacking the table: %v", err)
+		t.Errorf("NewTable with a publication lacking the table: %v", err)
 	}
 
 	src := newSource(t, pg, pginformer.Options{Publication: "mine"})

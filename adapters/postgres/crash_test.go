@@ -95,7 +95,15 @@ func TestAppliedVersionWithPendingRelist(t *testing.T) {
 		t.Fatalf("listed %d rows, want 5", len(items))
 	}
 	for name, q := range map[string]core.Queue[kv]{"FIFO": core.NewFIFO[kv](nil), "DeltaFIFO": core.NewDeltaFIFO[kv](nil)} {
-		if err := q.Replace(items, rv); err != nil {
+		err := q.Replace(ctxFor(t), func(put func(core.Delta[kv]) error) (core.ResourceVersion, error) {
+			for _, it := range items {
+				if err := put(core.Delta[kv]{Type: core.DeltaReplaced, Key: it.Key, Object: it.Object, HasObject: true}); err != nil {
+					return 0, err
+				}
+			}
+			return rv, nil
+		})
+		if err != nil {
 			t.Fatal(err)
 		}
 		if applied := q.AppliedVersion(); applied >= head {

@@ -277,14 +277,38 @@ func TestWritersDuringInitialList(t *testing.T) {
 		seen[key] = append(seen[key], v)
 		seenMu.Unlock()
 	}
-	time.Sleep(200 * time.Millisecond) // let the writers get going before the list
+	// Let the writers get going before the list.
+	eventually(t, "the writers have written", func() error {
+		lastMu.Lock()
+		defer lastMu.Unlock()
+		if len(written) < 30 {
+			return fmt.Errorf("%d writes", len(written))
+		}
+		return nil
+	})
 	lw := &listRVRecorder[kv]{ListerWatcher: tbl}
 	inf, _ := informer[kv](t, lw, core.ResourceEventHandlerFuncs[kv]{
 		AddFunc:    func(key string, o kv, _ bool) { note(key, o.V) },
 		UpdateFunc: func(key string, _, o kv) { note(key, o.V) },
 		DeleteFunc: func(key string, _ kv, _ bool) { note(key, "deleted") },
 	})
-	time.Sleep(500 * time.Millisecond)
+	// Wait for writes after the list's snapshot, not for time: on a loaded
+	// machine the writers may get little done in any fixed interval.
+	eventually(t, "writes land after the list's snapshot", func() error {
+		listRV := core.ResourceVersion(lw.rv.Load())
+		lastMu.Lock()
+		defer lastMu.Unlock()
+		n := 0
+		for _, v := range written {
+			if v.before > listRV {
+				n++
+			}
+		}
+		if n < 30 {
+			return fmt.Errorf("%d writes after the list at %d", n, listRV)
+		}
+		return nil
+	})
 	cancel()
 	wg.Wait()
 	waitFor(t, inf, last)

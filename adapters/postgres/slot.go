@@ -439,28 +439,3 @@ func (s *Source) endSession(sess *session) {
 		sess.repl.Close(context.Background())
 	}
 }
-
-// ackLocked is the position every table has applied: the stream position,
-// held back by the oldest batch some table has not acknowledged yet. The
-// server may discard WAL up to it.
-func (s *Source) ackLocked() core.ResourceVersion {
-	ack := s.pos
-	for _, t := range s.tables {
-		if b := t.pending(); b != nil && b.commitLSN < ack {
-			ack = b.commitLSN
-		}
-	}
-	return ack
-}
-
-// quoteLiteral makes s a SQL string literal.
-func quoteLiteral(s string) string {
-	out := []byte{'\''}
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\'' {
-			out = append(out, '\'')
-		}
-		out = append(out, s[i])
-	}
-	return string(append(out, '\''))
-}

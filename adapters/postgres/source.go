@@ -338,3 +338,15 @@ func (s *Source) failLocked(err error, expired bool) {
 	}
 	s.notifyLocked()
 }
+
+// quoteLiteral makes s a SQL string literal.
+func quoteLiteral(s string) string {
+	out := []byte{'\''}
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\'' {
+			out = append(out, '\'')
+		}
+		out = append(out, s[i])
+	}
+	return string(append(out, '\''))
+}

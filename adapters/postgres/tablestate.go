@@ -125,3 +125,16 @@ func (s *Source) typeMap() *pgtype.Map {
 	m.RegisterTypes(types)
 	return m
 }
+
+// ackLocked is the position every table has applied: the stream position,
+// held back by the oldest batch some table has not acknowledged yet. The
+// server may discard WAL up to it.
+func (s *Source) ackLocked() core.ResourceVersion {
+	ack := s.pos
+	for _, t := range s.tables {
+		if b := t.pending(); b != nil && b.commitLSN < ack {
+			ack = b.commitLSN
+		}
+	}
+	return ack
+}

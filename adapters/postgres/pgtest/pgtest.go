@@ -284,12 +284,12 @@ func DropSlot(ctx context.Context, connString, slot string) error {
 }
 
 // Faults lists the faults Inject supports: with a proxy, cut, pause,
-// restart and expire; without, restart and expire.
+// restart, expire and freeze; without, restart and expire.
 func (h *Harness) Faults() []conformance.Fault {
 	if h.px == nil {
 		return []conformance.Fault{conformance.Restart, conformance.Expire}
 	}
-	return []conformance.Fault{conformance.Cut, conformance.Pause, conformance.Restart, conformance.Expire}
+	return []conformance.Fault{conformance.Cut, conformance.Pause, conformance.Restart, conformance.Expire, conformance.Freeze}
 }
 
 // Inject starts fault f.
@@ -306,6 +306,11 @@ func (h *Harness) Inject(t testing.TB, ctx context.Context, f conformance.Fault)
 			h.px.Pause()
 			h.px.Cut()
 			return h.px.Resume, true
+		}
+	case conformance.Freeze:
+		if h.px != nil {
+			h.px.Freeze()
+			return h.px.Thaw, true
 		}
 	case conformance.Restart:
 		// Immediate: a crash, recovery at start.
@@ -337,4 +342,3 @@ func (h *Harness) Heal(t testing.TB) {
 	}
 	h.srv.Start(t) // a no-op when it runs
 }
-
