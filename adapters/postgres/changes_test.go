@@ -258,6 +258,10 @@ func TestFailFast(t *testing.T) {
 
 	_, err = pginformer.NewSource(ctx, pg.ConnString(), pginformer.Options{PermanentSlot: true})
 	check("permanent slot without a name", err, "needs Options.Slot")
+	_, err = pginformer.NewSource(ctx, pg.ConnString(), pginformer.Options{Slot: `bad"slot`})
+	check("slot name with a quote", err, "is not a replication slot name")
+	_, err = pginformer.NewSource(ctx, pg.ConnString(), pginformer.Options{Publication: strings.Repeat("p", 64)})
+	check("publication name too long", err, "longer than Postgres's 63-byte names")
 
 	pg.Exec(t, "ALTER SYSTEM SET wal_level = replica")
 	pg.Restart(t, "fast")

@@ -209,6 +209,11 @@ func TestSeveralTablesOneSlot(t *testing.T) {
 	if slots != 1 || senders != 1 {
 		t.Errorf("%d slots and %d walsenders for one source with two tables, want 1 and 1", slots, senders)
 	}
+	// An operator can tell who holds the slot.
+	var app string
+	if err := conn.QueryRow(ctxFor(t), "SELECT application_name FROM pg_stat_replication").Scan(&app); err != nil || !strings.Contains(app, src.SlotName()) {
+		t.Errorf("the walsender's application_name is %q (%v), want one naming the slot %q", app, err, src.SlotName())
+	}
 	// WaitFor a version that touched neither table returns too.
 	pg.Exec(t, "CREATE TABLE other (id int PRIMARY KEY)")
 	rv = write(t, conn, "INSERT INTO other VALUES (1)")
