@@ -31,8 +31,8 @@ var queues = []struct {
 	num  func() queue[int]
 }{
 	{"ours",
-		func() queue[string] { return workqueue.New(workqueue.Config[string]{}) },
-		func() queue[int] { return workqueue.New(workqueue.Config[int]{}) }},
+		func() queue[string] { return workqueue.New(workqueue.Options[string]{}) },
+		func() queue[int] { return workqueue.New(workqueue.Options[int]{}) }},
 	{"clientgo",
 		func() queue[string] {
 			return cgworkqueue.NewTypedRateLimitingQueue(cgworkqueue.DefaultTypedControllerRateLimiter[string]())

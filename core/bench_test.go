@@ -15,33 +15,21 @@ type benchObj struct {
 // sliceLW lists nothing and then plays pre-built batches.
 type sliceLW struct{ batches [][]Event[*benchObj] }
 
-func (s *sliceLW) List(context.Context, ListOptions[*benchObj]) (ResourceVersion, error) {
+func (s *sliceLW) List(context.Context, ListSink[*benchObj]) (ResourceVersion, error) {
 	return 0, nil
 }
 
-func (s *sliceLW) Watch(ctx context.Context, from ResourceVersion) (Watcher[*benchObj], error) {
-	return &sliceWatcher{s: s, from: from}, nil
-}
-
-type sliceWatcher struct {
-	s    *sliceLW
-	from ResourceVersion
-	i    int
-}
-
-func (w *sliceWatcher) Next(ctx context.Context) ([]Event[*benchObj], error) {
-	for w.i < len(w.s.batches) {
-		b := w.s.batches[w.i]
-		w.i++
-		if b[0].RV > w.from {
-			return b, nil
+func (s *sliceLW) Watch(ctx context.Context, from ResourceVersion, opts WatchOptions[*benchObj]) error {
+	for _, b := range s.batches {
+		if b[0].RV > from {
+			if err := opts.Emit(b); err != nil {
+				return err
+			}
 		}
 	}
 	<-ctx.Done()
-	return nil, ctx.Err()
+	return Stopped(ctx)
 }
-
-func (w *sliceWatcher) Stop() {}
 
 // BenchmarkPipeline measures one change through watch → FIFO → Indexer with
 // two indexes → one handler, per op. Half the changes update existing keys.

@@ -64,8 +64,8 @@
 //
 // WaitFor(ctx, rv) returns once every change up to rv (and every bookmark
 // up to it) is in the Indexer; a source transaction is applied under one
-// lock, so readers see it whole. If the open watch implements
-// ProgressRequester, WaitFor asks it for a bookmark (rate-limited by
+// lock, so readers see it whole. If the ListerWatcher implements
+// ProgressReporter, WaitFor asks the open watch for a bookmark (rate-limited by
 // ProgressRequestInterval) so that a version touching no watched key is
 // reached too.
 //

@@ -83,11 +83,14 @@ func ExampleDeltaFIFO() {
 	known := core.NewIndexer[string](nil)
 	_ = known.Add("old", "o1")
 	q := core.NewDeltaFIFO[string](known)
-	_ = q.Add([]core.Event[string]{
-		{Type: core.Added, Key: "a", Object: "a1", HasObject: true, RV: 1},
-		{Type: core.Modified, Key: "a", Object: "a2", HasObject: true, RV: 2},
+	_ = q.Add([]core.Delta[string]{
+		{Type: core.DeltaAdded, Key: "a", Object: "a1", HasObject: true, RV: 1},
+		{Type: core.DeltaUpdated, Key: "a", Object: "a2", HasObject: true, RV: 2},
+	}, 2)
+	// A list streams in through put; the deletes it implies follow it.
+	_ = q.Replace(context.Background(), func(put func(core.Delta[string]) error) (core.ResourceVersion, error) {
+		return 3, put(core.Delta[string]{Type: core.DeltaReplaced, Key: "a", Object: "a3"})
 	})
-	_ = q.Replace([]core.Event[string]{{Type: core.Added, Key: "a", Object: "a3"}}, 3)
 	for q.Len() > 0 {
 		_ = q.Pop(context.Background(), func(ds []core.Delta[string], _ bool) error {
 			var parts []string
@@ -109,9 +112,9 @@ func ExampleInformerFor() {
 	defer cancel()
 	src := memory.New[User](memory.Options{})
 	src.Put("1", User{Name: "ada"})
-	f := core.NewFactory()
-	a := core.InformerFor[User](f, "users", src, core.InformerOptions[User]{})
-	b := core.InformerFor[User](f, "users", src, core.InformerOptions[User]{})
+	var f core.Factory // the zero Factory is ready to use
+	a := core.InformerFor[User](&f, "users", src, core.InformerOptions[User]{})
+	b := core.InformerFor[User](&f, "users", src, core.InformerOptions[User]{})
 	f.Start(ctx)
 	if err := f.WaitForCacheSync(ctx); err != nil {
 		fmt.Println(err)

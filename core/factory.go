@@ -11,7 +11,8 @@ import (
 // Factory shares informers: one per (source name, object type), however
 // many parts of a program ask for it, so that a source is listed and
 // watched once. Go methods cannot have type parameters, so informers are
-// obtained with the generic function InformerFor.
+// obtained with the generic function InformerFor. The zero value is an
+// empty factory ready to use; NewFactory returns one too.
 type Factory struct {
 	mu           sync.Mutex
 	informers    map[factoryKey]factoryInformer
@@ -36,8 +37,14 @@ type factoryInformer interface {
 }
 
 // NewFactory returns an empty factory.
-func NewFactory() *Factory {
-	return &Factory{informers: map[factoryKey]factoryInformer{}, started: map[factoryKey]bool{}}
+func NewFactory() *Factory { return &Factory{} }
+
+// initLocked makes the zero Factory usable.
+func (f *Factory) initLocked() {
+	if f.informers == nil {
+		f.informers = map[factoryKey]factoryInformer{}
+		f.started = map[factoryKey]bool{}
+	}
 }
 
 // InformerFor returns the factory's informer for (source, T), creating it
@@ -47,6 +54,7 @@ func InformerFor[T any](f *Factory, source string, lw ListerWatcher[T], opts Inf
 	k := factoryKey{source: source, typ: reflect.TypeFor[T]()}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.initLocked()
 	if inf, ok := f.informers[k]; ok {
 		return inf.(*SharedIndexInformer[T])
 	}
@@ -68,6 +76,7 @@ func (f *Factory) Start(ctx context.Context) {
 	if f.shuttingDown {
 		return
 	}
+	f.initLocked()
 	for _, k := range f.order {
 		if f.started[k] {
 			continue
@@ -120,27 +129,4 @@ func (f *Factory) Shutdown() {
 		c()
 	}
 	f.wg.Wait()
-}
-
-// CacheSyncWaiter is anything that can wait for its cache to sync:
-// informers, handler registrations and factories.
-type CacheSyncWaiter interface {
-	WaitForCacheSync(ctx context.Context) error
-}
-
-var (
-	_ CacheSyncWaiter = (*Factory)(nil)
-	_ CacheSyncWaiter = (*SharedIndexInformer[int])(nil)
-	_ CacheSyncWaiter = (*Registration[int])(nil)
-)
-
-// WaitForCacheSync waits for every waiter and joins their errors.
-func WaitForCacheSync(ctx context.Context, waiters ...CacheSyncWaiter) error {
-	var errs []error
-	for _, w := range waiters {
-		if err := w.WaitForCacheSync(ctx); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
 }

@@ -2,7 +2,6 @@ package core
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -29,15 +28,15 @@ func newFakeLW() *fakeLW {
 	return &fakeLW{lists: make(chan listResult), watches: make(chan *fakeWatcher)}
 }
 
-func (f *fakeLW) List(ctx context.Context, opts ListOptions[string]) (ResourceVersion, error) {
+func (f *fakeLW) List(ctx context.Context, sink ListSink[string]) (ResourceVersion, error) {
 	f.listCalls.Add(1)
 	select {
 	case r := <-f.lists:
-		if opts.Estimate != nil {
-			opts.Estimate(int64(len(r.items)))
+		if sink.Estimate != nil {
+			sink.Estimate(int64(len(r.items)))
 		}
 		for _, e := range r.items {
-			if err := opts.Emit(e); err != nil {
+			if err := sink.Emit(e); err != nil {
 				return 0, err
 			}
 		}
@@ -47,13 +46,34 @@ func (f *fakeLW) List(ctx context.Context, opts ListOptions[string]) (ResourceVe
 	}
 }
 
-func (f *fakeLW) Watch(ctx context.Context, from ResourceVersion) (Watcher[string], error) {
+// ReportsProgress implements ProgressReporter: the test answers requests
+// (counted in fakeWatcher.progress) by sending a Bookmark.
+func (f *fakeLW) ReportsProgress() bool { return true }
+
+// Watch hands a fakeWatcher to the test and plays what the test sends to
+// it until the test fails it or ctx ends; stop is closed when it returns.
+func (f *fakeLW) Watch(ctx context.Context, from ResourceVersion, opts WatchOptions[string]) error {
 	w := &fakeWatcher{from: from, ch: make(chan step), stop: make(chan struct{})}
+	defer close(w.stop)
 	select {
 	case f.watches <- w:
-		return w, nil
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return Stopped(ctx)
+	}
+	for {
+		select {
+		case s := <-w.ch:
+			if s.err != nil {
+				return s.err
+			}
+			if err := opts.Emit(s.evs); err != nil {
+				return err
+			}
+		case <-opts.Progress:
+			w.progress.Add(1)
+		case <-ctx.Done():
+			return Stopped(ctx)
+		}
 	}
 }
 
@@ -92,29 +112,8 @@ type step struct {
 type fakeWatcher struct {
 	from     ResourceVersion
 	ch       chan step
-	stop     chan struct{}
-	once     sync.Once
-	progress atomic.Int32
-}
-
-var _ ProgressRequester = (*fakeWatcher)(nil)
-
-func (w *fakeWatcher) Next(ctx context.Context) ([]Event[string], error) {
-	select {
-	case s := <-w.ch:
-		return s.evs, s.err
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-w.stop:
-		return nil, errors.New("fake watch stopped")
-	}
-}
-
-func (w *fakeWatcher) Stop() { w.once.Do(func() { close(w.stop) }) }
-
-func (w *fakeWatcher) RequestProgress(context.Context) error {
-	w.progress.Add(1)
-	return nil
+	stop     chan struct{} // closed when the Watch call returned
+	progress atomic.Int32  // progress requests received
 }
 
 func (w *fakeWatcher) send(t *testing.T, evs ...Event[string]) {

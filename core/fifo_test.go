@@ -18,6 +18,42 @@ func del(key string, rv ResourceVersion) Event[string] {
 	return Event[string]{Type: Deleted, Key: key, RV: rv}
 }
 
+// qadd queues a watch batch the way the reflector does: each event as a
+// delta, bookmarks only moving the version.
+func qadd(q Queue[string], evs []Event[string]) error {
+	var ds []Delta[string]
+	var top ResourceVersion
+	for _, ev := range evs {
+		top = max(top, ev.RV)
+		if ev.Type == Bookmark {
+			continue
+		}
+		d := Delta[string]{Key: ev.Key, Object: ev.Object, HasObject: ev.HasObject, RV: ev.RV}
+		switch ev.Type {
+		case Added:
+			d.Type, d.HasObject = DeltaAdded, true
+		case Modified:
+			d.Type, d.HasObject = DeltaUpdated, true
+		case Deleted:
+			d.Type = DeltaDeleted
+		}
+		ds = append(ds, d)
+	}
+	return q.Add(ds, top)
+}
+
+// qreplace streams a list taken at rv into q.
+func qreplace(q Queue[string], list []Event[string], rv ResourceVersion) error {
+	return q.Replace(context.Background(), func(put func(Delta[string]) error) (ResourceVersion, error) {
+		for _, ev := range list {
+			if err := put(Delta[string]{Type: DeltaReplaced, Key: ev.Key, Object: ev.Object, HasObject: true}); err != nil {
+				return 0, err
+			}
+		}
+		return rv, nil
+	})
+}
+
 // popAll drains q into a flat list of "Type key=obj" strings.
 func popAll(t *testing.T, q Queue[string]) []string {
 	t.Helper()
@@ -53,8 +89,8 @@ func TestQueueReplaceEmitsTombstonesForVanishedKeys(t *testing.T) {
 	bothQueues(t, func(t *testing.T, known *Indexer[string], q Queue[string]) {
 		must(t, known.Add("gone", "g1"))
 		must(t, known.Add("kept", "k1"))
-		must(t, q.Add([]Event[string]{add("pending", "p1", 3)}))
-		must(t, q.Replace([]Event[string]{add("kept", "k2", 0)}, 5))
+		must(t, qadd(q, []Event[string]{add("pending", "p1", 3)}))
+		must(t, qreplace(q, []Event[string]{add("kept", "k2", 0)}, 5))
 		got := popAll(t, q)
 		want := map[string]bool{
 			"Added pending=p1":             true,
@@ -80,10 +116,10 @@ func TestQueueResyncSkipsKeysWithPendingDeltas(t *testing.T) {
 	bothQueues(t, func(t *testing.T, known *Indexer[string], q Queue[string]) {
 		must(t, known.Add("a", "a1"))
 		must(t, known.Add("b", "b1"))
-		must(t, q.Add([]Event[string]{mod("a", "a2", 2)}))
+		must(t, qadd(q, []Event[string]{mod("a", "a2", 2)}))
 		must(t, q.Resync())
 		got := popAll(t, q)
-		want := []string{"Updated a=a2", "Sync b=b1"}
+		want := []string{"Updated a=a2", "Sync b="} // key-only: the consumer reads its cache
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("got %v, want %v", got, want)
 		}
@@ -94,17 +130,17 @@ func TestDeltaFIFODoubleDeletesCollapse(t *testing.T) {
 	known := NewIndexer[string](nil)
 	must(t, known.Add("a", "a1"))
 	f := NewDeltaFIFO[string](known)
-	must(t, f.Add([]Event[string]{{Type: Deleted, Key: "a", Object: "a1", HasObject: true, RV: 2}}))
+	must(t, qadd(f, []Event[string]{{Type: Deleted, Key: "a", Object: "a1", HasObject: true, RV: 2}}))
 	// The relist's tombstone knows less than the watch's delete: keep the latter.
 	must(t, known.Delete("a"))
 	must(t, known.Add("a", "stale"))
-	must(t, f.Replace(nil, 3))
+	must(t, qreplace(f, nil, 3))
 	ds, _ := f.Deltas("a")
 	if len(ds) != 1 || ds[0].FinalStateUnknown || ds[0].Object != "a1" {
 		t.Fatalf("deltas = %+v, want the single watch delete", ds)
 	}
 	// Two watch deletes: the newer wins.
-	must(t, f.Add([]Event[string]{{Type: Deleted, Key: "b", Object: "x", HasObject: true, RV: 4}}))
+	must(t, qadd(f, []Event[string]{{Type: Deleted, Key: "b", Object: "x", HasObject: true, RV: 4}}))
 	ds, _ = f.Deltas("b")
 	if len(ds) != 0 {
 		t.Fatalf("delete of a key nobody knows was queued: %+v", ds)
@@ -115,7 +151,7 @@ func TestDeltaFIFODeleteWithoutObjectTakesLastKnown(t *testing.T) {
 	known := NewIndexer[string](nil)
 	must(t, known.Add("a", "a1"))
 	f := NewDeltaFIFO[string](known)
-	must(t, f.Add([]Event[string]{del("a", 2), add("b", "b1", 3), del("b", 4)}))
+	must(t, qadd(f, []Event[string]{del("a", 2), add("b", "b1", 3), del("b", 4)}))
 	if got := popAll(t, f); !reflect.DeepEqual(got, []string{"Deleted a=a1", "Added b=b1", "Deleted b=b1"}) {
 		t.Fatalf("got %v", got)
 	}
@@ -123,7 +159,7 @@ func TestDeltaFIFODeleteWithoutObjectTakesLastKnown(t *testing.T) {
 
 func TestQueueFailedProcessRequeues(t *testing.T) {
 	bothQueues(t, func(t *testing.T, known *Indexer[string], q Queue[string]) {
-		must(t, q.Add([]Event[string]{add("a", "a1", 1)}))
+		must(t, qadd(q, []Event[string]{add("a", "a1", 1)}))
 		err := q.Pop(context.Background(), func([]Delta[string], bool) error {
 			return fmt.Errorf("handler failed: %w", ErrRequeue)
 		})
@@ -147,8 +183,8 @@ func TestQueueHasSyncedAfterInitialPopulation(t *testing.T) {
 		if q.HasSynced() {
 			t.Fatal("synced before Replace")
 		}
-		must(t, q.Replace([]Event[string]{add("a", "1", 0), add("b", "2", 0)}, 7))
-		must(t, q.Add([]Event[string]{add("c", "3", 8)}))
+		must(t, qreplace(q, []Event[string]{add("a", "1", 0), add("b", "2", 0)}, 7))
+		must(t, qadd(q, []Event[string]{add("c", "3", 8)}))
 		var initial []bool
 		if q.HasSynced() {
 			t.Fatal("synced with the initial items pending")
@@ -172,7 +208,7 @@ func TestQueueHasSyncedAfterInitialPopulation(t *testing.T) {
 
 func TestQueueEmptyReplaceSyncs(t *testing.T) {
 	bothQueues(t, func(t *testing.T, known *Indexer[string], q Queue[string]) {
-		must(t, q.Replace(nil, 1))
+		must(t, qreplace(q, nil, 1))
 		if !q.HasSynced() {
 			t.Fatal("empty initial list must count as synced")
 		}
@@ -186,7 +222,7 @@ func TestQueueCloseAndContext(t *testing.T) {
 		if err := q.Pop(ctx, nil); !errors.Is(err, context.Canceled) {
 			t.Fatalf("Pop on cancelled ctx = %v", err)
 		}
-		must(t, q.Add([]Event[string]{add("a", "1", 1)}))
+		must(t, qadd(q, []Event[string]{add("a", "1", 1)}))
 		q.Close()
 		if got := popAll(t, q); len(got) != 1 {
 			t.Fatalf("queued item lost on Close: %v", got)
@@ -199,12 +235,12 @@ func TestQueueCloseAndContext(t *testing.T) {
 
 func TestFIFOKeepsArrivalOrderAcrossKeys(t *testing.T) {
 	q := NewFIFO[string](nil)
-	must(t, q.Add([]Event[string]{add("a", "a1", 1), add("b", "b1", 2), mod("a", "a2", 3)}))
+	must(t, qadd(q, []Event[string]{add("a", "a1", 1), add("b", "b1", 2), mod("a", "a2", 3)}))
 	if got := popAll(t, q); !reflect.DeepEqual(got, []string{"Added a=a1", "Added b=b1", "Updated a=a2"}) {
 		t.Fatalf("got %v", got)
 	}
 	d := NewDeltaFIFO[string](nil)
-	must(t, d.Add([]Event[string]{add("a", "a1", 1), add("b", "b1", 2), mod("a", "a2", 3)}))
+	must(t, qadd(d, []Event[string]{add("a", "a1", 1), add("b", "b1", 2), mod("a", "a2", 3)}))
 	if got := popAll(t, d); !reflect.DeepEqual(got, []string{"Added a=a1", "Updated a=a2", "Added b=b1"}) {
 		t.Fatalf("DeltaFIFO groups per key: got %v", got)
 	}
@@ -212,8 +248,8 @@ func TestFIFOKeepsArrivalOrderAcrossKeys(t *testing.T) {
 
 func TestQueueAppliedVersionWaitsForWholeTransaction(t *testing.T) {
 	bothQueues(t, func(t *testing.T, known *Indexer[string], q Queue[string]) {
-		must(t, q.Add([]Event[string]{add("a", "1", 4), add("b", "1", 4)}))
-		must(t, q.Add([]Event[string]{{Type: Bookmark, RV: 9}}))
+		must(t, qadd(q, []Event[string]{add("a", "1", 4), add("b", "1", 4)}))
+		must(t, qadd(q, []Event[string]{{Type: Bookmark, RV: 9}}))
 		if v := q.AppliedVersion(); v != 3 {
 			t.Fatalf("AppliedVersion with rv 4 pending = %d, want 3", v)
 		}
@@ -226,14 +262,14 @@ func TestQueueAppliedVersionWaitsForWholeTransaction(t *testing.T) {
 
 func TestFIFOKeepsTransactionsWhole(t *testing.T) {
 	q := NewFIFO[string](nil)
-	must(t, q.Replace(nil, 1))
+	must(t, qreplace(q, nil, 1))
 	var tx []Event[string]
 	for i := range 300 {
 		tx = append(tx, add(fmt.Sprint(i), "v", 5))
 	}
-	must(t, q.Add([]Event[string]{add("before", "v", 4)}))
-	must(t, q.Add(tx))
-	must(t, q.Add([]Event[string]{add("after", "v", 6)}))
+	must(t, qadd(q, []Event[string]{add("before", "v", 4)}))
+	must(t, qadd(q, tx))
+	must(t, qadd(q, []Event[string]{add("after", "v", 6)}))
 	var sizes []int
 	for q.Len() > 0 {
 		must(t, q.Pop(context.Background(), func(ds []Delta[string], _ bool) error {
@@ -257,12 +293,12 @@ func TestAppliedVersionWaitsForPendingRelist(t *testing.T) {
 	ok := func([]Delta[string], bool) error { return nil }
 	for name, q := range map[string]Queue[string]{"FIFO": NewFIFO[string](nil), "DeltaFIFO": NewDeltaFIFO[string](nil)} {
 		t.Run(name, func(t *testing.T) {
-			q.Add([]Event[string]{{Type: Added, Key: "a", Object: "a", HasObject: true, RV: 5}})
+			qadd(q, []Event[string]{{Type: Added, Key: "a", Object: "a", HasObject: true, RV: 5}})
 			q.Pop(ctx, ok)
 			if v := q.AppliedVersion(); v != 5 {
 				t.Fatalf("applied %d after the first change, want 5", v)
 			}
-			q.Replace([]Event[string]{{Key: "a", Object: "a2"}, {Key: "b", Object: "b"}}, 10)
+			qreplace(q, []Event[string]{{Key: "a", Object: "a2"}, {Key: "b", Object: "b"}}, 10)
 			if v := q.AppliedVersion(); v != 5 {
 				t.Fatalf("applied %d with a relist pending, want 5", v)
 			}
@@ -273,7 +309,7 @@ func TestAppliedVersionWaitsForPendingRelist(t *testing.T) {
 			}
 			// While a key is in flight, a second relist queues it again.
 			q.Pop(ctx, func([]Delta[string], bool) error {
-				q.Replace([]Event[string]{{Key: "a", Object: "a3"}, {Key: "b", Object: "b"}}, 20)
+				qreplace(q, []Event[string]{{Key: "a", Object: "a3"}, {Key: "b", Object: "b"}}, 20)
 				return nil
 			})
 			if v := q.AppliedVersion(); v != 5 {

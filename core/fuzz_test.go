@@ -45,7 +45,7 @@ func FuzzIndexer(f *testing.F) {
 				for k := range int(val % 4) {
 					m["k"+strconv.Itoa(k)] = groups(val + byte(k))
 				}
-				must(t, s.Replace(m))
+				must(t, s.replace(m))
 				model = m
 			}
 			checkIndexer(t, s, model)
@@ -170,7 +170,7 @@ func fuzzQueue(t *testing.T, ops []byte, deltaFIFO bool) {
 			for k, v := range source {
 				list = append(list, Event[string]{Type: Added, Key: k, Object: v, HasObject: true})
 			}
-			must(t, q.Replace(list, rv))
+			must(t, qreplace(q, list, rv))
 			watching = true
 			continue
 		case 6:
@@ -179,12 +179,12 @@ func fuzzQueue(t *testing.T, ops []byte, deltaFIFO bool) {
 		case 7:
 			rv++
 			if watching {
-				must(t, q.Add([]Event[string]{{Type: Bookmark, RV: rv}}))
+				must(t, qadd(q, []Event[string]{{Type: Bookmark, RV: rv}}))
 			}
 			continue
 		}
 		if watching {
-			must(t, q.Add([]Event[string]{ev}))
+			must(t, qadd(q, []Event[string]{ev}))
 		}
 	}
 	if !watching {
@@ -192,7 +192,7 @@ func fuzzQueue(t *testing.T, ops []byte, deltaFIFO bool) {
 		for k, v := range source {
 			list = append(list, Event[string]{Type: Added, Key: k, Object: v, HasObject: true})
 		}
-		must(t, q.Replace(list, rv))
+		must(t, qreplace(q, list, rv))
 	}
 	for q.Len() > 0 {
 		pop()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/clock"
+	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/core/memory"
 )
 
@@ -69,9 +70,10 @@ func TestInformerConvergesThroughFaults(t *testing.T) {
 	for _, deltaFIFO := range []bool{false, true} {
 		t.Run(fmt.Sprintf("DeltaFIFO=%v", deltaFIFO), func(t *testing.T) {
 			src := memory.New[versioned](memory.Options{Name: "mem", MaxBatch: 7})
+			spy := informertest.Wrap[versioned](src)
 			fc := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 			var decodeErrs sync.Map
-			inf := core.NewSharedIndexInformer[versioned](src, core.InformerOptions[versioned]{
+			inf := core.NewSharedIndexInformer[versioned](spy, core.InformerOptions[versioned]{
 				Name:      "mem",
 				DeltaFIFO: deltaFIFO,
 				Clock:     fc,
@@ -110,7 +112,7 @@ func TestInformerConvergesThroughFaults(t *testing.T) {
 			// The reflector backs off on the fake clock, which stands
 			// still while more is written and the history is compacted:
 			// the resumed watch finds its version expired and relists.
-			src.BreakWatchers(errors.New("connection reset by peer"))
+			spy.Break(errors.New("connection reset by peer"))
 			write(50)
 			if err := src.Compact(src.HeadRV()); err != nil {
 				t.Fatal(err)
@@ -118,7 +120,7 @@ func TestInformerConvergesThroughFaults(t *testing.T) {
 			write(50)
 			head := src.HeadRV()
 			pump(t, fc, "version "+head.String(), func() bool { return inf.AppliedVersion() >= head })
-			if n := src.ListCalls(); n < 2 {
+			if n := spy.Lists(); n < 2 {
 				t.Fatalf("%d lists: compaction did not relist", n)
 			}
 			badRV := src.InjectDecodeError("k3", errors.New("bad utf8"))
@@ -162,7 +164,8 @@ func TestInformerConvergesThroughFaults(t *testing.T) {
 func TestWaitForQuietVersionWithMemorySource(t *testing.T) {
 	src := memory.New[versioned](memory.Options{})
 	src.Put("a", versioned{Key: "a", V: 1})
-	inf := core.NewSharedIndexInformer[versioned](src, core.InformerOptions[versioned]{})
+	spy := informertest.Wrap[versioned](src)
+	inf := core.NewSharedIndexInformer[versioned](spy, core.InformerOptions[versioned]{})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	runCtx, stop := context.WithCancel(ctx)
@@ -171,7 +174,7 @@ func TestWaitForQuietVersionWithMemorySource(t *testing.T) {
 	if err := inf.WaitForCacheSync(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := src.WaitForWatchers(ctx, 1); err != nil {
+	if err := spy.WaitOpen(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
 	rv := src.Advance()

@@ -108,10 +108,12 @@ func TestReflectorBacksOffAndResumesFromLastVersion(t *testing.T) {
 	w.send(t, add("a", "a1", 8))
 	must(t, inf.WaitFor(testCtx(t), 8))
 	w.fail(t, errors.New("connection reset"))
-	// Once the watch is stopped its timeout timer is gone and only the
-	// backoff timer remains; step past its longest delay (800ms plus up to
-	// 100% jitter).
-	<-w.stop
+	// Once the failure is reported the watch's timeout timer is gone and
+	// only the backoff timer remains; step past its longest delay (800ms
+	// plus up to 100% jitter).
+	eventually(t, "watch error reported", func() bool {
+		return ec.find(func(e error) bool { return strings.Contains(e.Error(), "connection reset") }) != nil
+	})
 	eventually(t, "backoff timer", func() bool { return fc.Waiters() == 1 })
 	fc.Step(1600 * time.Millisecond)
 	w2 := lw.watch(t)
@@ -293,21 +295,21 @@ func TestResyncPeriodRules(t *testing.T) {
 		return r.l.resyncPeriod
 	}
 	h1, _ := inf.AddEventHandler(newRecorder())
-	h2, _ := inf.AddEventHandlerWithResyncPeriod(newRecorder(), time.Minute)
+	h2, _ := inf.AddEventHandlerWithOptions(newRecorder(), HandlerOptions{ResyncPeriod: time.Minute})
 	if inf.resyncCheckPeriod != time.Minute || period(h1) != 12*time.Hour || period(h2) != time.Minute {
 		t.Fatalf("check %v h1 %v h2 %v", inf.resyncCheckPeriod, period(h1), period(h2))
 	}
-	h3, _ := inf.AddEventHandlerWithResyncPeriod(newRecorder(), 100*time.Millisecond)
+	h3, _ := inf.AddEventHandlerWithOptions(newRecorder(), HandlerOptions{ResyncPeriod: 100 * time.Millisecond})
 	if period(h3) != MinimumResyncPeriod || inf.resyncCheckPeriod != MinimumResyncPeriod {
 		t.Fatalf("below the minimum: h3 %v check %v", period(h3), inf.resyncCheckPeriod)
 	}
-	h4, _ := inf.AddEventHandlerWithResyncPeriod(newRecorder(), 0)
+	h4, _ := inf.AddEventHandlerWithOptions(newRecorder(), HandlerOptions{ResyncPeriod: -1})
 	if period(h4) != 0 {
 		t.Fatalf("h4 %v, want no resync", period(h4))
 	}
 	stop := started(t, inf)
 	lw.list(t, 1)
-	h5, _ := inf.AddEventHandlerWithResyncPeriod(newRecorder(), time.Second/2)
+	h5, _ := inf.AddEventHandlerWithOptions(newRecorder(), HandlerOptions{ResyncPeriod: time.Second / 2})
 	if period(h5) != MinimumResyncPeriod {
 		t.Fatalf("h5 %v", period(h5))
 	}
@@ -316,12 +318,12 @@ func TestResyncPeriodRules(t *testing.T) {
 	inf2.mu.Lock()
 	inf2.started = true
 	inf2.mu.Unlock()
-	h6, _ := inf2.AddEventHandlerWithResyncPeriod(newRecorder(), 10*time.Second)
+	h6, _ := inf2.AddEventHandlerWithOptions(newRecorder(), HandlerOptions{ResyncPeriod: 10 * time.Second})
 	if period(h6) != time.Minute || inf2.resyncCheckPeriod != time.Minute {
 		t.Fatalf("after start a smaller period must rise to the check period: %v", period(h6))
 	}
 	inf3, _, _ := newTestInformer(newFakeLW(), InformerOptions[string]{})
-	h7, _ := inf3.AddEventHandlerWithResyncPeriod(newRecorder(), 10*time.Second)
+	h7, _ := inf3.AddEventHandlerWithOptions(newRecorder(), HandlerOptions{ResyncPeriod: 10 * time.Second})
 	if period(h7) != 10*time.Second || inf3.resyncCheckPeriod != 10*time.Second {
 		t.Fatalf("informer without resync, first handler sets the check period: %v", period(h7))
 	}
@@ -331,7 +333,7 @@ func TestResyncReachesOnlyDueHandlers(t *testing.T) {
 	lw := newFakeLW()
 	inf, fc, _ := newTestInformer(lw, InformerOptions[string]{})
 	due := newRecorder()
-	_, err := inf.AddEventHandlerWithResyncPeriod(due, time.Minute)
+	_, err := inf.AddEventHandlerWithOptions(due, HandlerOptions{ResyncPeriod: time.Minute})
 	must(t, err)
 	other := newRecorder()
 	_, err = inf.AddEventHandler(other)
@@ -361,7 +363,7 @@ func TestWaitForRequestsProgressForQuietVersions(t *testing.T) {
 		inf.mu.Unlock()
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		return r.watcher != nil
+		return r.progress != nil
 	})
 	done := make(chan error, 1)
 	go func() { done <- inf.WaitFor(testCtx(t), 10) }()
@@ -395,7 +397,7 @@ func TestLateHandlerGetsReplayAndCanBeRemoved(t *testing.T) {
 	rec.expectSet(t, "add a=a1 initial=true", "add b=b1 initial=true")
 	eventually(t, "late registration synced", reg.HasSynced)
 	w := lw.watch(t)
-	must(t, reg.Remove())
+	must(t, inf.RemoveEventHandler(reg))
 	select {
 	case <-reg.Done():
 	case <-time.After(10 * time.Second):
@@ -426,8 +428,9 @@ func TestInformerRestarts(t *testing.T) {
 		t.Fatalf("second concurrent Run = %v", err)
 	}
 	lw.list(t, 9, add("a", "a1", 0))
-	rec.expect(t, "delete b=b1 unknown=true")
+	// The list streams in first; the deletes it implies follow it.
 	rec.expect(t, "update a a1->a1")
+	rec.expect(t, "delete b=b1 unknown=true")
 	if !inf.HasSynced() {
 		t.Fatal("HasSynced lost on restart")
 	}
@@ -435,7 +438,7 @@ func TestInformerRestarts(t *testing.T) {
 
 func TestEqualTurnsUnchangedRelistIntoResync(t *testing.T) {
 	lw := newFakeLW()
-	inf, fc, _ := newTestInformer(lw, InformerOptions[string]{Equal: func(a, b string) bool { return a == b }})
+	inf, fc, ec := newTestInformer(lw, InformerOptions[string]{Equal: func(a, b string) bool { return a == b }})
 	rec := newRecorder()
 	_, err := inf.AddEventHandler(rec)
 	must(t, err)
@@ -444,8 +447,9 @@ func TestEqualTurnsUnchangedRelistIntoResync(t *testing.T) {
 	rec.expectSet(t, "add a=a1 initial=true", "add b=b1 initial=true")
 	w := lw.watch(t)
 	w.fail(t, ErrExpired)
-	// Expired before any progress: the relist waits for the backoff.
-	<-w.stop
+	// Expired before any progress: the relist waits for the backoff (armed
+	// once the expiry is reported).
+	eventually(t, "expiry reported", func() bool { return ec.find(func(e error) bool { return errors.Is(e, ErrExpired) }) != nil })
 	eventually(t, "backoff timer", func() bool { return fc.Waiters() == 1 })
 	fc.Step(2 * time.Second)
 	lw.list(t, 9, add("a", "a1", 0), add("b", "b2", 0))
@@ -560,22 +564,11 @@ func TestFactorySharesAndShutsDown(t *testing.T) {
 // memLW is an always-empty source that never changes.
 type memLW[T any] struct{}
 
-func (memLW[T]) List(context.Context, ListOptions[T]) (ResourceVersion, error) { return 1, nil }
-func (memLW[T]) Watch(ctx context.Context, _ ResourceVersion) (Watcher[T], error) {
-	return idleWatcher[T]{ctx}, nil
+func (memLW[T]) List(context.Context, ListSink[T]) (ResourceVersion, error) { return 1, nil }
+func (memLW[T]) Watch(ctx context.Context, _ ResourceVersion, _ WatchOptions[T]) error {
+	<-ctx.Done()
+	return Stopped(ctx)
 }
-
-type idleWatcher[T any] struct{ ctx context.Context }
-
-func (w idleWatcher[T]) Next(ctx context.Context) ([]Event[T], error) {
-	select {
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-w.ctx.Done():
-		return nil, w.ctx.Err()
-	}
-}
-func (idleWatcher[T]) Stop() {}
 
 func TestStopWithFullBoundedHandlerDoesNotHang(t *testing.T) {
 	lw := newFakeLW()
@@ -686,7 +679,7 @@ func TestIndexErrorIsReportedOutsideTheCacheLock(t *testing.T) {
 	must(t, inf.WaitForCacheSync(testCtx(t)))
 	err := <-reported
 	var ie *IndexError
-	if !errors.As(err, &ie) || ie.Key != "bad" || !strings.Contains(err.Error(), "version 5") {
+	if !errors.As(err, &ie) || ie.Key != "bad" || !strings.Contains(err.Error(), "src: list") {
 		t.Fatalf("err = %v", err)
 	}
 	if _, ok := inf.Lister().Get("bad"); ok {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -12,36 +11,6 @@ import (
 
 	"github.com/dbinformer/dbinformer/core/clock"
 )
-
-// ReflectorOptions configures a Reflector. The zero value of every field
-// means the default.
-type ReflectorOptions[T any] struct {
-	// Name names the source in errors and logs, e.g. `etcd prefix "/app/"`.
-	Name string
-	// ResyncPeriod is how often Queue.Resync runs (when ShouldResync
-	// agrees); 0 means never.
-	ResyncPeriod time.Duration
-	// ShouldResync, when set, is asked before each periodic resync.
-	ShouldResync func() bool
-	// Backoff paces retries after list and watch failures.
-	Backoff Backoff
-	// MinWatchTimeout: each watch is ended and reopened from the last
-	// version after a random time in [MinWatchTimeout, 2×MinWatchTimeout),
-	// as client-go does, so that a watch silently stuck in the network
-	// cannot stall the cache forever. 0 means 5 minutes.
-	MinWatchTimeout time.Duration
-	// Transform rewrites each object before it is queued (drop fields to
-	// save memory, precompute). An error drops that one change and is
-	// reported like a decode error.
-	Transform func(T) (T, error)
-	// ErrorHandler receives every failure: list and watch errors, decode
-	// errors (*DecodeError naming source, key and version), out-of-order
-	// events (*OrderError). nil logs them with Logger.
-	ErrorHandler func(error)
-	Logger       *slog.Logger
-	Metrics      InformerMetrics
-	Clock        clock.Clock
-}
 
 // OrderError reports a watch that broke its contract by delivering a
 // version not after the last one applied. The batch is not applied, and
@@ -64,45 +33,74 @@ func (e *OrderError) Error() string {
 var errNoKey = errors.New("event has no key")
 
 // ErrProgressNotSupported is returned by RequestProgress when no watch is
-// open or the open watch cannot produce bookmarks on request.
+// open or the ListerWatcher cannot produce bookmarks on request.
 var ErrProgressNotSupported = errors.New("dbinformer: the current watch cannot report progress on request")
 
-// Reflector keeps a Queue in step with a ListerWatcher: list, Replace, then
-// watch from the list's version; bookmarks advance the version; an expired
-// version relists from scratch; any other failure backs off and resumes the
-// watch from the last version, never relisting needlessly (lists are what
-// databases find expensive).
+// errWatchTimeout is the cause with which the reflector ends a watch at
+// its planned timeout.
+var errWatchTimeout = errors.New("dbinformer: planned watch timeout")
+
+// Reflector keeps a Queue in step with a ListerWatcher: list (streamed
+// into the queue), then watch from the list's version; bookmarks advance the
+// version; an expired version relists from scratch; a permanent failure
+// stops it; any other failure backs off and resumes the watch from the last
+// version, never relisting needlessly (lists are what databases find
+// expensive). Every event becomes a Delta here, once.
 type Reflector[T any] struct {
-	lw   ListerWatcher[T]
-	q    Queue[T]
-	opts ReflectorOptions[T]
-	clk  clock.Clock
-	met  InformerMetrics
+	lw  ListerWatcher[T]
+	q   Queue[T]
+	cfg reflectorConfig[T]
 
 	lastRV atomic.Uint64
 
 	mu          sync.Mutex
-	watcher     Watcher[T]
+	progress    chan struct{} // the open watch's Progress; nil when none can answer
 	lastListErr error
-	listed      bool
+	deltas      []Delta[T] // apply's scratch
 }
 
-// NewReflector returns a Reflector that feeds q from lw.
-func NewReflector[T any](lw ListerWatcher[T], q Queue[T], opts ReflectorOptions[T]) *Reflector[T] {
-	r := &Reflector[T]{lw: lw, q: q, opts: opts, clk: clock.Or(opts.Clock), met: opts.Metrics}
-	if r.met == nil {
-		r.met = NoopMetrics{}
+// reflectorConfig is what a reflector runs with, defaults filled in.
+type reflectorConfig[T any] struct {
+	name            string
+	resyncPeriod    time.Duration
+	shouldResync    func() bool
+	backoff         Backoff
+	minWatchTimeout time.Duration // < 0: no planned timeout
+	transform       func(T) (T, error)
+	rep             reporter
+	met             InformerMetrics
+	clk             clock.Clock
+}
+
+// NewReflector returns a Reflector that feeds q from lw. Of opts it uses
+// Name, ResyncPeriod, Transform, Backoff, MinWatchTimeout, ErrorHandler,
+// Logger, Metrics and Clock, as an informer would.
+func NewReflector[T any](lw ListerWatcher[T], q Queue[T], opts InformerOptions[T]) *Reflector[T] {
+	name := opts.Name
+	if name == "" {
+		name = "dbinformer"
 	}
-	if r.opts.Name == "" {
-		r.opts.Name = "dbinformer"
+	var met InformerMetrics = NoopMetrics{}
+	if opts.Metrics != nil {
+		met = opts.Metrics.InformerMetrics(name)
 	}
-	if r.opts.Logger == nil {
-		r.opts.Logger = slog.Default()
+	return newReflector(lw, q, reflectorConfig[T]{
+		name:            name,
+		resyncPeriod:    opts.ResyncPeriod,
+		backoff:         opts.Backoff,
+		minWatchTimeout: opts.MinWatchTimeout,
+		transform:       opts.Transform,
+		rep:             newReporter(name, opts.ErrorHandler, opts.Logger),
+		met:             met,
+		clk:             clock.Or(opts.Clock),
+	})
+}
+
+func newReflector[T any](lw ListerWatcher[T], q Queue[T], cfg reflectorConfig[T]) *Reflector[T] {
+	if cfg.minWatchTimeout == 0 {
+		cfg.minWatchTimeout = 5 * time.Minute
 	}
-	if r.opts.MinWatchTimeout <= 0 {
-		r.opts.MinWatchTimeout = 5 * time.Minute
-	}
-	return r
+	return &Reflector[T]{lw: lw, q: q, cfg: cfg}
 }
 
 // LastSyncResourceVersion is the version of the last list or watch batch
@@ -119,52 +117,48 @@ func (r *Reflector[T]) LastListError() error {
 }
 
 // RequestProgress asks the open watch for a bookmark (see
-// ProgressRequester).
+// ProgressReporter). It never blocks: a request already waiting to be read
+// by the watch answers this one too. It returns ErrProgressNotSupported when
+// no watch is open or the ListerWatcher does not report progress.
 func (r *Reflector[T]) RequestProgress(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	r.mu.Lock()
-	w := r.watcher
+	ch := r.progress
 	r.mu.Unlock()
-	pr, ok := w.(ProgressRequester)
-	if !ok {
+	if ch == nil {
 		return ErrProgressNotSupported
 	}
-	return pr.RequestProgress(ctx)
+	notify(ch)
+	return nil
 }
 
-func (r *Reflector[T]) report(err error) {
-	if r.opts.ErrorHandler != nil {
-		r.opts.ErrorHandler(err)
-		return
-	}
-	level := slog.LevelError
-	if errors.Is(err, ErrExpired) {
-		level = slog.LevelInfo
-	}
-	r.opts.Logger.Log(context.Background(), level, "dbinformer reflector", "source", r.opts.Name, "err", err)
-}
-
-// Run lists and watches until ctx is done, then returns once every
-// goroutine it started has ended. One Reflector runs once at a time; an
-// informer makes a new one for each of its runs.
-func (r *Reflector[T]) Run(ctx context.Context) {
+// Run lists and watches until ctx is done or the source fails permanently
+// (an error matching ErrPermanent), then returns once every goroutine it
+// started has ended. It returns nil when ctx ended it and the permanent
+// error otherwise. One Reflector runs once at a time; an informer makes a
+// new one for each of its runs.
+func (r *Reflector[T]) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	if r.opts.ResyncPeriod > 0 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r.resyncLoop(ctx)
-		}()
+	if r.cfg.resyncPeriod > 0 {
+		wg.Go(func() { r.resyncLoop(ctx) })
 	}
-	bo := newBackoffState(r.opts.Backoff, r.clk)
+	bo := newBackoffState(r.cfg.backoff, r.cfg.clk)
 	needList, relist := true, false
 	for ctx.Err() == nil {
 		if needList {
 			if err := r.list(ctx, relist); err != nil {
 				if ctx.Err() != nil {
-					return
+					return nil
 				}
-				r.report(err)
+				r.cfg.rep.report(ctx, err)
+				if errors.Is(err, ErrPermanent) {
+					return err
+				}
 				r.sleep(ctx, bo.next())
 				continue
 			}
@@ -172,13 +166,16 @@ func (r *Reflector[T]) Run(ctx context.Context) {
 		}
 		progressed, err := r.watch(ctx)
 		if ctx.Err() != nil {
-			return
+			return nil
 		}
-		r.met.WatchRestarted(err)
+		r.cfg.met.WatchRestarted(err)
 		switch {
 		case err == nil: // planned timeout: reopen at once
+		case errors.Is(err, ErrPermanent):
+			r.cfg.rep.report(ctx, err)
+			return err
 		case errors.Is(err, ErrExpired), errors.As(err, new(*OrderError)):
-			r.report(err)
+			r.cfg.rep.report(ctx, err)
 			needList = true
 			// A watch that expires before delivering anything may mean the
 			// list's version is already gone; do not hammer the source.
@@ -186,14 +183,15 @@ func (r *Reflector[T]) Run(ctx context.Context) {
 				r.sleep(ctx, bo.next())
 			}
 		default:
-			r.report(err)
+			r.cfg.rep.report(ctx, err)
 			r.sleep(ctx, bo.next())
 		}
 	}
+	return nil
 }
 
 func (r *Reflector[T]) sleep(ctx context.Context, d time.Duration) {
-	t := r.clk.NewTimer(d)
+	t := r.cfg.clk.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
@@ -202,7 +200,7 @@ func (r *Reflector[T]) sleep(ctx context.Context, d time.Duration) {
 }
 
 func (r *Reflector[T]) resyncLoop(ctx context.Context) {
-	t := r.clk.NewTimer(r.opts.ResyncPeriod)
+	t := r.cfg.clk.NewTimer(r.cfg.resyncPeriod)
 	defer t.Stop()
 	for {
 		select {
@@ -210,77 +208,111 @@ func (r *Reflector[T]) resyncLoop(ctx context.Context) {
 			return
 		case <-t.C():
 		}
-		if r.opts.ShouldResync == nil || r.opts.ShouldResync() {
+		if r.cfg.shouldResync == nil || r.cfg.shouldResync() {
 			if err := r.q.Resync(); err != nil {
-				r.report(fmt.Errorf("%s: resync: %w", r.opts.Name, err))
+				r.cfg.rep.report(ctx, fmt.Errorf("%s: resync: %w", r.cfg.name, err))
 			}
 		}
-		t.Reset(r.opts.ResyncPeriod)
+		t.Reset(r.cfg.resyncPeriod)
 	}
 }
 
-func (r *Reflector[T]) decodeFailed(ev *Event[T], err error) {
-	var de *DecodeError
-	if !errors.As(err, &de) {
-		err = &DecodeError{Source: r.opts.Name, Key: ev.Key, RV: ev.RV, Err: err}
+// admit is the one path from an Event to a Delta, for lists and watches
+// alike: an event with Err, without a key or of an unknown type is reported
+// and dropped, and Transform runs here (a panic in it is reported like an
+// error). Bookmarks never reach it.
+func (r *Reflector[T]) admit(ctx context.Context, ev *Event[T]) (d Delta[T], ok bool) {
+	fail := func(err error) (Delta[T], bool) {
+		var de *DecodeError
+		if !errors.As(err, &de) {
+			err = &DecodeError{Source: r.cfg.name, Key: ev.Key, RV: ev.RV, Err: err}
+		}
+		r.cfg.met.DecodeFailed()
+		r.cfg.rep.report(ctx, err)
+		return Delta[T]{}, false
 	}
-	r.met.DecodeFailed()
-	r.report(err)
+	if ev.Err != nil {
+		return fail(ev.Err)
+	}
+	if ev.Key == "" {
+		return fail(errNoKey)
+	}
+	d = Delta[T]{Key: ev.Key, Object: ev.Object, HasObject: ev.HasObject, RV: ev.RV}
+	switch ev.Type {
+	case Added:
+		d.Type, d.HasObject = DeltaAdded, true
+	case Modified:
+		d.Type, d.HasObject = DeltaUpdated, true
+	case Deleted:
+		d.Type = DeltaDeleted
+	default:
+		return fail(fmt.Errorf("unexpected event type %v", ev.Type))
+	}
+	if r.cfg.transform != nil && d.HasObject {
+		obj, err := r.transform(d.Object)
+		if err != nil {
+			return fail(fmt.Errorf("transform: %w", err))
+		}
+		d.Object = obj
+	}
+	return d, true
 }
 
+func (r *Reflector[T]) transform(obj T) (out T, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panic: %v", p)
+		}
+	}()
+	return r.cfg.transform(obj)
+}
+
+// list streams one list into the queue: each object goes through admit
+// and on to the queue as it arrives; nothing here holds the list.
 func (r *Reflector[T]) list(ctx context.Context, relist bool) error {
-	var items []Event[T]
 	var received, estimated int64
-	opts := ListOptions[T]{
-		Emit: func(ev Event[T]) error {
-			if ev.Err != nil {
-				r.decodeFailed(&ev, ev.Err)
-				return nil
-			}
-			if ev.Type == Bookmark {
-				return nil
-			}
-			if ev.Key == "" {
-				r.decodeFailed(&ev, errNoKey)
-				return nil
-			}
-			if r.opts.Transform != nil {
-				obj, err := r.opts.Transform(ev.Object)
-				if err != nil {
-					r.decodeFailed(&ev, fmt.Errorf("transform: %w", err))
+	var rv ResourceVersion
+	err := r.q.Replace(ctx, func(put func(Delta[T]) error) (ResourceVersion, error) {
+		var err error
+		rv, err = r.lw.List(ctx, ListSink[T]{
+			Emit: func(ev Event[T]) error {
+				if ev.Type == Bookmark {
 					return nil
 				}
-				ev.Object = obj
-			}
-			ev.Type, ev.HasObject = Added, true
-			items = append(items, ev)
-			received++
-			if received&1023 == 0 {
-				r.met.ListProgress(received, estimated)
-			}
-			return nil
-		},
-		Estimate: func(n int64) {
-			estimated = n
-			r.met.ListProgress(received, estimated)
-		},
-	}
-	rv, err := r.lw.List(ctx, opts)
-	r.met.Listed(relist, len(items), err)
+				ev.Type = Added
+				d, ok := r.admit(ctx, &ev)
+				if !ok {
+					return nil
+				}
+				d.Type, d.RV = DeltaReplaced, 0
+				if err := put(d); err != nil {
+					return err
+				}
+				received++
+				if received&1023 == 0 {
+					r.cfg.met.ListProgress(received, estimated)
+				}
+				return nil
+			},
+			Estimate: func(n int64) {
+				estimated = n
+				r.cfg.met.ListProgress(received, estimated)
+			},
+		})
+		return rv, err
+	})
+	r.cfg.met.Listed(relist, int(received), err)
 	if err != nil {
-		err = fmt.Errorf("%s: list: %w", r.opts.Name, err)
+		err = fmt.Errorf("%s: list: %w", r.cfg.name, err)
 		r.mu.Lock()
 		r.lastListErr = err
 		r.mu.Unlock()
 		return err
 	}
-	r.met.ListProgress(received, estimated)
-	if err := r.q.Replace(items, rv); err != nil {
-		return fmt.Errorf("%s: list at version %d: %w", r.opts.Name, rv, err)
-	}
+	r.cfg.met.ListProgress(received, estimated)
 	r.lastRV.Store(uint64(rv))
 	r.mu.Lock()
-	r.lastListErr, r.listed = nil, true
+	r.lastListErr = nil
 	r.mu.Unlock()
 	return nil
 }
@@ -289,110 +321,105 @@ func (r *Reflector[T]) list(ctx context.Context, relist bool) error {
 // timeout ended it, and whether any batch was applied.
 func (r *Reflector[T]) watch(ctx context.Context) (progressed bool, err error) {
 	from := r.LastSyncResourceVersion()
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	w, err := r.lw.Watch(wctx, from)
-	if err != nil {
-		return false, fmt.Errorf("%s: watch from version %d: %w", r.opts.Name, from, err)
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+
+	// The planned timeout only cancels the watch's context: the watch ends
+	// itself and returns Stopped(wctx).
+	if base := r.cfg.minWatchTimeout; base > 0 {
+		timer := r.cfg.clk.NewTimer(base + time.Duration(rand.Int64N(int64(base))))
+		done := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			select {
+			case <-timer.C():
+				cancel(errWatchTimeout)
+			case <-done:
+				timer.Stop()
+			}
+		})
+		defer wg.Wait()
+		defer close(done)
 	}
-	r.mu.Lock()
-	r.watcher = w
-	r.mu.Unlock()
-	defer func() {
+
+	var progress chan struct{}
+	if pr, ok := r.lw.(ProgressReporter); ok && pr.ReportsProgress() {
+		progress = make(chan struct{}, 1)
 		r.mu.Lock()
-		r.watcher = nil
+		r.progress = progress
 		r.mu.Unlock()
-		w.Stop()
-	}()
-
-	minTimeout := r.opts.MinWatchTimeout
-	timer := r.clk.NewTimer(minTimeout + time.Duration(rand.Int64N(int64(minTimeout))))
-	var timedOut atomic.Bool
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		select {
-		case <-timer.C():
-			timedOut.Store(true)
-			cancel()
-			w.Stop()
-		case <-done:
-			timer.Stop()
-		}
-	}()
-	defer wg.Wait()
-	defer close(done)
-
-	for {
-		batch, err := w.Next(wctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return progressed, ctx.Err()
-			}
-			if timedOut.Load() {
-				return progressed, nil
-			}
-			return progressed, fmt.Errorf("%s: watch from version %d: %w", r.opts.Name, r.LastSyncResourceVersion(), err)
-		}
-		if err := r.apply(batch); err != nil {
-			return progressed, err
-		}
-		progressed = true
+		defer func() {
+			r.mu.Lock()
+			r.progress = nil
+			r.mu.Unlock()
+		}()
 	}
+
+	var applied atomic.Bool
+	err = r.lw.Watch(wctx, from, WatchOptions[T]{
+		Emit: func(batch []Event[T]) error {
+			if err := r.apply(ctx, batch); err != nil {
+				return err
+			}
+			applied.Store(true)
+			return nil
+		},
+		Progress: progress,
+	})
+	progressed = applied.Load()
+	if ctx.Err() != nil {
+		return progressed, ctx.Err()
+	}
+	if errors.Is(err, ErrWatchStopped) && errors.Is(context.Cause(wctx), errWatchTimeout) {
+		return progressed, nil
+	}
+	if err == nil {
+		err = errors.New("watch returned nil (the contract says it never does)")
+	}
+	return progressed, fmt.Errorf("%s: watch from version %d: %w", r.cfg.name, r.LastSyncResourceVersion(), err)
 }
 
 // apply checks and queues one watch batch. Nothing of a batch that breaks
 // the version order is queued: a transaction is applied whole or not at
 // all, and the watch restarts from the last version fully applied.
-func (r *Reflector[T]) apply(batch []Event[T]) error {
+func (r *Reflector[T]) apply(ctx context.Context, batch []Event[T]) error {
 	last := r.LastSyncResourceVersion()
-	prev := last
+	prev, top := last, last
 	for i := range batch {
 		ev := &batch[i]
+		top = max(top, ev.RV)
 		if ev.Type == Bookmark {
 			// A stale bookmark says nothing new; the queue keeps the
 			// highest version it saw.
 			continue
 		}
 		if ev.RV <= last || ev.RV < prev {
-			return &OrderError{Source: r.opts.Name, Key: ev.Key, RV: ev.RV, After: prev}
+			return &OrderError{Source: r.cfg.name, Key: ev.Key, RV: ev.RV, After: prev}
 		}
 		prev = ev.RV
 	}
-	top := last
+	// Only the watch's goroutine calls apply; the lock keeps the scratch
+	// slice's owner plain to the race detector.
+	r.mu.Lock()
+	deltas := r.deltas[:0]
+	r.mu.Unlock()
 	for i := range batch {
-		ev := &batch[i]
-		if ev.RV > top {
-			top = ev.RV
-		}
-		if ev.Type == Bookmark {
+		if batch[i].Type == Bookmark {
 			continue
 		}
-		if ev.Err == nil && ev.Key == "" {
-			ev.Err = errNoKey
-		}
-		if ev.Err != nil {
-			r.decodeFailed(ev, ev.Err)
-			// Keep the version, drop the change: the key keeps its last
-			// good state and the watch moves on.
-			*ev = Event[T]{Type: Bookmark, RV: ev.RV}
-			continue
-		}
-		if r.opts.Transform != nil && ev.HasObject {
-			obj, err := r.opts.Transform(ev.Object)
-			if err != nil {
-				r.decodeFailed(ev, fmt.Errorf("transform: %w", err))
-				*ev = Event[T]{Type: Bookmark, RV: ev.RV}
-				continue
-			}
-			ev.Object = obj
+		// A change that does not decode keeps its version and drops: the
+		// key keeps its last good state and the watch moves on.
+		if d, ok := r.admit(ctx, &batch[i]); ok {
+			deltas = append(deltas, d)
 		}
 	}
-	if err := r.q.Add(batch); err != nil {
-		r.report(fmt.Errorf("%s: %w", r.opts.Name, err))
+	if err := r.q.Add(deltas, top); err != nil {
+		r.cfg.rep.report(ctx, fmt.Errorf("%s: %w", r.cfg.name, err))
 	}
+	clear(deltas)
+	r.mu.Lock()
+	r.deltas = deltas[:0]
+	r.mu.Unlock()
 	r.lastRV.Store(uint64(top))
 	return nil
 }

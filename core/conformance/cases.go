@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/dbinformer/dbinformer/core"
@@ -26,9 +28,9 @@ func cases[T any]() []testCase[T] {
 		{"Transaction", transaction[T]},
 		{"Expired", expired[T]},
 		{"Bookmark", bookmark[T]},
-		{"CancelWatchContext", cancelWatchContext[T]},
-		{"CancelNextContext", cancelNextContext[T]},
-		{"Stop", stop[T]},
+		{"Cancel", cancelCase[T]},
+		{"EmitError", emitError[T]},
+		{"Dropped", dropped[T]},
 	}
 }
 
@@ -90,7 +92,7 @@ func listEmitError[T any](e *env[T]) {
 	calls := 0
 	ctx, cancel := e.opCtx()
 	defer cancel()
-	_, err := e.lw.List(ctx, core.ListOptions[T]{Emit: func(core.Event[T]) error {
+	_, err := e.lw.List(ctx, core.ListSink[T]{Emit: func(core.Event[T]) error {
 		calls++
 		return boom
 	}})
@@ -127,7 +129,7 @@ func watchFromMiddle[T any](e *env[T]) {
 		if _, ok := e.live[k]; ok && i%5 == 3 {
 			e.del(k)
 		} else {
-			e.put(k, i+1)
+			e.put(k, int64(i+1))
 		}
 	}
 	for _, i := range []int{0, 5, 11, 17, len(e.writes) - 2, len(e.writes) - 1} {
@@ -135,7 +137,7 @@ func watchFromMiddle[T any](e *env[T]) {
 		if !r.expectAll() {
 			return
 		}
-		r.w.Stop()
+		r.stop()
 	}
 	e.watchAfter(len(e.writes) - 1).expectNoMore()
 }
@@ -145,10 +147,10 @@ func watchFromMiddle[T any](e *env[T]) {
 func watchLive[T any](e *env[T]) {
 	e.put("alpha", 1)
 	r := e.watchAfter(0)
-	for i := 2; i <= 6; i++ {
+	for i := int64(2); i <= 6; i++ {
 		e.put("alpha", i)
 		if i%2 == 0 {
-			e.put(fmt.Sprintf("key-%d", i), i)
+			e.put(fmt.Sprintf("key-%d", i), int64(i))
 		}
 		if !r.expectAll() {
 			return
@@ -179,7 +181,7 @@ func deletes[T any](e *env[T]) {
 // what the Reflector does after a broken watch.
 func resume[T any](e *env[T]) {
 	_, rv := e.list()
-	for i := 1; i <= 8; i++ {
+	for i := int64(1); i <= 8; i++ {
 		e.put(fmt.Sprintf("key-%d", i%3), i)
 	}
 	r := e.watch(rv, 0)
@@ -187,7 +189,7 @@ func resume[T any](e *env[T]) {
 	defer cancel()
 	for {
 		if err := r.fill(ctx); err != nil {
-			e.t.Fatalf("Watch(%d): Next: %v", rv, err)
+			e.t.Fatalf("Watch(%d): %v", rv, err)
 		}
 		if slicesContainsChange(r.buf) {
 			break
@@ -208,7 +210,7 @@ func resume[T any](e *env[T]) {
 			n++
 		}
 	}
-	r.w.Stop()
+	r.stop()
 	e.t.Logf("first batch held %d of %d changes; resuming from RV %d", n, len(e.writes), last)
 	r2 := e.watch(last, n)
 	e.put("key-1", 9)
@@ -227,9 +229,9 @@ func slicesContainsChange[T any](evs []core.Event[T]) bool {
 // transaction: the events of one transaction share an RV and arrive in
 // one batch, so that an informer never shows half of it.
 func transaction[T any](e *env[T]) {
-	tx, ok := e.src.(Transactor)
+	tx, ok := e.h.(Transactor)
 	if !ok {
-		e.t.Logf("the Source does not implement conformance.Transactor; transactions not checked")
+		e.t.Logf("the Harness does not implement conformance.Transactor; transactions not checked")
 		return
 	}
 	e.put("alpha", 1)
@@ -239,10 +241,10 @@ func transaction[T any](e *env[T]) {
 	defer cancel()
 	rv, err := tx.PutAll(ctx, keys, 2)
 	if err != nil {
-		e.t.Fatalf("Source.PutAll: %v", err)
+		e.t.Fatalf("Harness.PutAll: %v", err)
 	}
 	if rv <= e.lastRV() {
-		e.t.Fatalf("Source.PutAll returned RV %d, not after the previous write's RV %d", rv, e.lastRV())
+		e.t.Fatalf("Harness.PutAll returned RV %d, not after the previous write's RV %d", rv, e.lastRV())
 	}
 	want := make(map[string]write)
 	for _, k := range keys {
@@ -294,44 +296,44 @@ func transaction[T any](e *env[T]) {
 }
 
 // expired: after Expire, watching from an RV before it fails with an error
-// matching core.ErrExpired (from Watch or from Next), and the relist the
+// matching core.ErrExpired, having emitted nothing, and the relist the
 // Reflector then does works.
 func expired[T any](e *env[T]) {
+	x, ok := e.h.(Expirer)
+	if !ok {
+		e.t.Logf("the Harness does not implement conformance.Expirer; expiry not checked")
+		return
+	}
 	e.put("alpha", 1)
 	e.put("bravo", 1)
 	e.put("alpha", 2)
 	ctx, cancel := e.opCtx()
 	defer cancel()
-	if err := e.src.Expire(ctx); errors.Is(err, ErrNotSupported) {
-		e.t.Logf("Expire is not supported by this source; expiry not checked")
-		return
-	} else if err != nil {
-		e.t.Fatalf("Source.Expire: %v", err)
+	if err := x.Expire(ctx); err != nil {
+		e.t.Fatalf("Harness.Expire: %v", err)
 	}
 	from := e.writes[0].rv
-	w, err := e.lw.Watch(e.ctx, from)
-	if err == nil {
-		e.t.Cleanup(w.Stop)
-		batch, nerr := w.Next(ctx)
-		switch {
-		case nerr == nil && len(batch) == 0:
-			e.t.Errorf("Watch(%d) after Expire: Next returned an empty batch, want an error matching core.ErrExpired", from)
-		case nerr == nil:
-			// Even a Bookmark is wrong: it would claim that the changes
-			// since from, which are gone, were delivered.
-			e.t.Errorf("Watch(%d) after Expire delivered %d events (first: %s), want an error matching core.ErrExpired", from, len(batch), describe(e, batch[0]))
-		case !errors.Is(nerr, core.ErrExpired):
-			e.t.Errorf("Watch(%d) after Expire: Next returned %v, want an error matching core.ErrExpired", from, nerr)
-		}
-		w.Stop()
+	r := e.watch(from, 1)
+	err, ok := r.result(e.caps.timeout())
+	if !ok {
+		e.t.Errorf("Watch(%d) after Expire did not return within %s; want an error matching core.ErrExpired", from, e.caps.timeout())
 	} else if !errors.Is(err, core.ErrExpired) {
 		e.t.Errorf("Watch(%d) after Expire returned %v, want an error matching core.ErrExpired", from, err)
 	}
+	r.mu.Lock()
+	queued := slices.Concat(r.queued...)
+	r.mu.Unlock()
+	if len(queued) > 0 {
+		// Even a Bookmark is wrong: it would claim that the changes
+		// since from, which are gone, were delivered.
+		e.t.Errorf("Watch(%d) after Expire emitted %d events (first: %s) before its error; want none", from, len(queued), describe(e, queued[0]))
+	}
+	r.stopQuietly()
 	// Expire may have removed the data too (a purged stream), so the
 	// relist is checked for consistency with its own watch, not the model.
 	got, rv := e.list()
 	e.t.Logf("List after Expire at RV %d returned %d keys", rv, len(got))
-	r := e.watch(rv, len(e.writes))
+	r = e.watch(rv, len(e.writes))
 	e.live = got
 	e.put("charlie", 1)
 	r.expectNoMore()
@@ -339,44 +341,35 @@ func expired[T any](e *env[T]) {
 
 // bookmark: a version that touched no watched key is still reachable: after
 // PutUnwatched returns R, the watch delivers a Bookmark at R or later, on
-// request (core.ProgressRequester) or on its own.
+// request (core.ProgressReporter: a receive on WatchOptions.Progress) or on
+// its own.
 func bookmark[T any](e *env[T]) {
 	e.put("alpha", 1)
 	r := e.watchAfter(0)
 	target := e.writes[0].rv
 	ctx, cancel := e.opCtx()
 	defer cancel()
-	unwatched := true
-	rv, err := e.src.PutUnwatched(ctx)
-	switch {
-	case errors.Is(err, ErrNotSupported):
-		unwatched = false
-	case err != nil:
-		e.t.Fatalf("Source.PutUnwatched: %v", err)
-	default:
+	u, unwatched := e.h.(Unwatched)
+	if unwatched {
+		rv, err := u.PutUnwatched(ctx)
+		if err != nil {
+			e.t.Fatalf("Harness.PutUnwatched: %v", err)
+		}
 		if rv <= target {
 			e.t.Errorf("PutUnwatched returned RV %d, not after the previous write's RV %d", rv, target)
 		}
 		target = max(target, rv)
 	}
-	pr, canRequest := r.w.(core.ProgressRequester)
-	if canRequest {
-		// A Watcher type that implements the interface for every server
-		// may find this one unable to answer; that is not a failure.
-		if err := pr.RequestProgress(ctx); errors.Is(err, errors.ErrUnsupported) || errors.Is(err, ErrNotSupported) {
-			e.t.Logf("RequestProgress: %v; waiting for a bookmark the source sends on its own", err)
-			canRequest = false
-		} else if err != nil {
-			e.t.Fatalf("RequestProgress: %v", err)
-		}
-	}
+	pr, canRequest := e.lw.(core.ProgressReporter)
+	canRequest = canRequest && pr.ReportsProgress()
 	if !unwatched && !canRequest {
-		e.t.Logf("the source has neither PutUnwatched nor core.ProgressRequester; bookmarks not checked")
+		e.t.Logf("the Harness does not implement conformance.Unwatched and the ListerWatcher does not report progress (core.ProgressReporter); bookmarks not checked")
 		return
 	}
 	wait := e.caps.bookmarkTimeout()
 	if canRequest {
 		wait = e.caps.timeout()
+		r.progress <- struct{}{} // sent after the write: the answer must reach it
 	}
 	deadline := time.Now().Add(wait)
 	for {
@@ -392,129 +385,165 @@ func bookmark[T any](e *env[T]) {
 			break
 		}
 	}
+	if canRequest {
+		// A second request, with nothing written since: answered too, at
+		// the same head or later.
+		r.progress <- struct{}{}
+		for {
+			ev, err := r.nextEvent(time.Until(time.Now().Add(e.caps.timeout())))
+			if err != nil {
+				e.t.Fatalf("Watch(%d): waiting for the Bookmark answering a second progress request: %v", r.from, err)
+			}
+			if ev.Type != core.Bookmark {
+				e.t.Fatalf("Watch(%d): got %s while no watched key was written", r.from, describe(e, ev))
+			}
+			if ev.RV >= target {
+				break
+			}
+		}
+	}
 	// A bookmark must not make the watch skip what follows it.
 	e.put("bravo", 1)
 	r.expectNoMore()
 }
 
-type nextResult[T any] struct {
-	batch []core.Event[T]
-	err   error
-}
-
-// callNext runs Next in a goroutine so that the case can end the watch
-// while Next is blocked.
-func callNext[T any](ctx context.Context, w core.Watcher[T]) <-chan nextResult[T] {
-	ch := make(chan nextResult[T], 1)
-	go func() {
-		b, err := w.Next(ctx)
-		ch <- nextResult[T]{b, err}
-	}()
-	return ch
-}
-
-// await waits for Next's result; ok is false when it did not come within
-// the timeout, a wedged watch.
-func await[T any](e *env[T], ch <-chan nextResult[T]) (nextResult[T], bool) {
-	timer := time.NewTimer(e.caps.timeout())
-	defer timer.Stop()
-	select {
-	case res := <-ch:
-		return res, true
-	case <-timer.C:
-		return nextResult[T]{}, false
+// stopQuietly cancels the watch and waits for it without judging what it
+// returns (it already ended on its own).
+func (r *reader[T]) stopQuietly() {
+	r.cancel()
+	if _, ok := r.result(r.e.caps.timeout()); !ok {
+		r.e.t.Fatalf("Watch(%d) did not return within %s after its context was cancelled", r.from, r.e.caps.timeout())
 	}
+	r.reportEmitFaults()
 }
 
-// cancelWatchContext: cancelling the context given to Watch ends a blocked
-// Next with an error matching context.Canceled.
-func cancelWatchContext[T any](e *env[T]) {
+// cancelCase: cancelling the context given to Watch makes Watch return an
+// error matching core.ErrWatchStopped and the context's cause, whatever the
+// watch was doing: waiting for a change, or blocked inside Emit (the
+// consumer busy) when the context ended. Watch called with a context that
+// is already done returns the same way. Afterwards no goroutine the watch
+// started is left (Capabilities.StrictGoroutines), and Emit is never
+// called again.
+func cancelCase[T any](e *env[T]) {
 	e.put("alpha", 1)
+
+	// Idle: nothing pending.
 	before := goroutines()
-	wctx, wcancel := context.WithCancel(e.ctx)
-	defer wcancel()
-	w, err := e.lw.Watch(wctx, e.lastRV())
-	if err != nil {
-		e.t.Fatalf("Watch: %v", err)
+	r := e.watch(e.lastRV(), len(e.writes))
+	e.put("bravo", 1)
+	if !r.expectAll() { // the watch is running and caught up
+		return
 	}
-	defer w.Stop()
-	ch := callNext(e.ctx, w)
-	wcancel()
-	res, ok := await(e, ch)
-	if !ok {
-		w.Stop()
-		if _, ok := await(e, ch); !ok {
-			e.t.Fatalf("Next did not return after the watch's context was cancelled, nor after Stop")
-		}
-		e.t.Fatalf("Next did not return after the watch's context was cancelled (it did after Stop)")
-	}
-	switch {
-	case res.err == nil:
-		e.t.Errorf("Next returned %d events after the watch's context was cancelled, with no change pending", len(res.batch))
-	case !errors.Is(res.err, context.Canceled):
-		e.t.Errorf("Next after the watch's context was cancelled returned %v, want an error matching context.Canceled", res.err)
-	}
-	w.Stop()
+	r.stop()
 	e.checkGoroutines(before)
+	r.reportEmitFaults() // an Emit from a goroutine that outlived Watch
+
+	// Busy: blocked inside Emit when the context ends. Emit returns nil
+	// once it sees the context done (the consumer took the batch as it was
+	// told to stop), so nothing but the context says the watch must end.
+	before = goroutines()
+	entered := make(chan struct{})
+	var once sync.Once
+	r = e.watchWith(e.lastRV(), len(e.writes), func(ctx context.Context, batch []core.Event[T]) error {
+		once.Do(func() { close(entered) })
+		<-ctx.Done()
+		return nil
+	})
+	e.put("charlie", 1)
+	timer := time.NewTimer(e.caps.timeout())
+	select {
+	case <-entered:
+		timer.Stop()
+	case <-timer.C:
+		e.t.Fatalf("Watch(%d) did not emit the write %s within %s", r.from, e.writes[len(e.writes)-1], e.caps.timeout())
+	}
+	r.stop()
+	e.checkGoroutines(before)
+	r.reportEmitFaults()
+
+	// Already done: a context cancelled, with a cause, before Watch.
+	ctx, cancel := context.WithCancelCause(e.ctx)
+	cancel(errCancelled)
+	err := e.lw.Watch(ctx, e.lastRV(), core.WatchOptions[T]{Emit: func([]core.Event[T]) error {
+		e.t.Errorf("Watch called with a context already done emitted a batch")
+		return nil
+	}})
+	e.checkStopped(fmt.Sprintf("Watch(%d) with a context already done", e.lastRV()), err, ctx)
 }
 
-// cancelNextContext: cancelling the context given to Next ends that call
-// with an error matching context.Canceled.
-func cancelNextContext[T any](e *env[T]) {
-	e.put("alpha", 1)
-	w, err := e.lw.Watch(e.ctx, e.lastRV())
-	if err != nil {
-		e.t.Fatalf("Watch: %v", err)
-	}
-	defer w.Stop()
-	nctx, ncancel := context.WithCancel(e.ctx)
-	ch := callNext(nctx, w)
-	ncancel()
-	res, ok := await(e, ch)
-	if !ok {
-		w.Stop()
-		await(e, ch)
-		e.t.Fatalf("Next did not return after its context was cancelled")
-	}
-	switch {
-	case res.err == nil:
-		e.t.Errorf("Next returned %d events after its context was cancelled, with no change pending", len(res.batch))
-	case !errors.Is(res.err, context.Canceled):
-		e.t.Errorf("Next after its context was cancelled returned %v, want an error matching context.Canceled", res.err)
-	}
-}
+var errCancelled = errors.New("conformance: cancelled on purpose")
 
-// stop: Stop ends a blocked Next, may be called twice, and leaves Next
-// failing at once rather than blocking.
-func stop[T any](e *env[T]) {
+// emitError: when Emit returns an error, Watch stops calling it and returns
+// an error matching it.
+func emitError[T any](e *env[T]) {
 	e.put("alpha", 1)
 	before := goroutines()
-	w, err := e.lw.Watch(e.ctx, e.lastRV())
-	if err != nil {
-		e.t.Fatalf("Watch: %v", err)
+	boom := errors.New("conformance: the consumer refused the batch")
+	r := e.watchWith(e.lastRV(), len(e.writes), func(context.Context, []core.Event[T]) error { return boom })
+	e.put("bravo", 1)
+	e.put("charlie", 1)
+	err, ok := r.result(e.caps.timeout())
+	switch {
+	case !ok:
+		e.t.Errorf("Watch(%d) did not return within %s after Emit returned an error", r.from, e.caps.timeout())
+		r.stopQuietly()
+		return
+	case err == nil:
+		e.t.Errorf("Watch(%d) returned nil after Emit returned an error; want Emit's error", r.from)
+	case !errors.Is(err, boom):
+		e.t.Errorf("Watch(%d) returned %q after Emit returned %q; want an error matching Emit's", r.from, err, boom)
 	}
-	ch := callNext(e.ctx, w)
-	w.Stop()
-	res, ok := await(e, ch)
+	r.mu.Lock()
+	emits := r.emits
+	r.mu.Unlock()
+	if emits != 1 {
+		e.t.Errorf("Watch(%d) called Emit %d times; want it to stop at the first, which failed", r.from, emits)
+	}
+	e.checkGoroutines(before)
+	r.reportEmitFaults()
+}
+
+// dropped: when the watched set is gone for good (Dropper: a dropped table,
+// a deleted bucket or resource type), an open watch ends with an error
+// matching core.ErrPermanent, after emitting whatever it received before.
+func dropped[T any](e *env[T]) {
+	d, ok := e.h.(Dropper)
 	if !ok {
-		e.t.Fatalf("Next did not return after Stop")
+		e.t.Logf("the Harness does not implement conformance.Dropper; permanent failures not checked")
+		return
 	}
-	if res.err == nil {
-		e.t.Errorf("Next returned %d events and no error after Stop, with no change pending", len(res.batch))
+	e.put("alpha", 1)
+	r := e.watchAfter(0)
+	e.put("bravo", 1)
+	if !r.expectAll() {
+		return
 	}
-	w.Stop() // a second Stop must be harmless
-	// Next on a stopped watch must fail, not wait for a change: a deadline
-	// error here means it waited.
 	ctx, cancel := e.opCtx()
 	defer cancel()
-	b, err := w.Next(ctx)
-	switch {
-	case err == nil:
-		e.t.Errorf("Next on a stopped watch returned %d events", len(b))
-	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil:
-		e.t.Errorf("Next on a stopped watch blocked until its deadline instead of failing")
+	if err := d.Drop(ctx); err != nil {
+		e.t.Fatalf("Harness.Drop: %v", err)
 	}
-	e.checkGoroutines(before)
+	err, ok := r.result(e.caps.timeout())
+	switch {
+	case !ok:
+		e.t.Errorf("Watch(%d) did not return within %s after the watched set was dropped; want an error matching core.ErrPermanent", r.from, e.caps.timeout())
+	case !errors.Is(err, core.ErrPermanent):
+		e.t.Errorf("Watch(%d) returned %v after the watched set was dropped; want an error matching core.ErrPermanent (core.Permanent)", r.from, err)
+	}
+	// Whatever it emitted before (the deletes some sources send first)
+	// must still follow the ordering rules.
+	for {
+		r.mu.Lock()
+		n := len(r.queued)
+		r.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		if err := r.fill(e.ctx); err != nil {
+			break
+		}
+	}
+	r.stopQuietly()
 }
 
 // checkGoroutines waits until no goroutine started since before is left,

@@ -21,7 +21,7 @@ const (
 
 // keyOp is one write of a concurrent writer to one of its keys.
 type keyOp struct {
-	n     int // version; for a delete, the last version
+	n     int64 // version; for a delete, the last version
 	del   bool
 	rv    core.ResourceVersion
 	after core.ResourceVersion // RV of the same writer's previous write
@@ -77,16 +77,16 @@ func listConsistentUnderWrites[T any](e *env[T]) {
 				ctx, cancel := e.opCtx()
 				var rv core.ResourceVersion
 				var err error
-				op := keyOp{n: i + 1, after: prev}
+				op := keyOp{n: int64(i + 1), after: prev}
 				if last {
 					// The last op deletes key 0, so both a deleted key and
 					// an absent-before-creation key are in play.
 					k, key = 0, concKey(w, 0)
 					op.del = true
 					op.n = ops[w][0][len(ops[w][0])-1].n
-					rv, err = e.src.Delete(ctx, key)
+					rv, err = e.h.Delete(ctx, key)
 				} else {
-					rv, err = e.src.Put(ctx, key, i+1)
+					rv, err = e.h.Put(ctx, key, int64(i+1))
 				}
 				cancel()
 				if err != nil {
@@ -108,7 +108,7 @@ func listConsistentUnderWrites[T any](e *env[T]) {
 	}
 
 	type listing struct {
-		got map[string]int
+		got map[string]int64
 		rv  core.ResourceVersion
 		r   *reader[T]
 	}
@@ -161,7 +161,7 @@ func concKey(w, k int) string { return fmt.Sprintf("w%d-k%d", w, k) }
 
 // checkConcurrentList checks one List against the writers' ops and folds
 // its watch to the final state.
-func checkConcurrentList[T any](e *env[T], ops [][][]keyOp, got map[string]int, rv core.ResourceVersion, r *reader[T]) bool {
+func checkConcurrentList[T any](e *env[T], ops [][][]keyOp, got map[string]int64, rv core.ResourceVersion, r *reader[T]) bool {
 	e.t.Helper()
 	exact := e.caps.ExactWriteRV
 	// visible: the write's event can be in a snapshot at rv.

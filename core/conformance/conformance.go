@@ -4,53 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dbinformer/dbinformer/core"
 )
-
-// Source is one fresh, empty watched set on a real server (a new etcd
-// prefix, a new table, a new KV bucket, a new namespace...).
-//
-// Put and Delete are called from several goroutines at once by the case
-// that lists under concurrent writes; each writer uses its own keys.
-type Source[T any] interface {
-	ListerWatcher() core.ListerWatcher[T]
-	// Put creates or updates key so that the object the ListerWatcher
-	// reports for it carries version n; returns the RV of that write.
-	Put(ctx context.Context, key string, n int) (core.ResourceVersion, error)
-	// Delete removes key; returns the RV of the delete.
-	Delete(ctx context.Context, key string) (core.ResourceVersion, error)
-	// Version extracts n from an object the ListerWatcher produced.
-	Version(obj T) int
-	// Expire makes every version up to the current head unreachable for
-	// Watch (etcd compaction, dropping the slot, purging the stream...).
-	// Return ErrNotSupported if the source cannot.
-	Expire(ctx context.Context) error
-	// PutUnwatched writes outside the watched set (another prefix, table,
-	// subject, namespace) and returns that write's RV; ErrNotSupported if
-	// the source has no such notion.
-	PutUnwatched(ctx context.Context) (core.ResourceVersion, error)
-}
-
-// KeyMapper is implemented by a Source whose ListerWatcher reports a key
-// other than the one given to Put, such as a Kubernetes Source that
-// reports "namespace/name" for the name it wrote. Without it the suite
-// expects events and List items to carry the key exactly as written.
-type KeyMapper interface {
-	// EventKey returns the key the ListerWatcher reports for key.
-	EventKey(key string) string
-}
-
-// Transactor is implemented by a Source that can write several keys in one
-// transaction (an etcd Txn, a Postgres transaction). The suite then checks
-// that the transaction's events share one RV and arrive in one batch.
-type Transactor interface {
-	// PutAll creates or updates every key in one transaction so that each
-	// carries version n; returns the RV of the transaction.
-	PutAll(ctx context.Context, keys []string, n int) (core.ResourceVersion, error)
-}
 
 // Capabilities tells the suite what the source promises beyond the
 // contract's minimum. The zero value is the most conservative: it asserts
@@ -70,13 +31,13 @@ type Capabilities struct {
 	// suite requires only what read-your-writes needs: the event's RV is
 	// after the RV of the previous write and at or before the write's own
 	// RV (Postgres, where the writer sees an LSN at or after the commit).
-	// A Source whose server does not return the version of a write (a
+	// A Harness whose server does not return the version of a write (a
 	// Kubernetes delete returns the object as it was) can return a version
 	// read just after the write, such as the RV of a List, with
 	// ExactWriteRV false.
 	ExactWriteRV bool
-	// StrictGoroutines: once a watch is stopped or cancelled the process
-	// goes back to the number of goroutines it had before Watch. Leave it
+	// StrictGoroutines: once Watch has returned, every goroutine started
+	// since it was called has ended. Leave it
 	// false when the client keeps connection goroutines alive between
 	// watches.
 	StrictGoroutines bool
@@ -87,12 +48,12 @@ type Capabilities struct {
 	// adapter's.
 	IgnoreGoroutines []string
 	// Timeout bounds each wait for the source: one List, one write, the
-	// next expected event, Next returning after a cancel. It is a deadline
+	// next expected event, Watch returning after its context ends. It is a deadline
 	// for a wedged source, not a performance target. Zero means 30s.
 	Timeout time.Duration
 	// BookmarkTimeout bounds the wait for a bookmark the source sends on
-	// its own, used when the Watcher does not implement
-	// core.ProgressRequester. Zero means 2 minutes (a Kubernetes apiserver
+	// its own, used when the ListerWatcher does not report progress on
+	// request (core.ProgressReporter). Zero means 2 minutes (a Kubernetes apiserver
 	// sends a watch bookmark about once a minute).
 	BookmarkTimeout time.Duration
 }
@@ -110,10 +71,6 @@ func (c Capabilities) bookmarkTimeout() time.Duration {
 	}
 	return 2 * time.Minute
 }
-
-// ErrNotSupported is returned by Source.Expire and Source.PutUnwatched when
-// the source has no such operation.
-var ErrNotSupported = errors.New("conformance: not supported by this source")
 
 // tb is the part of testing.TB the cases use. It is an interface of our own
 // so that the suite's tests can run a case on a recorder and check that a
@@ -135,31 +92,32 @@ type testCase[T any] struct {
 	run  func(e *env[T])
 }
 
-// Run runs every case as a subtest; newSource is called once per subtest
-// and returns a fresh empty Source (cleanup via t.Cleanup).
+// Run runs every case as a subtest; newHarness is called once per subtest
+// and returns a fresh, empty Harness (its cleanup registered with
+// t.Cleanup).
 //
 // Cases run one after another, never in parallel, so that a shared server
 // sees one case at a time. A single case runs with the usual filter, e.g.
-// go test -run 'TestConformance/Expired'. A case the source cannot support
-// logs why and passes; a case never skips.
-func Run[T any](t *testing.T, caps Capabilities, newSource func(t *testing.T) Source[T]) {
+// go test -run 'TestConformance/Expired'. A case the harness cannot support
+// (no Expirer, no Transactor...) logs why and passes; a case never skips.
+func Run[T any](t *testing.T, caps Capabilities, newHarness func(t *testing.T) Harness[T]) {
 	t.Helper()
 	for _, c := range cases[T]() {
 		t.Run(c.name, func(t *testing.T) {
-			src := newSource(t)
-			if src == nil {
-				t.Fatalf("newSource returned nil")
+			h := newHarness(t)
+			if h == nil {
+				t.Fatalf("newHarness returned nil")
 			}
-			runCase(t, caps, src, c.run)
+			runCase(t, caps, h, c.run)
 		})
 	}
 }
 
-// runCase runs one case against src, reporting through t. Every watch the
-// case opens is stopped, and the context it used cancelled, by t's cleanup.
-func runCase[T any](t tb, caps Capabilities, src Source[T], run func(e *env[T])) {
+// runCase runs one case against h, reporting through t. Every watch the
+// case opens is cancelled, and waited for, by t's cleanup.
+func runCase[T any](t tb, caps Capabilities, h Harness[T], run func(e *env[T])) {
 	ctx, cancel := context.WithCancel(context.Background())
-	e := &env[T]{t: t, caps: caps, src: src, lw: src.ListerWatcher(), ctx: ctx, live: make(map[string]int), written: make(map[string]string)}
+	e := &env[T]{t: t, caps: caps, h: h, lw: h.ListerWatcher(), ctx: ctx, live: make(map[string]int64), written: make(map[string]string)}
 	t.Cleanup(cancel)
 	run(e)
 }
@@ -167,7 +125,7 @@ func runCase[T any](t tb, caps Capabilities, src Source[T], run func(e *env[T]))
 // write is one write the suite made, with what the watch must report for it.
 type write struct {
 	key   string
-	n     int            // version written; for a delete, the last version
+	n     int64          // version written; for a delete, the last version
 	typ   core.EventType // Added, Modified or Deleted as the source saw it
 	rv    core.ResourceVersion
 	after core.ResourceVersion // RV of the writer's previous write: the event's RV is above it
@@ -180,17 +138,17 @@ func (w write) String() string {
 	return fmt.Sprintf("put %q version %d (%s) at RV %d", w.key, w.n, w.typ, w.rv)
 }
 
-// env is the state of one case: the source, the serial history of the
+// env is the state of one case: the harness, the serial history of the
 // suite's writes, and the model of what is live.
 type env[T any] struct {
 	t    tb
 	caps Capabilities
-	src  Source[T]
+	h    Harness[T]
 	lw   core.ListerWatcher[T]
 	ctx  context.Context // lives as long as the case
 
 	writes   []write
-	live     map[string]int // key -> version, for keys that exist
+	live     map[string]int64 // key -> version, for keys that exist
 	sentinel int
 	written  map[string]string // event key -> suite key, for every key eventKey saw
 }
@@ -199,7 +157,7 @@ type env[T any] struct {
 // the case's goroutine may call it: it records the mapping for suiteKey.
 func (e *env[T]) eventKey(key string) string {
 	ek := key
-	if m, ok := e.src.(KeyMapper); ok {
+	if m, ok := e.h.(KeyMapper); ok {
 		ek = m.EventKey(key)
 	}
 	e.written[ek] = key
@@ -230,17 +188,17 @@ func (e *env[T]) lastRV() core.ResourceVersion {
 func (e *env[T]) record(w write, err error) write {
 	e.t.Helper()
 	if err != nil {
-		e.t.Fatalf("Source: %s: %v", w, err)
+		e.t.Fatalf("Harness: %s: %v", w, err)
 	}
 	if prev := e.lastRV(); len(e.writes) > 0 && w.rv <= prev {
-		e.t.Fatalf("Source: %s returned RV %d, not after the previous write's RV %d; the suite needs every write to return a later RV", w, w.rv, prev)
+		e.t.Fatalf("Harness: %s returned RV %d, not after the previous write's RV %d; the suite needs every write to return a later RV", w, w.rv, prev)
 	}
 	w.after = e.lastRV()
 	e.writes = append(e.writes, w)
 	return w
 }
 
-func (e *env[T]) put(key string, n int) write {
+func (e *env[T]) put(key string, n int64) write {
 	e.t.Helper()
 	e.eventKey(key)
 	ctx, cancel := e.opCtx()
@@ -249,7 +207,7 @@ func (e *env[T]) put(key string, n int) write {
 	if _, ok := e.live[key]; ok {
 		typ = core.Modified
 	}
-	rv, err := e.src.Put(ctx, key, n)
+	rv, err := e.h.Put(ctx, key, n)
 	w := e.record(write{key: key, n: n, typ: typ, rv: rv}, err)
 	e.live[key] = n
 	return w
@@ -263,7 +221,7 @@ func (e *env[T]) del(key string) write {
 	}
 	ctx, cancel := e.opCtx()
 	defer cancel()
-	rv, err := e.src.Delete(ctx, key)
+	rv, err := e.h.Delete(ctx, key)
 	w := e.record(write{key: key, n: last, typ: core.Deleted, rv: rv}, err)
 	delete(e.live, key)
 	return w
@@ -271,18 +229,18 @@ func (e *env[T]) del(key string) write {
 
 // list runs List and checks what every List must satisfy. It returns the
 // listed versions by key.
-func (e *env[T]) list() (map[string]int, core.ResourceVersion) {
+func (e *env[T]) list() (map[string]int64, core.ResourceVersion) {
 	e.t.Helper()
 	ctx, cancel := e.opCtx()
 	defer cancel()
-	got := make(map[string]int)
+	got := make(map[string]int64)
 	var bad []string
 	type itemRV struct {
 		key string
 		rv  core.ResourceVersion
 	}
 	var items []itemRV // checked once the List's RV is known
-	rv, err := e.lw.List(ctx, core.ListOptions[T]{Emit: func(ev core.Event[T]) error {
+	rv, err := e.lw.List(ctx, core.ListSink[T]{Emit: func(ev core.Event[T]) error {
 		switch {
 		case ev.Err != nil:
 			bad = append(bad, fmt.Sprintf("item %q has Err: %v", ev.Key, ev.Err))
@@ -297,7 +255,7 @@ func (e *env[T]) list() (map[string]int, core.ResourceVersion) {
 			if _, dup := got[k]; dup {
 				bad = append(bad, fmt.Sprintf("item %q emitted twice", ev.Key))
 			}
-			got[k] = e.src.Version(ev.Object)
+			got[k] = e.h.Version(ev.Object)
 			items = append(items, itemRV{ev.Key, ev.RV})
 		}
 		return nil
@@ -318,7 +276,7 @@ func (e *env[T]) list() (map[string]int, core.ResourceVersion) {
 
 // checkListed compares a List taken while no write was in flight with the
 // model.
-func (e *env[T]) checkListed(got map[string]int, rv core.ResourceVersion) {
+func (e *env[T]) checkListed(got map[string]int64, rv core.ResourceVersion) {
 	e.t.Helper()
 	for k, n := range got {
 		if want, ok := e.live[k]; !ok {
@@ -343,15 +301,48 @@ func (e *env[T]) checkListed(got map[string]int, rv core.ResourceVersion) {
 }
 
 // watch opens a watch from `from`; next is the index in e.writes of the
-// first write it must deliver.
+// first write it must deliver. The watch runs in its own goroutine until
+// the reader is stopped (or the case ends); its batches are copied and
+// queued for the case to read.
 func (e *env[T]) watch(from core.ResourceVersion, next int) *reader[T] {
 	e.t.Helper()
-	w, err := e.lw.Watch(e.ctx, from)
-	if err != nil {
-		e.t.Fatalf("Watch(%d): %v", from, err)
+	return e.watchWith(from, next, nil)
+}
+
+// watchWith is watch with a hook that runs inside Emit, after the batch
+// was queued; its result is Emit's.
+func (e *env[T]) watchWith(from core.ResourceVersion, next int, hook func(ctx context.Context, batch []core.Event[T]) error) *reader[T] {
+	e.t.Helper()
+	ctx, cancel := context.WithCancel(e.ctx)
+	r := &reader[T]{
+		e: e, from: from, floor: from, next: next,
+		cancel:   cancel,
+		ctx:      ctx,
+		hook:     hook,
+		progress: make(chan struct{}, 1),
+		notify:   make(chan struct{}, 1),
+		done:     make(chan struct{}),
 	}
-	e.t.Cleanup(w.Stop)
-	return &reader[T]{e: e, w: w, from: from, floor: from, next: next}
+	go func() {
+		defer close(r.done)
+		err := e.lw.Watch(ctx, from, core.WatchOptions[T]{Emit: r.emit, Progress: r.progress})
+		r.mu.Lock()
+		r.err = err
+		r.returned = true
+		r.mu.Unlock()
+	}()
+	e.t.Cleanup(func() {
+		cancel()
+		timer := time.NewTimer(e.caps.timeout())
+		defer timer.Stop()
+		select {
+		case <-r.done:
+		case <-timer.C:
+			e.t.Errorf("Watch(%d) did not return within %s after its context was cancelled", from, e.caps.timeout())
+		}
+		r.reportEmitFaults()
+	})
+	return r
 }
 
 // watchAfter watches from the RV of write i, expecting the writes after it.
@@ -360,33 +351,159 @@ func (e *env[T]) watchAfter(i int) *reader[T] {
 	return e.watch(e.writes[i].rv, i+1)
 }
 
-// reader reads a watch one event at a time and checks, batch by batch, the
+// reader is one running watch: its Emit queues copies of the batches, and
+// the case reads them one event at a time, checking, batch by batch, the
 // ordering rules of the contract.
 type reader[T any] struct {
-	e     *env[T]
-	w     core.Watcher[T]
-	from  core.ResourceVersion
-	floor core.ResourceVersion // a change must be above it: last RV of earlier batches, or a bookmark
-	buf   []core.Event[T]
-	next  int // index in e.writes of the next write this watch must deliver
+	e        *env[T]
+	from     core.ResourceVersion
+	ctx      context.Context // the watch's
+	cancel   context.CancelFunc
+	hook     func(ctx context.Context, batch []core.Event[T]) error
+	progress chan struct{}
+	notify   chan struct{} // a batch was queued or Watch returned
+	done     chan struct{} // closed once Watch returned
+
+	inEmit atomic.Int32 // Emit calls running now
+
+	mu       sync.Mutex
+	queued   [][]core.Event[T] // emitted, not yet read by the case
+	emits    int               // Emit calls
+	err      error             // what Watch returned
+	returned bool
+	faults   []string // contract violations seen inside Emit
+	reported int      // faults already reported
+
+	// Read by the case's goroutine only.
+	floor   core.ResourceVersion // a change must be above it: last RV of earlier batches, or a bookmark
+	buf     []core.Event[T]
+	next    int // index in e.writes of the next write this watch must deliver
+	batches int // batches read
 }
 
-func (r *reader[T]) fill(ctx context.Context) error {
-	batch, err := r.w.Next(ctx)
-	if err != nil {
-		return err
+// emit is the watch's Emit: it runs on the adapter's goroutine, so it only
+// records; the case checks what it recorded.
+func (r *reader[T]) emit(batch []core.Event[T]) error {
+	if r.inEmit.Add(1) != 1 {
+		r.fault("Emit called while another Emit call of the same watch was running")
 	}
-	r.check(batch)
-	r.buf = append(r.buf, batch...)
+	defer r.inEmit.Add(-1)
+	r.mu.Lock()
+	r.emits++
+	if r.returned {
+		r.faults = append(r.faults, fmt.Sprintf("Emit called with %d events after Watch returned", len(batch)))
+	}
+	if len(batch) == 0 {
+		r.faults = append(r.faults, "Emit called with an empty batch")
+	}
+	// The adapter may reuse the slice once Emit returns.
+	r.queued = append(r.queued, slices.Clone(batch))
+	r.mu.Unlock()
+	select {
+	case r.notify <- struct{}{}:
+	default:
+	}
+	if r.hook != nil {
+		return r.hook(r.ctx, batch)
+	}
 	return nil
+}
+
+func (r *reader[T]) fault(msg string) {
+	r.mu.Lock()
+	r.faults = append(r.faults, msg)
+	r.mu.Unlock()
+}
+
+// reportEmitFaults reports, once each, the violations Emit recorded.
+func (r *reader[T]) reportEmitFaults() {
+	r.mu.Lock()
+	faults := r.faults[r.reported:]
+	r.reported = len(r.faults)
+	r.mu.Unlock()
+	for _, f := range faults {
+		r.e.t.Errorf("Watch(%d): %s", r.from, f)
+	}
+}
+
+// result waits at most d for Watch to return; ok is false if it did not.
+func (r *reader[T]) result(d time.Duration) (err error, ok bool) {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-r.done:
+	case <-timer.C:
+		return nil, false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err, true
+}
+
+// stop cancels the watch and checks that Watch returns, with an error
+// matching core.ErrWatchStopped and the context's cause.
+func (r *reader[T]) stop() {
+	e := r.e
+	e.t.Helper()
+	r.cancel()
+	err, ok := r.result(e.caps.timeout())
+	if !ok {
+		e.t.Fatalf("Watch(%d) did not return within %s after its context was cancelled", r.from, e.caps.timeout())
+	}
+	e.checkStopped(fmt.Sprintf("Watch(%d)", r.from), err, r.ctx)
+	r.reportEmitFaults()
+}
+
+// checkStopped checks what a Watch whose context ended returned.
+func (e *env[T]) checkStopped(what string, err error, ctx context.Context) {
+	e.t.Helper()
+	switch {
+	case err == nil:
+		e.t.Errorf("%s returned nil after its context ended; want an error matching core.ErrWatchStopped (core.Stopped(ctx))", what)
+	case !errors.Is(err, core.ErrWatchStopped):
+		e.t.Errorf("%s returned %q after its context ended; want an error matching core.ErrWatchStopped (core.Stopped(ctx))", what, err)
+	case !errors.Is(err, context.Cause(ctx)):
+		e.t.Errorf("%s returned %q after its context ended; want it to match the context's cause %q too (core.Stopped(ctx))", what, err, context.Cause(ctx))
+	}
+}
+
+// fill reads the next batch the watch emitted, waiting for it until ctx
+// ends. It fails when Watch returned with nothing left to read.
+func (r *reader[T]) fill(ctx context.Context) error {
+	for {
+		r.reportEmitFaults()
+		r.mu.Lock()
+		if len(r.queued) > 0 {
+			batch := r.queued[0]
+			r.queued = r.queued[1:]
+			r.mu.Unlock()
+			r.check(batch)
+			r.batches++
+			r.buf = append(r.buf, batch...)
+			return nil
+		}
+		returned, err := r.returned, r.err
+		r.mu.Unlock()
+		if returned {
+			if err == nil {
+				return fmt.Errorf("Watch returned nil, which it never may")
+			}
+			return fmt.Errorf("Watch returned: %w", err)
+		}
+		select {
+		case <-r.notify:
+		case <-r.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 func (r *reader[T]) check(batch []core.Event[T]) {
 	t := r.e.t
 	t.Helper()
 	if len(batch) == 0 {
-		t.Errorf("Watch(%d): Next returned an empty batch and no error", r.from)
-		return
+		return // reported by emit
 	}
 	prev := r.floor
 	for _, ev := range batch {
@@ -501,7 +618,7 @@ func (r *reader[T]) expectNoMore() bool {
 func describe[T any](e *env[T], ev core.Event[T]) string {
 	s := fmt.Sprintf("%s %q at RV %d", ev.Type, ev.Key, ev.RV)
 	if ev.HasObject {
-		s += fmt.Sprintf(" (version %d)", e.src.Version(ev.Object))
+		s += fmt.Sprintf(" (version %d)", e.h.Version(ev.Object))
 	}
 	return s
 }
@@ -533,7 +650,7 @@ func (e *env[T]) mismatch(ev core.Event[T], w write) string {
 		return "HasObject is false"
 	}
 	if ev.HasObject {
-		if n := e.src.Version(ev.Object); n != w.n {
+		if n := e.h.Version(ev.Object); n != w.n {
 			return fmt.Sprintf("object at version %d, want %d", n, w.n)
 		}
 	}

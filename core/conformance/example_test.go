@@ -12,52 +12,71 @@ import (
 
 // item is what the adapter under test produces; the suite only needs to
 // read back the version it wrote.
-type item struct{ Version int }
+type item struct{ Version int64 }
 
-// itemSource is a conformance.Source. A real adapter's test would open a
-// fresh prefix, table, bucket or namespace on its server here.
-type itemSource struct{ s *memory.Source[item] }
+// itemHarness is a conformance.Harness. A real adapter's harness would open
+// a fresh prefix, table, bucket or namespace on its server here, and write
+// to the server directly rather than through the ListerWatcher.
+type itemHarness struct{ s *memory.Source[item] }
 
-func (x itemSource) ListerWatcher() core.ListerWatcher[item] { return x.s }
-func (x itemSource) Version(it item) int                     { return it.Version }
+func (x itemHarness) ListerWatcher() core.ListerWatcher[item] { return x.s }
+func (x itemHarness) Version(it item) int64                   { return it.Version }
 
-func (x itemSource) Put(_ context.Context, key string, n int) (core.ResourceVersion, error) {
+func (x itemHarness) Put(_ context.Context, key string, n int64) (core.ResourceVersion, error) {
 	return x.s.Put(key, item{n}), nil
 }
 
-func (x itemSource) Delete(_ context.Context, key string) (core.ResourceVersion, error) {
+func (x itemHarness) Delete(_ context.Context, key string) (core.ResourceVersion, error) {
 	rv, _ := x.s.Delete(key)
 	return rv, nil
 }
 
-// Expire is etcd's Compact, dropping a Postgres slot, purging a stream.
-func (x itemSource) Expire(context.Context) error { return x.s.Compact(x.s.HeadRV()) }
+// Expire (conformance.Expirer) is etcd's Compact, dropping a Postgres slot,
+// purging a stream. A harness that cannot expire leaves the method out.
+func (x itemHarness) Expire(context.Context) error { return x.s.Compact(x.s.HeadRV()) }
 
-// PutUnwatched writes somewhere the ListerWatcher does not watch; a source
-// with no such place returns conformance.ErrNotSupported.
-func (x itemSource) PutUnwatched(context.Context) (core.ResourceVersion, error) {
+// PutUnwatched (conformance.Unwatched) writes somewhere the ListerWatcher
+// does not watch.
+func (x itemHarness) PutUnwatched(context.Context) (core.ResourceVersion, error) {
 	return x.s.Advance(), nil
 }
 
-// TestItemSourceConformance is how an adapter runs the suite.
-func TestItemSourceConformance(t *testing.T) {
+// PutAll (conformance.Transactor) writes several keys in one transaction.
+func (x itemHarness) PutAll(_ context.Context, keys []string, n int64) (core.ResourceVersion, error) {
+	ops := make([]memory.Op[item], 0, len(keys))
+	for _, k := range keys {
+		ops = append(ops, memory.PutOp(k, item{n}))
+	}
+	return x.s.Apply(ops...)
+}
+
+var (
+	_ conformance.Harness[item] = itemHarness{}
+	_ conformance.Expirer       = itemHarness{}
+	_ conformance.Unwatched     = itemHarness{}
+	_ conformance.Transactor    = itemHarness{}
+)
+
+// TestItemConformance is how an adapter runs the suite.
+func TestItemConformance(t *testing.T) {
 	conformance.Run(t, conformance.Capabilities{
 		DeletesCarryObject:  true,
 		DistinguishesUpdate: true,
 		ExactWriteRV:        true,
-	}, func(t *testing.T) conformance.Source[item] {
-		return itemSource{memory.New[item](memory.Options{})}
+		StrictGoroutines:    true,
+	}, func(t *testing.T) conformance.Harness[item] {
+		return itemHarness{memory.New[item](memory.Options{})}
 	})
 }
 
-// The suite drives a Source through its writes and reads the results back
+// The suite drives a Harness through its writes and reads the results back
 // through the ListerWatcher, comparing versions and RVs.
-func ExampleSource() {
+func ExampleHarness() {
 	ctx := context.Background()
-	var src conformance.Source[item] = itemSource{memory.New[item](memory.Options{})}
-	put, _ := src.Put(ctx, "alpha", 7)
-	listRV, _ := src.ListerWatcher().List(ctx, core.ListOptions[item]{Emit: func(ev core.Event[item]) error {
-		fmt.Println(ev.Key, "version", src.Version(ev.Object))
+	var h conformance.Harness[item] = itemHarness{memory.New[item](memory.Options{})}
+	put, _ := h.Put(ctx, "alpha", 7)
+	listRV, _ := h.ListerWatcher().List(ctx, core.ListSink[item]{Emit: func(ev core.Event[item]) error {
+		fmt.Println(ev.Key, "version", h.Version(ev.Object))
 		return nil
 	}})
 	fmt.Println("List at or after the write:", listRV >= put)

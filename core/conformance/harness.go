@@ -61,6 +61,15 @@ type Transactor interface {
 	PutAll(ctx context.Context, keys []string, n int64) (core.ResourceVersion, error)
 }
 
+// Dropper is implemented by a Harness that can make the watched set gone
+// for good (DROP TABLE, delete the bucket or stream, delete the resource's
+// CustomResourceDefinition). The suite then checks that an open watch ends
+// with an error matching core.ErrPermanent (core.Permanent), which stops
+// the informer instead of retrying forever.
+type Dropper interface {
+	Drop(ctx context.Context) error
+}
+
 // Truth is implemented by a Harness that can read the source directly,
 // bypassing the adapter: what the reliability suite compares caches with.
 type Truth interface {

@@ -15,7 +15,7 @@ import (
 	"github.com/dbinformer/dbinformer/core/memory"
 )
 
-type obj struct{ N int }
+type obj struct{ N int64 }
 
 // recorder is a tb that records failures instead of failing the real test,
 // so that a case can be run against a broken source and expected to fail.
@@ -39,152 +39,244 @@ func (r *recorder) Errorf(f string, a ...any) {
 // runRecorded runs one case on a recorder the way Run runs it on a
 // subtest: in its own goroutine (Fatalf exits it), then the cleanups in
 // reverse order.
-func runRecorded(caps Capabilities, src Source[obj], c testCase[obj]) *recorder {
+func runRecorded(caps Capabilities, h Harness[obj], c testCase[obj]) *recorder {
 	rec := &recorder{}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		runCase(rec, caps, src, c.run)
+		runCase(rec, caps, h, c.run)
 	}()
 	<-done
 	for _, f := range slices.Backward(rec.cleanups) {
 		f()
 	}
+	if b, ok := h.ListerWatcher().(*brokenLW); ok {
+		b.kill()
+	}
 	return rec
 }
 
-// memSource is a conformance Source over a memory.Source whose
-// ListerWatcher may be replaced by a broken wrapper.
-type memSource struct {
+// memHarness is a Harness over a memory.Source whose ListerWatcher may be
+// replaced by a broken wrapper, with no optional capability.
+type memHarness struct {
 	s  *memory.Source[obj]
 	lw core.ListerWatcher[obj]
 }
 
-func (m memSource) ListerWatcher() core.ListerWatcher[obj] { return m.lw }
-func (m memSource) Put(_ context.Context, key string, n int) (core.ResourceVersion, error) {
+func (m memHarness) ListerWatcher() core.ListerWatcher[obj] { return m.lw }
+func (m memHarness) Put(_ context.Context, key string, n int64) (core.ResourceVersion, error) {
 	return m.s.Put(key, obj{n}), nil
 }
-func (m memSource) Delete(_ context.Context, key string) (core.ResourceVersion, error) {
+func (m memHarness) Delete(_ context.Context, key string) (core.ResourceVersion, error) {
 	rv, _ := m.s.Delete(key)
 	return rv, nil
 }
-func (m memSource) PutAll(_ context.Context, keys []string, n int) (core.ResourceVersion, error) {
+func (m memHarness) Version(o obj) int64 { return o.N }
+
+// memSource is a memHarness with every optional capability.
+type memSource struct{ memHarness }
+
+func newMemSource(s *memory.Source[obj], lw core.ListerWatcher[obj]) memSource {
+	return memSource{memHarness{s: s, lw: lw}}
+}
+
+func (m memSource) PutAll(_ context.Context, keys []string, n int64) (core.ResourceVersion, error) {
 	var ops []memory.Op[obj]
 	for _, k := range keys {
 		ops = append(ops, memory.PutOp(k, obj{n}))
 	}
 	return m.s.Apply(ops...)
 }
-func (m memSource) Version(o obj) int            { return o.N }
 func (m memSource) Expire(context.Context) error { return m.s.Compact(m.s.HeadRV()) }
 func (m memSource) PutUnwatched(context.Context) (core.ResourceVersion, error) {
 	return m.s.Advance(), nil
 }
+func (m memSource) Drop(context.Context) error {
+	b, ok := m.lw.(*brokenLW)
+	if !ok {
+		return errors.New("only a brokenLW can be dropped")
+	}
+	b.drop()
+	return nil
+}
 
-// brokenLW wraps the memory source with one deliberate bug.
+var errDropped = errors.New("the watched set was dropped")
+
+// brokenLW wraps the memory source with one deliberate bug. Without one it
+// keeps the contract, and Drop makes its watches end with a permanent
+// error.
 type brokenLW struct {
 	s *memory.Source[obj]
 	// list replaces List when set.
-	list func(ctx context.Context, opts core.ListOptions[obj]) (core.ResourceVersion, error)
+	list func(ctx context.Context, sink core.ListSink[obj]) (core.ResourceVersion, error)
 	// from rewrites the version Watch starts from.
 	from func(from core.ResourceVersion) core.ResourceVersion
-	// ctx rewrites the watch's context.
-	ctx func(ctx context.Context) context.Context
-	// batch rewrites each batch; n counts the batches of this watcher.
+	// batch rewrites each batch (a copy); st is the watch's state.
 	batch func(st *watchState, b []core.Event[obj]) []core.Event[obj]
-	// noProgress drops RequestProgress on the floor.
+	// ignoreCtx keeps the watch running after its context ends.
+	ignoreCtx bool
+	// noProgress reports progress but never reads the requests.
 	noProgress bool
+	// noReport makes ReportsProgress false.
+	noReport bool
 	// leak starts a goroutine per watch that outlives it.
 	leak chan struct{}
-	// ignoreStop makes Stop do nothing.
-	ignoreStop bool
-	// emptyFirst makes the first Next of a watch return an empty batch.
+	// emptyFirst emits an empty batch first.
 	emptyFirst bool
-	// split returns one event per Next, splitting transactions.
+	// split emits one event per batch, splitting transactions.
 	split bool
-	// progressErr, when set, is RequestProgress's answer.
-	progressErr error
+	// result rewrites what Watch returns, given its context and whether
+	// the watch was inside Emit when that context ended.
+	result func(ctx context.Context, err error, inEmit bool) error
+	// swallowEmitErr ignores Emit's error and goes on.
+	swallowEmitErr bool
+	// emitAfterReturn emits a Bookmark from another goroutine just after
+	// Watch returned.
+	emitAfterReturn bool
+	// bookmarkBeforeExpired emits a Bookmark at the head before it returns
+	// an expired error.
+	bookmarkBeforeExpired bool
+	// dropTransient ends watches on Drop with a plain error, not a
+	// permanent one.
+	dropTransient bool
+
+	mu      sync.Mutex
+	dropped bool
+	killed  bool
+	cancels map[*context.CancelCauseFunc]struct{} // of the running watches
 }
 
 type watchState struct {
 	changes int
 	last    core.ResourceVersion // RV of the last change delivered
 	held    []core.Event[obj]
-	calls   int
 }
 
-func (b *brokenLW) List(ctx context.Context, opts core.ListOptions[obj]) (core.ResourceVersion, error) {
-	if b.list != nil {
-		return b.list(ctx, opts)
+// end cancels every running watch with cause, and the ones started later.
+func (b *brokenLW) end(cause error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if cause == errDropped {
+		b.dropped = true
+	} else {
+		b.killed = true
 	}
-	return b.s.List(ctx, opts)
+	for c := range b.cancels {
+		(*c)(cause)
+	}
 }
 
-func (b *brokenLW) Watch(ctx context.Context, from core.ResourceVersion) (core.Watcher[obj], error) {
+func (b *brokenLW) drop() { b.end(errDropped) }
+
+// kill ends every watch, even one that ignores its context.
+func (b *brokenLW) kill() { b.end(errKilled) }
+
+var errKilled = errors.New("killed by the test")
+
+// register makes cancel part of the running watches; the returned func
+// removes it.
+func (b *brokenLW) register(cancel *context.CancelCauseFunc) func() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.cancels == nil {
+		b.cancels = map[*context.CancelCauseFunc]struct{}{}
+	}
+	switch {
+	case b.dropped:
+		(*cancel)(errDropped)
+	case b.killed:
+		(*cancel)(errKilled)
+	}
+	b.cancels[cancel] = struct{}{}
+	return func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		delete(b.cancels, cancel)
+	}
+}
+
+func (b *brokenLW) ReportsProgress() bool { return !b.noReport }
+
+func (b *brokenLW) List(ctx context.Context, sink core.ListSink[obj]) (core.ResourceVersion, error) {
+	if b.list != nil {
+		return b.list(ctx, sink)
+	}
+	return b.s.List(ctx, sink)
+}
+
+func (b *brokenLW) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[obj]) error {
 	if b.from != nil {
 		from = b.from(from)
-	}
-	if b.ctx != nil {
-		ctx = b.ctx(ctx)
-	}
-	w, err := b.s.Watch(ctx, from)
-	if err != nil {
-		return nil, err
 	}
 	if b.leak != nil {
 		go func() { <-b.leak }()
 	}
-	return &brokenWatcher{b: b, w: w}, nil
-}
+	// The inner watch ends with ctx (unless ignoreCtx), on Drop, and when
+	// the test kills every watch.
+	base := ctx
+	if b.ignoreCtx {
+		base = context.WithoutCancel(ctx)
+	}
+	inner, cancel := context.WithCancelCause(base)
+	defer cancel(nil)
+	defer b.register(&cancel)()
 
-type brokenWatcher struct {
-	b  *brokenLW
-	w  core.Watcher[obj]
-	st watchState
-}
-
-func (w *brokenWatcher) Next(ctx context.Context) ([]core.Event[obj], error) {
-	w.st.calls++
-	if w.b.emptyFirst && w.st.calls == 1 {
-		return []core.Event[obj]{}, nil
-	}
-	if w.b.split && len(w.st.held) > 0 {
-		ev := w.st.held[0]
-		w.st.held = w.st.held[1:]
-		return []core.Event[obj]{ev}, nil
-	}
-	for {
-		batch, err := w.w.Next(ctx)
-		if err != nil {
-			return nil, err
+	st := &watchState{}
+	var emitted, cancelledInEmit bool
+	emit := func(batch []core.Event[obj]) error {
+		if b.emptyFirst && !emitted {
+			emitted = true
+			if err := opts.Emit([]core.Event[obj]{}); err != nil {
+				return err
+			}
 		}
-		if w.b.split && len(batch) > 1 {
-			w.st.held = batch[1:]
-			batch = batch[:1]
+		batch = slices.Clone(batch)
+		if b.batch != nil {
+			batch = b.batch(st, batch)
 		}
-		if w.b.batch != nil {
-			batch = w.b.batch(&w.st, batch)
+		if len(batch) == 0 {
+			return nil
 		}
-		if len(batch) > 0 {
-			return batch, nil
+		var err error
+		if b.split {
+			for _, ev := range batch {
+				if err = opts.Emit([]core.Event[obj]{ev}); err != nil {
+					break
+				}
+			}
+		} else {
+			err = opts.Emit(batch)
+		}
+		if ctx.Err() != nil {
+			cancelledInEmit = true
+		}
+		if err != nil && b.swallowEmitErr {
+			return nil
+		}
+		return err
+	}
+	progress := opts.Progress
+	if b.noProgress {
+		progress = nil
+	}
+	err := b.s.Watch(inner, from, core.WatchOptions[obj]{Emit: emit, Progress: progress})
+	if context.Cause(inner) == errDropped && ctx.Err() == nil {
+		if b.dropTransient {
+			err = errDropped
+		} else {
+			err = core.Permanent(errDropped)
 		}
 	}
-}
-
-func (w *brokenWatcher) Stop() {
-	if !w.b.ignoreStop {
-		w.w.Stop()
+	if b.bookmarkBeforeExpired && errors.Is(err, core.ErrExpired) {
+		_ = opts.Emit([]core.Event[obj]{{Type: core.Bookmark, RV: b.s.HeadRV()}})
 	}
-}
-
-func (w *brokenWatcher) RequestProgress(ctx context.Context) error {
-	if w.b.noProgress {
-		return nil
+	if b.result != nil {
+		err = b.result(ctx, err, cancelledInEmit)
 	}
-	if w.b.progressErr != nil {
-		return w.b.progressErr
+	if b.emitAfterReturn {
+		go func() { _ = opts.Emit([]core.Event[obj]{{Type: core.Bookmark, RV: b.s.HeadRV()}}) }()
 	}
-	return w.w.(core.ProgressRequester).RequestProgress(ctx)
+	return err
 }
 
 // eachChange applies f to every change event, in order, keeping bookmarks.
@@ -280,29 +372,32 @@ func mutants() []mutant {
 				return max(from, s.CompactedRV())
 			}}
 		}},
+		{name: "emits a Bookmark before reporting expiry", mustFail: "Expired", lw: func(s *memory.Source[obj]) *brokenLW {
+			return &brokenLW{s: s, bookmarkBeforeExpired: true}
+		}},
 		{name: "lists at a stale RV", mustFail: "ListAfterWrites", lw: func(s *memory.Source[obj]) *brokenLW {
-			return &brokenLW{s: s, list: func(ctx context.Context, opts core.ListOptions[obj]) (core.ResourceVersion, error) {
-				rv, err := s.List(ctx, opts)
+			return &brokenLW{s: s, list: func(ctx context.Context, sink core.ListSink[obj]) (core.ResourceVersion, error) {
+				rv, err := s.List(ctx, sink)
 				return max(rv, 1) - 1, err
 			}}
 		}},
 		{name: "tears List across concurrent writes", mustFail: "ListConsistentUnderWrites", lw: func(s *memory.Source[obj]) *brokenLW {
-			return &brokenLW{s: s, list: func(ctx context.Context, opts core.ListOptions[obj]) (core.ResourceVersion, error) {
+			return &brokenLW{s: s, list: func(ctx context.Context, sink core.ListSink[obj]) (core.ResourceVersion, error) {
 				// Take the version first and the items once a write has
 				// landed, as a List that forgot to pin its pages would.
 				rv := s.HeadRV()
 				for s.HeadRV() == rv && ctx.Err() == nil {
 					time.Sleep(time.Millisecond)
 				}
-				_, err := s.List(ctx, opts)
+				_, err := s.List(ctx, sink)
 				return rv, err
 			}}
 		}},
 		{name: "keeps emitting after Emit fails", mustFail: "ListEmitError", lw: func(s *memory.Source[obj]) *brokenLW {
-			return &brokenLW{s: s, list: func(ctx context.Context, opts core.ListOptions[obj]) (core.ResourceVersion, error) {
+			return &brokenLW{s: s, list: func(ctx context.Context, sink core.ListSink[obj]) (core.ResourceVersion, error) {
 				var first error
-				rv, err := s.List(ctx, core.ListOptions[obj]{Emit: func(ev core.Event[obj]) error {
-					if err := opts.Emit(ev); err != nil && first == nil {
+				rv, err := s.List(ctx, core.ListSink[obj]{Emit: func(ev core.Event[obj]) error {
+					if err := sink.Emit(ev); err != nil && first == nil {
 						first = err
 					}
 					return nil
@@ -326,10 +421,10 @@ func mutants() []mutant {
 			}}
 		}},
 		{name: "lists a deleted key", mustFail: "ListAfterWrites", lw: func(s *memory.Source[obj]) *brokenLW {
-			return &brokenLW{s: s, list: func(ctx context.Context, opts core.ListOptions[obj]) (core.ResourceVersion, error) {
-				rv, err := s.List(ctx, opts)
+			return &brokenLW{s: s, list: func(ctx context.Context, sink core.ListSink[obj]) (core.ResourceVersion, error) {
+				rv, err := s.List(ctx, sink)
 				if err == nil {
-					err = opts.Emit(core.Event[obj]{Type: core.Added, Key: "charlie", Object: obj{1}, HasObject: true, RV: 1})
+					err = sink.Emit(core.Event[obj]{Type: core.Added, Key: "charlie", Object: obj{1}, HasObject: true, RV: 1})
 				}
 				return rv, err
 			}}
@@ -342,7 +437,7 @@ func mutants() []mutant {
 				return []core.Event[obj]{ev}
 			})}
 		}},
-		{name: "returns an empty batch", mustFail: "WatchFromList", lw: func(s *memory.Source[obj]) *brokenLW {
+		{name: "emits an empty batch", mustFail: "WatchFromList", lw: func(s *memory.Source[obj]) *brokenLW {
 			return &brokenLW{s: s, emptyFirst: true}
 		}},
 		{name: "splits transactions across batches", mustFail: "Transaction", lw: func(s *memory.Source[obj]) *brokenLW {
@@ -356,17 +451,63 @@ func mutants() []mutant {
 				return b
 			}}
 		}},
-		{name: "ignores Stop", mustFail: "Stop", lw: func(s *memory.Source[obj]) *brokenLW {
-			return &brokenLW{s: s, ignoreStop: true}
-		}},
 		{name: "ignores progress requests", mustFail: "Bookmark", lw: func(s *memory.Source[obj]) *brokenLW {
 			return &brokenLW{s: s, noProgress: true}
 		}},
-		{name: "ignores the watch context", mustFail: "CancelWatchContext", lw: func(s *memory.Source[obj]) *brokenLW {
-			return &brokenLW{s: s, ctx: context.WithoutCancel}
+		{name: "ignores the watch context", mustFail: "Cancel", lw: func(s *memory.Source[obj]) *brokenLW {
+			return &brokenLW{s: s, ignoreCtx: true}
 		}},
-		{name: "leaks a goroutine per watch", mustFail: "Stop", lw: func(s *memory.Source[obj]) *brokenLW {
+		{name: "leaks a goroutine per watch", mustFail: "Cancel", lw: func(s *memory.Source[obj]) *brokenLW {
 			return &brokenLW{s: s, leak: make(chan struct{})}
+		}},
+		{name: "returns nil when its context ends", mustFail: "Cancel", lw: func(s *memory.Source[obj]) *brokenLW {
+			return &brokenLW{s: s, result: func(ctx context.Context, err error, _ bool) error {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}}
+		}},
+		{name: "returns the context's error unwrapped", mustFail: "Cancel", lw: func(s *memory.Source[obj]) *brokenLW {
+			return &brokenLW{s: s, result: func(ctx context.Context, err error, _ bool) error {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				return err
+			}}
+		}},
+		{name: "returns the context's error when cancelled inside Emit", mustFail: "Cancel", lw: func(s *memory.Source[obj]) *brokenLW {
+			return &brokenLW{s: s, result: func(ctx context.Context, err error, inEmit bool) error {
+				if inEmit {
+					return fmt.Errorf("watch: %w", ctx.Err())
+				}
+				return err
+			}}
+		}},
+		{name: "loses the context's cause", mustFail: "Cancel", lw: func(s *memory.Source[obj]) *brokenLW {
+			return &brokenLW{s: s, result: func(ctx context.Context, err error, _ bool) error {
+				if ctx.Err() != nil {
+					return fmt.Errorf("%w: %w", core.ErrWatchStopped, ctx.Err())
+				}
+				return err
+			}}
+		}},
+		{name: "emits after returning", mustFail: "Cancel", lw: func(s *memory.Source[obj]) *brokenLW {
+			return &brokenLW{s: s, emitAfterReturn: true}
+		}},
+		{name: "swallows Emit's error", mustFail: "EmitError", lw: func(s *memory.Source[obj]) *brokenLW {
+			return &brokenLW{s: s, swallowEmitErr: true}
+		}},
+		{name: "replaces Emit's error", mustFail: "EmitError", lw: func(s *memory.Source[obj]) *brokenLW {
+			return &brokenLW{s: s, result: func(ctx context.Context, err error, _ bool) error {
+				if ctx.Err() == nil {
+					return errors.New("watch failed")
+				}
+				return err
+			}}
+		}},
+		{name: "reports a dropped set as a transient error", mustFail: "Dropped", lw: func(s *memory.Source[obj]) *brokenLW {
+			return &brokenLW{s: s, dropTransient: true}
 		}},
 	}
 }
@@ -383,19 +524,25 @@ var selfCaps = Capabilities{
 	BookmarkTimeout:     2 * time.Second,
 }
 
+func caseNamed(t *testing.T, name string) testCase[obj] {
+	t.Helper()
+	i := slices.IndexFunc(cases[obj](), func(c testCase[obj]) bool { return c.name == name })
+	if i < 0 {
+		t.Fatalf("no case %q", name)
+	}
+	return cases[obj]()[i]
+}
+
 func TestSuiteCatchesBrokenSources(t *testing.T) {
 	for _, m := range mutants() {
 		t.Run(m.name, func(t *testing.T) {
 			// Only the case that must catch the bug runs: the others may
 			// fail too, but a mutant that hides a delivery makes them wait
 			// for their deadline, which costs time and proves nothing more.
-			i := slices.IndexFunc(cases[obj](), func(c testCase[obj]) bool { return c.name == m.mustFail })
-			if i < 0 {
-				t.Fatalf("no case %q", m.mustFail)
-			}
+			c := caseNamed(t, m.mustFail)
 			s := memory.New[obj](memory.Options{MaxBatch: m.maxBatch})
 			lw := m.lw(s)
-			rec := runRecorded(selfCaps, memSource{s: s, lw: lw}, cases[obj]()[i])
+			rec := runRecorded(selfCaps, newMemSource(s, lw), c)
 			if lw.leak != nil {
 				close(lw.leak)
 			}
@@ -422,10 +569,21 @@ func TestSuitePassesUnbrokenWrapper(t *testing.T) {
 	for _, maxBatch := range []int{0, 1} {
 		for _, c := range cases[obj]() {
 			s := memory.New[obj](memory.Options{MaxBatch: maxBatch})
-			rec := runRecorded(controlCaps, memSource{s: s, lw: &brokenLW{s: s}}, c)
+			rec := runRecorded(controlCaps, newMemSource(s, &brokenLW{s: s}), c)
 			if rec.Failed() {
 				t.Errorf("MaxBatch %d, case %s: %s", maxBatch, c.name, strings.Join(rec.errs, "; "))
 			}
+		}
+	}
+}
+
+// The memory source itself passes every case with only the required
+// methods: the optional cases log and pass.
+func TestSuitePassesBareHarness(t *testing.T) {
+	for _, c := range cases[obj]() {
+		s := memory.New[obj](memory.Options{})
+		if rec := runRecorded(controlCaps, memHarness{s: s, lw: s}, c); rec.Failed() {
+			t.Errorf("case %s: %s", c.name, strings.Join(rec.errs, "; "))
 		}
 	}
 }
@@ -438,96 +596,79 @@ func TestSuiteRejectsEventErrors(t *testing.T) {
 		ev.Err = &core.DecodeError{Source: "test", Key: ev.Key, RV: ev.RV, Err: fmt.Errorf("bad")}
 		return []core.Event[obj]{ev}
 	})}
-	c := cases[obj]()[slices.IndexFunc(cases[obj](), func(c testCase[obj]) bool { return c.name == "WatchLive" })]
-	if rec := runRecorded(controlCaps, memSource{s: s, lw: lw}, c); !rec.Failed() {
+	if rec := runRecorded(controlCaps, newMemSource(s, lw), caseNamed(t, "WatchLive")); !rec.Failed() {
 		t.Errorf("events with Err set passed WatchLive")
 	}
-}
-
-// noUnwatched is a source with no place outside the watched set.
-type noUnwatched struct{ memSource }
-
-func (noUnwatched) PutUnwatched(context.Context) (core.ResourceVersion, error) {
-	return 0, ErrNotSupported
 }
 
 // A source that can neither write elsewhere nor answer progress requests
 // passes the Bookmark case with a log line; one that can write elsewhere
 // but never sends a bookmark fails it.
 func TestBookmarkWithoutProgress(t *testing.T) {
-	i := slices.IndexFunc(cases[obj](), func(c testCase[obj]) bool { return c.name == "Bookmark" })
+	c := caseNamed(t, "Bookmark")
 	s := memory.New[obj](memory.Options{})
-	lw := &brokenLW{s: s, progressErr: fmt.Errorf("no progress on this server: %w", errors.ErrUnsupported)}
-	if rec := runRecorded(controlCaps, noUnwatched{memSource{s: s, lw: lw}}, cases[obj]()[i]); rec.Failed() {
+	lw := &brokenLW{s: s, noReport: true}
+	if rec := runRecorded(controlCaps, memHarness{s: s, lw: lw}, c); rec.Failed() {
 		t.Errorf("a source with neither PutUnwatched nor progress failed: %s", strings.Join(rec.errs, "; "))
 	}
 	s = memory.New[obj](memory.Options{})
-	lw = &brokenLW{s: s, progressErr: errors.ErrUnsupported}
-	if rec := runRecorded(selfCaps, memSource{s: s, lw: lw}, cases[obj]()[i]); !rec.Failed() {
+	lw = &brokenLW{s: s, noReport: true}
+	if rec := runRecorded(selfCaps, newMemSource(s, lw), c); !rec.Failed() {
 		t.Errorf("a source that never sends a bookmark after PutUnwatched passed")
 	}
 }
 
 // A leak the source declares as not its own is not reported.
 func TestIgnoreGoroutines(t *testing.T) {
-	i := slices.IndexFunc(cases[obj](), func(c testCase[obj]) bool { return c.name == "Stop" })
 	s := memory.New[obj](memory.Options{})
 	lw := &brokenLW{s: s, leak: make(chan struct{})}
 	defer close(lw.leak)
 	caps := controlCaps
 	caps.Timeout = 2 * time.Second // only reached if the filter fails
 	caps.IgnoreGoroutines = []string{"conformance.(*brokenLW).Watch"}
-	if rec := runRecorded(caps, memSource{s: s, lw: lw}, cases[obj]()[i]); rec.Failed() {
+	if rec := runRecorded(caps, newMemSource(s, lw), caseNamed(t, "Cancel")); rec.Failed() {
 		t.Errorf("an ignored goroutine was reported: %s", strings.Join(rec.errs, "; "))
 	}
 }
 
 // prefixLW reports every key with a namespace-like prefix, as the
 // Kubernetes adapter reports "namespace/name".
-type prefixLW struct{ s *memory.Source[obj] }
-
-func prefixed(ev core.Event[obj]) core.Event[obj] {
-	if ev.Type != core.Bookmark {
-		ev.Key = "ns/" + ev.Key
-	}
-	return ev
-}
-
-func (p prefixLW) List(ctx context.Context, opts core.ListOptions[obj]) (core.ResourceVersion, error) {
-	return p.s.List(ctx, core.ListOptions[obj]{Emit: func(ev core.Event[obj]) error { return opts.Emit(prefixed(ev)) }})
-}
-
-func (p prefixLW) Watch(ctx context.Context, from core.ResourceVersion) (core.Watcher[obj], error) {
-	w, err := p.s.Watch(ctx, from)
-	if err != nil {
-		return nil, err
-	}
-	b := &brokenLW{s: p.s, batch: func(_ *watchState, b []core.Event[obj]) []core.Event[obj] {
-		for i := range b {
-			b[i] = prefixed(b[i])
+func prefixLW(s *memory.Source[obj]) *brokenLW {
+	prefixed := func(ev core.Event[obj]) core.Event[obj] {
+		if ev.Type != core.Bookmark {
+			ev.Key = "ns/" + ev.Key
 		}
-		return b
-	}}
-	return &brokenWatcher{b: b, w: w}, nil
+		return ev
+	}
+	return &brokenLW{s: s,
+		list: func(ctx context.Context, sink core.ListSink[obj]) (core.ResourceVersion, error) {
+			return s.List(ctx, core.ListSink[obj]{Emit: func(ev core.Event[obj]) error { return sink.Emit(prefixed(ev)) }})
+		},
+		batch: func(_ *watchState, b []core.Event[obj]) []core.Event[obj] {
+			for i := range b {
+				b[i] = prefixed(b[i])
+			}
+			return b
+		},
+	}
 }
 
 type mappedSource struct{ memSource }
 
 func (mappedSource) EventKey(key string) string { return "ns/" + key }
 
-// A Source that reports its keys differently passes once it says how
-// (KeyMapper), and fails without.
+// A Harness whose ListerWatcher reports its keys differently passes once it
+// says how (KeyMapper), and fails without.
 func TestKeyMapper(t *testing.T) {
 	for _, c := range cases[obj]() {
 		s := memory.New[obj](memory.Options{})
-		rec := runRecorded(controlCaps, mappedSource{memSource{s: s, lw: prefixLW{s}}}, c)
+		rec := runRecorded(controlCaps, mappedSource{newMemSource(s, prefixLW(s))}, c)
 		if rec.Failed() {
 			t.Errorf("case %s with a KeyMapper: %s", c.name, strings.Join(rec.errs, "; "))
 		}
 	}
 	s := memory.New[obj](memory.Options{})
-	i := slices.IndexFunc(cases[obj](), func(c testCase[obj]) bool { return c.name == "ListAfterWrites" })
-	if rec := runRecorded(controlCaps, memSource{s: s, lw: prefixLW{s}}, cases[obj]()[i]); !rec.Failed() {
+	if rec := runRecorded(controlCaps, newMemSource(s, prefixLW(s)), caseNamed(t, "ListAfterWrites")); !rec.Failed() {
 		t.Errorf("prefixed keys passed ListAfterWrites without a KeyMapper")
 	}
 }
@@ -537,7 +678,7 @@ func TestKeyMapper(t *testing.T) {
 // pg_current_wal_lsn() after its commit does.
 type laggySource struct{ memSource }
 
-func (l laggySource) Put(ctx context.Context, key string, n int) (core.ResourceVersion, error) {
+func (l laggySource) Put(ctx context.Context, key string, n int64) (core.ResourceVersion, error) {
 	l.s.Put(key, obj{n})
 	return l.s.Advance(), nil
 }
@@ -547,7 +688,7 @@ func (l laggySource) Delete(ctx context.Context, key string) (core.ResourceVersi
 	return l.s.Advance(), nil
 }
 
-func (l laggySource) PutAll(ctx context.Context, keys []string, n int) (core.ResourceVersion, error) {
+func (l laggySource) PutAll(ctx context.Context, keys []string, n int64) (core.ResourceVersion, error) {
 	if _, err := l.memSource.PutAll(ctx, keys, n); err != nil {
 		return 0, err
 	}
@@ -561,19 +702,18 @@ func TestInexactWriteRV(t *testing.T) {
 	caps.ExactWriteRV = false
 	for _, c := range cases[obj]() {
 		s := memory.New[obj](memory.Options{})
-		if rec := runRecorded(caps, laggySource{memSource{s: s, lw: s}}, c); rec.Failed() {
+		if rec := runRecorded(caps, laggySource{newMemSource(s, &brokenLW{s: s})}, c); rec.Failed() {
 			t.Errorf("case %s: %s", c.name, strings.Join(rec.errs, "; "))
 		}
 	}
 	caps.Timeout = selfCaps.Timeout
 	for _, name := range []string{"WatchFromMiddle", "ListConsistentUnderWrites"} {
-		i := slices.IndexFunc(cases[obj](), func(c testCase[obj]) bool { return c.name == name })
 		s := memory.New[obj](memory.Options{})
 		lw := &brokenLW{s: s, batch: eachChange(func(_ *watchState, ev core.Event[obj]) []core.Event[obj] {
 			ev.RV += 100
 			return []core.Event[obj]{ev}
 		})}
-		if rec := runRecorded(caps, laggySource{memSource{s: s, lw: lw}}, cases[obj]()[i]); !rec.Failed() {
+		if rec := runRecorded(caps, laggySource{newMemSource(s, lw)}, caseNamed(t, name)); !rec.Failed() {
 			t.Errorf("case %s passed events whose RV is after their write's", name)
 		}
 	}
@@ -592,7 +732,7 @@ func TestPutsAllAdded(t *testing.T) {
 			}
 			return []core.Event[obj]{ev}
 		})}
-		if rec := runRecorded(caps, memSource{s: s, lw: lw}, c); rec.Failed() {
+		if rec := runRecorded(caps, newMemSource(s, lw), c); rec.Failed() {
 			t.Errorf("case %s: %s", c.name, strings.Join(rec.errs, "; "))
 		}
 	}

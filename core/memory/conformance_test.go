@@ -9,37 +9,42 @@ import (
 	"github.com/dbinformer/dbinformer/core/memory"
 )
 
-type obj struct{ N int }
-
-// confSource adapts a memory.Source to the conformance suite; Advance plays
+// harness adapts a memory.Source to the conformance suite; Advance plays
 // the write outside the watched set.
-type confSource struct{ s *memory.Source[obj] }
+type harness struct{ s *memory.Source[obj] }
 
-func (c confSource) ListerWatcher() core.ListerWatcher[obj] { return c.s }
+var (
+	_ conformance.Harness[obj] = harness{}
+	_ conformance.Expirer      = harness{}
+	_ conformance.Unwatched    = harness{}
+	_ conformance.Transactor   = harness{}
+)
 
-func (c confSource) Put(_ context.Context, key string, n int) (core.ResourceVersion, error) {
-	return c.s.Put(key, obj{n}), nil
+func (h harness) ListerWatcher() core.ListerWatcher[obj] { return h.s }
+
+func (h harness) Put(_ context.Context, key string, n int64) (core.ResourceVersion, error) {
+	return h.s.Put(key, obj{int(n)}), nil
 }
 
-func (c confSource) Delete(_ context.Context, key string) (core.ResourceVersion, error) {
-	rv, _ := c.s.Delete(key)
+func (h harness) Delete(_ context.Context, key string) (core.ResourceVersion, error) {
+	rv, _ := h.s.Delete(key)
 	return rv, nil
 }
 
-func (c confSource) Version(o obj) int { return o.N }
+func (h harness) Version(o obj) int64 { return int64(o.N) }
 
-func (c confSource) PutAll(_ context.Context, keys []string, n int) (core.ResourceVersion, error) {
+func (h harness) PutAll(_ context.Context, keys []string, n int64) (core.ResourceVersion, error) {
 	ops := make([]memory.Op[obj], len(keys))
 	for i, k := range keys {
-		ops[i] = memory.PutOp(k, obj{n})
+		ops[i] = memory.PutOp(k, obj{int(n)})
 	}
-	return c.s.Apply(ops...)
+	return h.s.Apply(ops...)
 }
 
-func (c confSource) Expire(context.Context) error { return c.s.Compact(c.s.HeadRV()) }
+func (h harness) Expire(context.Context) error { return h.s.Compact(h.s.HeadRV()) }
 
-func (c confSource) PutUnwatched(context.Context) (core.ResourceVersion, error) {
-	return c.s.Advance(), nil
+func (h harness) PutUnwatched(context.Context) (core.ResourceVersion, error) {
+	return h.s.Advance(), nil
 }
 
 func TestConformance(t *testing.T) {
@@ -49,17 +54,17 @@ func TestConformance(t *testing.T) {
 		ExactWriteRV:        true,
 		StrictGoroutines:    true,
 	}
-	conformance.Run(t, caps, func(t *testing.T) conformance.Source[obj] {
-		return confSource{memory.New[obj](memory.Options{})}
+	conformance.Run(t, caps, func(t *testing.T) conformance.Harness[obj] {
+		return harness{memory.New[obj](memory.Options{})}
 	})
 }
 
-// Small batches split the history across many Next calls, which is where
+// Small batches split the history across many Emit calls, which is where
 // ordering across batches and transaction boundaries can go wrong.
 func TestConformanceSmallBatches(t *testing.T) {
 	caps := conformance.Capabilities{DeletesCarryObject: true, DistinguishesUpdate: true, ExactWriteRV: true}
-	conformance.Run(t, caps, func(t *testing.T) conformance.Source[obj] {
-		return confSource{memory.New[obj](memory.Options{MaxBatch: 1})}
+	conformance.Run(t, caps, func(t *testing.T) conformance.Harness[obj] {
+		return harness{memory.New[obj](memory.Options{MaxBatch: 1})}
 	})
 }
 
@@ -67,7 +72,7 @@ func TestConformanceSmallBatches(t *testing.T) {
 // capability: the key alone is what the contract requires.
 func TestConformanceDeletesWithoutObject(t *testing.T) {
 	caps := conformance.Capabilities{DistinguishesUpdate: true, ExactWriteRV: true}
-	conformance.Run(t, caps, func(t *testing.T) conformance.Source[obj] {
-		return confSource{memory.New[obj](memory.Options{DeletesWithoutObject: true})}
+	conformance.Run(t, caps, func(t *testing.T) conformance.Harness[obj] {
+		return harness{memory.New[obj](memory.Options{DeletesWithoutObject: true})}
 	})
 }

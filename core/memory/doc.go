@@ -10,18 +10,15 @@
 // matching core.ErrExpired, which is how a test drives a Reflector into a
 // relist. Advance moves the head without touching a key, as a write to an
 // unwatched part of a database would, so that tests can exercise bookmarks
-// (the Watchers implement core.ProgressRequester) and WaitFor.
+// (Source implements core.ProgressReporter) and WaitFor.
 //
-// Fault hooks let core tests reproduce what real sources do to an informer:
-// FailNextList and FailNextWatch make the next call fail, OnList and OnWatch
-// run a test's hook on every call (to fail some, or hold one while the test
-// writes), BreakWatchers ends every open watch with an error as a dropped
-// connection would, InjectDecodeError puts a change that could not be
-// decoded into the history, and Options.HistoryLimit expires watches that
-// fall behind a retention window.
-// OpenWatchers, WaitForWatchers, ListCalls and WatchCalls let a test wait for
-// the code under test to reach a state instead of sleeping.
+// What a Source does is what a database does: InjectDecodeError puts a
+// change that could not be decoded into the history, NotifyProgress sends
+// every open watch a Bookmark as a periodic etcd progress notification
+// would, and Options.HistoryLimit expires watches that fall behind a
+// retention window. To see or steer the calls an informer makes (count
+// them, hold one, fail the next, break the open watches), wrap the Source
+// in core/informertest's Spy, which works the same on a real adapter.
 //
-// A Source starts no goroutine of its own; a watch holds only a
-// context.AfterFunc registration that Stop releases.
+// A Source starts no goroutine of its own.
 package memory

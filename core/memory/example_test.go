@@ -12,65 +12,76 @@ import (
 type user struct{ Name string }
 
 func Example() {
-	ctx := context.Background()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	src := memory.New[user](memory.Options{})
 	src.Put("u1", user{"ada"})
 	src.Put("u2", user{"bob"})
 
 	// List, then watch from the List's version, as a Reflector does.
-	rv, _ := src.List(ctx, core.ListOptions[user]{Emit: func(ev core.Event[user]) error {
+	rv, _ := src.List(ctx, core.ListSink[user]{Emit: func(ev core.Event[user]) error {
 		fmt.Println("listed", ev.Key, ev.Object.Name)
 		return nil
 	}})
-	w, _ := src.Watch(ctx, rv)
-	defer w.Stop()
 
 	// Two keys in one transaction share a version and arrive in one batch.
 	src.Apply(memory.PutOp("u1", user{"ada lovelace"}), memory.DeleteOp[user]("u2"))
-	batch, _ := w.Next(ctx)
-	for _, ev := range batch {
-		fmt.Println(ev.Type, ev.Key, ev.Object.Name, "at", ev.RV)
-	}
+	err := src.Watch(ctx, rv, core.WatchOptions[user]{Emit: func(batch []core.Event[user]) error {
+		for _, ev := range batch {
+			fmt.Println(ev.Type, ev.Key, ev.Object.Name, "at", ev.RV)
+		}
+		cancel() // seen enough: the watch ends with ErrWatchStopped
+		return nil
+	}})
+	fmt.Println("stopped:", errors.Is(err, core.ErrWatchStopped))
 
 	// Compaction makes old versions unwatchable: the caller must relist.
 	src.Compact(src.HeadRV())
-	_, err := src.Watch(ctx, rv)
+	err = src.Watch(context.Background(), rv, core.WatchOptions[user]{Emit: func([]core.Event[user]) error { return nil }})
 	fmt.Println("expired:", errors.Is(err, core.ErrExpired))
 	// Output:
 	// listed u1 ada
 	// listed u2 bob
 	// Modified u1 ada lovelace at 3
 	// Deleted u2 bob at 3
+	// stopped: true
 	// expired: true
 }
 
 // A version that touched no watched key is reached with a progress request.
 func ExampleSource_Advance() {
-	ctx := context.Background()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	src := memory.New[user](memory.Options{})
-	w, _ := src.Watch(ctx, src.HeadRV())
-	defer w.Stop()
-
+	from := src.HeadRV()
 	rv := src.Advance() // a write to another table
-	w.(core.ProgressRequester).RequestProgress(ctx)
-	batch, _ := w.Next(ctx)
-	fmt.Println(batch[0].Type, batch[0].RV == rv)
+
+	progress := make(chan struct{}, 1)
+	progress <- struct{}{} // ask for a bookmark
+	src.Watch(ctx, from, core.WatchOptions[user]{
+		Emit: func(batch []core.Event[user]) error {
+			fmt.Println(batch[0].Type, batch[0].RV == rv)
+			cancel()
+			return nil
+		},
+		Progress: progress,
+	})
 	// Output:
 	// Bookmark true
 }
 
-// Fault hooks make a source misbehave the way a database does, for testing
-// the code that consumes it.
-func ExampleSource_BreakWatchers() {
-	ctx := context.Background()
-	src := memory.New[user](memory.Options{})
-	w, _ := src.Watch(ctx, 0)
-	defer w.Stop()
-
-	src.Put("u1", user{"ada"})
-	src.BreakWatchers(errors.New("connection reset"))
-	_, err := w.Next(ctx)
-	fmt.Println(err)
+// InjectDecodeError puts a change the adapter could not decode into the
+// history, as a value written by another program would be.
+func ExampleSource_InjectDecodeError() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	src := memory.New[user](memory.Options{Name: "users"})
+	src.InjectDecodeError("u1", errors.New("invalid character 'x'"))
+	src.Watch(ctx, 0, core.WatchOptions[user]{Emit: func(batch []core.Event[user]) error {
+		fmt.Println(batch[0].Type, batch[0].Key, batch[0].Err)
+		cancel()
+		return nil
+	}})
 	// Output:
-	// connection reset
+	// Modified u1 users: key "u1" at version 1: invalid character 'x'
 }

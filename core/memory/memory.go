@@ -11,12 +11,6 @@ import (
 	"github.com/dbinformer/dbinformer/core"
 )
 
-// ErrStopped is returned by Next and RequestProgress once the Watcher was
-// stopped. It is deliberately not context.Canceled: the caller stopped the
-// watch itself, so it knows why, while a cancelled context means something
-// else asked for the end.
-var ErrStopped = errors.New("memory: watcher stopped")
-
 // ErrDuplicateKey is returned by Apply when two operations name the same
 // key: a transaction that writes a key twice has no single resulting event.
 var ErrDuplicateKey = errors.New("memory: key written twice in one transaction")
@@ -31,7 +25,7 @@ type Options struct {
 	// Name identifies the source in errors (DecodeError.Source).
 	// Empty means "memory".
 	Name string
-	// MaxBatch caps the events one Next returns; a transaction is never
+	// MaxBatch caps the events of one batch a watch emits; a transaction is never
 	// split, so a batch may exceed it by the rest of one transaction.
 	// Zero means 1000.
 	MaxBatch int
@@ -80,22 +74,15 @@ type Source[T any] struct {
 	items     map[string]item[T]
 	history   []core.Event[T] // every event with RV > compacted, RV ascending
 	// changed is closed and replaced on every state change, so that a
-	// blocked Next (or WaitForWatchers) wakes up without a goroutine per
-	// waiter.
+	// waiting watch wakes up without a goroutine per waiter.
 	changed  chan struct{}
-	watchers map[*watcher[T]]struct{}
-
-	failList   error
-	failWatch  error
-	onList     func(context.Context) error
-	onWatch    func(context.Context, core.ResourceVersion) error
-	listCalls  int
-	watchCalls int
+	watchers map[*watcher[T]]struct{} // open watches, for NotifyProgress and Compact
 }
 
 var (
 	_ core.ListerWatcher[int] = (*Source[int])(nil)
 	_ core.HeadReader         = (*Source[int])(nil)
+	_ core.ProgressReporter   = (*Source[int])(nil)
 )
 
 // New returns an empty Source at version 0.
@@ -206,7 +193,7 @@ func (s *Source[T]) compactLocked(rv core.ResourceVersion) {
 	i := sort.Search(len(s.history), func(i int) bool { return s.history[i].RV > rv })
 	s.history = slices.Delete(s.history, 0, i)
 	// A watch that had not delivered up to rv has lost events: it ends
-	// now, so that OpenWatchers stops counting it, and its Next says why.
+	// and returns why.
 	for w := range s.watchers {
 		if w.pos < rv {
 			s.endLocked(w, s.expiredLocked(w.pos))
@@ -246,7 +233,7 @@ func (s *Source[T]) InjectDecodeError(key string, err error) core.ResourceVersio
 
 // Compact discards the history up to and including rv: afterwards Watch
 // from any version before rv fails with an error matching core.ErrExpired,
-// and so does Next of an open watch that had not yet delivered up to rv.
+// and so does an open watch that had not yet emitted up to rv.
 // Compacting to a version at or below an earlier compaction does nothing.
 func (s *Source[T]) Compact(rv core.ResourceVersion) error {
 	s.mu.Lock()
@@ -312,51 +299,6 @@ func (s *Source[T]) Len() int {
 	return len(s.items)
 }
 
-// FailNextList makes the next List return err without emitting anything.
-func (s *Source[T]) FailNextList(err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.failList = err
-}
-
-// FailNextWatch makes the next Watch return err.
-func (s *Source[T]) FailNextWatch(err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.failWatch = err
-}
-
-// OnList installs a hook that every List calls first, outside the lock:
-// an error it returns fails that List, and a hook that blocks holds the
-// List there, so a test can fail every third List or write while a List is
-// in progress. Nil removes the hook.
-func (s *Source[T]) OnList(hook func(ctx context.Context) error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.onList = hook
-}
-
-// OnWatch installs a hook that every Watch calls first, outside the lock,
-// with the requested version; an error it returns fails that Watch. Nil
-// removes the hook.
-func (s *Source[T]) OnWatch(hook func(ctx context.Context, from core.ResourceVersion) error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.onWatch = hook
-}
-
-// BreakWatchers ends every open watch: their next Next returns err (and
-// keeps returning it) even if events are pending, as when a connection
-// drops. Watches opened afterwards are not affected.
-func (s *Source[T]) BreakWatchers(err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for w := range s.watchers {
-		s.endLocked(w, err)
-	}
-	s.notifyLocked()
-}
-
 // NotifyProgress asks every open watch for a Bookmark, as a periodic etcd
 // progress notification would.
 func (s *Source[T]) NotifyProgress() {
@@ -368,70 +310,15 @@ func (s *Source[T]) NotifyProgress() {
 	s.notifyLocked()
 }
 
-// OpenWatchers returns the number of watches not yet stopped, failed or
-// cancelled.
-func (s *Source[T]) OpenWatchers() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.watchers)
-}
-
-// WaitForWatchers blocks until at least n watches are open or ctx is done,
-// so that a test can write only once the code under test is watching.
-func (s *Source[T]) WaitForWatchers(ctx context.Context, n int) error {
-	for {
-		s.mu.Lock()
-		open, ch := len(s.watchers), s.changed
-		s.mu.Unlock()
-		if open >= n {
-			return nil
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return fmt.Errorf("memory: waiting for %d watchers, %d open: %w", n, open, ctx.Err())
-		}
-	}
-}
-
-// ListCalls returns how many times List was called, failed calls included.
-func (s *Source[T]) ListCalls() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.listCalls
-}
-
-// WatchCalls returns how many times Watch was called, failed calls
-// included.
-func (s *Source[T]) WatchCalls() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.watchCalls
-}
-
 // List emits every live key as an Added event carrying the version of its
 // last write, in key order, and returns the head at the time of the
 // snapshot. The snapshot is taken under the lock, so writes racing with
 // List land either wholly before or wholly after it.
-func (s *Source[T]) List(ctx context.Context, opts core.ListOptions[T]) (core.ResourceVersion, error) {
+func (s *Source[T]) List(ctx context.Context, opts core.ListSink[T]) (core.ResourceVersion, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
 	s.mu.Lock()
-	s.listCalls++
-	hook := s.onList
-	s.mu.Unlock()
-	if hook != nil {
-		if err := hook(ctx); err != nil {
-			return 0, err
-		}
-	}
-	s.mu.Lock()
-	if err := s.failList; err != nil {
-		s.failList = nil
-		s.mu.Unlock()
-		return 0, err
-	}
 	rv := s.head
 	keys := make([]string, 0, len(s.items))
 	for k := range s.items {
@@ -466,50 +353,87 @@ func (s *Source[T]) List(ctx context.Context, opts core.ListOptions[T]) (core.Re
 	return rv, nil
 }
 
-// Watch returns a Watcher that delivers the retained history after from and
-// then every new write. It fails with an error matching core.ErrExpired when
-// from is before the compacted version. The watch ends when ctx is done or
-// Stop is called.
-func (s *Source[T]) Watch(ctx context.Context, from core.ResourceVersion) (core.Watcher[T], error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
+// ReportsProgress implements core.ProgressReporter: a watch answers each
+// request on WatchOptions.Progress with a Bookmark at the head, once it has
+// emitted every pending event.
+func (s *Source[T]) ReportsProgress() bool { return true }
+
+// Watch emits the retained history after from and then every new write,
+// until ctx is done (it returns core.Stopped(ctx)), the watch falls behind
+// a compaction (an error matching core.ErrExpired; from before the
+// compacted version fails at once), or Emit fails (its error is returned).
+func (s *Source[T]) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[T]) error {
+	if ctx.Err() != nil {
+		return core.Stopped(ctx)
 	}
 	s.mu.Lock()
-	s.watchCalls++
-	hook := s.onWatch
-	s.mu.Unlock()
-	if hook != nil {
-		if err := hook(ctx, from); err != nil {
-			return nil, err
-		}
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.failWatch; err != nil {
-		s.failWatch = nil
-		return nil, err
-	}
 	if from < s.compacted {
-		return nil, s.expiredLocked(from)
+		err := s.expiredLocked(from)
+		s.mu.Unlock()
+		return err
 	}
-	w := &watcher[T]{s: s, ctx: ctx, pos: from}
+	w := &watcher[T]{pos: from}
 	s.watchers[w] = struct{}{}
 	s.notifyLocked()
-	// Deregistering on cancellation keeps OpenWatchers truthful even for a
-	// caller that cancels without calling Stop or Next.
-	w.release = context.AfterFunc(ctx, func() {
+	s.mu.Unlock()
+
+	var batch []core.Event[T]
+	for {
+		select {
+		case <-opts.Progress:
+			s.mu.Lock()
+			w.progress = true
+			s.mu.Unlock()
+		default:
+		}
 		s.mu.Lock()
-		defer s.mu.Unlock()
-		s.endLocked(w, ctx.Err())
-	})
-	return w, nil
+		if ctx.Err() != nil {
+			s.endLocked(w, nil)
+			s.mu.Unlock()
+			return core.Stopped(ctx)
+		}
+		if w.err != nil {
+			err := w.err
+			s.mu.Unlock()
+			return err
+		}
+		batch = w.collectLocked(s, batch[:0])
+		ch := s.changed
+		s.mu.Unlock()
+		if len(batch) > 0 {
+			err := opts.Emit(batch)
+			clear(batch)
+			if ctx.Err() != nil {
+				s.mu.Lock()
+				s.endLocked(w, nil)
+				s.mu.Unlock()
+				return core.Stopped(ctx)
+			}
+			if err != nil {
+				s.mu.Lock()
+				s.endLocked(w, err)
+				s.mu.Unlock()
+				return err
+			}
+			continue
+		}
+		select {
+		case <-ch:
+		case <-opts.Progress:
+			s.mu.Lock()
+			w.progress = true
+			s.mu.Unlock()
+		case <-ctx.Done():
+		}
+	}
 }
 
 func (s *Source[T]) expiredLocked(from core.ResourceVersion) error {
 	return fmt.Errorf("%s: watch from version %d: history compacted up to %d: %w", s.name, from, s.compacted, core.ErrExpired)
 }
 
-// endLocked makes err the watcher's final answer, unless it already has one.
+// endLocked makes err the watch's final answer, unless it already has one,
+// and stops counting it as open.
 func (s *Source[T]) endLocked(w *watcher[T], err error) {
 	if w.err == nil {
 		w.err = err
@@ -520,65 +444,25 @@ func (s *Source[T]) endLocked(w *watcher[T], err error) {
 	}
 }
 
+// watcher is one open watch's state, guarded by Source.mu.
 type watcher[T any] struct {
-	s       *Source[T]
-	ctx     context.Context
-	release func() bool
-
-	// Guarded by s.mu.
-	pos      core.ResourceVersion // every change up to pos was delivered
+	pos      core.ResourceVersion // every change up to pos was emitted
 	progress bool                 // a Bookmark is owed
 	err      error                // set once the watch has ended
 }
 
-var (
-	_ core.Watcher[int]      = (*watcher[int])(nil)
-	_ core.ProgressRequester = (*watcher[int])(nil)
-)
-
-// Next returns the pending events after the watcher's position, or blocks
-// until there are some. Cancelling the ctx passed to Next only abandons
-// this call; the watch itself ends with its own context, Stop, a fault
-// injected by BreakWatchers, or compaction past its position.
-func (w *watcher[T]) Next(ctx context.Context) ([]core.Event[T], error) {
-	s := w.s
-	for {
-		s.mu.Lock()
-		if w.err == nil && w.ctx.Err() != nil {
-			// The AfterFunc may not have run yet; answer the same way now.
-			s.endLocked(w, w.ctx.Err())
-		}
-		if w.err != nil {
-			err := w.err
-			s.endLocked(w, err)
-			s.mu.Unlock()
-			return nil, err
-		}
-		if batch := w.collectLocked(); len(batch) > 0 {
-			s.mu.Unlock()
-			return batch, nil
-		}
-		ch := s.changed
-		s.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-}
-
-func (w *watcher[T]) collectLocked() []core.Event[T] {
-	s := w.s
+// collectLocked appends to batch the pending events after the watch's
+// position, at most MaxBatch of them (never splitting a transaction), and
+// a Bookmark when one is owed and nothing else is pending.
+func (w *watcher[T]) collectLocked(s *Source[T], batch []core.Event[T]) []core.Event[T] {
 	h := s.history
 	i := sort.Search(len(h), func(i int) bool { return h[i].RV > w.pos })
 	j := min(i+s.maxBatch, len(h))
 	for j < len(h) && j > i && h[j].RV == h[j-1].RV {
 		j++ // never split a transaction
 	}
-	var batch []core.Event[T]
 	if j > i {
-		batch = slices.Clone(h[i:j])
+		batch = append(batch, h[i:j]...)
 		w.pos = h[j-1].RV
 	}
 	if w.progress && j == len(h) {
@@ -591,30 +475,4 @@ func (w *watcher[T]) collectLocked() []core.Event[T] {
 		w.pos = rv
 	}
 	return batch
-}
-
-// RequestProgress implements core.ProgressRequester: the watch delivers a
-// Bookmark at the head once it has delivered every pending event.
-func (w *watcher[T]) RequestProgress(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	s := w.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if w.err != nil {
-		return w.err
-	}
-	w.progress = true
-	s.notifyLocked()
-	return nil
-}
-
-// Stop ends the watch; a concurrent or later Next returns ErrStopped.
-func (w *watcher[T]) Stop() {
-	w.release()
-	s := w.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.endLocked(w, ErrStopped)
 }

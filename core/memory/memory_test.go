@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -16,8 +17,70 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+type obj struct{ N int }
+
+// pullWatch turns one push-style Watch into calls a test makes in its own
+// order: Next takes the next emitted batch (Emit returns once a Next took
+// it), RequestProgress queues one progress request, Stop cancels the watch
+// and waits for Watch to return. entered is closed when Emit is first
+// called.
+type pullWatch struct {
+	cancel   context.CancelFunc
+	entered  chan struct{}
+	batches  chan []core.Event[obj]
+	progress chan struct{}
+	done     chan struct{}
+	err      error // Watch's result, set before done is closed
+}
+
+func startWatch(ctx context.Context, s *memory.Source[obj], from core.ResourceVersion) *pullWatch {
+	ctx, cancel := context.WithCancel(ctx)
+	w := &pullWatch{cancel: cancel, entered: make(chan struct{}), batches: make(chan []core.Event[obj]), progress: make(chan struct{}, 1), done: make(chan struct{})}
+	var once sync.Once
+	go func() {
+		defer close(w.done)
+		w.err = s.Watch(ctx, from, core.WatchOptions[obj]{
+			Emit: func(b []core.Event[obj]) error {
+				once.Do(func() { close(w.entered) })
+				select {
+				case w.batches <- slices.Clone(b):
+					return nil
+				case <-ctx.Done():
+					return core.Stopped(ctx)
+				}
+			},
+			Progress: w.progress,
+		})
+	}()
+	return w
+}
+
+// Next returns the next batch, or Watch's error once it returned.
+func (w *pullWatch) Next(ctx context.Context) ([]core.Event[obj], error) {
+	select {
+	case b := <-w.batches:
+		return b, nil
+	case <-w.done:
+		return nil, w.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (w *pullWatch) RequestProgress() {
+	select {
+	case w.progress <- struct{}{}:
+	default:
+	}
+}
+
+func (w *pullWatch) Stop() {
+	w.cancel()
+	<-w.done
+}
+
 // next calls Next with a deadline that only a wedged watch reaches.
-func next(t *testing.T, w core.Watcher[obj]) []core.Event[obj] {
+func next(t *testing.T, w *pullWatch) []core.Event[obj] {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -28,22 +91,51 @@ func next(t *testing.T, w core.Watcher[obj]) []core.Event[obj] {
 	return b
 }
 
-func watch(t *testing.T, s *memory.Source[obj], from core.ResourceVersion) core.Watcher[obj] {
+// ended drains the watch's batches until Watch returns and returns its
+// error.
+func ended(t *testing.T, w *pullWatch) error {
 	t.Helper()
-	w, err := s.Watch(context.Background(), from)
-	if err != nil {
-		t.Fatalf("Watch(%d): %v", from, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for {
+		_, err := w.Next(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("the watch did not end: %v", ctx.Err())
+		}
+		if err != nil {
+			return err
+		}
 	}
+}
+
+// watchErr calls Watch where it is expected to fail at once.
+func watchErr(s *memory.Source[obj], from core.ResourceVersion) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return s.Watch(ctx, from, core.WatchOptions[obj]{Emit: func([]core.Event[obj]) error {
+		return errors.New("a watch that should have failed emitted")
+	}})
+}
+
+func watch(t *testing.T, s *memory.Source[obj], from core.ResourceVersion) *pullWatch {
+	t.Helper()
+	w := startWatch(context.Background(), s, from)
 	t.Cleanup(w.Stop)
 	return w
 }
 
-// pending reports whether Next has something to return right now, using a
-// context that is already cancelled: Next answers from its state first.
-func pending(w core.Watcher[obj]) ([]core.Event[obj], error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	return w.Next(ctx)
+// quiet checks that the watch has nothing pending: a progress request is
+// answered by a lone Bookmark at the head only once every pending event
+// was emitted.
+func quiet(t *testing.T, s *memory.Source[obj], w *pullWatch) error {
+	t.Helper()
+	head := s.HeadRV()
+	w.RequestProgress()
+	b := next(t, w)
+	if len(b) != 1 || b[0].Type != core.Bookmark || b[0].RV < head {
+		return fmt.Errorf("pending: %s", fmtBatch(b))
+	}
+	return nil
 }
 
 func fmtBatch(b []core.Event[obj]) string {
@@ -119,7 +211,7 @@ func TestListSnapshot(t *testing.T) {
 	s.Advance()
 	var got []core.Event[obj]
 	var estimate int64 = -1
-	rv, err := s.List(context.Background(), core.ListOptions[obj]{
+	rv, err := s.List(context.Background(), core.ListSink[obj]{
 		Emit:     func(ev core.Event[obj]) error { got = append(got, ev); return nil },
 		Estimate: func(n int64) { estimate = n },
 	})
@@ -134,47 +226,44 @@ func TestListSnapshot(t *testing.T) {
 	}
 	boom := errors.New("boom")
 	calls := 0
-	if _, err := s.List(context.Background(), core.ListOptions[obj]{Emit: func(core.Event[obj]) error { calls++; return boom }}); !errors.Is(err, boom) || calls != 1 {
+	if _, err := s.List(context.Background(), core.ListSink[obj]{Emit: func(core.Event[obj]) error { calls++; return boom }}); !errors.Is(err, boom) || calls != 1 {
 		t.Errorf("List with failing Emit: %v after %d calls, want boom after 1", err, calls)
 	}
 	if items, at := s.Items(); len(items) != 2 || items["a"].N != 1 || items["b"].N != 2 || at != 4 {
 		t.Errorf("Items = %v at %d, want a=1 b=2 at 4", items, at)
 	}
-	if n := s.ListCalls(); n != 2 {
-		t.Errorf("ListCalls = %d, want 2", n)
-	}
 }
 
 func TestCompactExpires(t *testing.T) {
-	s := memory.New[obj](memory.Options{})
+	// MaxBatch 1: a watch nobody reads has taken at most the first event.
+	s := memory.New[obj](memory.Options{MaxBatch: 1})
 	s.Put("a", obj{1})
-	behind := watch(t, s, 0) // has delivered nothing yet
+	s.Put("a", obj{2})
+	behind := watch(t, s, 0)
 	caughtUp := watch(t, s, 0)
 	next(t, caughtUp)
-	s.Put("a", obj{2})
+	next(t, caughtUp)
+	s.Put("a", obj{3})
 	if err := s.Compact(5); !errors.Is(err, memory.ErrFutureVersion) {
 		t.Errorf("Compact past the head: %v, want ErrFutureVersion", err)
 	}
-	if err := s.Compact(1); err != nil {
+	if err := s.Compact(2); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Watch(context.Background(), 0); !errors.Is(err, core.ErrExpired) {
-		t.Errorf("Watch(0) after Compact(1): %v, want ErrExpired", err)
+	if err := watchErr(s, 1); !errors.Is(err, core.ErrExpired) {
+		t.Errorf("Watch(1) after Compact(2): %v, want ErrExpired", err)
 	}
-	if n := s.OpenWatchers(); n != 1 {
-		t.Errorf("OpenWatchers = %d after compaction passed one of two watches, want 1", n)
+	if err := ended(t, behind); !errors.Is(err, core.ErrExpired) {
+		t.Errorf("a watch behind the compaction: %v, want ErrExpired", err)
 	}
-	if _, err := pending(behind); !errors.Is(err, core.ErrExpired) {
-		t.Errorf("Next of a watch behind the compaction: %v, want ErrExpired", err)
-	}
-	if got, want := fmtBatch(next(t, caughtUp)), "Modified:a@2=2"; got != want {
+	if got, want := fmtBatch(next(t, caughtUp)), "Modified:a@3=3"; got != want {
 		t.Errorf("a watch at the compacted version got %s, want %s", got, want)
 	}
-	if got, want := fmtBatch(next(t, watch(t, s, 1))), "Modified:a@2=2"; got != want {
-		t.Errorf("Watch(1) after Compact(1) got %s, want %s", got, want)
+	if got, want := fmtBatch(next(t, watch(t, s, 2))), "Modified:a@3=3"; got != want {
+		t.Errorf("Watch(2) after Compact(2) got %s, want %s", got, want)
 	}
-	if err := s.Compact(0); err != nil || s.CompactedRV() != 1 {
-		t.Errorf("Compact to an earlier version: %v, compacted %d; want no error and still 1", err, s.CompactedRV())
+	if err := s.Compact(0); err != nil || s.CompactedRV() != 2 {
+		t.Errorf("Compact to an earlier version: %v, compacted %d; want no error and still 2", err, s.CompactedRV())
 	}
 }
 
@@ -184,24 +273,27 @@ func TestProgressBookmark(t *testing.T) {
 	w := watch(t, s, 0)
 	s.Advance()
 	s.Advance()
-	if err := w.(core.ProgressRequester).RequestProgress(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	w.RequestProgress()
 	// The pending event comes first, then the bookmark at the head that
-	// Advance moved past it.
-	if got, want := fmtBatch(next(t, w)), "Added:a@1=1 Bookmark:@3"; got != want {
+	// Advance moved past it (in one batch or two).
+	var got []core.Event[obj]
+	for len(got) == 0 || got[len(got)-1].Type != core.Bookmark {
+		got = append(got, next(t, w)...)
+	}
+	if got, want := fmtBatch(got), "Added:a@1=1 Bookmark:@3"; got != want {
 		t.Errorf("got %s, want %s", got, want)
 	}
 	s.NotifyProgress()
 	if got, want := fmtBatch(next(t, w)), "Bookmark:@3"; got != want {
 		t.Errorf("after NotifyProgress got %s, want %s", got, want)
 	}
-	if b, err := pending(w); err == nil {
-		t.Errorf("a bookmark is answered once, got another batch %s", fmtBatch(b))
+	s.Put("b", obj{1})
+	if got, want := fmtBatch(next(t, w)), "Added:b@4=1"; got != want {
+		t.Errorf("a bookmark is answered once: got %s, want %s", got, want)
 	}
 	// A watch from a future version never sees its position go back.
 	future := watch(t, s, 10)
-	future.(core.ProgressRequester).RequestProgress(context.Background())
+	future.RequestProgress()
 	if got, want := fmtBatch(next(t, future)), "Bookmark:@10"; got != want {
 		t.Errorf("bookmark of a watch from the future: %s, want %s", got, want)
 	}
@@ -238,97 +330,26 @@ func TestInjectDecodeError(t *testing.T) {
 	}
 }
 
-func TestFaultHooks(t *testing.T) {
-	s := memory.New[obj](memory.Options{})
-	boom := errors.New("boom")
-	s.FailNextList(boom)
-	if _, err := s.List(context.Background(), core.ListOptions[obj]{}); !errors.Is(err, boom) {
-		t.Errorf("List after FailNextList: %v, want boom", err)
-	}
-	if _, err := s.List(context.Background(), core.ListOptions[obj]{}); err != nil {
-		t.Errorf("the List after: %v, want success (the fault is one-shot)", err)
-	}
-	s.FailNextWatch(boom)
-	if _, err := s.Watch(context.Background(), 0); !errors.Is(err, boom) {
-		t.Errorf("Watch after FailNextWatch: %v, want boom", err)
-	}
-	w := watch(t, s, 0)
-	s.Put("a", obj{1})
-	s.BreakWatchers(boom)
-	if n := s.OpenWatchers(); n != 0 {
-		t.Errorf("OpenWatchers = %d after BreakWatchers, want 0", n)
-	}
-	for range 2 {
-		if _, err := pending(w); !errors.Is(err, boom) {
-			t.Errorf("Next after BreakWatchers: %v, want boom even with an event pending, every time", err)
-		}
-	}
-	if got := fmtBatch(next(t, watch(t, s, 0))); got != "Added:a@1=1" {
-		t.Errorf("a watch opened after BreakWatchers got %s, want the event", got)
-	}
-	if n := s.WatchCalls(); n != 3 {
-		t.Errorf("WatchCalls = %d, want 3", n)
-	}
-}
-
 func TestWatchEnds(t *testing.T) {
 	s := memory.New[obj](memory.Options{})
-	ctx, cancel := context.WithCancel(context.Background())
-	w, err := s.Watch(ctx, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopped := watch(t, s, 0)
-	if n := s.OpenWatchers(); n != 2 {
-		t.Errorf("OpenWatchers = %d, want 2", n)
-	}
-
-	// Cancelling Next's own context abandons that call only.
-	if _, err := pending(w); !errors.Is(err, context.Canceled) {
-		t.Errorf("Next with a cancelled context: %v, want context.Canceled", err)
-	}
+	cause := errors.New("test over")
+	ctx, cancel := context.WithCancelCause(context.Background())
+	idle := startWatch(ctx, s, 0)
 	s.Put("a", obj{1})
-	if got := fmtBatch(next(t, w)); got != "Added:a@1=1" {
-		t.Errorf("after an abandoned Next the watch got %s, want the event", got)
+	blocked := startWatch(ctx, s, 0) // will sit in Emit: nobody reads it
+	if got := fmtBatch(next(t, idle)); got != "Added:a@1=1" {
+		t.Errorf("the watch got %s, want the event", got)
 	}
-
-	cancel()
-	if _, err := pending(w); !errors.Is(err, context.Canceled) {
-		t.Errorf("Next after the watch's context was cancelled: %v, want context.Canceled", err)
+	<-blocked.entered // inside Emit
+	cancel(cause)
+	for _, w := range []*pullWatch{idle, blocked} {
+		<-w.done
+		if !errors.Is(w.err, core.ErrWatchStopped) || !errors.Is(w.err, cause) {
+			t.Errorf("Watch after its context was cancelled: %v, want ErrWatchStopped and the cause", w.err)
+		}
 	}
-	stopped.Stop()
-	stopped.Stop()
-	if _, err := pending(stopped); !errors.Is(err, memory.ErrStopped) {
-		t.Errorf("Next after Stop: %v, want ErrStopped", err)
-	}
-	if err := stopped.(core.ProgressRequester).RequestProgress(context.Background()); !errors.Is(err, memory.ErrStopped) {
-		t.Errorf("RequestProgress after Stop: %v, want ErrStopped", err)
-	}
-	if n := s.OpenWatchers(); n != 0 {
-		t.Errorf("OpenWatchers = %d after both watches ended, want 0", n)
-	}
-	w.Stop()
-}
-
-func TestStopUnblocksNext(t *testing.T) {
-	s := memory.New[obj](memory.Options{})
-	w := watch(t, s, 0)
-	errc := make(chan error, 1)
-	go func() {
-		_, err := w.Next(context.Background())
-		errc <- err
-	}()
-	if err := s.WaitForWatchers(context.Background(), 1); err != nil {
-		t.Fatal(err)
-	}
-	w.Stop()
-	if err := <-errc; !errors.Is(err, memory.ErrStopped) {
-		t.Errorf("blocked Next after Stop: %v, want ErrStopped", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if err := s.WaitForWatchers(ctx, 1); !errors.Is(err, context.Canceled) {
-		t.Errorf("WaitForWatchers with none open and a cancelled context: %v, want context.Canceled", err)
+	if err := s.Watch(ctx, 0, core.WatchOptions[obj]{}); !errors.Is(err, core.ErrWatchStopped) {
+		t.Errorf("Watch with a done context: %v, want ErrWatchStopped", err)
 	}
 }
 
@@ -337,7 +358,7 @@ func TestStopUnblocksNext(t *testing.T) {
 func TestConcurrentWritersAndWatchers(t *testing.T) {
 	s := memory.New[obj](memory.Options{MaxBatch: 7})
 	const writers, perWriter, watchers = 4, 200, 3
-	ws := make([]core.Watcher[obj], watchers)
+	ws := make([]*pullWatch, watchers)
 	for i := range ws {
 		ws[i] = watch(t, s, 0)
 	}
@@ -397,7 +418,7 @@ func TestConcurrentWritersAndWatchers(t *testing.T) {
 }
 
 func TestHistoryLimit(t *testing.T) {
-	s := memory.New[obj](memory.Options{HistoryLimit: 3})
+	s := memory.New[obj](memory.Options{HistoryLimit: 3, MaxBatch: 1})
 	slow := watch(t, s, 0)
 	for i := range 5 {
 		s.Put("a", obj{i})
@@ -406,63 +427,16 @@ func TestHistoryLimit(t *testing.T) {
 	if got := s.CompactedRV(); got != 2 {
 		t.Errorf("compacted to %d, want 2", got)
 	}
-	if _, err := pending(slow); !errors.Is(err, core.ErrExpired) {
+	if err := ended(t, slow); !errors.Is(err, core.ErrExpired) {
 		t.Errorf("a watch that fell behind the limit: %v, want ErrExpired", err)
 	}
-	if got, want := fmtBatch(next(t, watch(t, s, 2))), "Modified:a@3=2 Modified:a@4=3 Modified:a@5=4"; got != want {
+	w2 := watch(t, s, 2)
+	if got, want := fmtBatch(slices.Concat(next(t, w2), next(t, w2), next(t, w2))), "Modified:a@3=2 Modified:a@4=3 Modified:a@5=4"; got != want {
 		t.Errorf("Watch(2) got %s, want %s", got, want)
 	}
 	// A transaction is dropped whole, never half-watchable.
 	s.Apply(memory.PutOp("x", obj{1}), memory.PutOp("y", obj{1}), memory.PutOp("z", obj{1}))
 	if got := s.CompactedRV(); got != 5 {
 		t.Errorf("after a 3-event transaction compacted to %d, want 5", got)
-	}
-}
-
-func TestHooks(t *testing.T) {
-	s := memory.New[obj](memory.Options{})
-	s.Put("a", obj{1})
-	// Hold a List inside its hook, write meanwhile: the List snapshot is
-	// taken after the hook, so it includes the write.
-	entered, release := make(chan struct{}), make(chan struct{})
-	s.OnList(func(ctx context.Context) error {
-		close(entered)
-		<-release
-		return nil
-	})
-	type listResult struct {
-		rv  core.ResourceVersion
-		n   int
-		err error
-	}
-	res := make(chan listResult, 1)
-	go func() {
-		n := 0
-		rv, err := s.List(context.Background(), core.ListOptions[obj]{Emit: func(core.Event[obj]) error { n++; return nil }})
-		res <- listResult{rv, n, err}
-	}()
-	<-entered
-	s.Put("b", obj{1})
-	close(release)
-	if r := <-res; r.err != nil || r.rv != 2 || r.n != 2 {
-		t.Errorf("held List = RV %d with %d items, %v; want RV 2 with 2 items", r.rv, r.n, r.err)
-	}
-	s.OnList(nil)
-
-	calls := 0
-	boom := errors.New("boom")
-	s.OnWatch(func(_ context.Context, from core.ResourceVersion) error {
-		calls++
-		if from == 0 {
-			return boom
-		}
-		return nil
-	})
-	if _, err := s.Watch(context.Background(), 0); !errors.Is(err, boom) {
-		t.Errorf("Watch(0) with a failing hook: %v, want boom", err)
-	}
-	watch(t, s, 1)
-	if calls != 2 || s.WatchCalls() != 2 {
-		t.Errorf("hook called %d times, WatchCalls %d; want 2 and 2", calls, s.WatchCalls())
 	}
 }

@@ -2,6 +2,7 @@ package memory_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -100,7 +101,7 @@ func TestAgainstModel(t *testing.T) {
 			}
 
 			items := map[string]int{}
-			rv, err := s.List(context.Background(), core.ListOptions[obj]{Emit: func(ev core.Event[obj]) error {
+			rv, err := s.List(context.Background(), core.ListSink[obj]{Emit: func(ev core.Event[obj]) error {
 				items[ev.Key] = ev.Object.N
 				return nil
 			}})
@@ -118,7 +119,7 @@ func TestAgainstModel(t *testing.T) {
 				}
 			}
 			if compacted > 0 {
-				if _, err := s.Watch(context.Background(), compacted-1); err == nil {
+				if err := watchErr(s, compacted-1); !errors.Is(err, core.ErrExpired) {
 					t.Errorf("Watch(%d) below the compaction at %d succeeded", compacted-1, compacted)
 				}
 			}
@@ -139,8 +140,8 @@ func drain(t *testing.T, s *memory.Source[obj], from core.ResourceVersion, n int
 		}
 		got = append(got, b...)
 	}
-	if b, err := pending(w); err == nil {
-		t.Errorf("Watch(%d): extra events %s", from, fmtBatch(b))
+	if err := quiet(t, s, w); err != nil {
+		t.Errorf("Watch(%d): %v", from, err)
 	}
 	w.Stop()
 	return got

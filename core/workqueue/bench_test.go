@@ -26,7 +26,7 @@ func benchKeySet() []string {
 // finishes them all; one op is one key through Add, Get and Done.
 func BenchmarkAddGetDone(b *testing.B) {
 	keys := benchKeySet()
-	q := New(Config[string]{})
+	q := New(Options[string]{})
 	defer q.ShutDown()
 	b.ReportAllocs()
 	for i := 0; i < b.N; i += benchKeys {
@@ -47,7 +47,7 @@ func BenchmarkAddGetDone(b *testing.B) {
 func BenchmarkAddGetDoneParallel(b *testing.B) {
 	const producers, consumers = 8, 8
 	keys := benchKeySet()
-	q := New(Config[string]{})
+	q := New(Options[string]{})
 	b.ReportAllocs()
 	var cons sync.WaitGroup
 	for range consumers {
@@ -81,7 +81,7 @@ func BenchmarkAddAfterPending(b *testing.B) {
 	const pending = 100_000
 	// The wall clock: delays of an hour or more never fire during the run,
 	// and a fake clock's mutex would be measured instead of the queue.
-	q := New(Config[int]{})
+	q := New(Options[int]{})
 	defer q.ShutDown()
 	r := rand.New(rand.NewPCG(1, 2))
 	for k := range pending {
@@ -98,7 +98,7 @@ func BenchmarkAddAfterPending(b *testing.B) {
 // BenchmarkAddAfterZero: AddAfter with no delay must cost about an Add.
 func BenchmarkAddAfterZero(b *testing.B) {
 	keys := benchKeySet()
-	q := New(Config[string]{})
+	q := New(Options[string]{})
 	defer q.ShutDown()
 	b.ReportAllocs()
 	for i := 0; i < b.N; i += benchKeys {

@@ -23,7 +23,7 @@ func TestConcurrentProducersConsumers(t *testing.T) {
 		perProd   = 2000
 	)
 	clk := clock.NewFake(epoch)
-	q := New(Config[int]{Clock: clk})
+	q := New(Options[int]{Clock: clk})
 
 	var stamp atomic.Int64
 	var lastAdd, lastStart [keys]atomic.Int64
@@ -122,7 +122,7 @@ func TestConcurrentProducersConsumers(t *testing.T) {
 
 // TestConcurrentGetContextAndShutDown races cancellation, Gets and shutdown.
 func TestConcurrentGetContextAndShutDown(t *testing.T) {
-	q := New(Config[int]{})
+	q := New(Options[int]{})
 	var wg sync.WaitGroup
 	var got atomic.Int64
 	for i := range 8 {

@@ -12,12 +12,12 @@
 //
 // client-go builds a rate-limiting queue on a delaying queue on a plain
 // queue, each with its own constructors. Here one Queue does all of it,
-// configured by a Config whose zero value is usable:
+// configured by Options whose zero value is usable:
 //
 //	client-go                                   here
-//	workqueue.NewTyped[K]()                     workqueue.New(workqueue.Config[K]{})
-//	NewTypedDelayingQueueWithConfig(cfg)        New(Config[K]{...}), then AddAfter
-//	NewTypedRateLimitingQueueWithConfig(rl, c)  New(Config[K]{RateLimiter: rl, ...})
+//	workqueue.NewTyped[K]()                     workqueue.New(workqueue.Options[K]{})
+//	NewTypedDelayingQueueWithConfig(cfg)        New(Options[K]{...}), then AddAfter
+//	NewTypedRateLimitingQueueWithConfig(rl, c)  New(Options[K]{RateLimiter: rl, ...})
 //	TypedRateLimitingInterface[K]               *Queue[K]
 //	TypedRateLimiter[K]                         RateLimiter[K]
 //	TypedBucketRateLimiter[K]                   BucketRateLimiter[K] (with a Clock)
@@ -27,7 +27,7 @@
 //	NewTypedWithMaxWaitRateLimiter              NewWithMaxWaitRateLimiter
 //	DefaultTypedControllerRateLimiter[K]()      DefaultControllerRateLimiter[K](clock)
 //	DefaultTypedItemBasedRateLimiter[K]()       DefaultItemBasedRateLimiter[K]()
-//	MetricsProvider, SetProvider (global)       Config.MetricsProvider (per queue)
+//	MetricsProvider, SetProvider (global)       Options.MetricsProvider (per queue)
 //	clock.WithTicker                            core/clock.Clock
 //
 // Add, Len, Get, Done, ShutDown, ShutDownWithDrain, ShuttingDown, AddAfter,
@@ -59,7 +59,7 @@
 // # Time
 //
 // Every delay, the default rate limiter's token bucket and the metrics take
-// their time from Config.Clock. Delayed items are moved into the queue by
+// their time from Options.Clock. Delayed items are moved into the queue by
 // whichever call looks at the queue first after their time has come, and
 // by a goroutine that wakes blocked workers, so with a fake clock what Len
 // and Get see right after a Step depends only on the clock.

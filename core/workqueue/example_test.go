@@ -12,7 +12,7 @@ import (
 // succeeded ones are forgotten so their next failure starts from the
 // shortest delay again. Done is always called.
 func Example() {
-	q := workqueue.New(workqueue.Config[string]{
+	q := workqueue.New(workqueue.Options[string]{
 		Name:        "reconcile",
 		RateLimiter: workqueue.NewItemExponentialFailureRateLimiter[string](time.Millisecond, time.Second),
 	})
@@ -60,7 +60,7 @@ func Example() {
 
 // Priorities: the urgent key is taken first even though it was added last.
 func ExampleQueue_AddWithOpts() {
-	q := workqueue.New(workqueue.Config[string]{})
+	q := workqueue.New(workqueue.Options[string]{})
 	defer q.ShutDown()
 	q.Add("routine-1")
 	q.Add("routine-2")

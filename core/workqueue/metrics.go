@@ -32,7 +32,7 @@ type HistogramMetric interface {
 }
 
 // MetricsProvider makes the metrics of one queue. Each method is called once
-// per queue, at New, with Config.Name.
+// per queue, at New, with Options.Name.
 type MetricsProvider interface {
 	// NewDepthMetric: items waiting to be processed (added and not yet taken
 	// by Get, including those re-added while being processed).

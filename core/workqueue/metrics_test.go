@@ -75,7 +75,7 @@ func (m *testMetrics) snapshot() testMetrics {
 func TestMetrics(t *testing.T) {
 	clk := clock.NewFake(epoch)
 	m := &testMetrics{sets: make(chan struct{}, 2)}
-	q := New(Config[string]{Name: "jobs", Clock: clk, MetricsProvider: m})
+	q := New(Options[string]{Name: "jobs", Clock: clk, MetricsProvider: m})
 	defer q.ShutDown()
 
 	q.Add("a")
@@ -124,7 +124,7 @@ func TestMetrics(t *testing.T) {
 
 func TestNoMetricsNoGoroutine(t *testing.T) {
 	clk := clock.NewFake(epoch)
-	q := New(Config[string]{Clock: clk})
+	q := New(Options[string]{Clock: clk})
 	defer q.ShutDown()
 	if clk.HasWaiters() {
 		t.Fatal("a queue without metrics armed a ticker")

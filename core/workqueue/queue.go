@@ -15,9 +15,10 @@ import (
 // holds nothing more to hand out.
 var ErrShutDown = errors.New("workqueue: shut down")
 
-// Config configures New. The zero value is a working unnamed queue on the
-// wall clock, without metrics, retrying with DefaultControllerRateLimiter.
-type Config[K comparable] struct {
+// Options configures New. The zero value is a working unnamed queue on the
+// wall clock, without metrics, retrying with DefaultControllerRateLimiter;
+// every field's zero value means its default.
+type Options[K comparable] struct {
 	// Name is passed to every MetricsProvider constructor.
 	Name string
 	// Clock drives delays, the default rate limiter and metrics; nil means
@@ -110,16 +111,16 @@ type Queue[K comparable] struct {
 
 // New returns a running queue. Call ShutDown (or ShutDownWithDrain) when
 // done with it: it stops the queue's goroutines.
-func New[K comparable](cfg Config[K]) *Queue[K] {
-	c := clock.Or(cfg.Clock)
+func New[K comparable](opts Options[K]) *Queue[K] {
+	c := clock.Or(opts.Clock)
 	q := &Queue[K]{
 		index:   keyIndex[K]{seed: maphash.MakeSeed()},
 		kick:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 		clock:   c,
 		epoch:   c.Now(),
-		limiter: cfg.RateLimiter,
-		metrics: newQueueMetrics[K](cfg.MetricsProvider, cfg.Name, c),
+		limiter: opts.RateLimiter,
+		metrics: newQueueMetrics[K](opts.MetricsProvider, opts.Name, c),
 	}
 	q.cond.L = &q.mu
 	if q.limiter == nil {

@@ -86,7 +86,7 @@ func run(t *testing.T, q *Queue[string], clk *clock.Fake, script []string) {
 
 func newFake(t *testing.T) (*Queue[string], *clock.Fake) {
 	clk := clock.NewFake(epoch)
-	q := New(Config[string]{Clock: clk})
+	q := New(Options[string]{Clock: clk})
 	t.Cleanup(q.ShutDown)
 	return q, clk
 }
@@ -320,8 +320,8 @@ func TestGetContext(t *testing.T) {
 	}
 }
 
-func TestZeroConfigUsesRealClockAndDefaultLimiter(t *testing.T) {
-	q := New(Config[int]{})
+func TestZeroOptionsUsesRealClockAndDefaultLimiter(t *testing.T) {
+	q := New(Options[int]{})
 	defer q.ShutDown()
 	q.AddRateLimited(1)
 	q.AddRateLimited(1)
@@ -402,7 +402,7 @@ func TestAddWithOptsBatch(t *testing.T) {
 // raises from producers while workers hold it, the case where a stale
 // ready-queue slot could otherwise hand the key out twice.
 func TestNeverConcurrentWithPriorityRaises(t *testing.T) {
-	q := New(Config[int]{})
+	q := New(Options[int]{})
 	var busy [4]atomic.Bool
 	var wg sync.WaitGroup
 	for range 4 {

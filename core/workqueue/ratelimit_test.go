@@ -163,7 +163,7 @@ func TestDefaultControllerLimiter(t *testing.T) {
 
 func TestRateLimitedQueue(t *testing.T) {
 	clk := clock.NewFake(epoch)
-	q := New(Config[string]{Clock: clk, RateLimiter: NewItemExponentialFailureRateLimiter[string](time.Second, time.Minute)})
+	q := New(Options[string]{Clock: clk, RateLimiter: NewItemExponentialFailureRateLimiter[string](time.Second, time.Minute)})
 	defer q.ShutDown()
 	q.AddRateLimited("a") // 1 s
 	q.AddRateLimited("a") // 2 s, later: keeps 1 s

@@ -150,7 +150,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 			Metrics:      pm,
 			ErrorHandler: func(err error) { fmt.Fprintln(out, "informer error:", err) },
 		}),
-		queue: workqueue.New(workqueue.Config[string]{
+		queue: workqueue.New(workqueue.Options[string]{
 			Name:            "apps",
 			MetricsProvider: pm,
 			// client-go's default controller limiter with the base delay

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"errors"
-	"io"
 	"net"
 	"sync"
 )
@@ -17,6 +16,8 @@ type Proxy struct {
 	paused bool
 	closed bool
 	cuts   int
+	thaw   chan struct{} // non-nil while frozen; closed by Thaw
+	held   int           // bytes read from one side and not yet written to the other
 
 	wg sync.WaitGroup // the accept loop and every pair's copiers
 }
@@ -24,6 +25,7 @@ type Proxy struct {
 // pair is one client connection and its upstream connection.
 type pair struct {
 	client net.Conn
+	done   chan struct{} // closed by close
 
 	mu     sync.Mutex
 	server net.Conn // nil while dialling
@@ -50,6 +52,7 @@ func (pr *pair) close() {
 		return
 	}
 	pr.closed = true
+	close(pr.done)
 	_ = pr.client.Close()
 	if pr.server != nil {
 		_ = pr.server.Close()
@@ -92,7 +95,7 @@ func (p *Proxy) accept() {
 			_ = c.Close()
 			continue
 		}
-		pr := &pair{client: c}
+		pr := &pair{client: c, done: make(chan struct{})}
 		p.conns[pr] = struct{}{}
 		p.wg.Add(1)
 		p.mu.Unlock()
@@ -117,7 +120,7 @@ func (p *Proxy) serve(pr *pair) {
 	}
 	done := make(chan struct{}, 2)
 	cp := func(dst, src net.Conn) {
-		_, _ = io.Copy(dst, src)
+		p.copy(pr, dst, src)
 		// One direction ending ends the pair: a half-open connection
 		// would hide the fault from the client.
 		pr.close()
@@ -127,6 +130,81 @@ func (p *Proxy) serve(pr *pair) {
 	go cp(pr.client, s)
 	<-done
 	<-done
+}
+
+// copy forwards src to dst until either fails or the pair closes; while
+// the proxy is frozen it holds what it read instead of writing it.
+func (p *Proxy) copy(pr *pair, dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if !p.waitThawed(pr, n) {
+				return
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// waitThawed returns once the proxy is not frozen (true) or the pair closed
+// (false), counting n bytes as held meanwhile.
+func (p *Proxy) waitThawed(pr *pair, n int) bool {
+	p.mu.Lock()
+	thaw := p.thaw
+	if thaw == nil {
+		p.mu.Unlock()
+		return true
+	}
+	p.held += n
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.held -= n
+		p.mu.Unlock()
+	}()
+	select {
+	case <-thaw:
+		return true
+	case <-pr.done:
+		return false
+	}
+}
+
+// Freeze makes the path silent without closing anything, as a server that
+// hangs or a network that drops packets would: connections stay open (and
+// new ones are accepted), but every byte read from either side is held
+// until Thaw or Resume. The peers' reads block, and their writes block once
+// the kernel's buffers are full. Cut and Close still end held connections.
+func (p *Proxy) Freeze() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.thaw == nil {
+		p.thaw = make(chan struct{})
+	}
+}
+
+// Thaw forwards what Freeze held, in order, and everything after it.
+func (p *Proxy) Thaw() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.thaw != nil {
+		close(p.thaw)
+		p.thaw = nil
+	}
+}
+
+// Held returns how many bytes a Freeze is holding, so that a test can wait
+// until a request is stuck in the proxy.
+func (p *Proxy) Held() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.held
 }
 
 // Cut closes every live connection, both ends, and returns how many there
@@ -154,11 +232,13 @@ func (p *Proxy) Pause() {
 	p.mu.Unlock()
 }
 
-// Resume accepts new connections again.
+// Resume ends every fault: it accepts new connections again (Pause) and
+// forwards what a Freeze held (Thaw).
 func (p *Proxy) Resume() {
 	p.mu.Lock()
 	p.paused = false
 	p.mu.Unlock()
+	p.Thaw()
 }
 
 // Live returns the number of connections being forwarded.

@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/integration/proxy"
 )
 
@@ -154,4 +155,88 @@ func TestCloseWithLiveConnections(t *testing.T) {
 			t.Fatal("a connection outlived Close")
 		}
 	}
+}
+
+// Freeze holds bytes in both directions without closing anything; Thaw
+// delivers them, in order.
+func TestFreezeHoldsBytes(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	target, stop := echoServer(t)
+	defer stop()
+	p, err := proxy.New(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := bufio.NewReader(c)
+	if got, err := roundTrip(c, r, "before"); err != nil || got != "before\n" {
+		t.Fatalf("through the proxy: %q, %v", got, err)
+	}
+
+	p.Freeze()
+	if _, err := fmt.Fprintln(c, "held"); err != nil {
+		t.Fatal(err)
+	}
+	waitHeld(t, p, len("held\n"))
+	// The proxy holds the request, so the server cannot have answered:
+	// nothing can be readable, which a read with a deadline already
+	// passed shows without waiting.
+	_ = c.SetReadDeadline(time.Now())
+	if b, err := r.ReadByte(); err == nil {
+		t.Fatalf("read %q through a frozen proxy", b)
+	}
+	if p.Live() != 1 {
+		t.Fatalf("Live = %d while frozen, want 1: a freeze closes nothing", p.Live())
+	}
+	// A connection made while frozen is accepted and held too.
+	c2, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	if _, err := fmt.Fprintln(c2, "second"); err != nil {
+		t.Fatal(err)
+	}
+	waitHeld(t, p, len("held\nsecond\n"))
+
+	p.Thaw()
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if got, err := r.ReadString('\n'); err != nil || got != "held\n" {
+		t.Fatalf("after Thaw: %q, %v", got, err)
+	}
+	_ = c2.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if got, err := bufio.NewReader(c2).ReadString('\n'); err != nil || got != "second\n" {
+		t.Fatalf("second connection after Thaw: %q, %v", got, err)
+	}
+
+	// Resume thaws as well, and Cut ends a connection held by a freeze.
+	p.Freeze()
+	if _, err := fmt.Fprintln(c, "cut"); err != nil {
+		t.Fatal(err)
+	}
+	waitHeld(t, p, len("cut\n"))
+	if n := p.Cut(); n != 2 {
+		t.Fatalf("Cut closed %d connections, want 2", n)
+	}
+	p.Resume()
+	informertest.Eventually(t, "the cut connections to let go of what they held", func() bool { return p.Held() == 0 })
+	c3, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c3.Close()
+	if got, err := roundTrip(c3, bufio.NewReader(c3), "resumed"); err != nil || got != "resumed\n" {
+		t.Fatalf("after Resume: %q, %v", got, err)
+	}
+}
+
+// waitHeld waits until the proxy holds at least n bytes.
+func waitHeld(t *testing.T, p *proxy.Proxy, n int) {
+	t.Helper()
+	informertest.Eventually(t, fmt.Sprintf("the proxy to hold %d bytes", n), func() bool { return p.Held() >= n })
 }

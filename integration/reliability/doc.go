@@ -1,18 +1,33 @@
 // Package reliability is dbinformer's model-based fault-injection suite:
 // for each adapter, against its real server, a random workload of creates,
 // updates and deletes over a small key space runs while faults are
-// injected (connections cut through integration/proxy, the server killed
-// and restarted with its data, the position expired, handlers that fail
-// and requeue through a rate-limited WorkQueue). When the workload stops
-// the suite waits for WaitFor(head) and checks that the cache equals the
-// source read directly, that no handler saw a key's version go backwards,
-// that every handler ends at the source's final state (deleted keys gone),
-// and that no goroutine is left behind.
+// injected (connections cut, refused or frozen through integration/proxy,
+// the server killed and restarted with its data, the position expired,
+// handlers that panic, and handlers that fail and requeue through a
+// rate-limited WorkQueue). When the workload stops the suite waits for
+// WaitFor(head) and checks that the cache equals the source read directly,
+// that no handler saw a key's version go backwards (informertest.Recorder),
+// that the reconciler never read an older version than before, that every
+// handler ends at the source's final state (deleted keys gone), and that
+// no goroutine is left behind once the harness is closed. It also measures,
+// after each fault heals, how long the informer takes to reach the head of
+// that moment, and reports it (p50/p99 per adapter and fault kind).
+//
+// An adapter takes part through its conformance.Harness, the same one its
+// conformance test and benchmarks use, which must also implement
+// conformance.Truth and conformance.Faults. Its file in this package
+// registers a MakeHarness under the adapter's name:
+//
+//	func init() {
+//		reliability.Register("etcd", func(t testing.TB, rnd *rand.Rand) (conformance.Harness[etcdtest.Item], string) {
+//			return etcdtest.NewProxied(t, ...), "embedded etcd"
+//		})
+//	}
 //
 // Every value written carries a version drawn from one counter per run, so
 // versions grow in write order across keys and across deletes: a handler
 // that sees a smaller version after a larger one for the same key has seen
-// the key go backwards. History records what handlers saw and checks it.
+// the key go backwards.
 //
 // A run is a pure function of its seed for everything the suite decides
 // (operations, keys, fault kinds and their positions); the timing of the

@@ -2,24 +2,37 @@ package reliability_test
 
 import (
 	"fmt"
+	"strings"
+	"time"
 
+	"github.com/dbinformer/dbinformer/core/conformance"
 	"github.com/dbinformer/dbinformer/integration/reliability"
 )
 
-// Example shows the model check: a History records what one handler saw,
-// flags a key whose version went backwards, and compares the handler's
-// final view with the source.
-func Example() {
-	h := reliability.NewHistory()
-	h.Saw("a", 1)
-	h.Saw("b", 2)
-	h.Saw("a", 3)
-	h.Deleted("b", 2)
-	h.Saw("a", 1) // a stale update: backwards
-
-	fmt.Println(h.Violations())
-	fmt.Println(h.Diff(map[string]int64{"a": 3, "c": 4}))
+// Report renders results as RELIABILITY.md: a summary per adapter, a table
+// per adapter and fault kind with the time the informer took to converge
+// after each fault healed (p50 and p99), and every divergence with the
+// command that replays its seed.
+func ExampleReport() {
+	res := reliability.Result{
+		Adapter: "etcd", Variant: "embedded etcd", Seed: 7, Ops: 60,
+		Config: reliability.Config{Ops: 60, FaultsPerKind: 1},
+		Faults: map[conformance.Fault]int{conformance.Cut: 1, conformance.Restart: 1},
+		Converge: map[conformance.Fault][]time.Duration{
+			conformance.Cut:     {120 * time.Millisecond},
+			conformance.Restart: {1500 * time.Millisecond},
+		},
+		Divergences: []string{`cache lacks "k03"; want version 41`},
+	}
+	md := reliability.Report([]reliability.Result{res}, "go test ./integration/reliability", time.Minute)
+	for _, line := range strings.Split(md, "\n") {
+		if strings.HasPrefix(line, "| etcd | cut") || strings.HasPrefix(line, "- etcd seed") {
+			fmt.Println(line)
+		}
+	}
+	fmt.Println(res.Replay())
 	// Output:
-	// [key "a" went backwards: saw version 1 after 3]
-	// [handler holds "a" at version 1; the source has version 3 handler lacks "c"; the source has version 4]
+	// | etcd | cut | 1 | 1 | 1 | 120ms | 120ms |
+	// - etcd seed 7 (embedded etcd): replay with `go test ./integration/reliability -run 'TestReliability/etcd$' -seed 7 -ops 60 -faults 1 -v`
+	// go test ./integration/reliability -run 'TestReliability/etcd$' -seed 7 -ops 60 -faults 1 -v
 }

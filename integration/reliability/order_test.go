@@ -7,117 +7,75 @@ import (
 	"testing"
 	"time"
 
-	etcdinformer "github.com/dbinformer/dbinformer/adapters/etcd"
 	"github.com/dbinformer/dbinformer/core"
-	"github.com/dbinformer/dbinformer/integration/harness"
+	"github.com/dbinformer/dbinformer/core/informertest"
+	"github.com/dbinformer/dbinformer/core/memory"
 )
 
 // swapOnce wraps a ListerWatcher whose first watch hands over its first
-// two batches in reverse order, as a broken adapter might.
+// two changes in reverse order, in two batches, as a broken adapter might.
 type swapOnce[T any] struct {
 	core.ListerWatcher[T]
 	mu      sync.Mutex
 	swapped bool
 }
 
-func (s *swapOnce[T]) Watch(ctx context.Context, from core.ResourceVersion) (core.Watcher[T], error) {
-	w, err := s.ListerWatcher.Watch(ctx, from)
-	if err != nil {
-		return nil, err
-	}
+func (s *swapOnce[T]) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[T]) error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.swapped {
-		return w, nil
-	}
+	first := !s.swapped
 	s.swapped = true
-	return &swapWatcher[T]{Watcher: w}, nil
-}
-
-type swapWatcher[T any] struct {
-	core.Watcher[T]
-	held [][]core.Event[T]
-}
-
-func (w *swapWatcher[T]) Next(ctx context.Context) ([]core.Event[T], error) {
-	for w.held == nil {
+	s.mu.Unlock()
+	if !first {
+		return s.ListerWatcher.Watch(ctx, from, opts)
+	}
+	var held []core.Event[T]
+	done := false
+	emit := opts.Emit
+	opts.Emit = func(b []core.Event[T]) error {
+		if done {
+			return emit(b)
+		}
+		for _, ev := range b {
+			if ev.Type != core.Bookmark {
+				held = append(held, ev)
+			}
+		}
+		if len(held) < 2 {
+			return nil
+		}
 		// The first two changes, whether they came in one batch or two,
 		// are handed over second first.
-		var got []core.Event[T]
-		for len(got) < 2 {
-			b, err := w.Watcher.Next(ctx)
-			if err != nil {
-				return nil, err
-			}
-			for _, ev := range b {
-				if ev.Type != core.Bookmark {
-					got = append(got, ev)
-				}
-			}
+		done = true
+		if err := emit(held[1:2]); err != nil {
+			return err
 		}
-		w.held = [][]core.Event[T]{got[1:], got[:1]}
+		if err := emit(held[:1]); err != nil {
+			return err
+		}
+		if len(held) > 2 {
+			return emit(held[2:])
+		}
+		return nil
 	}
-	if len(w.held) == 0 {
-		return w.Watcher.Next(ctx)
-	}
-	b := w.held[0]
-	w.held = w.held[1:]
-	return b, nil
+	return s.ListerWatcher.Watch(ctx, from, opts)
 }
 
-// An adapter that delivers two changes out of version order: the informer
+// A source that delivers two changes out of version order: the informer
 // detects it (*core.OrderError naming key and versions) and does not apply
 // the late one on top of the newer state; and the change that arrived late
-// is not lost either: the cache comes to equal etcd.
+// is not lost either: the cache comes to equal the source.
 func TestOutOfOrderWatchIsDetectedAndRepaired(t *testing.T) {
-	srv := harness.StartEtcd(t)
-	c := srv.Client(t)
-	ctx := testCtx(t)
-	lw, err := etcdinformer.New(etcdinformer.Config[string]{Client: c, Prefix: "/order",
-		Codec: etcdinformer.DecodeFunc[string](func(b []byte) (string, error) { return string(b), nil })})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &errs{}
-	inf := core.NewSharedIndexInformer[string](&swapOnce[string]{ListerWatcher: lw}, core.InformerOptions[string]{
-		Name: "order", ErrorHandler: e.add, Backoff: core.Backoff{Initial: 10 * time.Millisecond},
+	src := memory.New[string](memory.Options{})
+	inf, errs := informertest.Run[string](t, &swapOnce[string]{ListerWatcher: src}, core.InformerOptions[string]{
+		Backoff: core.Backoff{Initial: 10 * time.Millisecond},
 	})
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = inf.Run(runCtx) }()
-	defer func() { stop(); <-done }()
-	if err := inf.WaitForCacheSync(ctx); err != nil {
-		t.Fatal(err)
-	}
-	var head core.ResourceVersion
-	for _, kv := range [][2]string{{"a", "a1"}, {"b", "b1"}} {
-		r, err := c.Put(ctx, "/order/"+kv[0], kv[1])
-		if err != nil {
-			t.Fatal(err)
-		}
-		head = core.ResourceVersion(r.Header.Revision)
-	}
-	if err := inf.WaitFor(ctx, head); err != nil {
-		t.Fatal(err)
-	}
+	src.Put("a", "a1")
+	head := src.Put("b", "b1")
+	informertest.WaitFor(t, inf, head)
 	// b is applied before a arrives late: the report may follow WaitFor.
-	var oe *core.OrderError
-	found := func() bool {
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		for _, err := range e.list {
-			if errors.As(err, &oe) {
-				return true
-			}
-		}
-		return false
-	}
-	deadline := time.Now().Add(time.Minute)
-	for !found() && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if oe == nil || oe.Key != "a" || oe.RV >= oe.After {
-		t.Fatalf("out-of-order delivery not reported as an OrderError for key a (got %v)", oe)
+	oe := informertest.As[*core.OrderError](t, errs)
+	if oe.Key != "a" || oe.RV >= oe.After {
+		t.Fatalf("out-of-order delivery reported as %v, want an OrderError for key a", oe)
 	}
 	if _, ok := inf.Lister().Get("b"); !ok {
 		t.Error(`"b", which arrived in order, is missing from the cache`)
@@ -127,16 +85,12 @@ func TestOutOfOrderWatchIsDetectedAndRepaired(t *testing.T) {
 	// yet), so this waits for the repair: the reflector relists on an
 	// OrderError, since resuming the watch from the applied version would
 	// skip the late change for good.
-	deadline = time.Now().Add(time.Minute)
-	for {
+	informertest.Eventually(t, "the late change repaired (a and b cached)", func() bool {
 		_, okA := inf.Lister().Get("a")
 		_, okB := inf.Lister().Get("b")
-		if okA && okB {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after the out-of-order delivery the cache never held both keys (a: %v, b: %v): the late change was lost", okA, okB)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return okA && okB
+	})
+	if err := errs.Find(func(err error) bool { return errors.Is(err, core.ErrPermanent) }); err != nil {
+		t.Errorf("an out-of-order delivery was reported as permanent: %v", err)
 	}
 }

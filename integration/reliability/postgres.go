@@ -1,3 +1,10 @@
+//go:build reliability_port
+
+// Built only with -tags reliability_port until this file is ported to the
+// push-style watch and the renamed adapter API (see WAVE2-PLAN.md): the
+// adapter helper rewrites it onto reliability.Register and its adapter's
+// <x>test harness.
+
 package reliability
 
 import (

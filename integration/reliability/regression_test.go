@@ -27,7 +27,7 @@ import (
 // (the 50-seed report runs it many more).
 func TestRegressionNATSPurgeWhileDisconnected(t *testing.T) {
 	for attempt := 1; attempt <= 3; attempt++ {
-		res := reliability.Run(t, &reliability.NATS{}, 1, reliability.Config{Ops: 40, FaultsPerKind: 1})
+		res := adapter(t, "nats").Run(t, 1, reliability.Config{Ops: 40, FaultsPerKind: 1})
 		if len(res.Divergences) > 0 {
 			t.Fatalf("attempt %d: %s", attempt, res.Failure())
 		}
@@ -46,9 +46,20 @@ func TestRegressionNATSPurgeWhileDisconnected(t *testing.T) {
 // did not reproduce on demand, so it runs 3 times.
 func TestRegressionPostgresSeed21(t *testing.T) {
 	for attempt := 1; attempt <= 3; attempt++ {
-		res := reliability.Run(t, &reliability.Postgres{}, 21, reliability.Config{Ops: 60, FaultsPerKind: 1})
+		res := adapter(t, "postgres").Run(t, 21, reliability.Config{Ops: 60, FaultsPerKind: 1})
 		if len(res.Divergences) > 0 {
 			t.Fatalf("attempt %d: %s", attempt, res.Failure())
 		}
 	}
+}
+
+// adapter returns the registered adapter name; a regression test never
+// skips, so a missing one fails.
+func adapter(t *testing.T, name string) reliability.Adapter {
+	t.Helper()
+	a, ok := reliability.Lookup(name)
+	if !ok {
+		t.Fatalf("adapter %q is not registered (reliability.Register)", name)
+	}
+	return a
 }

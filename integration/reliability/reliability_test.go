@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/dbinformer/dbinformer/integration/reliability"
 )
 
@@ -52,10 +50,10 @@ func record(r reliability.Result) {
 	report.mu.Unlock()
 }
 
-func runAll[T any](t *testing.T, newAdapter func() reliability.Adapter[T]) {
+func runAll(t *testing.T, a reliability.Adapter) {
 	for _, seed := range seeds() {
 		t.Run(fmt.Sprintf("seed_%d", seed), func(t *testing.T) {
-			res := reliability.Run(t, newAdapter(), seed, config())
+			res := a.Run(t, seed, config())
 			record(res)
 			if len(res.Divergences) > 0 {
 				t.Error(res.Failure())
@@ -80,25 +78,19 @@ func command() string {
 	return strings.Join(args, " ")
 }
 
-// TestReliability runs the suite for every adapter; -seeds, -seed, -ops,
-// -faults and -report size it (the defaults are the small version run by
-// make test).
+// TestReliability runs the suite for every registered adapter (each
+// adapter's file in the package registers its harness); -seeds, -seed,
+// -ops, -faults and -report size it (the defaults are the small version
+// run by make test).
 func TestReliability(t *testing.T) {
 	start := time.Now()
-	t.Run("etcd", func(t *testing.T) {
-		runAll(t, func() reliability.Adapter[reliability.Obj] { return &reliability.Etcd{} })
-	})
-	t.Run("postgres", func(t *testing.T) {
-		runAll(t, func() reliability.Adapter[reliability.Obj] { return &reliability.Postgres{} })
-	})
-	t.Run("nats", func(t *testing.T) {
-		runAll(t, func() reliability.Adapter[reliability.Obj] {
-			return &reliability.NATS{}
-		})
-	})
-	t.Run("kube", func(t *testing.T) {
-		runAll(t, func() reliability.Adapter[*corev1.ConfigMap] { return &reliability.Kube{} })
-	})
+	adapters := reliability.Adapters()
+	if len(adapters) == 0 {
+		t.Fatal("no adapter registered (reliability.Register)")
+	}
+	for _, a := range adapters {
+		t.Run(a.Name, func(t *testing.T) { runAll(t, a) })
+	}
 	if *flagReport != "" {
 		md := reliability.Report(report.results, command(), time.Since(start))
 		if err := os.WriteFile(*flagReport, []byte(md), 0o644); err != nil {

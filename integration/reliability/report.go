@@ -7,11 +7,15 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/dbinformer/dbinformer/core/conformance"
 )
 
 // Report renders results as RELIABILITY.md: per adapter and fault kind, the
-// runs that injected it, how many faults, and how many of those runs
-// diverged; then every divergence with its replay seed.
+// runs that injected it, how many faults, how many of those runs diverged,
+// and the time to converge after the fault healed (p50 and p99 over every
+// fault of that kind: from the heal to WaitFor of the head read then
+// returning); then every divergence with its replay seed.
 func Report(results []Result, command string, elapsed time.Duration) string {
 	var b strings.Builder
 	b.WriteString("# Reliability\n\n")
@@ -19,13 +23,18 @@ func Report(results []Result, command string, elapsed time.Duration) string {
 	b.WriteString("workload of creates, updates and deletes over 16 keys while faults are injected; afterwards\n")
 	b.WriteString("`WaitFor(head)`, then cache == source read directly, handler views and a failing-and-requeuing\n")
 	b.WriteString("WorkQueue controller end at the source's state, no key's version ever went backwards in a\n")
-	b.WriteString("handler, and no goroutine is left after stop. A divergence is a run where any check failed.\n\n")
+	b.WriteString("handler, and no goroutine is left after stop. A divergence is a run where any check failed.\n")
+	b.WriteString("Each adapter runs through its conformance.Harness (Truth and Faults); `memory` is core/memory behind\n")
+	b.WriteString("an informertest.Spy, a baseline with no server.\n\n")
 	fmt.Fprintf(&b, "- command: `%s`\n", command)
 	fmt.Fprintf(&b, "- date: %s\n", time.Now().UTC().Format("2006-01-02 15:04 MST"))
 	fmt.Fprintf(&b, "- machine: %s, %d CPUs, %s/%s, %s\n", cpuModel(), runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version())
 	fmt.Fprintf(&b, "- wall time: %s\n\n", elapsed.Round(time.Second))
 
-	type cell struct{ runs, faults, div int }
+	type cell struct {
+		runs, faults, div int
+		converge          []time.Duration
+	}
 	var adapters []string
 	byAdapter := map[string][]Result{}
 	for _, r := range results {
@@ -65,10 +74,12 @@ func Report(results []Result, command string, elapsed time.Duration) string {
 
 	b.WriteString("\n## Adapter × fault kind\n\n")
 	b.WriteString("`runs` = runs that injected this kind at least once; `faults` = how many times in all;\n")
-	b.WriteString("`divergences` = those runs that failed a check.\n\n")
-	b.WriteString("| adapter | fault | runs | faults | divergences |\n|---|---|---|---|---|\n")
+	b.WriteString("`divergences` = those runs that failed a check; `converge` = time from the fault's heal to\n")
+	b.WriteString("`WaitFor(head at the heal)` returning, p50 and p99 over every fault of the kind (measured, not asserted;\n")
+	b.WriteString("the workload keeps writing meanwhile). Requeue and panic are the handlers' faults: no heal to time.\n\n")
+	b.WriteString("| adapter | fault | runs | faults | divergences | converge p50 | converge p99 |\n|---|---|---|---|---|---|---|\n")
 	for _, a := range adapters {
-		cells := map[Fault]*cell{}
+		cells := map[conformance.Fault]*cell{}
 		for _, r := range byAdapter[a] {
 			for f, n := range r.Faults {
 				if n == 0 {
@@ -84,15 +95,17 @@ func Report(results []Result, command string, elapsed time.Duration) string {
 				if len(r.Divergences) > 0 {
 					c.div++
 				}
+				c.converge = append(c.converge, r.Converge[f]...)
 			}
 		}
-		kinds := make(map[Fault]int, len(cells))
-		for f := range cells {
-			kinds[f] = 1
-		}
-		for _, f := range sortedFaults(kinds) {
+		for _, f := range sortedFaults(cells) {
 			c := cells[f]
-			fmt.Fprintf(&b, "| %s | %s | %d | %d | %d |\n", a, f, c.runs, c.faults, c.div)
+			p50, p99 := "-", "-"
+			if len(c.converge) > 0 {
+				slices.Sort(c.converge)
+				p50, p99 = fmtDuration(percentile(c.converge, 0.5)), fmtDuration(percentile(c.converge, 0.99))
+			}
+			fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %s | %s |\n", a, f, c.runs, c.faults, c.div, p50, p99)
 		}
 	}
 
@@ -125,4 +138,13 @@ func cpuModel() string {
 		}
 	}
 	return "unknown CPU"
+}
+
+// fmtDuration rounds d for a table: milliseconds below ten seconds, tenths
+// of a second above.
+func fmtDuration(d time.Duration) string {
+	if d < 10*time.Second {
+		return d.Round(time.Millisecond).String()
+	}
+	return d.Round(100 * time.Millisecond).String()
 }

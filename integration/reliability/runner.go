@@ -15,66 +15,48 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/conformance"
+	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/core/workqueue"
 )
 
-// Obj is the value every adapter stores: its key and the version the
-// workload gave it.
+// Obj is a value an adapter's harness may store for the suite: its key and
+// the version the workload gave it. Harnesses are free to store their own
+// type; the runner only reads versions through Harness.Version.
 type Obj struct {
 	K string `json:"k" db:"k"`
 	V int64  `json:"v" db:"v"`
 }
 
-// Fault is a kind of fault.
-type Fault string
-
-// The fault kinds. An adapter supports a subset of Cut, Restart and Expire;
-// Requeue (a handler that fails and is retried by a rate-limited WorkQueue)
-// runs in every run.
+// The runner's own faults, beside the harness's (conformance.Cut, Pause,
+// Restart, Expire, Freeze): they happen on the handler side in every run.
 const (
-	Cut     Fault = "cut"     // every connection between informer and server cut (proxy)
-	Pause   Fault = "pause"   // connections cut and refused while the workload writes (proxy)
-	Restart Fault = "restart" // server killed and restarted with its data
-	Expire  Fault = "expire"  // the informer's position made unusable (compaction, slot drop, purge)
-	Requeue Fault = "requeue" // a handler failed and its key was requeued
-	Panic   Fault = "panic"   // a handler panicked (recovered and reported by the informer)
+	Requeue conformance.Fault = "requeue" // a handler failed and its key was requeued
+	Panic   conformance.Fault = "panic"   // a handler panicked (recovered and reported by the informer)
 )
 
-// Adapter drives one source for the runner. Writes and ground-truth reads
-// go to the server directly; the informer's ListerWatcher goes through a
-// proxy so that faults can cut it off.
-type Adapter[T any] interface {
-	// Name is the subtest name: etcd, postgres, nats, kube.
-	Name() string
-	// Start starts the server and the clients; rnd may pick a variant
-	// (e.g. a permanent or temporary Postgres slot), described by the
-	// returned string.
-	Start(t testing.TB, rnd *rand.Rand) (variant string)
-	// ListerWatcher is the informer's source, connected through the proxy.
-	ListerWatcher() core.ListerWatcher[T]
-	Put(ctx context.Context, key string, ver int64) error
-	Delete(ctx context.Context, key string) error
-	// Truth reads the source directly: key -> version.
-	Truth(ctx context.Context) (map[string]int64, error)
-	// Head is the source's current version, read directly.
-	Head(ctx context.Context) (core.ResourceVersion, error)
-	Version(obj T) int64
-	// Faults lists the kinds Inject supports.
-	Faults() []Fault
-	// Inject starts fault f. The runner writes while the fault lasts if
-	// writable, then calls end (which may be nil).
-	Inject(t testing.TB, ctx context.Context, f Fault) (end func(), writable bool)
-	// Heal ends any outage (proxy resumed, server running).
-	Heal(t testing.TB)
-	// Stop closes clients, proxy and server.
-	Stop(t testing.TB)
+// Harness is what a run needs from an adapter: a conformance.Harness that
+// can also read the source directly (Truth) and break the path between its
+// ListerWatcher and the server (Faults).
+type Harness[T any] interface {
+	conformance.Harness[T]
+	conformance.Truth
+	conformance.Faults
 }
+
+// MakeHarness starts one run's server, clients and proxy and returns the
+// harness over them; rnd may pick a variant (a permanent or temporary
+// Postgres slot, a KV bucket's history depth), described by the returned
+// string. The harness must implement conformance.Truth and
+// conformance.Faults. Everything it registers with t.Cleanup is closed when
+// the run ends, before the run checks that no goroutine is left.
+type MakeHarness[T any] func(t testing.TB, rnd *rand.Rand) (h conformance.Harness[T], variant string)
 
 // Config sizes a run. The zero value of each field means its default.
 type Config struct {
 	Keys          int           // key space; default 16
 	Ops           int           // writes; default 60
-	FaultsPerKind int           // faults of each kind the adapter supports; default 1
+	FaultsPerKind int           // faults of each kind the harness supports; default 1
 	FailRate      float64       // chance that the WorkQueue handler fails; default 0.3
 	MaxPause      time.Duration // longest pause between writes; default 20ms
 	Settle        time.Duration // deadline for convergence after the workload; default 3m
@@ -109,11 +91,16 @@ type Result struct {
 	Seed        uint64
 	Config      Config // as run, defaults filled in
 	Ops         int
-	Faults      map[Fault]int
+	Faults      map[conformance.Fault]int
 	Relists     int      // successful relists after the first list
 	Restarts    int      // watches that ended with an error (expired included)
 	Divergences []string // empty when the run passed
 	Elapsed     time.Duration
+	// Converge holds, per harness fault kind, the time from the fault's
+	// heal (its end returned, or Inject when it has no end) to WaitFor of
+	// the head read then returning: how long the informer took to catch up.
+	// Measured, never asserted.
+	Converge map[conformance.Fault][]time.Duration
 }
 
 // Failure describes a divergent run with the command that replays it.
@@ -128,40 +115,108 @@ func (r Result) Replay() string {
 		r.Adapter, r.Seed, r.Config.Ops, r.Config.FaultsPerKind)
 }
 
-// Run runs one seed against a and returns what it did and found; it fails
-// t only when the run itself cannot proceed (a server that does not start,
-// a write failing for a minute). The caller reports res.Divergences, with
-// Failure for the message.
-func Run[T any](t testing.TB, a Adapter[T], seed uint64, cfg Config) (res Result) {
+// scope is the testing.TB a harness gets: its cleanups run when the run
+// ends (before the goroutine check), not when the test does.
+type scope struct {
+	testing.TB
+	mu       sync.Mutex
+	cleanups []func()
+}
+
+func (s *scope) Cleanup(f func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cleanups = append(s.cleanups, f)
+}
+
+func (s *scope) close() {
+	s.mu.Lock()
+	fs := s.cleanups
+	s.cleanups = nil
+	s.mu.Unlock()
+	for _, f := range slices.Backward(fs) {
+		f()
+	}
+}
+
+// divergences collects what the checks find; it is the informertest.TB of
+// the run's Recorders, so that what they report becomes a divergence of
+// the run instead of failing the test.
+type divergences struct {
+	*scope
+	mu   sync.Mutex
+	list []string
+}
+
+func (d *divergences) Helper() {}
+
+func (d *divergences) Errorf(format string, args ...any) { d.add(fmt.Sprintf(format, args...)) }
+
+func (d *divergences) add(s string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.list = append(d.list, s)
+}
+
+func (d *divergences) all() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.list)
+}
+
+// Run runs one seed against a fresh harness from makeHarness and returns
+// what it did and found; it fails t only when the run itself cannot
+// proceed (a server that does not start, a write failing for a minute).
+// The caller reports res.Divergences, with Failure for the message.
+//
+// The informer runs with three handlers: one that records what it sees
+// (informertest.Recorder), one that records and then panics on about one
+// event in eight, and one that enqueues keys into a rate-limited WorkQueue
+// whose workers reconcile from the cache and fail at random (FailRate).
+// The workload writes Ops times to Keys keys (a quarter of the writes
+// delete), every value carrying the next version of one counter; before
+// planned writes, chosen by the seed, it injects each fault kind the
+// harness supports FaultsPerKind times, writing while the fault lasts when
+// the harness says it can. Then, after Heal: WaitFor(head), cache == truth,
+// every handler's view and the reconciler's == truth, no handler saw a
+// key's version go backwards, the reconciler never read an older version
+// than it had read before, and no goroutine is left once the harness is
+// closed.
+func Run[T any](t testing.TB, name string, makeHarness MakeHarness[T], seed uint64, cfg Config) (res Result) {
+	t.Helper()
 	cfg = cfg.withDefaults()
 	leaks := goleak.IgnoreCurrent()
 	start := time.Now()
 	rnd := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	res = Result{Adapter: a.Name(), Seed: seed, Config: cfg, Faults: map[Fault]int{}}
-	diverge := func(format string, args ...any) {
-		res.Divergences = append(res.Divergences, fmt.Sprintf(format, args...))
-	}
-	defer func() { res.Elapsed = time.Since(start) }()
-
-	res.Variant = a.Start(t, rnd)
-	stopped := false
+	res = Result{Adapter: name, Seed: seed, Config: cfg, Faults: map[conformance.Fault]int{}, Converge: map[conformance.Fault][]time.Duration{}}
+	sc := &scope{TB: t}
+	div := &divergences{scope: sc}
+	closed := false
 	defer func() {
-		if !stopped {
-			a.Stop(t)
+		res.Elapsed = time.Since(start)
+		if !closed {
+			sc.close()
 		}
 	}()
+
+	hh, variant := makeHarness(sc, rnd)
+	res.Variant = variant
+	h, ok := hh.(Harness[T])
+	if !ok {
+		t.Fatalf("reliability: the %s harness (%T) must implement conformance.Truth and conformance.Faults", name, hh)
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Settle+5*time.Minute)
 	defer cancel()
 
-	var listErrs atomic.Int64
+	var reported atomic.Int64
 	met := &metrics{}
-	inf := core.NewSharedIndexInformer[T](a.ListerWatcher(), core.InformerOptions[T]{
-		Name: "reliability " + a.Name(),
+	inf := core.NewSharedIndexInformer[T](h.ListerWatcher(), core.InformerOptions[T]{
+		Name: "reliability " + name,
 		// Faults make errors by the dozen; they are expected. What counts
 		// is convergence, checked below.
 		ErrorHandler: func(err error) {
-			listErrs.Add(1)
+			reported.Add(1)
 			t.Logf("%s informer: %v", time.Now().Format("15:04:05.000"), err)
 		},
 		Backoff:         core.Backoff{Initial: 50 * time.Millisecond, Max: time.Second},
@@ -169,54 +224,37 @@ func Run[T any](t testing.TB, a Adapter[T], seed uint64, cfg Config) (res Result
 		Metrics:         met,
 	})
 
-	hist := NewHistory()
 	queue := workqueue.New(workqueue.Config[string]{
 		Name:        "reliability",
 		RateLimiter: workqueue.NewItemExponentialFailureRateLimiter[string](time.Millisecond, 50*time.Millisecond),
 	})
-	enqueue := func(key string) { queue.Add(key) }
-	if _, err := inf.AddEventHandler(core.ResourceEventHandlerFuncs[T]{
-		AddFunc:    func(key string, obj T, _ bool) { hist.Saw(key, a.Version(obj)); enqueue(key) },
-		UpdateFunc: func(key string, _, obj T) { hist.Saw(key, a.Version(obj)); enqueue(key) },
-		DeleteFunc: func(key string, obj T, _ bool) { hist.Deleted(key, a.Version(obj)); enqueue(key) },
-	}); err != nil {
+	rec := informertest.NewRecorder(div, h.Version)
+	if _, err := inf.AddEventHandler(enqueuing[T]{rec, queue}); err != nil {
 		t.Fatalf("add handler: %v", err)
 	}
 
 	// A handler that records what it saw and then panics on about one
 	// event in eight: the informer must recover, report it, and keep
 	// feeding this handler and the others.
-	panicky := NewHistory()
-	boom := func(key string, ver int64) {
-		if (uint64(ver)*0x9e3779b97f4a7c15+uint64(len(key)))%8 == 0 {
-			panic(fmt.Sprintf("reliability: planned panic at %s version %d", key, ver))
-		}
-	}
-	if _, err := inf.AddEventHandlerWithOptions(core.ResourceEventHandlerFuncs[T]{
-		AddFunc: func(key string, obj T, _ bool) { v := a.Version(obj); panicky.Saw(key, v); boom(key, v) },
-		UpdateFunc: func(key string, _, obj T) {
-			v := a.Version(obj)
-			panicky.Saw(key, v)
-			boom(key, v)
-		},
-		DeleteFunc: func(key string, obj T, _ bool) { v := a.Version(obj); panicky.Deleted(key, v); boom(key, v) },
-	}, core.HandlerOptions{Name: "panicky"}); err != nil {
+	panicky := informertest.NewRecorder(&prefixed{div, "panicking handler: "}, h.Version)
+	if _, err := inf.AddEventHandlerWithOptions(panicking[T]{panicky, h.Version}, core.HandlerOptions{Name: "panicky"}); err != nil {
 		t.Fatalf("add handler: %v", err)
 	}
 
 	// The controller: reconciles a key from the cache, failing at random;
-	// a failed key is requeued with per-item exponential backoff.
+	// a failed key is requeued with per-item exponential backoff. The
+	// versions it reads must never go back either: the cache does not
+	// travel in time.
 	var (
 		recMu      sync.Mutex
 		reconciled = map[string]int64{}
+		highest    = map[string]int64{}
 		failRnd    = rand.New(rand.NewPCG(seed^0x5bd1e995, seed))
 		requeues   atomic.Int64
 		workers    sync.WaitGroup
 	)
 	for range 2 {
-		workers.Add(1)
-		go func() {
-			defer workers.Done()
+		workers.Go(func() {
 			for {
 				key, shutdown := queue.Get()
 				if shutdown {
@@ -234,7 +272,12 @@ func Run[T any](t testing.TB, a Adapter[T], seed uint64, cfg Config) (res Result
 				obj, ok := inf.Lister().Get(key)
 				recMu.Lock()
 				if ok {
-					reconciled[key] = a.Version(obj)
+					v := h.Version(obj)
+					if v < highest[key] {
+						div.add(fmt.Sprintf("reconciler read %q at version %d after version %d", key, v, highest[key]))
+					}
+					highest[key] = max(highest[key], v)
+					reconciled[key] = v
 				} else {
 					delete(reconciled, key)
 				}
@@ -242,18 +285,21 @@ func Run[T any](t testing.TB, a Adapter[T], seed uint64, cfg Config) (res Result
 				queue.Forget(key)
 				queue.Done(key)
 			}
-		}()
+		})
 	}
 
 	runCtx, stopRun := context.WithCancel(ctx)
 	runDone := make(chan struct{})
 	go func() { defer close(runDone); _ = inf.Run(runCtx) }()
+	var measuring sync.WaitGroup // convergence timers
 	shutdown := func() {
 		stopRun()
 		<-runDone
+		measuring.Wait()
 		queue.ShutDown()
 		workers.Wait()
 	}
+	stopped := false
 	defer func() {
 		if !stopped {
 			shutdown()
@@ -264,13 +310,13 @@ func Run[T any](t testing.TB, a Adapter[T], seed uint64, cfg Config) (res Result
 	err := inf.WaitForCacheSync(syncCtx)
 	syncCancel()
 	if err != nil {
-		diverge("initial sync: %v", err)
+		res.Divergences = append(res.Divergences, fmt.Sprintf("initial sync: %v", err))
 		return res
 	}
 
 	// Plan: which op each fault precedes. Decided by the seed alone.
-	kinds := a.Faults()
-	plan := map[int][]Fault{}
+	kinds := h.Faults()
+	plan := map[int][]conformance.Fault{}
 	for _, k := range kinds {
 		for range cfg.FaultsPerKind {
 			at := rnd.IntN(cfg.Ops)
@@ -285,20 +331,42 @@ func Run[T any](t testing.TB, a Adapter[T], seed uint64, cfg Config) (res Result
 		del := rnd.IntN(4) == 0
 		v := ver
 		retry(t, ctx, fmt.Sprintf("write %s", key), func(ctx context.Context) error {
+			var err error
 			if del {
-				return a.Delete(ctx, key)
+				_, err = h.Delete(ctx, key)
+			} else {
+				_, err = h.Put(ctx, key, v)
 			}
-			return a.Put(ctx, key, v)
+			return err
 		})
 		res.Ops++
 		if p := cfg.MaxPause; p > 0 {
 			time.Sleep(time.Duration(rnd.Int64N(int64(p))))
 		}
 	}
+	var convMu sync.Mutex
+	converged := func(f conformance.Fault) {
+		healed := time.Now()
+		var head core.ResourceVersion
+		retry(t, ctx, "read head", func(ctx context.Context) error {
+			var err error
+			head, err = h.Head(ctx)
+			return err
+		})
+		measuring.Go(func() {
+			if err := inf.WaitFor(runCtx, head); err != nil {
+				return // the run ended first; the final checks report it
+			}
+			d := time.Since(healed)
+			convMu.Lock()
+			res.Converge[f] = append(res.Converge[f], d)
+			convMu.Unlock()
+		})
+	}
 	for i := range cfg.Ops {
 		for _, f := range plan[i] {
 			t.Logf("%s before write %d: %s (applied %d)", time.Now().Format("15:04:05.000"), i, f, inf.AppliedVersion())
-			end, writable := a.Inject(t, ctx, f)
+			end, writable := h.Inject(sc, ctx, f)
 			res.Faults[f]++
 			if writable {
 				for range rnd.IntN(6) {
@@ -308,69 +376,66 @@ func Run[T any](t testing.TB, a Adapter[T], seed uint64, cfg Config) (res Result
 			if end != nil {
 				end()
 			}
+			converged(f)
 		}
 		write()
 	}
-	a.Heal(t)
+	h.Heal(sc)
 
 	// Settle: the cache reaches the head, then equals the source.
 	var head core.ResourceVersion
 	retry(t, ctx, "read head", func(ctx context.Context) error {
 		var err error
-		head, err = a.Head(ctx)
+		head, err = h.Head(ctx)
 		return err
 	})
 	var truth map[string]int64
 	retry(t, ctx, "read source", func(ctx context.Context) error {
 		var err error
-		truth, err = a.Truth(ctx)
+		truth, err = h.Truth(ctx)
 		return err
 	})
 	settle, settleCancel := context.WithTimeout(ctx, cfg.Settle)
 	defer settleCancel()
+	var found []string
+	diverge := func(format string, args ...any) { found = append(found, fmt.Sprintf(format, args...)) }
 	if err := inf.WaitFor(settle, head); err != nil {
-		diverge("WaitFor(head %d): %v (applied %d, list errors %d)", head, err, inf.AppliedVersion(), listErrs.Load())
+		diverge("WaitFor(head %d): %v (applied %d, informer errors %d)", head, err, inf.AppliedVersion(), reported.Load())
 	}
 	cache := map[string]int64{}
 	inf.Indexer().Range(func(key string, obj T) bool {
-		cache[key] = a.Version(obj)
+		cache[key] = h.Version(obj)
 		return true
 	})
-	for _, d := range Diff("cache", cache, truth) {
+	for _, d := range informertest.Diff("cache", cache, truth) {
 		diverge("%s", d)
 	}
-	if len(res.Divergences) > 0 {
+	if len(found) > 0 {
 		// The handlers will not fix what the cache got wrong: do not wait
 		// the whole deadline for them.
 		var cancel context.CancelFunc
 		settle, cancel = context.WithTimeout(settle, 2*time.Second)
 		defer cancel()
 	}
-	if !waitUntil(settle, func() bool { return hist.Diff(truth) == nil }) {
-		for _, d := range hist.Diff(truth) {
-			diverge("%s", d)
+	for _, r := range []struct {
+		what string
+		rec  *informertest.Recorder[T]
+	}{{"handler", rec}, {"panicking handler", panicky}} {
+		if !waitUntil(settle, func() bool { return informertest.Diff(r.what, r.rec.State(), truth) == nil }) {
+			for _, d := range informertest.Diff(r.what, r.rec.State(), truth) {
+				diverge("%s", d)
+			}
 		}
-	}
-	if !waitUntil(settle, func() bool { return panicky.Diff(truth) == nil }) {
-		for _, d := range panicky.Diff(truth) {
-			diverge("panicking %s", d)
-		}
-	}
-	for _, v := range panicky.Violations() {
-		diverge("panicking handler: %s", v)
 	}
 	recDiff := func() []string {
 		recMu.Lock()
 		defer recMu.Unlock()
-		return Diff("reconciler", reconciled, truth)
+		return informertest.Diff("reconciler", reconciled, truth)
 	}
 	if !waitUntil(settle, func() bool { return recDiff() == nil && queue.Len() == 0 }) {
 		for _, d := range recDiff() {
 			diverge("%s", d)
 		}
-	}
-	for _, v := range hist.Violations() {
-		diverge("%s", v)
 	}
 	res.Faults[Requeue] = int(requeues.Load())
 	res.Relists, res.Restarts = int(met.relists.Load()), int(met.restarts.Load())
@@ -378,14 +443,76 @@ func Run[T any](t testing.TB, a Adapter[T], seed uint64, cfg Config) (res Result
 
 	stopped = true
 	shutdown()
-	a.Stop(t)
+	closed = true
+	sc.close()
+	res.Divergences = append(div.all(), found...)
 	if err := goleak.Find(leaks); err != nil {
-		diverge("goroutines left after stop: %v", err)
+		res.Divergences = append(res.Divergences, fmt.Sprintf("goroutines left after stop: %v", err))
 	}
-	t.Logf("%s seed %d (%s): %d writes, faults %v, %d handler events, %d relists, %d watch restarts, %d informer errors, %v",
-		a.Name(), seed, res.Variant, res.Ops, res.Faults, hist.Events(), res.Relists, res.Restarts, listErrs.Load(), time.Since(start).Round(time.Millisecond))
+	for _, ds := range res.Converge {
+		slices.Sort(ds)
+	}
+	t.Logf("%s seed %d (%s): %d writes, faults %v, %d handler events, %d relists, %d watch restarts, %d informer errors, converged %s, %v",
+		name, seed, res.Variant, res.Ops, res.Faults, len(rec.Log()), res.Relists, res.Restarts, reported.Load(),
+		fmtConverge(res.Converge), time.Since(start).Round(time.Millisecond))
 	return res
 }
+
+// enqueuing records each notification and enqueues its key.
+type enqueuing[T any] struct {
+	rec   *informertest.Recorder[T]
+	queue *workqueue.Queue[string]
+}
+
+func (e enqueuing[T]) OnAdd(key string, obj T, initial bool) {
+	e.rec.OnAdd(key, obj, initial)
+	e.queue.Add(key)
+}
+
+func (e enqueuing[T]) OnUpdate(key string, old, obj T) {
+	e.rec.OnUpdate(key, old, obj)
+	e.queue.Add(key)
+}
+
+func (e enqueuing[T]) OnDelete(key string, obj T, unknown bool) {
+	e.rec.OnDelete(key, obj, unknown)
+	e.queue.Add(key)
+}
+
+// panicking records each notification, then panics on about one in eight.
+type panicking[T any] struct {
+	rec     *informertest.Recorder[T]
+	version func(T) int64
+}
+
+func (p panicking[T]) boom(key string, obj T) {
+	if v := p.version(obj); (uint64(v)*0x9e3779b97f4a7c15+uint64(len(key)))%8 == 0 {
+		panic(fmt.Sprintf("reliability: planned panic at %s version %d", key, v))
+	}
+}
+
+func (p panicking[T]) OnAdd(key string, obj T, initial bool) {
+	p.rec.OnAdd(key, obj, initial)
+	p.boom(key, obj)
+}
+
+func (p panicking[T]) OnUpdate(key string, old, obj T) {
+	p.rec.OnUpdate(key, old, obj)
+	p.boom(key, obj)
+}
+
+func (p panicking[T]) OnDelete(key string, obj T, unknown bool) {
+	p.rec.OnDelete(key, obj, unknown)
+	p.boom(key, obj)
+}
+
+// prefixed prefixes what it reports.
+type prefixed struct {
+	*divergences
+	prefix string
+}
+
+func (p *prefixed) Errorf(format string, args ...any) { p.add(p.prefix + fmt.Sprintf(format, args...)) }
 
 // retry calls f until it succeeds; a write may fail while a fault lasts
 // (the direct connection broken by a restart). It gives up after a minute.
@@ -405,6 +532,13 @@ func retry(t testing.TB, ctx context.Context, what string, f func(context.Contex
 	t.Fatalf("%s: still failing after a minute: %v", what, err)
 }
 
+// Retry is retry for harnesses: it calls f until it succeeds, failing t
+// after a minute.
+func Retry(t testing.TB, ctx context.Context, what string, f func(context.Context) error) {
+	t.Helper()
+	retry(t, ctx, what, f)
+}
+
 // waitUntil polls cond until it holds or ctx ends.
 func waitUntil(ctx context.Context, cond func() bool) bool {
 	for {
@@ -420,13 +554,34 @@ func waitUntil(ctx context.Context, cond func() bool) bool {
 }
 
 // sortedFaults returns the fault kinds in a fixed order for reports.
-func sortedFaults(m map[Fault]int) []Fault {
-	out := make([]Fault, 0, len(m))
+func sortedFaults[V any](m map[conformance.Fault]V) []conformance.Fault {
+	out := make([]conformance.Fault, 0, len(m))
 	for f := range m {
 		out = append(out, f)
 	}
 	slices.Sort(out)
 	return out
+}
+
+func fmtConverge(m map[conformance.Fault][]time.Duration) string {
+	var parts []string
+	for _, f := range sortedFaults(m) {
+		ds := m[f]
+		parts = append(parts, fmt.Sprintf("%s %s", f, ds[len(ds)-1].Round(time.Millisecond)))
+	}
+	if len(parts) == 0 {
+		return "(no fault healed)"
+	}
+	return "within " + strings.Join(parts, ", ")
+}
+
+// percentile returns the p-th percentile (0..1) of sorted ds, nearest rank.
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	i := int(p*float64(len(ds))+0.999999) - 1
+	return ds[min(max(i, 0), len(ds)-1)]
 }
 
 // metrics counts what the faults made the informer do, so that the report

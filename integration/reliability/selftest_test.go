@@ -8,46 +8,47 @@ import (
 	"testing"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/conformance"
+	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/core/memory"
 	"github.com/dbinformer/dbinformer/integration/reliability"
 )
 
-// memAdapter runs the suite against core/memory. With dropDeletes its
-// watches lose every delete, as a buggy adapter would, and the suite must
-// catch it.
-type memAdapter struct {
+// memHarness runs the suite against core/memory, faults through an
+// informertest.Spy. With dropDeletes its watches lose every delete, as a
+// buggy adapter would, and the suite must catch it.
+type memHarness struct {
 	src         *memory.Source[reliability.Obj]
+	spy         *informertest.Spy[reliability.Obj]
 	dropDeletes bool
 }
 
-func (m *memAdapter) Name() string { return "memory" }
-
-func (m *memAdapter) Start(testing.TB, *rand.Rand) string {
-	m.src = memory.New[reliability.Obj](memory.Options{})
-	if m.dropDeletes {
-		return "drops deletes"
+func newMemHarness(dropDeletes bool) reliability.MakeHarness[reliability.Obj] {
+	return func(t testing.TB, _ *rand.Rand) (conformance.Harness[reliability.Obj], string) {
+		src := memory.New[reliability.Obj](memory.Options{})
+		var lw core.ListerWatcher[reliability.Obj] = src
+		variant := "faithful"
+		if dropDeletes {
+			lw, variant = lossy{src}, "drops deletes"
+		}
+		return &memHarness{src: src, spy: informertest.Wrap(lw), dropDeletes: dropDeletes}, variant
 	}
-	return "faithful"
 }
 
-func (m *memAdapter) ListerWatcher() core.ListerWatcher[reliability.Obj] {
-	if m.dropDeletes {
-		return lossy{m.src}
-	}
-	return m.src
+var _ reliability.Harness[reliability.Obj] = (*memHarness)(nil)
+
+func (m *memHarness) ListerWatcher() core.ListerWatcher[reliability.Obj] { return m.spy }
+
+func (m *memHarness) Put(_ context.Context, key string, ver int64) (core.ResourceVersion, error) {
+	return m.src.Put(key, reliability.Obj{K: key, V: ver}), nil
 }
 
-func (m *memAdapter) Put(_ context.Context, key string, ver int64) error {
-	m.src.Put(key, reliability.Obj{K: key, V: ver})
-	return nil
+func (m *memHarness) Delete(_ context.Context, key string) (core.ResourceVersion, error) {
+	rv, _ := m.src.Delete(key)
+	return rv, nil
 }
 
-func (m *memAdapter) Delete(_ context.Context, key string) error {
-	m.src.Delete(key)
-	return nil
-}
-
-func (m *memAdapter) Truth(context.Context) (map[string]int64, error) {
+func (m *memHarness) Truth(context.Context) (map[string]int64, error) {
 	items, _ := m.src.Items()
 	out := map[string]int64{}
 	for k, o := range items {
@@ -56,78 +57,104 @@ func (m *memAdapter) Truth(context.Context) (map[string]int64, error) {
 	return out, nil
 }
 
-func (m *memAdapter) Head(context.Context) (core.ResourceVersion, error) { return m.src.HeadRV(), nil }
-func (m *memAdapter) Version(o reliability.Obj) int64                    { return o.V }
-func (m *memAdapter) Heal(testing.TB)                                    {}
-func (m *memAdapter) Stop(testing.TB)                                    {}
+func (m *memHarness) Head(context.Context) (core.ResourceVersion, error) { return m.src.HeadRV(), nil }
+func (m *memHarness) Version(o reliability.Obj) int64                    { return o.V }
+func (m *memHarness) Heal(testing.TB)                                    {}
 
-func (m *memAdapter) Faults() []reliability.Fault {
+func (m *memHarness) Faults() []conformance.Fault {
 	// No expiry for the lossy variant: a relist would repair what the
 	// watch lost, and the point is to see the loss.
 	if m.dropDeletes {
-		return []reliability.Fault{reliability.Cut}
+		return []conformance.Fault{conformance.Cut}
 	}
-	return []reliability.Fault{reliability.Cut, reliability.Expire}
+	return []conformance.Fault{conformance.Cut, conformance.Expire}
 }
 
-func (m *memAdapter) Inject(t testing.TB, _ context.Context, f reliability.Fault) (func(), bool) {
+func (m *memHarness) Inject(t testing.TB, _ context.Context, f conformance.Fault) (func(), bool) {
 	switch f {
-	case reliability.Cut:
-		m.src.BreakWatchers(errors.New("connection cut"))
-	case reliability.Expire:
+	case conformance.Cut:
+		m.spy.Break(errors.New("connection cut"))
+	case conformance.Expire:
 		if err := m.src.Compact(m.src.HeadRV()); err != nil {
 			t.Fatal(err)
 		}
-		m.src.BreakWatchers(errors.New("connection cut"))
+		m.spy.Break(errors.New("connection cut"))
 	}
 	return nil, true
 }
 
+// lossy drops every delete its watches see.
 type lossy struct {
 	*memory.Source[reliability.Obj]
 }
 
-func (l lossy) Watch(ctx context.Context, from core.ResourceVersion) (core.Watcher[reliability.Obj], error) {
-	w, err := l.Source.Watch(ctx, from)
-	if err != nil {
-		return nil, err
-	}
-	return lossyWatcher{w}, nil
-}
-
-type lossyWatcher struct{ core.Watcher[reliability.Obj] }
-
-func (w lossyWatcher) Next(ctx context.Context) ([]core.Event[reliability.Obj], error) {
-	evs, err := w.Watcher.Next(ctx)
-	kept := evs[:0]
-	for _, e := range evs {
-		if e.Type != core.Deleted {
-			kept = append(kept, e)
+func (l lossy) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[reliability.Obj]) error {
+	emit := opts.Emit
+	opts.Emit = func(evs []core.Event[reliability.Obj]) error {
+		var kept []core.Event[reliability.Obj]
+		for _, e := range evs {
+			if e.Type != core.Deleted {
+				kept = append(kept, e)
+			}
 		}
+		if len(kept) == 0 {
+			// Keep the batch's version moving, as the lost delete's
+			// bookmark.
+			kept = append(kept, core.Event[reliability.Obj]{Type: core.Bookmark, RV: evs[len(evs)-1].RV})
+		}
+		return emit(kept)
 	}
-	if len(kept) == 0 && len(evs) > 0 {
-		// Keep the batch's version moving, as the lost delete's bookmark.
-		last := evs[len(evs)-1]
-		kept = append(kept, core.Event[reliability.Obj]{Type: core.Bookmark, RV: last.RV})
-	}
-	return kept, err
+	return l.Source.Watch(ctx, from, opts)
 }
 
 // The suite passes a faithful source and catches one that loses deletes:
-// the checks can fail.
+// the checks can fail. The faithful runs also measure convergence.
 func TestSuiteCatchesLostDeletes(t *testing.T) {
 	cfg := reliability.Config{Ops: 100, FaultsPerKind: 2}
 	for seed := uint64(1); seed <= 2; seed++ {
-		if res := reliability.Run(t, &memAdapter{}, seed, cfg); len(res.Divergences) > 0 {
+		res := reliability.Run(t, "memory", newMemHarness(false), seed, cfg)
+		if len(res.Divergences) > 0 {
 			t.Errorf("faithful source: %s", res.Failure())
 		}
-		res := reliability.Run(t, &memAdapter{dropDeletes: true}, seed, cfg)
+		if n := len(res.Converge[conformance.Cut]) + len(res.Converge[conformance.Expire]); n != 4 {
+			t.Errorf("seed %d: %d convergence times for 4 faults: %v", seed, n, res.Converge)
+		}
+		res = reliability.Run(t, "memory", newMemHarness(true), seed, cfg)
 		if len(res.Divergences) == 0 {
 			t.Errorf("seed %d: a source that loses deletes passed", seed)
 			continue
 		}
-		if !strings.Contains(res.Failure(), "the source deleted it") {
+		if !strings.Contains(res.Failure(), "want it absent") {
 			t.Errorf("seed %d: divergence does not name the deleted key:\n%s", seed, res.Failure())
 		}
 	}
+}
+
+// core/memory is registered as an adapter too: TestReliability runs it
+// beside the real servers, a baseline with no network in the way.
+func init() { reliability.Register("memory", newMemHarness(false)) }
+
+// Registered adapters run through Lookup and Adapters; a name registers
+// once.
+func TestRegister(t *testing.T) {
+	a, ok := reliability.Lookup("memory")
+	if !ok {
+		t.Fatal("registered adapter not found")
+	}
+	found := false
+	for _, b := range reliability.Adapters() {
+		found = found || b.Name == a.Name
+	}
+	if !found {
+		t.Error("registered adapter not listed")
+	}
+	if res := a.Run(t, 3, reliability.Config{Ops: 20}); len(res.Divergences) > 0 || res.Adapter != "memory" {
+		t.Errorf("%s", res.Failure())
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("a second Register of one name did not panic")
+		}
+	}()
+	reliability.Register("memory", newMemHarness(false))
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/clock"
+	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/core/memory"
 	"github.com/dbinformer/dbinformer/core/workqueue"
 )
@@ -152,7 +153,8 @@ func TestInformerMetrics(t *testing.T) {
 	src.Put("b", "2")
 	src.Put("c", "3")
 
-	inf := core.NewSharedIndexInformer[string](src, core.InformerOptions[string]{
+	spy := informertest.Wrap[string](src)
+	inf := core.NewSharedIndexInformer[string](spy, core.InformerOptions[string]{
 		Name:         "things",
 		Metrics:      pm,
 		Backoff:      core.Backoff{Initial: time.Millisecond, Max: 2 * time.Millisecond},
@@ -226,15 +228,16 @@ func TestInformerMetrics(t *testing.T) {
 	}
 	eventually(t, reg, "dbinformer_informer_lag", inf1, 0)
 
-	if err := src.WaitForWatchers(ctx, 1); err != nil {
+	n := spy.Watches()
+	if err := spy.WaitWatch(ctx, n); err != nil {
 		t.Fatal(err)
 	}
-	src.BreakWatchers(errors.New("connection reset"))
+	spy.Break(errors.New("connection reset"))
 	eventually(t, reg, "dbinformer_informer_watch_restarts_total", map[string]string{"informer": "things", "reason": "error"}, 1)
-	if err := src.WaitForWatchers(ctx, 1); err != nil {
+	if err := spy.WaitWatch(ctx, n+1); err != nil {
 		t.Fatal(err)
 	}
-	src.BreakWatchers(fmt.Errorf("history gone: %w", core.ErrExpired))
+	spy.Break(fmt.Errorf("history gone: %w", core.ErrExpired))
 	eventually(t, reg, "dbinformer_informer_watch_restarts_total", map[string]string{"informer": "things", "reason": "expired"}, 1)
 	eventually(t, reg, "dbinformer_informer_lists_total", map[string]string{"informer": "things", "kind": "relist", "result": "success"}, 1)
 	want(t, reg, "dbinformer_informer_listed_objects", inf1, 4)

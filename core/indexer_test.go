@@ -33,7 +33,7 @@ func TestIndexerByIndexFollowsUpdatesAndDeletes(t *testing.T) {
 	if n := sortedNames(got); !reflect.DeepEqual(n, []string{"a", "b"}) {
 		t.Fatalf("ByIndex y = %v", n)
 	}
-	must(t, s.Update("a", &user{Name: "a", Groups: []string{"z"}}))
+	must(t, s.Add("a", &user{Name: "a", Groups: []string{"z"}}))
 	if keys, _ := s.IndexKeys("group", "y"); !reflect.DeepEqual(keys, []string{"b"}) {
 		t.Fatalf("IndexKeys y after update = %v", keys)
 	}
@@ -82,7 +82,7 @@ func TestIndexerFailingIndexLeavesStoreUnchanged(t *testing.T) {
 func TestIndexerReplaceAndAddIndexers(t *testing.T) {
 	s := NewIndexer[*user](nil)
 	must(t, s.Add("old", &user{Name: "old"}))
-	must(t, s.Replace(map[string]*user{"a": {Name: "a", Groups: []string{"g"}}, "b": {Name: "b", Groups: []string{"g"}}}))
+	must(t, s.replace(map[string]*user{"a": {Name: "a", Groups: []string{"g"}}, "b": {Name: "b", Groups: []string{"g"}}}))
 	if _, ok := s.Get("old"); ok {
 		t.Fatal("Replace kept a key")
 	}

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -13,13 +14,20 @@ type IndexFunc[T any] func(obj T) ([]string, error)
 // Indexers names index functions.
 type Indexers[T any] map[string]IndexFunc[T]
 
-// KeyLister is what a queue needs from the cache it feeds: the keys it holds
-// and the object under a key. It lets Replace find keys that vanished and
-// Resync replay what is cached. *Indexer[T] implements it.
+// KeyLister is what a queue needs from the cache it feeds: the object
+// under a key and a walk over what it holds. It lets Replace find keys that
+// vanished and Resync replay what is cached. *Indexer[T] implements it.
 type KeyLister[T any] interface {
-	ListKeys() []string
 	Get(key string) (T, bool)
+	// Range calls f for each key and object until f returns false.
+	Range(f func(key string, obj T) bool)
 }
+
+// ErrUnknownIndex is matched by the error of a lookup in an index that
+// does not exist.
+var ErrUnknownIndex = errors.New("dbinformer: unknown index")
+
+func unknownIndex(name string) error { return fmt.Errorf("%w %q", ErrUnknownIndex, name) }
 
 // Indexer is a thread-safe map from key to object with secondary indexes,
 // client-go's ThreadSafeStore and Indexer in one concrete generic type.
@@ -29,6 +37,10 @@ type KeyLister[T any] interface {
 //
 // Objects are stored as given, not copied: treat what Get and List return
 // as read-only, exactly as with client-go's caches.
+//
+// An informer's Indexer is written by the informer only; read it through a
+// Lister. Writing to it behind the informer's back makes the cache
+// disagree with the source.
 type Indexer[T any] struct {
 	mu       sync.RWMutex
 	items    map[string]T
@@ -54,17 +66,14 @@ func NewIndexer[T any](indexers Indexers[T]) *Indexer[T] {
 	return s
 }
 
-// Add stores obj under key, replacing what was there. An index function
-// error leaves the store unchanged.
+// Add stores obj under key, replacing what was there (client-go's Add and
+// Update). An index function error (or panic) leaves the store unchanged.
 func (s *Indexer[T]) Add(key string, obj T) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, err := s.putLocked(key, obj)
+	_, _, err := s.putLocked(key, obj)
 	return err
 }
-
-// Update is Add; both exist because client-go users expect both.
-func (s *Indexer[T]) Update(key string, obj T) error { return s.Add(key, obj) }
 
 // Delete removes key. Deleting a missing key is not an error.
 func (s *Indexer[T]) Delete(key string) error {
@@ -124,10 +133,47 @@ func (s *Indexer[T]) Range(f func(key string, obj T) bool) {
 	}
 }
 
-// Replace swaps the whole content for items (key → object) and rebuilds
+// indexTx is the write access update gives: every call happens under
+// the indexer's write lock.
+type indexTx[T any] struct{ s *Indexer[T] }
+
+// get returns the object under key.
+func (tx indexTx[T]) get(key string) (T, bool) {
+	obj, ok := tx.s.items[key]
+	return obj, ok
+}
+
+// put stores obj under key and returns what was there. On an index error
+// nothing changes.
+func (tx indexTx[T]) put(key string, obj T) (old T, existed bool, err error) {
+	return tx.s.putLocked(key, obj)
+}
+
+// delete removes key and returns what was there.
+func (tx indexTx[T]) delete(key string) (old T, existed bool, err error) {
+	return tx.s.deleteLocked(key)
+}
+
+// update runs f under the write lock: readers see everything f does or
+// nothing of it.
+func (s *Indexer[T]) update(f func(tx indexTx[T])) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f(indexTx[T]{s})
+}
+
+// snapshot runs f under the read lock with the current content; f must not
+// retain the map or write to the indexer.
+func (s *Indexer[T]) snapshot(f func(items map[string]T)) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	f(s.items)
+}
+
+// replace swaps the whole content for items (key → object) and rebuilds
 // the indexes. If an index function fails, the previous content stays and
 // the error names the key.
-func (s *Indexer[T]) Replace(items map[string]T) error {
+func (s *Indexer[T]) replace(items map[string]T) error {
 	indices := make(map[string]map[string]map[string]struct{}, len(s.indexers))
 	s.mu.RLock()
 	indexers := s.indexers
@@ -137,7 +183,7 @@ func (s *Indexer[T]) Replace(items map[string]T) error {
 	}
 	for key, obj := range items {
 		for name, f := range indexers {
-			vals, err := f(obj)
+			vals, err := indexValuesOf(f, obj)
 			if err != nil {
 				return &IndexError{Index: name, Key: key, Err: err}
 			}
@@ -155,6 +201,17 @@ func (s *Indexer[T]) Replace(items map[string]T) error {
 	s.items = copied
 	s.indices = indices
 	return nil
+}
+
+// indexValuesOf runs an index function, turning a panic into an error: one
+// object that crashes an index function must not take the informer down.
+func indexValuesOf[T any](f IndexFunc[T], obj T) (vals []string, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("index function panicked: %v", r)
+		}
+	}()
+	return f(obj)
 }
 
 // IndexError reports an index function that failed for a key.
@@ -176,9 +233,9 @@ func (s *Indexer[T]) Index(indexName string, obj T) ([]T, error) {
 	defer s.mu.RUnlock()
 	f, ok := s.indexers[indexName]
 	if !ok {
-		return nil, fmt.Errorf("dbinformer: index %q does not exist", indexName)
+		return nil, unknownIndex(indexName)
 	}
-	vals, err := f(obj)
+	vals, err := indexValuesOf(f, obj)
 	if err != nil {
 		return nil, &IndexError{Index: indexName, Err: err}
 	}
@@ -207,7 +264,7 @@ func (s *Indexer[T]) ByIndex(indexName, value string) ([]T, error) {
 	defer s.mu.RUnlock()
 	idx, ok := s.indices[indexName]
 	if !ok {
-		return nil, fmt.Errorf("dbinformer: index %q does not exist", indexName)
+		return nil, unknownIndex(indexName)
 	}
 	set := idx[value]
 	out := make([]T, 0, len(set))
@@ -223,7 +280,7 @@ func (s *Indexer[T]) IndexKeys(indexName, value string) ([]string, error) {
 	defer s.mu.RUnlock()
 	idx, ok := s.indices[indexName]
 	if !ok {
-		return nil, fmt.Errorf("dbinformer: index %q does not exist", indexName)
+		return nil, unknownIndex(indexName)
 	}
 	set := idx[value]
 	out := make([]string, 0, len(set))
@@ -274,7 +331,7 @@ func (s *Indexer[T]) AddIndexers(newIndexers Indexers[T]) error {
 	for name, f := range newIndexers {
 		idx := map[string]map[string]struct{}{}
 		for key, obj := range s.items {
-			vals, err := f(obj)
+			vals, err := indexValuesOf(f, obj)
 			if err != nil {
 				return &IndexError{Index: name, Key: key, Err: err}
 			}
@@ -294,24 +351,24 @@ func (s *Indexer[T]) AddIndexers(newIndexers Indexers[T]) error {
 // putLocked stores obj and returns the previous object. Every index value
 // is computed before anything changes, so a failing index function leaves
 // the store as it was.
-func (s *Indexer[T]) putLocked(key string, obj T) (old T, err error) {
-	old, existed := s.items[key]
+func (s *Indexer[T]) putLocked(key string, obj T) (old T, existed bool, err error) {
+	old, existed = s.items[key]
 	if len(s.indexers) == 0 {
 		s.items[key] = obj
-		return old, nil
+		return old, existed, nil
 	}
 	// Up to four indexes keep their values on the stack.
 	var buf [4]indexValues
 	vals := buf[:0]
 	for name, f := range s.indexers {
-		nv, err := f(obj)
+		nv, err := indexValuesOf(f, obj)
 		if err != nil {
-			return old, &IndexError{Index: name, Key: key, Err: err}
+			return old, existed, &IndexError{Index: name, Key: key, Err: err}
 		}
 		var ov []string
 		if existed {
-			if ov, err = f(old); err != nil {
-				return old, &IndexError{Index: name, Key: key, Err: err}
+			if ov, err = indexValuesOf(f, old); err != nil {
+				return old, existed, &IndexError{Index: name, Key: key, Err: err}
 			}
 		}
 		vals = append(vals, indexValues{name: name, old: ov, new: nv})
@@ -329,7 +386,7 @@ func (s *Indexer[T]) putLocked(key string, obj T) (old T, err error) {
 		}
 	}
 	s.items[key] = obj
-	return old, nil
+	return old, existed, nil
 }
 
 type indexValues struct {
@@ -343,7 +400,7 @@ func (s *Indexer[T]) deleteLocked(key string) (old T, existed bool, err error) {
 		return old, false, nil
 	}
 	for name, f := range s.indexers {
-		vals, ferr := f(old)
+		vals, ferr := indexValuesOf(f, old)
 		if ferr != nil {
 			// The object was indexed once, so its values were computable;
 			// a failure now must not leave a dangling key behind.

@@ -1,0 +1,166 @@
+package informertest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/dbinformer/dbinformer/core"
+)
+
+// Run starts an informer over lw for the length of the test: it registers
+// handlers before the informer starts (so they see the initial list as
+// initial adds), runs it in its own goroutine, and waits for its cache to
+// sync, failing the test (Fatalf) with WaitForCacheSync's reason when it
+// does not within Timeout. The informer is stopped, and its Run waited
+// for, by t's cleanup; an error Run returns then (a permanent failure) is
+// among the reported errors.
+//
+// Every error the informer reports is collected in the returned Errors
+// (and still passed to opts.ErrorHandler when set); Run never fails the
+// test for them, since faults are what many tests inject. opts.Name
+// defaults to the test's name.
+func Run[T any](t TB, lw core.ListerWatcher[T], opts core.InformerOptions[T], handlers ...core.ResourceEventHandler[T]) (*core.SharedIndexInformer[T], *Errors) {
+	t.Helper()
+	errs := &Errors{}
+	if opts.Name == "" {
+		opts.Name = t.Name()
+	}
+	user := opts.ErrorHandler
+	opts.ErrorHandler = func(err error) {
+		errs.add(err)
+		if user != nil {
+			user(err)
+		}
+	}
+	inf := core.NewSharedIndexInformer(lw, opts)
+	for _, h := range handlers {
+		if _, err := inf.AddEventHandler(h); err != nil {
+			t.Fatalf("informertest: AddEventHandler: %v", err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := inf.Run(ctx); err != nil && ctx.Err() == nil {
+			errs.add(fmt.Errorf("informertest: Run returned: %w", err))
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	sctx, scancel := waitContext(t)
+	defer scancel()
+	if err := inf.WaitForCacheSync(sctx); err != nil {
+		t.Fatalf("informertest: %v (reported errors: %v)", err, errs.All())
+	}
+	return inf, errs
+}
+
+// WaitFor waits until inf has applied every change up to rv
+// (SharedIndexInformer.WaitFor) and fails the test after Timeout.
+func WaitFor[T any](t TB, inf *core.SharedIndexInformer[T], rv core.ResourceVersion) {
+	t.Helper()
+	ctx, cancel := waitContext(t)
+	defer cancel()
+	if err := inf.WaitFor(ctx, rv); err != nil {
+		t.Fatalf("informertest: WaitFor(%d): %v (applied %d)", rv, err, inf.AppliedVersion())
+	}
+}
+
+// Errors collects the errors an informer reports. It is safe for
+// concurrent use.
+type Errors struct {
+	mu      sync.Mutex
+	list    []error
+	changed notifier
+}
+
+func (e *Errors) add(err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.list = append(e.list, err)
+	e.changed.notify()
+}
+
+// Add records err, for a test that runs its own informer with
+// ErrorHandler: errs.Add.
+func (e *Errors) Add(err error) { e.add(err) }
+
+// All returns every error reported so far.
+func (e *Errors) All() []error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.list)
+}
+
+// Len returns how many errors were reported.
+func (e *Errors) Len() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.list)
+}
+
+// Find returns the first reported error for which match returns true, or
+// nil.
+func (e *Errors) Find(match func(error) bool) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, err := range e.list {
+		if match(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+// Is returns the first reported error matching target (errors.Is), or nil.
+func (e *Errors) Is(target error) error {
+	return e.Find(func(err error) bool { return errors.Is(err, target) })
+}
+
+// Wait waits until an error for which match returns true is reported and
+// returns it; it fails the test (Fatalf) after Timeout, naming what and
+// listing what was reported.
+func (e *Errors) Wait(t TB, what string, match func(error) bool) error {
+	t.Helper()
+	ctx, cancel := waitContext(t)
+	defer cancel()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for i := 0; ; {
+		for ; i < len(e.list); i++ {
+			if match(e.list[i]) {
+				return e.list[i]
+			}
+		}
+		if ctx.Err() != nil {
+			var b strings.Builder
+			for _, err := range e.list {
+				b.WriteString("\n\t" + err.Error())
+			}
+			t.Fatalf("informertest: gave up after %s waiting for %s to be reported; reported:%s", Timeout, what, b.String())
+		}
+		ch := e.changed.wait()
+		e.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+		e.mu.Lock()
+	}
+}
+
+// As is Errors.Wait for the first reported error that errors.As can
+// assign to E, such as *core.DecodeError or *core.OrderError.
+func As[E error](t TB, errs *Errors) E {
+	t.Helper()
+	var target E
+	errs.Wait(t, fmt.Sprintf("an error of type %T", target), func(err error) bool { return errors.As(err, &target) })
+	return target
+}

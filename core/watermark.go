@@ -1,0 +1,249 @@
+package core
+
+import (
+	"context"
+	"slices"
+	"sort"
+	"sync"
+)
+
+// watermark computes a queue's applied version: the highest version V such
+// that every change up to V has been processed. It holds no lock; the
+// queue that owns it calls it under its own.
+//
+// Three things hold the version back:
+//   - the version of every change still queued or in flight (pending);
+//   - a list that is streaming, or whose deltas are still queued or in
+//     flight (listing > 0): a listed object stands for every change up to
+//     the list's version, so nothing above what was applied before the list
+//     began (floor) counts as applied until the whole list is processed;
+//   - the highest version handed to the queue (queued), which bookmarks and
+//     finished lists move.
+type watermark struct {
+	queued  ResourceVersion
+	pending versionSet
+	listing int
+	floor   ResourceVersion
+}
+
+// applied is the applied version.
+func (w *watermark) applied() ResourceVersion {
+	v := w.queued
+	if m, ok := w.pending.min(); ok && m-1 < v {
+		v = m - 1
+	}
+	if w.listing > 0 && w.floor < v {
+		v = w.floor
+	}
+	return v
+}
+
+// advance records that everything up to rv was handed to the queue.
+func (w *watermark) advance(rv ResourceVersion) {
+	if rv > w.queued {
+		w.queued = rv
+	}
+}
+
+// beginList records a list starting to stream; endList or abortList ends
+// it.
+func (w *watermark) beginList() {
+	w.floor = w.applied()
+	w.listing++
+}
+
+// endList records a list that ended at version rv.
+func (w *watermark) endList(rv ResourceVersion) {
+	w.listing--
+	w.advance(rv)
+}
+
+// abortList records a list that failed: what it queued still holds the
+// version back until processed, but the version does not move to it.
+func (w *watermark) abortList() { w.listing-- }
+
+// queuedDelta records a delta entering the queue, doneDelta one leaving it
+// (processed, or dropped by the queue).
+func queuedDelta[T any](w *watermark, d *Delta[T]) {
+	switch {
+	case d.change():
+		w.pending.add(d.RV)
+	case d.fromList():
+		w.listing++
+	}
+}
+
+func doneDelta[T any](w *watermark, d *Delta[T]) {
+	switch {
+	case d.change():
+		w.pending.remove(d.RV)
+	case d.fromList():
+		w.listing--
+	}
+}
+
+// versionSet is a multiset of versions. Versions are nearly always added
+// in ascending order (a watch delivers them so), which makes add and min
+// O(1) and remove O(log n).
+type versionSet struct {
+	vs   []versionCount // ascending; entries before head are spent
+	head int
+}
+
+type versionCount struct {
+	rv ResourceVersion
+	n  int
+}
+
+func (s *versionSet) add(rv ResourceVersion) {
+	live := s.vs[s.head:]
+	n := len(live)
+	switch {
+	case n > 0 && live[n-1].rv == rv:
+		live[n-1].n++
+	case n == 0 || live[n-1].rv < rv:
+		s.vs = append(s.vs, versionCount{rv: rv, n: 1})
+	default: // out of order: only a queue fed by hand does this
+		i := sort.Search(n, func(i int) bool { return live[i].rv >= rv })
+		if live[i].rv == rv {
+			live[i].n++
+			return
+		}
+		s.vs = slices.Insert(s.vs, s.head+i, versionCount{rv: rv, n: 1})
+	}
+}
+
+func (s *versionSet) remove(rv ResourceVersion) {
+	live := s.vs[s.head:]
+	i := sort.Search(len(live), func(i int) bool { return live[i].rv >= rv })
+	if i == len(live) || live[i].rv != rv || live[i].n == 0 {
+		return
+	}
+	live[i].n--
+	for s.head < len(s.vs) && s.vs[s.head].n == 0 {
+		s.head++
+	}
+	if s.head == len(s.vs) {
+		s.vs, s.head = s.vs[:0], 0
+	} else if s.head > 1024 && s.head*2 > len(s.vs) {
+		m := copy(s.vs, s.vs[s.head:])
+		s.vs, s.head = s.vs[:m], 0
+	}
+}
+
+// min returns the smallest version in the set.
+func (s *versionSet) min() (ResourceVersion, bool) {
+	if s.head == len(s.vs) {
+		return 0, false
+	}
+	return s.vs[s.head].rv, true
+}
+
+// listWindow bounds the deltas a queue holds while a list streams into it:
+// put blocks until the consumer has made room.
+const listWindow = 4096
+
+// queueBase holds what both queues share: locks, wake-ups, close, the
+// watermark, the change signal and the initial population count.
+type queueBase struct {
+	mu     sync.Mutex
+	popMu  sync.Mutex
+	signal chan struct{} // wakes Pop
+	room   chan struct{} // wakes a Replace waiting for room
+	closed bool
+	done   chan struct{} // closed by Close
+	wm     watermark
+	// changed is closed when the applied version or the sync state may
+	// have moved; it is replaced only when someone took it.
+	changed      chan struct{}
+	changedTaken bool
+	// populated is set when the first list ended; initialCount counts
+	// what was queued before and is not processed yet.
+	populated    bool
+	initialCount int
+}
+
+func newQueueBase() queueBase {
+	return queueBase{
+		signal:  make(chan struct{}, 1),
+		room:    make(chan struct{}, 1),
+		done:    make(chan struct{}),
+		changed: make(chan struct{}),
+	}
+}
+
+func notify(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+func (q *queueBase) changedLocked() {
+	if q.changedTaken {
+		close(q.changed)
+		q.changed, q.changedTaken = make(chan struct{}), false
+	}
+}
+
+// Changed implements Queue.
+func (q *queueBase) Changed() <-chan struct{} {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.changedTaken = true
+	return q.changed
+}
+
+// waitLocked waits for ch (signal or room); entered and left with q.mu
+// held.
+func (q *queueBase) waitLocked(ctx context.Context, ch chan struct{}) error {
+	if q.closed {
+		return ErrQueueClosed
+	}
+	q.mu.Unlock()
+	var err error
+	select {
+	case <-ch:
+	case <-q.done:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	q.mu.Lock()
+	return err
+}
+
+// Close implements Queue.
+func (q *queueBase) Close() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.closed {
+		q.closed = true
+		close(q.done)
+	}
+}
+
+// HasSynced implements Queue.
+func (q *queueBase) HasSynced() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.populated && q.initialCount == 0
+}
+
+// AppliedVersion implements Queue.
+func (q *queueBase) AppliedVersion() ResourceVersion {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.wm.applied()
+}
+
+// initialLocked reports whether a pop now belongs to the initial list.
+func (q *queueBase) initialLocked() bool { return !q.populated || q.initialCount > 0 }
+
+// knownEmpty reports whether the consumer's cache holds nothing.
+func knownEmpty[T any](known KeyLister[T]) bool {
+	empty := true
+	if known != nil {
+		known.Range(func(string, T) bool { empty = false; return false })
+	}
+	return empty
+}
