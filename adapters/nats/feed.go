@@ -171,7 +171,8 @@ func (f *feed) drained(ctx context.Context) (bool, error) {
 //
 // With strict, a message past to ends the drain without being handed
 // over; otherwise messages delivered before the proof are handed over too
-// and the caller's version is max(to, the returned sequence).
+// and the caller's version is max(to, the returned sequence). On failure
+// the returned sequence is still the last one handed over.
 func (f *feed) drain(ctx context.Context, after, to uint64, lastPerSubject, strict bool, fn func(m jetstream.Msg, seq uint64) error) (uint64, error) {
 	last := after
 	initialDone := !lastPerSubject || f.info().NumPending == 0
@@ -182,7 +183,7 @@ func (f *feed) drain(ctx context.Context, after, to uint64, lastPerSubject, stri
 		if prove {
 			prove = false
 			if ok, err := f.r.covered(ctx, last, to); err != nil {
-				return 0, err
+				return last, err
 			} else if ok {
 				return last, nil
 			}
@@ -192,7 +193,7 @@ func (f *feed) drain(ctx context.Context, after, to uint64, lastPerSubject, stri
 			if !initialDone {
 				done, err := f.drained(ctx)
 				if err != nil {
-					return 0, fmt.Errorf("%s: %w", f.r.source, err)
+					return last, fmt.Errorf("%s: %w", f.r.source, err)
 				}
 				initialDone = done
 			}
@@ -202,14 +203,14 @@ func (f *feed) drain(ctx context.Context, after, to uint64, lastPerSubject, stri
 			stall.Reset(feedStall)
 			meta, err := f.check(m)
 			if err != nil {
-				return 0, fmt.Errorf("%s: %w", f.r.source, err)
+				return last, fmt.Errorf("%s: %w", f.r.source, err)
 			}
 			seq := meta.Sequence.Stream
 			if strict && seq > to {
 				return last, nil // delivered in order: nothing matched in (last, to]
 			}
 			if err := fn(m, seq); err != nil {
-				return 0, err
+				return last, err
 			}
 			last = seq
 			if meta.NumPending == 0 {
@@ -220,9 +221,9 @@ func (f *feed) drain(ctx context.Context, after, to uint64, lastPerSubject, stri
 			}
 			prove = meta.NumPending == 0
 		case err := <-f.errs:
-			return 0, fmt.Errorf("%s: %w", f.r.source, f.r.fatal(&feedError{err}))
+			return last, fmt.Errorf("%s: %w", f.r.source, f.r.fatal(&feedError{err}))
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return last, ctx.Err()
 		}
 	}
 }

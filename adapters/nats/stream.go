@@ -140,27 +140,14 @@ func (s *EventStream[S]) ReportsProgress() bool { return true }
 // or that head, whichever is higher. Reducer errors are emitted first, as
 // events with Err set.
 func (s *EventStream[S]) List(ctx context.Context, sink core.ListSink[S]) (core.ResourceVersion, error) {
-	var (
-		f    *folder[S]
-		errs []core.Event[S]
-		top  uint64
-		err  error
-	)
-	for attempt := 1; ; attempt++ {
-		f = &folder[S]{es: s, state: maps.Clone(s.opts.Snapshot)}
-		if f.state == nil {
-			f.state = make(map[string]S)
-		}
-		errs = errs[:0]
-		top, err = s.replay(ctx, s.opts.SnapshotSeq, 0, func(m jetstream.Msg, seq uint64) {
-			errs = f.fold(m, seq, errs, false)
-		})
-		var fe *feedError
-		if err == nil || ctx.Err() != nil || !errors.As(err, &fe) || errors.Is(err, core.ErrPermanent) || attempt == maxListAttempts {
-			break
-		}
-		s.log.Debug("nats event stream list starts over", "stream", s.name, "err", err)
+	f := &folder[S]{es: s, state: maps.Clone(s.opts.Snapshot)}
+	if f.state == nil {
+		f.state = make(map[string]S)
 	}
+	var errs []core.Event[S]
+	top, err := s.replay(ctx, s.opts.SnapshotSeq, 0, func(m jetstream.Msg, seq uint64) {
+		errs = f.fold(m, seq, errs, false)
+	})
 	if err != nil {
 		return 0, err
 	}
@@ -207,6 +194,32 @@ func (s *EventStream[S]) replay(ctx context.Context, after, upTo uint64, fn func
 	if to <= after {
 		return max(to, after), nil
 	}
+	// A consumer lost midway (a node restarted, the consumer moved) is
+	// replaced from the last message handed over.
+	pos := after
+	for attempt := 1; ; attempt++ {
+		last, err := s.replayFrom(ctx, pos, to, upTo > 0, fn)
+		if err == nil {
+			return max(to, last), nil
+		}
+		var fe *feedError
+		if ctx.Err() != nil || !errors.As(err, &fe) || errors.Is(err, core.ErrPermanent) || attempt == maxListAttempts {
+			return 0, fmt.Errorf("replay: %w", err)
+		}
+		s.log.Debug("nats event stream replay reopens its consumer", "stream", s.name, "after", last, "err", err)
+		pos = last
+		t := time.NewTimer(time.Duration(attempt) * 100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return 0, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// replayFrom is one consumer of replay, from after+1.
+func (s *EventStream[S]) replayFrom(ctx context.Context, after, to uint64, strict bool, fn func(jetstream.Msg, uint64)) (uint64, error) {
 	cfg := jetstream.ConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}
 	if after > 0 {
 		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
@@ -214,20 +227,18 @@ func (s *EventStream[S]) replay(ctx context.Context, after, upTo uint64, fn func
 	}
 	f, err := s.openFeed(ctx, cfg)
 	if err != nil {
-		return 0, fmt.Errorf("%s: create replay consumer: %w", s.source, err)
+		return after, fmt.Errorf("%s: create replay consumer: %w", s.source, err)
 	}
 	defer f.close()
-	if d := f.info().Delivered.Stream; d > after {
-		return 0, fmt.Errorf("%s: the replay consumer starts after sequence %d, not at %d: messages were removed meanwhile: %w", s.source, d, after+1, core.ErrExpired)
+	// From a position (a snapshot, a resumed replay), a purge since the
+	// state check moves the consumer's start without telling anyone.
+	if d := f.info().Delivered.Stream; after > 0 && d > after {
+		return after, fmt.Errorf("%s: the replay consumer starts after sequence %d, not at %d: messages were removed meanwhile: %w", s.source, d, after+1, core.ErrExpired)
 	}
-	last, err := f.drain(ctx, after, to, false, upTo > 0, func(m jetstream.Msg, seq uint64) error {
+	return f.drain(ctx, after, to, false, strict, func(m jetstream.Msg, seq uint64) error {
 		fn(m, seq)
 		return nil
 	})
-	if err != nil {
-		return 0, fmt.Errorf("replay: %w", err)
-	}
-	return max(to, last), nil
 }
 
 // Watch continues the fold after from, through opts.Emit, until ctx ends

@@ -239,13 +239,13 @@ func (b *base) truth(ctx context.Context, last func(m *nats.RawStreamMsg) (v int
 	return out, nil
 }
 
-// Faults lists what Inject supports: Cut, Pause and Expire need the
-// proxy; Restart stops the server (a cluster: the stream leader's node);
+// Faults lists what Inject supports: Cut, Pause, Expire and Freeze need
+// the proxy; Restart stops the server (a cluster: the stream leader's node);
 // StepDown needs a cluster.
 func (b *base) Faults() []conformance.Fault {
 	var fs []conformance.Fault
 	if b.px != nil {
-		fs = append(fs, conformance.Cut, conformance.Pause, conformance.Expire)
+		fs = append(fs, conformance.Cut, conformance.Pause, conformance.Expire, conformance.Freeze)
 	}
 	fs = append(fs, conformance.Restart)
 	if b.cfg.Cluster != nil {
@@ -264,6 +264,9 @@ func (b *base) Inject(t testing.TB, ctx context.Context, f conformance.Fault) (e
 		b.px.Pause()
 		b.px.Cut()
 		return b.px.Resume, true
+	case f == conformance.Freeze && b.px != nil:
+		b.px.Freeze()
+		return b.px.Thaw, true
 	case f == conformance.Expire && b.px != nil:
 		b.px.Pause()
 		b.px.Cut()
