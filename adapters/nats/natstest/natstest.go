@@ -330,6 +330,9 @@ func (b *base) Proxy() *proxy.Proxy { return b.px }
 // ListerWatcher's).
 func (b *base) Writer() jetstream.JetStream { return b.writer }
 
+// StreamName is the name of the stream behind the harness.
+func (b *base) StreamName() string { return b.name }
+
 // Stream is the stream behind the harness, as the writer sees it.
 func (b *base) Stream() jetstream.Stream { return b.stream }
 
