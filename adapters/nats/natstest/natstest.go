@@ -1,17 +1,3 @@
-// Package natstest is the test kit of the NATS adapter: conformance
-// harnesses (core/conformance.Harness) for a KV bucket and for an event
-// stream, on an embedded server or an embedded JetStream cluster
-// (integration/harness), which also read the truth directly and inject
-// faults. The adapter's conformance tests, the reliability suite
-// (integration/reliability) and the benchmarks (bench/) all drive the
-// adapter through them.
-//
-// Most tests need only NewKV or NewEventStream with a Config naming the
-// server:
-//
-//	srv := harness.StartNATS(t)
-//	h := natstest.NewKV(t, natstest.Config{Server: srv})
-//	rv, err := h.Put(ctx, "a", 1)
 package natstest
 
 import (
@@ -325,6 +311,11 @@ func (b *base) Expire(ctx context.Context) error { return b.stream.Purge(ctx) }
 
 // Proxy is the proxy between the ListerWatcher and its server, or nil.
 func (b *base) Proxy() *proxy.Proxy { return b.px }
+
+// ListenJetStream is the JetStream context the ListerWatcher uses (through
+// the proxy, if any), for another ListerWatcher or a raw reader on the
+// same path.
+func (b *base) ListenJetStream() jetstream.JetStream { return b.lwJS }
 
 // Writer is the JetStream context writes go through (not the
 // ListerWatcher's).
