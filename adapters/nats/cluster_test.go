@@ -18,7 +18,7 @@ import (
 
 // rounds is how many times the cluster tests repeat their check:
 // NATS_CLUSTER_ROUNDS overrides it (the default keeps make test short;
-// the numbers in the issue were measured with more).
+// the numbers in the final report were measured with thousands).
 func rounds(t *testing.T, def int) int {
 	if s := os.Getenv("NATS_CLUSTER_ROUNDS"); s != "" {
 		n, err := strconv.Atoi(s)
@@ -34,7 +34,9 @@ func rounds(t *testing.T, def int) int {
 }
 
 // stepDownLoop makes the stream's leader step down over and over until
-// the test ends, each time after a new leader was elected.
+// the test ends, each time a quarter second after a new leader was
+// elected (a tighter loop keeps the stream leaderless most of the time:
+// measured, every round then waits seconds for an election).
 func stepDownLoop(t *testing.T, c *harness.NATSCluster, stream string) *atomic.Int64 {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -42,13 +44,12 @@ func stepDownLoop(t *testing.T, c *harness.NATSCluster, stream string) *atomic.I
 	t.Cleanup(func() { cancel(); wg.Wait() })
 	wg.Go(func() {
 		for ctx.Err() == nil {
-			c.WaitStreamLeader(t, stream)
-			if c.StepDown(stream) >= 0 {
+			if c.StreamLeader(stream) >= 0 && c.StepDown(stream) >= 0 {
 				n.Add(1)
 			}
 			select {
 			case <-ctx.Done():
-			case <-time.After(50 * time.Millisecond):
+			case <-time.After(250 * time.Millisecond):
 			}
 		}
 	})
@@ -72,7 +73,7 @@ func TestClusterReadYourWrites(t *testing.T) {
 			} else {
 				hh = natstest.NewEventStream(t, cfg)
 			}
-			readYourWrites(t, c, hh, rounds(t, 2000))
+			readYourWrites(t, c, hh, rounds(t, 100))
 		})
 	}
 }
@@ -99,7 +100,12 @@ func readYourWrites(t *testing.T, c *harness.NATSCluster, h natsHarness, n int) 
 		if err != nil {
 			t.Fatalf("unwatched put %d: %v", i, err)
 		}
-		informertest.WaitFor(t, inf, rv)
+		wctx, wcancel := context.WithTimeout(ctx, 2*time.Minute)
+		err = inf.WaitFor(wctx, rv)
+		wcancel()
+		if err != nil {
+			t.Fatalf("round %d: %v; errors reported: %v", i, err, errs.All())
+		}
 		if o, ok := inf.Indexer().Get(key); !ok || o.V != int64(i) {
 			stale++
 			t.Errorf("after WaitFor(%d) the cache holds %s=%+v (present %v), want version %d", rv, key, o, ok, i)
@@ -134,7 +140,7 @@ func TestClusterLaggingReplica(t *testing.T) {
 			} else {
 				h = natstest.NewEventStream(t, cfg)
 			}
-			laggingReplica(t, c, h, rounds(t, 300))
+			laggingReplica(t, c, h, rounds(t, 50))
 		})
 	}
 }
