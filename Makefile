@@ -6,7 +6,7 @@ GO ?= go
 TEST_TIMEOUT ?= 40m
 TEST_FLAGS ?=
 
-.PHONY: test deps postgres kube-apiserver chromium vet fuzz smoke reliability bench bench-smoke
+.PHONY: test deps postgres kube-apiserver vet fuzz smoke reliability bench bench-smoke
 test: deps vet smoke
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...
 	bash scripts/fuzz.sh $(FUZZ_SHORT)
@@ -23,16 +23,14 @@ fuzz:
 # (Debian's postgresql, only when missing) and the real kube-apiserver built
 # from the nested module tools/kube-apiserver into ~/.cache/dbinformer (only
 # when missing or stale; a cold build takes ~15 minutes on 2 cores).
-deps: postgres kube-apiserver chromium
+deps: postgres kube-apiserver
+	bash scripts/ensure-chromium.sh
 
 postgres:
 	bash scripts/ensure-postgres.sh
 
 kube-apiserver:
 	bash scripts/build-kube-apiserver.sh >/dev/null
-
-chromium:
-	bash scripts/ensure-chromium.sh
 
 # One real round trip per server (Postgres, etcd, NATS, kube-apiserver),
 # named in the output so that a run shows the four servers were really used.
