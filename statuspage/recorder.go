@@ -40,6 +40,7 @@ type informerRecord struct {
 	applied           core.ResourceVersion
 	appliedChangedAt  time.Time
 	appliedReportedAt time.Time
+	behindSince       time.Time // first seen received > applied (page side)
 
 	// The list in progress (or the last one).
 	listing        bool

@@ -20,9 +20,11 @@ var redactions = []struct {
 }{
 	// The userinfo of a URL: postgres://user:pass@host, nats://token@host.
 	{regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.\-]*://)[^/\s@"']*@`), "${1}REDACTED@"},
+	// An authorization header's value, with or without its scheme.
+	{regexp.MustCompile(`(?i)\b(authorization["']?\s*[:=]\s*["']?)((?:bearer|basic|token|digest)\s+)?[^\s,;"']+`), "${1}${2}REDACTED"},
 	// key=value and key: value settings whose key names a secret
 	// (libpq's password=..., sslpassword=..., a token: ..., api_key=...).
-	{regexp.MustCompile(`(?i)\b([a-z_\-]*(?:password|passwd|pwd|secret|token|api[_\-]?key|access[_\-]?key|credential|credentials|auth|nkey|seed|jwt)[a-z_\-]*)(\s*[=:]\s*)("[^"]*"|'[^']*'|[^\s,;&"']+)`), "${1}${2}REDACTED"},
+	{regexp.MustCompile(`(?i)\b([a-z_\-]*(?:password|passwd|pwd|secret|token|api[_\-]?key|access[_\-]?key|credential|credentials|nkey|seed|jwt)[a-z_\-]*)("?\s*[=:]\s*)("[^"]*"|'[^']*'|[^\s,;&"']+)`), "${1}${2}REDACTED"},
 	// HTTP authorization values.
 	{regexp.MustCompile(`(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=\-]{8,}`), "${1} REDACTED"},
 	// JSON web tokens, wherever they are.

@@ -307,6 +307,20 @@ func (p *Page) informerStatus(e *informerEntry, now time.Time) InformerStatus {
 		}
 	}
 
+	// Stuck since: the later of the applied version's last move and the
+	// first time the page saw the informer behind what it received.
+	if received > applied {
+		if r.behindSince.IsZero() {
+			r.behindSince = now
+		}
+	} else {
+		r.behindSince = time.Time{}
+	}
+	stuckSince := r.appliedChangedAt
+	if r.behindSince.After(stuckSince) {
+		stuckSince = r.behindSince
+	}
+
 	is.HeadError = headErr
 	if headKnown {
 		h := uint64(head)
@@ -399,10 +413,10 @@ func (p *Page) informerStatus(e *informerEntry, now time.Time) InformerStatus {
 	case r.permanent != "":
 		is.Live = false
 		is.NotLiveReason = fmt.Sprintf("failed permanently at %s: %s", r.permanentAt.UTC().Format(time.RFC3339), r.permanent)
-	case p.opts.StallTimeout > 0 && received > applied && now.Sub(r.appliedChangedAt) >= p.opts.StallTimeout:
+	case p.opts.StallTimeout > 0 && received > applied && now.Sub(stuckSince) >= p.opts.StallTimeout:
 		is.Live = false
 		is.NotLiveReason = fmt.Sprintf("stalled: received version %d but the applied version has stayed at %d for %s (a handler blocking the informer through MaxPending? a deadlock?)",
-			received, applied, now.Sub(r.appliedChangedAt).Truncate(time.Second))
+			received, applied, now.Sub(stuckSince).Truncate(time.Second))
 	}
 	if r.failing != "" {
 		is.Retrying = fmt.Sprintf("since %s: %s", r.failingSince.UTC().Format(time.RFC3339), r.failing)
