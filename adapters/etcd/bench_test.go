@@ -1,8 +1,9 @@
-package etcd_test
+package etcdinformer_test
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -82,7 +83,7 @@ func BenchmarkList(b *testing.B) {
 		}
 		t1 := time.Now()
 		m := 0
-		if _, err := lw.List(ctx, core.ListOptions[item]{Emit: func(ev core.Event[item]) error {
+		if _, err := lw.List(ctx, core.ListSink[item]{Emit: func(ev core.Event[item]) error {
 			if ev.Err != nil {
 				return ev.Err
 			}
@@ -128,24 +129,23 @@ func BenchmarkWatchReplay(b *testing.B) {
 			}
 		}
 		t1 := time.Now()
-		w, err := lw.Watch(ctx, core.ResourceVersion(before))
-		if err != nil {
-			b.Fatal(err)
-		}
 		m := 0
-		for m < benchKeys {
-			batch, err := w.Next(ctx)
-			if err != nil {
-				b.Fatal(err)
-			}
+		errDone := errors.New("all changes seen")
+		err := lw.Watch(ctx, core.ResourceVersion(before), core.WatchOptions[item]{Emit: func(batch []core.Event[item]) error {
 			for _, ev := range batch {
 				if ev.Type != core.Bookmark {
 					m++
 				}
 			}
-		}
+			if m >= benchKeys {
+				return errDone
+			}
+			return nil
+		}})
 		t2 := time.Now()
-		w.Stop()
+		if !errors.Is(err, errDone) {
+			b.Fatal(err)
+		}
 		cancel()
 		raw += t1.Sub(t0)
 		adapter += t2.Sub(t1)

@@ -1,66 +1,88 @@
-// Package etcd keeps an informer's cache in step with the keys under one
-// etcd v3 prefix. Its ListerWatcher is a core.ListerWatcher[T] whose
-// resource version is the etcd revision.
+// Package etcdinformer keeps an informer's cache in step with the keys under
+// one etcd v3 prefix. Most programs need only NewPrefix, passed to
+// core.NewSharedIndexInformer:
 //
-// The package is named etcd, as is the server; import it under an alias
-// that says what it is:
+//	users, err := etcdinformer.NewPrefix(ctx, cli, "/users", etcdinformer.Options[User]{})
+//	inf := core.NewSharedIndexInformer[User](users, core.InformerOptions[User]{Name: "users"})
 //
-//	import etcdinformer "github.com/dbinformer/dbinformer/adapters/etcd"
+// A Prefix is a core.ListerWatcher[T] whose resource version is the etcd
+// revision; it also implements core.ProgressReporter and core.HeadReader.
+// The directory is adapters/etcd; the package is etcdinformer.
 //
-//	lw, err := etcdinformer.New(etcdinformer.Config[User]{
-//		Client: cli,      // a *clientv3.Client, used as is (TLS, auth...)
-//		Prefix: "/users", // watches "/users/..."; keys are what follows
+// # The client is yours
+//
+// NewPrefix takes a *clientv3.Client and uses it as it is: its endpoints,
+// TLS, auth and dial settings are the caller's, the Prefix never closes it,
+// and several Prefixes (and the program's own writes, leases and elections)
+// can share it. Closing it ends the informer: a list or watch on a closed
+// client fails with an error matching core.ErrPermanent.
+//
+// Give the client gRPC keepalives: without them a watch on a member that
+// stops answering (frozen, or behind a connection that went half-open) waits
+// for the operating system to give up on the connection, which can take many
+// minutes, and says nothing meanwhile. With keepalives the client notices
+// within the timeout and moves to another endpoint:
+//
+//	cli, err := clientv3.New(clientv3.Config{
+//		Endpoints:            endpoints,
+//		DialTimeout:          5 * time.Second,
+//		DialKeepAliveTime:    5 * time.Second, // ping an idle connection this often
+//		DialKeepAliveTimeout: 3 * time.Second, // and give it up after this long without an answer
 //	})
-//	inf := core.NewSharedIndexInformer[User](lw, core.InformerOptions[User]{Name: "users"})
 //
 // # Keys and prefixes
 //
-// Prefix names a directory: a "/" is appended when it does not end in one,
-// so Prefix "/a" covers "/a/x" but never "/ab/x", and the object key of
-// "/a/x" is "x". Keys deeper down keep their slashes ("/a/b/c" is "b/c").
-// Set LiteralPrefix to match Prefix byte for byte instead ("user-" covers
-// "user-1", "user-10"; "/a" covers "/ab"; a key equal to Prefix has the
-// empty object key). The empty Prefix covers every key in etcd, and the
-// object key is then the whole etcd key.
+// The prefix names a directory: a "/" is appended when it does not end in
+// one, so the prefix "/a" covers "/a/x" but never "/ab/x", and the object key
+// of "/a/x" is "x". Keys deeper down keep their slashes ("/a/b/c" is "b/c").
+// Set Options.LiteralPrefix to match the prefix byte for byte instead
+// ("user-" covers "user-1", "user-10"; "/a" covers "/ab"; a key equal to the
+// prefix has the empty object key). The empty prefix covers every key in
+// etcd, and the object key is then the whole etcd key.
 //
 // # Values
 //
-// Values decode with a Codec: JSON[T] by default, Raw for the bytes as they
-// are (a ListerWatcher[[]byte]), or any DecodeFunc. A value that does not
-// decode is reported as an event whose Err is a *core.DecodeError naming
-// the prefix, the key and the revision (never the bytes); the informer
-// reports it through its error handler, and the watch goes on.
+// Values decode with a core.Codec: core.JSON[T] by default, core.Raw for the
+// bytes as they are (a Prefix[[]byte]), or any core.CodecFuncs. A value that
+// does not decode, or whose codec panics, is reported as an event whose Err
+// is a *core.DecodeError naming the prefix, the key and the revision (never
+// the bytes); the informer reports it through its error handler, and the
+// watch goes on.
 //
 // # How it reads
 //
-// List reads the prefix in pages of PageSize keys. The first page is read
-// at the current revision R and every later page is pinned to R (the
-// header of a pinned read reports the current revision, not R, so R is
-// taken from the first page only), continuing after the last key read; the
-// pages together are one snapshot at R, and List returns R.
+// List reads the prefix in pages of Options.PageSize keys. The first page is
+// read at the current revision R and every later page is pinned to R (the
+// header of a pinned read reports the current revision, not R, so R is taken
+// from the first page only), continuing after the last key read; the pages
+// together are one snapshot at R, and List returns R.
 //
 // Watch(from) watches from revision from+1 with the previous value of
 // deleted keys (PrevKV, so deletes carry the last object while etcd still
-// has it), progress notifications turned into Bookmarks, and RequireLeader.
-// A put of a new key is Added, of an existing key Modified. When etcd has
-// compacted the revisions after from, the watch fails with an error that
-// matches core.ErrExpired (and rpctypes.ErrCompacted), and the informer
-// relists. While the server is unreachable the etcd client reconnects and
-// resumes the watch by itself; when it gives up (no leader, for example)
-// Next returns an error and the informer watches again from the last
-// revision it applied, without relisting.
+// has it), progress notifications turned into Bookmarks, and RequireLeader;
+// each etcd watch response is one batch. A put of a new key is Added, of an
+// existing key Modified. When etcd has compacted the revisions after from,
+// the watch fails with an error that matches core.ErrExpired (and
+// rpctypes.ErrCompacted), and the informer relists. While the server is
+// unreachable the etcd client reconnects and resumes the watch by itself;
+// when it gives up (no leader, for example) Watch returns that error and the
+// informer watches again from the last revision it applied, without
+// relisting. When its context ends, Watch returns core.Stopped.
 //
-// The Watcher implements core.ProgressRequester with etcd's
-// RequestProgress on the watch's own gRPC stream, so that
-// informer.WaitFor(rev) returns for a revision written under another
-// prefix. The ListerWatcher implements core.HeadReader.
+// Each request on WatchOptions.Progress becomes an etcd RequestProgress on
+// the watch's own gRPC stream, answered by a Bookmark at etcd's revision, so
+// that informer.WaitFor(rev) returns for a revision written under another
+// prefix.
 //
 // # Server settings and permissions
 //
 // The user needs read access to the prefix's range (etcd role permission
-// READ on [Prefix, range end)). etcd sends unrequested progress
+// READ on [prefix, range end)). etcd sends unrequested progress
 // notifications every --watch-progress-notify-interval (10 minutes by
 // default); WaitFor does not depend on them. Keep enough history
 // (--auto-compaction-retention) for a watch to resume after the outages you
 // expect; a compacted position costs a full relist, nothing more.
-package etcd
+//
+// Package etcdtest holds this adapter's conformance.Harness, for tests and
+// benchmarks that drive a Prefix against a real server.
+package etcdinformer

@@ -1,4 +1,4 @@
-package etcd_test
+package etcdinformer_test
 
 import (
 	"context"
@@ -24,7 +24,7 @@ func list[T any](t *testing.T, lw core.ListerWatcher[T]) (map[string]core.Event[
 	ctx, cancel := context.WithTimeout(context.Background(), converge)
 	defer cancel()
 	got := make(map[string]core.Event[T])
-	rv, err := lw.List(ctx, core.ListOptions[T]{Emit: func(ev core.Event[T]) error {
+	rv, err := lw.List(ctx, core.ListSink[T]{Emit: func(ev core.Event[T]) error {
 		if _, dup := got[ev.Key]; dup {
 			t.Errorf("List emitted %q twice", ev.Key)
 		}
@@ -41,26 +41,115 @@ func keysOf[T any](m map[string]core.Event[T]) []string {
 	return slices.Sorted(maps.Keys(m))
 }
 
-// next returns the next batch with a deadline.
-func next[T any](t *testing.T, w core.Watcher[T]) []core.Event[T] {
+// openWatch is a Watch running on its own goroutine, its batches copied
+// to a channel (Watch may reuse the slice once Emit returns).
+type openWatch[T any] struct {
+	batches  chan []core.Event[T]
+	progress chan struct{}
+	cancel   context.CancelFunc
+	done     chan error
+	err      error // what Watch returned, once done is drained
+}
+
+// startWatch starts lw.Watch(from); the watch is stopped at cleanup.
+func startWatch[T any](t *testing.T, lw core.ListerWatcher[T], from core.ResourceVersion) *openWatch[T] {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), converge)
-	defer cancel()
-	b, err := w.Next(ctx)
-	if err != nil {
-		t.Fatalf("Next: %v", err)
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &openWatch[T]{
+		batches:  make(chan []core.Event[T]),
+		progress: make(chan struct{}),
+		cancel:   cancel,
+		done:     make(chan error, 1),
 	}
-	return b
+	go func() {
+		w.done <- lw.Watch(ctx, from, core.WatchOptions[T]{
+			Progress: w.progress,
+			Emit: func(b []core.Event[T]) error {
+				if len(b) == 0 {
+					t.Errorf("Watch emitted an empty batch")
+				}
+				select {
+				case w.batches <- slices.Clone(b):
+					return nil
+				case <-ctx.Done():
+					return context.Cause(ctx)
+				}
+			},
+		})
+	}()
+	t.Cleanup(func() { w.stop(t) })
+	return w
+}
+
+// stop cancels the watch and requires it to end with core.ErrWatchStopped
+// (unless it had already ended).
+func (w *openWatch[T]) stop(t *testing.T) {
+	t.Helper()
+	w.cancel()
+	if w.done == nil {
+		return
+	}
+	err := <-w.done
+	w.done = nil
+	if !errors.Is(err, core.ErrWatchStopped) || !errors.Is(err, context.Canceled) {
+		t.Errorf("Watch after cancel returned %v, want core.ErrWatchStopped and context.Canceled", err)
+	}
+}
+
+// end waits for Watch to return on its own and returns its error.
+func (w *openWatch[T]) end(t *testing.T) error {
+	t.Helper()
+	select {
+	case err := <-w.done:
+		w.done = nil
+		if err == nil {
+			t.Fatal("Watch returned nil")
+		}
+		return err
+	case b := <-w.batches:
+		t.Fatalf("watch delivered %+v, want it to end", b)
+	case <-time.After(converge):
+		t.Fatalf("Watch did not return within %v", converge)
+	}
+	return nil
+}
+
+// next returns the next batch.
+func (w *openWatch[T]) next(t *testing.T) []core.Event[T] {
+	t.Helper()
+	select {
+	case b := <-w.batches:
+		return b
+	case err := <-w.done:
+		w.done = nil
+		t.Fatalf("Watch returned %v", err)
+	case <-time.After(converge):
+		t.Fatalf("no batch within %v", converge)
+	}
+	return nil
 }
 
 // nextChange skips bookmarks.
-func nextChange[T any](t *testing.T, w core.Watcher[T]) []core.Event[T] {
+func (w *openWatch[T]) nextChange(t *testing.T) []core.Event[T] {
 	t.Helper()
 	for {
-		b := next(t, w)
+		b := w.next(t)
 		if b[0].Type != core.Bookmark {
 			return b
 		}
+	}
+}
+
+// requestProgress asks the watch for a Bookmark.
+func (w *openWatch[T]) requestProgress(t *testing.T) {
+	t.Helper()
+	select {
+	case w.progress <- struct{}{}:
+	case err := <-w.done:
+		w.done = nil
+		t.Fatalf("Watch returned %v", err)
+	case <-time.After(converge):
+		t.Fatalf("the watch took no progress request within %v", converge)
 	}
 }
 
@@ -86,9 +175,9 @@ func mustDelete(t *testing.T, c *clientv3.Client, key string) core.ResourceVersi
 	return core.ResourceVersion(resp.Header.Revision)
 }
 
-func rawLW(t *testing.T, c *clientv3.Client, prefix string, literal bool) *etcdinformer.ListerWatcher[[]byte] {
+func rawLW(t *testing.T, c *clientv3.Client, prefix string, literal bool) *etcdinformer.Prefix[[]byte] {
 	t.Helper()
-	lw, err := etcdinformer.New(etcdinformer.Config[[]byte]{Client: c, Prefix: prefix, LiteralPrefix: literal, Codec: etcdinformer.Raw{}})
+	lw, err := etcdinformer.NewPrefix(context.Background(), c, prefix, etcdinformer.Options[[]byte]{LiteralPrefix: literal, Codec: core.Raw{}})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -128,24 +217,14 @@ func TestPrefixIsADirectory(t *testing.T) {
 
 	// The watch of "/a" ignores "/ab", and "/ab" ignores "/a".
 	_, rv := list(t, lw)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	wa, err := rawLW(t, c, "/a", false).Watch(ctx, rv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer wa.Stop()
-	wab, err := lw.Watch(ctx, rv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer wab.Stop()
+	wa := startWatch[[]byte](t, rawLW(t, c, "/a", false), rv)
+	wab := startWatch[[]byte](t, lw, rv)
 	mustPut(t, c, "/ab/only-ab", "1")
 	mustPut(t, c, "/a/only-a", "1")
-	if b := nextChange(t, wa); len(b) != 1 || b[0].Key != "only-a" {
+	if b := wa.nextChange(t); len(b) != 1 || b[0].Key != "only-a" {
 		t.Errorf("watch of /a got %+v, want only-a", b)
 	}
-	if b := nextChange(t, wab); len(b) != 1 || b[0].Key != "only-ab" {
+	if b := wab.nextChange(t); len(b) != 1 || b[0].Key != "only-ab" {
 		t.Errorf("watch of /ab got %+v, want only-ab", b)
 	}
 }
@@ -165,15 +244,9 @@ func TestEmptyPrefix(t *testing.T) {
 	if k := keysOf(got); !slices.Equal(k, []string{"/dir/k", "plain", "\xff\xff"}) {
 		t.Fatalf("empty prefix lists %q", k)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	w, err := lw.Watch(ctx, rv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
+	w := startWatch[[]byte](t, lw, rv)
 	mustPut(t, c, "anything", "4")
-	if b := nextChange(t, w); len(b) != 1 || b[0].Key != "anything" || string(b[0].Object) != "4" {
+	if b := w.nextChange(t); len(b) != 1 || b[0].Key != "anything" || string(b[0].Object) != "4" {
 		t.Fatalf("watch of the empty prefix got %+v", b)
 	}
 }
@@ -187,16 +260,16 @@ func TestListPinnedAcrossPages(t *testing.T) {
 	for i := 0; i < 10; i++ {
 		mustPut(t, c, fmt.Sprintf("%sk%02d", prefix, i), fmt.Sprint(i))
 	}
-	lw, err := etcdinformer.New(etcdinformer.Config[[]byte]{Client: c, Prefix: prefix, Codec: etcdinformer.Raw{}, PageSize: 3})
+	ctx, cancel := context.WithTimeout(context.Background(), converge)
+	defer cancel()
+	lw, err := etcdinformer.NewPrefix(ctx, c, prefix, etcdinformer.Options[[]byte]{Codec: core.Raw{}, PageSize: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), converge)
-	defer cancel()
 	var estimate int64 = -1
 	got := map[string]string{}
 	emitted := 0
-	rv, err := lw.List(ctx, core.ListOptions[[]byte]{
+	rv, err := lw.List(ctx, core.ListSink[[]byte]{
 		Estimate: func(n int64) { estimate = n },
 		Emit: func(ev core.Event[[]byte]) error {
 			emitted++
@@ -229,14 +302,10 @@ func TestListPinnedAcrossPages(t *testing.T) {
 		t.Fatalf("List at %d saw writes made after its first page:\n got  %v\n want %v", rv, got, want)
 	}
 	// The watch from the List's revision delivers exactly those writes.
-	w, err := lw.Watch(ctx, rv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
+	w := startWatch[[]byte](t, lw, rv)
 	var seen []string
 	for len(seen) < 4 {
-		for _, ev := range nextChange(t, w) {
+		for _, ev := range w.nextChange(t) {
 			seen = append(seen, ev.Type.String()+" "+ev.Key)
 		}
 	}
@@ -253,13 +322,7 @@ func TestWatchEvents(t *testing.T) {
 	prefix := uniquePrefix("events")
 	lw := rawLW(t, c, prefix, false)
 	_, rv := list(t, lw)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	w, err := lw.Watch(ctx, rv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
+	w := startWatch[[]byte](t, lw, rv)
 
 	r1 := mustPut(t, c, prefix+"k", "one")
 	r2 := mustPut(t, c, prefix+"k", "two")
@@ -271,7 +334,7 @@ func TestWatchEvents(t *testing.T) {
 	}
 	var got []core.Event[[]byte]
 	for len(got) < len(want) {
-		got = append(got, nextChange(t, w)...)
+		got = append(got, w.nextChange(t)...)
 	}
 	for i := range want {
 		g, e := got[i], want[i]
@@ -285,12 +348,8 @@ func TestWatchEvents(t *testing.T) {
 	before := mustPut(t, c, prefix+"other", "x")
 	del := mustDelete(t, c, prefix+"old")
 	srv.Compact(t, int64(del))
-	w2, err := lw.Watch(ctx, del-1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w2.Stop()
-	b := nextChange(t, w2)
+	w2 := startWatch[[]byte](t, lw, del-1)
+	b := w2.nextChange(t)
 	if len(b) != 1 || b[0].Type != core.Deleted || b[0].Key != "old" || b[0].HasObject || b[0].RV != del {
 		t.Fatalf("delete at %d watched after compaction (previous write at %d): %+v, want Deleted old without object", del, before, b)
 	}
@@ -307,13 +366,7 @@ func TestWatchCompacted(t *testing.T) {
 	r2 := mustPut(t, c, prefix+"a", "2")
 	srv.Compact(t, int64(r2))
 	lw := rawLW(t, c, prefix, false)
-	ctx, cancel := context.WithTimeout(context.Background(), converge)
-	defer cancel()
-	w, err := lw.Watch(ctx, r1-1)
-	if err == nil {
-		defer w.Stop()
-		_, err = w.Next(ctx)
-	}
+	err := startWatch[[]byte](t, lw, r1-1).end(t)
 	if !errors.Is(err, core.ErrExpired) || !errors.Is(err, rpctypes.ErrCompacted) {
 		t.Fatalf("watch from compacted revision %d: %v, want ErrExpired and ErrCompacted", r1, err)
 	}
@@ -349,25 +402,19 @@ func TestUndecodableValue(t *testing.T) {
 		t.Fatalf("fine key: %+v", got["fine"])
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	w, err := lw.Watch(ctx, rv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
+	w := startWatch[item](t, lw, rv)
 	badRV := mustPut(t, c, prefix+"watched", secret)
 	goodRV := mustPut(t, c, prefix+"watched", `{"version":2}`)
-	b := nextChange(t, w)
+	b := w.nextChange(t)
 	check(b[0], "watched", badRV)
-	if b = nextChange(t, w); b[0].Err != nil || b[0].Object.Version != 2 || b[0].RV != goodRV || b[0].Type != core.Modified {
+	if b = w.nextChange(t); b[0].Err != nil || b[0].Object.Version != 2 || b[0].RV != goodRV || b[0].Type != core.Modified {
 		t.Fatalf("after the bad value the watch delivered %+v", b)
 	}
 	// Deleting a key whose last value was undecodable is still a delete.
 	mustPut(t, c, prefix+"watched", secret)
-	nextChange(t, w)
+	w.nextChange(t)
 	delRV := mustDelete(t, c, prefix+"watched")
-	if b = nextChange(t, w); b[0].Type != core.Deleted || b[0].HasObject || b[0].Err != nil || b[0].RV != delRV {
+	if b = w.nextChange(t); b[0].Type != core.Deleted || b[0].HasObject || b[0].Err != nil || b[0].RV != delRV {
 		t.Fatalf("delete of an undecodable value: %+v", b)
 	}
 }
@@ -380,23 +427,14 @@ func TestRequestProgress(t *testing.T) {
 	prefix := uniquePrefix("progress")
 	lw := rawLW(t, c, prefix, false)
 	_, rv := list(t, lw)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	w, err := lw.Watch(ctx, rv)
-	if err != nil {
-		t.Fatal(err)
+	if !lw.ReportsProgress() {
+		t.Fatal("ReportsProgress() = false")
 	}
-	defer w.Stop()
+	w := startWatch[[]byte](t, lw, rv)
 	other := mustPut(t, c, "/elsewhere/x", "1")
-	pr, ok := w.(core.ProgressRequester)
-	if !ok {
-		t.Fatal("the Watcher does not implement core.ProgressRequester")
-	}
 	for {
-		if err := pr.RequestProgress(ctx); err != nil {
-			t.Fatalf("RequestProgress: %v", err)
-		}
-		b := next(t, w)
+		w.requestProgress(t)
+		b := w.next(t)
 		if len(b) != 1 || b[0].Type != core.Bookmark {
 			t.Fatalf("got %+v, want a Bookmark", b)
 		}
@@ -406,59 +444,94 @@ func TestRequestProgress(t *testing.T) {
 		// A bookmark below the write may answer a request made before
 		// the watch caught up; ask again.
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), converge)
+	defer cancel()
 	head, err := lw.Head(ctx)
 	if err != nil || head < other {
 		t.Fatalf("Head = %d, %v; want at least %d", head, err, other)
 	}
 }
 
-// TestClientConfig: the ListerWatcher can own its client, made from a
-// clientv3.Config passed through unchanged, and closes it.
-func TestClientConfig(t *testing.T) {
+// TestNewPrefixAndClosedClient: NewPrefix refuses a nil client and a
+// negative page size, and a client the caller closed makes List, Head and
+// Watch fail with an error matching core.ErrPermanent, which the informer
+// stops on instead of retrying forever.
+func TestNewPrefixAndClosedClient(t *testing.T) {
 	srv := harness.StartEtcd(t)
-	mustPut(t, srv.Client(t), "/cfg/k", `{"version":5}`)
-	lw, err := etcdinformer.New(etcdinformer.Config[item]{
-		ClientConfig: &clientv3.Config{Endpoints: srv.Endpoints(), DialTimeout: 10 * time.Second},
-		Prefix:       "/cfg",
-	})
+	ctx, cancel := context.WithTimeout(context.Background(), converge)
+	defer cancel()
+	if _, err := etcdinformer.NewPrefix(ctx, nil, "/x", etcdinformer.Options[item]{}); err == nil {
+		t.Fatal("NewPrefix without a client succeeded")
+	}
+	if _, err := etcdinformer.NewPrefix(ctx, srv.Client(t), "/x", etcdinformer.Options[item]{PageSize: -1}); err == nil {
+		t.Fatal("NewPrefix with a negative page size succeeded")
+	}
+
+	c, err := clientv3.New(srv.ClientConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, _ := list(t, lw)
+	mustPut(t, c, "/closed/k", `{"version":5}`)
+	p := newLW(t, c, "/closed", 0)
+	got, rv := list(t, p)
 	if got["k"].Object.Version != 5 {
 		t.Fatalf("list: %+v", got)
 	}
-	if err := lw.Close(); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), converge)
-	defer cancel()
-	if _, err := lw.Head(ctx); err == nil {
-		t.Fatal("Head after Close succeeded; the owned client is still open")
-	}
-
-	if _, err := etcdinformer.New(etcdinformer.Config[item]{Prefix: "/x"}); err == nil {
-		t.Fatal("New without a client succeeded")
-	}
-	if _, err := etcdinformer.New(etcdinformer.Config[item]{Client: srv.Client(t), PageSize: -1}); err == nil {
-		t.Fatal("New with a negative page size succeeded")
-	}
-	// A client passed in is not closed by Close.
-	c := srv.Client(t)
-	lw2, err := etcdinformer.New(etcdinformer.Config[item]{Client: c, Prefix: "/cfg"})
-	if err != nil {
+	w := startWatch[item](t, p, rv)
+	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := lw2.Close(); err != nil {
-		t.Fatal(err)
+	if err := w.end(t); !errors.Is(err, core.ErrPermanent) {
+		t.Errorf("Watch when the client is closed: %v, want core.ErrPermanent", err)
 	}
-	if _, err := c.Get(ctx, "/cfg/k"); err != nil {
-		t.Fatalf("caller's client unusable after Close: %v", err)
+	if _, err := p.Head(ctx); !errors.Is(err, core.ErrPermanent) {
+		t.Errorf("Head on a closed client: %v, want core.ErrPermanent", err)
+	}
+	if _, err := p.List(ctx, core.ListSink[item]{Emit: func(core.Event[item]) error { return nil }}); !errors.Is(err, core.ErrPermanent) {
+		t.Errorf("List on a closed client: %v, want core.ErrPermanent", err)
+	}
+	if err := startWatch[item](t, p, rv).end(t); !errors.Is(err, core.ErrPermanent) {
+		t.Errorf("Watch on a closed client: %v, want core.ErrPermanent", err)
 	}
 }
 
-// TestAuthPassesThrough: with auth on, the ListerWatcher works with the
-// credentials of the client config it is given, a user who may only read
+// TestCodecPanic: a codec that panics is a *core.DecodeError for that key,
+// in List and in Watch, and the watch goes on.
+func TestCodecPanic(t *testing.T) {
+	srv := harness.StartEtcd(t)
+	c := srv.Client(t)
+	prefix := uniquePrefix("panic")
+	codec := core.CodecFuncs[string]{DecodeFunc: func(b []byte) (string, error) {
+		if string(b) == "boom" {
+			panic("codec exploded")
+		}
+		return string(b), nil
+	}}
+	listed := mustPut(t, c, prefix+"listed", "boom")
+	p, err := etcdinformer.NewPrefix(context.Background(), c, prefix, etcdinformer.Options[string]{Codec: codec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, rv := list(t, p)
+	check := func(ev core.Event[string], key string, at core.ResourceVersion) {
+		t.Helper()
+		var de *core.DecodeError
+		if !errors.As(ev.Err, &de) || de.Key != key || de.RV != at || ev.HasObject || !strings.Contains(ev.Err.Error(), "codec exploded") {
+			t.Fatalf("event %+v, want a DecodeError for %q at %d", ev, key, at)
+		}
+	}
+	check(got["listed"], "listed", listed)
+	w := startWatch[string](t, p, rv)
+	boom := mustPut(t, c, prefix+"watched", "boom")
+	fine := mustPut(t, c, prefix+"watched", "fine")
+	check(w.nextChange(t)[0], "watched", boom)
+	if b := w.nextChange(t); b[0].Err != nil || b[0].Object != "fine" || b[0].RV != fine {
+		t.Fatalf("after the panic the watch delivered %+v", b)
+	}
+}
+
+// TestAuthPassesThrough: with auth on, a Prefix works with the credentials
+// of the client it is given, a user who may only read
 // the prefix can list, watch and read the head, and a wrong password fails
 // without showing up in the error.
 func TestAuthPassesThrough(t *testing.T) {
@@ -487,14 +560,17 @@ func TestAuthPassesThrough(t *testing.T) {
 		}
 	}
 
-	cfg := func(user, pw string) *clientv3.Config {
-		return &clientv3.Config{Endpoints: srv.Endpoints(), DialTimeout: 10 * time.Second, Username: user, Password: pw}
+	cfg := func(user, pw string) clientv3.Config {
+		c := srv.ClientConfig()
+		c.Username, c.Password = user, pw
+		return c
 	}
-	lw, err := etcdinformer.New(etcdinformer.Config[item]{ClientConfig: cfg("reader", readerPW), Prefix: "/auth"})
+	reader, err := clientv3.New(cfg("reader", readerPW))
 	if err != nil {
-		t.Fatalf("New as reader: %v", err)
+		t.Fatalf("client as reader: %v", err)
 	}
-	defer lw.Close()
+	defer reader.Close()
+	lw := newLW(t, reader, "/auth", 0)
 	got, rv := list(t, lw)
 	if got["k"].Object.Version != 1 || len(got) != 1 {
 		t.Fatalf("reader lists %+v", got)
@@ -502,34 +578,27 @@ func TestAuthPassesThrough(t *testing.T) {
 	if _, err := lw.Head(ctx); err != nil {
 		t.Fatalf("Head as reader: %v", err)
 	}
-	w, err := lw.Watch(ctx, rv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
-	root, err := clientv3.New(*cfg("root", rootPW))
+	w := startWatch[item](t, lw, rv)
+	root, err := clientv3.New(cfg("root", rootPW))
 	if err != nil {
 		t.Fatalf("root client: %v", err)
 	}
 	defer root.Close()
 	putRV := mustPut(t, root, "/auth/k", `{"version":2}`)
-	if b := nextChange(t, w); b[0].Object.Version != 2 || b[0].RV != putRV {
+	if b := w.nextChange(t); b[0].Object.Version != 2 || b[0].RV != putRV {
 		t.Fatalf("reader's watch got %+v", b)
 	}
 
 	// The reader may not read another prefix.
-	other, err := etcdinformer.New(etcdinformer.Config[item]{ClientConfig: cfg("reader", readerPW), Prefix: "/secret"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
-	if _, err := other.List(ctx, core.ListOptions[item]{Emit: func(core.Event[item]) error { return nil }}); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+	other := newLW(t, reader, "/secret", 0)
+	if _, err := other.List(ctx, core.ListSink[item]{Emit: func(core.Event[item]) error { return nil }}); !errors.Is(err, rpctypes.ErrPermissionDenied) {
 		t.Fatalf("reader listing /secret: %v, want permission denied", err)
 	}
 
-	bad, err := etcdinformer.New(etcdinformer.Config[item]{ClientConfig: cfg("reader", "wrong-pw-77"), Prefix: "/auth"})
+	// clientv3.New authenticates when it connects.
+	bad, err := clientv3.New(cfg("reader", "wrong-pw-77"))
 	if err == nil {
-		_, err = bad.List(ctx, core.ListOptions[item]{Emit: func(core.Event[item]) error { return nil }})
+		_, err = newLW(t, bad, "/auth", 0).List(ctx, core.ListSink[item]{Emit: func(core.Event[item]) error { return nil }})
 		bad.Close()
 	}
 	if err == nil {

@@ -1,4 +1,4 @@
-package etcd_test
+package etcdinformer_test
 
 import (
 	"context"
@@ -20,24 +20,31 @@ type User struct {
 // An informer over an etcd prefix, and read-your-writes: the revision of a
 // Put, passed to WaitFor, guarantees the cache has it.
 func Example() {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: exampleEndpoints(), DialTimeout: 5 * time.Second})
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   exampleEndpoints(),
+		DialTimeout: 5 * time.Second,
+		// Keepalives let the client notice a member that stopped
+		// answering; see the package doc.
+		DialKeepAliveTime:    5 * time.Second,
+		DialKeepAliveTimeout: 3 * time.Second,
+	})
 	if err != nil {
 		panic(err)
 	}
 	defer cli.Close()
 
-	lw, err := etcdinformer.New(etcdinformer.Config[User]{Client: cli, Prefix: "/example/users"})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	prefix, err := etcdinformer.NewPrefix(ctx, cli, "/example/users", etcdinformer.Options[User]{})
 	if err != nil {
 		panic(err)
 	}
-	users := core.NewSharedIndexInformer[User](lw, core.InformerOptions[User]{Name: "users"})
+	users := core.NewSharedIndexInformer[User](prefix, core.InformerOptions[User]{Name: "users"})
 	added := make(chan string, 1)
 	_, _ = users.AddEventHandler(core.ResourceEventHandlerFuncs[User]{
 		AddFunc: func(key string, u User, _ bool) { added <- key + " " + u.Name },
 	})
 
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { _ = users.Run(runCtx); close(done) }()
@@ -62,4 +69,41 @@ func Example() {
 	// Output:
 	// cached: true Ada Lovelace true
 	// handler: ada Ada Lovelace
+}
+
+// A Prefix of raw bytes, and what a directory prefix and a literal prefix
+// cover. List is what an informer calls first; a program rarely calls it.
+func ExampleNewPrefix() {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: exampleEndpoints(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		panic(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, k := range []string{"/example/raw/a", "/example/raw/b/c", "/example/rawer/d"} {
+		if _, err := cli.Put(ctx, k, "value of "+k); err != nil {
+			panic(err)
+		}
+	}
+
+	show := func(prefix string, opts etcdinformer.Options[[]byte]) {
+		p, err := etcdinformer.NewPrefix(ctx, cli, prefix, opts)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Printf("%q covers:", p.Prefix())
+		if _, err := p.List(ctx, core.ListSink[[]byte]{Emit: func(ev core.Event[[]byte]) error {
+			fmt.Printf(" %q", ev.Key)
+			return nil
+		}}); err != nil {
+			panic(err)
+		}
+		fmt.Println()
+	}
+	show("/example/raw", etcdinformer.Options[[]byte]{Codec: core.Raw{}})
+	show("/example/raw", etcdinformer.Options[[]byte]{Codec: core.Raw{}, LiteralPrefix: true})
+	// Output:
+	// "/example/raw/" covers: "a" "b/c"
+	// "/example/raw" covers: "/a" "/b/c" "er/d"
 }

@@ -1,4 +1,4 @@
-package etcd_test
+package etcdinformer_test
 
 import (
 	"context"
@@ -24,44 +24,51 @@ import (
 const converge = 60 * time.Second
 
 // gatedLW wraps the adapter to count Lists and, when held, to keep the
-// informer's watch down: Hold stops the open watch and makes Watch wait
-// for Release. The watches it hands out are the adapter's own, so
-// RequestProgress still works.
+// informer's watch down: Hold ends the running watch and makes Watch wait
+// for Release.
 type gatedLW struct {
 	core.ListerWatcher[item]
 	lists atomic.Int64
 
 	mu      sync.Mutex
 	held    chan struct{} // closed by Release; nil when not held
-	current core.Watcher[item]
+	stop    context.CancelFunc
 	watches int
 }
 
-func (g *gatedLW) List(ctx context.Context, opts core.ListOptions[item]) (core.ResourceVersion, error) {
-	g.lists.Add(1)
-	return g.ListerWatcher.List(ctx, opts)
+var errHeld = errors.New("watch held by the test")
+
+func (g *gatedLW) ReportsProgress() bool {
+	pr, ok := g.ListerWatcher.(core.ProgressReporter)
+	return ok && pr.ReportsProgress()
 }
 
-func (g *gatedLW) Watch(ctx context.Context, from core.ResourceVersion) (core.Watcher[item], error) {
+func (g *gatedLW) List(ctx context.Context, sink core.ListSink[item]) (core.ResourceVersion, error) {
+	g.lists.Add(1)
+	return g.ListerWatcher.List(ctx, sink)
+}
+
+func (g *gatedLW) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[item]) error {
 	for {
 		g.mu.Lock()
 		held := g.held
 		if held == nil {
-			// Opened under the lock, so that Hold cannot miss it (the
-			// adapter's Watch does not wait for the server).
-			defer g.mu.Unlock()
-			w, err := g.ListerWatcher.Watch(ctx, from)
-			if err == nil {
-				g.current = w
-				g.watches++
+			wctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			g.stop = cancel
+			g.watches++
+			g.mu.Unlock()
+			err := g.ListerWatcher.Watch(wctx, from, opts)
+			if ctx.Err() == nil && wctx.Err() != nil {
+				return errHeld // Hold ended it; the informer retries
 			}
-			return w, err
+			return err
 		}
 		g.mu.Unlock()
 		select {
 		case <-held:
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return core.Stopped(ctx)
 		}
 	}
 }
@@ -69,10 +76,10 @@ func (g *gatedLW) Watch(ctx context.Context, from core.ResourceVersion) (core.Wa
 func (g *gatedLW) Hold() {
 	g.mu.Lock()
 	g.held = make(chan struct{})
-	w := g.current
+	stop := g.stop
 	g.mu.Unlock()
-	if w != nil {
-		w.Stop()
+	if stop != nil {
+		stop()
 	}
 }
 
@@ -220,9 +227,9 @@ func requireConverged(t *testing.T, inf *core.SharedIndexInformer[item], c *clie
 	return got
 }
 
-func newLW(t testing.TB, c *clientv3.Client, prefix string, pageSize int64) *etcdinformer.ListerWatcher[item] {
+func newLW(t testing.TB, c *clientv3.Client, prefix string, pageSize int64) *etcdinformer.Prefix[item] {
 	t.Helper()
-	lw, err := etcdinformer.New(etcdinformer.Config[item]{Client: c, Prefix: prefix, PageSize: pageSize})
+	lw, err := etcdinformer.NewPrefix(context.Background(), c, prefix, etcdinformer.Options[item]{PageSize: pageSize})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

@@ -1,4 +1,4 @@
-package etcd_test
+package etcdinformer_test
 
 import (
 	"fmt"

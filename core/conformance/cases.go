@@ -387,8 +387,12 @@ func bookmark[T any](e *env[T]) {
 	}
 	if canRequest {
 		// A second request, with nothing written since: answered too, at
-		// the same head or later.
-		r.progress <- struct{}{}
+		// the same head or later. If the first is still unread (the
+		// Bookmark above came on its own), that one must be answered.
+		select {
+		case r.progress <- struct{}{}:
+		default:
+		}
 		for {
 			ev, err := r.nextEvent(time.Until(time.Now().Add(e.caps.timeout())))
 			if err != nil {

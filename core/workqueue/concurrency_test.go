@@ -99,7 +99,7 @@ func TestConcurrentProducersConsumers(t *testing.T) {
 	for {
 		q.mu.Lock()
 		q.promoteLocked()
-		idle := q.queued == 0 && q.processing == 0 && len(q.waiting) == 0
+		idle := q.queued == 0 && q.processingLocked() == 0 && len(q.waiting) == 0
 		q.mu.Unlock()
 		if idle {
 			break

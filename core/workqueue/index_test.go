@@ -15,18 +15,20 @@ func TestKeyIndexAgainstMap(t *testing.T) {
 		keys    int
 	}{{false, 3000}, {true, 10}, {true, 40}} {
 		collide, keys := tc.collide, tc.keys
-		x := &keyIndex[int]{seed: maphash.MakeSeed()}
+		x := &keyIndex[int]{}
+		seed := maphash.MakeSeed()
 		h := func(k int) uint64 {
 			if collide {
 				// Five homes at the very end of the table (60..64 wraps for
 				// 64 slots, 12..15 and 0 for 16), so runs wrap around.
 				return uint64(k%5) + 60
 			}
-			return x.hash(k)
+			return maphash.Comparable(seed, k)
 		}
-		ref := map[int]int32{}
+		// Each key's state is told apart by its at field.
+		ref := map[int]int64{}
 		r := rand.New(rand.NewPCG(1, uint64(keys)))
-		next := int32(0)
+		next := int64(0)
 		for op := range 200000 {
 			k := r.IntN(keys)
 			switch r.IntN(3) {
@@ -34,9 +36,9 @@ func TestKeyIndexAgainstMap(t *testing.T) {
 				slot, found := x.findOrInsert(h(k), k)
 				if !found {
 					next++
-					slot.ref = next + 1
+					slot.st = &itemState{at: next}
 				}
-				got := slot.ref - 1
+				got := slot.st.at
 				want, ok := ref[k]
 				if !ok {
 					want = next
@@ -55,10 +57,14 @@ func TestKeyIndexAgainstMap(t *testing.T) {
 			if op%997 == 0 {
 				for k := range keys {
 					want, ok := ref[k]
+					got := int64(-1)
+					if st := x.find(h(k), k); st != nil {
+						got = st.at
+					}
 					if !ok {
 						want = -1
 					}
-					if got := x.find(h(k), k); got != want {
+					if got != want {
 						t.Fatalf("collide=%v op %d: find(%d) = %d, want %d", collide, op, k, got, want)
 					}
 				}

@@ -139,7 +139,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	lw, err := etcdinformer.New(etcdinformer.Config[App]{Client: cli, Prefix: appsPrefix})
+	lw, err := etcdinformer.NewPrefix(ctx, cli, appsPrefix, etcdinformer.Options[App]{})
 	if err != nil {
 		return err
 	}

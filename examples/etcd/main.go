@@ -96,10 +96,14 @@ func main() {
 // run syncs and serves until ctx is done, then stops everything it started
 // and returns nil after a clean stop.
 func run(ctx context.Context, cfg config, out io.Writer) error {
-	// TLS goes into this config too; the ListerWatcher uses the client as
-	// it is.
+	// TLS goes into this config too; the Prefix uses the client as it is
+	// and never closes it. The keepalives make the client notice a member
+	// that stops answering (frozen, or a half-open connection) within
+	// seconds and move to another endpoint; etcd refuses pings more
+	// frequent than its --grpc-keepalive-min-time (5s by default).
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints: cfg.endpoints, DialTimeout: 10 * time.Second,
+		DialKeepAliveTime: 5 * time.Second, DialKeepAliveTimeout: 3 * time.Second,
 		Username: cfg.user, Password: cfg.password,
 	})
 	if err != nil {
@@ -112,7 +116,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		}
 	}
 
-	lw, err := etcdinformer.New(etcdinformer.Config[Service]{Client: cli, Prefix: cfg.prefix})
+	lw, err := etcdinformer.NewPrefix(ctx, cli, cfg.prefix, etcdinformer.Options[Service]{})
 	if err != nil {
 		return err
 	}

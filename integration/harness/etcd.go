@@ -23,6 +23,18 @@ import (
 // bookmarks flowing without flooding the watch.
 const EtcdProgressNotifyInterval = time.Second
 
+// The gRPC keepalives of the clients the harness makes: a client pings a
+// connection that has been quiet this long and gives it up when the ping
+// is not answered in EtcdKeepAliveTimeout, so that a member that stops
+// answering (frozen, or behind a half-open connection) is noticed in
+// seconds. The server accepts pings this frequent (its
+// --grpc-keepalive-min-time is lowered to match; etcd's default of 5s
+// would answer more frequent pings with GOAWAY "too_many_pings").
+const (
+	EtcdKeepAliveTime    = time.Second
+	EtcdKeepAliveTimeout = 3 * time.Second
+)
+
 // Etcd is a real single-member etcd server embedded in the test process,
 // listening on 127.0.0.1 on ports picked at start, with its data in a temp
 // dir. It is stopped when the test ends.
@@ -143,6 +155,7 @@ func (e *Etcd) config() *embed.Config {
 	// bcrypt's minimum cost (4): tests that turn auth on would otherwise
 	// spend seconds per login under the race detector.
 	cfg.BcryptCost = 4
+	cfg.GRPCKeepAliveMinTime = EtcdKeepAliveTime / 2
 	if e.opts.ProgressNotifyInterval > 0 {
 		cfg.WatchProgressNotifyInterval = e.opts.ProgressNotifyInterval
 	}
@@ -187,13 +200,23 @@ func (e *Etcd) Client(tb testing.TB) *clientv3.Client {
 	return c
 }
 
+// ClientConfig returns the configuration Client uses: the server's
+// endpoints, a dial timeout, gRPC keepalives (EtcdKeepAliveTime,
+// EtcdKeepAliveTimeout) and a logger writing to the server's log buffer.
+// Change Endpoints to reach the server through a proxy.
+func (e *Etcd) ClientConfig() clientv3.Config {
+	return clientv3.Config{
+		Endpoints:            e.Endpoints(),
+		DialTimeout:          10 * time.Second,
+		DialKeepAliveTime:    EtcdKeepAliveTime,
+		DialKeepAliveTimeout: EtcdKeepAliveTimeout,
+		Logger:               e.zlog.Named("client"),
+	}
+}
+
 func (e *Etcd) newClient(tb testing.TB) *clientv3.Client {
 	tb.Helper()
-	c, err := clientv3.New(clientv3.Config{
-		Endpoints:   e.Endpoints(),
-		DialTimeout: 10 * time.Second,
-		Logger:      e.zlog.Named("client"),
-	})
+	c, err := clientv3.New(e.ClientConfig())
 	if err != nil {
 		tb.Fatalf("harness: etcd client: %v", err)
 	}
@@ -211,6 +234,14 @@ func (e *Etcd) Stop() {
 	if srv != nil {
 		srv.Close()
 	}
+}
+
+// Running reports whether the server runs (it was not stopped, or was
+// restarted since).
+func (e *Etcd) Running() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.server != nil
 }
 
 // Restart starts the stopped server again on the same data dir and ports.

@@ -117,13 +117,13 @@ func TestEtcdEmptyAndHugeKeysAndValues(t *testing.T) {
 	put("listed-huge", huge)
 	put("", []byte("the prefix itself"))
 
-	raw, err := etcdinformer.New(etcdinformer.Config[[]byte]{Client: c, Prefix: "/bad", Codec: etcdinformer.Raw{}})
+	raw, err := etcdinformer.NewPrefix(ctx, c, "/bad", etcdinformer.Options[[]byte]{Codec: core.Raw{}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	rawInf, rawErrs := startInformer[[]byte](t, raw)
 	type doc struct{ A int }
-	js, err := etcdinformer.New(etcdinformer.Config[doc]{Client: c, Prefix: "/bad"})
+	js, err := etcdinformer.NewPrefix(ctx, c, "/bad", etcdinformer.Options[doc]{})
 	if err != nil {
 		t.Fatal(err)
 	}

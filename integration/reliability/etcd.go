@@ -33,7 +33,7 @@ type Etcd struct {
 	px     *proxy.Proxy
 	direct *clientv3.Client
 	viaPx  *clientv3.Client
-	lw     *etcdinformer.ListerWatcher[Obj]
+	lw     *etcdinformer.Prefix[Obj]
 	filler int
 }
 
@@ -56,7 +56,7 @@ func (e *Etcd) Start(t testing.TB, _ *rand.Rand) string {
 	if e.viaPx, err = clientv3.New(clientv3.Config{Endpoints: []string{"http://" + e.px.Addr()}, DialTimeout: 5 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
-	if e.lw, err = etcdinformer.New(etcdinformer.Config[Obj]{Client: e.viaPx, Prefix: etcdPrefix}); err != nil {
+	if e.lw, err = etcdinformer.NewPrefix(context.Background(), e.viaPx, etcdPrefix, etcdinformer.Options[Obj]{}); err != nil {
 		t.Fatal(err)
 	}
 	return "embedded etcd"

@@ -1,0 +1,346 @@
+package etcdinformer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/dbinformer/dbinformer/core"
+)
+
+// DefaultPageSize is the number of keys one List page reads when
+// Options.PageSize is zero.
+const DefaultPageSize = 500
+
+// Options configures a Prefix. The zero value of every field means its
+// default.
+type Options[T any] struct {
+	// LiteralPrefix uses the prefix byte for byte: "user-" covers "user-1"
+	// and "user-10", and "/a" covers "/ab". Without it the prefix names a
+	// directory (see NewPrefix).
+	LiteralPrefix bool
+	// Codec decodes values. Nil means core.JSON[T]; use core.Raw for a
+	// Prefix[[]byte].
+	Codec core.Codec[T]
+	// PageSize is the number of keys one List request reads. Zero means
+	// DefaultPageSize.
+	PageSize int64
+	// Logger receives debug messages. Nil means no logging.
+	Logger *slog.Logger
+}
+
+// Prefix lists and watches the keys under one etcd prefix: it is a
+// core.ListerWatcher[T] whose resource version is the etcd revision, and it
+// implements core.ProgressReporter and core.HeadReader. It is safe for
+// concurrent use; several informers may share one.
+type Prefix[T any] struct {
+	client   *clientv3.Client
+	prefix   string // as completed, used to cut keys
+	start    string // range start
+	end      string // range end
+	source   string // for errors: `etcd prefix "/app/"`
+	codec    core.Codec[T]
+	pageSize int64
+	log      *slog.Logger
+}
+
+var (
+	_ core.ListerWatcher[struct{}] = (*Prefix[struct{}])(nil)
+	_ core.HeadReader              = (*Prefix[struct{}])(nil)
+	_ core.ProgressReporter        = (*Prefix[struct{}])(nil)
+)
+
+// NewPrefix returns a Prefix that reads the keys under prefix with client.
+//
+// The prefix names a directory unless opts.LiteralPrefix is set: a "/" is
+// appended when it does not end in one, so that "/a" covers "/a/x" but
+// never "/ab/x". The empty prefix covers every key in etcd. An object's key
+// is the etcd key with the (completed) prefix removed.
+//
+// The client is the caller's, used as it is (endpoints, TLS, auth,
+// keepalives): the Prefix never closes it, and it stops working when the
+// caller closes it (a watch or list then fails with an error matching
+// core.ErrPermanent).
+//
+// NewPrefix does no I/O; ctx is not used. A server that is down at start
+// is the informer's to retry, not the constructor's to refuse. It fails
+// only on a nil client or a negative PageSize.
+func NewPrefix[T any](ctx context.Context, client *clientv3.Client, prefix string, opts Options[T]) (*Prefix[T], error) {
+	_ = ctx
+	if client == nil {
+		return nil, errors.New("etcdinformer: NewPrefix needs a client")
+	}
+	if opts.PageSize < 0 {
+		return nil, fmt.Errorf("etcdinformer: PageSize %d is negative", opts.PageSize)
+	}
+	p := &Prefix[T]{
+		client:   client,
+		codec:    opts.Codec,
+		pageSize: opts.PageSize,
+		log:      opts.Logger,
+	}
+	if p.codec == nil {
+		p.codec = core.JSON[T]{}
+	}
+	if p.pageSize == 0 {
+		p.pageSize = DefaultPageSize
+	}
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	p.prefix = prefix
+	if !opts.LiteralPrefix && p.prefix != "" && !strings.HasSuffix(p.prefix, "/") {
+		p.prefix += "/"
+	}
+	if p.prefix == "" {
+		// "\x00" to "\x00" is etcd's "every key".
+		p.start, p.end = "\x00", "\x00"
+	} else {
+		p.start, p.end = p.prefix, clientv3.GetPrefixRangeEnd(p.prefix)
+	}
+	p.source = fmt.Sprintf("etcd prefix %q", p.prefix)
+	return p, nil
+}
+
+// Prefix returns the prefix as used: with the "/" that NewPrefix appended.
+func (p *Prefix[T]) Prefix() string { return p.prefix }
+
+// ReportsProgress reports true: a watch answers each request on
+// WatchOptions.Progress with etcd's RequestProgress.
+func (p *Prefix[T]) ReportsProgress() bool { return true }
+
+// key returns the object key of an etcd key.
+func (p *Prefix[T]) key(k []byte) string {
+	return strings.TrimPrefix(string(k), p.prefix)
+}
+
+// decode turns a key-value into an event of type typ.
+func (p *Prefix[T]) decode(typ core.EventType, kv *mvccpb.KeyValue) core.Event[T] {
+	ev := core.Event[T]{Type: typ, Key: p.key(kv.Key), RV: core.ResourceVersion(kv.ModRevision)}
+	obj, err := core.Decode(p.codec, kv.Value)
+	if err != nil {
+		ev.Err = &core.DecodeError{Source: p.source, Key: ev.Key, RV: ev.RV, Err: err}
+		return ev
+	}
+	ev.Object, ev.HasObject = obj, true
+	return ev
+}
+
+// expired reports that etcd compacted the revisions an operation needed,
+// as core.ErrExpired, keeping the etcd error for errors.Is.
+func (p *Prefix[T]) expired(op string, compacted int64, cause error) error {
+	if compacted > 0 {
+		return fmt.Errorf("%s: %s: compacted up to revision %d: %w (%w)", p.source, op, compacted, core.ErrExpired, cause)
+	}
+	return fmt.Errorf("%s: %s: %w (%w)", p.source, op, core.ErrExpired, cause)
+}
+
+// failed wraps err, an error of an etcd call, as the error of op: a client
+// the caller closed is permanent (it will never serve again), anything else
+// is retried by the caller.
+func (p *Prefix[T]) failed(op string, err error) error {
+	if p.client.Ctx().Err() != nil {
+		return core.Permanent(fmt.Errorf("%s: %s: the etcd client was closed: %w", p.source, op, err))
+	}
+	return fmt.Errorf("%s: %s: %w", p.source, op, err)
+}
+
+// List reads the prefix page by page. The first page is read at the
+// current revision R; every later page is pinned to R (the header of a
+// pinned read carries the current revision, not R), so the pages form one
+// snapshot at R, which List returns. Each item's RV is its ModRevision.
+func (p *Prefix[T]) List(ctx context.Context, sink core.ListSink[T]) (core.ResourceVersion, error) {
+	var rev int64
+	key := p.start
+	for page := 0; ; page++ {
+		ops := []clientv3.OpOption{clientv3.WithRange(p.end), clientv3.WithLimit(p.pageSize)}
+		if rev != 0 {
+			ops = append(ops, clientv3.WithRev(rev))
+		}
+		resp, err := p.client.Get(ctx, key, ops...)
+		if err != nil {
+			if errors.Is(err, rpctypes.ErrCompacted) {
+				// Compacted past R between two pages.
+				return 0, p.expired(fmt.Sprintf("list page %d at revision %d", page+1, rev), 0, err)
+			}
+			if rev == 0 {
+				return 0, p.failed("list", err)
+			}
+			return 0, p.failed(fmt.Sprintf("list page %d at revision %d", page+1, rev), err)
+		}
+		if rev == 0 {
+			rev = resp.Header.Revision
+			if sink.Estimate != nil {
+				sink.Estimate(resp.Count)
+			}
+		}
+		for _, kv := range resp.Kvs {
+			if err := sink.Emit(p.decode(core.Added, kv)); err != nil {
+				return 0, err
+			}
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			break
+		}
+		key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+	p.log.DebugContext(ctx, "etcd list done", "prefix", p.prefix, "revision", rev)
+	return core.ResourceVersion(rev), nil
+}
+
+// Head returns etcd's current revision, from the header of a linearizable
+// count-only read of the prefix's own range, which a user allowed to read
+// just that range may make.
+func (p *Prefix[T]) Head(ctx context.Context) (core.ResourceVersion, error) {
+	resp, err := p.client.Get(ctx, p.start, clientv3.WithRange(p.end), clientv3.WithCountOnly())
+	if err != nil {
+		return 0, p.failed("read head revision", err)
+	}
+	return core.ResourceVersion(resp.Header.Revision), nil
+}
+
+// Watch watches the prefix from revision from+1 and hands each etcd watch
+// response to opts.Emit as one batch, until ctx is done (core.Stopped), etcd
+// compacted the revisions it needs (core.ErrExpired), Emit fails (its
+// error), or the etcd watch ends otherwise (that error, naming the revision
+// to resume after).
+//
+// The watch asks for the previous value of each deleted key, for progress
+// notifications (delivered as Bookmarks), and for a leader
+// (RequireLeader), so that a member cut off from its cluster ends the watch
+// instead of holding it silently. Each receive on opts.Progress becomes an
+// etcd RequestProgress on the watch's own gRPC stream, answered by a
+// Bookmark at etcd's revision at that time.
+func (p *Prefix[T]) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[T]) error {
+	if ctx.Err() != nil {
+		return core.Stopped(ctx)
+	}
+	// The metadata WithRequireLeader adds to wctx selects the gRPC stream
+	// of the watch; RequestProgress must use a context carrying it.
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	w := &watch[T]{p: p, ctx: wctx, from: from, last: from}
+	ch := p.client.Watch(wctx, p.start,
+		clientv3.WithRange(p.end),
+		clientv3.WithRev(int64(from)+1),
+		clientv3.WithPrevKV(),
+		clientv3.WithProgressNotify(),
+	)
+	p.log.DebugContext(ctx, "etcd watch", "prefix", p.prefix, "from", from)
+	err := w.run(ch, opts)
+	if ctx.Err() != nil {
+		// Whatever the watch was doing when ctx ended (a failed progress
+		// request, a channel closed by the cancel, Emit seeing the
+		// cancel), the caller asked it to stop.
+		return core.Stopped(ctx)
+	}
+	p.log.DebugContext(ctx, "etcd watch ended", "prefix", p.prefix, "from", from, "after", w.last, "error", err)
+	return err
+}
+
+// watch is one running Watch.
+type watch[T any] struct {
+	p     *Prefix[T]
+	ctx   context.Context // carries the RequireLeader metadata
+	from  core.ResourceVersion
+	last  core.ResourceVersion // newest revision emitted (from until then)
+	batch []core.Event[T]      // reused: Emit does not keep it
+}
+
+// run delivers the responses of ch until it fails; it never returns nil.
+func (w *watch[T]) run(ch clientv3.WatchChan, opts core.WatchOptions[T]) error {
+	p := w.p
+	progress := opts.Progress // nil: no requests
+	for {
+		var resp clientv3.WatchResponse
+		var ok bool
+		select {
+		case <-w.ctx.Done():
+			return core.Stopped(w.ctx)
+		case _, ok = <-progress:
+			if !ok {
+				progress = nil // closed: no more requests
+				continue
+			}
+			// On the watch's own context, so that the request goes to
+			// its gRPC stream; it waits while the client reconnects,
+			// and ends with the watch.
+			if err := p.client.RequestProgress(w.ctx); err != nil {
+				return p.failed(fmt.Sprintf("request progress on the watch from revision %d", w.last+1), err)
+			}
+			continue
+		case resp, ok = <-ch:
+		}
+		if !ok {
+			return p.failed(fmt.Sprintf("watch from revision %d", w.last+1), errors.New("watch channel closed"))
+		}
+		if resp.CompactRevision != 0 {
+			return p.expired(fmt.Sprintf("watch from revision %d", w.last+1), resp.CompactRevision, rpctypes.ErrCompacted)
+		}
+		if err := resp.Err(); err != nil {
+			if errors.Is(err, rpctypes.ErrCompacted) {
+				return p.expired(fmt.Sprintf("watch from revision %d", w.last+1), 0, err)
+			}
+			return p.failed(fmt.Sprintf("watch from revision %d", w.last+1), err)
+		}
+		if resp.IsProgressNotify() {
+			rv := core.ResourceVersion(resp.Header.Revision)
+			if rv < w.last {
+				// A bookmark below what was already delivered says
+				// nothing new and would break the order the core
+				// checks. etcd 3.6 orders progress notifications with
+				// the events (etcd issue #15220); this guards against
+				// older servers.
+				continue
+			}
+			w.batch = append(w.batch[:0], core.Event[T]{Type: core.Bookmark, RV: rv})
+		} else {
+			if len(resp.Events) == 0 {
+				continue // the Created response
+			}
+			w.batch = w.batch[:0]
+			for _, e := range resp.Events {
+				w.batch = append(w.batch, w.event(e))
+			}
+		}
+		if err := opts.Emit(w.batch); err != nil {
+			return err
+		}
+		w.last = w.batch[len(w.batch)-1].RV
+		clear(w.batch) // drop the objects: the consumer has them
+	}
+}
+
+func (w *watch[T]) event(e *clientv3.Event) core.Event[T] {
+	p := w.p
+	switch e.Type {
+	case clientv3.EventTypePut:
+		typ := core.Modified
+		if e.IsCreate() {
+			typ = core.Added
+		}
+		return p.decode(typ, e.Kv)
+	default: // clientv3.EventTypeDelete
+		ev := core.Event[T]{Type: core.Deleted, Key: p.key(e.Kv.Key), RV: core.ResourceVersion(e.Kv.ModRevision)}
+		if e.PrevKv == nil {
+			// Compacted away, or the watch was resumed on a member
+			// without it: the informer fills in its cached object.
+			return ev
+		}
+		obj, err := core.Decode(p.codec, e.PrevKv.Value)
+		if err != nil {
+			// The delete itself is certain; only the last value was
+			// unreadable (and was reported when it was written).
+			p.log.DebugContext(w.ctx, "etcd: previous value of deleted key does not decode", "prefix", p.prefix, "key", ev.Key, "revision", ev.RV, "error", err)
+			return ev
+		}
+		ev.Object, ev.HasObject = obj, true
+		return ev
+	}
+}
