@@ -45,11 +45,6 @@ type AddOpts struct {
 	Priority int
 }
 
-type level[K comparable] struct {
-	prio int
-	r    ring[K]
-}
-
 // shardBits: 16 shards. Only GOMAXPROCS goroutines run at once, so a
 // handful of shards already makes two Adds on one shard rare; more would
 // only cost memory in small queues.
@@ -306,101 +301,6 @@ func (q *Queue[K]) doneStateLocked(sh *shard[K], s int, item K, idx int32) {
 	}
 }
 
-// drainedLocked wakes ShutDownWithDrain once nothing is queued or being
-// processed. It holds mu and no shard lock.
-func (q *Queue[K]) drainedLocked() {
-	if q.drain && q.queued == 0 && q.processingLocked() == 0 {
-		q.cond.Broadcast()
-	}
-}
-
-// processingLocked counts the items handed out and not yet Done, holding
-// mu and no shard lock. Only shutdown needs the figure, so it is kept per
-// shard, under the shard's lock, rather than in one counter every Get and
-// Done would write.
-func (q *Queue[K]) processingLocked() int {
-	n := 0
-	for i := range q.shards {
-		sh := &q.shards[i]
-		sh.mu.Lock()
-		n += sh.processing
-		sh.mu.Unlock()
-	}
-	return n
-}
-
-// ShutDown stops the queue: Add and AddAfter are ignored from now on,
-// delayed items are dropped, workers blocked in Get return once the queued
-// items are handed out. It waits for the queue's own goroutines, not for
-// the workers; it may be called more than once.
-func (q *Queue[K]) ShutDown() {
-	q.mu.Lock()
-	q.shutDownLocked()
-	q.drain = false
-	q.draining.Store(false)
-	q.cond.Broadcast()
-	q.unlock()
-	q.wg.Wait()
-}
-
-// ShutDownWithDrain is ShutDown that then waits until every queued item has
-// been handed out and marked Done. Unlike client-go, which only waits for the
-// items being processed, it also waits for items still queued, which a worker
-// between Done and its next Get would otherwise lose. Workers must keep
-// calling Get and Done; a ShutDown from another goroutine stops the wait.
-func (q *Queue[K]) ShutDownWithDrain() {
-	q.mu.Lock()
-	q.shutDownLocked()
-	q.drain = true
-	q.draining.Store(true)
-	q.cond.Broadcast()
-	for q.drain && (q.queued > 0 || q.processingLocked() > 0) {
-		q.cond.Wait()
-	}
-	q.unlock()
-	q.wg.Wait()
-}
-
-// ShuttingDown reports whether ShutDown or ShutDownWithDrain was called.
-func (q *Queue[K]) ShuttingDown() bool { return q.shutdown.Load() }
-
-func (q *Queue[K]) shutDownLocked() {
-	if q.shutdown.Load() {
-		return
-	}
-	// Items whose time has already come count as queued: they are handed
-	// out (and drained) like the rest; only the future ones are dropped.
-	q.promoteLocked()
-	q.shutdown.Store(true)
-	close(q.stop)
-	processing := 0
-	q.lockShards()
-	for i := range q.shards {
-		processing += q.shards[i].processing
-	}
-	if q.queued == 0 && processing == 0 {
-		// Every key left is idle or only waiting: forget them all at once.
-		// Any slot left in the ready queues is stale, so drop them too.
-		// (An Add racing with this saw shutdown unset, but all it can do
-		// without mu is mark an item being processed, and there is none.)
-		for i := range q.shards {
-			q.shards[i].index.reset()
-		}
-		q.levels = nil
-		q.chunks, q.nextState, q.free, q.states = [numChunks][]itemState{}, 0, nil, 0
-	} else {
-		for _, e := range q.waiting {
-			if st := q.state(e.idx); st.flags&fWaiting != 0 && st.wseq == e.seq {
-				st.flags &^= fWaiting
-			}
-		}
-	}
-	q.unlockShards()
-	q.waiting = nil
-	q.staleWaits = 0
-	q.nextDue.Store(noDue)
-}
-
 func (q *Queue[K]) hash(item K) uint64 { return maphash.Comparable(q.seed, item) }
 
 func (q *Queue[K]) tryLock() bool { return !q.noTryLock && q.mu.TryLock() }
@@ -495,91 +395,6 @@ func (q *Queue[K]) addStateLocked(idx int32, s int, item K, prio int) {
 	if st.flags&fProcessing == 0 {
 		q.pushLocked(st, s, item, idx)
 	}
-}
-
-func (q *Queue[K]) pushLocked(st *itemState, s int, item K, idx int32) {
-	q.seq++
-	st.seq = q.seq
-	q.levelLocked(st.prio).r.push(slot[K]{key: item, seq: q.seq, idx: idx, shard: int32(s)})
-	q.queued++
-	q.signals++
-}
-
-// unlock releases mu, holding no shard lock, and then wakes one blocked
-// Get per item pushed meanwhile. Signalling after the unlock spares the
-// woken worker from running straight into the lock we still held; no
-// wakeup is lost because a Get only waits after finding the queue empty
-// under the lock. A sweep that came due meanwhile runs first.
-func (q *Queue[K]) unlock() {
-	if q.sweepDue {
-		q.sweepLocked()
-	}
-	n := q.signals
-	q.signals = 0
-	q.mu.Unlock()
-	for ; n > 0; n-- {
-		q.cond.Signal()
-	}
-}
-
-// levelLocked finds or inserts the FIFO for prio, keeping levels sorted.
-func (q *Queue[K]) levelLocked(prio int) *level[K] {
-	i := 0
-	for ; i < len(q.levels); i++ {
-		if q.levels[i].prio == prio {
-			return &q.levels[i]
-		}
-		if q.levels[i].prio < prio {
-			break
-		}
-	}
-	if len(q.levels) >= 8 {
-		// Many priorities have been used: drop the empty FIFOs rather than
-		// scan them forever.
-		kept := q.levels[:0]
-		for _, l := range q.levels {
-			if l.r.n > 0 {
-				kept = append(kept, l)
-			}
-		}
-		if len(kept) < len(q.levels) {
-			clear(q.levels[len(kept):])
-			q.levels = kept
-			return q.levelLocked(prio)
-		}
-	}
-	q.levels = append(q.levels, level[K]{})
-	copy(q.levels[i+1:], q.levels[i:])
-	q.levels[i] = level[K]{prio: prio}
-	return &q.levels[i]
-}
-
-// popLocked takes the first live slot of the highest non-empty priority and
-// marks its item processing. The caller has checked q.queued > 0.
-func (q *Queue[K]) popLocked() K {
-	for i := range q.levels {
-		r := &q.levels[i].r
-		for r.n > 0 {
-			s := r.pop()
-			sh := &q.shards[s.shard]
-			sh.mu.Lock()
-			st := q.state(s.idx)
-			if st.seq != s.seq {
-				sh.mu.Unlock()
-				continue
-			}
-			st.seq = 0
-			st.flags = st.flags&^fDirty | fProcessing
-			if q.metrics != nil {
-				q.metrics.get(s.key)
-			}
-			sh.processing++
-			sh.mu.Unlock()
-			q.queued--
-			return s.key
-		}
-	}
-	panic("workqueue: queued count out of step with the ready queues")
 }
 
 func (q *Queue[K]) metricsLoop(t clock.Ticker) {

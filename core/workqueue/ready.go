@@ -1,0 +1,93 @@
+package workqueue
+
+// The ready order: one FIFO per priority, guarded by the queue's lock.
+
+type level[K comparable] struct {
+	prio int
+	r    ring[K]
+}
+
+func (q *Queue[K]) pushLocked(st *itemState, s int, item K, idx int32) {
+	q.seq++
+	st.seq = q.seq
+	q.levelLocked(st.prio).r.push(slot[K]{key: item, seq: q.seq, idx: idx, shard: int32(s)})
+	q.queued++
+	q.signals++
+}
+
+// unlock releases mu, holding no shard lock, and then wakes one blocked
+// Get per item pushed meanwhile. Signalling after the unlock spares the
+// woken worker from running straight into the lock we still held; no
+// wakeup is lost because a Get only waits after finding the queue empty
+// under the lock. A sweep that came due meanwhile runs first.
+func (q *Queue[K]) unlock() {
+	if q.sweepDue {
+		q.sweepLocked()
+	}
+	n := q.signals
+	q.signals = 0
+	q.mu.Unlock()
+	for ; n > 0; n-- {
+		q.cond.Signal()
+	}
+}
+
+// levelLocked finds or inserts the FIFO for prio, keeping levels sorted.
+func (q *Queue[K]) levelLocked(prio int) *level[K] {
+	i := 0
+	for ; i < len(q.levels); i++ {
+		if q.levels[i].prio == prio {
+			return &q.levels[i]
+		}
+		if q.levels[i].prio < prio {
+			break
+		}
+	}
+	if len(q.levels) >= 8 {
+		// Many priorities have been used: drop the empty FIFOs rather than
+		// scan them forever.
+		kept := q.levels[:0]
+		for _, l := range q.levels {
+			if l.r.n > 0 {
+				kept = append(kept, l)
+			}
+		}
+		if len(kept) < len(q.levels) {
+			clear(q.levels[len(kept):])
+			q.levels = kept
+			return q.levelLocked(prio)
+		}
+	}
+	q.levels = append(q.levels, level[K]{})
+	copy(q.levels[i+1:], q.levels[i:])
+	q.levels[i] = level[K]{prio: prio}
+	return &q.levels[i]
+}
+
+// popLocked takes the first live slot of the highest non-empty priority and
+// marks its item processing. The caller has checked q.queued > 0.
+func (q *Queue[K]) popLocked() K {
+	for i := range q.levels {
+		r := &q.levels[i].r
+		for r.n > 0 {
+			s := r.pop()
+			sh := &q.shards[s.shard]
+			sh.mu.Lock()
+			st := q.state(s.idx)
+			if st.seq != s.seq {
+				sh.mu.Unlock()
+				continue
+			}
+			st.seq = 0
+			st.flags = st.flags&^fDirty | fProcessing
+			if q.metrics != nil {
+				q.metrics.get(s.key)
+			}
+			sh.processing++
+			sh.mu.Unlock()
+			q.queued--
+			return s.key
+		}
+	}
+	panic("workqueue: queued count out of step with the ready queues")
+}
