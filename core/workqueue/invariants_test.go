@@ -4,7 +4,7 @@ import "fmt"
 
 // checkInvariants checks, under every lock, the bookkeeping the fast paths
 // rely on: a state has a live ready-queue slot exactly when it is dirty and
-// not processing; queued counts the live slots; each shard's processing
+// not processing; queued counts the slots, and dups the stale ones; each shard's processing
 // count matches its states; a waiting state has a live delay entry; the
 // states in use are the keys indexed; no two keys share a state.
 func (q *Queue[K]) checkInvariants() error {
@@ -13,7 +13,9 @@ func (q *Queue[K]) checkInvariants() error {
 	q.lockShards()
 	defer q.unlockShards()
 	live := map[int32]bool{}
+	slots := 0
 	for _, l := range q.levels {
+		slots += l.r.n
 		for i := range l.r.n {
 			s := l.r.buf[(l.r.head+i)&(len(l.r.buf)-1)]
 			if st := q.state(s.idx); s.seq != 0 && st.seq == s.seq {
@@ -24,8 +26,14 @@ func (q *Queue[K]) checkInvariants() error {
 			}
 		}
 	}
-	if len(live) != q.queued {
-		return fmt.Errorf("queued = %d, %d live slots", q.queued, len(live))
+	if slots != q.queued {
+		return fmt.Errorf("queued = %d, %d slots", q.queued, slots)
+	}
+	if dups := int(q.dups.Load()); slots-len(live) != dups {
+		return fmt.Errorf("%d stale slots, dups = %d", slots-len(live), dups)
+	}
+	if n := q.transit.Load(); n != 0 {
+		return fmt.Errorf("transit = %d at rest", n)
 	}
 	waits := map[int32]bool{}
 	for _, e := range q.waiting {

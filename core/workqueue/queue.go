@@ -73,7 +73,7 @@ type Queue[K comparable] struct {
 	// levels holds one FIFO per priority in use, highest first. There are
 	// normally one or two, so a linear scan beats any map.
 	levels      []level[K]
-	queued      int // live slots across levels
+	queued      int // slots across levels, stale ones (dups) included
 	seq         uint64
 	signals     int // pushes not yet signalled; see unlock
 	waiting     waitHeap[K]
@@ -91,6 +91,13 @@ type Queue[K comparable] struct {
 	slack     int // sweepSlack; tests lower it to sweep often
 	sweepDue  bool
 	_         [64]byte
+
+	// Written by every Get, outside mu: slots popped whose item is not yet
+	// marked processing (see take), and stale slots still queued (an item
+	// re-added at a higher priority leaves its old slot behind).
+	transit atomic.Int64
+	dups    atomic.Int64
+	_       [48]byte
 
 	// Read without mu; the atomics are only written under mu.
 	shutdown atomic.Bool
@@ -184,7 +191,7 @@ func (q *Queue[K]) NumRequeues(item K) int { return q.limiter.NumRequeues(item) 
 func (q *Queue[K]) Len() int {
 	q.mu.Lock()
 	q.promoteLocked()
-	n := q.queued
+	n := q.queued - int(q.dups.Load())
 	q.unlock()
 	return n
 }
@@ -193,18 +200,23 @@ func (q *Queue[K]) Len() int {
 // Done with it. shutdown is true, and item the zero value, once the queue is
 // shut down and empty. Items queued before ShutDown are still handed out.
 func (q *Queue[K]) Get() (item K, shutdown bool) {
-	q.mu.Lock()
-	q.promoteLocked()
-	for q.queued == 0 && !q.shutdown.Load() {
-		q.cond.Wait()
-	}
-	if q.queued == 0 {
+	for {
+		q.mu.Lock()
+		q.drainedLocked() // a stale slot taken below may have been the last
+		q.promoteLocked()
+		for q.queued == 0 && !q.shutdown.Load() {
+			q.cond.Wait()
+		}
+		if q.queued == 0 {
+			q.unlock()
+			return item, true
+		}
+		s := q.popLocked()
 		q.unlock()
-		return item, true
+		if q.take(s) {
+			return s.key, false
+		}
 	}
-	item = q.popLocked()
-	q.unlock()
-	return item, false
 }
 
 // GetContext is Get that also gives up when ctx is done, returning
@@ -226,19 +238,27 @@ func (q *Queue[K]) GetContext(ctx context.Context) (K, error) {
 		q.mu.Unlock()
 	})
 	defer stop()
-	q.mu.Lock()
-	defer q.unlock()
-	q.promoteLocked()
-	for q.queued == 0 && !q.shutdown.Load() && ctx.Err() == nil {
-		q.cond.Wait()
+	for {
+		q.mu.Lock()
+		q.drainedLocked()
+		q.promoteLocked()
+		for q.queued == 0 && !q.shutdown.Load() && ctx.Err() == nil {
+			q.cond.Wait()
+		}
+		if err := ctx.Err(); err != nil {
+			q.unlock()
+			return zero, err
+		}
+		if q.queued == 0 {
+			q.unlock()
+			return zero, ErrShutDown
+		}
+		s := q.popLocked()
+		q.unlock()
+		if q.take(s) {
+			return s.key, nil
+		}
 	}
-	if err := ctx.Err(); err != nil {
-		return zero, err
-	}
-	if q.queued == 0 {
-		return zero, ErrShutDown
-	}
-	return q.popLocked(), nil
 }
 
 // Done marks item as processed. If it was added again meanwhile it is
@@ -380,8 +400,10 @@ func (q *Queue[K]) addStateLocked(idx int32, s int, item K, prio int) {
 		if prio > st.prio {
 			st.prio = prio
 			if st.flags&fProcessing == 0 {
-				// Leave the old slot behind as stale; popLocked skips it.
-				q.queued--
+				// Leave the old slot behind as stale; take skips it. If it
+				// is being taken right now, that take finds it stale and
+				// the item is taken from the new slot.
+				q.dups.Add(1)
 				q.pushLocked(st, s, item, idx)
 			}
 		}

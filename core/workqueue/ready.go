@@ -64,30 +64,43 @@ func (q *Queue[K]) levelLocked(prio int) *level[K] {
 	return &q.levels[i]
 }
 
-// popLocked takes the first live slot of the highest non-empty priority and
-// marks its item processing. The caller has checked q.queued > 0.
-func (q *Queue[K]) popLocked() K {
+// popLocked takes the first slot of the highest non-empty priority. The
+// caller has checked q.queued > 0 and calls take once it has let go of mu:
+// the item's state, a likely cache miss, is not read under the lock every
+// producer and worker shares.
+func (q *Queue[K]) popLocked() slot[K] {
 	for i := range q.levels {
-		r := &q.levels[i].r
-		for r.n > 0 {
-			s := r.pop()
-			sh := &q.shards[s.shard]
-			sh.mu.Lock()
-			st := q.state(s.idx)
-			if st.seq != s.seq {
-				sh.mu.Unlock()
-				continue
-			}
-			st.seq = 0
-			st.flags = st.flags&^fDirty | fProcessing
-			if q.metrics != nil {
-				q.metrics.get(s.key)
-			}
-			sh.processing++
-			sh.mu.Unlock()
+		if r := &q.levels[i].r; r.n > 0 {
 			q.queued--
-			return s.key
+			q.transit.Add(1)
+			return r.pop()
 		}
 	}
 	panic("workqueue: queued count out of step with the ready queues")
+}
+
+// take marks the item of a popped slot processing, under its shard's lock
+// (which also orders the Adds the item absorbed before this Get). It
+// reports false for a stale slot: the item was re-added at a higher
+// priority meanwhile and sits in a newer slot.
+func (q *Queue[K]) take(s slot[K]) bool {
+	sh := &q.shards[s.shard]
+	sh.mu.Lock()
+	st := q.state(s.idx)
+	live := st.seq == s.seq
+	if live {
+		st.seq = 0
+		st.flags = st.flags&^fDirty | fProcessing
+		sh.processing++
+		if q.metrics != nil {
+			q.metrics.get(s.key)
+		}
+	}
+	sh.mu.Unlock()
+	if !live {
+		q.dups.Add(-1)
+	}
+	// After processing++: ShutDownWithDrain reads transit, then the shards.
+	q.transit.Add(-1)
+	return live
 }

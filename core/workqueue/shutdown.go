@@ -3,7 +3,7 @@ package workqueue
 // drainedLocked wakes ShutDownWithDrain once nothing is queued or being
 // processed. It holds mu and no shard lock.
 func (q *Queue[K]) drainedLocked() {
-	if q.drain && q.queued == 0 && q.processingLocked() == 0 {
+	if q.drain && q.queued == 0 && q.transit.Load() == 0 && q.processingLocked() == 0 {
 		q.cond.Broadcast()
 	}
 }
@@ -48,7 +48,7 @@ func (q *Queue[K]) ShutDownWithDrain() {
 	q.drain = true
 	q.draining.Store(true)
 	q.cond.Broadcast()
-	for q.drain && (q.queued > 0 || q.processingLocked() > 0) {
+	for q.drain && (q.queued > 0 || q.transit.Load() > 0 || q.processingLocked() > 0) {
 		q.cond.Wait()
 	}
 	q.unlock()
@@ -72,11 +72,11 @@ func (q *Queue[K]) shutDownLocked() {
 	for i := range q.shards {
 		processing += q.shards[i].processing
 	}
-	if q.queued == 0 && processing == 0 {
+	if q.queued == 0 && q.transit.Load() == 0 && processing == 0 {
 		// Every key left is idle or only waiting: forget them all at once.
-		// Any slot left in the ready queues is stale, so drop them too.
-		// (An Add racing with this saw shutdown unset, but all it can do
-		// without mu is mark an item being processed, and there is none.)
+		// No slot is left, and no Get is between pop and take. (An Add
+		// racing with this saw shutdown unset, but all it can do without mu
+		// is mark an item being processed, and there is none.)
 		for i := range q.shards {
 			q.shards[i].index.reset()
 		}
