@@ -76,7 +76,7 @@ func (q *Queue[K]) addAfter(item K, d time.Duration, prio int) {
 	st.wseq = q.seq
 	st.at = at
 	sh.mu.Unlock()
-	q.waiting.push(waitEntry[K]{at: at, seq: q.seq, idx: idx, shard: int32(s), key: item})
+	q.waiting.push(waitEntry{at: at, seq: q.seq, idx: idx, shard: int32(s)})
 	if q.staleWaits > 1024 && q.staleWaits > len(q.waiting)/2 {
 		q.compactWaitingLocked()
 	}
@@ -139,7 +139,7 @@ func (q *Queue[K]) promoteDueLocked(now int64) {
 			continue
 		}
 		st.flags &^= fWaiting
-		q.addStateLocked(e.idx, int(e.shard), e.key, st.wprio)
+		q.addStateLocked(e.idx, int(e.shard), st.key, st.wprio)
 		sh.mu.Unlock()
 	}
 	q.syncDueLocked()

@@ -72,25 +72,24 @@ type Queue[K comparable] struct {
 	cond sync.Cond
 	// levels holds one FIFO per priority in use, highest first. There are
 	// normally one or two, so a linear scan beats any map.
-	levels      []level[K]
+	levels      []level
 	queued      int // slots across levels, stale ones (dups) included
 	seq         uint64
 	signals     int // pushes not yet signalled; see unlock
-	waiting     waitHeap[K]
+	waiting     waitHeap
 	staleWaits  int
 	loopStarted bool
 	drain       bool
 	// State allocation (see newStateLocked and sweepLocked). A chunk's
 	// slice header is written once, under mu, before any index to it is
 	// handed out.
-	chunks    [numChunks][]itemState
-	nextState int32
-	free      []int32
-	states    int // allocated and not freed
-	sweepAt   int
-	slack     int // sweepSlack; tests lower it to sweep often
-	sweepDue  bool
-	_         [64]byte
+	table    stateTable[K]
+	free     []int32
+	states   int // allocated and not freed
+	sweepAt  int
+	slack    int // sweepSlack; tests lower it to sweep often
+	sweepDue bool
+	_        [64]byte
 
 	// Written by every Get, outside mu: slots popped whose item is not yet
 	// marked processing (see take), and stale slots still queued (an item
@@ -213,8 +212,8 @@ func (q *Queue[K]) Get() (item K, shutdown bool) {
 		}
 		s := q.popLocked()
 		q.unlock()
-		if q.take(s) {
-			return s.key, false
+		if item, ok := q.take(s); ok {
+			return item, false
 		}
 	}
 }
@@ -255,8 +254,8 @@ func (q *Queue[K]) GetContext(ctx context.Context) (K, error) {
 		}
 		s := q.popLocked()
 		q.unlock()
-		if q.take(s) {
-			return s.key, nil
+		if item, ok := q.take(s); ok {
+			return item, nil
 		}
 	}
 }
@@ -272,7 +271,7 @@ func (q *Queue[K]) Done(item K) {
 	// promotion may mark this very item dirty.
 	if !q.due() {
 		sh.mu.Lock()
-		idx := sh.index.find(h, item)
+		idx := sh.index.find(h, item, &q.table)
 		if idx < 0 || q.state(idx).flags&fProcessing == 0 {
 			sh.mu.Unlock()
 			return
@@ -299,7 +298,7 @@ func (q *Queue[K]) Done(item K) {
 	q.mu.Lock()
 	q.promoteLocked()
 	sh.mu.Lock()
-	if idx := sh.index.find(h, item); idx >= 0 && q.state(idx).flags&fProcessing != 0 {
+	if idx := sh.index.find(h, item, &q.table); idx >= 0 && q.state(idx).flags&fProcessing != 0 {
 		q.doneStateLocked(sh, s, item, idx)
 	}
 	sh.mu.Unlock()
@@ -317,7 +316,7 @@ func (q *Queue[K]) doneStateLocked(sh *shard[K], s int, item K, idx int32) {
 	st.flags &^= fProcessing
 	sh.processing--
 	if st.flags&fDirty != 0 {
-		q.pushLocked(st, s, item, idx)
+		q.pushLocked(st, s, idx)
 	}
 }
 
@@ -341,7 +340,7 @@ func (q *Queue[K]) add(item K, prio int) {
 			sh.mu.Unlock()
 			return
 		}
-		idx := sh.index.find(h, item)
+		idx := sh.index.find(h, item, &q.table)
 		if idx >= 0 && q.addShardLocked(q.state(idx), item, prio) {
 			sh.mu.Unlock()
 			return
@@ -371,7 +370,7 @@ func (q *Queue[K]) add(item K, prio int) {
 
 // addShardLocked does, holding only the shard's lock, the adds that queue
 // nothing: false means this one needs mu.
-func (q *Queue[K]) addShardLocked(st *itemState, item K, prio int) bool {
+func (q *Queue[K]) addShardLocked(st *itemState[K], item K, prio int) bool {
 	switch {
 	case st.flags&fDirty != 0:
 		if prio <= st.prio {
@@ -404,7 +403,7 @@ func (q *Queue[K]) addStateLocked(idx int32, s int, item K, prio int) {
 				// is being taken right now, that take finds it stale and
 				// the item is taken from the new slot.
 				q.dups.Add(1)
-				q.pushLocked(st, s, item, idx)
+				q.pushLocked(st, s, idx)
 			}
 		}
 		return
@@ -415,7 +414,7 @@ func (q *Queue[K]) addStateLocked(idx int32, s int, item K, prio int) {
 	st.flags |= fDirty
 	st.prio = prio
 	if st.flags&fProcessing == 0 {
-		q.pushLocked(st, s, item, idx)
+		q.pushLocked(st, s, idx)
 	}
 }
 

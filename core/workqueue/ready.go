@@ -2,15 +2,15 @@ package workqueue
 
 // The ready order: one FIFO per priority, guarded by the queue's lock.
 
-type level[K comparable] struct {
+type level struct {
 	prio int
-	r    ring[K]
+	r    ring
 }
 
-func (q *Queue[K]) pushLocked(st *itemState, s int, item K, idx int32) {
+func (q *Queue[K]) pushLocked(st *itemState[K], s int, idx int32) {
 	q.seq++
 	st.seq = q.seq
-	q.levelLocked(st.prio).r.push(slot[K]{key: item, seq: q.seq, idx: idx, shard: int32(s)})
+	q.levelLocked(st.prio).r.push(slot{seq: q.seq, idx: idx, shard: int32(s)})
 	q.queued++
 	q.signals++
 }
@@ -33,7 +33,7 @@ func (q *Queue[K]) unlock() {
 }
 
 // levelLocked finds or inserts the FIFO for prio, keeping levels sorted.
-func (q *Queue[K]) levelLocked(prio int) *level[K] {
+func (q *Queue[K]) levelLocked(prio int) *level {
 	i := 0
 	for ; i < len(q.levels); i++ {
 		if q.levels[i].prio == prio {
@@ -58,9 +58,9 @@ func (q *Queue[K]) levelLocked(prio int) *level[K] {
 			return q.levelLocked(prio)
 		}
 	}
-	q.levels = append(q.levels, level[K]{})
+	q.levels = append(q.levels, level{})
 	copy(q.levels[i+1:], q.levels[i:])
-	q.levels[i] = level[K]{prio: prio}
+	q.levels[i] = level{prio: prio}
 	return &q.levels[i]
 }
 
@@ -68,7 +68,7 @@ func (q *Queue[K]) levelLocked(prio int) *level[K] {
 // caller has checked q.queued > 0 and calls take once it has let go of mu:
 // the item's state, a likely cache miss, is not read under the lock every
 // producer and worker shares.
-func (q *Queue[K]) popLocked() slot[K] {
+func (q *Queue[K]) popLocked() slot {
 	for i := range q.levels {
 		if r := &q.levels[i].r; r.n > 0 {
 			q.queued--
@@ -83,17 +83,18 @@ func (q *Queue[K]) popLocked() slot[K] {
 // (which also orders the Adds the item absorbed before this Get). It
 // reports false for a stale slot: the item was re-added at a higher
 // priority meanwhile and sits in a newer slot.
-func (q *Queue[K]) take(s slot[K]) bool {
+func (q *Queue[K]) take(s slot) (item K, live bool) {
 	sh := &q.shards[s.shard]
 	sh.mu.Lock()
 	st := q.state(s.idx)
-	live := st.seq == s.seq
+	live = st.seq == s.seq
 	if live {
+		item = st.key
 		st.seq = 0
 		st.flags = st.flags&^fDirty | fProcessing
 		sh.processing++
 		if q.metrics != nil {
-			q.metrics.get(s.key)
+			q.metrics.get(item)
 		}
 	}
 	sh.mu.Unlock()
@@ -102,5 +103,5 @@ func (q *Queue[K]) take(s slot[K]) bool {
 	}
 	// After processing++: ShutDownWithDrain reads transit, then the shards.
 	q.transit.Add(-1)
-	return live
+	return item, live
 }

@@ -81,7 +81,7 @@ func (q *Queue[K]) shutDownLocked() {
 			q.shards[i].index.reset()
 		}
 		q.levels = nil
-		q.chunks, q.nextState, q.free, q.states = [numChunks][]itemState{}, 0, nil, 0
+		q.table, q.free, q.states = stateTable[K]{}, nil, 0
 	} else {
 		for _, e := range q.waiting {
 			if st := q.state(e.idx); st.flags&fWaiting != 0 && st.wseq == e.seq {
