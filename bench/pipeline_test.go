@@ -41,7 +41,7 @@ func (l *objList) DeepCopyObject() runtime.Object {
 }
 
 // stream is the pre-generated input: the same objects as our events (in
-// batches, as Watcher.Next returns them) and as client-go watch events.
+// batches, as a watch emits them) and as client-go watch events.
 type stream struct {
 	ours [][]core.Event[*obj]
 	cg   []watch.Event
@@ -86,38 +86,21 @@ func newStream(n, keys int) *stream {
 
 type oursLW struct{ s *stream }
 
-func (l oursLW) List(context.Context, core.ListOptions[*obj]) (core.ResourceVersion, error) {
+func (l oursLW) List(context.Context, core.ListSink[*obj]) (core.ResourceVersion, error) {
 	return 0, nil
 }
 
-func (l oursLW) Watch(_ context.Context, from core.ResourceVersion) (core.Watcher[*obj], error) {
+func (l oursLW) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[*obj]) error {
 	// Batches hold pipelineBatch consecutive versions starting at 1, so a
 	// reopened watch resumes at the batch after from.
-	return &oursWatcher{s: l.s, i: int(from) / pipelineBatch, stop: make(chan struct{})}, nil
-}
-
-type oursWatcher struct {
-	s    *stream
-	i    int
-	once sync.Once
-	stop chan struct{}
-}
-
-func (w *oursWatcher) Next(ctx context.Context) ([]core.Event[*obj], error) {
-	if w.i < len(w.s.ours) {
-		b := w.s.ours[w.i]
-		w.i++
-		return b, nil
+	for _, b := range l.s.ours[int(from)/pipelineBatch:] {
+		if err := opts.Emit(b); err != nil {
+			return err
+		}
 	}
-	select {
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-w.stop:
-		return nil, context.Canceled
-	}
+	<-ctx.Done()
+	return core.Stopped(ctx)
 }
-
-func (w *oursWatcher) Stop() { w.once.Do(func() { close(w.stop) }) }
 
 // --- client-go: a ListerWatcher whose watch.Interface is fed from the same
 // events through a channel of watch.DefaultChanSize, like client-go's fake

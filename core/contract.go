@@ -164,6 +164,16 @@ type ProgressReporter interface {
 	ReportsProgress() bool
 }
 
+// HealNotifier is implemented by a ListerWatcher that can tell when its
+// source is reachable again after a failure (a client reconnected, a leader
+// was elected, the server answered a probe). Healed returns a channel that
+// is closed the next time that happens after the call; the reflector waits
+// on it beside its backoff timer, so that an informer retries as soon as
+// the source is back instead of finishing a long sleep.
+type HealNotifier interface {
+	Healed() <-chan struct{}
+}
+
 // HeadReader is implemented by a ListerWatcher that can tell the newest
 // version of its source, used for lag metrics and by tests that wait for the
 // cache to catch up.

@@ -3,21 +3,37 @@
 // generically typed and free of Kubernetes, fed by any source that
 // implements ListerWatcher (contract.go). It imports no database client.
 //
+// Most programs need only NewSharedIndexInformer (or a Factory),
+// AddEventHandler, Run, WaitForCacheSyncTimeout, Lister and WaitFor.
+// Adapter authors implement the contract in contract.go and codec.go.
+// Reflector, Queue, FIFO, DeltaFIFO and Delta are for assembling a pipeline
+// by hand.
+//
 // # Pipeline
 //
-//	ListerWatcher[T] ──List/Watch──▶ Reflector[T] ──▶ Queue[T] ──Pop──▶ SharedIndexInformer[T]
-//	                                                  (FIFO or DeltaFIFO)   ├─▶ Indexer[T] (cache, indexes)
-//	                                                                        └─▶ one goroutine + buffer per handler
+//	ListerWatcher[T] ──List/Watch──▶ Reflector[T] ──Delta──▶ Queue[T] ──Pop──▶ SharedIndexInformer[T]
+//	                                                         (FIFO or DeltaFIFO)   ├─▶ Indexer[T] (cache, indexes)
+//	                                                                               └─▶ one goroutine + buffer per handler
 //
-// The Reflector lists (Replace), then watches from the list's version.
-// Bookmarks advance the version; an error matching ErrExpired relists from
-// scratch; any other failure backs off (exponential, jitter, reset after a
-// healthy period; Backoff) and resumes the watch from the last version,
-// without relisting. Each watch ends after a random time in
-// [MinWatchTimeout, 2×MinWatchTimeout) and reopens from the last version.
-// A batch whose versions go backwards is not applied (*OrderError) and the
-// reflector relists: the late change is below the applied version, so
-// resuming the watch would skip it. An event with Err set (and a Transform error) is reported
+// The Reflector lists, then watches from the list's version. The list
+// streams: each object goes on to the queue as the source emits it, and the
+// queue holds at most a few thousand deltas while the informer applies them,
+// so an initial sync holds little beside the cache itself (a relist also
+// keeps the set of keys it saw, to infer deletes). Watch pushes batches
+// through WatchOptions.Emit; bookmarks advance the version; an error
+// matching ErrExpired relists from scratch; an error matching ErrPermanent
+// stops the informer (Run and WaitForCacheSync return it); any other
+// failure backs off (Backoff: exponential, jitter within the cap, back to
+// the first step as soon as a watch moves the version again) and resumes
+// the watch from the last version, without relisting.
+// Each watch is cancelled after a random time in [MinWatchTimeout,
+// 2×MinWatchTimeout) and reopened from the last version. A batch whose
+// versions go backwards is not applied (*OrderError) and the reflector
+// relists: the late change is below the applied version, so resuming the
+// watch would skip it.
+//
+// Every Event becomes a Delta once, in the reflector: an event with Err
+// set, without a key, or that Transform rejects (or panics on) is reported
 // as a *DecodeError naming source, key and version; its key keeps its last
 // good state and the version still advances.
 //
@@ -32,11 +48,16 @@
 //		UpdateFunc: func(key string, old, new *User) { ... },
 //		DeleteFunc: func(key string, last *User, finalStateUnknown bool) { ... },
 //	})
-//	go inf.Run(ctx)                          // returns when ctx is done; may be run again later
-//	if err := inf.WaitForCacheSync(ctx); err != nil { ... } // err says why: the last list error
+//	go inf.Run(ctx) // returns when ctx is done or the source fails permanently
+//	if err := core.WaitForCacheSyncTimeout(ctx, time.Minute, inf); err != nil {
+//		if ctx.Err() != nil {
+//			return nil // interrupted while starting
+//		}
+//		return err // says why: the last list error, a permanent failure
+//	}
 //	u, ok := inf.Lister().Get("42")
-//	rv := writeToDatabase()                  // the version the write produced
-//	_ = inf.WaitFor(ctx, rv)                 // read-your-writes: the cache now holds it
+//	rv := writeToDatabase() // the version the write produced
+//	_ = inf.WaitFor(ctx, rv) // read-your-writes: the cache now holds it
 //
 // Handlers receive typed values only. A delete carries the last state: the
 // source's when its event had one, the cache's otherwise; finalStateUnknown
@@ -51,23 +72,30 @@
 // HandlerOptions.MaxPending bounds its buffer: when full the informer
 // blocks (the cache stops advancing), it never drops. A panicking handler
 // is recovered and reported (*HandlerPanicError); it and the others keep
-// receiving. Registration.HasSynced (and WaitForCacheSync) is true once the
-// informer synced and the handler received its initial adds; a handler added late first receives
-// the whole cache as adds with isInInitialList true. RemoveEventHandler
-// stops delivery; Registration.Done tells when no call is in progress.
+// receiving, and so are panics in index functions (*IndexError) and Equal.
+// Registration.HasSynced (and WaitForCacheSync) is true once the informer
+// synced and the handler received its initial adds; a handler added late
+// first receives the whole cache as adds with isInInitialList true.
+// RemoveEventHandler stops delivery; Registration.Done tells when no call is
+// in progress.
+//
+// Read through the Lister: Get, List, Len, ByIndex, Index, IndexKeys,
+// ListIndexFuncValues. A lookup in an unknown index fails with an error
+// matching ErrUnknownIndex.
 //
 // Resync follows client-go: a handler period below 1s becomes 1s; before
 // Run a smaller handler period lowers the informer's check period, after
 // Run it is raised to the check period. One deliberate change: an informer
 // created without a resync period adopts the first handler period requested
-// before Run, instead of silently disabling it.
+// before Run, instead of silently disabling it. For every duration option,
+// zero means the default and a negative value means off.
 //
 // WaitFor(ctx, rv) returns once every change up to rv (and every bookmark
 // up to it) is in the Indexer; a source transaction is applied under one
 // lock, so readers see it whole. If the ListerWatcher implements
-// ProgressReporter, WaitFor asks the open watch for a bookmark (rate-limited by
-// ProgressRequestInterval) so that a version touching no watched key is
-// reached too.
+// ProgressReporter, WaitFor asks the open watch for a bookmark
+// (rate-limited by ProgressRequestInterval) so that a version touching no
+// watched key is reached too.
 //
 // Run may be called again after it returned: cache, handlers and their
 // undelivered notifications are kept, and the new list reconciles the
@@ -80,16 +108,18 @@
 // client-go's RealFIFO. DeltaFIFO (InformerOptions.DeltaFIFO) is client-go's
 // per-key grouping: Added/Updated/Deleted/Replaced/Sync deltas, double
 // deletes collapsed, FinalStateUnknown deletes on Replace for keys that
-// vanished, Resync skipping keys with pending deltas, HasSynced after the
-// first Replace is processed, Pop with requeue (ErrRequeue), Close. Both can
-// be used without an informer.
+// vanished, Resync (key-only Sync deltas) skipping keys with pending deltas,
+// HasSynced after the first list is processed, Pop with requeue
+// (ErrRequeue), Close. Queue.Changed signals a move of the applied version.
+// Both can be used without an informer.
 //
 // # Sharing
 //
 // Factory shares one informer per (source name, type); get one with
-// InformerFor[T](f, source, lw, opts) (Go methods cannot be generic).
-// Start is idempotent, WaitForCacheSync joins the reasons of every informer
-// that did not sync, Shutdown stops them and waits for every goroutine.
+// InformerFor[T](f, source, lw, opts) (Go methods cannot be generic). The
+// zero Factory is ready to use. Start is idempotent, WaitForCacheSync joins
+// the reasons of every informer that did not sync, Shutdown stops them and
+// waits for every goroutine.
 //
 // # Metrics and errors
 //
@@ -97,7 +127,8 @@
 // list/relist counts, list progress (with the source's estimate), watch
 // restarts, the applied version, pending notifications per handler, handler
 // panics and decode errors; NoopMetrics is the default. ErrorHandler
-// receives every error (nil logs with Logger or slog.Default()).
+// receives every error (nil logs with Logger or slog.Default(): an expired
+// version at Info, the rest at Error).
 //
 // Time comes from InformerOptions.Clock (core/clock), so tests step resync,
 // backoff and watch timeouts with clock.Fake and never sleep.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/memory"
@@ -127,4 +128,36 @@ func ExampleInformerFor() {
 	fmt.Println(a == b, names)
 	f.Shutdown()
 	// Output: true [ada]
+}
+
+// Waiting for the initial sync at startup: a time limit of its own, and an
+// interrupted start (ctx cancelled, e.g. by Ctrl-C) told apart from a
+// failure.
+func ExampleWaitForCacheSyncTimeout() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	src := memory.New[User](memory.Options{})
+	src.Put("1", User{Name: "ada", Org: "eng"})
+	src.Put("2", User{Name: "bob", Org: "eng"})
+	inf := core.NewSharedIndexInformer[User](src, core.InformerOptions[User]{
+		Indexers: core.Indexers[User]{"org": func(u User) ([]string, error) { return []string{u.Org}, nil }},
+	})
+	done := make(chan error, 1)
+	go func() { done <- inf.Run(ctx) }()
+
+	if err := core.WaitForCacheSyncTimeout(ctx, time.Minute, inf); err != nil {
+		if ctx.Err() != nil {
+			return // interrupted: not an error
+		}
+		fmt.Println(err) // errors.Is(err, core.ErrSyncTimeout): says why each cache is not synced
+		return
+	}
+	l := inf.Lister()
+	keys, _ := l.IndexKeys("org", "eng")
+	fmt.Println(l.Len(), keys, l.ListIndexFuncValues("org"))
+	cancel()
+	fmt.Println(<-done)
+	// Output:
+	// 2 [1 2] [eng]
+	// <nil>
 }

@@ -19,9 +19,10 @@ type fakeLW struct {
 }
 
 type listResult struct {
-	items []Event[string]
-	rv    ResourceVersion
-	err   error
+	items  []Event[string]
+	rv     ResourceVersion
+	err    error
+	onEmit func() // called before each item is emitted
 }
 
 func newFakeLW() *fakeLW {
@@ -36,6 +37,9 @@ func (f *fakeLW) List(ctx context.Context, sink ListSink[string]) (ResourceVersi
 			sink.Estimate(int64(len(r.items)))
 		}
 		for _, e := range r.items {
+			if r.onEmit != nil {
+				r.onEmit()
+			}
 			if err := sink.Emit(e); err != nil {
 				return 0, err
 			}

@@ -10,12 +10,19 @@ import (
 	"testing"
 )
 
+// maxFuzzOps bounds the operations one fuzz input plays. Six keys and a
+// few values are exhausted long before: a longer input finds nothing new,
+// only makes every execution, and the minimization of every new
+// interesting input, slower (see scripts/fuzz.sh).
+const maxFuzzOps = 64
+
 // FuzzIndexer drives an Indexer and a plain map with the same operations
 // and checks that every index answers what the map implies.
 func FuzzIndexer(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 0, 2, 3, 2, 1, 0, 3, 0, 0})
 	f.Add([]byte{0, 0, 7, 0, 1, 7, 1, 0, 0, 3, 5, 5, 2, 1, 1})
 	f.Fuzz(func(t *testing.T, ops []byte) {
+		ops = ops[:min(len(ops), 3*maxFuzzOps)]
 		groups := func(v byte) []string {
 			// Zero, one or two values, sometimes repeated.
 			switch v % 4 {
@@ -98,6 +105,7 @@ func FuzzQueues(f *testing.F) {
 	f.Add([]byte{0, 1, 0, 2, 1, 1, 3, 0, 2, 1, 5, 0, 4, 0})
 	f.Add([]byte{0, 0, 6, 0, 0, 1, 2, 0, 3, 0, 7, 0, 4, 1, 5, 0})
 	f.Fuzz(func(t *testing.T, ops []byte) {
+		ops = ops[:min(len(ops), 2*maxFuzzOps)]
 		for _, deltaFIFO := range []bool{false, true} {
 			fuzzQueue(t, ops, deltaFIFO)
 		}

@@ -164,9 +164,17 @@ func (r *Reflector[T]) Run(ctx context.Context) error {
 			}
 			needList, relist = false, true
 		}
-		progressed, err := r.watch(ctx)
+		from, start := r.LastSyncResourceVersion(), r.cfg.clk.Now()
+		err := r.watch(ctx)
 		if ctx.Err() != nil {
 			return nil
+		}
+		// Progress is a version that moved (a change or a bookmark) or a
+		// watch that stayed up for a healthy while; only an attempt without
+		// it climbs the backoff ladder.
+		progressed := r.LastSyncResourceVersion() > from || r.cfg.clk.Since(start) >= bo.cfg.Reset
+		if progressed {
+			bo.progress()
 		}
 		r.cfg.met.WatchRestarted(err)
 		switch {
@@ -190,12 +198,18 @@ func (r *Reflector[T]) Run(ctx context.Context) error {
 	return nil
 }
 
+// sleep waits d, or less when the ListerWatcher says its source healed.
 func (r *Reflector[T]) sleep(ctx context.Context, d time.Duration) {
+	var healed <-chan struct{}
+	if h, ok := r.lw.(HealNotifier); ok {
+		healed = h.Healed()
+	}
 	t := r.cfg.clk.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 	case <-t.C():
+	case <-healed:
 	}
 }
 
@@ -318,8 +332,8 @@ func (r *Reflector[T]) list(ctx context.Context, relist bool) error {
 }
 
 // watch runs one watch until it ends. It returns nil when the planned
-// timeout ended it, and whether any batch was applied.
-func (r *Reflector[T]) watch(ctx context.Context) (progressed bool, err error) {
+// timeout ended it.
+func (r *Reflector[T]) watch(ctx context.Context) error {
 	from := r.LastSyncResourceVersion()
 	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -355,28 +369,20 @@ func (r *Reflector[T]) watch(ctx context.Context) (progressed bool, err error) {
 		}()
 	}
 
-	var applied atomic.Bool
-	err = r.lw.Watch(wctx, from, WatchOptions[T]{
-		Emit: func(batch []Event[T]) error {
-			if err := r.apply(ctx, batch); err != nil {
-				return err
-			}
-			applied.Store(true)
-			return nil
-		},
+	err := r.lw.Watch(wctx, from, WatchOptions[T]{
+		Emit:     func(batch []Event[T]) error { return r.apply(ctx, batch) },
 		Progress: progress,
 	})
-	progressed = applied.Load()
 	if ctx.Err() != nil {
-		return progressed, ctx.Err()
+		return ctx.Err()
 	}
 	if errors.Is(err, ErrWatchStopped) && errors.Is(context.Cause(wctx), errWatchTimeout) {
-		return progressed, nil
+		return nil
 	}
 	if err == nil {
 		err = errors.New("watch returned nil (the contract says it never does)")
 	}
-	return progressed, fmt.Errorf("%s: watch from version %d: %w", r.cfg.name, r.LastSyncResourceVersion(), err)
+	return fmt.Errorf("%s: watch from version %d: %w", r.cfg.name, r.LastSyncResourceVersion(), err)
 }
 
 // apply checks and queues one watch batch. Nothing of a batch that breaks

@@ -1,4 +1,4 @@
-package kubeadapter_test
+package kubeinformer_test
 
 import (
 	"testing"
@@ -6,12 +6,22 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/dynamic"
 
 	"github.com/dbinformer/dbinformer/core/conformance"
 	"github.com/dbinformer/dbinformer/integration/harness"
-	"github.com/dbinformer/dbinformer/kubeadapter"
+	"github.com/dbinformer/dbinformer/kubeadapter/kubetest"
 )
+
+// caps: deletes carry the last object, Added and Modified are told apart,
+// and the version a write returns is the one its event carries. A restart
+// of the apiserver (Expire) and a loaded machine can make single steps
+// slow.
+var caps = conformance.Capabilities{
+	DeletesCarryObject:  true,
+	DistinguishesUpdate: true,
+	ExactWriteRV:        true,
+	Timeout:             time.Minute,
+}
 
 // TestConformance runs the core conformance suite for ConfigMaps, each case
 // in a fresh namespace of one real kube-apiserver, with two objects per
@@ -19,52 +29,17 @@ import (
 // continue tokens.
 func TestConformance(t *testing.T) {
 	kube := harness.StartKube(t)
-	cs := kube.Client(t)
-	unwatchedNS := createNamespace(t, cs, "conformance-unwatched")
-	conformance.Run(t, conformance.Capabilities{
-		DeletesCarryObject:  true,
-		DistinguishesUpdate: true,
-		ExactWriteRV:        true,
-		// A restart of the apiserver (Expire) and a loaded machine can make
-		// single steps slow.
-		Timeout: time.Minute,
-	}, func(t *testing.T) conformance.Source[*corev1.ConfigMap] {
-		ns := createNamespace(t, cs, "conformance")
-		return &kubeSource{
-			kube:      kube,
-			t:         t,
-			cms:       configMaps{cs: cs, ns: ns},
-			unwatched: configMaps{cs: cs, ns: unwatchedNS},
-			lw:        kubeadapter.New[*corev1.ConfigMap](cs.CoreV1().ConfigMaps(ns), kubeadapter.Config{PageSize: 2}),
-		}
+	conformance.Run(t, caps, func(t *testing.T) conformance.Harness[*corev1.ConfigMap] {
+		return kubetest.NewConfigMaps(t, kube, kubetest.Options{PageSize: 2})
 	})
 }
 
 // TestConformanceDynamic runs the suite again on the unstructured path: a
-// custom resource created at test time, through the dynamic client.
+// custom resource created at test time, through the dynamic client. Its
+// harness can also remove the resource (conformance.Dropper).
 func TestConformanceDynamic(t *testing.T) {
 	kube := harness.StartKube(t)
-	cs := kube.Client(t)
-	gvr := createWidgetCRD(t, kube)
-	dyn, err := dynamic.NewForConfig(kube.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
-	unwatchedNS := createNamespace(t, cs, "conformance-unwatched")
-	conformance.Run(t, conformance.Capabilities{
-		DeletesCarryObject:  true,
-		DistinguishesUpdate: true,
-		ExactWriteRV:        true,
-		Timeout:             time.Minute,
-	}, func(t *testing.T) conformance.Source[*unstructured.Unstructured] {
-		ns := createNamespace(t, cs, "conformance")
-		return &widgetSource{
-			kube:      kube,
-			t:         t,
-			ns:        ns,
-			widgets:   dyn.Resource(gvr).Namespace(ns),
-			unwatched: configMaps{cs: cs, ns: unwatchedNS},
-			lw:        kubeadapter.NewDynamic(dyn, gvr, ns, kubeadapter.Config{PageSize: 2}),
-		}
+	conformance.Run(t, caps, func(t *testing.T) conformance.Harness[*unstructured.Unstructured] {
+		return kubetest.NewWidgets(t, kube, kubetest.Options{PageSize: 2})
 	})
 }

@@ -1,4 +1,4 @@
-package kubeadapter_test
+package kubeinformer_test
 
 import (
 	"context"
@@ -20,7 +20,8 @@ import (
 
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/integration/harness"
-	"github.com/dbinformer/dbinformer/kubeadapter"
+	kubeinformer "github.com/dbinformer/dbinformer/kubeadapter"
+	"github.com/dbinformer/dbinformer/kubeadapter/kubetest"
 )
 
 // seen records, per key, the versions an informer's handlers were told
@@ -81,11 +82,11 @@ func startSideBySide(t *testing.T, cs kubernetes.Interface, sc scope) *sideBySid
 	if _, err := s.clientgo.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			cm := obj.(*corev1.ConfigMap)
-			s.cgSeen.add(kubeadapter.Key(cm), cm.ResourceVersion)
+			s.cgSeen.add(kubeinformer.Key(cm), cm.ResourceVersion)
 		},
 		UpdateFunc: func(_, obj any) {
 			cm := obj.(*corev1.ConfigMap)
-			s.cgSeen.add(kubeadapter.Key(cm), cm.ResourceVersion)
+			s.cgSeen.add(kubeinformer.Key(cm), cm.ResourceVersion)
 		},
 		DeleteFunc: func(obj any) {
 			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
@@ -96,16 +97,20 @@ func startSideBySide(t *testing.T, cs kubernetes.Interface, sc scope) *sideBySid
 				return
 			}
 			cm := obj.(*corev1.ConfigMap)
-			s.cgSeen.add(kubeadapter.Key(cm), cm.ResourceVersion+"-deleted")
+			s.cgSeen.add(kubeinformer.Key(cm), cm.ResourceVersion+"-deleted")
 		},
 	}); err != nil {
 		t.Fatal(err)
 	}
 
-	ourLW := kubeadapter.New[*corev1.ConfigMap](cs.CoreV1().ConfigMaps(sc.namespace), kubeadapter.Config{
+	ourLW, err := kubeinformer.NewResource[*corev1.ConfigMap](context.Background(), cs.CoreV1().ConfigMaps(sc.namespace), kubeinformer.Options{
+		Namespace:     sc.namespace,
 		LabelSelector: sc.selector,
 		PageSize:      7,
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	var expiredOnce sync.Once
 	s.ours = core.NewSharedIndexInformer[*corev1.ConfigMap](ourLW, core.InformerOptions[*corev1.ConfigMap]{
 		Name: "ours " + sc.name,
@@ -181,7 +186,7 @@ func (s *sideBySide) stop() {
 func cmState(cms []*corev1.ConfigMap) map[string]string {
 	out := make(map[string]string, len(cms))
 	for _, cm := range cms {
-		out[kubeadapter.Key(cm)] = fmt.Sprintf("rv=%s data=%v labels=%v", cm.ResourceVersion, cm.Data, cm.Labels)
+		out[kubeinformer.Key(cm)] = fmt.Sprintf("rv=%s data=%v labels=%v", cm.ResourceVersion, cm.Data, cm.Labels)
 	}
 	return out
 }
@@ -295,16 +300,15 @@ func workload(t *testing.T, cs kubernetes.Interface, seed uint64, namespaces []s
 				ns := namespaces[rng.IntN(len(namespaces))]
 				name := fmt.Sprintf("w%d-%d", w, rng.IntN(namesPerWriter))
 				key := ns + "/" + name
-				cms := configMaps{cs: cs, ns: ns}
 				var v core.ResourceVersion
 				var err error
 				if exists[key] && rng.IntN(4) == 0 {
-					v, err = cms.delete(ctx, name)
+					v, err = kubetest.DeleteConfigMap(ctx, cs, ns, name)
 					delete(exists, key)
 				} else {
 					labels := map[string]string{"group": []string{"diff", "other"}[rng.IntN(2)]}
 					var cm *corev1.ConfigMap
-					if cm, err = cms.put(ctx, name, i, labels); err == nil {
+					if cm, err = kubetest.PutConfigMap(ctx, cs, ns, name, int64(i), labels); err == nil {
 						v, err = core.ParseResourceVersion(cm.ResourceVersion)
 					}
 					exists[key] = true
@@ -334,8 +338,8 @@ func workload(t *testing.T, cs kubernetes.Interface, seed uint64, namespaces []s
 func TestDifferential(t *testing.T) {
 	kube := harness.StartKube(t)
 	cs := kube.Client(t)
-	nsA := createNamespace(t, cs, "diff-a")
-	nsB := createNamespace(t, cs, "diff-b")
+	nsA := kubetest.CreateNamespace(t, cs, "diff-a")
+	nsB := kubetest.CreateNamespace(t, cs, "diff-b")
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("workload seed %d", seed)
 

@@ -1,16 +1,27 @@
-// Package kubeadapter runs dbinformer's generic core (Reflector, queues,
-// SharedIndexInformer with WaitFor) against a Kubernetes apiserver through
-// k8s.io/client-go. It provides a core.ListerWatcher for any resource:
+// Package kubeinformer feeds dbinformer's informers from a Kubernetes
+// apiserver: most programs need only NewResource over a typed client-go
+// client, handed to core.NewSharedIndexInformer.
+//
+//	cms, err := kubeinformer.NewResource[*corev1.ConfigMap](ctx, clientset.CoreV1().ConfigMaps(ns),
+//		kubeinformer.Options{Namespace: ns})
+//	inf := core.NewSharedIndexInformer(cms, core.InformerOptions[*corev1.ConfigMap]{Name: "configmaps"})
+//
+// The package runs dbinformer's generic core (reflector, queues,
+// SharedIndexInformer with WaitFor) over k8s.io/client-go; the directory is
+// kubeadapter.
+//
+// A Resource is a core.ListerWatcher (and core.HeadReader and
+// core.ProgressReporter) for any resource:
 //
 //   - typed resources, through anything with client-go's List/Watch shape
-//     (clientset.CoreV1().ConfigMaps(ns), .Pods(ns), generated CRD clients):
+//     (clientset.CoreV1().ConfigMaps(ns), .Pods(ns), generated CRD
+//     clients): NewResource;
+//   - any resource, custom resources included, as
+//     *unstructured.Unstructured through the dynamic client: NewDynamic.
 //
-//     lw := kubeadapter.New[*corev1.ConfigMap](clientset.CoreV1().ConfigMaps(ns), kubeadapter.Config{})
-//
-//   - any resource, custom resources included, as *unstructured.Unstructured
-//     through the dynamic client:
-//
-//     lw := kubeadapter.NewDynamic(dyn, gvr, ns, kubeadapter.Config{})
+// Neither constructor does I/O. A typed client does not tell its namespace,
+// so Options.Namespace says it (for errors and logs, and checked against
+// every object the server sends); NewDynamic takes it as an argument.
 //
 // Keys are "namespace/name" ("name" for cluster-scoped objects), the same as
 // client-go's cache.MetaNamespaceKeyFunc, so code moved over from client-go
@@ -21,28 +32,32 @@
 //
 // # Semantics
 //
-// List pages through the resource (Config.PageSize, default 500): the first
+// List pages through the resource (Options.PageSize, default 500): the first
 // page is a consistent read, later pages follow its continue token, which
 // pins them to the first page's version, so the pages form one snapshot. A
 // continue token that expires mid-list fails the List with core.ErrExpired.
 // Watch asks for bookmarks and starts strictly after the given version; 410
 // Gone / Expired and "too large resource version" match core.ErrExpired, and
-// the reflector then lists from scratch. Label and field selectors
-// (Config.LabelSelector, Config.FieldSelector) and the namespace of the client
-// apply to List and Watch alike. Deletes carry the object's last state
-// (HasObject is true) at the version of the delete.
+// the informer then lists from scratch. A 404 on a List or Watch of the
+// collection means the resource is not served (its CustomResourceDefinition
+// was removed, or never installed) and matches core.ErrPermanent: the
+// informer stops and reports it instead of retrying forever. Label and field
+// selectors (Options.LabelSelector, Options.FieldSelector) and the namespace
+// of the client apply to List and Watch alike. Deletes carry the object's
+// last state (HasObject is true) at the version of the delete. A Watch
+// returns an error matching core.ErrWatchStopped once its context is done.
 //
 // WaitFor (read your writes): a write to a watched object is seen when its
 // event arrives. For a version that touched nothing watched (a write to
 // another resource or namespace), the informer asks the watch for progress:
-// Kubernetes has no progress request on an open watch, so the watcher learns
+// Kubernetes has no progress request on an open watch, so the watch learns
 // the current version H with a one-object consistent list (which also brings
 // the apiserver's watch cache up to H) and, unless events pass H first,
 // reopens its stream from the last delivered version as a watch of a few
 // seconds, which the watch cache ends with a bookmark in order with the
-// events. Every bookmark comes from the server; none is invented, so none can
-// overtake an event. The cost is one small list per request (the informer
-// asks at most every 250ms while WaitFor waits) and one short watch every 3s.
+// events. Every bookmark carries a version the server sent; none is
+// invented, so none can overtake an event. The cost is one small list per
+// request and one short watch every 3s while a request is outstanding.
 //
 // How soon that bookmark reaches H depends on the server: the watch cache
 // sends a new watch no bookmark at the version of the last event it replayed
@@ -53,6 +68,10 @@
 // seconds while other writes go on. WaitFor for a version of a watched object
 // does not depend on this: its event arrives at once.
 //
+// After a failure, Resource.WaitHealed tells when the apiserver answers
+// again, so that a caller backing off can retry at once instead of finishing
+// its sleep (the core does not use it yet).
+//
 // # Setup and permissions
 //
 // The client's identity needs list and watch on the resource (RBAC verbs
@@ -62,5 +81,12 @@
 // rest.Config.QPS/Burst if many informers share one config: progress requests
 // and relists are ordinary requests.
 //
-// Import it under its own name; it does not collide with client-go packages.
-package kubeadapter
+// The package is named kubeinformer, like the other adapters
+// (etcdinformer, pginformer, natsinformer); its directory is kubeadapter.
+// Import it as
+//
+//	kubeinformer "github.com/dbinformer/dbinformer/kubeadapter"
+//
+// The kubetest subpackage holds the test harnesses (conformance.Harness)
+// over a real kube-apiserver.
+package kubeinformer

@@ -1,4 +1,4 @@
-package kubeadapter_test
+package kubeinformer_test
 
 import (
 	"testing"

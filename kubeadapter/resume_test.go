@@ -1,12 +1,7 @@
-package kubeadapter_test
+package kubeinformer_test
 
 import (
 	"context"
-	"errors"
-	"io"
-	"net"
-	"net/url"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,83 +12,16 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/integration/harness"
-	"github.com/dbinformer/dbinformer/kubeadapter"
+	kubeinformer "github.com/dbinformer/dbinformer/kubeadapter"
+	"github.com/dbinformer/dbinformer/kubeadapter/kubetest"
 )
-
-// cutProxy forwards TCP connections to a target and can cut them all,
-// like a network failure between client and apiserver.
-type cutProxy struct {
-	l      net.Listener
-	target string
-	mu     sync.Mutex
-	conns  map[net.Conn]bool
-	wg     sync.WaitGroup
-}
-
-func startCutProxy(t *testing.T, target string) *cutProxy {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &cutProxy{l: l, target: target, conns: map[net.Conn]bool{}}
-	p.wg.Add(1)
-	go p.accept()
-	t.Cleanup(func() {
-		l.Close()
-		p.cut()
-		p.wg.Wait()
-	})
-	return p
-}
-
-func (p *cutProxy) accept() {
-	defer p.wg.Done()
-	for {
-		c, err := p.l.Accept()
-		if err != nil {
-			return
-		}
-		s, err := net.Dial("tcp", p.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns[c], p.conns[s] = true, true
-		p.mu.Unlock()
-		p.wg.Add(2)
-		go p.pipe(c, s)
-		go p.pipe(s, c)
-	}
-}
-
-func (p *cutProxy) pipe(dst, src net.Conn) {
-	defer p.wg.Done()
-	_, _ = io.Copy(dst, src)
-	dst.Close()
-	src.Close()
-	p.mu.Lock()
-	delete(p.conns, dst)
-	delete(p.conns, src)
-	p.mu.Unlock()
-}
-
-// cut closes every open connection; new ones are still accepted.
-func (p *cutProxy) cut() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for c := range p.conns {
-		c.Close()
-	}
-	return len(p.conns)
-}
 
 // countingLists counts full List calls (Head's one-object lists aside) and
 // Watch calls of the real client, to tell a resumed watch from a relist.
 type countingLists struct {
-	kubeadapter.Client[*corev1.ConfigMapList]
+	kubeinformer.Client[*corev1.ConfigMapList]
 	lists, watches atomic.Int32
 }
 
@@ -115,45 +43,30 @@ func (c *countingLists) List(ctx context.Context, opts metav1.ListOptions) (*cor
 // without a relist.
 func TestBrokenWatchResumes(t *testing.T) {
 	kube := harness.StartKube(t)
-	cs := kube.Client(t)
-	ns := createNamespace(t, cs, "resume")
-	cms := configMaps{cs: cs, ns: ns}
-
-	u, err := url.Parse(kube.Config().Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := startCutProxy(t, u.Host)
-	cfg := kube.Config()
-	cfg.Host = "https://" + proxy.l.Addr().String()
-	viaProxy, err := kubernetes.NewForConfig(cfg)
+	h := kubetest.NewConfigMaps(t, kube, kubetest.Options{})
+	cs, ns := h.Direct(), h.Namespace()
+	viaProxy, err := kubernetes.NewForConfig(h.ProxiedConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
 	client := &countingLists{Client: viaProxy.CoreV1().ConfigMaps(ns)}
-	var expired atomic.Int32
-	inf := core.NewSharedIndexInformer[*corev1.ConfigMap](
-		kubeadapter.New[*corev1.ConfigMap](client, kubeadapter.Config{}),
-		core.InformerOptions[*corev1.ConfigMap]{
-			Logger:  testLogger(t),
-			Backoff: core.Backoff{Initial: 100 * time.Millisecond, Max: time.Second},
-			ErrorHandler: func(err error) {
-				t.Logf("informer error: %v", err)
-				if errors.Is(err, core.ErrExpired) {
-					expired.Add(1)
-				}
-			},
-		})
+	lw, err := kubeinformer.NewResource[*corev1.ConfigMap](context.Background(), client, kubeinformer.Options{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	for i, name := range []string{"alpha", "bravo"} {
-		if _, err := cms.put(ctx, name, i, nil); err != nil {
+		if _, err := kubetest.PutConfigMap(ctx, cs, ns, name, int64(i), nil); err != nil {
 			t.Fatal(err)
 		}
 	}
-	runInformer(t, inf)
+	inf, errs := informertest.Run(t, lw, core.InformerOptions[*corev1.ConfigMap]{
+		Logger:  testLogger(t),
+		Backoff: core.Backoff{Initial: 100 * time.Millisecond, Max: time.Second},
+	})
 	// A change delivered through the watch proves the stream is open.
-	b, err := cms.put(ctx, "bravo", 2, nil)
+	b, err := kubetest.PutConfigMap(ctx, cs, ns, "bravo", 2, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,14 +75,14 @@ func TestBrokenWatchResumes(t *testing.T) {
 	}
 	watchesBefore := client.watches.Load()
 
-	if n := proxy.cut(); n == 0 {
+	if n := h.Proxy().Cut(); n == 0 {
 		t.Fatal("no connection to cut: the informer does not go through the proxy")
 	}
 	var last core.ResourceVersion
-	if last, err = cms.delete(ctx, "alpha"); err != nil {
+	if last, err = kubetest.DeleteConfigMap(ctx, cs, ns, "alpha"); err != nil {
 		t.Fatal(err)
 	}
-	cm, err := cms.put(ctx, "charlie", 3, nil)
+	cm, err := kubetest.PutConfigMap(ctx, cs, ns, "charlie", 3, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +100,7 @@ func TestBrokenWatchResumes(t *testing.T) {
 	if client.watches.Load() == watchesBefore {
 		t.Errorf("no new watch after the connections were cut: the watch did not break")
 	}
-	if n := client.lists.Load(); n != 1 || expired.Load() != 0 {
-		t.Errorf("the informer listed %d times (%d expired errors); a broken watch within the apiserver's history must resume, not relist", n, expired.Load())
+	if n := client.lists.Load(); n != 1 || errs.Is(core.ErrExpired) != nil {
+		t.Errorf("the informer listed %d times (expired: %v); a broken watch within the apiserver's history must resume, not relist", n, errs.Is(core.ErrExpired))
 	}
 }

@@ -1,9 +1,8 @@
-package kubeadapter
+package kubeinformer
 
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -15,13 +14,13 @@ import (
 )
 
 const (
-	// maxBatch bounds how many already-arrived events one Next returns.
+	// maxBatch bounds how many already-arrived events one Emit carries.
 	maxBatch = 256
 	// progressWatchTimeout is the server-side timeout of the short watch
-	// opened to answer RequestProgress. The apiserver's watch cache sends
-	// every watch a bookmark two seconds before its deadline (and otherwise
-	// only about once a minute), so a 3 s watch yields a bookmark about a
-	// second after it starts.
+	// opened to answer a progress request. The apiserver's watch cache
+	// sends every watch a bookmark shortly before its deadline (and
+	// otherwise only about once a minute), so a 3 s watch yields a bookmark
+	// about a second after it starts.
 	progressWatchTimeout int64 = 3
 	// progressGrace is how long a progress request waits for the open
 	// stream to pass the requested version by itself (it usually does when
@@ -30,263 +29,237 @@ const (
 	progressGrace = 300 * time.Millisecond
 )
 
-// Watch opens a watch that delivers every change after from, with
-// bookmarks. from must be a version the server still serves (one returned
-// by List or seen in a later event); 0 asks for the whole history, which no
-// apiserver keeps, and fails with core.ErrExpired so that the caller lists.
+// Watch delivers every change after from through opts.Emit, with
+// bookmarks, until ctx is done (an error matching core.ErrWatchStopped), the
+// server no longer has from or a later version it needs (410 Gone, "too
+// large resource version": core.ErrExpired), the resource is not served any
+// more (404, a removed CustomResourceDefinition: core.ErrPermanent), Emit
+// fails (its error), or the connection breaks (that error; the caller
+// resumes from the last version it was given). Events that arrived before a
+// failure are emitted before Watch returns it. from must be a version the
+// server still serves (one returned by List or seen in a later event); 0
+// asks for the whole history, which no apiserver keeps, and fails with
+// core.ErrExpired so that the caller lists.
 //
-// The watch lives until ctx is done or Stop is called. When the server ends
-// the stream after delivering something (its request timeout, typically
-// 30-60 minutes), the watch reopens from the last delivered version by
-// itself; a stream that ends before delivering anything is reported as an
-// error so that the caller backs off.
-func (lw *ListerWatcher[T]) Watch(ctx context.Context, from core.ResourceVersion) (core.Watcher[T], error) {
+// When the server ends the stream after delivering something (its request
+// timeout, typically 30-60 minutes), Watch reopens it from the last
+// delivered version by itself; a stream that ends before delivering
+// anything is returned as an error so that the caller backs off.
+//
+// Progress requests (opts.Progress): Kubernetes has no such request on an
+// open watch, so Watch builds one from two guarantees of the apiserver. A
+// consistent one-object list (Head) returns a version H at least the head
+// at the time of the request, and brings the watch cache up to H; and the
+// watch cache sends a watch a bookmark, in order with its events, shortly
+// before the watch's deadline. If events at or after H do not arrive by
+// themselves within a moment, Watch reopens its stream from the last
+// delivered version as a watch of a few seconds, whose bookmark then says
+// that everything up to H was delivered; it repeats until a bookmark or an
+// event reaches H, and then goes back to a normal stream. Nothing is skipped
+// or repeated (every new stream starts strictly after the last version
+// emitted), and every bookmark carries a version the server sent: when H is
+// reached by an event, the answer is a bookmark at that event's version,
+// right after it. A request for a version already emitted is answered at
+// once with a bookmark at the last emitted version. A Head that fails ends
+// the watch with its error.
+func (r *Resource[T]) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[T]) (err error) {
+	defer func() {
+		// Whatever was going on when ctx ended, the answer is "stopped".
+		if ctx.Err() != nil {
+			err = core.Stopped(ctx)
+		}
+	}()
+	if opts.Emit == nil {
+		return fmt.Errorf("%s: Watch: WatchOptions.Emit is nil", r.source)
+	}
 	if from == 0 {
-		return nil, fmt.Errorf("%s: watch from version 0: the apiserver keeps no history from the beginning; list first: %w", lw.source, core.ErrExpired)
+		return fmt.Errorf("%s: watch from version 0: the apiserver keeps no history from the beginning; list first: %w", r.source, core.ErrExpired)
 	}
-	wctx, cancel := context.WithCancel(ctx)
-	w := &watcher[T]{lw: lw, ctx: wctx, cancel: cancel, last: from, wake: make(chan struct{}, 1)}
+	w := &watcher[T]{r: r, ctx: ctx, opts: opts, from: from, last: from}
+	defer w.close()
 	if err := w.open(false); err != nil {
-		cancel()
-		return nil, err
+		return err
 	}
-	return w, nil
+	return w.run()
 }
 
+// watcher is the state of one Watch call, owned by its goroutine.
 type watcher[T Object] struct {
-	lw     *ListerWatcher[T]
-	ctx    context.Context // the watch's lifetime; cancelled by Stop
-	cancel context.CancelFunc
-	wake   chan struct{} // RequestProgress nudges a blocked Next
+	r    *Resource[T]
+	ctx  context.Context
+	opts core.WatchOptions[T]
 
-	// nextMu serialises Next; the fields below it are owned by Next.
-	nextMu      sync.Mutex
-	stream      watch.Interface
-	probing     bool // stream is a short watch opened for a bookmark
-	delivered   bool // stream has delivered at least one event
-	last        core.ResourceVersion
-	pendingErr  error
-	stopStreams sync.Mutex // guards stream against Stop
+	stream    watch.Interface
+	probing   bool                 // stream is a short watch opened for a bookmark
+	delivered bool                 // stream has sent at least one event
+	emptyEnds int                  // streams in a row that ended having sent nothing
+	from      core.ResourceVersion // the version Watch was called with
+	last      core.ResourceVersion // the last version emitted (or from)
 
-	mu        sync.Mutex
-	want      core.ResourceVersion // a bookmark at or after this was requested
-	wantSince time.Time            // when want was first set
+	want      core.ResourceVersion // a bookmark at or after this was requested; 0: none
+	wantSince time.Time            // when want was set
+	answered  bool                 // an event of the batch being built reached want
+
+	timer *time.Timer     // the progress grace period; nil until first needed
+	buf   []core.Event[T] // reused between batches: Emit does not keep it
 }
 
+func (w *watcher[T]) close() {
+	if w.stream != nil {
+		w.stream.Stop()
+	}
+	if w.timer != nil {
+		w.timer.Stop()
+	}
+}
+
+// open replaces the stream with one from w.last: a normal one, or, if
+// probe, a short one that ends with a bookmark.
 func (w *watcher[T]) open(probe bool) error {
-	opts := metav1.ListOptions{
-		LabelSelector:       w.lw.cfg.LabelSelector,
-		FieldSelector:       w.lw.cfg.FieldSelector,
+	if w.stream != nil {
+		w.stream.Stop()
+		w.stream = nil
+	}
+	lo := metav1.ListOptions{
+		LabelSelector:       w.r.opts.LabelSelector,
+		FieldSelector:       w.r.opts.FieldSelector,
 		ResourceVersion:     w.last.String(),
 		AllowWatchBookmarks: true,
 	}
 	if probe {
 		t := progressWatchTimeout
-		opts.TimeoutSeconds = &t
+		lo.TimeoutSeconds = &t
 	}
-	s, err := w.lw.watch(w.ctx, opts)
+	s, err := w.r.watch(w.ctx, lo)
 	if err != nil {
-		if w.ctx.Err() != nil {
-			return w.ctx.Err()
+		what := "open watch" // the caller knows from which version
+		if w.last != w.from {
+			what = fmt.Sprintf("reopen watch from version %d", w.last)
 		}
-		return w.lw.apiError(fmt.Sprintf("watch from version %d", w.last), err)
-	}
-	w.stopStreams.Lock()
-	if w.ctx.Err() != nil { // Stop raced with us
-		w.stopStreams.Unlock()
-		s.Stop()
-		return w.ctx.Err()
+		return w.r.apiError(what, err)
 	}
 	w.stream, w.probing, w.delivered = s, probe, false
-	w.stopStreams.Unlock()
 	if probe {
-		w.lw.log.Debug("kubeadapter: short watch opened for a bookmark", "from", w.last, "want", w.wanted())
+		w.r.log.Debug("kubeinformer: short watch opened for a bookmark", "from", w.last, "want", w.want)
 	}
 	return nil
 }
 
-func (w *watcher[T]) reopen(probe bool) error {
-	w.stopStreams.Lock()
-	old := w.stream
-	w.stopStreams.Unlock()
-	old.Stop()
-	return w.open(probe)
-}
-
-func (w *watcher[T]) wanted() core.ResourceVersion {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.want
-}
-
-// probeDue returns whether a short watch should replace the stream now,
-// and otherwise how long until it should (0: no request outstanding).
-func (w *watcher[T]) probeDue() (bool, time.Duration) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.want <= w.last || w.probing {
-		return false, 0
+func (w *watcher[T]) run() error {
+	for {
+		// A progress request the stream has not answered within the grace
+		// period makes the stream a short one.
+		var graceOver <-chan time.Time
+		if w.want > w.last && !w.probing {
+			d := time.Until(w.wantSince.Add(progressGrace))
+			if d <= 0 {
+				if err := w.open(true); err != nil {
+					return err
+				}
+				continue
+			}
+			if w.timer == nil {
+				w.timer = time.NewTimer(d)
+			} else {
+				w.timer.Reset(d)
+			}
+			graceOver = w.timer.C
+		}
+		select {
+		case <-w.ctx.Done():
+			return core.Stopped(w.ctx)
+		case <-graceOver:
+		case _, ok := <-w.opts.Progress:
+			if !ok {
+				w.opts.Progress = nil // closed: no more requests
+				continue
+			}
+			if err := w.requestProgress(); err != nil {
+				return err
+			}
+		case ev, ok := <-w.stream.ResultChan():
+			if !ok {
+				if err := w.streamEnded(); err != nil {
+					return err
+				}
+				continue
+			}
+			if err := w.deliver(ev); err != nil {
+				return err
+			}
+		}
 	}
-	if d := time.Until(w.wantSince.Add(progressGrace)); d > 0 {
-		return false, d
-	}
-	return true, 0
 }
 
-// RequestProgress makes the watch deliver a Bookmark at or after the
-// server's current version. Kubernetes has no such request on an open
-// watch, so it is built from two guarantees of the apiserver: a consistent
-// one-object list returns a version H at least the head at the time of the
-// request (and brings the watch cache up to H), and the watch cache sends a
-// watch a bookmark, in order with its events, shortly before the watch's
-// deadline. If events at or after H have not arrived by themselves, Next
-// reopens the stream from the last delivered version as a watch of a few
-// seconds, whose bookmark then says that everything up to H was delivered.
-// Nothing is skipped or repeated: the new stream starts strictly after the
-// last version Next returned. The watch cache sends no bookmark at the version
-// of the last event it replayed to a new watch (filtered out or not), so when
-// H is the newest change of the whole cluster the bookmark waits for the next
-// change of anything; see the package documentation.
-func (w *watcher[T]) RequestProgress(ctx context.Context) error {
-	head, err := w.lw.Head(ctx)
+// requestProgress learns the server's head and either answers at once (the
+// head was emitted already) or records it as wanted.
+func (w *watcher[T]) requestProgress() error {
+	head, err := w.r.Head(w.ctx)
 	if err != nil {
-		return err
+		return fmt.Errorf("progress request: %w", err)
 	}
-	w.mu.Lock()
+	if head <= w.last {
+		w.buf = append(w.buf[:0], core.Event[T]{Type: core.Bookmark, RV: w.last})
+		return w.opts.Emit(w.buf)
+	}
 	if w.want == 0 {
 		w.wantSince = time.Now()
 	}
-	if head > w.want {
-		w.want = head
-	}
-	w.mu.Unlock()
-	select {
-	case w.wake <- struct{}{}:
-	default:
-	}
+	w.want = max(w.want, head)
 	return nil
 }
 
-// Stop ends the watch; a blocked Next returns the watch's context error.
-func (w *watcher[T]) Stop() {
-	w.cancel()
-	w.stopStreams.Lock()
-	s := w.stream
-	w.stopStreams.Unlock()
-	if s != nil {
-		s.Stop()
-	}
-}
-
-// Next returns the next batch: the first event to arrive plus whatever else
-// has already arrived, up to maxBatch.
-func (w *watcher[T]) Next(ctx context.Context) ([]core.Event[T], error) {
-	w.nextMu.Lock()
-	defer w.nextMu.Unlock()
-	if err := w.pendingErr; err != nil {
-		return nil, err
-	}
-	for {
-		if err := w.ctx.Err(); err != nil {
-			return nil, err
-		}
-		due, wait := w.probeDue()
-		if due {
-			if err := w.reopen(true); err != nil {
-				return nil, w.fail(err)
+// deliver emits ev together with every event that has already arrived
+// behind it, up to maxBatch. A failure is returned after what came before
+// it was emitted.
+func (w *watcher[T]) deliver(ev watch.Event) error {
+	batch, failed := w.add(w.buf[:0], ev)
+drain:
+	for failed == nil && len(batch) < maxBatch {
+		select {
+		case ev, ok := <-w.stream.ResultChan():
+			if !ok {
+				break drain // seen again, and handled, by run's next receive
 			}
-		}
-		ev, ok, err := w.receive(ctx, wait)
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			continue
-		}
-		batch, err := w.add(nil, ev)
-		if err != nil {
-			return nil, w.fail(err)
-		}
-	drain:
-		for len(batch) < maxBatch {
-			select {
-			case ev, ok := <-w.stream.ResultChan():
-				if !ok {
-					break drain // handled by the next call
-				}
-				var err error
-				if batch, err = w.add(batch, ev); err != nil {
-					// Deliver what came before the failure first.
-					w.pendingErr = err
-					break drain
-				}
-			default:
-				break drain
-			}
-		}
-		if len(batch) > 0 {
-			return batch, nil
-		}
-		if w.pendingErr != nil {
-			return nil, w.pendingErr
+			batch, failed = w.add(batch, ev)
+		default:
+			break drain
 		}
 	}
-}
-
-// receive waits for the next event of the stream. ok is false when
-// something else needs a look first: a progress request, the probe delay
-// (wait, if not 0) running out, or the stream ending and being replaced.
-func (w *watcher[T]) receive(ctx context.Context, wait time.Duration) (ev watch.Event, ok bool, err error) {
-	var probeTimer <-chan time.Time
-	if wait > 0 {
-		t := time.NewTimer(wait)
-		defer t.Stop()
-		probeTimer = t.C
+	if w.answered {
+		// A progress request was passed by events: answer it with a
+		// bookmark at the last of them, in order.
+		batch = append(batch, core.Event[T]{Type: core.Bookmark, RV: w.last})
+		w.answered = false
 	}
-	select {
-	case <-probeTimer:
-		return ev, false, nil
-	case <-ctx.Done():
-		return ev, false, ctx.Err()
-	case <-w.ctx.Done():
-		return ev, false, w.ctx.Err()
-	case <-w.wake:
-		return ev, false, nil
-	case ev, ok := <-w.stream.ResultChan():
-		if !ok {
-			if err := w.streamEnded(); err != nil {
-				return ev, false, w.fail(err)
-			}
-			return ev, false, nil
+	w.buf = batch
+	if len(batch) > 0 {
+		if err := w.opts.Emit(batch); err != nil {
+			return err
 		}
-		return ev, true, nil
 	}
-}
-
-// fail makes err final: every later Next returns it too.
-func (w *watcher[T]) fail(err error) error {
-	if w.ctx.Err() != nil {
-		err = w.ctx.Err()
-	}
-	w.pendingErr = err
-	return err
+	return failed
 }
 
 // streamEnded decides what a closed result channel means.
 func (w *watcher[T]) streamEnded() error {
-	if err := w.ctx.Err(); err != nil {
-		return err
-	}
 	switch {
 	case w.probing:
 		// The short watch ran out; go on with a normal one, or another
 		// short one if the bookmark has not come yet.
-		return w.open(w.wanted() > w.last)
+		return w.open(w.want > w.last)
 	case w.delivered:
-		w.lw.log.Debug("kubeadapter: the server ended the watch; reopening", "from", w.last)
+		w.emptyEnds = 0
+		w.r.log.Debug("kubeinformer: the server ended the watch; reopening", "from", w.last)
+		return w.open(false)
+	case w.emptyEnds == 0:
+		// Once, reopen at once: a removed resource ends its watches
+		// without a word, and only the next open says why (404).
+		w.emptyEnds++
+		w.r.log.Debug("kubeinformer: the server ended the watch without sending anything; reopening once", "from", w.last)
 		return w.open(false)
 	default:
-		return fmt.Errorf("%s: the server ended the watch from version %d without sending anything", w.lw.source, w.last)
+		return fmt.Errorf("%s: the server ended the watch from version %d twice without sending anything", w.r.source, w.last)
 	}
 }
 
@@ -304,46 +277,49 @@ func (w *watcher[T]) add(batch []core.Event[T], ev watch.Event) ([]core.Event[T]
 	case watch.Bookmark:
 		m, err := meta.Accessor(ev.Object)
 		if err != nil {
-			return batch, fmt.Errorf("%s: bookmark without metadata (%T): %w", w.lw.source, ev.Object, err)
+			return batch, fmt.Errorf("%s: bookmark without metadata (%T): %w", w.r.source, ev.Object, err)
 		}
 		rv, err := core.ParseResourceVersion(m.GetResourceVersion())
 		if err != nil {
-			return batch, fmt.Errorf("%s: bookmark: %w", w.lw.source, err)
+			return batch, fmt.Errorf("%s: bookmark: %w", w.r.source, err)
 		}
 		// The watch cache can send a bookmark older than events it already
 		// replayed to a new watch; it says nothing new.
-		w.lw.log.Debug("kubeadapter: bookmark", "rv", rv, "last", w.last)
+		w.r.log.Debug("kubeinformer: bookmark", "rv", rv, "last", w.last)
 		if rv <= w.last {
 			return batch, nil
 		}
 		w.advance(rv)
+		w.answered = false // this bookmark is the answer
 		return append(batch, core.Event[T]{Type: core.Bookmark, RV: rv}), nil
 	case watch.Error:
 		err := apierrors.FromObject(ev.Object)
-		return batch, w.lw.apiError(fmt.Sprintf("watch after version %d", w.last), err)
+		return batch, w.r.apiError(fmt.Sprintf("watch after version %d", w.last), err)
 	default:
-		return batch, fmt.Errorf("%s: watch event of unknown type %q", w.lw.source, ev.Type)
+		return batch, fmt.Errorf("%s: watch event of unknown type %q", w.r.source, ev.Type)
 	}
-	e, err := w.lw.event(typ, ev.Object)
+	e, err := w.r.event(typ, ev.Object)
 	if err != nil {
 		return batch, err
 	}
 	if e.RV <= w.last {
 		// A stream reopened from w.last never sends this; refuse to
 		// deliver it twice rather than break the order.
-		return batch, fmt.Errorf("%s: key %q at version %d arrived after version %d", w.lw.source, e.Key, e.RV, w.last)
+		return batch, fmt.Errorf("%s: key %q at version %d arrived after version %d", w.r.source, e.Key, e.RV, w.last)
 	}
-	w.advance(e.RV)
+	if w.advance(e.RV) {
+		w.answered = true
+	}
 	return append(batch, e), nil
 }
 
 // advance records that everything up to rv has been delivered and retires
-// a progress request that rv satisfies.
-func (w *watcher[T]) advance(rv core.ResourceVersion) {
+// a progress request that rv satisfies, reporting whether it did.
+func (w *watcher[T]) advance(rv core.ResourceVersion) bool {
 	w.last = rv
-	w.mu.Lock()
-	if w.want <= rv {
+	if w.want != 0 && w.want <= rv {
 		w.want = 0
+		return true
 	}
-	w.mu.Unlock()
+	return false
 }

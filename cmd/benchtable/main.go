@@ -40,6 +40,8 @@ var rows = []row{
 	{"3 Memory per object: ours (2 indexes) vs plain map", "MemoryPerObject/ours", "B/object", "MemoryPerObject/map", "B/object", "≤", 1.3},
 	{"3 Memory per object: ours without indexes vs plain map", "MemoryPerObject/ours-noindex", "B/object", "MemoryPerObject/map", "B/object", "", 0},
 	{"3 Memory per object: ours with 2 indexes vs without (the indexes' cost)", "MemoryPerObject/ours", "B/object", "MemoryPerObject/ours-noindex", "B/object", "", 0},
+	{"3 Initial sync of 1M objects: peak heap, informer vs decoding into a plain map", "InitialSync", "ours-peak-heap-MB", "", "map-peak-heap-MB", "≤", 1.3},
+	{"3 Initial sync of 1M objects: peak heap, informer with one handler vs plain map", "InitialSync", "ours-handler-peak-heap-MB", "", "map-peak-heap-MB", "", 0},
 	{"4 Postgres initial sync (List) vs raw COPY TO STDOUT: time", "Postgres/InitialSync", "ours-s", "", "copy-s", "≤", 1.5},
 	{"5 Postgres streaming, writers unpaced: applied vs committed rows/s", "Postgres/Streaming/max/ours", "applied-rows/s", "", "committed-rows/s", "≥", 0.99},
 	{"5 Postgres streaming, writers unpaced: lag p99, ms (from send)", "Postgres/Streaming/max/ours", "lag-from-send-p99-ms", "", "", "", 0},
@@ -104,7 +106,7 @@ func (r results) get(bench, metric string) (float64, bool) {
 // format prints a figure with its unit, without the side's name that
 // prefixes the metrics of a side-by-side benchmark.
 func format(v float64, metric string) string {
-	for _, p := range []string{"ours-", "clientgo-", "raw-", "copy-", "bare-"} {
+	for _, p := range []string{"ours-handler-", "ours-", "clientgo-", "raw-", "copy-", "bare-", "map-"} {
 		metric = strings.TrimPrefix(metric, p)
 	}
 	switch metric {

@@ -185,7 +185,7 @@ func (r *Recorder[T]) take(n int) []string {
 		r.mu.Lock()
 		if ctx.Err() != nil && len(r.log)-r.read < n {
 			got := r.log[r.read:]
-			r.t.Fatalf("informertest: gave up after %s waiting for %d handler notifications; got %d:\n\t%s", Timeout, n, len(got), strings.Join(got, "\n\t"))
+			r.t.Fatalf("informertest: gave up after %s waiting for %d handler notifications; got %d:\n\t%s", budget(ctx), n, len(got), strings.Join(got, "\n\t"))
 		}
 	}
 	got := slices.Clone(r.log[r.read : r.read+n])
@@ -210,7 +210,7 @@ func (r *Recorder[T]) Wait(what string, cond func(log []string, state map[string
 		}
 		r.mu.Lock()
 		if ctx.Err() != nil && !cond(r.log, r.live) {
-			r.t.Fatalf("informertest: gave up after %s waiting for %s; the handler holds %v; its log ends\n\t%s", Timeout, what, r.live, strings.Join(tail(r.log, 20), "\n\t"))
+			r.t.Fatalf("informertest: gave up after %s waiting for %s; the handler holds %v; its log ends\n\t%s", budget(ctx), what, r.live, strings.Join(tail(r.log, 20), "\n\t"))
 		}
 	}
 }
@@ -232,7 +232,7 @@ func (r *Recorder[T]) WaitState(want map[string]int64) {
 		}
 		r.mu.Lock()
 		if ctx.Err() != nil && !maps.Equal(r.live, want) {
-			r.t.Fatalf("informertest: gave up after %s waiting for the handler's view:\n\t%s", Timeout, strings.Join(Diff("handler", r.live, want), "\n\t"))
+			r.t.Fatalf("informertest: gave up after %s waiting for the handler's view:\n\t%s", budget(ctx), strings.Join(Diff("handler", r.live, want), "\n\t"))
 		}
 	}
 }

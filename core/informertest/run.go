@@ -144,7 +144,7 @@ func (e *Errors) Wait(t TB, what string, match func(error) bool) error {
 			for _, err := range e.list {
 				b.WriteString("\n\t" + err.Error())
 			}
-			t.Fatalf("informertest: gave up after %s waiting for %s to be reported; reported:%s", Timeout, what, b.String())
+			t.Fatalf("informertest: gave up after %s waiting for %s to be reported; reported:%s", budget(ctx), what, b.String())
 		}
 		ch := e.changed.wait()
 		e.mu.Unlock()

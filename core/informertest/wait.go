@@ -38,7 +38,16 @@ func waitContext(t TB) (context.Context, context.CancelFunc) {
 			}
 		}
 	}
-	return context.WithTimeout(context.Background(), d)
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	return context.WithValue(ctx, budgetKey{}, d), cancel
+}
+
+type budgetKey struct{}
+
+// budget is how long a wait of waitContext was allowed, for its message.
+func budget(ctx context.Context) time.Duration {
+	d, _ := ctx.Value(budgetKey{}).(time.Duration)
+	return d.Round(time.Second)
 }
 
 // Eventually waits until cond returns true and fails the test (Fatalf)
@@ -51,7 +60,7 @@ func Eventually(t TB, what string, cond func() bool) {
 	ctx, cancel := waitContext(t)
 	defer cancel()
 	if !poll(ctx, cond) {
-		t.Fatalf("informertest: gave up after %s waiting for %s", Timeout, what)
+		t.Fatalf("informertest: gave up after %s waiting for %s", budget(ctx), what)
 	}
 }
 

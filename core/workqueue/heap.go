@@ -5,10 +5,11 @@ package workqueue
 // time earlier pushes a new entry instead of fixing the old one in place,
 // which would need a per-item heap index updated on every swap.
 type waitEntry[K comparable] struct {
-	at  int64 // ready time, in nanoseconds since the queue's epoch
-	seq uint64
-	idx int32
-	key K
+	at    int64 // ready time, in nanoseconds since the queue's epoch
+	seq   uint64
+	idx   int32
+	shard int32
+	key   K
 }
 
 // waitHeap is a binary min-heap on (at, seq). It is hand-written rather than

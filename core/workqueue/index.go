@@ -1,30 +1,25 @@
 package workqueue
 
-import "hash/maphash"
-
-// keyIndex maps keys to slab indexes. It replaces a Go map for two reasons:
-// the hash is computed by the caller before taking the queue's lock, which
-// shortens the critical section every producer and worker contends on; and
-// "find or insert" is one probe where a map needs a lookup and an assign.
-// Open addressing with linear probing and backward-shift deletion, so
-// deletes leave no tombstones behind.
+// keyIndex maps keys to state indexes. It replaces a Go map for two
+// reasons: the hash is computed by the caller before taking any lock (its
+// top bits pick the shard, its low bits the slot), which shortens the
+// critical sections; and "find or insert" is one probe where a map needs a
+// lookup and an assign. Open addressing with linear probing and
+// backward-shift deletion, so deletes leave no tombstones behind.
 type keyIndex[K comparable] struct {
-	seed  maphash.Seed
 	slots []indexSlot[K] // power-of-two length, or nil when empty
 	n     int
 }
 
 type indexSlot[K comparable] struct {
 	hash uint64
-	ref  int32 // slab index + 1; 0 marks an empty slot
+	ref  int32 // state index + 1; 0 marks an empty slot
 	key  K
 }
 
-func (x *keyIndex[K]) hash(k K) uint64 { return maphash.Comparable(x.seed, k) }
-
 func (x *keyIndex[K]) len() int { return x.n }
 
-// find returns k's slab index, or -1.
+// find returns k's state index, or -1.
 func (x *keyIndex[K]) find(h uint64, k K) int32 {
 	if x.n == 0 {
 		return -1

@@ -15,14 +15,15 @@ func TestKeyIndexAgainstMap(t *testing.T) {
 		keys    int
 	}{{false, 3000}, {true, 10}, {true, 40}} {
 		collide, keys := tc.collide, tc.keys
-		x := &keyIndex[int]{seed: maphash.MakeSeed()}
+		x := &keyIndex[int]{}
+		seed := maphash.MakeSeed()
 		h := func(k int) uint64 {
 			if collide {
 				// Five homes at the very end of the table (60..64 wraps for
 				// 64 slots, 12..15 and 0 for 16), so runs wrap around.
 				return uint64(k%5) + 60
 			}
-			return x.hash(k)
+			return maphash.Comparable(seed, k)
 		}
 		ref := map[int]int32{}
 		r := rand.New(rand.NewPCG(1, uint64(keys)))

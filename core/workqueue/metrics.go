@@ -1,6 +1,7 @@
 package workqueue
 
 import (
+	"sync"
 	"time"
 
 	"github.com/dbinformer/dbinformer/core/clock"
@@ -60,8 +61,12 @@ const UnfinishedWorkUpdatePeriod = 500 * time.Millisecond
 
 // queueMetrics is only built when a provider is configured; the queue checks
 // for nil so the default costs one predictable branch per call.
-// All methods run under the queue's lock.
+// Its methods serialize on its own lock, so a provider's metrics are never
+// called concurrently, as under client-go's single queue lock. The queue
+// calls add, get and done holding the item's shard lock, so they come in
+// that order for any one item.
 type queueMetrics[K comparable] struct {
+	mu                      sync.Mutex
 	clock                   clock.Clock
 	depth                   GaugeMetric
 	adds                    CounterMetric
@@ -94,6 +99,8 @@ func newQueueMetrics[K comparable](p MetricsProvider, name string, c clock.Clock
 }
 
 func (m *queueMetrics[K]) add(item K) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	m.adds.Inc()
 	m.depth.Inc()
 	if _, ok := m.addTimes[item]; !ok {
@@ -102,6 +109,8 @@ func (m *queueMetrics[K]) add(item K) {
 }
 
 func (m *queueMetrics[K]) get(item K) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	now := m.clock.Now()
 	m.depth.Dec()
 	m.startTimes[item] = now
@@ -112,13 +121,23 @@ func (m *queueMetrics[K]) get(item K) {
 }
 
 func (m *queueMetrics[K]) done(item K) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if t, ok := m.startTimes[item]; ok {
 		m.workDuration.Observe(m.clock.Since(t).Seconds())
 		delete(m.startTimes, item)
 	}
 }
 
+func (m *queueMetrics[K]) retry() {
+	m.mu.Lock()
+	m.retries.Inc()
+	m.mu.Unlock()
+}
+
 func (m *queueMetrics[K]) updateUnfinishedWork() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	now := m.clock.Now()
 	var total, oldest float64
 	for _, t := range m.startTimes {

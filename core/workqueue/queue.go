@@ -6,6 +6,7 @@ import (
 	"hash/maphash"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dbinformer/dbinformer/core/clock"
@@ -44,31 +45,23 @@ type AddOpts struct {
 	Priority int
 }
 
-const (
-	fDirty      uint8 = 1 << iota // needs processing: queued, or re-added while processing
-	fProcessing                   // handed out by Get, Done not yet called
-	fWaiting                      // has a live entry in the delay heap
-)
-
-// itemState is everything the queue knows about one key. States live in a
-// slab indexed through one keyIndex, and ready-queue slots and delay entries
-// carry the slab index: an Add/Get/Done cycle costs 3 index probes
-// (client-go's dirty and processing sets cost 7 map operations), Get none at
-// all. A key with no flags left is removed from the index and its slab
-// entry reused.
-type itemState struct {
-	seq   uint64 // seq of the live ready-queue slot
-	wseq  uint64 // seq of the live delay-heap entry
-	at    int64  // ready time of the live delay-heap entry
-	prio  int    // priority the item is queued, or will be re-queued, at
-	wprio int    // priority the delayed add will use
-	flags uint8
-}
-
 type level[K comparable] struct {
 	prio int
 	r    ring[K]
 }
+
+// shardBits: 16 shards. Only GOMAXPROCS goroutines run at once, so a
+// handful of shards already makes two Adds on one shard rare; more would
+// only cost memory in small queues.
+const (
+	shardBits = 4
+	numShards = 1 << shardBits
+)
+
+func shardIndex(h uint64) int { return int(h >> (64 - shardBits)) }
+
+// noDue is nextDue when nothing is delayed.
+const noDue = math.MaxInt64
 
 // Queue is a work queue of keys: client-go's workqueue, delaying queue and
 // rate-limiting queue in one type, plus priorities.
@@ -78,44 +71,60 @@ type level[K comparable] struct {
 // processed is handed out again after Done. Items come out highest priority
 // first and, within a priority, in the order they were added.
 type Queue[K comparable] struct {
+	// mu guards the ready order, the delay heap and the fields up to the
+	// padding. Key state is in the shards, under their own locks.
 	mu   sync.Mutex
 	cond sync.Cond
-
-	index   keyIndex[K]
-	slab    [][]itemState // fixed-size chunks: growing never copies states
-	slabLen int32
-	free    []int32
 	// levels holds one FIFO per priority in use, highest first. There are
 	// normally one or two, so a linear scan beats any map.
-	levels     []level[K]
-	queued     int // live slots across levels
-	processing int
-	seq        uint64
-	signals    int // pushes not yet signalled; see unlock
-
+	levels      []level[K]
+	queued      int // live slots across levels
+	seq         uint64
+	signals     int // pushes not yet signalled; see unlock
 	waiting     waitHeap[K]
 	staleWaits  int
 	loopStarted bool
-	kick        chan struct{}
+	drain       bool
+	// State allocation (see newStateLocked and sweepLocked). A chunk's
+	// slice header is written once, under mu, before any index to it is
+	// handed out.
+	chunks    [numChunks][]itemState
+	nextState int32
+	free      []int32
+	states    int // allocated and not freed
+	sweepAt   int
+	slack     int // sweepSlack; tests lower it to sweep often
+	sweepDue  bool
+	_         [64]byte
 
-	shuttingDown bool
-	drain        bool
-	stop         chan struct{}
-	wg           sync.WaitGroup
+	// Read without mu; the atomics are only written under mu.
+	shutdown atomic.Bool
+	draining atomic.Bool  // drain, for Done
+	nextDue  atomic.Int64 // ready time of the delay heap's top, or noDue
+	seed     maphash.Seed
+	clock    clock.Clock
+	epoch    time.Time
+	limiter  RateLimiter[K]
+	metrics  *queueMetrics[K]
+	kick     chan struct{}
+	stop     chan struct{}
+	wg       sync.WaitGroup
+	// noTryLock makes every TryLock of mu fail, so that tests run the
+	// fallback paths.
+	noTryLock bool
 
-	clock   clock.Clock
-	epoch   time.Time
-	limiter RateLimiter[K]
-	metrics *queueMetrics[K]
+	shards [numShards]shard[K]
 }
 
 // New returns a running queue. Call ShutDown (or ShutDownWithDrain) when
-// done with it: it stops the queue's goroutines.
+// done with it: it stops the queue's goroutines. New does no I/O.
 func New[K comparable](opts Options[K]) *Queue[K] {
 	c := clock.Or(opts.Clock)
 	q := &Queue[K]{
-		index:   keyIndex[K]{seed: maphash.MakeSeed()},
+		seed:    maphash.MakeSeed(),
 		kick:    make(chan struct{}, 1),
+		sweepAt: sweepSlack,
+		slack:   sweepSlack,
 		stop:    make(chan struct{}),
 		clock:   c,
 		epoch:   c.Now(),
@@ -123,6 +132,7 @@ func New[K comparable](opts Options[K]) *Queue[K] {
 		metrics: newQueueMetrics[K](opts.MetricsProvider, opts.Name, c),
 	}
 	q.cond.L = &q.mu
+	q.nextDue.Store(noDue)
 	if q.limiter == nil {
 		q.limiter = DefaultControllerRateLimiter[K](c)
 	}
@@ -137,34 +147,15 @@ func New[K comparable](opts Options[K]) *Queue[K] {
 }
 
 // Add marks item as needing processing. After ShutDown it does nothing.
-func (q *Queue[K]) Add(item K) {
-	h := q.index.hash(item)
-	q.mu.Lock()
-	if !q.shuttingDown {
-		q.promoteLocked()
-		q.addLocked(item, h, 0)
-	}
-	q.unlock()
-}
+func (q *Queue[K]) Add(item K) { q.add(item, 0) }
 
 // AddAfter adds item once d has passed; d <= 0 adds it now. An item already
 // waiting keeps the earlier of its two ready times. Each call counts as a
 // retry in the metrics.
-func (q *Queue[K]) AddAfter(item K, d time.Duration) {
-	h := q.index.hash(item)
-	q.mu.Lock()
-	q.addAfterLocked(item, h, d, 0)
-	q.unlock()
-}
+func (q *Queue[K]) AddAfter(item K, d time.Duration) { q.addAfter(item, d, 0) }
 
 // AddRateLimited adds item when the rate limiter says it may be retried.
-func (q *Queue[K]) AddRateLimited(item K) {
-	d := q.limiter.When(item)
-	h := q.index.hash(item)
-	q.mu.Lock()
-	q.addAfterLocked(item, h, d, 0)
-	q.unlock()
-}
+func (q *Queue[K]) AddRateLimited(item K) { q.addAfter(item, q.limiter.When(item), 0) }
 
 // AddWithOpts adds items with a priority, a delay, rate limiting or any mix.
 // Re-adding a queued item with a higher priority moves it to the back of
@@ -173,21 +164,15 @@ func (q *Queue[K]) AddRateLimited(item K) {
 // queued again at Done.
 func (q *Queue[K]) AddWithOpts(opts AddOpts, items ...K) {
 	for _, item := range items {
+		if opts.After == 0 && !opts.RateLimited {
+			q.add(item, opts.Priority)
+			continue
+		}
 		d := opts.After
 		if opts.RateLimited {
 			d = max(d, q.limiter.When(item))
 		}
-		h := q.index.hash(item)
-		q.mu.Lock()
-		if opts.After == 0 && !opts.RateLimited {
-			if !q.shuttingDown {
-				q.promoteLocked()
-				q.addLocked(item, h, opts.Priority)
-			}
-		} else {
-			q.addAfterLocked(item, h, d, opts.Priority)
-		}
-		q.unlock()
+		q.addAfter(item, d, opts.Priority)
 	}
 }
 
@@ -215,7 +200,7 @@ func (q *Queue[K]) Len() int {
 func (q *Queue[K]) Get() (item K, shutdown bool) {
 	q.mu.Lock()
 	q.promoteLocked()
-	for q.queued == 0 && !q.shuttingDown {
+	for q.queued == 0 && !q.shutdown.Load() {
 		q.cond.Wait()
 	}
 	if q.queued == 0 {
@@ -249,7 +234,7 @@ func (q *Queue[K]) GetContext(ctx context.Context) (K, error) {
 	q.mu.Lock()
 	defer q.unlock()
 	q.promoteLocked()
-	for q.queued == 0 && !q.shuttingDown && ctx.Err() == nil {
+	for q.queued == 0 && !q.shutdown.Load() && ctx.Err() == nil {
 		q.cond.Wait()
 	}
 	if err := ctx.Err(); err != nil {
@@ -265,30 +250,83 @@ func (q *Queue[K]) GetContext(ctx context.Context) (K, error) {
 // queued again. Done for an item that is not being processed does nothing
 // (client-go would queue a duplicate).
 func (q *Queue[K]) Done(item K) {
-	h := q.index.hash(item)
-	q.mu.Lock()
-	// Promote first: promotion may mark this very item dirty.
-	q.promoteLocked()
-	idx := q.index.find(h, item)
-	if idx < 0 || q.state(idx).flags&fProcessing == 0 {
-		q.unlock()
-		return
+	h := q.hash(item)
+	s := shardIndex(h)
+	sh := &q.shards[s]
+	// With a delayed item due, take the slow path, which promotes first:
+	// promotion may mark this very item dirty.
+	if !q.due() {
+		sh.mu.Lock()
+		idx := sh.index.find(h, item)
+		if idx < 0 || q.state(idx).flags&fProcessing == 0 {
+			sh.mu.Unlock()
+			return
+		}
+		st := q.state(idx)
+		// Nothing to queue again: the shard's lock is enough. While
+		// draining, the slow path tells the drainer when the last item is
+		// done; ShutDownWithDrain sets draining before it counts the shards'
+		// processing, under their locks, so no Done slips between the two.
+		if st.flags&fDirty == 0 && !q.draining.Load() {
+			q.doneStateLocked(sh, s, item, idx)
+			sh.mu.Unlock()
+			return
+		}
+		if q.tryLock() {
+			q.doneStateLocked(sh, s, item, idx)
+			sh.mu.Unlock()
+			q.drainedLocked()
+			q.unlock()
+			return
+		}
+		sh.mu.Unlock()
 	}
+	q.mu.Lock()
+	q.promoteLocked()
+	sh.mu.Lock()
+	if idx := sh.index.find(h, item); idx >= 0 && q.state(idx).flags&fProcessing != 0 {
+		q.doneStateLocked(sh, s, item, idx)
+	}
+	sh.mu.Unlock()
+	q.drainedLocked()
+	q.unlock()
+}
+
+// doneStateLocked ends the processing of item, holding its shard's lock,
+// and mu too if the item is dirty: it is queued again.
+func (q *Queue[K]) doneStateLocked(sh *shard[K], s int, item K, idx int32) {
 	if q.metrics != nil {
 		q.metrics.done(item)
 	}
 	st := q.state(idx)
 	st.flags &^= fProcessing
-	q.processing--
+	sh.processing--
 	if st.flags&fDirty != 0 {
-		q.pushLocked(item, idx)
-	} else if q.drain && q.processing == 0 {
+		q.pushLocked(st, s, item, idx)
+	}
+}
+
+// drainedLocked wakes ShutDownWithDrain once nothing is queued or being
+// processed. It holds mu and no shard lock.
+func (q *Queue[K]) drainedLocked() {
+	if q.drain && q.queued == 0 && q.processingLocked() == 0 {
 		q.cond.Broadcast()
 	}
-	if st.flags == 0 {
-		q.releaseLocked(item, h, idx)
+}
+
+// processingLocked counts the items handed out and not yet Done, holding
+// mu and no shard lock. Only shutdown needs the figure, so it is kept per
+// shard, under the shard's lock, rather than in one counter every Get and
+// Done would write.
+func (q *Queue[K]) processingLocked() int {
+	n := 0
+	for i := range q.shards {
+		sh := &q.shards[i]
+		sh.mu.Lock()
+		n += sh.processing
+		sh.mu.Unlock()
 	}
-	q.unlock()
+	return n
 }
 
 // ShutDown stops the queue: Add and AddAfter are ignored from now on,
@@ -299,6 +337,7 @@ func (q *Queue[K]) ShutDown() {
 	q.mu.Lock()
 	q.shutDownLocked()
 	q.drain = false
+	q.draining.Store(false)
 	q.cond.Broadcast()
 	q.unlock()
 	q.wg.Wait()
@@ -313,8 +352,9 @@ func (q *Queue[K]) ShutDownWithDrain() {
 	q.mu.Lock()
 	q.shutDownLocked()
 	q.drain = true
+	q.draining.Store(true)
 	q.cond.Broadcast()
-	for q.drain && (q.queued > 0 || q.processing > 0) {
+	for q.drain && (q.queued > 0 || q.processingLocked() > 0) {
 		q.cond.Wait()
 	}
 	q.unlock()
@@ -322,48 +362,119 @@ func (q *Queue[K]) ShutDownWithDrain() {
 }
 
 // ShuttingDown reports whether ShutDown or ShutDownWithDrain was called.
-func (q *Queue[K]) ShuttingDown() bool {
-	q.mu.Lock()
-	defer q.unlock()
-	return q.shuttingDown
-}
+func (q *Queue[K]) ShuttingDown() bool { return q.shutdown.Load() }
 
 func (q *Queue[K]) shutDownLocked() {
-	if q.shuttingDown {
+	if q.shutdown.Load() {
 		return
 	}
 	// Items whose time has already come count as queued: they are handed
 	// out (and drained) like the rest; only the future ones are dropped.
 	q.promoteLocked()
-	q.shuttingDown = true
+	q.shutdown.Store(true)
 	close(q.stop)
-	if q.queued == 0 && q.processing == 0 {
-		// Every key left is only waiting: forget them all at once rather
-		// than one map delete per key.
+	processing := 0
+	q.lockShards()
+	for i := range q.shards {
+		processing += q.shards[i].processing
+	}
+	if q.queued == 0 && processing == 0 {
+		// Every key left is idle or only waiting: forget them all at once.
 		// Any slot left in the ready queues is stale, so drop them too.
-		q.index.reset()
-		q.slab, q.free, q.slabLen = nil, nil, 0
+		// (An Add racing with this saw shutdown unset, but all it can do
+		// without mu is mark an item being processed, and there is none.)
+		for i := range q.shards {
+			q.shards[i].index.reset()
+		}
 		q.levels = nil
+		q.chunks, q.nextState, q.free, q.states = [numChunks][]itemState{}, 0, nil, 0
 	} else {
 		for _, e := range q.waiting {
 			if st := q.state(e.idx); st.flags&fWaiting != 0 && st.wseq == e.seq {
 				st.flags &^= fWaiting
-				if st.flags == 0 {
-					q.releaseLocked(e.key, q.index.hash(e.key), e.idx)
-				}
 			}
 		}
 	}
+	q.unlockShards()
 	q.waiting = nil
 	q.staleWaits = 0
+	q.nextDue.Store(noDue)
 }
 
-// addLocked is the dedup rule: an item already dirty is not queued twice.
-func (q *Queue[K]) addLocked(item K, h uint64, prio int) {
-	q.addIdxLocked(item, q.acquireLocked(item, h), prio)
+func (q *Queue[K]) hash(item K) uint64 { return maphash.Comparable(q.seed, item) }
+
+func (q *Queue[K]) tryLock() bool { return !q.noTryLock && q.mu.TryLock() }
+
+// add is Add with a priority. The common cases — the item is already
+// queued, or is being processed — only need its shard's lock; queueing it
+// needs mu too, taken with TryLock while holding the shard, or else in
+// order after letting the shard go.
+func (q *Queue[K]) add(item K, prio int) {
+	h := q.hash(item)
+	s := shardIndex(h)
+	sh := &q.shards[s]
+	// With a delayed item due, take the slow path, which promotes first, so
+	// that what a caller sees depends only on the clock.
+	if !q.due() {
+		sh.mu.Lock()
+		if q.shutdown.Load() {
+			sh.mu.Unlock()
+			return
+		}
+		idx := sh.index.find(h, item)
+		if idx >= 0 && q.addShardLocked(q.state(idx), item, prio) {
+			sh.mu.Unlock()
+			return
+		}
+		if q.tryLock() {
+			if !q.shutdown.Load() {
+				if idx < 0 {
+					idx = q.acquireLocked(sh, item, h)
+				}
+				q.addStateLocked(idx, s, item, prio)
+			}
+			sh.mu.Unlock()
+			q.unlock()
+			return
+		}
+		sh.mu.Unlock()
+	}
+	q.mu.Lock()
+	if !q.shutdown.Load() {
+		q.promoteLocked()
+		sh.mu.Lock()
+		q.addStateLocked(q.acquireLocked(sh, item, h), s, item, prio)
+		sh.mu.Unlock()
+	}
+	q.unlock()
 }
 
-func (q *Queue[K]) addIdxLocked(item K, idx int32, prio int) {
+// addShardLocked does, holding only the shard's lock, the adds that queue
+// nothing: false means this one needs mu.
+func (q *Queue[K]) addShardLocked(st *itemState, item K, prio int) bool {
+	switch {
+	case st.flags&fDirty != 0:
+		if prio <= st.prio {
+			return true // the dedup rule: an item already dirty is not queued twice
+		}
+		if st.flags&fProcessing != 0 {
+			st.prio = prio
+			return true
+		}
+		return false // a raise: queued again at the higher priority
+	case st.flags&fProcessing != 0:
+		if q.metrics != nil {
+			q.metrics.add(item)
+		}
+		st.flags |= fDirty
+		st.prio = prio
+		return true
+	}
+	return false
+}
+
+// addStateLocked is the full add, holding mu and the shard's lock.
+func (q *Queue[K]) addStateLocked(idx int32, s int, item K, prio int) {
 	st := q.state(idx)
 	if st.flags&fDirty != 0 {
 		if prio > st.prio {
@@ -371,7 +482,7 @@ func (q *Queue[K]) addIdxLocked(item K, idx int32, prio int) {
 			if st.flags&fProcessing == 0 {
 				// Leave the old slot behind as stale; popLocked skips it.
 				q.queued--
-				q.pushLocked(item, idx)
+				q.pushLocked(st, s, item, idx)
 			}
 		}
 		return
@@ -382,79 +493,33 @@ func (q *Queue[K]) addIdxLocked(item K, idx int32, prio int) {
 	st.flags |= fDirty
 	st.prio = prio
 	if st.flags&fProcessing == 0 {
-		q.pushLocked(item, idx)
+		q.pushLocked(st, s, item, idx)
 	}
 }
 
-func (q *Queue[K]) pushLocked(item K, idx int32) {
+func (q *Queue[K]) pushLocked(st *itemState, s int, item K, idx int32) {
 	q.seq++
-	st := q.state(idx)
 	st.seq = q.seq
-	q.levelLocked(st.prio).r.push(slot[K]{key: item, seq: q.seq, idx: idx})
+	q.levelLocked(st.prio).r.push(slot[K]{key: item, seq: q.seq, idx: idx, shard: int32(s)})
 	q.queued++
 	q.signals++
 }
 
-// unlock releases the lock and then wakes one blocked Get per item pushed
-// meanwhile. Signalling after the unlock spares the woken worker from
-// running straight into the lock we still held; no wakeup is lost because a
-// Get only waits after finding the queue empty under the lock.
+// unlock releases mu, holding no shard lock, and then wakes one blocked
+// Get per item pushed meanwhile. Signalling after the unlock spares the
+// woken worker from running straight into the lock we still held; no
+// wakeup is lost because a Get only waits after finding the queue empty
+// under the lock. A sweep that came due meanwhile runs first.
 func (q *Queue[K]) unlock() {
+	if q.sweepDue {
+		q.sweepLocked()
+	}
 	n := q.signals
 	q.signals = 0
 	q.mu.Unlock()
 	for ; n > 0; n-- {
 		q.cond.Signal()
 	}
-}
-
-const (
-	slabChunkBits = 10
-	slabChunk     = 1 << slabChunkBits
-	slabChunkMask = slabChunk - 1
-)
-
-func (q *Queue[K]) state(idx int32) *itemState {
-	return &q.slab[idx>>slabChunkBits][idx&slabChunkMask]
-}
-
-// acquireLocked returns item's slab index, allocating a zero state for a
-// key the queue does not track yet.
-func (q *Queue[K]) acquireLocked(item K, h uint64) int32 {
-	slot, found := q.index.findOrInsert(h, item)
-	if found {
-		return slot.ref - 1
-	}
-	var idx int32
-	if n := len(q.free); n > 0 {
-		idx = q.free[n-1]
-		q.free = q.free[:n-1]
-	} else {
-		idx = q.slabLen
-		switch {
-		case idx < slabChunk:
-			// The first chunk grows by append so a queue of a few keys
-			// does not pay for a whole chunk.
-			if len(q.slab) == 0 {
-				q.slab = append(q.slab, nil)
-			}
-			q.slab[0] = append(q.slab[0], itemState{})
-		case idx&slabChunkMask == 0:
-			q.slab = append(q.slab, make([]itemState, slabChunk))
-		}
-		q.slabLen++
-	}
-	slot.ref = idx + 1
-	return idx
-}
-
-// releaseLocked forgets a key that has no flags left. Zeroing the state
-// also invalidates any stale slot or heap entry still pointing at idx,
-// since no live seq is 0.
-func (q *Queue[K]) releaseLocked(item K, h uint64, idx int32) {
-	q.index.delete(h, item)
-	*q.state(idx) = itemState{}
-	q.free = append(q.free, idx)
 }
 
 // levelLocked finds or inserts the FIFO for prio, keeping levels sorted.
@@ -489,165 +554,32 @@ func (q *Queue[K]) levelLocked(prio int) *level[K] {
 	return &q.levels[i]
 }
 
-// popLocked takes the first live slot of the highest non-empty priority.
-// The caller has checked q.queued > 0.
+// popLocked takes the first live slot of the highest non-empty priority and
+// marks its item processing. The caller has checked q.queued > 0.
 func (q *Queue[K]) popLocked() K {
 	for i := range q.levels {
 		r := &q.levels[i].r
 		for r.n > 0 {
 			s := r.pop()
+			sh := &q.shards[s.shard]
+			sh.mu.Lock()
 			st := q.state(s.idx)
-			if st.seq != s.seq || st.flags&(fDirty|fProcessing) != fDirty {
+			if st.seq != s.seq {
+				sh.mu.Unlock()
 				continue
 			}
-			q.queued--
-			q.processing++
+			st.seq = 0
 			st.flags = st.flags&^fDirty | fProcessing
 			if q.metrics != nil {
 				q.metrics.get(s.key)
 			}
+			sh.processing++
+			sh.mu.Unlock()
+			q.queued--
 			return s.key
 		}
 	}
 	panic("workqueue: queued count out of step with the ready queues")
-}
-
-// now is the queue's time as an integer, so heap comparisons are plain
-// integer compares rather than time.Time.Before.
-func (q *Queue[K]) now() int64 { return int64(q.clock.Since(q.epoch)) }
-
-func (q *Queue[K]) addAfterLocked(item K, h uint64, d time.Duration, prio int) {
-	if q.shuttingDown {
-		return
-	}
-	if q.metrics != nil {
-		q.metrics.retries.Inc()
-	}
-	q.promoteLocked()
-	if d <= 0 {
-		// No heap, no goroutine hop: client-go also adds these at once.
-		q.addLocked(item, h, prio)
-		return
-	}
-	now := q.now()
-	at := int64(math.MaxInt64)
-	if int64(d) < math.MaxInt64-now {
-		at = now + int64(d)
-	}
-	idx := q.acquireLocked(item, h)
-	st := q.state(idx)
-	if st.flags&fWaiting != 0 {
-		st.wprio = max(st.wprio, prio)
-		if at >= st.at {
-			return
-		}
-		q.staleWaits++
-	} else {
-		st.wprio = prio
-	}
-	q.seq++
-	st.flags |= fWaiting
-	st.wseq = q.seq
-	st.at = at
-	q.waiting.push(waitEntry[K]{at: at, seq: q.seq, idx: idx, key: item})
-	if q.staleWaits > 1024 && q.staleWaits > len(q.waiting)/2 {
-		q.compactWaitingLocked()
-	}
-	if q.waiting[0].seq == q.seq {
-		// The new entry is the earliest: the loop must re-arm its timer.
-		if !q.loopStarted {
-			q.loopStarted = true
-			q.wg.Add(1)
-			go q.delayLoop()
-		}
-		select {
-		case q.kick <- struct{}{}:
-		default:
-		}
-	}
-}
-
-func (q *Queue[K]) compactWaitingLocked() {
-	kept := q.waiting[:0]
-	for _, e := range q.waiting {
-		if st := q.state(e.idx); st.flags&fWaiting != 0 && st.wseq == e.seq {
-			kept = append(kept, e)
-		}
-	}
-	clear(q.waiting[len(kept):])
-	q.waiting = kept
-	q.waiting.init()
-	q.staleWaits = 0
-}
-
-// promoteLocked moves every delayed item whose time has come into the ready
-// queue. Every operation calls it first, so what a caller observes depends
-// only on the clock, not on when the delay goroutine last ran; that is what
-// makes fake-clock tests deterministic.
-func (q *Queue[K]) promoteLocked() {
-	// Small enough to inline: the common case of no delayed items costs a
-	// length check, not a call.
-	if len(q.waiting) > 0 {
-		q.promoteDueLocked()
-	}
-}
-
-func (q *Queue[K]) promoteDueLocked() {
-	now := q.now()
-	for len(q.waiting) > 0 && q.waiting[0].at <= now {
-		e := q.waiting.pop()
-		st := q.state(e.idx)
-		if st.flags&fWaiting == 0 || st.wseq != e.seq {
-			q.staleWaits--
-			continue
-		}
-		// Still tracked: addIdxLocked marks it dirty, so no release.
-		st.flags &^= fWaiting
-		q.addIdxLocked(e.key, e.idx, st.wprio)
-	}
-}
-
-// delayLoop wakes blocked workers when a delayed item becomes ready. It is
-// started by the first AddAfter with a positive delay and ends at shutdown.
-func (q *Queue[K]) delayLoop() {
-	defer q.wg.Done()
-	var t clock.Timer
-	defer func() {
-		if t != nil {
-			t.Stop()
-		}
-	}()
-	for {
-		q.mu.Lock()
-		if q.shuttingDown {
-			q.unlock()
-			return
-		}
-		q.promoteLocked()
-		wait, armed := time.Duration(0), len(q.waiting) > 0
-		if armed {
-			wait = max(0, time.Duration(q.waiting[0].at-q.now()))
-		}
-		q.unlock()
-
-		var fire <-chan time.Time
-		switch {
-		case armed && t == nil:
-			t = q.clock.NewTimer(wait)
-			fire = t.C()
-		case armed:
-			t.Reset(wait)
-			fire = t.C()
-		case t != nil:
-			t.Stop()
-		}
-		select {
-		case <-q.stop:
-			return
-		case <-fire:
-		case <-q.kick:
-		}
-	}
 }
 
 func (q *Queue[K]) metricsLoop(t clock.Ticker) {
@@ -658,11 +590,9 @@ func (q *Queue[K]) metricsLoop(t clock.Ticker) {
 		case <-q.stop:
 			return
 		case <-t.C():
-			q.mu.Lock()
-			if !q.shuttingDown {
+			if !q.shutdown.Load() {
 				q.metrics.updateUnfinishedWork()
 			}
-			q.unlock()
 		}
 	}
 }

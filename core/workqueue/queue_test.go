@@ -338,12 +338,14 @@ func TestZeroOptionsUsesRealClockAndDefaultLimiter(t *testing.T) {
 	}
 }
 
-func TestDoneReleasesKeyState(t *testing.T) {
+// TestIdleKeyStatesAreSwept: a key that is done and no longer delayed keeps
+// its state for its next Add, but once such idle states pile up they are
+// swept and reused, so memory follows the keys in use, not every key ever
+// seen. Ten rounds of 3000 fresh keys, each delayed, added, then taken.
+func TestIdleKeyStatesAreSwept(t *testing.T) {
 	q, clk := newFake(t)
-	// Enough keys to span several state chunks, twice, so freed states are
-	// reused by other keys.
-	const n = 3000
-	for round := range 2 {
+	const n, rounds = 3000, 10
+	for round := range rounds {
 		for i := range n {
 			k := strconv.Itoa(round*n + i)
 			q.AddAfter(k, time.Second)
@@ -358,10 +360,26 @@ func TestDoneReleasesKeyState(t *testing.T) {
 			q.Done(k)
 		}
 		q.mu.Lock()
-		keys, w, queued := q.index.len(), len(q.waiting), q.queued
+		q.lockShards()
+		keys, w, queued := 0, len(q.waiting), q.queued
+		for i := range q.shards {
+			keys += q.shards[i].index.len()
+		}
+		states, free := q.states, len(q.free)
+		q.unlockShards()
 		q.mu.Unlock()
-		if keys != 0 || w != 0 || queued != 0 {
-			t.Fatalf("round %d: %d key states, %d delayed entries, %d queued left", round, keys, w, queued)
+		if w != 0 || queued != 0 {
+			t.Fatalf("round %d: %d delayed entries, %d queued left", round, w, queued)
+		}
+		if keys != states {
+			t.Fatalf("round %d: %d keys indexed, %d states in use", round, keys, states)
+		}
+		// At most the keys of this round and the last, and a sweep's slack.
+		if limit := 2*(2*n) + sweepSlack; states > limit {
+			t.Fatalf("round %d: %d states in use, want at most %d", round, states, limit)
+		}
+		if round == rounds-1 && free == 0 {
+			t.Fatalf("no state was ever freed")
 		}
 	}
 }
@@ -402,7 +420,16 @@ func TestAddWithOptsBatch(t *testing.T) {
 // raises from producers while workers hold it, the case where a stale
 // ready-queue slot could otherwise hand the key out twice.
 func TestNeverConcurrentWithPriorityRaises(t *testing.T) {
+	for _, noTryLock := range []bool{false, true} {
+		t.Run(map[bool]string{false: "trylock", true: "fallback"}[noTryLock], func(t *testing.T) {
+			testNeverConcurrentWithPriorityRaises(t, noTryLock)
+		})
+	}
+}
+
+func testNeverConcurrentWithPriorityRaises(t *testing.T, noTryLock bool) {
 	q := New(Options[int]{})
+	q.slack, q.sweepAt, q.noTryLock = 0, 0, noTryLock
 	var busy [4]atomic.Bool
 	var wg sync.WaitGroup
 	for range 4 {

@@ -5,9 +5,10 @@ package workqueue
 // the old slot behind, so a slot only counts while its seq is the item's
 // current one. That lazy deletion keeps the raise O(1) without an index.
 type slot[K comparable] struct {
-	key K
-	seq uint64
-	idx int32 // the item's state in Queue.slab, so Get needs no map lookup
+	key   K
+	seq   uint64
+	idx   int32 // the item's state, so Get needs no lookup
+	shard int32
 }
 
 // ring is a FIFO on a power-of-two circular buffer. Unlike client-go's

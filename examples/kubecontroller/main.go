@@ -1,7 +1,7 @@
 // Command kubecontroller is a small Kubernetes controller built on
 // dbinformer's core instead of client-go's informers: it watches the
 // ConfigMaps and Pods of a namespace (or of all namespaces) through
-// kubeadapter, feeds their keys into a rate-limited WorkQueue, and prints
+// kubeinformer, feeds their keys into a rate-limited WorkQueue, and prints
 // what each reconcile sees in the cache. Ctrl-C (SIGINT) or SIGTERM stops it
 // cleanly: the queue drains, workers finish, informers stop.
 //
@@ -25,6 +25,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -33,7 +34,7 @@ import (
 
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/workqueue"
-	"github.com/dbinformer/dbinformer/kubeadapter"
+	kubeinformer "github.com/dbinformer/dbinformer/kubeadapter"
 )
 
 func main() {
@@ -60,6 +61,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	namespace := fs.String("namespace", "", "namespace to watch (default: all namespaces)")
 	selector := fs.String("selector", "", "label selector for both resources")
 	workers := fs.Int("workers", 2, "reconcile workers")
+	syncTimeout := fs.Duration("sync-timeout", 2*time.Minute, "give up if the caches have not filled by then (0: wait forever)")
 	verbose := fs.Bool("v", false, "log informer internals")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -79,17 +81,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 
-	adapterCfg := kubeadapter.Config{LabelSelector: *selector, Logger: log}
-	configMaps := core.NewSharedIndexInformer[*corev1.ConfigMap](
-		kubeadapter.New[*corev1.ConfigMap](cs.CoreV1().ConfigMaps(*namespace), adapterCfg),
-		core.InformerOptions[*corev1.ConfigMap]{Name: "configmaps", Logger: log},
-	)
-	pods := core.NewSharedIndexInformer[*corev1.Pod](
-		kubeadapter.New[*corev1.Pod](cs.CoreV1().Pods(*namespace), adapterCfg),
-		core.InformerOptions[*corev1.Pod]{Name: "pods", Logger: log},
-	)
+	opts := kubeinformer.Options{Namespace: *namespace, LabelSelector: *selector, Logger: log}
+	cmSource, err := kubeinformer.NewResource[*corev1.ConfigMap](ctx, cs.CoreV1().ConfigMaps(*namespace), opts)
+	if err != nil {
+		return err
+	}
+	podSource, err := kubeinformer.NewResource[*corev1.Pod](ctx, cs.CoreV1().Pods(*namespace), opts)
+	if err != nil {
+		return err
+	}
+	configMaps := core.NewSharedIndexInformer[*corev1.ConfigMap](cmSource,
+		core.InformerOptions[*corev1.ConfigMap]{Name: "configmaps", Logger: log})
+	pods := core.NewSharedIndexInformer[*corev1.Pod](podSource,
+		core.InformerOptions[*corev1.Pod]{Name: "pods", Logger: log})
 
-	queue := workqueue.New(workqueue.Config[item]{Name: "kubecontroller"})
+	queue := workqueue.New(workqueue.Options[item]{Name: "kubecontroller"})
 	defer queue.ShutDown()
 	if err := enqueueChanges(configMaps, queue, "configmap"); err != nil {
 		return err
@@ -113,7 +119,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		stopInformers()
 		informers.Wait()
 	}()
-	if err := core.WaitForCacheSync(ctx, configMaps, pods); err != nil {
+	if err := core.WaitForCacheSyncTimeout(ctx, *syncTimeout, configMaps, pods); err != nil {
 		if ctx.Err() != nil {
 			return nil // interrupted before the caches filled
 		}
@@ -122,7 +128,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	out := &lockedWriter{w: stdout}
 	fmt.Fprintf(out, "kubecontroller: caches synced (%d configmaps, %d pods); watching %s\n",
-		len(configMaps.Lister().List(nil)), len(pods.Lister().List(nil)), describeScope(*namespace))
+		configMaps.Lister().Len(), pods.Lister().Len(), describeScope(*namespace))
 
 	r := reconciler{configMaps: configMaps.Lister(), pods: pods.Lister(), out: out}
 	var wg sync.WaitGroup

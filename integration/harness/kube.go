@@ -430,6 +430,14 @@ func lastLines(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
+// Running reports whether the apiserver process runs: false after Stop
+// until Restart.
+func (k *Kube) Running() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.proc != nil
+}
+
 // Stop stops the apiserver (SIGTERM to its process group, SIGKILL after a
 // grace period) and waits for it. Stopping a stopped server does nothing.
 func (k *Kube) Stop() {

@@ -224,7 +224,7 @@ func Run[T any](t testing.TB, name string, makeHarness MakeHarness[T], seed uint
 		Metrics:         met,
 	})
 
-	queue := workqueue.New(workqueue.Config[string]{
+	queue := workqueue.New(workqueue.Options[string]{
 		Name:        "reliability",
 		RateLimiter: workqueue.NewItemExponentialFailureRateLimiter[string](time.Millisecond, 50*time.Millisecond),
 	})
@@ -395,6 +395,15 @@ func Run[T any](t testing.TB, name string, makeHarness MakeHarness[T], seed uint
 		truth, err = h.Truth(ctx)
 		return err
 	})
+	if km, ok := hh.(conformance.KeyMapper); ok {
+		// Truth has the keys given to Put; the cache and the handlers
+		// have the keys the ListerWatcher reports.
+		mapped := make(map[string]int64, len(truth))
+		for k, v := range truth {
+			mapped[km.EventKey(k)] = v
+		}
+		truth = mapped
+	}
 	settle, settleCancel := context.WithTimeout(ctx, cfg.Settle)
 	defer settleCancel()
 	var found []string
@@ -530,13 +539,6 @@ func retry(t testing.TB, ctx context.Context, what string, f func(context.Contex
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatalf("%s: still failing after a minute: %v", what, err)
-}
-
-// Retry is retry for harnesses: it calls f until it succeeds, failing t
-// after a minute.
-func Retry(t testing.TB, ctx context.Context, what string, f func(context.Context) error) {
-	t.Helper()
-	retry(t, ctx, what, f)
 }
 
 // waitUntil polls cond until it holds or ctx ends.

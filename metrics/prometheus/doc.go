@@ -17,7 +17,7 @@
 //	pm, err := prommetrics.New(reg, prommetrics.Options{})
 //	inf := core.NewSharedIndexInformer(lw, core.InformerOptions[T]{Name: "orders", Metrics: pm})
 //	pm.TrackLag("orders", lw) // lw implements core.HeadReader
-//	q := workqueue.New(workqueue.Config[string]{Name: "orders", MetricsProvider: pm})
+//	q := workqueue.New(workqueue.Options[string]{Name: "orders", MetricsProvider: pm})
 //
 // # Informer metrics (label informer = InformerOptions.Name)
 //
@@ -40,7 +40,7 @@
 // source's: etcd revisions, Postgres WAL bytes (versions are LSNs),
 // JetStream sequences. Nothing polls between scrapes.
 //
-// # Workqueue metrics (label name = workqueue.Config.Name)
+// # Workqueue metrics (label name = workqueue.Options.Name)
 //
 // client-go's set, with its names under the namespace: workqueue_depth,
 // workqueue_adds_total, workqueue_queue_duration_seconds,

@@ -313,7 +313,7 @@ func TestWorkqueueMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk := clock.NewFake(time.Unix(1000, 0))
-	q := workqueue.New(workqueue.Config[string]{Name: "jobs", MetricsProvider: pm, Clock: clk})
+	q := workqueue.New(workqueue.Options[string]{Name: "jobs", MetricsProvider: pm, Clock: clk})
 	defer q.ShutDown()
 	jobs := map[string]string{"name": "jobs"}
 

@@ -1,4 +1,4 @@
-package kubeadapter
+package kubeinformer
 
 import (
 	"errors"
@@ -8,7 +8,10 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/dbinformer/dbinformer/core"
 )
 
 // TestIsExpired pins which apiserver answers mean "relist": the statuses
@@ -35,6 +38,29 @@ func TestIsExpired(t *testing.T) {
 	} {
 		if got := isExpired(tc.err); got != tc.want {
 			t.Errorf("%s: isExpired(%v) = %t, want %t", tc.name, tc.err, got, tc.want)
+		}
+	}
+}
+
+// TestAPIError: what each apiserver answer becomes for the informer.
+func TestAPIError(t *testing.T) {
+	r := &Resource[*unstructured.Unstructured]{source: "kubernetes widgets"}
+	notFound := apierrors.NewNotFound(schema.GroupResource{Group: "test.dbinformer.io", Resource: "widgets"}, "")
+	for _, tc := range []struct {
+		name               string
+		err                error
+		expired, permanent bool
+	}{
+		{"410", apierrors.NewResourceExpired("too old resource version: 5 (9)"), true, false},
+		{"404: resource not served", notFound, false, true},
+		{"403", apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, "", errors.New("no")), false, false},
+		{"503 while starting", apierrors.NewServiceUnavailable("apiserver is starting"), false, false},
+		{"network", errors.New("connection refused"), false, false},
+	} {
+		err := r.apiError("watch", tc.err)
+		if errors.Is(err, core.ErrExpired) != tc.expired || errors.Is(err, core.ErrPermanent) != tc.permanent || !errors.Is(err, tc.err) {
+			t.Errorf("%s: %v: expired %t, permanent %t; want %t, %t, wrapping the original", tc.name, err,
+				errors.Is(err, core.ErrExpired), errors.Is(err, core.ErrPermanent), tc.expired, tc.permanent)
 		}
 	}
 }

@@ -1,0 +1,164 @@
+package workqueue
+
+import (
+	"math/bits"
+	"sync"
+)
+
+const (
+	fDirty      uint8 = 1 << iota // needs processing: queued, or re-added while processing
+	fProcessing                   // handed out by Get, Done not yet called
+	fWaiting                      // has a live entry in the delay heap
+)
+
+// itemState is everything the queue knows about one key. It is found by
+// index: through its shard's keyIndex, and from ready-queue slots and delay
+// entries, so Get needs no lookup. States never move: they live in chunks
+// that are never copied. Indexes rather than pointers keep the chunks free
+// of pointers for the garbage collector, which would otherwise resolve one
+// interior pointer per slot, entry and index slot at every cycle.
+//
+// A state is guarded by its key's shard lock. Invariant: seq != 0 exactly
+// when the item has a live ready-queue slot, which is exactly when it is
+// dirty and not processing. seq and wseq are only set with the queue's lock
+// held as well, so a slot or delay entry is live iff its seq is its item's
+// current one.
+//
+// A key whose flags drop to 0 keeps its state ("idle"): a controller adds
+// the same keys again and again, and keeping them spares an index delete
+// and insert per item. Idle states are swept once they could make up half
+// of the states (see sweepLocked), so memory stays proportional to the
+// keys in use.
+type itemState struct {
+	seq   uint64 // seq of the live ready-queue slot, 0 if none
+	wseq  uint64 // seq of the live delay-heap entry
+	at    int64  // ready time of the live delay-heap entry
+	prio  int    // priority the item is queued, or will be re-queued, at
+	wprio int    // priority the delayed add will use
+	flags uint8
+}
+
+// shard owns the index of the keys whose hash falls in it, and their
+// states, under its own lock. Sharding is what lets an Add of an item that
+// is already queued — most Adds, in a controller whose informer reports a
+// key many times before a worker takes it — and a Done that queues nothing
+// touch no lock but their shard's, instead of queueing behind every
+// producer and worker on the one lock that guards the ready order.
+//
+// Lock order: the queue's lock, then one shard's. A goroutine holding a
+// shard lock only ever TryLocks the queue's lock; when that fails it lets
+// go of the shard and takes both in order. Only the holder of the queue's
+// lock takes several shard locks (see Queue.lockShards).
+type shard[K comparable] struct {
+	mu    sync.Mutex
+	index keyIndex[K]
+	// processing counts this shard's items handed out and not yet Done.
+	processing int
+	_          [64]byte // keeps the next shard's lock off this cache line
+}
+
+// State allocation, under the queue's lock: a new key is always queued or
+// delayed, which takes that lock anyway, so states come from one bump
+// allocator in the order keys first arrive, which is also the order a FIFO
+// hands them out. Chunk 0 holds states 0-63 and chunk c ≥ 1 the next
+// 64<<(c-1), so a small queue stays small, and growing allocates a chunk
+// rather than copying one: a state's address never changes, and a reader
+// holding a shard lock never races with the allocator.
+const (
+	chunk0Bits = 6
+	numChunks  = 32 - chunk0Bits
+	sweepSlack = 1024
+)
+
+func stateLoc(idx int32) (c, off int) {
+	u := uint32(idx)
+	if u < 1<<chunk0Bits {
+		return 0, int(u)
+	}
+	c = bits.Len32(u >> chunk0Bits)
+	return c, int(u - 1<<(chunk0Bits+c-1))
+}
+
+func chunkLen(c int) int {
+	if c == 0 {
+		return 1 << chunk0Bits
+	}
+	return 1 << (chunk0Bits + c - 1)
+}
+
+func (q *Queue[K]) state(idx int32) *itemState {
+	c, off := stateLoc(idx)
+	return &q.chunks[c][off]
+}
+
+func (q *Queue[K]) newStateLocked() int32 {
+	q.states++
+	if q.states > q.sweepAt {
+		q.sweepDue = true
+	}
+	if n := len(q.free); n > 0 {
+		idx := q.free[n-1]
+		q.free = q.free[:n-1]
+		return idx
+	}
+	idx := q.nextState
+	if c, off := stateLoc(idx); off == 0 {
+		q.chunks[c] = make([]itemState, chunkLen(c))
+	}
+	q.nextState++
+	return idx
+}
+
+// acquireLocked returns item's state index, holding both locks, allocating
+// a zero state for a key the shard does not track yet.
+func (q *Queue[K]) acquireLocked(sh *shard[K], item K, h uint64) int32 {
+	slot, found := sh.index.findOrInsert(h, item)
+	if !found {
+		slot.ref = q.newStateLocked() + 1
+	}
+	return slot.ref - 1
+}
+
+// sweepLocked frees the idle states, holding mu and no shard lock. It runs
+// once the states in use exceed sweepAt, which it sets to twice what is
+// left (and at least 1024 more): between two sweeps at least as many states
+// are allocated as the sweep visits, so its cost is constant per Add.
+// Freed states may still be pointed at by stale slots and delay entries;
+// their seq no longer matches, as with any stale entry.
+func (q *Queue[K]) sweepLocked() {
+	q.sweepDue = false
+	q.lockShards()
+	var idle []indexSlot[K]
+	for i := range q.shards {
+		sh := &q.shards[i]
+		idle = idle[:0]
+		for _, s := range sh.index.slots {
+			if s.ref != 0 && q.state(s.ref-1).flags == 0 {
+				idle = append(idle, s)
+			}
+		}
+		for _, s := range idle {
+			sh.index.delete(s.hash, s.key)
+			*q.state(s.ref - 1) = itemState{}
+			q.free = append(q.free, s.ref-1)
+		}
+		q.states -= len(idle)
+	}
+	q.unlockShards()
+	q.sweepAt = 2*q.states + q.slack
+}
+
+// lockShards takes every shard's lock, holding mu. That cannot deadlock: a
+// goroutine holding a shard lock never waits for another lock (it only
+// TryLocks mu), and only the holder of mu takes more than one shard lock.
+func (q *Queue[K]) lockShards() {
+	for i := range q.shards {
+		q.shards[i].mu.Lock()
+	}
+}
+
+func (q *Queue[K]) unlockShards() {
+	for i := range q.shards {
+		q.shards[i].mu.Unlock()
+	}
+}

@@ -1,0 +1,30 @@
+package kubeinformer_test
+
+import (
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/dbinformer/dbinformer/core"
+)
+
+func rv(t testing.TB, s string) core.ResourceVersion {
+	t.Helper()
+	v, err := core.ParseResourceVersion(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// testWriter sends log lines to the test's log.
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+func testLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
