@@ -63,12 +63,18 @@ func faultEach(t *testing.T, fault func(*harness.EtcdCluster, int)) {
 	for i := range 3 {
 		fault(cluster, i)
 		c := others(t, cluster, i)
-		if _, err := putItem(ctx, c, fmt.Sprintf("%sk%d", prefix, i), item{Version: 10 + i}); err != nil {
-			t.Fatalf("write while member %d is under fault: %v", i, err)
-		}
-		if _, err := c.Delete(ctx, fmt.Sprintf("%sk%d", prefix, i+1)); err != nil {
-			t.Fatalf("delete while member %d is under fault: %v", i, err)
-		}
+		// Isolating the leader makes the others elect a new one; writes
+		// time out meanwhile (the cluster's doing, not the informer's).
+		informertest.Eventually(t, fmt.Sprintf("a write while member %d is under fault", i), func() bool {
+			_, err := putItem(ctx, c, fmt.Sprintf("%sk%d", prefix, i), item{Version: 10 + i})
+			if err == nil {
+				_, err = c.Delete(ctx, fmt.Sprintf("%sk%d", prefix, i+1))
+			}
+			if err != nil {
+				t.Logf("write while member %d is under fault: %v", i, err)
+			}
+			return err == nil
+		})
 		requireConverged(t, inf, c, prefix)
 		cluster.Heal(i)
 	}
