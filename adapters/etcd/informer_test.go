@@ -333,7 +333,7 @@ func TestInformerRelistsAfterCompaction(t *testing.T) {
 		t.Fatalf("informer listed %d times, want 2 (the first list and the relist after expiry)", n)
 	}
 	expectKey(t, rec, "b", "add b v=1 initial", "delete b v=1 unknown") // a delete inferred by the relist
-	expectKey(t, rec, "d", "add d v=1") // a relist's adds are not initial
+	expectKey(t, rec, "d", "add d v=1")                                 // a relist's adds are not initial
 	err := errs.Wait(t, "an expired error", func(err error) bool { return errors.Is(err, core.ErrExpired) })
 	if !strings.Contains(err.Error(), prefix) {
 		t.Errorf("expired error does not name the prefix %q: %v", prefix, err)
