@@ -94,6 +94,14 @@ func TestPartitionedTable(t *testing.T) {
 		return nil
 	})
 
+	// A root and its partition on one Source: the partition would see
+	// nothing (its changes arrive under the root's name).
+	both := newSource(t, pg, pginformer.Options{})
+	newTable[partRow](t, both, "parts")
+	if _, err := pginformer.NewTable[partRow](ctxFor(t), both, "parts_eu", pginformer.TableOptions[partRow]{}); err == nil || !strings.Contains(err.Error(), "one partition tree") {
+		t.Errorf("NewTable of a partition beside its root on one Source: %v", err)
+	}
+
 	// A publication of the user's own, without publish_via_partition_root.
 	pg.Exec(t, "CREATE PUBLICATION leafwise FOR TABLE parts")
 	src := newSource(t, pg, pginformer.Options{Publication: "leafwise"})

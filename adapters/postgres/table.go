@@ -94,6 +94,8 @@ func NewTable[T any](ctx context.Context, src *Source, table string, opts TableO
 		if err := src.checkPublication(ctx, conn, st); err != nil {
 			return nil, err
 		}
+	} else if err := src.checkPartitionFamily(ctx, conn, st); err != nil {
+		return nil, err
 	}
 	cols, err := columns(ctx, conn, st.oid)
 	if err != nil {
