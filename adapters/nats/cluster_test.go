@@ -145,13 +145,16 @@ func TestClusterLaggingReplica(t *testing.T) {
 	}
 }
 
+// lagDelay is how long node 3's routes hold each byte.
+const lagDelay = 20 * time.Millisecond
+
 func laggingReplica(t *testing.T, c *harness.NATSCluster, h natsHarness, n int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	for c.WaitStreamLeader(t, h.StreamName()) == 2 {
 		c.StepDown(h.StreamName())
 	}
-	c.LagLast(20 * time.Millisecond)
+	c.LagLast(lagDelay)
 	defer c.LagLast(0)
 	type write struct {
 		rv  core.ResourceVersion
