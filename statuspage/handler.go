@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"html/template"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -16,7 +17,7 @@ import (
 //
 // Below that prefix it answers:
 //
-//	/debug/informers/         the HTML page (server-rendered, no JavaScript, reloads itself)
+//	/debug/informers/         the HTML page (server-rendered, no JavaScript, reloads itself; ?refresh=N seconds, 0 = never)
 //	/debug/informers/?format=json, /debug/informers/json   the same as JSON (Status)
 //	/debug/informers/readyz   readiness (ReadyHandler)
 //	/debug/informers/livez    liveness (LiveHandler)
@@ -75,6 +76,13 @@ func (p *Page) serveHTML(w http.ResponseWriter, r *http.Request) {
 	}{Status: st, JSON: "?format=json"}
 	if p.opts.Refresh > 0 {
 		data.Refresh = max(1, int(p.opts.Refresh.Round(time.Second)/time.Second))
+	}
+	// ?refresh=N reloads every N seconds instead, ?refresh=0 never (to
+	// read, select or copy without the page moving).
+	if v := r.URL.Query().Get("refresh"); v != "" {
+		if n, err := strconv.Atoi(v); err == nil && n >= 0 && n <= 24*3600 {
+			data.Refresh = n
+		}
 	}
 	// Links relative to the page's own directory, whatever the mount point.
 	if !strings.HasSuffix(r.URL.Path, "/") {
