@@ -104,6 +104,9 @@ type Progress struct {
 	ETASeconds     *float64  `json:"etaSeconds,omitempty"`
 	StartedAt      time.Time `json:"startedAt"`
 	ElapsedSeconds float64   `json:"elapsedSeconds"`
+	// LastReportAt is the time of the last progress report (every 1,024
+	// objects): a list that stopped moving shows here.
+	LastReportAt time.Time `json:"lastReportAt"`
 }
 
 // RestartStats counts the watches that ended and were reopened.
@@ -351,6 +354,7 @@ func (p *Page) informerStatus(e *informerEntry, now time.Time) InformerStatus {
 			Received:       r.listReceived,
 			Estimated:      r.listEstimated,
 			StartedAt:      r.listStart,
+			LastReportAt:   r.listLastAt,
 			ElapsedSeconds: now.Sub(r.listStart).Seconds(),
 		}
 		if pr.Estimated > 0 {
