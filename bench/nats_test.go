@@ -10,22 +10,24 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	natsinformer "github.com/dbinformer/dbinformer/adapters/nats"
+	"github.com/dbinformer/dbinformer/adapters/nats/natstest"
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/integration/harness"
 )
 
-// natsFill puts keys JSON items into the bucket (the initial state), then
-// updates every key once (the changes), publishing asynchronously to the
-// bucket's subjects, and returns the revision between the two.
-func natsFill(b *testing.B, js jetstream.JetStream, bucket string, keys int) (mid uint64) {
+// natsFill puts keys JSON items below "w." into the bucket (the initial
+// state), then updates every key once (the changes), publishing
+// asynchronously, and returns the revision between the two.
+func natsFill(b *testing.B, h *natstest.KV, keys int) (mid uint64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
+	js := h.Writer()
 	write := func(version int) {
 		for i := range keys {
 			_, o := newItem(i)
 			o.N = version
 			v, _ := json.Marshal(o)
-			if _, err := js.PublishAsync("$KV."+bucket+".k"+strconv.Itoa(i), v); err != nil {
+			if _, err := js.PublishAsync("$KV."+h.Bucket().Bucket()+".w.k"+strconv.Itoa(i), v); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -36,16 +38,12 @@ func natsFill(b *testing.B, js jetstream.JetStream, bucket string, keys int) (mi
 		}
 	}
 	write(1)
-	s, err := js.Stream(ctx, "KV_"+bucket)
-	if err != nil {
-		b.Fatal(err)
-	}
-	info, err := s.Info(ctx)
+	head, err := h.Head(ctx)
 	if err != nil {
 		b.Fatal(err)
 	}
 	write(2)
-	return info.State.LastSeq
+	return uint64(head)
 }
 
 func rawNATSWatch(b *testing.B, kv jetstream.KeyValue, want int, opts ...jetstream.WatchOpt) {
@@ -77,7 +75,7 @@ func rawNATSWatch(b *testing.B, kv jetstream.KeyValue, want int, opts ...jetstre
 
 func oursNATSList(b *testing.B, lw *natsinformer.KV[item]) int {
 	n := 0
-	if _, err := lw.List(context.Background(), core.ListOptions[item]{Emit: func(ev core.Event[item]) error {
+	if _, err := lw.List(context.Background(), core.ListSink[item]{Emit: func(ev core.Event[item]) error {
 		if ev.Err != nil {
 			return ev.Err
 		}
@@ -89,48 +87,49 @@ func oursNATSList(b *testing.B, lw *natsinformer.KV[item]) int {
 	return n
 }
 
+// errEnough ends a benchmark's watch once it has seen what it waited for.
+var errEnough = context.Canceled
+
 func oursNATSWatch(b *testing.B, lw *natsinformer.KV[item], mid uint64, want int) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	w, err := lw.Watch(ctx, core.ResourceVersion(mid))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer w.Stop()
-	for n := 0; n < want; {
-		batch, err := w.Next(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
+	n := 0
+	err := lw.Watch(context.Background(), core.ResourceVersion(mid), core.WatchOptions[item]{Emit: func(batch []core.Event[item]) error {
 		for _, ev := range batch {
 			if ev.Err != nil {
-				b.Fatal(ev.Err)
+				return ev.Err
 			}
 			if ev.Type != core.Bookmark {
 				n++
 			}
 		}
+		if n >= want {
+			return errEnough
+		}
+		return nil
+	}})
+	if err != errEnough {
+		b.Fatal(err)
 	}
 }
 
-// BenchmarkNATSKV: a bucket of 100,000 keys (History 1) read whole
-// (List: our List against nats.go's KV watcher up to its end-of-initial
-// marker) and its 100,000 later changes, one update per key, read from the
-// revision before them (Watch: our Watch against a KV watcher with
-// ResumeFromRevision). Both sides decode the same JSON. The sides
-// alternate, after one untimed run each.
-func BenchmarkNATSKV(b *testing.B) {
+// benchNATSKV: a bucket of keys keys (History 1) read whole (List: our
+// List against nats.go's KV watcher up to its end-of-initial marker) and
+// its keys later changes, one update per key, read from the revision
+// before them (Watch: our Watch against a KV watcher with
+// ResumeFromRevision), both through the same connection. Both sides decode
+// the same JSON. The sides alternate, after one untimed run each.
+func benchNATSKV(b *testing.B, cfg natstest.Config) {
 	keys := size(100_000, 2_000)
 	rounds := size(3, 1)
-	srv := harness.StartNATS(b)
-	js := srv.JetStream(b)
+	cfg.History = 1
+	h := natstest.NewKV(b, cfg)
+	mid := natsFill(b, h, keys)
 	ctx := context.Background()
-	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "bench", History: 1})
+	ljs := h.ListenJetStream()
+	lw, err := natsinformer.NewKV(ctx, ljs, h.Bucket().Bucket(), natsinformer.KVOptions[item]{Prefix: "w."})
 	if err != nil {
 		b.Fatal(err)
 	}
-	mid := natsFill(b, js, kv.Bucket(), keys)
-	lw, err := natsinformer.NewKV(ctx, js, kv.Bucket(), natsinformer.KVOptions[item]{})
+	kv, err := ljs.KeyValue(ctx, h.Bucket().Bucket())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -152,4 +151,16 @@ func BenchmarkNATSKV(b *testing.B) {
 		rawWatch()
 		alternate(b, rounds, side{name: "ours", n: keys, unit: "change", run: oursWatch}, side{name: "raw", n: keys, unit: "change", run: rawWatch})
 	})
+}
+
+// BenchmarkNATSKV: benchNATSKV on one embedded server.
+func BenchmarkNATSKV(b *testing.B) {
+	benchNATSKV(b, natstest.Config{Server: harness.StartNATS(b)})
+}
+
+// BenchmarkNATSKVCluster: benchNATSKV on an R3 bucket of a 3-node
+// embedded cluster, both readers connected to a node other than the
+// writer's.
+func BenchmarkNATSKVCluster(b *testing.B) {
+	benchNATSKV(b, natstest.Config{Cluster: harness.StartNATSCluster(b, 3), WriteNode: 0, ListenNode: 1})
 }

@@ -13,9 +13,10 @@ import (
 // pending deltas.
 type DeltaFIFO[T any] struct {
 	queueBase
-	items map[string][]Delta[T]
-	queue []string
-	known KeyLister[T]
+	items  map[string][]Delta[T]
+	queue  []string
+	known  KeyLister[T]
+	flight []Delta[T] // the deltas Pop's process holds, all of one key
 }
 
 // NewDeltaFIFO returns an empty DeltaFIFO. known is the consumer's cache
@@ -113,7 +114,7 @@ func (f *DeltaFIFO[T]) Replace(ctx context.Context, list ListFunc[T]) error {
 	f.mu.Lock()
 	f.wm.beginList()
 	var seen map[string]struct{}
-	if len(f.queue) > 0 || !knownEmpty(f.known) {
+	if len(f.queue) > 0 || f.inflight || !knownEmpty(f.known) {
 		seen = map[string]struct{}{}
 	}
 	f.mu.Unlock()
@@ -152,13 +153,25 @@ func (f *DeltaFIFO[T]) Replace(ctx context.Context, list ListFunc[T]) error {
 }
 
 // inferDeletesLocked queues a FinalStateUnknown delete for every key that
-// is queued or cached and was not listed.
+// is in flight, queued or cached and was not listed.
 func (f *DeltaFIFO[T]) inferDeletesLocked(seen map[string]struct{}, rv ResourceVersion) {
-	for _, k := range f.queue {
+	keys := f.queue
+	if len(f.flight) > 0 {
+		if k := f.flight[0].Key; f.items[k] == nil {
+			keys = append(keys[:len(keys):len(keys)], k)
+		}
+	}
+	for _, k := range keys {
 		if _, ok := seen[k]; ok {
 			continue
 		}
 		pending := f.items[k]
+		if pending == nil { // in flight only
+			pending = f.flight
+			if pending[len(pending)-1].Type == DeltaDeleted {
+				continue // on its way out already
+			}
+		}
 		last := pending[len(pending)-1]
 		if last.Type == DeltaSync {
 			// Key-only: take the state from the cache, if it has any.
@@ -226,12 +239,14 @@ func (f *DeltaFIFO[T]) Pop(ctx context.Context, process PopProcessFunc[T]) error
 	initial := f.initialLocked()
 	counts := f.initialCount > 0
 	notify(f.room)
+	f.inflight, f.flight = true, deltas
 	f.mu.Unlock()
 
 	err := process(deltas, initial)
 
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.inflight, f.flight = false, nil
 	if counts {
 		f.initialCount--
 	}

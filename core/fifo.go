@@ -12,6 +12,7 @@ type FIFO[T any] struct {
 	queueBase
 	items    []Delta[T]
 	head     int
+	flight   []Delta[T] // the run Pop's process holds
 	known    KeyLister[T]
 	scratch  []Delta[T]
 	maxBatch int
@@ -57,7 +58,7 @@ func (f *FIFO[T]) Replace(ctx context.Context, list ListFunc[T]) error {
 	// The first list into an empty queue and cache has nothing to compare
 	// with: it keeps no set of the keys it saw.
 	var seen map[string]struct{}
-	if len(f.pending()) > 0 || !knownEmpty(f.known) {
+	if len(f.pending()) > 0 || f.inflight || !knownEmpty(f.known) {
 		seen = map[string]struct{}{}
 	}
 	f.mu.Unlock()
@@ -96,21 +97,24 @@ func (f *FIFO[T]) Replace(ctx context.Context, list ListFunc[T]) error {
 }
 
 // inferDeletesLocked queues a FinalStateUnknown delete for every key that
-// is queued or cached and was not listed.
+// is in flight, queued or cached and was not listed.
 func (f *FIFO[T]) inferDeletesLocked(seen map[string]struct{}, rv ResourceVersion) {
-	lastQueued := map[string]int{}
+	lastQueued := map[string]*Delta[T]{}
 	var order []string
-	for i, d := range f.pending() {
-		if _, dup := lastQueued[d.Key]; !dup {
-			order = append(order, d.Key)
+	for _, run := range [][]Delta[T]{f.flight, f.pending()} {
+		for i := range run {
+			d := &run[i]
+			if _, dup := lastQueued[d.Key]; !dup {
+				order = append(order, d.Key)
+			}
+			lastQueued[d.Key] = d
 		}
-		lastQueued[d.Key] = f.head + i
 	}
 	for _, k := range order {
 		if _, ok := seen[k]; ok {
 			continue
 		}
-		last := f.items[lastQueued[k]]
+		last := *lastQueued[k]
 		switch last.Type {
 		case DeltaDeleted:
 			continue // on its way out already
@@ -199,11 +203,13 @@ func (f *FIFO[T]) Pop(ctx context.Context, process PopProcessFunc[T]) error {
 		f.items, f.head = f.items[:m], 0
 	}
 	notify(f.room)
+	f.inflight, f.flight = true, batch
 	f.mu.Unlock()
 
 	err := process(batch, initial)
 
 	f.mu.Lock()
+	f.inflight, f.flight = false, nil
 	if errors.Is(err, ErrRequeue) {
 		// Back at the front, in order: the queue promises arrival order.
 		// The deltas never left the watermark.

@@ -157,6 +157,12 @@ type queueBase struct {
 	// have moved; it is replaced only when someone took it.
 	changed      chan struct{}
 	changedTaken bool
+	// kick gets a token on every such change, for the one follower that
+	// always listens (the informer), without a new channel each time.
+	kick chan struct{}
+	// inflight is set while Pop's process runs (the queue holds the
+	// deltas in flight too, to infer deletes for their keys).
+	inflight bool
 	// populated is set when the first list ended; initialCount counts
 	// what was queued before and is not processed yet.
 	populated    bool
@@ -169,6 +175,7 @@ func newQueueBase() queueBase {
 		room:    make(chan struct{}, 1),
 		done:    make(chan struct{}),
 		changed: make(chan struct{}),
+		kick:    make(chan struct{}, 1),
 	}
 }
 
@@ -180,6 +187,7 @@ func notify(ch chan struct{}) {
 }
 
 func (q *queueBase) changedLocked() {
+	notify(q.kick)
 	if q.changedTaken {
 		close(q.changed)
 		q.changed, q.changedTaken = make(chan struct{}), false
@@ -193,6 +201,9 @@ func (q *queueBase) Changed() <-chan struct{} {
 	q.changedTaken = true
 	return q.changed
 }
+
+// kicks receives a token whenever Changed would be closed.
+func (q *queueBase) kicks() <-chan struct{} { return q.kick }
 
 // waitLocked waits for ch (signal or room); entered and left with q.mu
 // held.

@@ -1,10 +1,14 @@
-// Package kubeinformer (directory kubeadapter) runs dbinformer's generic
-// core (reflector, queues, SharedIndexInformer with WaitFor) against a
-// Kubernetes apiserver through k8s.io/client-go. Most programs need only
-// NewResource with a typed client, and core.NewSharedIndexInformer over it:
+// Package kubeinformer feeds dbinformer's informers from a Kubernetes
+// apiserver: most programs need only NewResource over a typed client-go
+// client, handed to core.NewSharedIndexInformer.
 //
 //	cms, err := kubeinformer.NewResource[*corev1.ConfigMap](ctx, clientset.CoreV1().ConfigMaps(ns),
 //		kubeinformer.Options{Namespace: ns})
+//	inf := core.NewSharedIndexInformer(cms, core.InformerOptions[*corev1.ConfigMap]{Name: "configmaps"})
+//
+// The package runs dbinformer's generic core (reflector, queues,
+// SharedIndexInformer with WaitFor) over k8s.io/client-go; the directory is
+// kubeadapter.
 //
 // A Resource is a core.ListerWatcher (and core.HeadReader and
 // core.ProgressReporter) for any resource:
@@ -63,6 +67,10 @@
 // Measured against the test apiserver: 1 to 12 seconds when idle, 1 to 3
 // seconds while other writes go on. WaitFor for a version of a watched object
 // does not depend on this: its event arrives at once.
+//
+// After a failure, Resource.WaitHealed tells when the apiserver answers
+// again, so that a caller backing off can retry at once instead of finishing
+// its sleep (the core does not use it yet).
 //
 // # Setup and permissions
 //

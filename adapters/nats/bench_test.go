@@ -41,7 +41,7 @@ func BenchmarkKVList(b *testing.B) {
 	b.ResetTimer()
 	for b.Loop() {
 		n := 0
-		if _, err := lw.List(ctx, core.ListOptions[item]{Emit: func(core.Event[item]) error { n++; return nil }}); err != nil {
+		if _, err := lw.List(ctx, core.ListSink[item]{Emit: func(core.Event[item]) error { n++; return nil }}); err != nil {
 			b.Fatal(err)
 		}
 		if n != benchKeys {
@@ -106,15 +106,24 @@ func benchWatch(b *testing.B, other bool) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	rv, err := lw.List(ctx, core.ListOptions[item]{Emit: func(core.Event[item]) error { return nil }})
+	rv, err := lw.List(ctx, core.ListSink[item]{Emit: func(core.Event[item]) error { return nil }})
 	if err != nil {
 		b.Fatal(err)
 	}
-	w, err := lw.Watch(ctx, rv)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer w.Stop()
+	got := make(chan struct{}, 1)
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- lw.Watch(wctx, rv, core.WatchOptions[item]{Emit: func(evs []core.Event[item]) error {
+			for _, ev := range evs {
+				if ev.Type != core.Bookmark {
+					got <- struct{}{}
+				}
+			}
+			return nil
+		}})
+	}()
+	defer func() { stop(); <-done }()
 	n := 0
 	for b.Loop() {
 		n++
@@ -126,14 +135,10 @@ func benchWatch(b *testing.B, other bool) {
 		if _, err := put(ctx, kv, "a.k", n); err != nil {
 			b.Fatal(err)
 		}
-		for got := false; !got; {
-			evs, err := w.Next(ctx)
-			if err != nil {
-				b.Fatal(err)
-			}
-			for _, ev := range evs {
-				got = got || ev.Type != core.Bookmark
-			}
+		select {
+		case <-got:
+		case err := <-done:
+			b.Fatal(err)
 		}
 	}
 }

@@ -3,7 +3,8 @@
 // used as an event log, folded into per-key state by a reducer
 // (NewEventStream). The resource version is the stream sequence (for a
 // bucket, the KV revision), so WaitFor(rev) works with the revision a
-// kv.Put returned.
+// kv.Put returned. Most programs need only NewKV (or NewEventStream) and
+// a core.SharedIndexInformer over it.
 //
 // # Import name
 //
@@ -47,6 +48,14 @@
 // messages (empty data, a Nats-Marker-Reason header) if the stream is
 // configured to leave them.
 //
+// # Watches
+//
+// Watch pushes batches to WatchOptions.Emit until its context ends (it
+// then returns core.Stopped), the position is gone (core.ErrExpired), the
+// bucket or stream is gone (core.ErrPermanent), Emit fails, or something
+// else does. Values go through KVOptions.Codec with core.Decode (a
+// panicking codec is a *core.DecodeError for that value).
+//
 // # Expiry and resume
 //
 // JetStream has no "compacted" error. When the stream's first retained
@@ -67,43 +76,78 @@
 // without a delete marker: MaxAge without LimitMarkerTTL, a stream purge)
 // as soon as its connection is re-established, before it applies messages
 // that skip stream sequences or that come after a reconnect, when it is
-// idle, and on RequestProgress, and expires if so. The consumer lives on the server and
-// outlasts a dropped connection; the server moves it past messages removed
-// meanwhile, so a skip in sequence (which a History limit or the key filter
-// also cause) or a reconnect is all the watch sees of a purge. The check
-// costs one stream-info request per such batch, plus one last-message
-// lookup per held key older than the first retained sequence (remembered
-// while the newer message is retained). Values removed with the connection
-// up and nothing skipped (a purge below the watch's position) are noticed
-// at the next such check. Any other trouble (a
-// lost connection, a server restart, a consumer sequence gap) ends the watch
-// with an ordinary error: the informer watches again from the last version
-// it applied, and no relist happens as long as the stream still holds it.
-// A watch opened from a version whose key set the ListerWatcher does not
-// hold (not the end of its last List or watch) applies the first-sequence
+// idle, and on a progress request, and expires if so. The consumer lives
+// on the server and outlasts a dropped connection; the server moves it
+// past messages removed meanwhile, so a skip in sequence (which a History
+// limit or the key filter also cause) or a reconnect is all the watch sees
+// of a purge. The check costs one stream-info request per such batch, plus
+// one last-message lookup per held key older than the first retained
+// sequence (remembered while the newer message is retained). Values
+// removed with the connection up and nothing skipped (a purge below the
+// watch's position) are noticed at the next such check. A consumer that
+// fails (a consumer sequence gap, a server restart) is replaced from the
+// last version emitted (see Clusters); a watch that cannot go on returns
+// an ordinary error, the informer watches again from the last version it
+// applied, and no relist happens as long as the stream still holds it.
+//
+// State parked between watches (core's contract): List leaves the key
+// revisions (KV) or the folded state (event streams) at the version it
+// returns, a watch at the last version it emitted, and Watch(from) takes
+// it only when from is exactly that version. A KV watch opened from another
+// version (not the end of its last List or watch) applies the first-sequence
 // rule strictly, so with a small History it may relist: correct, only more
 // expensive.
 //
 // # Bookmarks
 //
-// When a watch is idle (KVOptions.IdleCheck) or asked with RequestProgress
-// (the watcher implements core.ProgressRequester), it reads the stream's
-// last sequence and, if no message its filter matches lies between its
-// position and that sequence, sends a Bookmark there. WaitFor then returns
-// for a revision written to another key or outside the filter.
+// Both ListerWatchers implement core.ProgressReporter. When a watch is
+// idle (KVOptions.IdleCheck) or receives a request on
+// WatchOptions.Progress, it reads the stream's last sequence and, if no
+// message its filter matches lies between its position and that sequence,
+// sends a Bookmark there. WaitFor then returns for a revision written to
+// another key or outside the filter.
+//
+// # Clusters
+//
+// Every version the adapter reports is one the data delivered with it
+// covers, on R1 and replicated streams, whichever node the client is
+// connected to and wherever its consumer is placed. A consumer reads the
+// store of the node it is placed on, which may not have stored the newest
+// messages yet, and a direct get may be answered by such a replica. So
+// the head comes from STREAM.INFO, which the stream leader answers (an
+// answer from a member while the stream has no leader is not used), and
+// the proof that nothing the filter matches is pending up to it comes from
+// STREAM.MSG.GET with next_by_subj, which only the stream leader answers
+// (never a direct get). A List's version is that head once its consumer
+// has delivered its initial set and the leader holds nothing watched
+// between the last message delivered and the head (the List waits for a
+// lagging consumer to catch up); a Bookmark is sent under the same proof.
+//
+// What a cluster recovers from on its own is retried inside the adapter
+// with a bound: a request that gets no responders, times out, or meets a
+// stream without a leader (during an election, a step-down, a route
+// hiccup) is repeated for up to 30 seconds; a consumer that is lost or
+// stops delivering (its node restarted, missed heartbeats, no responders
+// while it is placed, a leadership change) is replaced from the last
+// version emitted, after the same checks as at the start of the watch, up
+// to six times in a row without a delivered message. A List or replay
+// whose consumer is lost starts that consumer again. What no retry can
+// cure ends the watch with an error matching core.ErrPermanent and naming
+// the cause: the bucket or stream was deleted, the nats.Conn was closed,
+// or an event stream's snapshot is older than the stream's first
+// sequence.
 //
 // # Setup
 //
-// A JetStream-enabled server, and a connection whose user may create
-// ephemeral consumers on the stream and read stream info and messages
-// ($JS.API.STREAM.INFO, CONSUMER.CREATE, CONSUMER.DELETE, DIRECT.GET /
-// STREAM.MSG.GET). The bucket or stream must exist: NewKV and
-// NewEventStream fail at start with an error naming it. TLS, credentials
-// and reconnect policy are the caller's nats.Conn. Consumers are ephemeral,
-// in memory, with an inactivity threshold, so a process that dies leaves
-// nothing behind for long. Bookmarks use direct gets on buckets (which allow
-// them), which in a cluster may be answered by a replica; on a single server
-// or R1 stream this is exact.
+// A JetStream-enabled server or cluster, and a connection whose user may
+// create ephemeral consumers on the stream and read stream info and
+// messages ($JS.API.STREAM.INFO, CONSUMER.CREATE, CONSUMER.INFO,
+// CONSUMER.DELETE, CONSUMER.MSG.NEXT, STREAM.MSG.GET). The bucket or stream
+// must exist: NewKV and NewEventStream read it (I/O) and fail at start
+// with an error naming it. TLS, credentials and reconnect policy are the
+// caller's nats.Conn. Consumers are ephemeral, R1, in memory, with an
+// inactivity threshold, so a process that dies leaves nothing behind for
+// long.
 //
 // List holds the raw values of the listed keys until its fold is complete
 // (a key written during the List must replace, not follow, its old value),

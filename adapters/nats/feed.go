@@ -2,7 +2,8 @@ package natsinformer
 
 import (
 	"context"
-	"errors"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"time"
 
@@ -12,41 +13,56 @@ import (
 // feed is one ephemeral, unacknowledged consumer whose messages are handed
 // to a single reader in stream order. Any consumer-level trouble (a gap in
 // the consumer sequence, missed heartbeats, a consumer lost with a server
-// restart) ends the feed with an error: the caller then watches again from
-// the last sequence it applied, which is cheaper to reason about than
-// nats.go's ordered consumer silently recreating itself (it could skip past
-// a purge without anyone noticing).
+// or moved with a leader) ends the feed with a *feedError: a watch then
+// opens a new one from the last sequence it emitted, after the same checks
+// as at its start, which is cheaper to reason about than nats.go's ordered
+// consumer silently recreating itself (it could skip past a purge without
+// anyone noticing).
 type feed struct {
-	stream jetstream.Stream
-	cons   jetstream.Consumer
-	cc     jetstream.ConsumeContext
-	msgs   chan jetstream.Msg
-	errs   chan error
-	done   chan struct{}
+	r    *reader
+	cons jetstream.Consumer
+	cc   jetstream.ConsumeContext
+	msgs chan jetstream.Msg
+	errs chan error
+	done chan struct{}
 	// consumer sequence of the last message read; the next must be +1.
 	cseq uint64
 }
 
+// feedError is a consumer-level failure: the stream is fine, only this
+// consumer is not (lost, moved, behind a dropped connection).
+type feedError struct{ err error }
+
+func (e *feedError) Error() string { return e.err.Error() }
+func (e *feedError) Unwrap() error { return e.err }
+
 const feedHeartbeat = 2 * time.Second
 
-func openFeed(ctx context.Context, stream jetstream.Stream, cfg jetstream.ConsumerConfig, batch int) (*feed, error) {
+// openFeed creates the consumer (retrying what a cluster recovers from:
+// the consumer's name makes a repeated create idempotent) and starts
+// consuming.
+func (r *reader) openFeed(ctx context.Context, cfg jetstream.ConsumerConfig) (*feed, error) {
+	cfg.Name = consumerName()
 	cfg.AckPolicy = jetstream.AckNonePolicy
 	cfg.MemoryStorage = true
 	cfg.Replicas = 1
 	if cfg.InactiveThreshold == 0 {
-		// Cleans up after a process that died without Stop.
+		// Cleans up after a process that died without stopping.
 		cfg.InactiveThreshold = 2 * time.Minute
 	}
-	cons, err := stream.CreateConsumer(ctx, cfg)
+	if cfg.FilterSubject == "" {
+		cfg.FilterSubject = r.filter
+	}
+	cons, err := retry(ctx, func(ctx context.Context) (jetstream.Consumer, error) { return r.stream.CreateConsumer(ctx, cfg) })
 	if err != nil {
-		return nil, err
+		return nil, r.fatal(err)
 	}
 	f := &feed{
-		stream: stream,
-		cons:   cons,
-		msgs:   make(chan jetstream.Msg, batch),
-		errs:   make(chan error, 1),
-		done:   make(chan struct{}),
+		r:    r,
+		cons: cons,
+		msgs: make(chan jetstream.Msg, r.batch),
+		errs: make(chan error, 1),
+		done: make(chan struct{}),
 	}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		select {
@@ -54,7 +70,7 @@ func openFeed(ctx context.Context, stream jetstream.Stream, cfg jetstream.Consum
 		case <-f.done:
 		}
 	},
-		jetstream.PullMaxMessages(batch),
+		jetstream.PullMaxMessages(r.batch),
 		jetstream.PullExpiry(10*time.Second),
 		jetstream.PullHeartbeat(feedHeartbeat),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
@@ -72,6 +88,12 @@ func openFeed(ctx context.Context, stream jetstream.Stream, cfg jetstream.Consum
 	return f, nil
 }
 
+func consumerName() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "dbinformer_" + hex.EncodeToString(b[:])
+}
+
 // info returns what the server said when the consumer was created.
 func (f *feed) info() *jetstream.ConsumerInfo { return f.cons.CachedInfo() }
 
@@ -80,16 +102,14 @@ func (f *feed) info() *jetstream.ConsumerInfo { return f.cons.CachedInfo() }
 func (f *feed) check(m jetstream.Msg) (*jetstream.MsgMetadata, error) {
 	meta, err := m.Metadata()
 	if err != nil {
-		return nil, fmt.Errorf("message on %q without JetStream metadata: %w", m.Subject(), err)
+		return nil, &feedError{fmt.Errorf("message on %q without JetStream metadata: %w", m.Subject(), err)}
 	}
 	if meta.Sequence.Consumer != f.cseq+1 {
-		return nil, fmt.Errorf("consumer sequence jumped from %d to %d (stream sequence %d): a message was lost in flight", f.cseq, meta.Sequence.Consumer, meta.Sequence.Stream)
+		return nil, &feedError{fmt.Errorf("consumer sequence jumped from %d to %d (stream sequence %d): a message was lost in flight", f.cseq, meta.Sequence.Consumer, meta.Sequence.Stream)}
 	}
 	f.cseq = meta.Sequence.Consumer
 	return meta, nil
 }
-
-var errFeedClosed = errors.New("consumer closed")
 
 // close stops consuming, waits for nats.go's consume goroutines to let go of
 // the handler, and deletes the consumer (best effort: InactiveThreshold
@@ -114,24 +134,96 @@ func (f *feed) close() {
 func (f *feed) deleteConsumer() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	_ = f.stream.DeleteConsumer(ctx, f.cons.CachedInfo().Name)
+	_ = f.r.stream.DeleteConsumer(ctx, f.cons.CachedInfo().Name)
 }
 
 // feedStall is how long a reader that expects more messages waits before
-// asking the server whether any are still pending.
-const feedStall = 3 * time.Second
+// asking the server again whether any are still pending.
+const feedStall = 2 * time.Second
 
-// drained asks the server whether the consumer has nothing pending and
-// every message it delivered has been read. A reader that waits for
-// pending messages uses it when they stop coming: messages counted as
-// pending can vanish before delivery (a purge), and then no message would
-// ever carry NumPending 0.
+// drained asks the consumer whether it has nothing pending and every
+// message it delivered has been read: messages counted as pending can
+// vanish before delivery (a purge), and then no message would ever carry
+// NumPending 0.
 func (f *feed) drained(ctx context.Context) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	ci, err := f.cons.Info(ctx)
+	ci, err := retry(ctx, func(ctx context.Context) (*jetstream.ConsumerInfo, error) { return f.cons.Info(ctx) })
 	if err != nil {
-		return false, err
+		return false, f.r.fatal(err)
 	}
 	return ci.NumPending == 0 && ci.Delivered.Consumer == f.cseq, nil
+}
+
+// drain reads the feed in order and hands each message to fn until
+// everything the filter matches up to sequence to has been handed over,
+// and returns the last sequence handed over (after, if none).
+//
+// after is the position before the consumer's first message (its start
+// sequence minus one; 0 for a last-per-subject consumer). A consumer that
+// delivers the last message per subject first delivers its initial set
+// (the last value of each subject in its node's store), in sequence order,
+// then every later message; a consumer from a start sequence delivers
+// every message from there. Either way, once the initial set is out (no
+// pending count at once for the second kind), having handed over sequence
+// s means having handed over everything matched up to s; what lies in
+// (s, to] is asked of the stream leader (reader.covered), because the
+// consumer may sit on a replica that has not stored it yet: then drain
+// waits for the consumer to catch up.
+//
+// With strict, a message past to ends the drain without being handed
+// over; otherwise messages delivered before the proof are handed over too
+// and the caller's version is max(to, the returned sequence). On failure
+// the returned sequence is still the last one handed over.
+func (f *feed) drain(ctx context.Context, after, to uint64, lastPerSubject, strict bool, fn func(m jetstream.Msg, seq uint64) error) (uint64, error) {
+	last := after
+	initialDone := !lastPerSubject || f.info().NumPending == 0
+	prove := initialDone
+	stall := time.NewTimer(feedStall)
+	defer stall.Stop()
+	for {
+		if prove {
+			prove = false
+			if ok, err := f.r.covered(ctx, last, to); err != nil {
+				return last, err
+			} else if ok {
+				return last, nil
+			}
+		}
+		select {
+		case <-stall.C:
+			if !initialDone {
+				done, err := f.drained(ctx)
+				if err != nil {
+					return last, fmt.Errorf("%s: %w", f.r.source, err)
+				}
+				initialDone = done
+			}
+			prove = initialDone
+			stall.Reset(feedStall)
+		case m := <-f.msgs:
+			stall.Reset(feedStall)
+			meta, err := f.check(m)
+			if err != nil {
+				return last, fmt.Errorf("%s: %w", f.r.source, err)
+			}
+			seq := meta.Sequence.Stream
+			if strict && seq > to {
+				return last, nil // delivered in order: nothing matched in (last, to]
+			}
+			if err := fn(m, seq); err != nil {
+				return last, err
+			}
+			last = seq
+			if meta.NumPending == 0 {
+				initialDone = true
+			}
+			if initialDone && last >= to {
+				return last, nil
+			}
+			prove = meta.NumPending == 0
+		case err := <-f.errs:
+			return last, fmt.Errorf("%s: %w", f.r.source, f.r.fatal(&feedError{err}))
+		case <-ctx.Done():
+			return last, ctx.Err()
+		}
+	}
 }

@@ -152,14 +152,10 @@ func TestKVRequestsLostOnLiveConnection(t *testing.T) {
 
 	done := make(chan error, 2)
 	go func() {
-		w, err := lw.Watch(ctx, core.ResourceVersion(rev))
-		if err == nil {
-			w.Stop()
-		}
-		done <- err
+		done <- lw.Watch(ctx, core.ResourceVersion(rev), core.WatchOptions[item]{Emit: func([]core.Event[item]) error { return nil }})
 	}()
 	go func() {
-		_, err := lw.List(ctx, core.ListOptions[item]{Emit: func(core.Event[item]) error { return nil }})
+		_, err := lw.List(ctx, core.ListSink[item]{Emit: func(core.Event[item]) error { return nil }})
 		done <- err
 	}()
 	for range 2 {

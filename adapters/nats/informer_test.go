@@ -2,10 +2,12 @@ package natsinformer_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,65 +18,35 @@ import (
 
 	natsinformer "github.com/dbinformer/dbinformer/adapters/nats"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/integration/harness"
 )
 
-// countingLW counts Lists, so that tests can tell a resume from a relist.
-type countingLW[T any] struct {
-	core.ListerWatcher[T]
-	lists atomic.Int32
-}
-
-func (c *countingLW[T]) List(ctx context.Context, opts core.ListOptions[T]) (core.ResourceVersion, error) {
-	c.lists.Add(1)
-	return c.ListerWatcher.List(ctx, opts)
-}
-
-// errSink collects what the informer reports.
-type errSink struct {
-	mu   sync.Mutex
-	errs []error
-}
-
-func (s *errSink) handle(err error) {
-	s.mu.Lock()
-	s.errs = append(s.errs, err)
-	s.mu.Unlock()
-}
-
-func (s *errSink) all() []error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]error(nil), s.errs...)
-}
-
-// startInformer runs an informer over lw until the test ends and waits for
-// its first sync.
-func startInformer[T any](t *testing.T, lw core.ListerWatcher[T], sink *errSink, h core.ResourceEventHandler[T]) *core.SharedIndexInformer[T] {
+// newKVLW wraps the adapter in an informertest.Spy, so that tests can tell
+// a resume from a relist (Spy.Lists).
+func newKVLW(t *testing.T, js jetstream.JetStream, bucket string, opts natsinformer.KVOptions[item]) *informertest.Spy[item] {
 	t.Helper()
-	opts := core.InformerOptions[T]{Name: t.Name(), MinWatchTimeout: time.Hour}
-	if sink != nil {
-		opts.ErrorHandler = sink.handle
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lw, err := natsinformer.NewKV(ctx, js, bucket, opts)
+	if err != nil {
+		t.Fatalf("NewKV: %v", err)
 	}
-	inf := core.NewSharedIndexInformer(lw, opts)
-	if h != nil {
-		if _, err := inf.AddEventHandler(h); err != nil {
-			t.Fatalf("AddEventHandler: %v", err)
-		}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = inf.Run(ctx)
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	sctx, scancel := context.WithTimeout(ctx, 60*time.Second)
-	defer scancel()
-	if err := inf.WaitForCacheSync(sctx); err != nil {
-		t.Fatalf("WaitForCacheSync: %v", err)
-	}
-	return inf
+	return informertest.Wrap[item](lw)
+}
+
+// startInformer runs an informer over lw until the test ends (no planned
+// watch restarts) and waits for its first sync; it returns the errors the
+// informer reports.
+func startInformer[T any](t *testing.T, lw core.ListerWatcher[T], handlers ...core.ResourceEventHandler[T]) (*core.SharedIndexInformer[T], *informertest.Errors) {
+	t.Helper()
+	return informertest.Run(t, lw, core.InformerOptions[T]{MinWatchTimeout: time.Hour}, handlers...)
+}
+
+// newRecorder fails the test when a handler sees a key's version go
+// backwards (every writer in these tests writes increasing n).
+func newRecorder(t *testing.T) *informertest.Recorder[item] {
+	return informertest.NewRecorder(t, func(o item) int64 { return int64(o.N) })
 }
 
 func cacheOf[T any](inf *core.SharedIndexInformer[T], version func(T) int) map[string]int {
@@ -111,7 +83,7 @@ func bucketState(t *testing.T, kv jetstream.KeyValue, prefix string) map[string]
 			t.Fatalf("get %q: %v", k, err)
 		}
 		var it item
-		if err := jsonUnmarshal(e.Value(), &it); err != nil {
+		if err := json.Unmarshal(e.Value(), &it); err != nil {
 			t.Fatalf("decode %q: %v", k, err)
 		}
 		m[k[len(prefix):]] = it.N
@@ -119,21 +91,12 @@ func bucketState(t *testing.T, kv jetstream.KeyValue, prefix string) map[string]
 	return m
 }
 
-// converge waits (generously) until the cache equals want().
+// converge waits until the cache equals want().
 func converge[T any](t *testing.T, inf *core.SharedIndexInformer[T], version func(T) int, want func() map[string]int) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		w := want()
-		got := cacheOf(inf, version)
-		if maps.Equal(got, w) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("cache did not converge:\n got %d keys %v\nwant %d keys %v", len(got), trim(got), len(w), trim(w))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	informertest.Eventually(t, "the cache to equal the source", func() bool {
+		return maps.Equal(cacheOf(inf, version), want())
+	})
 }
 
 func trim(m map[string]int) string {
@@ -145,75 +108,21 @@ func trim(m map[string]int) string {
 
 func waitFor[T any](t *testing.T, inf *core.SharedIndexInformer[T], rv uint64) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if err := inf.WaitFor(ctx, core.ResourceVersion(rv)); err != nil {
-		t.Fatalf("WaitFor(%d): %v", rv, err)
-	}
-}
-
-// orderChecker fails the test when a handler sees a key's versions go
-// backwards or repeat (every writer in these tests writes increasing n).
-type orderChecker struct {
-	t    *testing.T
-	mu   sync.Mutex
-	last map[string]int
-	bad  []string
-}
-
-func newOrderChecker(t *testing.T) *orderChecker {
-	c := &orderChecker{t: t, last: make(map[string]int)}
-	t.Cleanup(func() {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		for i, b := range c.bad {
-			if i == 10 {
-				break
-			}
-			t.Errorf("handler: %s", b)
-		}
-	})
-	return c
-}
-
-func (c *orderChecker) see(key string, n int, initial bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if prev, ok := c.last[key]; ok && n <= prev && !initial {
-		c.bad = append(c.bad, fmt.Sprintf("key %q went from version %d to %d", key, prev, n))
-	}
-	c.last[key] = n
-}
-
-func (c *orderChecker) handler() core.ResourceEventHandler[item] {
-	return core.ResourceEventHandlerFuncs[item]{
-		AddFunc: func(k string, o item, initial bool) { c.see(k, o.N, initial) },
-		UpdateFunc: func(k string, old, o item) {
-			if old != o {
-				c.see(k, o.N, false)
-			}
-		},
-		DeleteFunc: func(k string, _ item, _ bool) {
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			// A key recreated after a delete starts again above its last
-			// version in these tests, so keep the last version.
-		},
-	}
-}
-
-func newKVLW(t *testing.T, js jetstream.JetStream, bucket string, opts natsinformer.KVOptions[item]) *countingLW[item] {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	lw, err := natsinformer.NewKV(ctx, js, bucket, opts)
-	if err != nil {
-		t.Fatalf("NewKV: %v", err)
-	}
-	return &countingLW[item]{ListerWatcher: lw}
+	informertest.WaitFor(t, inf, core.ResourceVersion(rv))
 }
 
 func itemVersion(o item) int { return o.N }
+
+// del publishes the same DEL marker kv.Delete does, to learn its revision.
+func del(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, key string) (uint64, error) {
+	m := nats.NewMsg("$KV." + kv.Bucket() + "." + key)
+	m.Header.Set("KV-Operation", "DEL")
+	ack, err := js.PublishMsg(ctx, m)
+	if err != nil {
+		return 0, err
+	}
+	return ack.Sequence, nil
+}
 
 // Writers keep changing keys while the informer lists a large bucket; once
 // they stop, the cache equals the bucket, and no handler saw a key's
@@ -243,7 +152,7 @@ func writersDuringList(t *testing.T, history uint8) {
 		}
 	}
 	lw := newKVLW(t, js, kv.Bucket(), natsinformer.KVOptions[item]{BatchSize: 64})
-	order := newOrderChecker(t)
+	order := newRecorder(t)
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	var last atomic.Uint64
@@ -273,9 +182,8 @@ func writersDuringList(t *testing.T, history uint8) {
 			}
 		})
 	}
-	sink := &errSink{}
-	inf := startInformer(t, core.ListerWatcher[item](lw), sink, order.handler())
-	synced := lw.lists.Load() // a list retried before the first sync is not a relist
+	inf, sink := startInformer[item](t, lw, order)
+	synced := lw.Lists() // a list retried before the first sync is not a relist
 	stop.Store(true)
 	wg.Wait()
 	waitFor(t, inf, last.Load())
@@ -283,8 +191,8 @@ func writersDuringList(t *testing.T, history uint8) {
 	if got := cacheOf(inf, itemVersion); !maps.Equal(got, want) {
 		t.Fatalf("after WaitFor(%d) the cache differs from the bucket: got %s, want %s", last.Load(), trim(got), trim(want))
 	}
-	if n := lw.lists.Load(); n != synced {
-		t.Errorf("informer listed %d times, want no relist after the first sync; errors: %v", n, sink.all())
+	if n := lw.Lists(); n != synced {
+		t.Errorf("informer listed %d times, want no relist after the first sync; errors: %v", n, sink.All())
 	}
 }
 
@@ -301,10 +209,9 @@ func TestKVInformerServerRestart(t *testing.T) {
 		put(ctx, kv, fmt.Sprintf("k%d", i), 1)
 	}
 	lw := newKVLW(t, js, kv.Bucket(), natsinformer.KVOptions[item]{IdleCheck: 200 * time.Millisecond})
-	sink := &errSink{}
-	order := newOrderChecker(t)
-	inf := startInformer(t, core.ListerWatcher[item](lw), sink, order.handler())
-	synced := lw.lists.Load() // a list retried before the first sync is not a relist
+	order := newRecorder(t)
+	inf, sink := startInformer[item](t, lw, order)
+	synced := lw.Lists() // a list retried before the first sync is not a relist
 	rev, _ := put(ctx, kv, "k1", 2)
 	waitFor(t, inf, rev)
 
@@ -320,10 +227,10 @@ func TestKVInformerServerRestart(t *testing.T) {
 		t.Fatalf("delete after restart: %v", err)
 	}
 	converge(t, inf, itemVersion, func() map[string]int { return bucketState(t, kv, "") })
-	if n := lw.lists.Load(); n != synced {
+	if n := lw.Lists(); n != synced {
 		t.Errorf("informer listed %d times after a server restart, want no relist (resume from the last version)", n)
 	}
-	errs := sink.all()
+	errs := sink.All()
 	t.Logf("errors reported across the restart: %d (first: %v)", len(errs), first(errs))
 	for _, err := range errs {
 		if errors.Is(err, core.ErrExpired) {
@@ -353,7 +260,7 @@ func TestKVInformerRemovals(t *testing.T) {
 			put(ctx, kv, fmt.Sprintf("k%d", i), 1)
 		}
 		lw := newKVLW(t, js, kv.Bucket(), natsinformer.KVOptions[item]{IdleCheck: 100 * time.Millisecond})
-		inf := startInformer(t, core.ListerWatcher[item](lw), nil, nil)
+		inf, _ := startInformer[item](t, lw)
 		if err := kv.Purge(ctx, "k1"); err != nil {
 			t.Fatal(err)
 		}
@@ -380,15 +287,15 @@ func TestKVInformerRemovals(t *testing.T) {
 			put(ctx, kv, fmt.Sprintf("k%d", i), 1)
 		}
 		lw := newKVLW(t, js, kv.Bucket(), natsinformer.KVOptions[item]{IdleCheck: 200 * time.Millisecond})
-		inf := startInformer(t, core.ListerWatcher[item](lw), nil, nil)
-		synced := lw.lists.Load() // a list retried before the first sync is not a relist
+		inf, _ := startInformer[item](t, lw)
+		synced := lw.Lists() // a list retried before the first sync is not a relist
 		if got := len(cacheOf(inf, itemVersion)); got != 4 {
 			t.Fatalf("listed %d keys, want 4", got)
 		}
 		// The values expire without delete markers; the idle watch notices
 		// and the relist empties the cache.
 		converge(t, inf, itemVersion, func() map[string]int { return map[string]int{} })
-		if n := lw.lists.Load(); n <= synced {
+		if n := lw.Lists(); n <= synced {
 			t.Errorf("informer listed %d times, want a relist after expiry", n)
 		}
 		rev, _ := put(ctx, kv, "fresh", 5)
@@ -417,8 +324,8 @@ func TestKVInformerRemovals(t *testing.T) {
 			t.Cleanup(nc.Close)
 			ijs, _ := jetstream.New(nc)
 			lw := newKVLW(t, ijs, kv.Bucket(), natsinformer.KVOptions[item]{IdleCheck: time.Hour})
-			inf := startInformer(t, core.ListerWatcher[item](lw), nil, nil)
-			synced := lw.lists.Load() // a list retried before the first sync is not a relist
+			inf, _ := startInformer[item](t, lw)
+			synced := lw.Lists() // a list retried before the first sync is not a relist
 			srv.Restart(t)
 			st, err := js.Stream(ctx, "KV_"+kv.Bucket())
 			if err != nil {
@@ -432,7 +339,7 @@ func TestKVInformerRemovals(t *testing.T) {
 			}
 			put(ctx, kv, "k11", 11)
 			converge(t, inf, itemVersion, func() map[string]int { return bucketState(t, kv, "") })
-			if n := lw.lists.Load(); n <= synced {
+			if n := lw.Lists(); n <= synced {
 				t.Errorf("informer listed %d times, want a relist after the purge", n)
 			}
 			if got := cacheOf(inf, itemVersion); len(got) > 3 || got["k11"] != 11 {
@@ -450,7 +357,7 @@ func TestKVReadYourWritesOtherKey(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	lw := newKVLW(t, js, kv.Bucket(), natsinformer.KVOptions[item]{Prefix: "mine.", IdleCheck: time.Hour})
-	inf := startInformer(t, core.ListerWatcher[item](lw), nil, nil)
+	inf, _ := startInformer[item](t, lw)
 	rev, _ := put(ctx, kv, "mine.a", 1)
 	waitFor(t, inf, rev)
 	for i := range 5 {
@@ -475,9 +382,8 @@ func TestKVBadPayload(t *testing.T) {
 	defer cancel()
 	put(ctx, kv, "good", 1)
 	badListed, _ := kv.Put(ctx, "bad1", []byte("{not json"))
-	sink := &errSink{}
 	lw := newKVLW(t, js, kv.Bucket(), natsinformer.KVOptions[item]{})
-	inf := startInformer(t, core.ListerWatcher[item](lw), sink, nil)
+	inf, sink := startInformer[item](t, lw)
 	badWatched, _ := kv.Put(ctx, "bad2", []byte("\x00garbage"))
 	rev, _ := put(ctx, kv, "good", 2)
 	waitFor(t, inf, rev)
@@ -485,16 +391,16 @@ func TestKVBadPayload(t *testing.T) {
 		t.Fatalf("cache %v, want good=2 only", got)
 	}
 	want := map[string]uint64{"bad1": badListed, "bad2": badWatched}
-	for _, err := range sink.all() {
+	for _, err := range sink.All() {
 		var de *core.DecodeError
 		if errors.As(err, &de) {
-			if r, ok := want[de.Key]; ok && uint64(de.RV) == r && contains(de.Source, kv.Bucket()) {
+			if r, ok := want[de.Key]; ok && uint64(de.RV) == r && strings.Contains(de.Source, kv.Bucket()) {
 				delete(want, de.Key)
 			}
 		}
 	}
 	if len(want) > 0 {
-		t.Fatalf("no DecodeError naming bucket, key and revision for %v; reported: %v", want, sink.all())
+		t.Fatalf("no DecodeError naming bucket, key and revision for %v; reported: %v", want, sink.All())
 	}
 	rev, _ = put(ctx, kv, "bad2", 7)
 	waitFor(t, inf, rev)
@@ -515,8 +421,8 @@ func TestKVBucketRecreated(t *testing.T) {
 		put(ctx, kv, fmt.Sprintf("old%d", i), 1)
 	}
 	lw := newKVLW(t, js, kv.Bucket(), natsinformer.KVOptions[item]{IdleCheck: 100 * time.Millisecond})
-	inf := startInformer(t, core.ListerWatcher[item](lw), nil, nil)
-	synced := lw.lists.Load() // a list retried before the first sync is not a relist
+	inf, _ := startInformer[item](t, lw)
+	synced := lw.Lists() // a list retried before the first sync is not a relist
 	if err := js.DeleteKeyValue(ctx, kv.Bucket()); err != nil {
 		t.Fatal(err)
 	}
@@ -525,7 +431,7 @@ func TestKVBucketRecreated(t *testing.T) {
 		put(ctx, kv, fmt.Sprintf("new%d", i), 2)
 	}
 	converge(t, inf, itemVersion, func() map[string]int { return bucketState(t, kv, "") })
-	if n := lw.lists.Load(); n <= synced {
+	if n := lw.Lists(); n <= synced {
 		t.Errorf("informer listed %d times, want a relist of the new bucket", n)
 	}
 }
@@ -543,12 +449,12 @@ func TestKVMaxAgeWithMarkers(t *testing.T) {
 	}
 	lw := newKVLW(t, js, kv.Bucket(), natsinformer.KVOptions[item]{IdleCheck: time.Hour})
 	var deletes atomic.Int32
-	inf := startInformer(t, core.ListerWatcher[item](lw), nil, core.ResourceEventHandlerFuncs[item]{
+	inf, _ := startInformer[item](t, lw, core.ResourceEventHandlerFuncs[item]{
 		DeleteFunc: func(string, item, bool) { deletes.Add(1) },
 	})
-	synced := lw.lists.Load() // a list retried before the first sync is not a relist
+	synced := lw.Lists() // a list retried before the first sync is not a relist
 	converge(t, inf, itemVersion, func() map[string]int { return map[string]int{} })
-	if n := lw.lists.Load(); n != synced {
+	if n := lw.Lists(); n != synced {
 		t.Errorf("informer listed %d times, want no relist after the first sync (markers are deletes)", n)
 	}
 	if n := deletes.Load(); n != 3 {
@@ -564,13 +470,13 @@ func TestKVCustomCodec(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	kv.Put(ctx, "a", []byte("v=3"))
-	codec := natsinformer.CodecFunc[item](func(b []byte) (item, error) {
+	codec := core.CodecFuncs[item]{DecodeFunc: func(b []byte) (item, error) {
 		var it item
 		_, err := fmt.Sscanf(string(b), "v=%d", &it.N)
 		return it, err
-	})
+	}}
 	lw := newKVLW(t, js, kv.Bucket(), natsinformer.KVOptions[item]{Codec: codec})
-	inf := startInformer(t, core.ListerWatcher[item](lw), nil, nil)
+	inf, _ := startInformer[item](t, lw)
 	rev, _ := kv.Put(ctx, "b", []byte("v=4"))
 	waitFor(t, inf, rev)
 	if got := cacheOf(inf, itemVersion); !maps.Equal(got, map[string]int{"a": 3, "b": 4}) {
@@ -601,7 +507,7 @@ func TestKVPurgeDuringList(t *testing.T) {
 		time.Sleep(5 * time.Millisecond) // aims at the List; either outcome is checked
 		purged <- st.Purge(ctx)
 	}()
-	inf := startInformer(t, core.ListerWatcher[item](lw), nil, nil)
+	inf, _ := startInformer[item](t, lw)
 	if err := <-purged; err != nil {
 		t.Fatal(err)
 	}
@@ -629,10 +535,9 @@ func TestKVHistoryOneResumesWithoutRelist(t *testing.T) {
 	t.Cleanup(nc.Close)
 	ijs, _ := jetstream.New(nc)
 	lw := newKVLW(t, ijs, kv.Bucket(), natsinformer.KVOptions[item]{IdleCheck: time.Hour})
-	sink := &errSink{}
-	order := newOrderChecker(t)
-	inf := startInformer(t, core.ListerWatcher[item](lw), sink, order.handler())
-	synced := lw.lists.Load()
+	order := newRecorder(t)
+	inf, sink := startInformer[item](t, lw, order)
+	synced := lw.Lists()
 	rv := inf.LastSyncResourceVersion()
 	srv.Restart(t)
 	for n := 2; n <= 4; n++ {
@@ -649,7 +554,7 @@ func TestKVHistoryOneResumesWithoutRelist(t *testing.T) {
 		t.Fatalf("setup: first sequence %d is not past the informer's version %d", info.State.FirstSeq, rv)
 	}
 	converge(t, inf, itemVersion, func() map[string]int { return bucketState(t, kv, "") })
-	if n := lw.lists.Load(); n != synced {
-		t.Errorf("informer listed %d times, want no relist; errors: %v", n, sink.all())
+	if n := lw.Lists(); n != synced {
+		t.Errorf("informer listed %d times, want no relist; errors: %v", n, sink.All())
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/dbinformer/dbinformer/core"
@@ -30,37 +29,33 @@ type KVOptions[T any] struct {
 	// Reported keys are the full key below Prefix, not just the wildcard
 	// part.
 	Filter string
-	// Codec decodes values; nil means JSON[T].
-	Codec Codec[T]
+	// Codec decodes values; nil means core.JSON[T]. Its Decode is called
+	// through core.Decode (a panic becomes a *core.DecodeError).
+	Codec core.Codec[T]
 	// Logger receives debug lines; nil discards them.
 	Logger *slog.Logger
 	// BatchSize bounds the messages buffered from the server and the
-	// events per batch; zero means 1024 (measured: 256 made the initial sync
-	// of 100k keys ~1.7x the raw KV watcher, 1024 ~1.3x; see bench/).
+	// events per batch; zero (or negative) means 1024 (measured: 256 made
+	// the initial sync of 100k keys ~1.7x the raw KV watcher, 1024 ~1.3x;
+	// see bench/).
 	BatchSize int
 	// IdleCheck is how long a watch waits without messages before it reads
 	// the stream's head to send a Bookmark and to notice values removed
-	// without a delete marker (MaxAge, purges); zero means 5s.
-	// RequestProgress does the same at once. Messages that skip stream
-	// sequences, or that follow a reconnect, are checked for such removals
-	// before they are applied, whatever IdleCheck says.
+	// without a delete marker (MaxAge, purges); zero means 5s, negative
+	// turns idle checks off. A request on WatchOptions.Progress does the
+	// same at once. Messages that skip stream sequences, or that follow a
+	// reconnect, are checked for such removals before they are applied,
+	// whatever IdleCheck says.
 	IdleCheck time.Duration
 }
 
 // KV lists and watches the keys of one JetStream key-value bucket. The
 // resource version is the bucket's stream sequence (the KV revision).
 type KV[T any] struct {
+	reader
 	bucket  string
-	source  string
-	stream  jetstream.Stream
-	nc      *nats.Conn
-	id      identity
 	subject string // "$KV.<bucket>.<Prefix>"
-	filter  string // subject filter of the watched keys
-	codec   Codec[T]
-	log     *slog.Logger
-	batch   int
-	idle    time.Duration
+	codec   core.Codec[T]
 
 	mu     sync.Mutex
 	parked *kvPark
@@ -69,17 +64,20 @@ type KV[T any] struct {
 var (
 	_ core.ListerWatcher[int] = (*KV[int])(nil)
 	_ core.HeadReader         = (*KV[int])(nil)
+	_ core.ProgressReporter   = (*KV[int])(nil)
 )
 
 // kvPark is the live key → revision map at rv, left by the last List or
-// stopped watch for the watch that resumes from rv.
+// watch for the watch that resumes from rv.
 type kvPark struct {
 	rv   uint64
 	revs map[string]uint64
 }
 
-// NewKV checks that the bucket exists and returns its ListerWatcher. The
-// connection behind js (TLS, credentials, reconnects) is the caller's.
+// NewKV checks the options, reads the bucket's stream (I/O: a KV lookup
+// and a stream info request) and returns its ListerWatcher; a bucket that
+// does not exist is an error naming it. The connection behind js (TLS,
+// credentials, reconnects) is the caller's, and so is closing it.
 func NewKV[T any](ctx context.Context, js jetstream.JetStream, bucket string, opts KVOptions[T]) (*KV[T], error) {
 	source := fmt.Sprintf("nats kv bucket %q", bucket)
 	if err := checkPattern("bucket name", bucket, false); err != nil || strings.Contains(bucket, ".") {
@@ -114,36 +112,35 @@ func NewKV[T any](ctx context.Context, js jetstream.JetStream, bucket string, op
 	if cfg.Mirror != nil || !slices.Contains(cfg.Subjects, subject+">") {
 		return nil, fmt.Errorf("%s: its stream does not hold the subjects %q (a mirror or a bucket behind an API prefix is not supported)", source, subject+">")
 	}
-	k := &KV[T]{
-		bucket: bucket, source: source, stream: stream, nc: js.Conn(),
-		subject: subject + opts.Prefix,
-		filter:  subject + opts.Prefix + filter,
-		codec:   opts.Codec, log: opts.Logger,
-		batch: opts.BatchSize, idle: opts.IdleCheck,
+	batch, idle := opts.BatchSize, opts.IdleCheck
+	if batch <= 0 {
+		batch = 1024
 	}
+	if idle == 0 {
+		idle = 5 * time.Second
+	}
+	k := &KV[T]{bucket: bucket, subject: subject + opts.Prefix, codec: opts.Codec}
+	k.init(js, stream, source, subject+opts.Prefix+filter, batch, idle, opts.Logger)
 	if k.codec == nil {
-		k.codec = JSON[T]{}
-	}
-	if k.log == nil {
-		k.log = slog.New(slog.DiscardHandler)
-	}
-	if k.batch <= 0 {
-		k.batch = 1024
-	}
-	if k.idle <= 0 {
-		k.idle = 5 * time.Second
+		k.codec = core.JSON[T]{}
 	}
 	return k, nil
 }
 
-// Head returns the bucket's last stream sequence.
+// Head returns the bucket's last stream sequence, as its stream leader
+// sees it.
 func (k *KV[T]) Head(ctx context.Context) (core.ResourceVersion, error) {
-	info, err := k.stream.Info(ctx)
+	info, err := k.info(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("%s: read stream state: %w", k.source, err)
 	}
 	return core.ResourceVersion(info.State.LastSeq), nil
 }
+
+// ReportsProgress is true: a watch answers each request on
+// WatchOptions.Progress with a Bookmark at the stream's head once nothing
+// it watches is pending there.
+func (k *KV[T]) ReportsProgress() bool { return true }
 
 type kvEntry struct {
 	rev  uint64
@@ -151,72 +148,35 @@ type kvEntry struct {
 	del  bool
 }
 
+// maxListAttempts bounds how many times a List starts over when its
+// consumer is lost (a node restarted, the consumer moved).
+const maxListAttempts = 4
+
 // List reads the last value of every watched key with a consumer that
 // delivers the last message per subject, then whatever arrives while it
-// reads, until the server reports nothing pending. The set folded from
-// those messages is the bucket as of the highest sequence seen, or of the
-// stream's head read before the consumer started if that is higher (no
-// watched key changed in between, or the consumer would have had it
-// pending). Values are held raw until the fold is complete, then decoded
-// and emitted in revision order.
-func (k *KV[T]) List(ctx context.Context, opts core.ListOptions[T]) (core.ResourceVersion, error) {
-	// The requests that start the read have their own bound: one lost
-	// with a dropped connection gets no answer, and ctx may have none.
-	rctx, rcancel := context.WithTimeout(ctx, requestTimeout)
-	defer rcancel()
-	info, err := k.stream.Info(rctx)
-	if err != nil {
-		return 0, fmt.Errorf("%s: read stream state: %w", k.source, err)
-	}
-	k.id.reset(info)
-	top := info.State.LastSeq
-	f, err := openFeed(rctx, k.stream, jetstream.ConsumerConfig{
-		FilterSubject: k.filter,
-		DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy,
-	}, k.batch)
-	if err != nil {
-		return 0, fmt.Errorf("%s: create list consumer: %w", k.source, err)
-	}
-	defer f.close()
-	latest := make(map[string]kvEntry)
-	if pending := f.info().NumPending; pending > 0 {
-		if opts.Estimate != nil {
-			opts.Estimate(int64(pending))
+// reads, until everything up to the stream's head (read from the stream
+// leader before the consumer started) has been delivered: the consumer
+// has delivered its initial set and the leader holds no watched message
+// between the last one delivered and the head. The set folded from those
+// messages is the bucket as of the head or the highest sequence delivered,
+// whichever is higher, which is the version returned. Values are held raw
+// until the fold is complete, then decoded and emitted in revision order.
+func (k *KV[T]) List(ctx context.Context, sink core.ListSink[T]) (core.ResourceVersion, error) {
+	var (
+		rv     uint64
+		latest map[string]kvEntry
+		err    error
+	)
+	for attempt := 1; ; attempt++ {
+		rv, latest, err = k.read(ctx, sink.Estimate)
+		var fe *feedError
+		if err == nil || ctx.Err() != nil || !errors.As(err, &fe) || errors.Is(err, core.ErrPermanent) || attempt == maxListAttempts {
+			break
 		}
-		stall := time.NewTimer(feedStall)
-		defer stall.Stop()
-	read:
-		for {
-			select {
-			case <-stall.C:
-				if done, err := f.drained(ctx); err != nil {
-					return 0, fmt.Errorf("%s: list: %w", k.source, err)
-				} else if done {
-					break read
-				}
-				stall.Reset(feedStall)
-			case m := <-f.msgs:
-				stall.Reset(feedStall)
-				meta, err := f.check(m)
-				if err != nil {
-					return 0, fmt.Errorf("%s: list: %w", k.source, err)
-				}
-				seq := meta.Sequence.Stream
-				key, ok := k.key(m.Subject())
-				if !ok {
-					return 0, fmt.Errorf("%s: list: message %d on unexpected subject %q", k.source, seq, m.Subject())
-				}
-				latest[key] = kvEntry{rev: seq, data: m.Data(), del: isDelete(m)}
-				top = max(top, seq)
-				if meta.NumPending == 0 {
-					break read
-				}
-			case err := <-f.errs:
-				return 0, fmt.Errorf("%s: list: %w", k.source, err)
-			case <-ctx.Done():
-				return 0, ctx.Err()
-			}
-		}
+		k.log.Debug("nats kv list starts over", "bucket", k.bucket, "err", err)
+	}
+	if err != nil {
+		return 0, err
 	}
 	type item struct {
 		key string
@@ -233,18 +193,58 @@ func (k *KV[T]) List(ctx context.Context, opts core.ListOptions[T]) (core.Resour
 	clear(latest)
 	slices.SortFunc(items, func(a, b item) int { return cmp.Compare(a.rev, b.rev) })
 	for i, it := range items {
-		if err := opts.Emit(k.event(core.Added, it.key, it.rev, it.data)); err != nil {
+		if err := sink.Emit(k.event(core.Added, it.key, it.rev, it.data)); err != nil {
 			return 0, err
 		}
 		items[i] = item{} // let the raw value go
 	}
-	k.park(top, revs)
-	k.log.Debug("nats kv listed", "bucket", k.bucket, "keys", len(revs), "rv", top)
-	return core.ResourceVersion(top), nil
+	k.park(rv, revs)
+	k.log.Debug("nats kv listed", "bucket", k.bucket, "keys", len(revs), "rv", rv)
+	return core.ResourceVersion(rv), nil
 }
 
-// Watch delivers every put, delete and purge of a watched key after from.
-func (k *KV[T]) Watch(ctx context.Context, from core.ResourceVersion) (core.Watcher[T], error) {
+// read folds the bucket's watched keys: see List.
+func (k *KV[T]) read(ctx context.Context, estimate func(int64)) (uint64, map[string]kvEntry, error) {
+	info, err := k.info(ctx)
+	if err != nil {
+		return 0, nil, fmt.Errorf("%s: read stream state: %w", k.source, err)
+	}
+	k.id.reset(info)
+	top := info.State.LastSeq
+	latest := make(map[string]kvEntry)
+	if top == 0 {
+		return 0, latest, nil
+	}
+	f, err := k.openFeed(ctx, jetstream.ConsumerConfig{DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy})
+	if err != nil {
+		return 0, nil, fmt.Errorf("%s: create list consumer: %w", k.source, err)
+	}
+	defer f.close()
+	if pending := f.info().NumPending; pending > 0 && estimate != nil {
+		estimate(int64(pending))
+	}
+	last, err := f.drain(ctx, 0, top, true, false, func(m jetstream.Msg, seq uint64) error {
+		key, ok := k.key(m.Subject())
+		if !ok {
+			return fmt.Errorf("%s: list: message %d on unexpected subject %q", k.source, seq, m.Subject())
+		}
+		latest[key] = kvEntry{rev: seq, data: m.Data(), del: isDelete(m)}
+		return nil
+	})
+	if err != nil {
+		return 0, nil, fmt.Errorf("list: %w", err)
+	}
+	return max(top, last), latest, nil
+}
+
+// Watch delivers every put, delete and purge of a watched key after from,
+// through opts.Emit, until ctx ends (core.Stopped), the stream no longer
+// holds what from needs (core.ErrExpired), the bucket is deleted
+// (core.ErrPermanent) or something else fails; see the package doc.
+// A consumer that is lost or unusable (a node restarted, a step-down,
+// missed heartbeats) is replaced from the last version emitted, a bounded
+// number of times in a row, without ending the watch.
+func (k *KV[T]) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[T]) error {
 	a := &kvApplier[T]{kv: k}
 	k.mu.Lock()
 	if p := k.parked; p != nil && p.rv == uint64(from) {
@@ -258,7 +258,7 @@ func (k *KV[T]) Watch(ctx context.Context, from core.ResourceVersion) (core.Watc
 	if a.revs == nil {
 		a.revs = make(map[string]uint64)
 	}
-	return openTail[T](ctx, k.source, k.stream, k.nc, &k.id, k.filter, uint64(from), a, k.batch, k.idle, k.log)
+	return watch[T](ctx, &k.reader, uint64(from), a, opts)
 }
 
 func (k *KV[T]) park(rv uint64, revs map[string]uint64) {
@@ -274,8 +274,7 @@ func (k *KV[T]) key(subject string) (string, bool) {
 
 func (k *KV[T]) event(typ core.EventType, key string, rev uint64, data []byte) core.Event[T] {
 	ev := core.Event[T]{Type: typ, Key: key, RV: core.ResourceVersion(rev)}
-	var obj T
-	err := guard("codec", func() (err error) { obj, err = k.codec.Decode(data); return err })
+	obj, err := core.Decode(k.codec, data)
 	if err != nil {
 		ev.Err = &core.DecodeError{Source: k.source, Key: key, RV: ev.RV, Err: err}
 		return ev
@@ -360,16 +359,16 @@ func (a *kvApplier[T]) lost(ctx context.Context, first uint64) (string, error) {
 		if i == maxLostLookups {
 			return fmt.Sprintf("%d keys have values older than the stream's first retained sequence %d, too many to check one by one", len(old), first), nil
 		}
-		m, err := a.kv.stream.GetLastMsgForSubject(ctx, a.kv.subject+o.key)
-		if err == nil && m.Sequence > o.rev {
+		seq, found, err := a.kv.get(ctx, msgGetRequest{LastFor: a.kv.subject + o.key})
+		if err != nil {
+			return "", fmt.Errorf("read the last message of key %q: %w", o.key, err)
+		}
+		if found && seq > o.rev {
 			if a.newer == nil {
 				a.newer = make(map[string]uint64)
 			}
-			a.newer[o.key] = m.Sequence
+			a.newer[o.key] = seq
 			continue
-		}
-		if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
-			return "", fmt.Errorf("read the last message of key %q: %w", o.key, err)
 		}
 		return fmt.Sprintf("the value of key %q at sequence %d is no longer in the stream (first retained sequence %d; MaxAge or a purge removed it without a delete marker)", o.key, o.rev, first), nil
 	}
@@ -379,6 +378,8 @@ func (a *kvApplier[T]) lost(ctx context.Context, first uint64) (string, error) {
 const maxLostLookups = 256
 
 func (a *kvApplier[T]) complete() bool { return a.known }
+
+func (a *kvApplier[T]) skipsSafe() bool { return false }
 
 func (a *kvApplier[T]) park(rv uint64) {
 	if a.known {

@@ -95,13 +95,12 @@ func purgeWhileDisconnected(t *testing.T, srv *harness.NATS, js jetstream.JetStr
 		mustPut(t, ctx, kv, fmt.Sprintf("k%d", i), 1)
 	}
 	lw := newKVLW(t, ijs, kv.Bucket(), natsinformer.KVOptions[item]{IdleCheck: time.Hour})
-	sink := &errSink{}
-	inf := startInformer(t, core.ListerWatcher[item](lw), sink, nil)
+	inf, sink := startInformer[item](t, lw)
 	// A write delivered by the watch: the watch, not only the List, is up
 	// before the outage.
 	head := mustPut(t, ctx, kv, "last", 1)
 	waitApplied(t, inf, head)
-	synced := lw.lists.Load()
+	synced := lw.Lists()
 	reconnects := nc.Stats().Reconnects
 
 	px.Pause()
@@ -142,13 +141,13 @@ func purgeWhileDisconnected(t *testing.T, srv *harness.NATS, js jetstream.JetStr
 		t.Fatalf("setup: purge %v, yet the bucket holds k0: %v", purge, ok)
 	}
 	if got := cacheOf(inf, itemVersion); !maps.Equal(got, want) {
-		t.Fatalf("with version %d applied the cache is not the bucket:\n got %v\nwant %v\nerrors: %v", head, got, want, sink.all())
+		t.Fatalf("with version %d applied the cache is not the bucket:\n got %v\nwant %v\nerrors: %v", head, got, want, sink.All())
 	}
 	if !purge {
-		if n := lw.lists.Load(); n != synced {
-			t.Errorf("History %d rewrites made the informer list %d more times, want none; errors: %v", history, n-synced, sink.all())
+		if n := lw.Lists(); n != synced {
+			t.Errorf("History %d rewrites made the informer list %d more times, want none; errors: %v", history, n-synced, sink.All())
 		}
-	} else if n := lw.lists.Load(); n == synced {
+	} else if n := lw.Lists(); n == synced {
 		t.Errorf("a purge of %d cached keys did not relist", keys)
 	}
 }
@@ -215,7 +214,7 @@ func TestKVWatchFromVersionWithPurgedValues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rv, err := lw.List(ctx, core.ListOptions[item]{Emit: func(core.Event[item]) error { return nil }})
+	rv, err := lw.List(ctx, core.ListSink[item]{Emit: func(core.Event[item]) error { return nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,11 +225,7 @@ func TestKVWatchFromVersionWithPurgedValues(t *testing.T) {
 	if err := st.Purge(ctx, jetstream.WithPurgeSequence(uint64(rv))); err != nil {
 		t.Fatal(err)
 	}
-	w, err := lw.Watch(ctx, rv)
-	if err == nil {
-		w.Stop()
-		t.Fatalf("Watch(%d) after a purge that kept only sequence %d succeeded; want an error matching core.ErrExpired", rv, rv)
-	}
+	err = lw.Watch(ctx, rv, core.WatchOptions[item]{Emit: func([]core.Event[item]) error { return nil }})
 	if !errors.Is(err, core.ErrExpired) {
 		t.Fatalf("Watch(%d): %v; want an error matching core.ErrExpired", rv, err)
 	}

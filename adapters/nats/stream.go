@@ -58,22 +58,18 @@ type EventStreamOptions[S any] struct {
 	SnapshotSeq uint64
 	// Logger receives debug lines; nil discards them.
 	Logger *slog.Logger
-	// BatchSize bounds buffered messages and events per batch; zero means 256.
+	// BatchSize bounds buffered messages and events per batch; zero (or
+	// negative) means 256.
 	BatchSize int
-	// IdleCheck: see KVOptions.IdleCheck; zero means 5s.
+	// IdleCheck: see KVOptions.IdleCheck; zero means 5s, negative off.
 	IdleCheck time.Duration
 }
 
 // EventStream lists and watches entities folded from a JetStream stream of
 // events. The resource version is the stream sequence.
 type EventStream[S any] struct {
-	name   string
-	source string
-	stream jetstream.Stream
-	id     identity
-	filter string
-	opts   EventStreamOptions[S]
-	log    *slog.Logger
+	reader
+	opts EventStreamOptions[S]
 
 	mu     sync.Mutex
 	parked *streamPark[S]
@@ -82,6 +78,7 @@ type EventStream[S any] struct {
 var (
 	_ core.ListerWatcher[int] = (*EventStream[int])(nil)
 	_ core.HeadReader         = (*EventStream[int])(nil)
+	_ core.ProgressReporter   = (*EventStream[int])(nil)
 )
 
 type streamPark[S any] struct {
@@ -89,8 +86,9 @@ type streamPark[S any] struct {
 	state map[string]S
 }
 
-// NewEventStream checks that the stream exists and that the filter is
-// valid, and returns its ListerWatcher.
+// NewEventStream checks the options, reads the stream's info (I/O) and
+// returns its ListerWatcher; a stream that does not exist is an error
+// naming it. The connection behind js is the caller's.
 func NewEventStream[S any](ctx context.Context, js jetstream.JetStream, stream string, opts EventStreamOptions[S]) (*EventStream[S], error) {
 	source := fmt.Sprintf("nats stream %q", stream)
 	if opts.Reduce == nil {
@@ -115,32 +113,33 @@ func NewEventStream[S any](ctx context.Context, js jetstream.JetStream, stream s
 	if opts.BatchSize <= 0 {
 		opts.BatchSize = 256
 	}
-	if opts.IdleCheck <= 0 {
+	if opts.IdleCheck == 0 {
 		opts.IdleCheck = 5 * time.Second
 	}
-	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	opts.Snapshot = maps.Clone(opts.Snapshot)
-	return &EventStream[S]{name: stream, source: source, stream: st, filter: filter, opts: opts, log: log}, nil
+	s := &EventStream[S]{opts: opts}
+	s.init(js, st, source, filter, opts.BatchSize, opts.IdleCheck, opts.Logger)
+	return s, nil
 }
 
-// Head returns the stream's last sequence.
+// Head returns the stream's last sequence, as its leader sees it.
 func (s *EventStream[S]) Head(ctx context.Context) (core.ResourceVersion, error) {
-	info, err := s.stream.Info(ctx)
+	info, err := s.info(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("%s: read stream state: %w", s.source, err)
 	}
 	return core.ResourceVersion(info.State.LastSeq), nil
 }
 
-// List replays the stream (from the snapshot, if any) up to the point where
-// the server reports nothing pending, and emits every entity's state. The
-// version is the last sequence folded or the stream head read before,
-// whichever is higher. Reducer errors are emitted first, as events with
-// Err set.
-func (s *EventStream[S]) List(ctx context.Context, opts core.ListOptions[S]) (core.ResourceVersion, error) {
+// ReportsProgress is true: see KV.ReportsProgress.
+func (s *EventStream[S]) ReportsProgress() bool { return true }
+
+// List replays the stream (from the snapshot, if any) up to its head, read
+// from the stream leader first (or further, if more arrives meanwhile),
+// and emits every entity's state. The version is the last sequence folded
+// or that head, whichever is higher. Reducer errors are emitted first, as
+// events with Err set.
+func (s *EventStream[S]) List(ctx context.Context, sink core.ListSink[S]) (core.ResourceVersion, error) {
 	f := &folder[S]{es: s, state: maps.Clone(s.opts.Snapshot)}
 	if f.state == nil {
 		f.state = make(map[string]S)
@@ -153,12 +152,12 @@ func (s *EventStream[S]) List(ctx context.Context, opts core.ListOptions[S]) (co
 		return 0, err
 	}
 	for _, ev := range errs {
-		if err := opts.Emit(ev); err != nil {
+		if err := sink.Emit(ev); err != nil {
 			return 0, err
 		}
 	}
 	for _, key := range slices.Sorted(maps.Keys(f.state)) {
-		if err := opts.Emit(core.Event[S]{Type: core.Added, Key: key, Object: f.state[key], HasObject: true, RV: core.ResourceVersion(top)}); err != nil {
+		if err := sink.Emit(core.Event[S]{Type: core.Added, Key: key, Object: f.state[key], HasObject: true, RV: core.ResourceVersion(top)}); err != nil {
 			return 0, err
 		}
 	}
@@ -167,15 +166,11 @@ func (s *EventStream[S]) List(ctx context.Context, opts core.ListOptions[S]) (co
 	return core.ResourceVersion(top), nil
 }
 
-// replay reads the messages after `after` in order and hands each to fn,
-// up to the server reporting nothing pending, or, when upTo > 0, up to
-// sequence upTo. It returns the position reached.
+// replay reads the messages after `after` in order and hands each to fn:
+// with upTo == 0 up to the stream's head (or further, see feed.drain),
+// otherwise up to sequence upTo exactly. It returns the position reached.
 func (s *EventStream[S]) replay(ctx context.Context, after, upTo uint64, fn func(jetstream.Msg, uint64)) (uint64, error) {
-	// The requests that start the read have their own bound: one lost
-	// with a dropped connection gets no answer, and ctx may have none.
-	rctx, rcancel := context.WithTimeout(ctx, requestTimeout)
-	defer rcancel()
-	info, err := s.stream.Info(rctx)
+	info, err := s.info(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("%s: read stream state: %w", s.source, err)
 	}
@@ -186,68 +181,72 @@ func (s *EventStream[S]) replay(ctx context.Context, after, upTo uint64, fn func
 	}
 	st := info.State
 	if after > 0 && st.FirstSeq > after+1 {
-		return 0, fmt.Errorf("%s: cannot replay from the snapshot at sequence %d: the stream's first retained sequence is %d", s.source, after, st.FirstSeq)
+		// The snapshot can never be replayed again: no relist can help.
+		return 0, core.Permanent(fmt.Errorf("%s: cannot replay from the snapshot at sequence %d: the stream's first retained sequence is %d", s.source, after, st.FirstSeq))
 	}
-	top := st.LastSeq
+	to := st.LastSeq
 	if upTo > 0 {
-		top = upTo
+		if upTo > to {
+			return 0, fmt.Errorf("%s: cannot rebuild the state at sequence %d: the stream's last sequence is %d (was it deleted and created again?): %w", s.source, upTo, to, core.ErrExpired)
+		}
+		to = upTo
 	}
-	if top <= after {
-		return max(top, after), nil
+	if to <= after {
+		return max(to, after), nil
 	}
-	cfg := jetstream.ConsumerConfig{FilterSubject: s.filter, DeliverPolicy: jetstream.DeliverAllPolicy}
-	if after > 0 {
-		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
-		cfg.OptStartSeq = after + 1
-	}
-	f, err := openFeed(rctx, s.stream, cfg, s.opts.BatchSize)
-	if err != nil {
-		return 0, fmt.Errorf("%s: create replay consumer: %w", s.source, err)
-	}
-	defer f.close()
-	if f.info().NumPending == 0 {
-		return top, nil
-	}
-	stall := time.NewTimer(feedStall)
-	defer stall.Stop()
-	for {
+	// A consumer lost midway (a node restarted, the consumer moved) is
+	// replaced from the last message handed over.
+	pos := after
+	for attempt := 1; ; attempt++ {
+		last, err := s.replayFrom(ctx, pos, to, upTo > 0, fn)
+		if err == nil {
+			return max(to, last), nil
+		}
+		var fe *feedError
+		if ctx.Err() != nil || !errors.As(err, &fe) || errors.Is(err, core.ErrPermanent) || attempt == maxListAttempts {
+			return 0, fmt.Errorf("replay: %w", err)
+		}
+		s.log.Debug("nats event stream replay reopens its consumer", "stream", s.name, "after", last, "err", err)
+		pos = last
+		t := time.NewTimer(time.Duration(attempt) * 100 * time.Millisecond)
 		select {
-		case <-stall.C:
-			if done, err := f.drained(ctx); err != nil {
-				return 0, fmt.Errorf("%s: replay: %w", s.source, err)
-			} else if done {
-				return top, nil
-			}
-			stall.Reset(feedStall)
-		case m := <-f.msgs:
-			stall.Reset(feedStall)
-			meta, err := f.check(m)
-			if err != nil {
-				return 0, fmt.Errorf("%s: replay: %w", s.source, err)
-			}
-			seq := meta.Sequence.Stream
-			if upTo > 0 && seq > upTo {
-				return upTo, nil
-			}
-			fn(m, seq)
-			if upTo == 0 {
-				top = max(top, seq)
-			}
-			if meta.NumPending == 0 || seq == upTo {
-				return top, nil
-			}
-		case err := <-f.errs:
-			return 0, fmt.Errorf("%s: replay: %w", s.source, err)
 		case <-ctx.Done():
+			t.Stop()
 			return 0, ctx.Err()
+		case <-t.C:
 		}
 	}
 }
 
-// Watch continues the fold after from. The state at from comes from the
-// List or stopped watch that ended there; otherwise Watch replays up to
-// from first.
-func (s *EventStream[S]) Watch(ctx context.Context, from core.ResourceVersion) (core.Watcher[S], error) {
+// replayFrom is one consumer of replay, from after+1.
+func (s *EventStream[S]) replayFrom(ctx context.Context, after, to uint64, strict bool, fn func(jetstream.Msg, uint64)) (uint64, error) {
+	cfg := jetstream.ConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}
+	if after > 0 {
+		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
+		cfg.OptStartSeq = after + 1
+	}
+	f, err := s.openFeed(ctx, cfg)
+	if err != nil {
+		return after, fmt.Errorf("%s: create replay consumer: %w", s.source, err)
+	}
+	defer f.close()
+	// From a position (a snapshot, a resumed replay), a purge since the
+	// state check moves the consumer's start without telling anyone.
+	if d := f.info().Delivered.Stream; after > 0 && d > after {
+		return after, fmt.Errorf("%s: the replay consumer starts after sequence %d, not at %d: messages were removed meanwhile: %w", s.source, d, after+1, core.ErrExpired)
+	}
+	return f.drain(ctx, after, to, false, strict, func(m jetstream.Msg, seq uint64) error {
+		fn(m, seq)
+		return nil
+	})
+}
+
+// Watch continues the fold after from, through opts.Emit, until ctx ends
+// (core.Stopped), the stream no longer holds what from needs
+// (core.ErrExpired), the stream is deleted (core.ErrPermanent) or
+// something else fails. The state at from comes from the List or watch
+// that ended there; otherwise Watch replays up to from first.
+func (s *EventStream[S]) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[S]) error {
 	f := &folder[S]{es: s}
 	s.mu.Lock()
 	if p := s.parked; p != nil && p.rv == uint64(from) {
@@ -261,24 +260,20 @@ func (s *EventStream[S]) Watch(ctx context.Context, from core.ResourceVersion) (
 			f.state = make(map[string]S)
 		}
 		if uint64(from) < s.opts.SnapshotSeq {
-			return nil, fmt.Errorf("%s: cannot watch from sequence %d, before the snapshot at %d: %w", s.source, from, s.opts.SnapshotSeq, core.ErrExpired)
+			return fmt.Errorf("%s: cannot watch from sequence %d, before the snapshot at %d: %w", s.source, from, s.opts.SnapshotSeq, core.ErrExpired)
 		}
 		if uint64(from) > s.opts.SnapshotSeq {
 			if _, err := s.replay(ctx, s.opts.SnapshotSeq, uint64(from), func(m jetstream.Msg, seq uint64) {
 				f.fold(m, seq, nil, false)
 			}); err != nil {
-				return nil, fmt.Errorf("rebuild the state at %d: %w", from, err)
+				if ctx.Err() != nil {
+					return core.Stopped(ctx)
+				}
+				return fmt.Errorf("rebuild the state at %d: %w", from, err)
 			}
 		}
 	}
-	w, err := openTail[S](ctx, s.source, s.stream, nil, &s.id, s.filter, uint64(from), f, s.opts.BatchSize, s.opts.IdleCheck, s.log)
-	if err != nil {
-		return nil, err
-	}
-	// The folded state does not hold values the stream could take back,
-	// and skipped sequences are the filter's doing: nothing to check.
-	w.skipsSafe = true
-	return w, nil
+	return watch[S](ctx, &s.reader, uint64(from), f, opts)
 }
 
 func (s *EventStream[S]) park(rv uint64, state map[string]S) {
@@ -375,3 +370,7 @@ func (f *folder[S]) park(rv uint64) { f.es.park(rv, f.state) }
 
 // complete is false: a replayed fold needs every event after from.
 func (f *folder[S]) complete() bool { return false }
+
+// skipsSafe: the folded state does not hold values the stream could take
+// back, and skipped sequences are the filter's doing: nothing to check.
+func (f *folder[S]) skipsSafe() bool { return true }

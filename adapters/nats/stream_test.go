@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 
 	natsinformer "github.com/dbinformer/dbinformer/adapters/nats"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/integration/harness"
 )
 
@@ -131,7 +133,6 @@ func TestEventStreamAccounts(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	sink := &errSink{}
 	lw, err := natsinformer.NewEventStream(ctx, js, name, natsinformer.EventStreamOptions[Account]{
 		Filter:    root + ".acct.*",
 		Reduce:    reduceAccount,
@@ -140,9 +141,9 @@ func TestEventStreamAccounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clw := &countingLW[Account]{ListerWatcher: lw}
-	inf := startInformer(t, core.ListerWatcher[Account](clw), sink, nil)
-	synced := clw.lists.Load() // a list retried before the first sync is not a relist
+	clw := informertest.Wrap[Account](lw)
+	inf, sink := startInformer[Account](t, clw)
+	synced := clw.Lists() // a list retried before the first sync is not a relist
 	var last uint64
 	for i := range 900 {
 		if i == 400 {
@@ -155,18 +156,18 @@ func TestEventStreamAccounts(t *testing.T) {
 	if got := accounts(inf); !maps.Equal(got, b.want) {
 		t.Fatalf("folded by the informer: %d accounts %v\nfolded directly: %d accounts %v", len(got), got, len(b.want), b.want)
 	}
-	if n := clw.lists.Load(); n != synced {
+	if n := clw.Lists(); n != synced {
 		t.Errorf("informer listed %d times, want no relist after the first sync (the restart resumes)", n)
 	}
 	var found bool
-	for _, err := range sink.all() {
+	for _, err := range sink.All() {
 		var de *core.DecodeError
-		if errors.As(err, &de) && de.Key == "a01" && uint64(de.RV) == bad.Sequence && contains(de.Source, name) {
+		if errors.As(err, &de) && de.Key == "a01" && uint64(de.RV) == bad.Sequence && strings.Contains(de.Source, name) {
 			found = true
 		}
 	}
 	if !found {
-		t.Errorf("no DecodeError for key a01 at sequence %d naming stream %s; reported %v", bad.Sequence, name, sink.all())
+		t.Errorf("no DecodeError for key a01 at sequence %d naming stream %s; reported %v", bad.Sequence, name, sink.All())
 	}
 
 	// From the snapshot after the first 600 events.
@@ -180,7 +181,7 @@ func TestEventStreamAccounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := make(map[string]Account)
-	if _, err := slw.List(ctx, core.ListOptions[Account]{Emit: func(ev core.Event[Account]) error {
+	if _, err := slw.List(ctx, core.ListSink[Account]{Emit: func(ev core.Event[Account]) error {
 		if ev.Err == nil {
 			got[ev.Key] = ev.Object
 		}
@@ -217,7 +218,7 @@ func TestEventStreamKeys(t *testing.T) {
 		}
 		got := map[string]Account{}
 		var errs []error
-		if _, err := lw.List(ctx, core.ListOptions[Account]{Emit: func(ev core.Event[Account]) error {
+		if _, err := lw.List(ctx, core.ListSink[Account]{Emit: func(ev core.Event[Account]) error {
 			if ev.Err != nil {
 				errs = append(errs, ev.Err)
 			} else {
@@ -271,8 +272,7 @@ func TestEventStreamReducerPanic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sink := &errSink{}
-	inf := startInformer(t, core.ListerWatcher[Account](lw), sink, nil)
+	inf, sink := startInformer[Account](t, lw)
 	publishAccount(ctx, t, js, root, "a1", accountEvent{Type: "open"})
 	boom, _ := js.Publish(ctx, root+".acct.a1", []byte("boom"))
 	last := publishAccount(ctx, t, js, root, "a1", accountEvent{Type: "deposit", Amount: 5})
@@ -281,13 +281,13 @@ func TestEventStreamReducerPanic(t *testing.T) {
 		t.Fatalf("accounts %v", got)
 	}
 	var found bool
-	for _, err := range sink.all() {
+	for _, err := range sink.All() {
 		var de *core.DecodeError
-		if errors.As(err, &de) && de.Key == "a1" && uint64(de.RV) == boom.Sequence && contains(err.Error(), "reducer panicked") {
+		if errors.As(err, &de) && de.Key == "a1" && uint64(de.RV) == boom.Sequence && strings.Contains(err.Error(), "reducer panicked") {
 			found = true
 		}
 	}
 	if !found {
-		t.Fatalf("the reducer panic was not reported as a DecodeError for a1 at %d: %v", boom.Sequence, sink.all())
+		t.Fatalf("the reducer panic was not reported as a DecodeError for a1 at %d: %v", boom.Sequence, sink.All())
 	}
 }

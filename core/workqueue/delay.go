@@ -56,7 +56,8 @@ func (q *Queue[K]) addAfter(item K, d time.Duration, prio int) {
 		at = now + int64(d)
 	}
 	sh.mu.Lock()
-	st := q.acquireLocked(sh, item, h)
+	idx := q.acquireLocked(sh, item, h)
+	st := q.state(idx)
 	if st.flags&fWaiting != 0 {
 		st.wprio = max(st.wprio, prio)
 		if at >= st.at {
@@ -73,7 +74,7 @@ func (q *Queue[K]) addAfter(item K, d time.Duration, prio int) {
 	st.wseq = q.seq
 	st.at = at
 	sh.mu.Unlock()
-	q.waiting.push(waitEntry[K]{at: at, seq: q.seq, st: st, shard: s, key: item})
+	q.waiting.push(waitEntry[K]{at: at, seq: q.seq, idx: idx, shard: int32(s), key: item})
 	if q.staleWaits > 1024 && q.staleWaits > len(q.waiting)/2 {
 		q.compactWaitingLocked()
 	}
@@ -97,7 +98,7 @@ func (q *Queue[K]) compactWaitingLocked() {
 	q.lockShards()
 	kept := q.waiting[:0]
 	for _, e := range q.waiting {
-		if e.st.flags&fWaiting != 0 && e.st.wseq == e.seq {
+		if st := q.state(e.idx); st.flags&fWaiting != 0 && st.wseq == e.seq {
 			kept = append(kept, e)
 		}
 	}
@@ -130,14 +131,14 @@ func (q *Queue[K]) promoteDueLocked() {
 		e := q.waiting.pop()
 		sh := &q.shards[e.shard]
 		sh.mu.Lock()
-		st := e.st
+		st := q.state(e.idx)
 		if st.flags&fWaiting == 0 || st.wseq != e.seq {
 			sh.mu.Unlock()
 			q.staleWaits--
 			continue
 		}
 		st.flags &^= fWaiting
-		q.addStateLocked(st, e.shard, e.key, st.wprio)
+		q.addStateLocked(e.idx, int(e.shard), e.key, st.wprio)
 		sh.mu.Unlock()
 	}
 	q.syncDueLocked()

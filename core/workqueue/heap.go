@@ -7,8 +7,8 @@ package workqueue
 type waitEntry[K comparable] struct {
 	at    int64 // ready time, in nanoseconds since the queue's epoch
 	seq   uint64
-	st    *itemState
-	shard int
+	idx   int32
+	shard int32
 	key   K
 }
 

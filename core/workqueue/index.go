@@ -1,8 +1,8 @@
 package workqueue
 
-// keyIndex maps keys to their states. It replaces a Go map for two reasons:
-// the hash is computed by the caller before taking any lock (the queue's
-// top bits pick the shard, the low bits the slot), which shortens the
+// keyIndex maps keys to state indexes. It replaces a Go map for two
+// reasons: the hash is computed by the caller before taking any lock (its
+// top bits pick the shard, its low bits the slot), which shortens the
 // critical sections; and "find or insert" is one probe where a map needs a
 // lookup and an assign. Open addressing with linear probing and
 // backward-shift deletion, so deletes leave no tombstones behind.
@@ -13,31 +13,31 @@ type keyIndex[K comparable] struct {
 
 type indexSlot[K comparable] struct {
 	hash uint64
-	st   *itemState // nil marks an empty slot
+	ref  int32 // state index + 1; 0 marks an empty slot
 	key  K
 }
 
 func (x *keyIndex[K]) len() int { return x.n }
 
-// find returns k's state, or nil.
-func (x *keyIndex[K]) find(h uint64, k K) *itemState {
+// find returns k's state index, or -1.
+func (x *keyIndex[K]) find(h uint64, k K) int32 {
 	if x.n == 0 {
-		return nil
+		return -1
 	}
 	mask := uint64(len(x.slots) - 1)
 	for i := h & mask; ; i = (i + 1) & mask {
 		s := &x.slots[i]
-		if s.st == nil {
-			return nil
+		if s.ref == 0 {
+			return -1
 		}
 		if s.hash == h && s.key == k {
-			return s.st
+			return s.ref - 1
 		}
 	}
 }
 
-// findOrInsert returns k's slot. For a new key the slot is claimed with a
-// nil state and found is false: the caller sets st before the next call.
+// findOrInsert returns k's slot. For a new key the slot is claimed with
+// ref 0 and found is false: the caller sets ref before the next call.
 func (x *keyIndex[K]) findOrInsert(h uint64, k K) (s *indexSlot[K], found bool) {
 	if (x.n+1)*4 > len(x.slots)*3 {
 		x.grow()
@@ -45,7 +45,7 @@ func (x *keyIndex[K]) findOrInsert(h uint64, k K) (s *indexSlot[K], found bool) 
 	mask := uint64(len(x.slots) - 1)
 	for i := h & mask; ; i = (i + 1) & mask {
 		s := &x.slots[i]
-		if s.st == nil {
+		if s.ref == 0 {
 			*s = indexSlot[K]{hash: h, key: k}
 			x.n++
 			return s, false
@@ -64,7 +64,7 @@ func (x *keyIndex[K]) delete(h uint64, k K) {
 	i := h & mask
 	for ; ; i = (i + 1) & mask {
 		s := &x.slots[i]
-		if s.st == nil {
+		if s.ref == 0 {
 			return
 		}
 		if s.hash == h && s.key == k {
@@ -73,7 +73,7 @@ func (x *keyIndex[K]) delete(h uint64, k K) {
 	}
 	// Shift later members of the probe run back into the hole, so every
 	// key stays reachable from its home slot without tombstones.
-	for j := (i + 1) & mask; x.slots[j].st != nil; j = (j + 1) & mask {
+	for j := (i + 1) & mask; x.slots[j].ref != 0; j = (j + 1) & mask {
 		home := x.slots[j].hash & mask
 		// j's entry may move to i unless its home lies cyclically in (i, j].
 		if (j-home)&mask >= (j-i)&mask {
@@ -94,11 +94,11 @@ func (x *keyIndex[K]) grow() {
 	x.slots = make([]indexSlot[K], size)
 	mask := uint64(size - 1)
 	for _, s := range old {
-		if s.st == nil {
+		if s.ref == 0 {
 			continue
 		}
 		i := s.hash & mask
-		for x.slots[i].st != nil {
+		for x.slots[i].ref != 0 {
 			i = (i + 1) & mask
 		}
 		x.slots[i] = s

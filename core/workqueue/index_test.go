@@ -25,10 +25,9 @@ func TestKeyIndexAgainstMap(t *testing.T) {
 			}
 			return maphash.Comparable(seed, k)
 		}
-		// Each key's state is told apart by its at field.
-		ref := map[int]int64{}
+		ref := map[int]int32{}
 		r := rand.New(rand.NewPCG(1, uint64(keys)))
-		next := int64(0)
+		next := int32(0)
 		for op := range 200000 {
 			k := r.IntN(keys)
 			switch r.IntN(3) {
@@ -36,9 +35,9 @@ func TestKeyIndexAgainstMap(t *testing.T) {
 				slot, found := x.findOrInsert(h(k), k)
 				if !found {
 					next++
-					slot.st = &itemState{at: next}
+					slot.ref = next + 1
 				}
-				got := slot.st.at
+				got := slot.ref - 1
 				want, ok := ref[k]
 				if !ok {
 					want = next
@@ -57,14 +56,10 @@ func TestKeyIndexAgainstMap(t *testing.T) {
 			if op%997 == 0 {
 				for k := range keys {
 					want, ok := ref[k]
-					got := int64(-1)
-					if st := x.find(h(k), k); st != nil {
-						got = st.at
-					}
 					if !ok {
 						want = -1
 					}
-					if got != want {
+					if got := x.find(h(k), k); got != want {
 						t.Fatalf("collide=%v op %d: find(%d) = %d, want %d", collide, op, k, got, want)
 					}
 				}

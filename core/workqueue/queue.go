@@ -85,12 +85,15 @@ type Queue[K comparable] struct {
 	staleWaits  int
 	loopStarted bool
 	drain       bool
-	// State allocation (see newStateLocked and sweepLocked).
-	chunk     []itemState
-	chunkSize int
-	free      []*itemState
+	// State allocation (see newStateLocked and sweepLocked). A chunk's
+	// slice header is written once, under mu, before any index to it is
+	// handed out.
+	chunks    [numChunks][]itemState
+	nextState int32
+	free      []int32
 	states    int // allocated and not freed
 	sweepAt   int
+	slack     int // sweepSlack; tests lower it to sweep often
 	sweepDue  bool
 	_         [64]byte
 
@@ -120,7 +123,8 @@ func New[K comparable](opts Options[K]) *Queue[K] {
 	q := &Queue[K]{
 		seed:    maphash.MakeSeed(),
 		kick:    make(chan struct{}, 1),
-		sweepAt: maxChunk,
+		sweepAt: sweepSlack,
+		slack:   sweepSlack,
 		stop:    make(chan struct{}),
 		clock:   c,
 		epoch:   c.Now(),
@@ -253,22 +257,23 @@ func (q *Queue[K]) Done(item K) {
 	// promotion may mark this very item dirty.
 	if !q.due() {
 		sh.mu.Lock()
-		st := sh.index.find(h, item)
-		if st == nil || st.flags&fProcessing == 0 {
+		idx := sh.index.find(h, item)
+		if idx < 0 || q.state(idx).flags&fProcessing == 0 {
 			sh.mu.Unlock()
 			return
 		}
+		st := q.state(idx)
 		// Nothing to queue again: the shard's lock is enough. While
 		// draining, the slow path tells the drainer when the last item is
 		// done; ShutDownWithDrain sets draining before it counts the shards'
 		// processing, under their locks, so no Done slips between the two.
 		if st.flags&fDirty == 0 && !q.draining.Load() {
-			q.doneStateLocked(sh, s, item, st)
+			q.doneStateLocked(sh, s, item, idx)
 			sh.mu.Unlock()
 			return
 		}
 		if q.tryLock() {
-			q.doneStateLocked(sh, s, item, st)
+			q.doneStateLocked(sh, s, item, idx)
 			sh.mu.Unlock()
 			q.drainedLocked()
 			q.unlock()
@@ -279,8 +284,8 @@ func (q *Queue[K]) Done(item K) {
 	q.mu.Lock()
 	q.promoteLocked()
 	sh.mu.Lock()
-	if st := sh.index.find(h, item); st != nil && st.flags&fProcessing != 0 {
-		q.doneStateLocked(sh, s, item, st)
+	if idx := sh.index.find(h, item); idx >= 0 && q.state(idx).flags&fProcessing != 0 {
+		q.doneStateLocked(sh, s, item, idx)
 	}
 	sh.mu.Unlock()
 	q.drainedLocked()
@@ -289,14 +294,15 @@ func (q *Queue[K]) Done(item K) {
 
 // doneStateLocked ends the processing of item, holding its shard's lock,
 // and mu too if the item is dirty: it is queued again.
-func (q *Queue[K]) doneStateLocked(sh *shard[K], s int, item K, st *itemState) {
+func (q *Queue[K]) doneStateLocked(sh *shard[K], s int, item K, idx int32) {
 	if q.metrics != nil {
 		q.metrics.done(item)
 	}
+	st := q.state(idx)
 	st.flags &^= fProcessing
 	sh.processing--
 	if st.flags&fDirty != 0 {
-		q.pushLocked(st, s, item)
+		q.pushLocked(st, s, item, idx)
 	}
 }
 
@@ -381,11 +387,11 @@ func (q *Queue[K]) shutDownLocked() {
 			q.shards[i].index.reset()
 		}
 		q.levels = nil
-		q.chunk, q.free, q.states = nil, nil, 0
+		q.chunks, q.nextState, q.free, q.states = [numChunks][]itemState{}, 0, nil, 0
 	} else {
 		for _, e := range q.waiting {
-			if e.st.flags&fWaiting != 0 && e.st.wseq == e.seq {
-				e.st.flags &^= fWaiting
+			if st := q.state(e.idx); st.flags&fWaiting != 0 && st.wseq == e.seq {
+				st.flags &^= fWaiting
 			}
 		}
 	}
@@ -415,17 +421,17 @@ func (q *Queue[K]) add(item K, prio int) {
 			sh.mu.Unlock()
 			return
 		}
-		st := sh.index.find(h, item)
-		if st != nil && q.addShardLocked(st, item, prio) {
+		idx := sh.index.find(h, item)
+		if idx >= 0 && q.addShardLocked(q.state(idx), item, prio) {
 			sh.mu.Unlock()
 			return
 		}
 		if q.tryLock() {
 			if !q.shutdown.Load() {
-				if st == nil {
-					st = q.acquireLocked(sh, item, h)
+				if idx < 0 {
+					idx = q.acquireLocked(sh, item, h)
 				}
-				q.addStateLocked(st, s, item, prio)
+				q.addStateLocked(idx, s, item, prio)
 			}
 			sh.mu.Unlock()
 			q.unlock()
@@ -468,14 +474,15 @@ func (q *Queue[K]) addShardLocked(st *itemState, item K, prio int) bool {
 }
 
 // addStateLocked is the full add, holding mu and the shard's lock.
-func (q *Queue[K]) addStateLocked(st *itemState, s int, item K, prio int) {
+func (q *Queue[K]) addStateLocked(idx int32, s int, item K, prio int) {
+	st := q.state(idx)
 	if st.flags&fDirty != 0 {
 		if prio > st.prio {
 			st.prio = prio
 			if st.flags&fProcessing == 0 {
 				// Leave the old slot behind as stale; popLocked skips it.
 				q.queued--
-				q.pushLocked(st, s, item)
+				q.pushLocked(st, s, item, idx)
 			}
 		}
 		return
@@ -486,14 +493,14 @@ func (q *Queue[K]) addStateLocked(st *itemState, s int, item K, prio int) {
 	st.flags |= fDirty
 	st.prio = prio
 	if st.flags&fProcessing == 0 {
-		q.pushLocked(st, s, item)
+		q.pushLocked(st, s, item, idx)
 	}
 }
 
-func (q *Queue[K]) pushLocked(st *itemState, s int, item K) {
+func (q *Queue[K]) pushLocked(st *itemState, s int, item K, idx int32) {
 	q.seq++
 	st.seq = q.seq
-	q.levelLocked(st.prio).r.push(slot[K]{key: item, seq: q.seq, st: st, shard: s})
+	q.levelLocked(st.prio).r.push(slot[K]{key: item, seq: q.seq, idx: idx, shard: int32(s)})
 	q.queued++
 	q.signals++
 }
@@ -556,7 +563,7 @@ func (q *Queue[K]) popLocked() K {
 			s := r.pop()
 			sh := &q.shards[s.shard]
 			sh.mu.Lock()
-			st := s.st
+			st := q.state(s.idx)
 			if st.seq != s.seq {
 				sh.mu.Unlock()
 				continue

@@ -7,8 +7,8 @@ package workqueue
 type slot[K comparable] struct {
 	key   K
 	seq   uint64
-	st    *itemState // so Get needs no lookup
-	shard int
+	idx   int32 // the item's state, so Get needs no lookup
+	shard int32
 }
 
 // ring is a FIFO on a power-of-two circular buffer. Unlike client-go's

@@ -1,6 +1,9 @@
 package workqueue
 
-import "sync"
+import (
+	"math/bits"
+	"sync"
+)
 
 const (
 	fDirty      uint8 = 1 << iota // needs processing: queued, or re-added while processing
@@ -8,10 +11,12 @@ const (
 	fWaiting                      // has a live entry in the delay heap
 )
 
-// itemState is everything the queue knows about one key. It is found
-// through its shard's keyIndex, and ready-queue slots and delay entries
-// point at it, so Get needs no lookup. States never move: they are carved
-// from chunks that are never copied.
+// itemState is everything the queue knows about one key. It is found by
+// index: through its shard's keyIndex, and from ready-queue slots and delay
+// entries, so Get needs no lookup. States never move: they live in chunks
+// that are never copied. Indexes rather than pointers keep the chunks free
+// of pointers for the garbage collector, which would otherwise resolve one
+// interior pointer per slot, entry and index slot at every cycle.
 //
 // A state is guarded by its key's shard lock. Invariant: seq != 0 exactly
 // when the item has a live ready-queue slot, which is exactly when it is
@@ -55,39 +60,63 @@ type shard[K comparable] struct {
 // State allocation, under the queue's lock: a new key is always queued or
 // delayed, which takes that lock anyway, so states come from one bump
 // allocator in the order keys first arrive, which is also the order a FIFO
-// hands them out.
+// hands them out. Chunk 0 holds states 0-63 and chunk c ≥ 1 the next
+// 64<<(c-1), so a small queue stays small, and growing allocates a chunk
+// rather than copying one: a state's address never changes, and a reader
+// holding a shard lock never races with the allocator.
 const (
-	firstChunk = 16
-	maxChunk   = 1024
+	chunk0Bits = 6
+	numChunks  = 32 - chunk0Bits
+	sweepSlack = 1024
 )
 
-func (q *Queue[K]) newStateLocked() *itemState {
+func stateLoc(idx int32) (c, off int) {
+	u := uint32(idx)
+	if u < 1<<chunk0Bits {
+		return 0, int(u)
+	}
+	c = bits.Len32(u >> chunk0Bits)
+	return c, int(u - 1<<(chunk0Bits+c-1))
+}
+
+func chunkLen(c int) int {
+	if c == 0 {
+		return 1 << chunk0Bits
+	}
+	return 1 << (chunk0Bits + c - 1)
+}
+
+func (q *Queue[K]) state(idx int32) *itemState {
+	c, off := stateLoc(idx)
+	return &q.chunks[c][off]
+}
+
+func (q *Queue[K]) newStateLocked() int32 {
 	q.states++
 	if q.states > q.sweepAt {
 		q.sweepDue = true
 	}
 	if n := len(q.free); n > 0 {
-		st := q.free[n-1]
+		idx := q.free[n-1]
 		q.free = q.free[:n-1]
-		return st
+		return idx
 	}
-	if len(q.chunk) == 0 {
-		q.chunkSize = min(max(2*q.chunkSize, firstChunk), maxChunk)
-		q.chunk = make([]itemState, q.chunkSize)
+	idx := q.nextState
+	if c, off := stateLoc(idx); off == 0 {
+		q.chunks[c] = make([]itemState, chunkLen(c))
 	}
-	st := &q.chunk[0]
-	q.chunk = q.chunk[1:]
-	return st
+	q.nextState++
+	return idx
 }
 
-// acquireLocked returns item's state, holding both locks, allocating a zero
-// state for a key the shard does not track yet.
-func (q *Queue[K]) acquireLocked(sh *shard[K], item K, h uint64) *itemState {
+// acquireLocked returns item's state index, holding both locks, allocating
+// a zero state for a key the shard does not track yet.
+func (q *Queue[K]) acquireLocked(sh *shard[K], item K, h uint64) int32 {
 	slot, found := sh.index.findOrInsert(h, item)
 	if !found {
-		slot.st = q.newStateLocked()
+		slot.ref = q.newStateLocked() + 1
 	}
-	return slot.st
+	return slot.ref - 1
 }
 
 // sweepLocked frees the idle states, holding mu and no shard lock. It runs
@@ -104,19 +133,19 @@ func (q *Queue[K]) sweepLocked() {
 		sh := &q.shards[i]
 		idle = idle[:0]
 		for _, s := range sh.index.slots {
-			if s.st != nil && s.st.flags == 0 {
+			if s.ref != 0 && q.state(s.ref-1).flags == 0 {
 				idle = append(idle, s)
 			}
 		}
 		for _, s := range idle {
 			sh.index.delete(s.hash, s.key)
-			*s.st = itemState{}
-			q.free = append(q.free, s.st)
+			*q.state(s.ref - 1) = itemState{}
+			q.free = append(q.free, s.ref-1)
 		}
 		q.states -= len(idle)
 	}
 	q.unlockShards()
-	q.sweepAt = 2*q.states + maxChunk
+	q.sweepAt = 2*q.states + q.slack
 }
 
 // lockShards takes every shard's lock, holding mu. That cannot deadlock: a

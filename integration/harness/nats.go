@@ -32,11 +32,19 @@ type NATS struct {
 // StartNATS starts the server and stops it when the test ends.
 func StartNATS(tb testing.TB) *NATS {
 	tb.Helper()
-	n := &NATS{
+	n := newNATS(tb, "dbinformer-test")
+	tb.Cleanup(n.Stop)
+	n.start(tb)
+	return n
+}
+
+// newNATS configures (but does not start) a JetStream server on loopback.
+func newNATS(tb testing.TB, name string) *NATS {
+	return &NATS{
 		tb:  tb,
-		log: NewLogBuffer(tb, "nats-server"),
+		log: NewLogBuffer(tb, "nats-server "+name),
 		opts: natsserver.Options{
-			ServerName: "dbinformer-test",
+			ServerName: name,
 			Host:       "127.0.0.1",
 			Port:       FreePort(tb),
 			JetStream:  true,
@@ -47,9 +55,6 @@ func StartNATS(tb testing.TB) *NATS {
 			MaxPayload: 1 << 20,
 		},
 	}
-	tb.Cleanup(n.Stop)
-	n.start(tb)
-	return n
 }
 
 func (n *NATS) start(tb testing.TB) {
@@ -65,7 +70,7 @@ func (n *NATS) start(tb testing.TB) {
 	if !srv.ReadyForConnections(natsReadyTimeout) {
 		srv.Shutdown()
 		srv.WaitForShutdown()
-		Unavailable(tb, "embedded nats-server on 127.0.0.1:%d not ready after %v (port taken? see its log)", n.opts.Port, natsReadyTimeout)
+		Unavailable(tb, "embedded nats-server %s on 127.0.0.1:%d not ready after %v (port taken? see its log)", n.opts.ServerName, n.opts.Port, natsReadyTimeout)
 		return
 	}
 	n.mu.Lock()

@@ -69,3 +69,42 @@ func TestNATSSmoke(t *testing.T) {
 		t.Fatalf("revision after restart = %d, want %d", rev2, rev+1)
 	}
 }
+
+// TestNATSCluster starts a 3-node cluster, puts through one node into an
+// R3 bucket, reads through another, moves the stream's leader, lags the
+// last node and reads again.
+func TestNATSCluster(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	c := StartNATSCluster(t, 3)
+	js0 := c.JetStream(t, 0)
+	js2 := c.JetStream(t, 2)
+	kv, err := js0.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "smoke", Storage: jetstream.FileStorage, Replicas: 3})
+	if err != nil {
+		t.Fatalf("create bucket: %v", err)
+	}
+	leader := c.WaitStreamLeader(t, "KV_smoke")
+	c.LagLast(20 * time.Millisecond)
+	rev, err := kv.Put(ctx, "a", []byte("1"))
+	if err != nil {
+		t.Fatalf("put: %v", err)
+	}
+	if old := c.StepDown("KV_smoke"); old != leader {
+		t.Fatalf("StepDown stepped down node %d, want the leader %d", old, leader)
+	}
+	st, err := js2.Stream(ctx, "KV_smoke")
+	if err != nil {
+		t.Fatalf("stream through node 3: %v", err)
+	}
+	for {
+		info, err := st.Info(ctx)
+		if err == nil && info.Cluster != nil && info.Cluster.Leader != "" && info.State.LastSeq == rev {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("stream info through node 3: %v, %+v", err, info)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c.LagLast(0)
+}

@@ -487,7 +487,7 @@ func NewWidget(name string, spec map[string]any) *unstructured.Unstructured {
 // Widgets is a conformance.Harness over custom resources (WidgetCRD) in one
 // fresh namespace, read as unstructured through the dynamic client.
 // Objects carry their version in spec.n. It also implements
-// conformance.Expirer, Unwatched, KeyMapper, Truth and Faults.
+// conformance.Expirer, Unwatched, KeyMapper, Truth, Faults and Dropper.
 type Widgets struct {
 	*base
 	widgets dynamic.ResourceInterface // direct
@@ -609,4 +609,5 @@ var (
 	_ conformance.KeyMapper                           = (*Widgets)(nil)
 	_ conformance.Truth                               = (*Widgets)(nil)
 	_ conformance.Faults                              = (*Widgets)(nil)
+	_ conformance.Dropper                             = (*Widgets)(nil)
 )

@@ -1,31 +1,10 @@
 package natsinformer
 
 import (
-	"encoding/json"
 	"fmt"
 	"runtime/debug"
 	"strings"
 )
-
-// Codec turns a stored value into T. Decode must not keep data: the
-// buffer belongs to the client library.
-type Codec[T any] interface {
-	Decode(data []byte) (T, error)
-}
-
-// JSON decodes values with encoding/json; it is the default Codec.
-type JSON[T any] struct{}
-
-func (JSON[T]) Decode(data []byte) (T, error) {
-	var v T
-	err := json.Unmarshal(data, &v)
-	return v, err
-}
-
-// CodecFunc adapts a function to Codec.
-type CodecFunc[T any] func(data []byte) (T, error)
-
-func (f CodecFunc[T]) Decode(data []byte) (T, error) { return f(data) }
 
 // checkPattern validates a subject pattern made of dot-separated tokens: no
 // empty token, no whitespace, "*" only as a whole token, ">" only as the
@@ -55,8 +34,9 @@ func checkPattern(what, p string, wildcards bool) error {
 	return nil
 }
 
-// guard runs user code (a codec, a reducer, a key function) and turns a
-// panic into an error, so that one bad value cannot take the watch down.
+// guard runs user code (a reducer, a key function) and turns a panic into
+// an error, so that one bad event cannot take the watch down. Codecs go
+// through core.Decode, which does the same.
 func guard(what string, f func() error) (err error) {
 	defer func() {
 		if r := recover(); r != nil {

@@ -1,0 +1,197 @@
+package natsinformer_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/dbinformer/dbinformer/core"
+)
+
+// watchRun is one Watch running in its own goroutine: its events arrive on
+// a channel, its error when it returns.
+type watchRun[T any] struct {
+	cancel   context.CancelFunc
+	done     chan struct{}
+	err      error
+	progress chan struct{}
+
+	mu      sync.Mutex
+	cond    *sync.Cond
+	events  []core.Event[T]
+	batches int
+}
+
+func startWatch[T any](t testing.TB, lw core.ListerWatcher[T], from core.ResourceVersion) *watchRun[T] {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &watchRun[T]{cancel: cancel, done: make(chan struct{}), progress: make(chan struct{}, 1)}
+	w.cond = sync.NewCond(&w.mu)
+	go func() {
+		defer close(w.done)
+		err := lw.Watch(ctx, from, core.WatchOptions[T]{
+			Emit: func(batch []core.Event[T]) error {
+				if len(batch) == 0 {
+					t.Errorf("Watch emitted an empty batch")
+				}
+				w.mu.Lock()
+				w.events = append(w.events, batch...)
+				w.batches++
+				w.cond.Broadcast()
+				w.mu.Unlock()
+				return nil
+			},
+			Progress: w.progress,
+		})
+		w.mu.Lock()
+		w.err = err
+		w.cond.Broadcast()
+		w.mu.Unlock()
+	}()
+	t.Cleanup(func() { w.stop() })
+	return w
+}
+
+// requestProgress asks for a Bookmark.
+func (w *watchRun[T]) requestProgress() {
+	select {
+	case w.progress <- struct{}{}:
+	default:
+	}
+}
+
+// wait waits until pred holds for the events so far (or the watch ended,
+// which fails the test), then returns the events.
+func (w *watchRun[T]) wait(t testing.TB, what string, pred func([]core.Event[T]) bool) []core.Event[T] {
+	t.Helper()
+	deadline := time.AfterFunc(testWait, func() {
+		w.mu.Lock()
+		w.cond.Broadcast()
+		w.mu.Unlock()
+	})
+	defer deadline.Stop()
+	start := time.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for !pred(w.events) {
+		select {
+		case <-w.done:
+			if !pred(w.events) {
+				t.Fatalf("waiting for %s: the watch ended: %v", what, w.err)
+			}
+		default:
+		}
+		if time.Since(start) > testWait {
+			t.Fatalf("waiting for %s: not after %v; events: %v", what, testWait, w.events)
+		}
+		w.cond.Wait()
+	}
+	return append([]core.Event[T](nil), w.events...)
+}
+
+// ended waits for the watch to return on its own and returns its error.
+func (w *watchRun[T]) ended(t testing.TB) error {
+	t.Helper()
+	select {
+	case <-w.done:
+		return w.err
+	case <-time.After(testWait):
+		t.Fatalf("the watch did not end within %v", testWait)
+		return nil
+	}
+}
+
+// stop cancels the watch and returns its error.
+func (w *watchRun[T]) stop() error {
+	w.cancel()
+	<-w.done
+	return w.err
+}
+
+// testWait bounds a wait for something that must happen: long enough for a
+// loaded machine, short enough that a hang is reported with context.
+const testWait = 3 * time.Minute
+
+// listAll lists lw into a map key -> object.
+func listAll[T any](t testing.TB, lw core.ListerWatcher[T]) (map[string]T, core.ResourceVersion) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	got := map[string]T{}
+	rv, err := lw.List(ctx, core.ListSink[T]{Emit: func(ev core.Event[T]) error {
+		if ev.Err != nil {
+			t.Errorf("List: %v", ev.Err)
+			return nil
+		}
+		got[ev.Key] = ev.Object
+		return nil
+	}})
+	if err != nil {
+		t.Fatalf("List: %v", err)
+	}
+	return got, rv
+}
+
+// hasRV reports whether events reach version rv.
+func hasRV[T any](rv core.ResourceVersion) func([]core.Event[T]) bool {
+	return func(evs []core.Event[T]) bool {
+		return len(evs) > 0 && evs[len(evs)-1].RV >= rv
+	}
+}
+
+type item struct {
+	N int `json:"n"`
+}
+
+var bucketSeq atomic.Int64
+
+// newBucket creates a fresh file-backed bucket that keeps history, so that
+// watching from an old revision sees every later write.
+func newBucket(t testing.TB, js jetstream.JetStream, cfg jetstream.KeyValueConfig) jetstream.KeyValue {
+	t.Helper()
+	if cfg.Bucket == "" {
+		cfg.Bucket = fmt.Sprintf("t%d", bucketSeq.Add(1))
+	}
+	if cfg.History == 0 {
+		cfg.History = 64
+	}
+	cfg.Storage = jetstream.FileStorage
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	kv, err := js.CreateKeyValue(ctx, cfg)
+	if err != nil {
+		t.Fatalf("create bucket %q: %v", cfg.Bucket, err)
+	}
+	return kv
+}
+
+func put(ctx context.Context, kv jetstream.KeyValue, key string, n int) (uint64, error) {
+	b, _ := json.Marshal(item{N: n})
+	return kv.Put(ctx, key, b)
+}
+
+var streamSeq atomic.Int64
+
+// newStream creates a fresh file-backed stream "T<n>" on subjects "t<n>.>"
+// and returns it with its subject root.
+func newStream(t testing.TB, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, string) {
+	t.Helper()
+	n := streamSeq.Add(1)
+	root := fmt.Sprintf("t%d", n)
+	cfg.Name = fmt.Sprintf("T%d", n)
+	cfg.Subjects = []string{root + ".>"}
+	cfg.Storage = jetstream.FileStorage
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := js.CreateStream(ctx, cfg)
+	if err != nil {
+		t.Fatalf("create stream %q: %v", cfg.Name, err)
+	}
+	return st, root
+}

@@ -1,0 +1,280 @@
+package natsinformer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/dbinformer/dbinformer/core"
+)
+
+// reader is what the Lists and watches of both modes share: the stream,
+// the filter, the connection, and the reads that must be answered by the
+// stream's leader.
+//
+// In a cluster, three kinds of read answer differently. STREAM.INFO and
+// STREAM.MSG.GET are answered by the stream leader only (a member answers
+// STREAM.INFO with its own state only while the group has no leader, which
+// its ClusterInfo shows with an empty Leader: such answers are retried).
+// DIRECT.GET (what nats.go's Stream.GetMsg uses on a bucket, which allows
+// direct gets) is answered by any replica, possibly one that has not
+// stored the newest messages yet. A consumer reads the store of the node
+// it is placed on, which may lag the leader too. So every version the
+// adapter reports is either one its consumer has delivered everything up
+// to, or one the leader has shown that nothing the filter matches lies
+// between the consumer's position and it: the head comes from STREAM.INFO,
+// the "nothing pending" proof from STREAM.MSG.GET with next_by_subj, both
+// leader-only. On a single server both are exact as well.
+type reader struct {
+	source string // for errors: `nats kv bucket "x"`
+	name   string // the stream's name
+	stream jetstream.Stream
+	nc     *nats.Conn
+	api    string // JetStream API prefix, "$JS.API." by default
+	filter string // subject filter of what is watched
+	batch  int
+	idle   time.Duration // <= 0: no idle checks
+	log    *slog.Logger
+	id     identity
+}
+
+func (r *reader) init(js jetstream.JetStream, stream jetstream.Stream, source, filter string, batch int, idle time.Duration, log *slog.Logger) {
+	r.source, r.name, r.stream, r.nc, r.filter = source, stream.CachedInfo().Config.Name, stream, js.Conn(), filter
+	r.api = apiPrefix(js.Options())
+	r.batch, r.idle, r.log = batch, idle, log
+	if r.log == nil {
+		r.log = slog.New(slog.DiscardHandler)
+	}
+}
+
+// apiPrefix is the subject prefix of the JetStream API as nats.go builds it.
+func apiPrefix(o jetstream.JetStreamOptions) string {
+	switch {
+	case o.Domain != "":
+		return "$JS." + o.Domain + ".API."
+	case o.APIPrefix != "":
+		if !strings.HasSuffix(o.APIPrefix, ".") {
+			return o.APIPrefix + "."
+		}
+		return o.APIPrefix
+	}
+	return jetstream.DefaultAPIPrefix
+}
+
+const (
+	// requestTimeout bounds one request: a request lost with a dropped
+	// connection gets no answer, and the caller's context may have a far
+	// deadline or none.
+	requestTimeout = 5 * time.Second
+	// clusterRetry bounds how long a request that fails for a reason a
+	// cluster recovers from on its own (no leader yet, no responders while
+	// a consumer is placed, a timeout across a step-down) is retried before
+	// its error is returned. A JetStream leader election takes a few
+	// seconds; a killed leader is noticed after several.
+	clusterRetry = 30 * time.Second
+	// lostTimeout bounds the lost-value lookups of one check.
+	lostTimeout = 60 * time.Second
+)
+
+// errNoLeader: a stream info answered while the stream had no leader, by
+// a member whose state may be stale.
+var errNoLeader = errors.New("the stream has no leader at the moment (answered by a replica)")
+
+// transient reports whether err is one a cluster recovers from by itself,
+// so that the request is worth repeating.
+func transient(err error) bool {
+	switch {
+	case errors.Is(err, errNoLeader),
+		errors.Is(err, nats.ErrNoResponders),
+		errors.Is(err, nats.ErrTimeout),
+		errors.Is(err, context.DeadlineExceeded),
+		errors.Is(err, jetstream.ErrNoHeartbeat),
+		errors.Is(err, jetstream.ErrConsumerLeadershipChanged):
+		return true
+	}
+	var api *jetstream.APIError
+	if errors.As(err, &api) {
+		switch api.ErrorCode {
+		case 10008, // JetStream system temporarily unavailable
+			10004, // incomplete results
+			10005, // no suitable peers for placement
+			10007, // cluster not assigned to this server
+			10009, // cluster can not handle request
+			10023, // insufficient resources
+			10118, // stream is offline
+			10119, // consumer is offline
+			10194, // stream is offline: reason
+			10195, // consumer is offline: reason
+			10202: // cluster member change in progress
+			return true
+		}
+		return api.Code == 503 || api.Code == 408
+	}
+	return false
+}
+
+// fatal turns an error that no retry can cure into a core.Permanent one:
+// the stream (bucket) is gone, or the connection was closed by its owner.
+func (r *reader) fatal(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, core.ErrPermanent) {
+		return err
+	}
+	var api *jetstream.APIError
+	if errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrBucketNotFound) ||
+		errors.As(err, &api) && api.ErrorCode == jetstream.JSErrCodeStreamNotFound {
+		return core.Permanent(fmt.Errorf("%s was deleted: %w", r.source, err))
+	}
+	if errors.Is(err, nats.ErrConnectionClosed) {
+		return core.Permanent(fmt.Errorf("%s: the NATS connection was closed: %w", r.source, err))
+	}
+	return err
+}
+
+// retry runs op, each attempt bounded by requestTimeout, until it succeeds,
+// fails with an error that is not transient, ctx ends, or clusterRetry has
+// passed since the first attempt; then it returns op's last result.
+func retry[R any](ctx context.Context, op func(context.Context) (R, error)) (R, error) {
+	start := time.Now()
+	wait := 25 * time.Millisecond
+	for {
+		rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+		r, err := op(rctx)
+		cancel()
+		if err == nil || ctx.Err() != nil || !transient(err) || time.Since(start) > clusterRetry {
+			return r, err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return r, err
+		case <-t.C:
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
+// info reads the stream's state from its leader.
+func (r *reader) info(ctx context.Context) (*jetstream.StreamInfo, error) {
+	info, err := retry(ctx, func(ctx context.Context) (*jetstream.StreamInfo, error) {
+		info, err := r.stream.Info(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if info.Cluster != nil && info.Cluster.Leader == "" {
+			return nil, errNoLeader
+		}
+		return info, nil
+	})
+	if err != nil {
+		return nil, r.fatal(err)
+	}
+	return info, nil
+}
+
+type msgGetRequest struct {
+	Seq       uint64 `json:"seq,omitempty"`
+	LastFor   string `json:"last_by_subj,omitempty"`
+	NextFor   string `json:"next_by_subj,omitempty"`
+	NoHeaders bool   `json:"no_hdr,omitempty"`
+}
+
+type msgGetResponse struct {
+	Error   *jetstream.APIError `json:"error,omitempty"`
+	Message *struct {
+		Subject  string `json:"subject"`
+		Sequence uint64 `json:"seq"`
+	} `json:"message,omitempty"`
+}
+
+// get asks the stream leader (STREAM.MSG.GET, never a direct get) for the
+// sequence of one message; found is false when there is none.
+func (r *reader) get(ctx context.Context, req msgGetRequest) (seq uint64, found bool, err error) {
+	req.NoHeaders = true
+	body, err := json.Marshal(req)
+	if err != nil {
+		return 0, false, err
+	}
+	subject := r.api + "STREAM.MSG.GET." + r.name
+	type result struct {
+		seq   uint64
+		found bool
+	}
+	res, err := retry(ctx, func(ctx context.Context) (result, error) {
+		m, err := r.nc.RequestWithContext(ctx, subject, body)
+		if err != nil {
+			return result{}, err
+		}
+		var resp msgGetResponse
+		if err := json.Unmarshal(m.Data, &resp); err != nil {
+			return result{}, fmt.Errorf("decode the answer to %s: %w", subject, err)
+		}
+		switch {
+		case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+			return result{}, nil
+		case resp.Error != nil:
+			return result{}, resp.Error
+		case resp.Message == nil:
+			return result{}, fmt.Errorf("the answer to %s holds no message", subject)
+		}
+		return result{seq: resp.Message.Sequence, found: true}, nil
+	})
+	if err != nil {
+		return 0, false, r.fatal(err)
+	}
+	return res.seq, res.found, nil
+}
+
+// covered reports whether the leader holds no message the filter matches
+// in (after, to]: then whoever has delivered everything up to after has
+// delivered everything up to to.
+func (r *reader) covered(ctx context.Context, after, to uint64) (bool, error) {
+	if after >= to {
+		return true, nil
+	}
+	seq, found, err := r.get(ctx, msgGetRequest{Seq: after + 1, NextFor: r.filter})
+	if err != nil {
+		return false, fmt.Errorf("%s: look for messages after sequence %d: %w", r.source, after, err)
+	}
+	return !found || seq > to, nil
+}
+
+// identity remembers when the stream was created, so that a stream deleted
+// and created again under the same name (sequences starting over) is not
+// mistaken for the one whose versions the informer holds.
+type identity struct {
+	mu      sync.Mutex
+	created time.Time
+}
+
+// reset adopts the stream a List just read.
+func (id *identity) reset(info *jetstream.StreamInfo) {
+	id.mu.Lock()
+	id.created = info.Created
+	id.mu.Unlock()
+}
+
+func (id *identity) check(source string, info *jetstream.StreamInfo) error {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.created.IsZero() {
+		id.created = info.Created
+		return nil
+	}
+	if !info.Created.Equal(id.created) {
+		return fmt.Errorf("%s: the stream was deleted and created again (created %s, the versions held are from the one created %s): %w",
+			source, info.Created.UTC().Format(time.RFC3339Nano), id.created.UTC().Format(time.RFC3339Nano), core.ErrExpired)
+	}
+	return nil
+}

@@ -1,0 +1,69 @@
+package kubeinformer
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/dbinformer/dbinformer/core"
+)
+
+const (
+	// healFirstProbe and healMaxProbe pace WaitHealed's probes: often at
+	// first, when a restart is most likely to end, then every 2s.
+	healFirstProbe = 200 * time.Millisecond
+	healMaxProbe   = 2 * time.Second
+	// healProbeTimeout bounds one probe, so that a connection that hangs
+	// (a frozen server) does not hold the wait, nor client-go's own retries
+	// of a GET whose connection ended (about one a second while a proxy
+	// in front of the apiserver accepts and closes connections).
+	healProbeTimeout = 2 * time.Second
+)
+
+// ErrNotDown is what WaitHealed returns when the server answered its first
+// probe: the failure being waited out was not an outage, so there is no
+// heal to signal and the caller keeps its backoff.
+var ErrNotDown = errors.New("kubeinformer: the apiserver answers: nothing to wait for")
+
+// WaitHealed is the adapter's side of a heal signal: a caller that backs off
+// after a failed List or Watch runs it alongside its sleep, and retries at
+// once when it returns nil instead of finishing a sleep that can last tens
+// of seconds after the apiserver is back.
+//
+// It probes the apiserver with the same consistent one-object list as Head
+// (each bounded to 2s): at once, then after 200ms, growing to every 2s. It returns nil when a
+// probe succeeds after at least one failed, that is when the apiserver (or
+// the path to it) was down and is back. It returns ErrNotDown when the first
+// probe succeeds, since retrying at once after a failure the server answers
+// again and again is what a backoff prevents; an error matching
+// core.ErrPermanent when the resource is not served any more; and
+// core.Stopped(ctx) when ctx ends first. It logs each failed probe at debug
+// level with its error.
+func (r *Resource[T]) WaitHealed(ctx context.Context) error {
+	delay := healFirstProbe
+	for probes := 0; ; probes++ {
+		pctx, cancel := context.WithTimeout(ctx, healProbeTimeout)
+		_, err := r.Head(pctx)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return core.Stopped(ctx)
+		case err == nil && probes == 0:
+			return ErrNotDown
+		case err == nil:
+			r.log.Debug("kubeinformer: the apiserver answers again", "probes", probes+1)
+			return nil
+		case errors.Is(err, core.ErrPermanent):
+			return err
+		}
+		r.log.Debug("kubeinformer: the apiserver does not answer yet", "err", err)
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return core.Stopped(ctx)
+		case <-t.C:
+		}
+		delay = min(delay*3/2, healMaxProbe)
+	}
+}
