@@ -451,3 +451,39 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// A change that does not decode: counted, and named by key and version
+// (never its value) through Page.ErrorHandler.
+func TestDecodeErrors(t *testing.T) {
+	src := memory.New[user](memory.Options{})
+	src.Put("good", user{Name: "g"})
+	page := statuspage.New(statuspage.Options{})
+	errs := &informertest.Errors{}
+	inf := core.NewSharedIndexInformer[user](src, core.InformerOptions[user]{
+		Name: "users", Metrics: page,
+		ErrorHandler: page.ErrorHandler("users", errs.Add),
+	})
+	page.Add(inf, src)
+	run(t, inf)
+	if err := inf.WaitForCacheSync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// After the list: the bad value is only in the watch stream.
+	rv := src.InjectDecodeError("bad", errors.New("json: cannot unmarshal number into Go struct field user.name of type string"))
+	informertest.Eventually(t, "the decode error on the page", func() bool {
+		d := snapshotOf(t, page, "users").DecodeErrors
+		return d.Count == 1 && d.Last != ""
+	})
+	is := snapshotOf(t, page, "users")
+	want := fmt.Sprintf(`key "bad" at version %d: json: cannot unmarshal number`, rv)
+	if !strings.Contains(is.DecodeErrors.Last, want) || is.DecodeErrors.LastAt == nil {
+		t.Errorf("DecodeErrors = %+v, want Last containing %q", is.DecodeErrors, want)
+	}
+	if errs.Len() != 1 {
+		t.Errorf("next got %v", errs.All())
+	}
+	_, html := get(t, page, "/debug/informers/")
+	if !strings.Contains(html, "key &#34;bad&#34; at version") {
+		t.Error("HTML lacks the decode error")
+	}
+}

@@ -240,6 +240,14 @@ func (p *Page) readHeads(ctx context.Context, entries []*informerEntry) {
 			cancel()
 			now := p.clk.Now()
 			e.headMu.Lock()
+			if err != nil && ctx.Err() != nil {
+				// The request went away: not the source's failure; read
+				// again next time.
+				e.headRead = e.headOK
+				e.headAt = time.Time{}
+				e.headMu.Unlock()
+				return
+			}
 			if err != nil {
 				e.headErr = describeError(err)
 			} else {
