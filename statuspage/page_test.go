@@ -427,7 +427,7 @@ func TestPrintProgress(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	want := "users  [########------------]  41%  2,048 of ~5,000 objects (41%), 2,048/s, about 1s left\n" +
+	want := "users  [########------------]  2,048 of ~5,000 objects (41%), 2,048/s, about 1s left\n" +
 		"users  synced: 5,000 objects, after 1s\n"
 	if got := out.String(); got != want {
 		t.Errorf("printed:\n%s\nwant:\n%s", got, want)

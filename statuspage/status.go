@@ -414,8 +414,10 @@ func (p *Page) informerStatus(e *informerEntry, now time.Time) InformerStatus {
 			is.NotSyncedReason = "the list has finished; its objects are being applied"
 		case !r.metrics && inf == nil:
 			is.NotSyncedReason = "unknown informer"
+		case r.metrics:
+			is.NotSyncedReason = "waiting for the first list (no progress reported yet)"
 		default:
-			is.NotSyncedReason = "no list has finished yet (not started, or the first list is before its first progress report)"
+			is.NotSyncedReason = "no list has finished yet"
 		}
 	}
 
