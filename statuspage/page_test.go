@@ -487,3 +487,57 @@ func TestDecodeErrors(t *testing.T) {
 		t.Error("HTML lacks the decode error")
 	}
 }
+
+// countingHead is a HeadReader whose head the test sets; it counts reads.
+type countingHead struct {
+	mu    sync.Mutex
+	head  core.ResourceVersion
+	reads int
+}
+
+func (h *countingHead) Head(context.Context) (core.ResourceVersion, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.reads++
+	return h.head, nil
+}
+
+func (h *countingHead) set(rv core.ResourceVersion) {
+	h.mu.Lock()
+	h.head = rv
+	h.mu.Unlock()
+}
+
+func (h *countingHead) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.reads
+}
+
+// Run samples heads in the background, so the lag in seconds dates from
+// when the head moved, not from when someone looked.
+func TestRunSamplesHeads(t *testing.T) {
+	clk := clock.NewFake(t0)
+	page := statuspage.New(statuspage.Options{Clock: clk, HeadInterval: time.Second})
+	inf := &fakeInformer{name: "x", synced: true, applied: 5, received: 5}
+	head := &countingHead{head: 5}
+	page.Add(inf, statuspage.Source{Kind: "test", Head: head})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- page.Run(ctx) }()
+	informertest.Eventually(t, "the first read", func() bool { return head.count() == 1 && clk.HasWaiters() })
+	head.set(8) // the source moves on; the cache does not
+	clk.Step(time.Second)
+	informertest.Eventually(t, "the second read", func() bool { return head.count() == 2 })
+	clk.Step(30 * time.Second)
+	// Nobody looked in between: the page still dates the lag from the
+	// background read 30s ago.
+	is := snapshotOf(t, page, "x")
+	if is.LagVersions == nil || *is.LagVersions != 3 || is.LagSeconds == nil || *is.LagSeconds < 30 {
+		t.Errorf("lag = %v versions, %v seconds", is.LagVersions, is.LagSeconds)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("Run = %v", err)
+	}
+}

@@ -512,3 +512,32 @@ func shortDuration(secs float64) string {
 		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
 	}
 }
+
+// Run reads the head of every source on the page every
+// Options.HeadInterval until ctx ends, and returns ctx's error. It is
+// optional: without it heads are read only when the page, the JSON or a
+// probe is served, which is enough for the lag in versions but makes the
+// lag in seconds only as fine as those reads are frequent. With it, the lag
+// in seconds is accurate to HeadInterval whether anyone looks or not.
+func (p *Page) Run(ctx context.Context) error {
+	every := p.opts.HeadInterval
+	if every <= 0 {
+		every = time.Second
+	}
+	t := p.clk.NewTicker(every)
+	defer t.Stop()
+	for {
+		p.mu.Lock()
+		entries := make([]*informerEntry, 0, len(p.order))
+		for _, n := range p.order {
+			entries = append(entries, p.informers[n])
+		}
+		p.mu.Unlock()
+		p.readHeads(ctx, entries)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C():
+		}
+	}
+}
