@@ -54,6 +54,8 @@ var rows = []row{
 	{"6 etcd watch of 100k changes vs raw clientv3: time", "Etcd/Watch", "ours-s", "", "raw-s", "≤", 1.2},
 	{"7 NATS KV initial sync of 100k keys vs raw KV watcher: time", "NATSKV/List", "ours-s", "", "raw-s", "≤", 1.2},
 	{"7 NATS KV 100k changes vs raw KV watcher: time", "NATSKV/Watch", "ours-s", "", "raw-s", "≤", 1.2},
+	{"7 NATS KV on a 3-node cluster (R3): initial sync of 100k keys vs raw KV watcher: time", "NATSKVCluster/List", "ours-s", "", "raw-s", "≤", 1.2},
+	{"7 NATS KV on a 3-node cluster (R3): 100k changes vs raw KV watcher: time", "NATSKVCluster/Watch", "ours-s", "", "raw-s", "≤", 1.2},
 }
 
 // results maps a sub-benchmark to its metrics, each the values of every run.
