@@ -17,6 +17,32 @@ type DeltaFIFO[T any] struct {
 	queue  []string
 	known  KeyLister[T]
 	flight []Delta[T] // the deltas Pop's process holds, all of one key
+	// changes holds the version of every change queued or in flight:
+	// per-key grouping pops out of version order.
+	changes versionSet
+}
+
+func (f *DeltaFIFO[T]) queued(d *Delta[T]) {
+	queuedDelta(&f.wm, d)
+	if d.change() {
+		f.changes.add(d.RV)
+	}
+}
+
+func (f *DeltaFIFO[T]) done(d *Delta[T]) {
+	doneDelta(&f.wm, d)
+	if d.change() {
+		f.changes.remove(d.RV)
+	}
+}
+
+func (f *DeltaFIFO[T]) appliedLocked() ResourceVersion { return f.wm.applied(f.changes.min()) }
+
+// AppliedVersion implements Queue.
+func (f *DeltaFIFO[T]) AppliedVersion() ResourceVersion {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.appliedLocked()
 }
 
 // NewDeltaFIFO returns an empty DeltaFIFO. known is the consumer's cache
@@ -36,10 +62,10 @@ func NewDeltaFIFO[T any](known KeyLister[T]) *DeltaFIFO[T] {
 
 func (f *DeltaFIFO[T]) queueLocked(d Delta[T]) {
 	deltas, exists := f.items[d.Key]
-	queuedDelta(&f.wm, &d)
+	f.queued(&d)
 	deltas = append(deltas, d)
 	if dropped, ok := dedupDeltas(&deltas); ok {
-		doneDelta(&f.wm, &dropped)
+		f.done(&dropped)
 	}
 	if !exists {
 		f.queue = append(f.queue, d.Key)
@@ -112,7 +138,7 @@ func (f *DeltaFIFO[T]) Add(deltas []Delta[T], rv ResourceVersion) error {
 // the deletes it infers follow them.
 func (f *DeltaFIFO[T]) Replace(ctx context.Context, list ListFunc[T]) error {
 	f.mu.Lock()
-	f.wm.beginList()
+	f.wm.beginList(f.appliedLocked())
 	var seen map[string]struct{}
 	if len(f.queue) > 0 || f.inflight || !knownEmpty(f.known) {
 		seen = map[string]struct{}{}
@@ -261,7 +287,7 @@ func (f *DeltaFIFO[T]) Pop(ctx context.Context, process PopProcessFunc[T]) error
 	// Processed, or dropped because newer deltas of the key arrived
 	// meanwhile (client-go).
 	for k := range deltas {
-		doneDelta(&f.wm, &deltas[k])
+		f.done(&deltas[k])
 	}
 	f.changedLocked()
 	return err

@@ -10,9 +10,15 @@ import (
 // before key A's earlier one. It is the informer's default queue.
 type FIFO[T any] struct {
 	queueBase
-	items    []Delta[T]
-	head     int
-	flight   []Delta[T] // the run Pop's process holds
+	items  []Delta[T]
+	head   int
+	flight []Delta[T] // the run Pop's process holds
+	// flightMin is the version of the first change in flight (0: none).
+	flightMin ResourceVersion
+	// cursor is at or before the first change among the pending deltas:
+	// deltas arrive in version order, so that change has the smallest
+	// pending version (see minChangeLocked).
+	cursor   int
 	known    KeyLister[T]
 	scratch  []Delta[T]
 	maxBatch int
@@ -54,7 +60,7 @@ func (f *FIFO[T]) Add(deltas []Delta[T], rv ResourceVersion) error {
 // the deletes it infers follow them.
 func (f *FIFO[T]) Replace(ctx context.Context, list ListFunc[T]) error {
 	f.mu.Lock()
-	f.wm.beginList()
+	f.wm.beginList(f.appliedLocked())
 	// The first list into an empty queue and cache has nothing to compare
 	// with: it keeps no set of the keys it saw.
 	var seen map[string]struct{}
@@ -139,6 +145,33 @@ func (f *FIFO[T]) inferDeletesLocked(seen map[string]struct{}, rv ResourceVersio
 	})
 }
 
+// minChangeLocked returns the smallest version of a change in flight or
+// pending. Changes are queued in version order, so it is the first change
+// of the run in flight, or else the first pending change; the cursor makes
+// finding it O(1) amortized, however many list or sync deltas lie ahead.
+func (f *FIFO[T]) minChangeLocked() (ResourceVersion, bool) {
+	if f.flightMin > 0 {
+		return f.flightMin, true
+	}
+	f.cursor = max(f.cursor, f.head)
+	for f.cursor < len(f.items) && !f.items[f.cursor].change() {
+		f.cursor++
+	}
+	if f.cursor == len(f.items) {
+		return 0, false
+	}
+	return f.items[f.cursor].RV, true
+}
+
+func (f *FIFO[T]) appliedLocked() ResourceVersion { return f.wm.applied(f.minChangeLocked()) }
+
+// AppliedVersion implements Queue.
+func (f *FIFO[T]) AppliedVersion() ResourceVersion {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.appliedLocked()
+}
+
 // Resync implements Queue.
 func (f *FIFO[T]) Resync() error {
 	if f.known == nil {
@@ -196,26 +229,33 @@ func (f *FIFO[T]) Pop(ctx context.Context, process PopProcessFunc[T]) error {
 	clear(f.items[f.head : f.head+n])
 	f.head += n
 	if f.head == len(f.items) {
-		f.items, f.head = f.items[:0], 0
+		f.items, f.head, f.cursor = f.items[:0], 0, 0
 	} else if f.head > 1024 && f.head*2 > len(f.items) {
 		m := copy(f.items, f.items[f.head:])
 		clear(f.items[m:])
+		f.cursor = max(f.cursor-f.head, 0)
 		f.items, f.head = f.items[:m], 0
 	}
 	notify(f.room)
-	f.inflight, f.flight = true, batch
+	f.inflight, f.flight, f.flightMin = true, batch, 0
+	for i := range batch {
+		if batch[i].change() {
+			f.flightMin = max(batch[i].RV, 1)
+			break
+		}
+	}
 	f.mu.Unlock()
 
 	err := process(batch, initial)
 
 	f.mu.Lock()
-	f.inflight, f.flight = false, nil
+	f.inflight, f.flight, f.flightMin = false, nil, 0
 	if errors.Is(err, ErrRequeue) {
 		// Back at the front, in order: the queue promises arrival order.
 		// The deltas never left the watermark.
 		rest := append(batch, f.items[f.head:]...)
 		f.items = append(f.items[:0], rest...)
-		f.head = 0
+		f.head, f.cursor = 0, 0
 	} else {
 		if f.initialCount > 0 {
 			f.initialCount -= n

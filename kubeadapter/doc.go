@@ -10,8 +10,8 @@
 // SharedIndexInformer with WaitFor) over k8s.io/client-go; the directory is
 // kubeadapter.
 //
-// A Resource is a core.ListerWatcher (and core.HeadReader and
-// core.ProgressReporter) for any resource:
+// A Resource is a core.ListerWatcher (and core.HeadReader,
+// core.ProgressReporter and core.HealNotifier) for any resource:
 //
 //   - typed resources, through anything with client-go's List/Watch shape
 //     (clientset.CoreV1().ConfigMaps(ns), .Pods(ns), generated CRD
@@ -68,9 +68,10 @@
 // seconds while other writes go on. WaitFor for a version of a watched object
 // does not depend on this: its event arrives at once.
 //
-// After a failure, Resource.WaitHealed tells when the apiserver answers
-// again, so that a caller backing off can retry at once instead of finishing
-// its sleep (the core does not use it yet).
+// A Resource is also a core.HealNotifier: while the informer backs off after
+// a failure, it probes the apiserver and ends the sleep as soon as the
+// apiserver answers again (after a restart, a network outage), instead of
+// letting the informer finish a sleep of up to 30 seconds.
 //
 // # Setup and permissions
 //

@@ -38,6 +38,13 @@
 // work queue: depth, adds, retries, wait and work times, the longest
 // running item and the unfinished work.
 //
+// The lag in seconds is how long the oldest head version the cache has
+// not applied yet has been known: heads are read when the page, the JSON
+// or a probe is served (at most every Options.HeadInterval), and by
+// Page.Run in the background for a lag in seconds that does not depend on
+// anyone looking. The HTML page reloads itself every Options.Refresh
+// (?refresh=N overrides it, ?refresh=0 stops it).
+//
 // While an informer lists, the page shows a progress bar (an HTML
 // progress element) with the objects received, the source's estimate
 // where it has one, the rate and the time left, all from the one core

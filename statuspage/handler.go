@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"html/template"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -16,7 +17,7 @@ import (
 //
 // Below that prefix it answers:
 //
-//	/debug/informers/         the HTML page (server-rendered, no JavaScript, reloads itself)
+//	/debug/informers/         the HTML page (server-rendered, no JavaScript, reloads itself; ?refresh=N seconds, 0 = never)
 //	/debug/informers/?format=json, /debug/informers/json   the same as JSON (Status)
 //	/debug/informers/readyz   readiness (ReadyHandler)
 //	/debug/informers/livez    liveness (LiveHandler)
@@ -76,6 +77,13 @@ func (p *Page) serveHTML(w http.ResponseWriter, r *http.Request) {
 	if p.opts.Refresh > 0 {
 		data.Refresh = max(1, int(p.opts.Refresh.Round(time.Second)/time.Second))
 	}
+	// ?refresh=N reloads every N seconds instead, ?refresh=0 never (to
+	// read, select or copy without the page moving).
+	if v := r.URL.Query().Get("refresh"); v != "" {
+		if n, err := strconv.Atoi(v); err == nil && n >= 0 && n <= 24*3600 {
+			data.Refresh = n
+		}
+	}
 	// Links relative to the page's own directory, whatever the mount point.
 	if !strings.HasSuffix(r.URL.Path, "/") {
 		data.Base = r.URL.Path[strings.LastIndexByte(r.URL.Path, '/')+1:] + "/"
@@ -94,11 +102,20 @@ func (p *Page) serveHTML(w http.ResponseWriter, r *http.Request) {
 var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{
 	"n":   func(v any) string { return thousands(toInt64(v)) },
 	"dur": func(secs float64) string { return shortDuration(secs) },
-	"ago": func(now time.Time, t *time.Time) string {
-		if t == nil {
+	"ago": func(now time.Time, t any) string {
+		var at time.Time
+		switch x := t.(type) {
+		case *time.Time:
+			if x != nil {
+				at = *x
+			}
+		case time.Time:
+			at = x
+		}
+		if at.IsZero() {
 			return "never"
 		}
-		return shortDuration(now.Sub(*t).Seconds()) + " ago"
+		return shortDuration(now.Sub(at).Seconds()) + " ago"
 	},
 	"stamp":    func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 MST") },
 	"progress": progressText,
@@ -194,7 +211,7 @@ progress{width:420px;max-width:100%;height:16px;vertical-align:middle}
 <h2><span class="name">{{.Name}}</span>{{if .Kind}}<span class="badge kind">{{.Kind}}</span>{{end}}<span class="badge state {{if eq $st "not synced"}}not-synced{{else}}{{$st}}{{end}}" data-state="{{$st}}">{{$st}}</span></h2>
 {{if .Progress}}<div class="sync-progress" data-received="{{.Progress.Received}}" data-estimated="{{.Progress.Estimated}}">
 {{if .Progress.Estimated}}<progress value="{{.Progress.Received}}" max="{{.Progress.Estimated}}">{{pct .Progress.Percent}}</progress>{{else}}<progress></progress>{{end}}
-<span class="progress-text">{{if .Progress.Relist}}relist: {{else}}initial list: {{end}}{{progress .Progress}}</span></div>{{end}}
+<span class="progress-text">{{if .Progress.Relist}}relist: {{else}}initial list: {{end}}{{progress .Progress}}</span> <span class="muted">(last report {{ago $now .Progress.LastReportAt}})</span></div>{{end}}
 <table>
 {{if not .Synced}}<tr><th>Not synced because</th><td class="not-synced-reason err">{{.NotSyncedReason}}</td></tr>{{end}}
 {{if not .Live}}<tr><th>Not live because</th><td class="err">{{.NotLiveReason}}</td></tr>{{end}}

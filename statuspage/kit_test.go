@@ -51,13 +51,16 @@ func (p *pausing[T]) HoldWatch() (release func()) {
 	defer p.mu.Unlock()
 	g := make(chan struct{})
 	p.watchGate = g
+	var once sync.Once
 	return func() {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		if p.watchGate == g {
-			p.watchGate = nil
-		}
-		close(g)
+		once.Do(func() {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			if p.watchGate == g {
+				p.watchGate = nil
+			}
+			close(g)
+		})
 	}
 }
 

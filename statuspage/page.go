@@ -1,7 +1,9 @@
 package statuspage
 
 import (
+	"context"
 	"errors"
+	"log/slog"
 	"reflect"
 	"slices"
 	"strings"
@@ -215,20 +217,42 @@ func (p *Page) InformerMetrics(name string) core.InformerMetrics {
 }
 
 // ErrorHandler returns an InformerOptions.ErrorHandler for the informer
-// called name that remembers the last decode error (its key, version and
-// reason, never the value) and then calls next (nil: nothing more). The
-// page counts decode errors without it, but can only say when the last
-// one happened.
+// called name that remembers the last decode error (its source, key,
+// version and reason, never the value) and then calls next. A nil next
+// logs the error as an informer without an ErrorHandler does, on
+// slog.Default (an expired version at Info, the rest at Error); use
+// ErrorHandlerLogger for another logger. The page counts decode errors
+// without it, but can only say when the last one happened.
 func (p *Page) ErrorHandler(name string, next func(error)) func(error) {
+	return p.errorHandler(name, next, nil)
+}
+
+// ErrorHandlerLogger is ErrorHandler logging to logger (the informer's
+// InformerOptions.Logger) when next is nil.
+func (p *Page) ErrorHandlerLogger(name string, next func(error), logger *slog.Logger) func(error) {
+	return p.errorHandler(name, next, logger)
+}
+
+func (p *Page) errorHandler(name string, next func(error), logger *slog.Logger) func(error) {
 	e := p.entry(name)
+	if next == nil {
+		if logger == nil {
+			logger = slog.Default()
+		}
+		next = func(err error) {
+			level := slog.LevelError
+			if errors.Is(err, core.ErrExpired) {
+				level = slog.LevelInfo
+			}
+			logger.Log(context.Background(), level, "dbinformer", "source", name, "err", err)
+		}
+	}
 	return func(err error) {
 		var de *core.DecodeError
 		if errors.As(err, &de) {
 			e.rec.decodeError(describeDecodeError(de))
 		}
-		if next != nil {
-			next(err)
-		}
+		next(err)
 	}
 }
 
@@ -241,7 +265,7 @@ func InformerFor[T any](p *Page, f *core.Factory, source string, lw core.ListerW
 	if opts.Name == "" {
 		opts.Name = source
 	}
-	opts.ErrorHandler = p.ErrorHandler(opts.Name, opts.ErrorHandler)
+	opts.ErrorHandler = p.errorHandler(opts.Name, opts.ErrorHandler, opts.Logger)
 	inf := core.InformerFor(f, source, lw, opts)
 	p.mu.Lock()
 	e, ok := p.informers[inf.Name()]

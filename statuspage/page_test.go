@@ -427,7 +427,7 @@ func TestPrintProgress(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	want := "users  [########------------]  41%  2,048 of ~5,000 objects (41%), 2,048/s, about 1s left\n" +
+	want := "users  [########------------]  2,048 of ~5,000 objects (41%), 2,048/s, about 1s left\n" +
 		"users  synced: 5,000 objects, after 1s\n"
 	if got := out.String(); got != want {
 		t.Errorf("printed:\n%s\nwant:\n%s", got, want)
@@ -450,4 +450,94 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// A change that does not decode: counted, and named by key and version
+// (never its value) through Page.ErrorHandler.
+func TestDecodeErrors(t *testing.T) {
+	src := memory.New[user](memory.Options{})
+	src.Put("good", user{Name: "g"})
+	page := statuspage.New(statuspage.Options{})
+	errs := &informertest.Errors{}
+	inf := core.NewSharedIndexInformer[user](src, core.InformerOptions[user]{
+		Name: "users", Metrics: page,
+		ErrorHandler: page.ErrorHandler("users", errs.Add),
+	})
+	page.Add(inf, src)
+	run(t, inf)
+	if err := inf.WaitForCacheSync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// After the list: the bad value is only in the watch stream.
+	rv := src.InjectDecodeError("bad", errors.New("json: cannot unmarshal number into Go struct field user.name of type string"))
+	informertest.Eventually(t, "the decode error on the page", func() bool {
+		d := snapshotOf(t, page, "users").DecodeErrors
+		return d.Count == 1 && d.Last != ""
+	})
+	is := snapshotOf(t, page, "users")
+	want := fmt.Sprintf(`key "bad" at version %d: json: cannot unmarshal number`, rv)
+	if !strings.Contains(is.DecodeErrors.Last, want) || is.DecodeErrors.LastAt == nil {
+		t.Errorf("DecodeErrors = %+v, want Last containing %q", is.DecodeErrors, want)
+	}
+	if errs.Len() != 1 {
+		t.Errorf("next got %v", errs.All())
+	}
+	_, html := get(t, page, "/debug/informers/")
+	if !strings.Contains(html, "key &#34;bad&#34; at version") {
+		t.Error("HTML lacks the decode error")
+	}
+}
+
+// countingHead is a HeadReader whose head the test sets; it counts reads.
+type countingHead struct {
+	mu    sync.Mutex
+	head  core.ResourceVersion
+	reads int
+}
+
+func (h *countingHead) Head(context.Context) (core.ResourceVersion, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.reads++
+	return h.head, nil
+}
+
+func (h *countingHead) set(rv core.ResourceVersion) {
+	h.mu.Lock()
+	h.head = rv
+	h.mu.Unlock()
+}
+
+func (h *countingHead) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.reads
+}
+
+// Run samples heads in the background, so the lag in seconds dates from
+// when the head moved, not from when someone looked.
+func TestRunSamplesHeads(t *testing.T) {
+	clk := clock.NewFake(t0)
+	page := statuspage.New(statuspage.Options{Clock: clk, HeadInterval: time.Second})
+	inf := &fakeInformer{name: "x", synced: true, applied: 5, received: 5}
+	head := &countingHead{head: 5}
+	page.Add(inf, statuspage.Source{Kind: "test", Head: head})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- page.Run(ctx) }()
+	informertest.Eventually(t, "the first read", func() bool { return head.count() == 1 && clk.HasWaiters() })
+	head.set(8) // the source moves on; the cache does not
+	clk.Step(time.Second)
+	informertest.Eventually(t, "the second read", func() bool { return head.count() == 2 })
+	clk.Step(30 * time.Second)
+	// Nobody looked in between: the page still dates the lag from the
+	// background read 30s ago.
+	is := snapshotOf(t, page, "x")
+	if is.LagVersions == nil || *is.LagVersions != 3 || is.LagSeconds == nil || *is.LagSeconds < 30 {
+		t.Errorf("lag = %v versions, %v seconds", is.LagVersions, is.LagSeconds)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("Run = %v", err)
+	}
 }

@@ -13,7 +13,7 @@ import (
 // line per informer still syncing, and one line per informer when it has
 // synced:
 //
-//	users   [########------------]  41%  2,048 of ~5,000 objects, 1,980/s, about 1s left
+//	users   [########------------]  2,048 of ~5,000 objects (41%), 1,980/s, about 1s left
 //	users   synced: 5,000 objects, after 2.6s
 //
 // It returns nil once every informer on the page has synced, or ctx's
@@ -77,9 +77,9 @@ func progressLine(is InformerStatus) string {
 	var s string
 	if pr.Percent != nil {
 		filled := int(*pr.Percent / 100 * bar)
-		s = fmt.Sprintf("[%s%s] %3.0f%%  ", strings.Repeat("#", filled), strings.Repeat("-", bar-filled), *pr.Percent)
+		s = fmt.Sprintf("[%s%s]  ", strings.Repeat("#", filled), strings.Repeat("-", bar-filled))
 	} else {
-		s = "[" + strings.Repeat("?", bar) + "]       "
+		s = "[" + strings.Repeat("?", bar) + "]  "
 	}
 	s += progressText(pr)
 	if is.Lists.LastError != "" {

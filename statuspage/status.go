@@ -104,6 +104,9 @@ type Progress struct {
 	ETASeconds     *float64  `json:"etaSeconds,omitempty"`
 	StartedAt      time.Time `json:"startedAt"`
 	ElapsedSeconds float64   `json:"elapsedSeconds"`
+	// LastReportAt is the time of the last progress report (every 1,024
+	// objects): a list that stopped moving shows here.
+	LastReportAt time.Time `json:"lastReportAt"`
 }
 
 // RestartStats counts the watches that ended and were reopened.
@@ -237,6 +240,14 @@ func (p *Page) readHeads(ctx context.Context, entries []*informerEntry) {
 			cancel()
 			now := p.clk.Now()
 			e.headMu.Lock()
+			if err != nil && ctx.Err() != nil {
+				// The request went away: not the source's failure; read
+				// again next time.
+				e.headRead = e.headOK
+				e.headAt = time.Time{}
+				e.headMu.Unlock()
+				return
+			}
 			if err != nil {
 				e.headErr = describeError(err)
 			} else {
@@ -351,6 +362,7 @@ func (p *Page) informerStatus(e *informerEntry, now time.Time) InformerStatus {
 			Received:       r.listReceived,
 			Estimated:      r.listEstimated,
 			StartedAt:      r.listStart,
+			LastReportAt:   r.listLastAt,
 			ElapsedSeconds: now.Sub(r.listStart).Seconds(),
 		}
 		if pr.Estimated > 0 {
@@ -402,8 +414,10 @@ func (p *Page) informerStatus(e *informerEntry, now time.Time) InformerStatus {
 			is.NotSyncedReason = "the list has finished; its objects are being applied"
 		case !r.metrics && inf == nil:
 			is.NotSyncedReason = "unknown informer"
+		case r.metrics:
+			is.NotSyncedReason = "waiting for the first list (no progress reported yet)"
 		default:
-			is.NotSyncedReason = "no list has finished yet (not started, or the first list is before its first progress report)"
+			is.NotSyncedReason = "no list has finished yet"
 		}
 	}
 
@@ -496,5 +510,34 @@ func shortDuration(secs float64) string {
 		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
 	default:
 		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+}
+
+// Run reads the head of every source on the page every
+// Options.HeadInterval until ctx ends, and returns ctx's error. It is
+// optional: without it heads are read only when the page, the JSON or a
+// probe is served, which is enough for the lag in versions but makes the
+// lag in seconds only as fine as those reads are frequent. With it, the lag
+// in seconds is accurate to HeadInterval whether anyone looks or not.
+func (p *Page) Run(ctx context.Context) error {
+	every := p.opts.HeadInterval
+	if every <= 0 {
+		every = time.Second
+	}
+	t := p.clk.NewTicker(every)
+	defer t.Stop()
+	for {
+		p.mu.Lock()
+		entries := make([]*informerEntry, 0, len(p.order))
+		for _, n := range p.order {
+			entries = append(entries, p.informers[n])
+		}
+		p.mu.Unlock()
+		p.readHeads(ctx, entries)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C():
+		}
 	}
 }

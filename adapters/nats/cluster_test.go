@@ -58,7 +58,7 @@ func stepDownLoop(t *testing.T, c *harness.NATSCluster, stream string) *atomic.I
 
 // Read-your-writes on an R3 bucket: a put through node 1, then a write
 // outside the informer's keys, then WaitFor(that write) through an
-// informer connected to node 3. Only a bookmark can satisfy the WaitFor,
+// informer connected to node 3, while two writers keep the stream busy. Only a bookmark can satisfy the WaitFor,
 // and once it returns the cache must hold the put, whichever node the
 // stream leader and the watch's consumer are on, while the leader steps
 // down again and again. 0 stale reads.
@@ -85,9 +85,30 @@ type natsHarness interface {
 	StreamName() string
 }
 
+// loadLoop writes outside the watched keys as fast as acknowledgements
+// come back until the test ends, so that followers are kept busy applying
+// (the load under which the issue saw stale reads); it returns the count.
+func loadLoop(t *testing.T, h natsHarness) *atomic.Int64 {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var n atomic.Int64
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	for range 2 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				if _, err := h.PutUnwatched(ctx); err == nil {
+					n.Add(1)
+				}
+			}
+		})
+	}
+	return &n
+}
+
 func readYourWrites(t *testing.T, c *harness.NATSCluster, h natsHarness, n int) {
 	inf, errs := informertest.Run(t, h.ListerWatcher(), core.InformerOptions[natstest.Obj]{MinWatchTimeout: time.Hour})
 	stepdowns := stepDownLoop(t, c, h.StreamName())
+	load := loadLoop(t, h)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	stale := 0
@@ -111,8 +132,8 @@ func readYourWrites(t *testing.T, c *harness.NATSCluster, h natsHarness, n int) 
 			t.Errorf("after WaitFor(%d) the cache holds %s=%+v (present %v), want version %d", rv, key, o, ok, i)
 		}
 	}
-	t.Logf("%d puts read back through another node under %d step-downs: %d stale; errors reported: %d (%v)",
-		n, stepdowns.Load(), stale, errs.Len(), firstErr(errs.All()))
+	t.Logf("%d puts read back through another node under %d step-downs and %d other writes: %d stale; errors reported: %d (%v)",
+		n, stepdowns.Load(), load.Load(), stale, errs.Len(), firstErr(errs.All()))
 }
 
 func firstErr(errs []error) error {
@@ -145,13 +166,16 @@ func TestClusterLaggingReplica(t *testing.T) {
 	}
 }
 
+// lagDelay is how long node 3's routes hold each byte.
+const lagDelay = 20 * time.Millisecond
+
 func laggingReplica(t *testing.T, c *harness.NATSCluster, h natsHarness, n int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	for c.WaitStreamLeader(t, h.StreamName()) == 2 {
 		c.StepDown(h.StreamName())
 	}
-	c.LagLast(20 * time.Millisecond)
+	c.LagLast(lagDelay)
 	defer c.LagLast(0)
 	type write struct {
 		rv  core.ResourceVersion

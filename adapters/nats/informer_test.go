@@ -409,8 +409,11 @@ func TestKVBadPayload(t *testing.T) {
 	}
 }
 
-// A bucket deleted and created again restarts its revisions: the informer
-// must not take the new bucket's revisions for the old one's.
+// A bucket deleted and created again restarts its revisions: a watch
+// from a version of the old bucket must not take the new bucket's
+// revisions for the old one's (it expires, and a List reads the new
+// bucket). An informer that sees the bucket gone in between stops with a
+// permanent error instead (TestKVBucketDeletedIsPermanent).
 func TestKVBucketRecreated(t *testing.T) {
 	srv := harness.StartNATS(t)
 	js := srv.JetStream(t)
@@ -420,9 +423,11 @@ func TestKVBucketRecreated(t *testing.T) {
 	for i := range 3 {
 		put(ctx, kv, fmt.Sprintf("old%d", i), 1)
 	}
-	lw := newKVLW(t, js, kv.Bucket(), natsinformer.KVOptions[item]{IdleCheck: 100 * time.Millisecond})
-	inf, _ := startInformer[item](t, lw)
-	synced := lw.Lists() // a list retried before the first sync is not a relist
+	lw, err := natsinformer.NewKV(ctx, js, kv.Bucket(), natsinformer.KVOptions[item]{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rv := listAll[item](t, lw)
 	if err := js.DeleteKeyValue(ctx, kv.Bucket()); err != nil {
 		t.Fatal(err)
 	}
@@ -430,9 +435,16 @@ func TestKVBucketRecreated(t *testing.T) {
 	for i := range 5 { // past the old head, so that positions alone look fine
 		put(ctx, kv, fmt.Sprintf("new%d", i), 2)
 	}
-	converge(t, inf, itemVersion, func() map[string]int { return bucketState(t, kv, "") })
-	if n := lw.Lists(); n <= synced {
-		t.Errorf("informer listed %d times, want a relist of the new bucket", n)
+	err = lw.Watch(ctx, rv, core.WatchOptions[item]{Emit: func(evs []core.Event[item]) error {
+		t.Errorf("watch of the recreated bucket from the old one's version %d emitted %+v", rv, evs)
+		return nil
+	}})
+	if !errors.Is(err, core.ErrExpired) {
+		t.Fatalf("Watch(%d) on the recreated bucket: %v, want an error matching core.ErrExpired", rv, err)
+	}
+	listed, _ := listAll[item](t, lw)
+	if len(listed) != 5 || listed["new4"].N != 2 {
+		t.Fatalf("List of the recreated bucket: %v, want new0..new4", listed)
 	}
 }
 

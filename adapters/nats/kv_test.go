@@ -3,10 +3,12 @@ package natsinformer_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	natsinformer "github.com/dbinformer/dbinformer/adapters/nats"
@@ -146,5 +148,56 @@ func TestKVBookmarkOnRequest(t *testing.T) {
 	evs := w.wait(t, "a bookmark", hasRV[natstest.Obj](other))
 	if ev := evs[len(evs)-1]; ev.Type != core.Bookmark || ev.RV != other {
 		t.Fatalf("got %+v, want a Bookmark at %d", ev, other)
+	}
+}
+
+// The adapter reads the head and the "nothing pending" proof from the
+// stream leader only: it never sends a direct get, which any replica may
+// answer before it has stored the newest messages (issue 17). A plain
+// subscriber on the direct-get subjects sees every such request.
+func TestKVNoDirectGets(t *testing.T) {
+	srv := harness.StartNATS(t)
+	h := natstest.NewKV(t, natstest.Config{Server: srv, History: 1, IdleCheck: -1})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	spy := srv.Conn(t)
+	direct := make(chan string, 100)
+	for _, subj := range []string{"$JS.API.DIRECT.GET." + h.StreamName(), "$JS.API.DIRECT.GET." + h.StreamName() + ".>"} {
+		if _, err := spy.Subscribe(subj, func(m *nats.Msg) { direct <- m.Subject }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := spy.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if _, err := h.Put(ctx, fmt.Sprintf("k%d", i), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, rv := listAll(t, h.ListerWatcher())
+	// Rewrite every key (History 1 drops the listed values) and write
+	// outside the watch: the resumed watch skips sequences and checks each
+	// held key's last value; the bookmark proves nothing is pending.
+	var last core.ResourceVersion
+	for i := range 5 {
+		if _, err := h.Put(ctx, fmt.Sprintf("k%d", i), 2); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		if last, err = h.PutUnwatched(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := startWatch(t, h.ListerWatcher(), rv)
+	w.requestProgress()
+	w.wait(t, "a bookmark at the head", hasRV[natstest.Obj](last))
+	if err := spy.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case subj := <-direct:
+		t.Fatalf("the adapter sent a direct get (%s)", subj)
+	default:
 	}
 }

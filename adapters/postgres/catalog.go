@@ -125,3 +125,31 @@ func (s *Source) checkPublication(ctx context.Context, conn *pgx.Conn, st *table
 	}
 	return fmt.Errorf("postgres %s: publication %q does not include table %s (ALTER PUBLICATION %s ADD TABLE %s)", s.where(), s.pub, ident, pub, ident)
 }
+
+// checkPartitionFamily refuses a table whose partitioned root or partition
+// is already registered with a Source that publishes through the root: the
+// partition's changes would arrive under the root's name only.
+func (s *Source) checkPartitionFamily(ctx context.Context, conn *pgx.Conn, st *tableState) error {
+	rows, _ := conn.Query(ctx, `SELECT relid::oid, relid::regclass::text FROM pg_partition_ancestors($1::oid::regclass)
+		UNION SELECT relid::oid, relid::regclass::text FROM pg_partition_tree($1::oid::regclass)`, st.oid)
+	type rel struct {
+		oid  uint32
+		name string
+	}
+	family, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (rel, error) {
+		var r rel
+		err := row.Scan(&r.oid, &r.name)
+		return r, err
+	})
+	if err != nil {
+		return s.wrap("look up the partitions of "+st.ident.Sanitize(), err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range family {
+		if r.oid != st.oid && len(s.byOID[r.oid]) > 0 {
+			return fmt.Errorf("pginformer: table %s and %s are one partition tree: a Source's publication sends a partition's changes under its root's name (publish_via_partition_root), so they cannot be synced by one Source; use a Source for each", st.ident.Sanitize(), r.name)
+		}
+	}
+	return nil
+}

@@ -94,6 +94,14 @@ func TestPartitionedTable(t *testing.T) {
 		return nil
 	})
 
+	// A root and its partition on one Source: the partition would see
+	// nothing (its changes arrive under the root's name).
+	both := newSource(t, pg, pginformer.Options{})
+	newTable[partRow](t, both, "parts")
+	if _, err := pginformer.NewTable[partRow](ctxFor(t), both, "parts_eu", pginformer.TableOptions[partRow]{}); err == nil || !strings.Contains(err.Error(), "one partition tree") {
+		t.Errorf("NewTable of a partition beside its root on one Source: %v", err)
+	}
+
 	// A publication of the user's own, without publish_via_partition_root.
 	pg.Exec(t, "CREATE PUBLICATION leafwise FOR TABLE parts")
 	src := newSource(t, pg, pginformer.Options{Publication: "leafwise"})
@@ -435,4 +443,40 @@ func TestCloseEndsWithErrClosed(t *testing.T) {
 	if log := logBuf.String(); strings.Contains(log, "level=WARN") || strings.Contains(log, "level=ERROR") {
 		t.Errorf("a normal Close logged a warning:\n%s", log)
 	}
+}
+
+// TestPgHbaDocumentedLine: the package doc's pg_hba.conf advice holds: an
+// ordinary database line, without a "replication" line, lets the role list
+// and stream.
+func TestPgHbaDocumentedLine(t *testing.T) {
+	pg := harness.StartPostgres(t)
+	pg.Exec(t, `CREATE TABLE kv (id bigint PRIMARY KEY, v text NOT NULL); INSERT INTO kv VALUES (1, 'one')`)
+	conn := pg.Conn(t)
+	var hba string
+	if err := conn.QueryRow(ctxFor(t), "SHOW hba_file").Scan(&hba); err != nil {
+		t.Fatal(err)
+	}
+	// Only the documented line (and local trust for the harness's tools).
+	pg.Exec(t, fmt.Sprintf(`COPY (SELECT 'local all all trust' UNION ALL SELECT 'host all all 127.0.0.1/32 scram-sha-256') TO %s;
+		SELECT pg_reload_conf()`, "'"+strings.ReplaceAll(hba, "'", "''")+"'"))
+	var rules []string
+	rows, _ := conn.Query(ctxFor(t), "SELECT type || ' ' || array_to_string(database, ',') FROM pg_hba_file_rules")
+	if rules, _ = pgx.CollectRows(rows, pgx.RowTo[string]); len(rules) != 2 || slicesContain(rules, "replication") {
+		t.Fatalf("pg_hba.conf rules %v, want the two written", rules)
+	}
+	inf, _ := informer[kv](t, newTable[kv](t, newSource(t, pg, pginformer.Options{}), "kv"), nil)
+	rv := write(t, conn, "INSERT INTO kv VALUES (2, 'two')")
+	waitFor(t, inf, rv)
+	if err := cacheMatches(t, conn, "kv", inf); err != nil {
+		t.Error(err)
+	}
+}
+
+func slicesContain(ss []string, sub string) bool {
+	for _, s := range ss {
+		if strings.Contains(s, sub) {
+			return true
+		}
+	}
+	return false
 }

@@ -80,11 +80,13 @@ func (s *Source) exportSnapshot(ctx context.Context, repl *pgconn.PgConn, slot s
 }
 
 // snapshotFor runs read inside a snapshot that matches a position of the
-// stream, and returns that position, from which st's changes are kept. The
+// stream, and returns that position, from which st's changes are kept.
+// fresh tells read that the table had no state: it builds the known keys
+// and values, parked at the snapshot's version. The
 // first Lists of a session read inside the slot's own exported snapshot; a
 // later one inside the snapshot of a short-lived temporary helper slot.
 // The first call freezes the table set.
-func (s *Source) snapshotFor(ctx context.Context, st *tableState, read func(pgx.Tx, core.ResourceVersion) error) (core.ResourceVersion, error) {
+func (s *Source) snapshotFor(ctx context.Context, st *tableState, read func(tx pgx.Tx, rv core.ResourceVersion, fresh bool) error) (core.ResourceVersion, error) {
 	s.setupMu.Lock()
 	defer s.setupMu.Unlock()
 	s.mu.Lock()
@@ -119,11 +121,12 @@ func (s *Source) snapshotFor(ctx context.Context, st *tableState, read func(pgx.
 	}
 	if sess.snap != nil {
 		s.mu.Lock()
-		if !st.active {
+		fresh := !st.active
+		if fresh {
 			st.reset(sess.cp)
 		}
 		s.mu.Unlock()
-		if err := read(sess.snap.tx, sess.cp); err != nil {
+		if err := read(sess.snap.tx, sess.cp, fresh); err != nil {
 			return 0, err
 		}
 		sess.listed[st] = true
@@ -136,7 +139,8 @@ func (s *Source) snapshotFor(ctx context.Context, st *tableState, read func(pgx.
 		return sess.cp, nil
 	}
 	s.mu.Lock()
-	if !st.active {
+	fresh := !st.active
+	if fresh {
 		// From here on the stream keeps this table's transactions; the
 		// helper's consistent point below is at or after s.pos.
 		st.reset(s.pos)
@@ -152,13 +156,15 @@ func (s *Source) snapshotFor(ctx context.Context, st *tableState, read func(pgx.
 		return 0, err
 	}
 	defer sn.release()
-	if err := read(sn.tx, sn.cp); err != nil {
+	if err := read(sn.tx, sn.cp, fresh); err != nil {
 		return 0, err
 	}
 	s.mu.Lock()
-	if st.active {
+	if fresh && st.active {
 		// The table's state is now the snapshot's: what the stream kept
-		// up to it is in the rows read.
+		// up to it is in the rows read. (A table that was active keeps its
+		// state, which the stream moves in order, and its history, from
+		// which earlier Lists' watches go on.)
 		drop := st.firstAfter(sn.cp)
 		clear(st.batches[:drop])
 		st.batches = st.batches[drop:]

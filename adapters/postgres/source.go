@@ -102,10 +102,12 @@ type Source struct {
 	pos         core.ResourceVersion
 	lastTxn     core.ResourceVersion
 	progressReq bool
-	keepalives  uint64 // keepalives seen with no transaction open
-	resumable   bool   // a permanent slot's stream ended: resume it, keep the tables
-	closed      bool
-	changed     chan struct{} // closed and replaced whenever buffers or pos change
+	// Progress requests: numbered when made, sent to the server, answered
+	// by the next keepalive.
+	progressSeq, progressSent, progressDone uint64
+	resumable                               bool // a permanent slot's stream ended: resume it, keep the tables
+	closed                                  bool
+	changed                                 chan struct{} // closed and replaced whenever buffers or pos change
 }
 
 var (

@@ -62,7 +62,7 @@ func (s *Source) streamLoop(ctx context.Context, sess *session) error {
 	for {
 		s.mu.Lock()
 		ack := s.ackLocked()
-		reply := s.progressReq
+		reply, req := s.progressReq, s.progressSeq
 		s.progressReq = false
 		s.mu.Unlock()
 		// Report a moved position promptly but at most every 100ms, and
@@ -80,6 +80,11 @@ func (s *Source) streamLoop(ctx context.Context, sess *session) error {
 				return fmt.Errorf("send standby status: %w", err)
 			}
 			lastSent, lastSentAt = ack, time.Now()
+			if reply {
+				s.mu.Lock()
+				s.progressSent = req
+				s.mu.Unlock()
+			}
 		}
 		rctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 		msg, err := sess.repl.ReceiveMessage(rctx)
@@ -119,7 +124,9 @@ func (s *Source) streamLoop(ctx context.Context, sess *session) error {
 					if rv := core.ResourceVersion(ka.ServerWALEnd); rv > s.pos {
 						s.pos = rv
 					}
-					s.keepalives++
+					// A keepalive after a reply was requested answers the
+					// requests made before it.
+					s.progressDone = s.progressSent
 					s.notifyLocked()
 					s.mu.Unlock()
 				}
@@ -214,9 +221,13 @@ func (s *Source) lookup(relations map[uint32]*relation, id uint32) ([]*tableStat
 	return ts, relations[id]
 }
 
-// requestProgress asks the server for a keepalive carrying its WAL end.
-func (s *Source) requestProgress() {
+// requestProgress asks the server for a keepalive carrying its WAL end,
+// and returns the request's number: progressDone reaches it once a
+// keepalive after the request arrived.
+func (s *Source) requestProgress() uint64 {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.progressReq = true
-	s.mu.Unlock()
+	s.progressSeq++
+	return s.progressSeq
 }

@@ -94,6 +94,8 @@ func NewTable[T any](ctx context.Context, src *Source, table string, opts TableO
 		if err := src.checkPublication(ctx, conn, st); err != nil {
 			return nil, err
 		}
+	} else if err := src.checkPartitionFamily(ctx, conn, st); err != nil {
+		return nil, err
 	}
 	cols, err := columns(ctx, conn, st.oid)
 	if err != nil {
@@ -204,8 +206,8 @@ func (t *Table[T]) Skipped() int64 { return t.skipped.Load() }
 // snapshot of a short-lived temporary helper slot (RV = its consistent
 // point).
 func (t *Table[T]) List(ctx context.Context, sink core.ListSink[T]) (core.ResourceVersion, error) {
-	return t.src.snapshotFor(ctx, t.st, func(tx pgx.Tx, rv core.ResourceVersion) error {
-		return t.read(ctx, tx, rv, sink)
+	return t.src.snapshotFor(ctx, t.st, func(tx pgx.Tx, rv core.ResourceVersion, fresh bool) error {
+		return t.read(ctx, tx, rv, fresh, sink)
 	})
 }
 
@@ -233,9 +235,9 @@ func (u *undecodable) err(what string) error {
 	return core.Permanent(fmt.Errorf("%s: %d could not be decoded (first: %s); fix the data or the mapping, or set TableOptions.SkipUndecodable to leave such rows out: %w", what, u.n, strings.Join(reasons, "; "), u.first[0]))
 }
 
-// read emits every row of the table as seen by tx, and parks the table's
-// known keys and values at rv.
-func (t *Table[T]) read(ctx context.Context, tx pgx.Tx, rv core.ResourceVersion, sink core.ListSink[T]) error {
+// read emits every row of the table as seen by tx. When fresh it parks the
+// table's known keys and values at rv; otherwise the stream keeps them.
+func (t *Table[T]) read(ctx context.Context, tx pgx.Tx, rv core.ResourceVersion, fresh bool, sink core.ListSink[T]) error {
 	s, st := t.src, t.st
 	ident := st.ident.Sanitize()
 	// The columns as of the snapshot, less those left out.
@@ -259,9 +261,11 @@ func (t *Table[T]) read(ctx context.Context, tx pgx.Tx, rv core.ResourceVersion,
 			sink.Estimate(int64(n))
 		}
 	}
-	st.knownMu.Lock()
-	st.known = map[string][]knownValue{}
-	st.knownMu.Unlock()
+	if fresh {
+		st.knownMu.Lock()
+		st.known = map[string][]knownValue{}
+		st.knownMu.Unlock()
+	}
 	// Text format on both paths: the walsender prints values as text, and
 	// decoding the same text with the same pgtype.Map gives equal values.
 	rr := tx.Conn().PgConn().ExecParams(ctx, "SELECT "+strings.Join(sel, ", ")+" FROM "+ident, nil, nil, nil, nil)
@@ -300,9 +304,11 @@ func (t *Table[T]) read(ctx context.Context, tx pgx.Tx, rv core.ResourceVersion,
 		key, err := encodeKey(p, vals)
 		if err == nil {
 			ev.Key = key
-			st.knownMu.Lock()
-			st.remember(p, key, vals)
-			st.knownMu.Unlock()
+			if fresh {
+				st.knownMu.Lock()
+				st.remember(p, key, vals)
+				st.knownMu.Unlock()
+			}
 			err = t.m.decode(p, vals, &ev.Object)
 		}
 		if err != nil {

@@ -27,7 +27,6 @@ type tableState struct {
 	floor   core.ResourceVersion // oldest version a Watch may start from
 	applied core.ResourceVersion // acknowledged by a consumer
 	decoded core.ResourceVersion // the known keys and values reflect every batch up to here
-	watches int                  // watches running
 	// ackedChanges counts the changes of batches at or below applied.
 	ackedChanges int
 	batches      []*batch // streamed: unacknowledged ones, and some history before them

@@ -37,39 +37,31 @@ func (t *Table[T]) Watch(ctx context.Context, from core.ResourceVersion, opts co
 	}
 	s.mu.Unlock()
 	if err != nil {
-		return err
+		return stopped(ctx, err)
 	}
 	if err := s.ensureStreaming(ctx); err != nil {
-		if ctx.Err() != nil {
-			return core.Stopped(ctx)
-		}
-		return err
+		return stopped(ctx, err)
 	}
 	s.mu.Lock()
 	if err := check(); err != nil {
 		s.mu.Unlock()
-		return err
+		return stopped(ctx, err)
 	}
 	if s.streamErr != nil {
 		err := s.streamErr
 		s.mu.Unlock()
-		return err
+		return stopped(ctx, err)
 	}
 	gen := s.gen
-	st.watches++
 	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		st.watches--
-		s.mu.Unlock()
-	}()
 
 	// pgoutput says nothing when a table is dropped: look, now and then.
 	dropCheck := time.NewTimer(dropCheckEvery)
 	defer dropCheck.Stop()
 	pos := from
 	var buf []core.Event[T]
-	asked, answered := false, uint64(0) // a progress request, and the keepalive count when it came
+	var asked uint64 // the progress request to answer; 0: none
+	var lastDropCheck time.Time
 	for {
 		s.mu.Lock()
 		if ctx.Err() != nil {
@@ -115,54 +107,66 @@ func (t *Table[T]) Watch(ctx context.Context, from core.ResourceVersion, opts co
 			}
 			buf = append(buf[:0], evs...)
 			if err := opts.Emit(buf); err != nil {
-				return err
+				return stopped(ctx, err)
 			}
 			pos = b.rv
 			t.ack(pos)
 			continue
 		}
-		answer := asked && s.keepalives > answered
+		answer := asked != 0 && s.progressDone >= asked
 		if s.pos > pos || answer {
 			pos = max(pos, s.pos)
-			asked = false
+			if answer {
+				asked = 0
+			}
 			s.mu.Unlock()
 			buf = append(buf[:0], core.Event[T]{Type: core.Bookmark, RV: pos})
 			if err := opts.Emit(buf); err != nil {
-				return err
+				return stopped(ctx, err)
 			}
 			t.ack(pos)
 			continue
 		}
-		ch, seen := s.changed, s.keepalives
+		ch := s.changed
 		s.mu.Unlock()
 		select {
 		case <-ch:
 		case <-ctx.Done():
 			return core.Stopped(ctx)
 		case <-opts.Progress:
-			asked, answered = true, seen
-			s.requestProgress()
-			if err := s.checkDropped(ctx, st); err != nil {
-				if ctx.Err() != nil {
-					return core.Stopped(ctx)
+			asked = s.requestProgress()
+			if time.Since(lastDropCheck) >= dropCheckMin {
+				lastDropCheck = time.Now()
+				if err := s.checkDropped(ctx, st); err != nil {
+					return stopped(ctx, err)
 				}
-				return err
 			}
 		case <-dropCheck.C:
 			dropCheck.Reset(dropCheckEvery)
+			lastDropCheck = time.Now()
 			if err := s.checkDropped(ctx, st); err != nil {
-				if ctx.Err() != nil {
-					return core.Stopped(ctx)
-				}
-				return err
+				return stopped(ctx, err)
 			}
 		}
 	}
 }
 
 // dropCheckEvery is how often an idle watch checks that its table still
-// exists (it also checks at every progress request).
-const dropCheckEvery = 30 * time.Second
+// exists; it also checks at a progress request, at most every
+// dropCheckMin.
+const (
+	dropCheckEvery = 30 * time.Second
+	dropCheckMin   = time.Second
+)
+
+// stopped is what Watch returns for err: core.Stopped once ctx is done,
+// whatever failed meanwhile.
+func stopped(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return core.Stopped(ctx)
+	}
+	return err
+}
 
 // checkDropped returns a permanent error if st's table is gone. A failure
 // to look is not an error of the watch: the stream reports a dead server.

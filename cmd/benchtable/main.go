@@ -54,6 +54,8 @@ var rows = []row{
 	{"6 etcd watch of 100k changes vs raw clientv3: time", "Etcd/Watch", "ours-s", "", "raw-s", "≤", 1.2},
 	{"7 NATS KV initial sync of 100k keys vs raw KV watcher: time", "NATSKV/List", "ours-s", "", "raw-s", "≤", 1.2},
 	{"7 NATS KV 100k changes vs raw KV watcher: time", "NATSKV/Watch", "ours-s", "", "raw-s", "≤", 1.2},
+	{"7 NATS KV on a 3-node cluster (R3): initial sync of 100k keys vs raw KV watcher: time", "NATSKVCluster/List", "ours-s", "", "raw-s", "≤", 1.2},
+	{"7 NATS KV on a 3-node cluster (R3): 100k changes vs raw KV watcher: time", "NATSKVCluster/Watch", "ours-s", "", "raw-s", "≤", 1.2},
 }
 
 // results maps a sub-benchmark to its metrics, each the values of every run.
@@ -217,8 +219,12 @@ func main() {
 		from    = flag.String("from", "", "parse this saved go test output instead of running")
 		pkg     = flag.String("pkg", "./bench/", "package holding the benchmarks")
 		timeout = flag.String("timeout", "90m", "go test -timeout")
+		only    = flag.String("rows", "", "print only the rows whose title contains this (with -bench, e.g. WorkQueue)")
 	)
 	flag.Parse()
+	if *only != "" {
+		rows = slices.DeleteFunc(rows, func(r row) bool { return !strings.Contains(r.Title, *only) })
+	}
 	args := []string{"test", "-run", "^$", "-bench", *bench, "-benchmem", "-benchtime=1x",
 		"-count", strconv.Itoa(*count), "-timeout", *timeout}
 	if *short {

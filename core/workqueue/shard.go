@@ -16,7 +16,9 @@ const (
 // entries, so Get needs no lookup. States never move: they live in chunks
 // that are never copied. Indexes rather than pointers keep the chunks free
 // of pointers for the garbage collector, which would otherwise resolve one
-// interior pointer per slot, entry and index slot at every cycle.
+// interior pointer per slot, entry and index slot at every cycle; and since
+// the key is here, slots, delay entries and index slots hold no pointer at
+// all and are not scanned.
 //
 // A state is guarded by its key's shard lock. Invariant: seq != 0 exactly
 // when the item has a live ready-queue slot, which is exactly when it is
@@ -29,7 +31,8 @@ const (
 // and insert per item. Idle states are swept once they could make up half
 // of the states (see sweepLocked), so memory stays proportional to the
 // keys in use.
-type itemState struct {
+type itemState[K comparable] struct {
+	key   K
 	seq   uint64 // seq of the live ready-queue slot, 0 if none
 	wseq  uint64 // seq of the live delay-heap entry
 	at    int64  // ready time of the live delay-heap entry
@@ -86,10 +89,29 @@ func chunkLen(c int) int {
 	return 1 << (chunk0Bits + c - 1)
 }
 
-func (q *Queue[K]) state(idx int32) *itemState {
-	c, off := stateLoc(idx)
-	return &q.chunks[c][off]
+// stateTable holds every state of a queue. A chunk's slice header is
+// written once, under the queue's lock, before any index into it is handed
+// out, and a state is only read under its shard's lock.
+type stateTable[K comparable] struct {
+	chunks [numChunks][]itemState[K]
+	next   int32 // states ever allocated
 }
+
+func (t *stateTable[K]) at(idx int32) *itemState[K] {
+	c, off := stateLoc(idx)
+	return &t.chunks[c][off]
+}
+
+func (t *stateTable[K]) alloc() int32 {
+	idx := t.next
+	if c, off := stateLoc(idx); off == 0 {
+		t.chunks[c] = make([]itemState[K], chunkLen(c))
+	}
+	t.next++
+	return idx
+}
+
+func (q *Queue[K]) state(idx int32) *itemState[K] { return q.table.at(idx) }
 
 func (q *Queue[K]) newStateLocked() int32 {
 	q.states++
@@ -101,20 +123,16 @@ func (q *Queue[K]) newStateLocked() int32 {
 		q.free = q.free[:n-1]
 		return idx
 	}
-	idx := q.nextState
-	if c, off := stateLoc(idx); off == 0 {
-		q.chunks[c] = make([]itemState, chunkLen(c))
-	}
-	q.nextState++
-	return idx
+	return q.table.alloc()
 }
 
 // acquireLocked returns item's state index, holding both locks, allocating
-// a zero state for a key the shard does not track yet.
+// a state for a key the shard does not track yet.
 func (q *Queue[K]) acquireLocked(sh *shard[K], item K, h uint64) int32 {
-	slot, found := sh.index.findOrInsert(h, item)
+	slot, found := sh.index.findOrInsert(h, item, &q.table)
 	if !found {
 		slot.ref = q.newStateLocked() + 1
+		q.state(slot.ref - 1).key = item
 	}
 	return slot.ref - 1
 }
@@ -128,19 +146,20 @@ func (q *Queue[K]) acquireLocked(sh *shard[K], item K, h uint64) int32 {
 func (q *Queue[K]) sweepLocked() {
 	q.sweepDue = false
 	q.lockShards()
-	var idle []indexSlot[K]
+	var idle []int32
 	for i := range q.shards {
 		sh := &q.shards[i]
 		idle = idle[:0]
 		for _, s := range sh.index.slots {
 			if s.ref != 0 && q.state(s.ref-1).flags == 0 {
-				idle = append(idle, s)
+				idle = append(idle, s.ref-1)
 			}
 		}
-		for _, s := range idle {
-			sh.index.delete(s.hash, s.key)
-			*q.state(s.ref - 1) = itemState{}
-			q.free = append(q.free, s.ref-1)
+		for _, idx := range idle {
+			st := q.state(idx)
+			sh.index.delete(q.hash(st.key), st.key, &q.table)
+			*st = itemState[K]{}
+			q.free = append(q.free, idx)
 		}
 		q.states -= len(idle)
 	}

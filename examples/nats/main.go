@@ -147,11 +147,18 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	defer func() { stopInformer(); wg.Wait() }()
 
 	start := time.Now()
-	if err := waitForSync(ctx, cfg.syncTimeout, items); err != nil {
+	// A source that keeps failing (a missing privilege, say) is retried
+	// with backoff by the informer; the timeout turns that into an error
+	// that says why (the last list error). Ctrl-C during the wait is a
+	// clean stop.
+	if err := core.WaitForCacheSyncTimeout(ctx, cfg.syncTimeout, items); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return err
 	}
 	fmt.Fprintf(out, "synced %d items from bucket %q at revision %d in %v\n",
-		items.Indexer().Len(), cfg.bucket, items.LastSyncResourceVersion(), time.Since(start).Round(time.Millisecond))
+		items.Indexer().Len(), cfg.bucket, items.AppliedVersion(), time.Since(start).Round(time.Millisecond))
 
 	ln, err := net.Listen("tcp", cfg.listen)
 	if err != nil {
@@ -236,26 +243,6 @@ func initBucket(ctx context.Context, js jetstream.JetStream, cfg config) error {
 		if _, err := kv.Create(ctx, it.SKU, b); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 			return fmt.Errorf("-init item %s: %w", it.SKU, err)
 		}
-	}
-	return nil
-}
-
-// waitForSync waits for the initial sync of every informer. A source that
-// keeps failing (a missing privilege, say) is retried with backoff forever
-// by the informer; the timeout turns that into an error that says why: the
-// last list error. Ctrl-C during the wait is a clean stop (nil).
-func waitForSync(ctx context.Context, timeout time.Duration, informers ...core.CacheSyncWaiter) error {
-	syncCtx := ctx
-	if timeout > 0 {
-		var cancel context.CancelFunc
-		syncCtx, cancel = context.WithTimeout(ctx, timeout)
-		defer cancel()
-	}
-	if err := core.WaitForCacheSync(syncCtx, informers...); err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("initial sync did not finish within %v: %w", timeout, err)
 	}
 	return nil
 }

@@ -143,15 +143,11 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		return fmt.Errorf("initial sync: %w", err) // says why: the last list error
 	}
 	progress.done()
-	for !reg.HasSynced() { // the handler has received every initial add
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
+	if err := reg.WaitForCacheSync(ctx); err != nil { // the handler has received every initial add
+		return err
 	}
 	fmt.Fprintf(out, "cache synced: %d orders at revision %d in %v (handlers saw %d initial adds)\n",
-		len(informer.Lister().List(nil)), informer.LastSyncResourceVersion(), time.Since(start).Round(time.Millisecond), initialAdds.Load())
+		len(informer.Lister().List(nil)), informer.AppliedVersion(), time.Since(start).Round(time.Millisecond), initialAdds.Load())
 
 	// 3. Index queries: no scan, no round trip.
 	open, _ := informer.Lister().ByIndex("status", "open")

@@ -1,9 +1,3 @@
-//go:build reliability_port
-
-// Built only with -tags reliability_port until the adapters' renamed API
-// (WAVE2-PLAN.md) lands on main; then it moves to that API and
-// informertest (kit helper).
-
 package reliability_test
 
 // Bad inputs and names that the adapters' own tests do not cover (see the
@@ -195,8 +189,9 @@ func TestNATSHostileNames(t *testing.T) {
 	}
 }
 
-// Postgres: a row whose primary key is the empty string is reported (the
-// core has no place for an empty key), never silently dropped; a 4 MiB
+// Postgres: a row whose primary key is the empty string fails the List
+// for good by default, and with SkipUndecodable is reported (the core has
+// no place for an empty key), never silently dropped; a 4 MiB
 // TOASTed value and a 2 KiB key arrive intact through the list and the
 // stream; a schema whose name holds a quote, a semicolon, a dot and a space
 // is quoted everywhere.
@@ -227,9 +222,19 @@ func TestPostgresEmptyAndHugeKeysAndValues(t *testing.T) {
 		K string `db:"k"`
 		V string `db:"v"`
 	}
-	table, err := pginformer.NewTable[row](ctx, src, "t", pginformer.TableOptions[row]{Schema: schema})
+	// By default a row that cannot be keyed fails the List for good,
+	// naming why; with SkipUndecodable it is reported and left out.
+	strict, err := pginformer.NewTable[row](ctx, src, "t", pginformer.TableOptions[row]{Schema: schema})
 	if err != nil {
 		t.Fatal(err)
+	}
+	table, err := pginformer.NewTable[row](ctx, src, "t", pginformer.TableOptions[row]{Schema: schema, SkipUndecodable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = strict.List(ctx, core.ListSink[row]{Emit: func(core.Event[row]) error { return nil }})
+	if !errors.Is(err, core.ErrPermanent) || !strings.Contains(err.Error(), "primary key is empty") {
+		t.Errorf("List of a table with an empty primary key, without SkipUndecodable: %v; want a permanent error naming the empty key", err)
 	}
 	inf, e := informertest.Run[row](t, table, core.InformerOptions[row]{})
 

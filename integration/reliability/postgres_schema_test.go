@@ -85,6 +85,7 @@ type matrixTable struct {
 	name  string
 	cols  []string // compared, in the struct's order; the key columns first
 	key   int      // how many leading columns form the primary key
+	late  bool
 	start func()
 	cache func() []map[string]*string
 	wait  func(rv core.ResourceVersion)
@@ -108,7 +109,7 @@ func rowText(v any) map[string]*string {
 }
 
 // startMatrixTable registers the table; its informer starts with
-// mt.start (at once unless late).
+// mt.start, once every table is registered.
 func startMatrixTable[T any](t *testing.T, src *pginformer.Source, name string, key int, late bool) *matrixTable {
 	t.Helper()
 	tbl, err := pginformer.NewTable[T](context.Background(), src, name, pginformer.TableOptions[T]{})
@@ -132,9 +133,7 @@ func startMatrixTable[T any](t *testing.T, src *pginformer.Source, name string, 
 		}
 		mt.wait = func(rv core.ResourceVersion) { informertest.WaitFor(t, inf, rv) }
 	}
-	if !late {
-		mt.start()
-	}
+	mt.late = late
 	return mt
 }
 
@@ -344,6 +343,11 @@ func runSchemaMatrix(t *testing.T, seed uint64) {
 		startMatrixTable[mMisc](t, src, "m_misc", 1, false),
 		startMatrixTable[mCK](t, src, "m_ck", 2, false),
 		late,
+	}
+	for _, mt := range tables {
+		if !mt.late {
+			mt.start()
+		}
 	}
 	ops := 120
 	for i := range ops {

@@ -7,8 +7,12 @@
 // Most tests need only NewConfigMaps:
 //
 //	kube := harness.StartKube(t)
-//	h := kubetest.NewConfigMaps(t, kube, kubetest.Options{})
-//	conformance.Run(t, h)
+//	conformance.Run(t, caps, func(t *testing.T) conformance.Harness[*corev1.ConfigMap] {
+//		return kubetest.NewConfigMaps(t, kube, kubetest.Options{})
+//	})
+//
+// NewWidgets is the same over a custom resource read through the dynamic
+// client, and can also remove the resource (conformance.Dropper).
 //
 // Each harness watches one fresh namespace through its own TCP proxy
 // (integration/proxy), so that Faults can cut the informer off while writes,

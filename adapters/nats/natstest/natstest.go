@@ -276,10 +276,12 @@ func (b *base) Inject(t testing.TB, ctx context.Context, f conformance.Fault) (e
 		b.cfg.Server.Stop()
 		return func() { b.cfg.Server.Restart(t) }, false
 	case f == conformance.Restart:
+		// The stream leader's node: the others elect a new leader and
+		// keep taking writes, unless the writer's own node is the one down.
 		c := b.cfg.Cluster
 		i := c.WaitStreamLeader(t, b.name)
 		c.Nodes[i].Stop()
-		return func() { c.Nodes[i].Restart(t); c.WaitReady(t) }, true
+		return func() { c.Nodes[i].Restart(t); c.WaitReady(t) }, i != b.cfg.WriteNode
 	case f == StepDown && b.cfg.Cluster != nil:
 		b.cfg.Cluster.StepDown(b.name)
 		return nil, true
