@@ -24,6 +24,7 @@ fuzz:
 # from the nested module tools/kube-apiserver into ~/.cache/dbinformer (only
 # when missing or stale; a cold build takes ~15 minutes on 2 cores).
 deps: postgres kube-apiserver
+	bash scripts/ensure-chromium.sh
 
 postgres:
 	bash scripts/ensure-postgres.sh

@@ -2,6 +2,7 @@ package bench_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"slices"
 	"strconv"
@@ -15,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
-	"github.com/dbinformer/dbinformer/adapters/postgres"
+	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/integration/harness"
 )
@@ -46,13 +47,13 @@ type streamRow struct {
 	V     string `db:"v"`
 }
 
-func newPGTable[T any](b *testing.B, pg *harness.Postgres, table string) (*postgres.Source, *postgres.Table[T]) {
+func newPGTable[T any](b *testing.B, pg *harness.Postgres, table string) (*pginformer.Source, *pginformer.Table[T]) {
 	b.Helper()
-	src, err := postgres.NewSource(context.Background(), postgres.Config{ConnString: pg.ConnString()})
+	src, err := pginformer.NewSource(context.Background(), pg.ConnString(), pginformer.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	tbl, err := postgres.NewTable[T](context.Background(), src, "", table)
+	tbl, err := pginformer.NewTable[T](context.Background(), src, table, pginformer.TableOptions[T]{})
 	if err != nil {
 		src.Close()
 		b.Fatal(err)
@@ -96,15 +97,15 @@ func BenchmarkPostgres(b *testing.B) {
 		}
 		copyAll() // warm the buffer cache for both sides
 		var (
-			src    *postgres.Source
-			tbl    *postgres.Table[pgRow]
+			src    *pginformer.Source
+			tbl    *pginformer.Table[pgRow]
 			listed int
 		)
 		ours := side{name: "ours", n: rows, unit: "row",
 			prepare: func() { src, tbl = newPGTable[pgRow](b, pg, "sync_rows") },
 			run: func() {
 				listed = 0
-				if _, err := tbl.List(ctx, core.ListOptions[pgRow]{Emit: func(ev core.Event[pgRow]) error {
+				if _, err := tbl.List(ctx, core.ListSink[pgRow]{Emit: func(ev core.Event[pgRow]) error {
 					if ev.Err != nil {
 						return ev.Err
 					}
@@ -151,42 +152,45 @@ func BenchmarkPostgres(b *testing.B) {
 			pg.Exec(b, "INSERT INTO decode_rows "+pgRowsFrom(lo, lo+decodeRows-1))
 		}
 		var (
-			src    *postgres.Source
-			w      core.Watcher[pgRow]
-			cancel context.CancelFunc
-			wctx   context.Context
+			src  *pginformer.Source
+			tbl  *pginformer.Table[pgRow]
+			from core.ResourceVersion
 		)
 		ours := side{name: "ours", n: decodeRows, unit: "row",
 			prepare: func() {
-				var tbl *postgres.Table[pgRow]
 				src, tbl = newPGTable[pgRow](b, pg, "decode_rows")
-				rv, err := tbl.List(ctx, core.ListOptions[pgRow]{Emit: func(core.Event[pgRow]) error { return nil }})
-				if err != nil {
-					b.Fatal(err)
-				}
-				wctx, cancel = context.WithCancel(ctx)
-				if w, err = tbl.Watch(wctx, rv); err != nil {
+				var err error
+				if from, err = tbl.List(ctx, core.ListSink[pgRow]{Emit: func(core.Event[pgRow]) error { return nil }}); err != nil {
 					b.Fatal(err)
 				}
 				insert()
 			},
 			run: func() {
-				for n := 0; n < decodeRows; {
-					batch, err := w.Next(wctx)
-					if err != nil {
-						b.Fatal(err)
-					}
+				// The watch decodes the transaction into structs; it ends
+				// once every row of it was emitted.
+				wctx, cancel := context.WithCancel(ctx)
+				defer cancel()
+				n := 0
+				errDone := errors.New("done")
+				err := tbl.Watch(wctx, from, core.WatchOptions[pgRow]{Emit: func(batch []core.Event[pgRow]) error {
 					for _, ev := range batch {
 						if ev.Err != nil {
-							b.Fatal(ev.Err)
+							return ev.Err
 						}
 						if ev.Type == core.Added {
 							n++
 						}
 					}
+					if n >= decodeRows {
+						return errDone
+					}
+					return nil
+				}})
+				if !errors.Is(err, errDone) {
+					b.Fatal(err)
 				}
 			},
-			finish: func() { w.Stop(); cancel(); src.Close(); src, w = nil, nil }}
+			finish: func() { src.Close(); src, tbl = nil, nil }}
 		var (
 			repl  *pgconn.PgConn
 			start pglogrepl.LSN

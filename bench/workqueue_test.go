@@ -53,7 +53,9 @@ func wqKeySet() []string {
 }
 
 // BenchmarkWorkQueue: one run is a whole workload, reported as items/s;
-// the two queues alternate for 5 rounds and each reports its medians.
+// the two queues alternate for 11 rounds (fewer left the medians at the
+// mercy of a burst of load on the shared machine) and each reports its
+// medians.
 //   - AddGetDone: one goroutine adds the 10,000 keys, then Gets and Dones
 //     them, 100 rounds (1,000,000 items).
 //   - Parallel8x8: 8 producers add 1,000,000 keys drawn from 10,000 while 8
@@ -63,7 +65,7 @@ func wqKeySet() []string {
 //     holding 100,000 delayed items, until all are in the delay heap.
 func BenchmarkWorkQueue(b *testing.B) {
 	keys := wqKeySet()
-	rounds := size(5, 1)
+	rounds := size(11, 1)
 	sides := func(mk func(name string, str func() queue[string], num func() queue[int]) side) []side {
 		var out []side
 		for _, qq := range queues {

@@ -209,3 +209,31 @@ func TestFailedRelistInfersNothing(t *testing.T) {
 		}
 	})
 }
+
+// A first list that fails half way leaves what it queued; the retry is
+// then a relist and deletes what it no longer lists.
+func TestRetriedInitialListDeletesWhatTheFailedOneLeft(t *testing.T) {
+	bothQueues(t, func(t *testing.T, known *Indexer[string], q Queue[string]) {
+		boom := errors.New("connection reset")
+		err := q.Replace(context.Background(), func(put func(Delta[string]) error) (ResourceVersion, error) {
+			return 0, errors.Join(put(Delta[string]{Key: "gone", Object: "g1"}), boom)
+		})
+		if !errors.Is(err, boom) {
+			t.Fatalf("Replace = %v", err)
+		}
+		// The item is in flight while the retry begins.
+		must(t, q.Pop(context.Background(), func(ds []Delta[string], initial bool) error {
+			if !initial {
+				t.Error("an item of a failed first list is not initial")
+			}
+			must(t, qreplace(q, []Event[string]{add("kept", "k1", 0)}, 9))
+			return known.Add(ds[0].Key, ds[0].Object)
+		}))
+		if got := popAll(t, q); !reflect.DeepEqual(got, []string{"Replaced kept=k1", "Deleted gone=g1 (unknown)"}) {
+			t.Fatalf("after the retry got %v", got)
+		}
+		if !q.HasSynced() || q.AppliedVersion() != 9 {
+			t.Fatalf("synced %v at %d, want true at 9", q.HasSynced(), q.AppliedVersion())
+		}
+	})
+}

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -128,7 +129,14 @@ type healingLW struct {
 	healed chan struct{}
 }
 
-func (h healingLW) Healed() <-chan struct{} { return h.healed }
+func (h healingLW) WaitHealed(ctx context.Context) error {
+	select {
+	case <-h.healed:
+		return nil
+	case <-ctx.Done():
+		return Stopped(ctx)
+	}
+}
 
 func TestHealCutsABackoffShort(t *testing.T) {
 	lw := healingLW{newFakeLW(), make(chan struct{})}
@@ -140,6 +148,30 @@ func TestHealCutsABackoffShort(t *testing.T) {
 	started(t, inf)
 	lw.listErr(t, 0, errors.New("no leader"))
 	close(lw.healed)
+	lw.list(t, 5)
+	must(t, inf.WaitForCacheSync(testCtx(t)))
+}
+
+// notDownLW answers every heal wait with "it never was down".
+type notDownLW struct{ *fakeLW }
+
+func (notDownLW) WaitHealed(context.Context) error { return errors.New("not down") }
+
+func TestAHealWaitThatFailsKeepsTheBackoff(t *testing.T) {
+	lw := notDownLW{newFakeLW()}
+	fc := clock.NewFake(t0)
+	inf := NewSharedIndexInformer[string](lw, InformerOptions[string]{
+		Clock:        fc,
+		Backoff:      Backoff{Initial: time.Hour, Max: time.Hour, Jitter: -1},
+		ErrorHandler: func(error) {},
+	})
+	started(t, inf)
+	lw.listErr(t, 0, errors.New("permission denied"))
+	eventually(t, "backoff timer", func() bool { return fc.Waiters() == 1 })
+	if n := lw.listCalls.Load(); n != 1 {
+		t.Fatalf("%d lists before the backoff ended, want 1", n)
+	}
+	fc.Step(time.Hour)
 	lw.list(t, 5)
 	must(t, inf.WaitForCacheSync(testCtx(t)))
 }

@@ -164,14 +164,17 @@ type ProgressReporter interface {
 	ReportsProgress() bool
 }
 
-// HealNotifier is implemented by a ListerWatcher that can tell when its
+// HealWaiter is implemented by a ListerWatcher that can tell when its
 // source is reachable again after a failure (a client reconnected, a leader
-// was elected, the server answered a probe). Healed returns a channel that
-// is closed the next time that happens after the call; the reflector waits
-// on it beside its backoff timer, so that an informer retries as soon as
-// the source is back instead of finishing a long sleep.
-type HealNotifier interface {
-	Healed() <-chan struct{}
+// was elected, the server answered a probe). While the reflector backs off
+// after a failed List or Watch, it runs WaitHealed beside its sleep and
+// retries at once when WaitHealed returns nil: the source was down and is
+// back. Any error (the source never was down, a permanent failure, ctx
+// done: the reflector cancels ctx when the sleep ends) leaves the sleep as
+// it is, so that a source that answers and fails, again and again, still
+// backs off.
+type HealWaiter interface {
+	WaitHealed(ctx context.Context) error
 }
 
 // HeadReader is implemented by a ListerWatcher that can tell the newest

@@ -13,9 +13,36 @@ import (
 // pending deltas.
 type DeltaFIFO[T any] struct {
 	queueBase
-	items map[string][]Delta[T]
-	queue []string
-	known KeyLister[T]
+	items  map[string][]Delta[T]
+	queue  []string
+	known  KeyLister[T]
+	flight []Delta[T] // the deltas Pop's process holds, all of one key
+	// changes holds the version of every change queued or in flight:
+	// per-key grouping pops out of version order.
+	changes versionSet
+}
+
+func (f *DeltaFIFO[T]) queued(d *Delta[T]) {
+	queuedDelta(&f.wm, d)
+	if d.change() {
+		f.changes.add(d.RV)
+	}
+}
+
+func (f *DeltaFIFO[T]) done(d *Delta[T]) {
+	doneDelta(&f.wm, d)
+	if d.change() {
+		f.changes.remove(d.RV)
+	}
+}
+
+func (f *DeltaFIFO[T]) appliedLocked() ResourceVersion { return f.wm.applied(f.changes.min()) }
+
+// AppliedVersion implements Queue.
+func (f *DeltaFIFO[T]) AppliedVersion() ResourceVersion {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.appliedLocked()
 }
 
 // NewDeltaFIFO returns an empty DeltaFIFO. known is the consumer's cache
@@ -35,10 +62,10 @@ func NewDeltaFIFO[T any](known KeyLister[T]) *DeltaFIFO[T] {
 
 func (f *DeltaFIFO[T]) queueLocked(d Delta[T]) {
 	deltas, exists := f.items[d.Key]
-	queuedDelta(&f.wm, &d)
+	f.queued(&d)
 	deltas = append(deltas, d)
 	if dropped, ok := dedupDeltas(&deltas); ok {
-		doneDelta(&f.wm, &dropped)
+		f.done(&dropped)
 	}
 	if !exists {
 		f.queue = append(f.queue, d.Key)
@@ -111,9 +138,9 @@ func (f *DeltaFIFO[T]) Add(deltas []Delta[T], rv ResourceVersion) error {
 // the deletes it infers follow them.
 func (f *DeltaFIFO[T]) Replace(ctx context.Context, list ListFunc[T]) error {
 	f.mu.Lock()
-	f.wm.beginList()
+	f.wm.beginList(f.appliedLocked())
 	var seen map[string]struct{}
-	if len(f.queue) > 0 || !knownEmpty(f.known) {
+	if len(f.queue) > 0 || f.inflight || !knownEmpty(f.known) {
 		seen = map[string]struct{}{}
 	}
 	f.mu.Unlock()
@@ -152,13 +179,25 @@ func (f *DeltaFIFO[T]) Replace(ctx context.Context, list ListFunc[T]) error {
 }
 
 // inferDeletesLocked queues a FinalStateUnknown delete for every key that
-// is queued or cached and was not listed.
+// is in flight, queued or cached and was not listed.
 func (f *DeltaFIFO[T]) inferDeletesLocked(seen map[string]struct{}, rv ResourceVersion) {
-	for _, k := range f.queue {
+	keys := f.queue
+	if len(f.flight) > 0 {
+		if k := f.flight[0].Key; f.items[k] == nil {
+			keys = append(keys[:len(keys):len(keys)], k)
+		}
+	}
+	for _, k := range keys {
 		if _, ok := seen[k]; ok {
 			continue
 		}
 		pending := f.items[k]
+		if pending == nil { // in flight only
+			pending = f.flight
+			if pending[len(pending)-1].Type == DeltaDeleted {
+				continue // on its way out already
+			}
+		}
 		last := pending[len(pending)-1]
 		if last.Type == DeltaSync {
 			// Key-only: take the state from the cache, if it has any.
@@ -226,12 +265,14 @@ func (f *DeltaFIFO[T]) Pop(ctx context.Context, process PopProcessFunc[T]) error
 	initial := f.initialLocked()
 	counts := f.initialCount > 0
 	notify(f.room)
+	f.inflight, f.flight = true, deltas
 	f.mu.Unlock()
 
 	err := process(deltas, initial)
 
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.inflight, f.flight = false, nil
 	if counts {
 		f.initialCount--
 	}
@@ -246,7 +287,7 @@ func (f *DeltaFIFO[T]) Pop(ctx context.Context, process PopProcessFunc[T]) error
 	// Processed, or dropped because newer deltas of the key arrived
 	// meanwhile (client-go).
 	for k := range deltas {
-		doneDelta(&f.wm, &deltas[k])
+		f.done(&deltas[k])
 	}
 	f.changedLocked()
 	return err

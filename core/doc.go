@@ -25,7 +25,8 @@
 // stops the informer (Run and WaitForCacheSync return it); any other
 // failure backs off (Backoff: exponential, jitter within the cap, back to
 // the first step as soon as a watch moves the version again) and resumes
-// the watch from the last version, without relisting.
+// the watch from the last version, without relisting; a ListerWatcher that
+// implements HealWaiter cuts that wait short once its source is back.
 // Each watch is cancelled after a random time in [MinWatchTimeout,
 // 2×MinWatchTimeout) and reopened from the last version. A batch whose
 // versions go backwards is not applied (*OrderError) and the reflector

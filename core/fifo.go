@@ -10,8 +10,15 @@ import (
 // before key A's earlier one. It is the informer's default queue.
 type FIFO[T any] struct {
 	queueBase
-	items    []Delta[T]
-	head     int
+	items  []Delta[T]
+	head   int
+	flight []Delta[T] // the run Pop's process holds
+	// flightMin is the version of the first change in flight (0: none).
+	flightMin ResourceVersion
+	// cursor is at or before the first change among the pending deltas:
+	// deltas arrive in version order, so that change has the smallest
+	// pending version (see minChangeLocked).
+	cursor   int
 	known    KeyLister[T]
 	scratch  []Delta[T]
 	maxBatch int
@@ -53,11 +60,11 @@ func (f *FIFO[T]) Add(deltas []Delta[T], rv ResourceVersion) error {
 // the deletes it infers follow them.
 func (f *FIFO[T]) Replace(ctx context.Context, list ListFunc[T]) error {
 	f.mu.Lock()
-	f.wm.beginList()
+	f.wm.beginList(f.appliedLocked())
 	// The first list into an empty queue and cache has nothing to compare
 	// with: it keeps no set of the keys it saw.
 	var seen map[string]struct{}
-	if len(f.pending()) > 0 || !knownEmpty(f.known) {
+	if len(f.pending()) > 0 || f.inflight || !knownEmpty(f.known) {
 		seen = map[string]struct{}{}
 	}
 	f.mu.Unlock()
@@ -96,21 +103,24 @@ func (f *FIFO[T]) Replace(ctx context.Context, list ListFunc[T]) error {
 }
 
 // inferDeletesLocked queues a FinalStateUnknown delete for every key that
-// is queued or cached and was not listed.
+// is in flight, queued or cached and was not listed.
 func (f *FIFO[T]) inferDeletesLocked(seen map[string]struct{}, rv ResourceVersion) {
-	lastQueued := map[string]int{}
+	lastQueued := map[string]*Delta[T]{}
 	var order []string
-	for i, d := range f.pending() {
-		if _, dup := lastQueued[d.Key]; !dup {
-			order = append(order, d.Key)
+	for _, run := range [][]Delta[T]{f.flight, f.pending()} {
+		for i := range run {
+			d := &run[i]
+			if _, dup := lastQueued[d.Key]; !dup {
+				order = append(order, d.Key)
+			}
+			lastQueued[d.Key] = d
 		}
-		lastQueued[d.Key] = f.head + i
 	}
 	for _, k := range order {
 		if _, ok := seen[k]; ok {
 			continue
 		}
-		last := f.items[lastQueued[k]]
+		last := *lastQueued[k]
 		switch last.Type {
 		case DeltaDeleted:
 			continue // on its way out already
@@ -133,6 +143,33 @@ func (f *FIFO[T]) inferDeletesLocked(seen map[string]struct{}, rv ResourceVersio
 		f.appendLocked(Delta[T]{Type: DeltaDeleted, Key: k, Object: obj, HasObject: true, FinalStateUnknown: true, RV: rv})
 		return true
 	})
+}
+
+// minChangeLocked returns the smallest version of a change in flight or
+// pending. Changes are queued in version order, so it is the first change
+// of the run in flight, or else the first pending change; the cursor makes
+// finding it O(1) amortized, however many list or sync deltas lie ahead.
+func (f *FIFO[T]) minChangeLocked() (ResourceVersion, bool) {
+	if f.flightMin > 0 {
+		return f.flightMin, true
+	}
+	f.cursor = max(f.cursor, f.head)
+	for f.cursor < len(f.items) && !f.items[f.cursor].change() {
+		f.cursor++
+	}
+	if f.cursor == len(f.items) {
+		return 0, false
+	}
+	return f.items[f.cursor].RV, true
+}
+
+func (f *FIFO[T]) appliedLocked() ResourceVersion { return f.wm.applied(f.minChangeLocked()) }
+
+// AppliedVersion implements Queue.
+func (f *FIFO[T]) AppliedVersion() ResourceVersion {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.appliedLocked()
 }
 
 // Resync implements Queue.
@@ -192,24 +229,33 @@ func (f *FIFO[T]) Pop(ctx context.Context, process PopProcessFunc[T]) error {
 	clear(f.items[f.head : f.head+n])
 	f.head += n
 	if f.head == len(f.items) {
-		f.items, f.head = f.items[:0], 0
+		f.items, f.head, f.cursor = f.items[:0], 0, 0
 	} else if f.head > 1024 && f.head*2 > len(f.items) {
 		m := copy(f.items, f.items[f.head:])
 		clear(f.items[m:])
+		f.cursor = max(f.cursor-f.head, 0)
 		f.items, f.head = f.items[:m], 0
 	}
 	notify(f.room)
+	f.inflight, f.flight, f.flightMin = true, batch, 0
+	for i := range batch {
+		if batch[i].change() {
+			f.flightMin = max(batch[i].RV, 1)
+			break
+		}
+	}
 	f.mu.Unlock()
 
 	err := process(batch, initial)
 
 	f.mu.Lock()
+	f.inflight, f.flight, f.flightMin = false, nil, 0
 	if errors.Is(err, ErrRequeue) {
 		// Back at the front, in order: the queue promises arrival order.
 		// The deltas never left the watermark.
 		rest := append(batch, f.items[f.head:]...)
 		f.items = append(f.items[:0], rest...)
-		f.head = 0
+		f.head, f.cursor = 0, 0
 	} else {
 		if f.initialCount > 0 {
 			f.initialCount -= n

@@ -239,12 +239,14 @@ func (i *SharedIndexInformer[T]) processLoop(ctx context.Context) {
 // followQueue reports the applied version and notices the sync, whenever
 // the queue says they may have moved.
 func (i *SharedIndexInformer[T]) followQueue(ctx context.Context) {
+	// Both queues kick without allocating; Changed would make a channel
+	// per change.
+	kicks := i.queue.(interface{ kicks() <-chan struct{} }).kicks()
 	for {
-		ch := i.queue.Changed()
 		i.checkSynced()
 		i.met.Applied(i.queue.AppliedVersion())
 		select {
-		case <-ch:
+		case <-kicks:
 		case <-ctx.Done():
 			return
 		}

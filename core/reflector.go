@@ -198,11 +198,21 @@ func (r *Reflector[T]) Run(ctx context.Context) error {
 	return nil
 }
 
-// sleep waits d, or less when the ListerWatcher says its source healed.
+// sleep waits d, or less when the ListerWatcher says its source healed
+// (HealWaiter).
 func (r *Reflector[T]) sleep(ctx context.Context, d time.Duration) {
-	var healed <-chan struct{}
-	if h, ok := r.lw.(HealNotifier); ok {
-		healed = h.Healed()
+	var healed chan struct{}
+	if h, ok := r.lw.(HealWaiter); ok {
+		hctx, cancel := context.WithCancel(ctx)
+		healed = make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if h.WaitHealed(hctx) == nil {
+				close(healed)
+			}
+		}()
+		defer func() { cancel(); <-done }()
 	}
 	t := r.cfg.clk.NewTimer(d)
 	defer t.Stop()

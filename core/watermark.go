@@ -12,7 +12,9 @@ import (
 // queue that owns it calls it under its own.
 //
 // Three things hold the version back:
-//   - the version of every change still queued or in flight (pending);
+//   - the version of every change still queued or in flight: the queue
+//     passes the smallest (FIFO finds it in arrival order, DeltaFIFO keeps
+//     a versionSet);
 //   - a list that is streaming, or whose deltas are still queued or in
 //     flight (listing > 0): a listed object stands for every change up to
 //     the list's version, so nothing above what was applied before the list
@@ -21,16 +23,16 @@ import (
 //     finished lists move.
 type watermark struct {
 	queued  ResourceVersion
-	pending versionSet
 	listing int
 	floor   ResourceVersion
 }
 
-// applied is the applied version.
-func (w *watermark) applied() ResourceVersion {
+// applied is the applied version, given the smallest version of a change
+// queued or in flight (pending reports whether there is one).
+func (w *watermark) applied(minChange ResourceVersion, pending bool) ResourceVersion {
 	v := w.queued
-	if m, ok := w.pending.min(); ok && m-1 < v {
-		v = m - 1
+	if pending && minChange <= v {
+		v = max(minChange, 1) - 1
 	}
 	if w.listing > 0 && w.floor < v {
 		v = w.floor
@@ -45,10 +47,10 @@ func (w *watermark) advance(rv ResourceVersion) {
 	}
 }
 
-// beginList records a list starting to stream; endList or abortList ends
-// it.
-func (w *watermark) beginList() {
-	w.floor = w.applied()
+// beginList records a list starting to stream when the applied version is
+// applied; endList or abortList ends it.
+func (w *watermark) beginList(applied ResourceVersion) {
+	w.floor = applied
 	w.listing++
 }
 
@@ -63,21 +65,15 @@ func (w *watermark) endList(rv ResourceVersion) {
 func (w *watermark) abortList() { w.listing-- }
 
 // queuedDelta records a delta entering the queue, doneDelta one leaving it
-// (processed, or dropped by the queue).
+// (processed, or dropped by the queue). Only a list's deltas count here.
 func queuedDelta[T any](w *watermark, d *Delta[T]) {
-	switch {
-	case d.change():
-		w.pending.add(d.RV)
-	case d.fromList():
+	if d.fromList() {
 		w.listing++
 	}
 }
 
 func doneDelta[T any](w *watermark, d *Delta[T]) {
-	switch {
-	case d.change():
-		w.pending.remove(d.RV)
-	case d.fromList():
+	if d.fromList() {
 		w.listing--
 	}
 }
@@ -157,6 +153,12 @@ type queueBase struct {
 	// have moved; it is replaced only when someone took it.
 	changed      chan struct{}
 	changedTaken bool
+	// kick gets a token on every such change, for the one follower that
+	// always listens (the informer), without a new channel each time.
+	kick chan struct{}
+	// inflight is set while Pop's process runs (the queue holds the
+	// deltas in flight too, to infer deletes for their keys).
+	inflight bool
 	// populated is set when the first list ended; initialCount counts
 	// what was queued before and is not processed yet.
 	populated    bool
@@ -169,6 +171,7 @@ func newQueueBase() queueBase {
 		room:    make(chan struct{}, 1),
 		done:    make(chan struct{}),
 		changed: make(chan struct{}),
+		kick:    make(chan struct{}, 1),
 	}
 }
 
@@ -180,6 +183,7 @@ func notify(ch chan struct{}) {
 }
 
 func (q *queueBase) changedLocked() {
+	notify(q.kick)
 	if q.changedTaken {
 		close(q.changed)
 		q.changed, q.changedTaken = make(chan struct{}), false
@@ -193,6 +197,9 @@ func (q *queueBase) Changed() <-chan struct{} {
 	q.changedTaken = true
 	return q.changed
 }
+
+// kicks receives a token whenever Changed would be closed.
+func (q *queueBase) kicks() <-chan struct{} { return q.kick }
 
 // waitLocked waits for ch (signal or room); entered and left with q.mu
 // held.
@@ -227,13 +234,6 @@ func (q *queueBase) HasSynced() bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.populated && q.initialCount == 0
-}
-
-// AppliedVersion implements Queue.
-func (q *queueBase) AppliedVersion() ResourceVersion {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.wm.applied()
 }
 
 // initialLocked reports whether a pop now belongs to the initial list.

@@ -28,3 +28,8 @@ func (w testWriter) Write(p []byte) (int, error) {
 func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }
+
+// debugLogger is testLogger with the adapter's debug lines.
+func debugLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}

@@ -69,13 +69,14 @@ func (r *Resource[T]) Watch(ctx context.Context, from core.ResourceVersion, opts
 			err = core.Stopped(ctx)
 		}
 	}()
+	r.stopHealing()
 	if opts.Emit == nil {
 		return fmt.Errorf("%s: Watch: WatchOptions.Emit is nil", r.source)
 	}
 	if from == 0 {
 		return fmt.Errorf("%s: watch from version 0: the apiserver keeps no history from the beginning; list first: %w", r.source, core.ErrExpired)
 	}
-	w := &watcher[T]{r: r, ctx: ctx, opts: opts, last: from}
+	w := &watcher[T]{r: r, ctx: ctx, opts: opts, from: from, last: from}
 	defer w.close()
 	if err := w.open(false); err != nil {
 		return err
@@ -93,6 +94,7 @@ type watcher[T Object] struct {
 	probing   bool                 // stream is a short watch opened for a bookmark
 	delivered bool                 // stream has sent at least one event
 	emptyEnds int                  // streams in a row that ended having sent nothing
+	from      core.ResourceVersion // the version Watch was called with
 	last      core.ResourceVersion // the last version emitted (or from)
 
 	want      core.ResourceVersion // a bookmark at or after this was requested; 0: none
@@ -131,7 +133,11 @@ func (w *watcher[T]) open(probe bool) error {
 	}
 	s, err := w.r.watch(w.ctx, lo)
 	if err != nil {
-		return w.r.apiError(fmt.Sprintf("watch from version %d", w.last), err)
+		what := "open watch" // the caller knows from which version
+		if w.last != w.from {
+			what = fmt.Sprintf("reopen watch from version %d", w.last)
+		}
+		return w.r.apiError(what, err)
 	}
 	w.stream, w.probing, w.delivered = s, probe, false
 	if probe {

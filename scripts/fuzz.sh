@@ -20,8 +20,27 @@ targets=(
   "./core FuzzQueues"
   "./core/workqueue FuzzQueue"
 )
+# Go before 1.27 (golang/go#75804) can fail a duration-bound run with a bare
+# "context deadline exceeded" as -fuzztime expires, having found nothing: a
+# race in its fuzzing coordinator. Such a run (no new crasher written) is
+# reported and not counted as a failure; any other failure is.
+status=0
 for t in "${targets[@]}"; do
   set -- $t
   echo "fuzz $1 $2 for $time"
-  "$GO" test -run '^$' -fuzz "^$2\$" -fuzztime "$time" -fuzzminimizetime "$minimize" "$1"
+  corpus="$1/testdata/fuzz/$2"
+  before=$(ls "$corpus" 2>/dev/null | wc -l || true)
+  log=$(mktemp)
+  if "$GO" test -run '^$' -fuzz "^$2\$" -fuzztime "$time" -fuzzminimizetime "$minimize" "$1" 2>&1 | tee "$log"; then
+    rm -f "$log"
+    continue
+  fi
+  after=$(ls "$corpus" 2>/dev/null | wc -l || true)
+  if [ "$after" -eq "$before" ] && grep -q '^    context deadline exceeded$' "$log"; then
+    echo "fuzz $1 $2: the Go fuzzing coordinator's deadline race (golang/go#75804), no crasher: not a failure"
+  else
+    status=1
+  fi
+  rm -f "$log"
 done
+exit $status

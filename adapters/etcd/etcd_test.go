@@ -48,7 +48,7 @@ type openWatch[T any] struct {
 	progress chan struct{}
 	cancel   context.CancelFunc
 	done     chan error
-	err      error // what Watch returned, once done is drained
+	pending  []core.Event[T] // changes received, not yet returned by nextChange
 }
 
 // startWatch starts lw.Watch(from); the watch is stopped at cleanup.
@@ -129,15 +129,24 @@ func (w *openWatch[T]) next(t *testing.T) []core.Event[T] {
 	return nil
 }
 
-// nextChange skips bookmarks.
-func (w *openWatch[T]) nextChange(t *testing.T) []core.Event[T] {
+// nextChange returns the next event that is not a Bookmark (one at a
+// time: a watch response may carry several).
+func (w *openWatch[T]) nextChange(t *testing.T) core.Event[T] {
 	t.Helper()
-	for {
-		b := w.next(t)
-		if b[0].Type != core.Bookmark {
-			return b
+	deadline := time.Now().Add(converge)
+	for len(w.pending) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no change within %v, only bookmarks", converge)
+		}
+		for _, ev := range w.next(t) {
+			if ev.Type != core.Bookmark {
+				w.pending = append(w.pending, ev)
+			}
 		}
 	}
+	ev := w.pending[0]
+	w.pending = w.pending[1:]
+	return ev
 }
 
 // requestProgress asks the watch for a Bookmark.
@@ -221,11 +230,11 @@ func TestPrefixIsADirectory(t *testing.T) {
 	wab := startWatch[[]byte](t, lw, rv)
 	mustPut(t, c, "/ab/only-ab", "1")
 	mustPut(t, c, "/a/only-a", "1")
-	if b := wa.nextChange(t); len(b) != 1 || b[0].Key != "only-a" {
-		t.Errorf("watch of /a got %+v, want only-a", b)
+	if ev := wa.nextChange(t); ev.Key != "only-a" {
+		t.Errorf("watch of /a got %+v, want only-a", ev)
 	}
-	if b := wab.nextChange(t); len(b) != 1 || b[0].Key != "only-ab" {
-		t.Errorf("watch of /ab got %+v, want only-ab", b)
+	if ev := wab.nextChange(t); ev.Key != "only-ab" {
+		t.Errorf("watch of /ab got %+v, want only-ab", ev)
 	}
 }
 
@@ -246,8 +255,8 @@ func TestEmptyPrefix(t *testing.T) {
 	}
 	w := startWatch[[]byte](t, lw, rv)
 	mustPut(t, c, "anything", "4")
-	if b := w.nextChange(t); len(b) != 1 || b[0].Key != "anything" || string(b[0].Object) != "4" {
-		t.Fatalf("watch of the empty prefix got %+v", b)
+	if ev := w.nextChange(t); ev.Key != "anything" || string(ev.Object) != "4" {
+		t.Fatalf("watch of the empty prefix got %+v", ev)
 	}
 }
 
@@ -305,9 +314,8 @@ func TestListPinnedAcrossPages(t *testing.T) {
 	w := startWatch[[]byte](t, lw, rv)
 	var seen []string
 	for len(seen) < 4 {
-		for _, ev := range w.nextChange(t) {
-			seen = append(seen, ev.Type.String()+" "+ev.Key)
-		}
+		ev := w.nextChange(t)
+		seen = append(seen, ev.Type.String()+" "+ev.Key)
 	}
 	if want := []string{"Modified k00", "Modified k09", "Added k05a", "Deleted k07"}; !slices.Equal(seen, want) {
 		t.Fatalf("watch from the List's revision: %v, want %v", seen, want)
@@ -334,7 +342,7 @@ func TestWatchEvents(t *testing.T) {
 	}
 	var got []core.Event[[]byte]
 	for len(got) < len(want) {
-		got = append(got, w.nextChange(t)...)
+		got = append(got, w.nextChange(t))
 	}
 	for i := range want {
 		g, e := got[i], want[i]
@@ -349,9 +357,9 @@ func TestWatchEvents(t *testing.T) {
 	del := mustDelete(t, c, prefix+"old")
 	srv.Compact(t, int64(del))
 	w2 := startWatch[[]byte](t, lw, del-1)
-	b := w2.nextChange(t)
-	if len(b) != 1 || b[0].Type != core.Deleted || b[0].Key != "old" || b[0].HasObject || b[0].RV != del {
-		t.Fatalf("delete at %d watched after compaction (previous write at %d): %+v, want Deleted old without object", del, before, b)
+	ev := w2.nextChange(t)
+	if ev.Type != core.Deleted || ev.Key != "old" || ev.HasObject || ev.RV != del {
+		t.Fatalf("delete at %d watched after compaction (previous write at %d): %+v, want Deleted old without object", del, before, ev)
 	}
 }
 
@@ -405,17 +413,16 @@ func TestUndecodableValue(t *testing.T) {
 	w := startWatch[item](t, lw, rv)
 	badRV := mustPut(t, c, prefix+"watched", secret)
 	goodRV := mustPut(t, c, prefix+"watched", `{"version":2}`)
-	b := w.nextChange(t)
-	check(b[0], "watched", badRV)
-	if b = w.nextChange(t); b[0].Err != nil || b[0].Object.Version != 2 || b[0].RV != goodRV || b[0].Type != core.Modified {
-		t.Fatalf("after the bad value the watch delivered %+v", b)
+	check(w.nextChange(t), "watched", badRV)
+	if ev := w.nextChange(t); ev.Err != nil || ev.Object.Version != 2 || ev.RV != goodRV || ev.Type != core.Modified {
+		t.Fatalf("after the bad value the watch delivered %+v", ev)
 	}
 	// Deleting a key whose last value was undecodable is still a delete.
 	mustPut(t, c, prefix+"watched", secret)
 	w.nextChange(t)
 	delRV := mustDelete(t, c, prefix+"watched")
-	if b = w.nextChange(t); b[0].Type != core.Deleted || b[0].HasObject || b[0].Err != nil || b[0].RV != delRV {
-		t.Fatalf("delete of an undecodable value: %+v", b)
+	if ev := w.nextChange(t); ev.Type != core.Deleted || ev.HasObject || ev.Err != nil || ev.RV != delRV {
+		t.Fatalf("delete of an undecodable value: %+v", ev)
 	}
 }
 
@@ -524,9 +531,9 @@ func TestCodecPanic(t *testing.T) {
 	w := startWatch[string](t, p, rv)
 	boom := mustPut(t, c, prefix+"watched", "boom")
 	fine := mustPut(t, c, prefix+"watched", "fine")
-	check(w.nextChange(t)[0], "watched", boom)
-	if b := w.nextChange(t); b[0].Err != nil || b[0].Object != "fine" || b[0].RV != fine {
-		t.Fatalf("after the panic the watch delivered %+v", b)
+	check(w.nextChange(t), "watched", boom)
+	if ev := w.nextChange(t); ev.Err != nil || ev.Object != "fine" || ev.RV != fine {
+		t.Fatalf("after the panic the watch delivered %+v", ev)
 	}
 }
 
@@ -569,7 +576,9 @@ func TestAuthPassesThrough(t *testing.T) {
 	if err != nil {
 		t.Fatalf("client as reader: %v", err)
 	}
-	defer reader.Close()
+	// A cleanup, so that it runs after the watch's: a client closed under
+	// a running watch ends it with core.ErrPermanent.
+	t.Cleanup(func() { _ = reader.Close() })
 	lw := newLW(t, reader, "/auth", 0)
 	got, rv := list(t, lw)
 	if got["k"].Object.Version != 1 || len(got) != 1 {
@@ -585,8 +594,8 @@ func TestAuthPassesThrough(t *testing.T) {
 	}
 	defer root.Close()
 	putRV := mustPut(t, root, "/auth/k", `{"version":2}`)
-	if b := w.nextChange(t); b[0].Object.Version != 2 || b[0].RV != putRV {
-		t.Fatalf("reader's watch got %+v", b)
+	if ev := w.nextChange(t); ev.Object.Version != 2 || ev.RV != putRV {
+		t.Fatalf("reader's watch got %+v", ev)
 	}
 
 	// The reader may not read another prefix.

@@ -6,9 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 
 	etcdinformer "github.com/dbinformer/dbinformer/adapters/etcd"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/integration/harness"
 )
 
@@ -23,162 +25,30 @@ import (
 // a wedged informer, not a performance target.
 const converge = 60 * time.Second
 
-// gatedLW wraps the adapter to count Lists and, when held, to keep the
-// informer's watch down: Hold ends the running watch and makes Watch wait
-// for Release.
-type gatedLW struct {
-	core.ListerWatcher[item]
-	lists atomic.Int64
+// itemVersion is the version the Recorders read.
+func itemVersion(it item) int64 { return int64(it.Version) }
 
-	mu      sync.Mutex
-	held    chan struct{} // closed by Release; nil when not held
-	stop    context.CancelFunc
-	watches int
-}
+// fastBackoff retries at once, so that a test does not wait out client-go's
+// defaults after the faults it injects.
+var fastBackoff = core.Backoff{Initial: 50 * time.Millisecond, Max: time.Second}
 
-var errHeld = errors.New("watch held by the test")
-
-func (g *gatedLW) ReportsProgress() bool {
-	pr, ok := g.ListerWatcher.(core.ProgressReporter)
-	return ok && pr.ReportsProgress()
-}
-
-func (g *gatedLW) List(ctx context.Context, sink core.ListSink[item]) (core.ResourceVersion, error) {
-	g.lists.Add(1)
-	return g.ListerWatcher.List(ctx, sink)
-}
-
-func (g *gatedLW) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[item]) error {
-	for {
-		g.mu.Lock()
-		held := g.held
-		if held == nil {
-			wctx, cancel := context.WithCancel(ctx)
-			defer cancel()
-			g.stop = cancel
-			g.watches++
-			g.mu.Unlock()
-			err := g.ListerWatcher.Watch(wctx, from, opts)
-			if ctx.Err() == nil && wctx.Err() != nil {
-				return errHeld // Hold ended it; the informer retries
-			}
-			return err
-		}
-		g.mu.Unlock()
-		select {
-		case <-held:
-		case <-ctx.Done():
-			return core.Stopped(ctx)
+// keyLog returns the lines rec logged for key.
+func keyLog(log []string, key string) []string {
+	var out []string
+	for _, l := range log {
+		if f := strings.Fields(l); len(f) > 1 && f[1] == key {
+			out = append(out, l)
 		}
 	}
+	return out
 }
 
-func (g *gatedLW) Hold() {
-	g.mu.Lock()
-	g.held = make(chan struct{})
-	stop := g.stop
-	g.mu.Unlock()
-	if stop != nil {
-		stop()
-	}
-}
-
-func (g *gatedLW) Release() {
-	g.mu.Lock()
-	close(g.held)
-	g.held = nil
-	g.mu.Unlock()
-}
-
-func (g *gatedLW) Watches() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.watches
-}
-
-// recorder is a handler that keeps every notification per key, and the
-// errors the informer reported.
-type recorder struct {
-	mu     sync.Mutex
-	events map[string][]string // key -> "add 3", "update 4", "delete 4", "delete? 4"
-	errs   []error
-}
-
-func newRecorder() *recorder { return &recorder{events: make(map[string][]string)} }
-
-func (r *recorder) add(key, what string) {
-	r.mu.Lock()
-	r.events[key] = append(r.events[key], what)
-	r.mu.Unlock()
-}
-
-func (r *recorder) handler() core.ResourceEventHandler[item] {
-	return core.ResourceEventHandlerFuncs[item]{
-		AddFunc:    func(key string, obj item, _ bool) { r.add(key, fmt.Sprintf("add %d", obj.Version)) },
-		UpdateFunc: func(key string, _, obj item) { r.add(key, fmt.Sprintf("update %d", obj.Version)) },
-		DeleteFunc: func(key string, obj item, unknown bool) {
-			if unknown {
-				r.add(key, fmt.Sprintf("delete? %d", obj.Version))
-				return
-			}
-			r.add(key, fmt.Sprintf("delete %d", obj.Version))
-		},
-	}
-}
-
-func (r *recorder) onError(err error) {
-	r.mu.Lock()
-	r.errs = append(r.errs, err)
-	r.mu.Unlock()
-}
-
-// waitFor waits until key's notifications are want: handlers run on
-// their own goroutines, after the cache was updated.
-func (r *recorder) waitFor(t *testing.T, key string, want ...string) {
+// expectKey waits until the lines rec logged for key are want.
+func expectKey(t *testing.T, rec *informertest.Recorder[item], key string, want ...string) {
 	t.Helper()
-	deadline := time.Now().Add(converge)
-	for {
-		r.mu.Lock()
-		got := strings.Join(r.events[key], ",")
-		r.mu.Unlock()
-		if got == strings.Join(want, ",") {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: handler saw [%s], want %v", key, got, want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func (r *recorder) snapshot() (map[string][]string, []error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	ev := make(map[string][]string, len(r.events))
-	for k, v := range r.events {
-		ev[k] = append([]string(nil), v...)
-	}
-	return ev, append([]error(nil), r.errs...)
-}
-
-// runInformer starts inf and stops it (waiting for Run to return) at
-// cleanup; it waits for the first sync.
-func runInformer(t *testing.T, inf *core.SharedIndexInformer[item]) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- inf.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("informer Run: %v", err)
-		}
+	rec.Wait(fmt.Sprintf("%s: %q", key, want), func(log []string, _ map[string]int64) bool {
+		return slices.Equal(keyLog(log, key), want)
 	})
-	sctx, scancel := context.WithTimeout(ctx, converge)
-	defer scancel()
-	if err := inf.WaitForCacheSync(sctx); err != nil {
-		t.Fatalf("WaitForCacheSync: %v", err)
-	}
 }
 
 // etcdState reads the items under prefix straight from etcd.
@@ -215,11 +85,7 @@ func cacheState(inf *core.SharedIndexInformer[item]) map[string]item {
 func requireConverged(t *testing.T, inf *core.SharedIndexInformer[item], c *clientv3.Client, prefix string) map[string]item {
 	t.Helper()
 	want, rev := etcdState(t, c, prefix)
-	ctx, cancel := context.WithTimeout(context.Background(), converge)
-	defer cancel()
-	if err := inf.WaitFor(ctx, rev); err != nil {
-		t.Fatalf("WaitFor(%d): %v", rev, err)
-	}
+	informertest.WaitFor(t, inf, rev)
 	got := cacheState(inf)
 	if !maps.Equal(got, want) {
 		t.Fatalf("cache after WaitFor(%d) differs from etcd:\n cache %v\n etcd  %v", rev, got, want)
@@ -290,50 +156,47 @@ func TestInformerListUnderConcurrentWriters(t *testing.T) {
 	}
 
 	<-started
-	rec := newRecorder()
-	inf := core.NewSharedIndexInformer[item](newLW(t, c, prefix, 7), core.InformerOptions[item]{Name: "writers", ErrorHandler: rec.onError})
-	reg, err := inf.AddEventHandler(rec.handler())
-	if err != nil {
-		t.Fatal(err)
-	}
-	runInformer(t, inf)
+	// The Recorder fails the test if a key's version goes backwards; the
+	// checks below add that no change is skipped.
+	rec := informertest.NewRecorder(t, itemVersion)
+	inf, errs := informertest.Run(t, newLW(t, c, prefix, 7), core.InformerOptions[item]{Name: "writers"}, rec)
 	wg.Wait()
 	close(writeErr)
 	for err := range writeErr {
 		t.Fatalf("writer: %v", err)
 	}
-	requireConverged(t, inf, c, prefix)
+	final := requireConverged(t, inf, c, prefix)
 	// The cache is up to date; let the handler catch up with it.
-	for deadline := time.Now().Add(converge); reg.Pending() > 0; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("handler still has %d notifications pending", reg.Pending())
-		}
+	want := make(map[string]int64, len(final))
+	for k, it := range final {
+		want[k] = itemVersion(it)
 	}
+	rec.WaitState(want)
 
-	events, errs := rec.snapshot()
-	for _, err := range errs {
+	for _, err := range errs.All() {
 		t.Errorf("informer reported: %v", err)
+	}
+	events := map[string][]string{}
+	for _, l := range rec.Log() {
+		key := strings.Fields(l)[1]
+		events[key] = append(events[key], l)
 	}
 	checked := 0
 	for key, seq := range events {
 		if strings.HasPrefix(key, "seed-") {
-			if len(seq) != 1 || seq[0] != "add 1" {
-				t.Errorf("seed key %s: %v, want one add", key, seq)
+			if len(seq) != 1 || seq[0] != "add "+key+" v=1 initial" {
+				t.Errorf("seed key %s: %v, want one initial add", key, seq)
 			}
 			continue
 		}
 		checked++
 		// After the first sighting, every change must be the next one.
-		last, deleted := -1, false
+		last, deleted := int64(-1), false
 		for i, ev := range seq {
-			var kind string
-			var v int
-			if _, err := fmt.Sscanf(ev, "%s %d", &kind, &v); err != nil {
-				t.Fatalf("%s: bad record %q", key, ev)
-			}
+			kind, v := parseLine(t, ev)
 			switch {
 			case i == 0:
-			case kind == "delete?":
+			case strings.HasSuffix(ev, " unknown"):
 				t.Errorf("%s: delete inferred by a relist, but nothing should have been relisted: %v", key, seq)
 			case kind == "delete":
 				if deleted || v != last {
@@ -357,6 +220,25 @@ func TestInformerListUnderConcurrentWriters(t *testing.T) {
 	}
 }
 
+// parseLine returns the kind and the (new) version of a Recorder line:
+// "add k v=3 [initial]", "update k 3->4", "delete k v=4 [unknown]".
+func parseLine(t *testing.T, line string) (kind string, v int64) {
+	t.Helper()
+	f := strings.Fields(line)
+	if len(f) < 3 {
+		t.Fatalf("bad Recorder line %q", line)
+	}
+	num := strings.TrimPrefix(f[2], "v=")
+	if i := strings.Index(num, "->"); i >= 0 {
+		num = num[i+2:]
+	}
+	v, err := strconv.ParseInt(num, 10, 64)
+	if err != nil {
+		t.Fatalf("bad Recorder line %q: %v", line, err)
+	}
+	return f[0], v
+}
+
 // TestInformerResumesAfterServerRestart stops etcd under a running
 // informer and starts it again on the same data dir: the informer must
 // carry on from its last revision without listing again.
@@ -371,17 +253,9 @@ func TestInformerResumesAfterServerRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	lw := &gatedLW{ListerWatcher: newLW(t, c, prefix, 0)}
-	rec := newRecorder()
-	inf := core.NewSharedIndexInformer[item](lw, core.InformerOptions[item]{
-		Name:         "restart",
-		ErrorHandler: rec.onError,
-		Backoff:      core.Backoff{Initial: 50 * time.Millisecond, Max: time.Second},
-	})
-	if _, err := inf.AddEventHandler(rec.handler()); err != nil {
-		t.Fatal(err)
-	}
-	runInformer(t, inf)
+	spy := informertest.Wrap[item](newLW(t, c, prefix, 0))
+	rec := informertest.NewRecorder(t, itemVersion)
+	inf, _ := informertest.Run(t, spy, core.InformerOptions[item]{Backoff: fastBackoff}, rec)
 	for i := 0; i < 5; i++ {
 		if _, err := putItem(ctx, c, fmt.Sprintf("%sk%d", prefix, i), item{Version: 2}); err != nil {
 			t.Fatal(err)
@@ -403,12 +277,12 @@ func TestInformerResumesAfterServerRestart(t *testing.T) {
 	if got["k7"].Version != 3 || got["k0"].Version != 2 || len(got) != 9 {
 		t.Fatalf("cache after restart: %v", got)
 	}
-	if n := lw.lists.Load(); n != 1 {
+	if n := spy.Lists(); n != 1 {
 		t.Fatalf("informer listed %d times, want 1 (the restart must resume the watch, not relist)", n)
 	}
-	rec.waitFor(t, "k9", "add 1", "delete 1") // the delete carries the last object
-	rec.waitFor(t, "k4", "add 1", "update 2", "update 3")
-	rec.waitFor(t, "k0", "add 1", "update 2")
+	expectKey(t, rec, "k9", "add k9 v=1 initial", "delete k9 v=1") // the delete carries the last object
+	expectKey(t, rec, "k4", "add k4 v=1 initial", "update k4 1->2", "update k4 2->3")
+	expectKey(t, rec, "k0", "add k0 v=1 initial", "update k0 1->2")
 }
 
 // TestInformerRelistsAfterCompaction keeps the informer's watch down while
@@ -426,21 +300,15 @@ func TestInformerRelistsAfterCompaction(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	lw := &gatedLW{ListerWatcher: newLW(t, c, prefix, 0)}
-	rec := newRecorder()
-	inf := core.NewSharedIndexInformer[item](lw, core.InformerOptions[item]{
-		Name:         "compact",
-		ErrorHandler: rec.onError,
-		Backoff:      core.Backoff{Initial: 50 * time.Millisecond, Max: time.Second},
-	})
-	if _, err := inf.AddEventHandler(rec.handler()); err != nil {
-		t.Fatal(err)
-	}
-	runInformer(t, inf)
+	spy := informertest.Wrap[item](newLW(t, c, prefix, 0))
+	rec := informertest.NewRecorder(t, itemVersion)
+	inf, errs := informertest.Run(t, spy, core.InformerOptions[item]{Backoff: fastBackoff}, rec)
 	requireConverged(t, inf, c, prefix)
 	applied := inf.AppliedVersion()
 
-	lw.Hold()
+	// Keep the informer's watch down while etcd moves on and compacts.
+	gate := spy.HoldWatches()
+	spy.Break(errors.New("connection dropped by the test"))
 	if _, err := c.Delete(ctx, prefix+"b"); err != nil {
 		t.Fatal(err)
 	}
@@ -455,29 +323,20 @@ func TestInformerRelistsAfterCompaction(t *testing.T) {
 	if core.ResourceVersion(head) <= applied {
 		t.Fatalf("compacted at %d, not past the informer's %d", head, applied)
 	}
-	lw.Release()
+	gate.Release()
 
 	got := requireConverged(t, inf, c, prefix)
 	if _, ok := got["b"]; ok || got["a"].Version != 2 || got["d"].Version != 1 {
 		t.Fatalf("cache after relist: %v", got)
 	}
-	if n := lw.lists.Load(); n != 2 {
+	if n := spy.Lists(); n != 2 {
 		t.Fatalf("informer listed %d times, want 2 (the first list and the relist after expiry)", n)
 	}
-	rec.waitFor(t, "b", "add 1", "delete? 1") // a delete inferred by the relist
-	rec.waitFor(t, "d", "add 1")
-	_, errs := rec.snapshot()
-	expired := false
-	for _, err := range errs {
-		if errors.Is(err, core.ErrExpired) {
-			expired = true
-			if !strings.Contains(err.Error(), prefix) {
-				t.Errorf("expired error does not name the prefix %q: %v", prefix, err)
-			}
-		}
-	}
-	if !expired {
-		t.Fatalf("no expired error reported; errors: %v", errs)
+	expectKey(t, rec, "b", "add b v=1 initial", "delete b v=1 unknown") // a delete inferred by the relist
+	expectKey(t, rec, "d", "add d v=1")                                 // a relist's adds are not initial
+	err := errs.Wait(t, "an expired error", func(err error) bool { return errors.Is(err, core.ErrExpired) })
+	if !strings.Contains(err.Error(), prefix) {
+		t.Errorf("expired error does not name the prefix %q: %v", prefix, err)
 	}
 }
 
@@ -491,8 +350,7 @@ func TestInformerReadYourWrites(t *testing.T) {
 	prefix := uniquePrefix("ryw")
 	ctx, cancel := context.WithTimeout(context.Background(), converge)
 	defer cancel()
-	inf := core.NewSharedIndexInformer[item](newLW(t, c, prefix, 0), core.InformerOptions[item]{Name: "ryw"})
-	runInformer(t, inf)
+	inf, _ := informertest.Run(t, newLW(t, c, prefix, 0), core.InformerOptions[item]{})
 	lister := inf.Lister()
 
 	for i := 1; i <= 20; i++ {
@@ -541,9 +399,7 @@ func TestInformerUndecodableValue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := newRecorder()
-	inf := core.NewSharedIndexInformer[item](newLW(t, c, prefix, 0), core.InformerOptions[item]{Name: "bad", ErrorHandler: rec.onError})
-	runInformer(t, inf)
+	inf, reported := informertest.Run(t, newLW(t, c, prefix, 0), core.InformerOptions[item]{})
 
 	watched, err := c.Put(ctx, prefix+"bad-watched", secret)
 	if err != nil {
@@ -554,7 +410,7 @@ func TestInformerUndecodableValue(t *testing.T) {
 	}
 	requireConverged(t, inf, c, prefix)
 
-	_, errs := rec.snapshot()
+	errs := reported.All()
 	want := map[string]int64{"bad-listed": listed.Header.Revision, "bad-watched": watched.Header.Revision}
 	for _, err := range errs {
 		var de *core.DecodeError

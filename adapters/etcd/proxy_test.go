@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"net/url"
 	"testing"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	"github.com/dbinformer/dbinformer/integration/proxy"
 )
@@ -46,17 +46,9 @@ func TestInformerSurvivesConnectionCut(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	lw := &gatedLW{ListerWatcher: newLW(t, viaProxy, prefix, 0)}
-	rec := newRecorder()
-	inf := core.NewSharedIndexInformer[item](lw, core.InformerOptions[item]{
-		Name:         "cut",
-		ErrorHandler: rec.onError,
-		Backoff:      core.Backoff{Initial: 50 * time.Millisecond, Max: time.Second},
-	})
-	if _, err := inf.AddEventHandler(rec.handler()); err != nil {
-		t.Fatal(err)
-	}
-	runInformer(t, inf)
+	spy := informertest.Wrap[item](newLW(t, viaProxy, prefix, 0))
+	rec := informertest.NewRecorder(t, itemVersion)
+	inf, _ := informertest.Run(t, spy, core.InformerOptions[item]{Backoff: fastBackoff}, rec)
 	if _, err := putItem(ctx, direct, prefix+"k0", item{Version: 2}); err != nil {
 		t.Fatal(err)
 	}
@@ -83,10 +75,10 @@ func TestInformerSurvivesConnectionCut(t *testing.T) {
 	px.Resume()
 
 	requireConverged(t, inf, direct, prefix)
-	rec.waitFor(t, "k0", "add 1", "update 2", "update 3")
-	rec.waitFor(t, "k4", "add 1", "update 3", "delete 3")
-	rec.waitFor(t, "new", "add 1")
-	if n := lw.lists.Load(); n != 1 {
+	expectKey(t, rec, "k0", "add k0 v=1 initial", "update k0 1->2", "update k0 2->3")
+	expectKey(t, rec, "k4", "add k4 v=1 initial", "update k4 1->3", "delete k4 v=3")
+	expectKey(t, rec, "new", "add new v=1")
+	if n := spy.Lists(); n != 1 {
 		t.Fatalf("informer listed %d times, want 1", n)
 	}
 }

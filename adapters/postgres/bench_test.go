@@ -1,11 +1,11 @@
-package postgres_test
+package pginformer_test
 
 import (
 	"context"
 	"io"
 	"testing"
 
-	"github.com/dbinformer/dbinformer/adapters/postgres"
+	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	"github.com/jackc/pglogrepl"
@@ -16,7 +16,7 @@ import (
 // Compare the two ns/op figures of one run as a ratio.
 func BenchmarkInitialSync(b *testing.B) {
 	pg := harness.StartPostgres(b)
-	pg.Exec(b, `CREATE TABLE kv (id bigint PRIMARY KEY, v text);
+	pg.Exec(b, `CREATE TABLE kv (id bigint PRIMARY KEY, v text NOT NULL);
 		INSERT INTO kv SELECT g, md5(g::text) FROM generate_series(1, 100000) g; ANALYZE kv`)
 	b.Run("CopyToStdout", func(b *testing.B) {
 		conn := pg.Conn(b)
@@ -27,18 +27,18 @@ func BenchmarkInitialSync(b *testing.B) {
 		}
 	})
 	b.Run("List", func(b *testing.B) {
-		src, err := postgres.NewSource(b.Context(), postgres.Config{ConnString: pg.ConnString()})
+		src, err := pginformer.NewSource(b.Context(), pg.ConnString(), pginformer.Options{})
 		if err != nil {
 			b.Fatal(err)
 		}
 		defer src.Close()
-		tbl, err := postgres.NewTable[kv](b.Context(), src, "", "kv")
+		tbl, err := pginformer.NewTable[kv](b.Context(), src, "kv", pginformer.TableOptions[kv]{})
 		if err != nil {
 			b.Fatal(err)
 		}
 		for b.Loop() {
 			n := 0
-			if _, err := tbl.List(b.Context(), core.ListOptions[kv]{Emit: func(core.Event[kv]) error { n++; return nil }}); err != nil {
+			if _, err := tbl.List(b.Context(), core.ListSink[kv]{Emit: func(core.Event[kv]) error { n++; return nil }}); err != nil {
 				b.Fatal(err)
 			}
 			if n != 100000 {
@@ -52,7 +52,7 @@ func BenchmarkInitialSync(b *testing.B) {
 // waited for in the informer's cache (WaitFor), against writing alone.
 func BenchmarkStreamApply(b *testing.B) {
 	pg := harness.StartPostgres(b)
-	pg.Exec(b, `CREATE TABLE kv (id bigint PRIMARY KEY, v text)`)
+	pg.Exec(b, `CREATE TABLE kv (id bigint PRIMARY KEY, v text NOT NULL)`)
 	conn := pg.Conn(b)
 	upsert := "INSERT INTO kv SELECT g, md5(random()::text) FROM generate_series(1, 1000) g ON CONFLICT (id) DO UPDATE SET v = EXCLUDED.v"
 	b.Run("WriteOnly", func(b *testing.B) {
@@ -63,12 +63,12 @@ func BenchmarkStreamApply(b *testing.B) {
 		}
 	})
 	b.Run("WriteAndWaitFor", func(b *testing.B) {
-		src, err := postgres.NewSource(b.Context(), postgres.Config{ConnString: pg.ConnString()})
+		src, err := pginformer.NewSource(b.Context(), pg.ConnString(), pginformer.Options{})
 		if err != nil {
 			b.Fatal(err)
 		}
 		defer src.Close()
-		tbl, err := postgres.NewTable[kv](b.Context(), src, "", "kv")
+		tbl, err := pginformer.NewTable[kv](b.Context(), src, "kv", pginformer.TableOptions[kv]{})
 		if err != nil {
 			b.Fatal(err)
 		}

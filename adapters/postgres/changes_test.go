@@ -1,13 +1,14 @@
-package postgres_test
+package pginformer_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"testing"
 
-	"github.com/dbinformer/dbinformer/adapters/postgres"
+	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	"github.com/jackc/pglogrepl"
@@ -27,15 +28,15 @@ func TestToastUnchanged(t *testing.T) {
 	pg := harness.StartPostgres(t)
 	// STORAGE EXTERNAL: stored out of line, uncompressed, once the row
 	// exceeds the TOAST threshold (about 2 kB).
-	pg.Exec(t, `CREATE TABLE toast_d (id int PRIMARY KEY, big text, n int);
-		CREATE TABLE toast_f (id int PRIMARY KEY, big text, n int);
+	pg.Exec(t, `CREATE TABLE toast_d (id int PRIMARY KEY, big text NOT NULL, n int NOT NULL);
+		CREATE TABLE toast_f (id int PRIMARY KEY, big text NOT NULL, n int NOT NULL);
 		ALTER TABLE toast_d ALTER COLUMN big SET STORAGE EXTERNAL;
 		ALTER TABLE toast_f ALTER COLUMN big SET STORAGE EXTERNAL;
 		ALTER TABLE toast_f REPLICA IDENTITY FULL;
 		INSERT INTO toast_d SELECT 1, string_agg(md5(random()::text), ''), 0 FROM generate_series(1, 400);
 		INSERT INTO toast_f SELECT * FROM toast_d`)
 	conn := pg.Conn(t)
-	src := newSource(t, pg, postgres.Config{})
+	src := newSource(t, pg, pginformer.Options{})
 	tD, tF := newTable[toastRow](t, src, "toast_d"), newTable[toastRow](t, src, "toast_f")
 	infD, recD := informer[toastRow](t, tD, nil)
 	infF, recF := informer[toastRow](t, tF, nil)
@@ -82,7 +83,7 @@ func TestTruncateAlterCompositeKey(t *testing.T) {
 	pg.Exec(t, `CREATE TABLE ck (a int, b text, v text, PRIMARY KEY (a, b));
 		INSERT INTO ck VALUES (1, 'x/y', 'one'), (1, 'x', 'two'), (2, 'a\b', 'three')`)
 	conn := pg.Conn(t)
-	src := newSource(t, pg, postgres.Config{})
+	src := newSource(t, pg, pginformer.Options{})
 	var mu sync.Mutex
 	var deleted []string
 	inf, _ := informer[map[string]any](t, newTable[map[string]any](t, src, "ck"), core.ResourceEventHandlerFuncs[map[string]any]{
@@ -148,9 +149,9 @@ func TestTruncateAlterCompositeKey(t *testing.T) {
 // TestLargeTransaction: one transaction of 100k rows arrives whole.
 func TestLargeTransaction(t *testing.T) {
 	pg := harness.StartPostgres(t)
-	pg.Exec(t, `CREATE TABLE kv (id bigint PRIMARY KEY, v text)`)
+	pg.Exec(t, `CREATE TABLE kv (id bigint PRIMARY KEY, v text NOT NULL)`)
 	conn := pg.Conn(t)
-	src := newSource(t, pg, postgres.Config{})
+	src := newSource(t, pg, pginformer.Options{})
 	var mu sync.Mutex
 	batches := 0
 	inf, _ := informer[kv](t, newTable[kv](t, src, "kv"), core.ResourceEventHandlerFuncs[kv]{
@@ -176,9 +177,9 @@ func TestLargeTransaction(t *testing.T) {
 // does not pile up.
 func TestConfirmedFlushAdvancesOnUnwatchedWrites(t *testing.T) {
 	pg := harness.StartPostgres(t)
-	pg.Exec(t, `CREATE TABLE kv (id bigint PRIMARY KEY, v text); CREATE TABLE noise (id serial PRIMARY KEY, v text)`)
+	pg.Exec(t, `CREATE TABLE kv (id bigint PRIMARY KEY, v text NOT NULL); CREATE TABLE noise (id serial PRIMARY KEY, v text NOT NULL)`)
 	conn := pg.Conn(t)
-	src := newSource(t, pg, postgres.Config{})
+	src := newSource(t, pg, pginformer.Options{})
 	informer[kv](t, newTable[kv](t, src, "kv"), nil)
 	var target core.ResourceVersion
 	for range 20 {
@@ -200,8 +201,8 @@ func TestConfirmedFlushAdvancesOnUnwatchedWrites(t *testing.T) {
 // that says what to change, and never shows the password.
 func TestFailFast(t *testing.T) {
 	pg := harness.StartPostgres(t)
-	pg.Exec(t, `CREATE TABLE nopk (id int, v text);
-		CREATE TABLE kv (id bigint PRIMARY KEY, v text);
+	pg.Exec(t, `CREATE TABLE nopk (id int, v text NOT NULL);
+		CREATE TABLE kv (id bigint PRIMARY KEY, v text NOT NULL);
 		CREATE TABLE secret (id int PRIMARY KEY)`)
 	ctx := ctxFor(t)
 	check := func(name string, err error, want string) {
@@ -218,49 +219,53 @@ func TestFailFast(t *testing.T) {
 		}
 		t.Logf("%s: %v", name, err)
 	}
-	src := newSource(t, pg, postgres.Config{})
-	_, err := postgres.NewTable[kv](ctx, src, "", "missing")
+	src := newSource(t, pg, pginformer.Options{})
+	_, err := pginformer.NewTable[kv](ctx, src, "missing", pginformer.TableOptions[kv]{})
 	check("unknown table", err, "does not exist")
-	_, err = postgres.NewTable[kv](ctx, src, "", "nopk")
+	_, err = pginformer.NewTable[kv](ctx, src, "nopk", pginformer.TableOptions[kv]{})
 	check("no primary key", err, "no primary key")
 	type wrong struct {
 		ID int64 `db:"id"`
 		V  int   `db:"v"`
 	}
-	_, err = postgres.NewTable[wrong](ctx, src, "", "kv")
-	check("column type without mapping", err, `column "v" of type text cannot be decoded into field V (int)`)
+	_, err = pginformer.NewTable[wrong](ctx, src, "kv", pginformer.TableOptions[wrong]{})
+	check("column type without mapping", err, `column "v" (text) holds values that field V (int) cannot`)
 	type extra struct {
 		ID    int64 `db:"id"`
 		Other string
 	}
-	_, err = postgres.NewTable[extra](ctx, src, "", "kv")
+	_, err = pginformer.NewTable[extra](ctx, src, "kv", pginformer.TableOptions[extra]{})
 	check("field without column", err, "no column for field Other")
 
 	noRepl := pg.CreateRole(t, "norepl", "NOREPLICATION")
-	_, err = postgres.NewSource(ctx, postgres.Config{ConnString: noRepl})
+	_, err = pginformer.NewSource(ctx, noRepl, pginformer.Options{})
 	check("role without REPLICATION", err, "REPLICATION")
 
 	repl := pg.CreateRole(t, "repl_noselect", "REPLICATION")
-	rsrc, err := postgres.NewSource(ctx, postgres.Config{ConnString: repl})
+	rsrc, err := pginformer.NewSource(ctx, repl, pginformer.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rsrc.Close()
-	_, err = postgres.NewTable[kv](ctx, rsrc, "", "secret")
+	_, err = pginformer.NewTable[kv](ctx, rsrc, "secret", pginformer.TableOptions[kv]{})
 	check("no SELECT", err, "GRANT SELECT")
 
 	bad := strings.Replace(pg.ConnString(), pg.Password, pg.Password+"x", 1)
-	_, err = postgres.NewSource(ctx, postgres.Config{ConnString: bad})
+	_, err = pginformer.NewSource(ctx, bad, pginformer.Options{})
 	check("wrong password", err, "password authentication failed")
-	_, err = postgres.NewSource(ctx, postgres.Config{ConnString: "host=127.0.0.1 port=notaport password=" + pg.Password})
+	_, err = pginformer.NewSource(ctx, "host=127.0.0.1 port=notaport password="+pg.Password, pginformer.Options{})
 	check("unparsable connection string", err, "cannot be parsed")
 
-	_, err = postgres.NewSource(ctx, postgres.Config{ConnString: pg.ConnString(), PermanentSlot: true})
-	check("permanent slot without a name", err, "needs Config.Slot")
+	_, err = pginformer.NewSource(ctx, pg.ConnString(), pginformer.Options{PermanentSlot: true})
+	check("permanent slot without a name", err, "needs Options.Slot")
+	_, err = pginformer.NewSource(ctx, pg.ConnString(), pginformer.Options{Slot: `bad"slot`})
+	check("slot name with a quote", err, "is not a replication slot name")
+	_, err = pginformer.NewSource(ctx, pg.ConnString(), pginformer.Options{Publication: strings.Repeat("p", 64)})
+	check("publication name too long", err, "longer than Postgres's 63-byte names")
 
 	pg.Exec(t, "ALTER SYSTEM SET wal_level = replica")
 	pg.Restart(t, "fast")
-	_, err = postgres.NewSource(ctx, postgres.Config{ConnString: pg.ConnString()})
+	_, err = pginformer.NewSource(ctx, pg.ConnString(), pginformer.Options{})
 	check("wal_level", err, "wal_level = logical")
 }
 
@@ -269,10 +274,10 @@ func TestFailFast(t *testing.T) {
 func TestQuotedTableName(t *testing.T) {
 	pg := harness.StartPostgres(t)
 	name := `we"ird; DROP TABLE kv; --'`
-	pg.Exec(t, `CREATE TABLE kv (id bigint PRIMARY KEY, v text); CREATE TABLE `+pgx.Identifier{name}.Sanitize()+` (id bigint PRIMARY KEY, v text);
+	pg.Exec(t, `CREATE TABLE kv (id bigint PRIMARY KEY, v text NOT NULL); CREATE TABLE `+pgx.Identifier{name}.Sanitize()+` (id bigint PRIMARY KEY, v text NOT NULL);
 		INSERT INTO `+pgx.Identifier{name}.Sanitize()+` VALUES (1, 'one')`)
 	conn := pg.Conn(t)
-	src := newSource(t, pg, postgres.Config{Publication: `pub"; x`, Slot: "slot_ok"})
+	src := newSource(t, pg, pginformer.Options{Publication: `pub"; x`, CreatePublication: true, Slot: "slot_ok"})
 	inf, _ := informer[kv](t, newTable[kv](t, src, name), nil)
 	rv := write(t, conn, `INSERT INTO `+pgx.Identifier{name}.Sanitize()+` VALUES (2, 'two')`)
 	waitFor(t, inf, rv)
@@ -289,12 +294,12 @@ func TestQuotedTableName(t *testing.T) {
 // it is within Config.History; older starts are ErrExpired.
 func TestHistoryWindow(t *testing.T) {
 	pg := harness.StartPostgres(t)
-	pg.Exec(t, `CREATE TABLE kv (id bigint PRIMARY KEY, v text)`)
+	pg.Exec(t, `CREATE TABLE kv (id bigint PRIMARY KEY, v text NOT NULL)`)
 	conn := pg.Conn(t)
-	src := newSource(t, pg, postgres.Config{History: 3})
+	src := newSource(t, pg, pginformer.Options{History: 3})
 	tbl := newTable[kv](t, src, "kv")
 	ctx := ctxFor(t)
-	rv0, err := tbl.List(ctx, core.ListOptions[kv]{Emit: func(core.Event[kv]) error { return nil }})
+	rv0, err := tbl.List(ctx, core.ListSink[kv]{Emit: func(core.Event[kv]) error { return nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,13 +307,10 @@ func TestHistoryWindow(t *testing.T) {
 	for i := range 6 {
 		rvs = append(rvs, write(t, conn, fmt.Sprintf("INSERT INTO kv VALUES (%d, 'x')", i)))
 	}
-	w, err := tbl.Watch(ctx, rv0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := watch[kv](t, tbl, rv0, nil)
 	var last core.ResourceVersion
 	for seen := 0; seen < 6; {
-		evs, err := w.Next(ctx)
+		evs, err := w.next(t)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -319,20 +321,22 @@ func TestHistoryWindow(t *testing.T) {
 			}
 		}
 	}
-	w.Stop()
+	if err := w.stop(); !errors.Is(err, core.ErrWatchStopped) || !errors.Is(err, context.Canceled) {
+		t.Errorf("a watch whose context was cancelled returned %v, want core.ErrWatchStopped and context.Canceled", err)
+	}
 	// Watching from the last version acknowledges all six changes; three
 	// stay in memory.
-	w, err = tbl.Watch(ctx, last)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Stop()
-	w, err = tbl.Watch(ctx, rvs[2])
-	if err != nil {
+	w = watch[kv](t, tbl, last, nil)
+	w.stop()
+	w = watch[kv](t, tbl, rvs[2], nil)
+	if evs, err := w.next(t); err != nil {
 		t.Fatalf("Watch from within the history: %v", err)
+	} else if evs[0].RV != rvs[3] && evs[0].RV > rvs[3] {
+		t.Errorf("Watch from within the history started at %d, want the write at %d", evs[0].RV, rvs[3])
 	}
-	w.Stop()
-	if _, err := tbl.Watch(ctx, rv0); !errors.Is(err, core.ErrExpired) {
+	w.stop()
+	w = watch[kv](t, tbl, rv0, nil)
+	if _, err := w.next(t); !errors.Is(err, core.ErrExpired) {
 		t.Errorf("Watch from before the history returned %v, want ErrExpired", err)
 	}
 }
@@ -343,14 +347,21 @@ type numRow struct {
 }
 
 // TestDecodeErrorMidStream: a value that no longer decodes into its field
-// (the column's type changed under the informer) is reported with the
-// table, key and version, and the rest keeps flowing.
+// (the column's type changed under the informer) stops the informer with
+// a permanent error naming table, key and version; with SkipUndecodable it
+// is reported and counted, and the rest keeps flowing.
 func TestDecodeErrorMidStream(t *testing.T) {
 	pg := harness.StartPostgres(t)
-	pg.Exec(t, `CREATE TABLE nums (id bigint PRIMARY KEY, n int); INSERT INTO nums VALUES (1, 1)`)
+	pg.Exec(t, `CREATE TABLE nums (id bigint PRIMARY KEY, n int NOT NULL); INSERT INTO nums VALUES (1, 1)`)
 	conn := pg.Conn(t)
-	src := newSource(t, pg, postgres.Config{})
-	inf, rec := informer[numRow](t, newTable[numRow](t, src, "nums"), nil)
+	src := newSource(t, pg, pginformer.Options{})
+	strict := newTable[numRow](t, src, "nums")
+	skip, err := pginformer.NewTable[numRow](ctxFor(t), src, "nums", pginformer.TableOptions[numRow]{SkipUndecodable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, recStrict := informer[numRow](t, strict, nil)
+	inf, rec := informer[numRow](t, skip, nil)
 	write(t, conn, "ALTER TABLE nums ALTER COLUMN n TYPE text")
 	bad := write(t, conn, "UPDATE nums SET n = 'not a number' WHERE id = 1")
 	write(t, conn, "ALTER TABLE nums ALTER COLUMN n TYPE int USING 7")
@@ -359,19 +370,25 @@ func TestDecodeErrorMidStream(t *testing.T) {
 	if got, ok := inf.Lister().Get("2"); !ok || got.N != 2 {
 		t.Errorf("row 2 after the bad row: %+v, %v", got, ok)
 	}
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	found := false
-	for _, err := range rec.errs {
-		var de *core.DecodeError
-		if errors.As(err, &de) && de.Key == "1" && de.RV <= bad && strings.Contains(de.Source, `"nums"`) {
-			found = true
-			t.Logf("reported: %v", err)
+	if n := skip.Skipped(); n != 1 {
+		t.Errorf("Skipped = %d, want 1", n)
+	}
+	reported := func(rec *recorder[numRow], permanent bool) error {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		for _, err := range rec.errs {
+			var de *core.DecodeError
+			if errors.As(err, &de) && de.Key == "1" && de.RV <= bad && strings.Contains(de.Source, `"nums"`) && errors.Is(err, core.ErrPermanent) == permanent {
+				t.Logf("reported: %v", err)
+				return nil
+			}
 		}
+		return fmt.Errorf("no DecodeError (permanent: %t) for key 1 reached the error handler; got %v", permanent, rec.errs)
 	}
-	if !found {
-		t.Errorf("no DecodeError for key 1 reached the error handler; got %v", rec.errs)
+	if err := reported(rec, false); err != nil {
+		t.Error(err)
 	}
+	eventually(t, "the strict informer stops with a permanent error", func() error { return reported(recStrict, true) })
 }
 
 type Audit struct {
@@ -387,8 +404,8 @@ type embedded struct {
 // pgx.RowToStructByName.
 func TestEmbeddedStruct(t *testing.T) {
 	pg := harness.StartPostgres(t)
-	pg.Exec(t, `CREATE TABLE kv (id bigint PRIMARY KEY, v text); INSERT INTO kv VALUES (1, 'one')`)
-	src := newSource(t, pg, postgres.Config{})
+	pg.Exec(t, `CREATE TABLE kv (id bigint PRIMARY KEY, v text NOT NULL); INSERT INTO kv VALUES (1, 'one')`)
+	src := newSource(t, pg, pginformer.Options{})
 	inf, _ := informer[embedded](t, newTable[embedded](t, src, "kv"), nil)
 	if got, _ := inf.Lister().Get("1"); got.V != "one" {
 		t.Errorf("embedded field: %+v", got)
@@ -399,19 +416,18 @@ func TestEmbeddedStruct(t *testing.T) {
 // kept by Close); one that lacks a table is refused with the fix.
 func TestExistingPublication(t *testing.T) {
 	pg := harness.StartPostgres(t)
-	pg.Exec(t, `CREATE TABLE kv (id bigint PRIMARY KEY, v text); CREATE TABLE other (id bigint PRIMARY KEY, v text);
+	pg.Exec(t, `CREATE TABLE kv (id bigint PRIMARY KEY, v text NOT NULL); CREATE TABLE other (id bigint PRIMARY KEY, v text NOT NULL);
 		CREATE PUBLICATION mine FOR TABLE kv`)
 	conn := pg.Conn(t)
 	ctx := ctxFor(t)
 
-	bad := newSource(t, pg, postgres.Config{Publication: "mine"})
-	tbl := newTable[kv](t, bad, "other")
-	_, err := tbl.List(ctx, core.ListOptions[kv]{Emit: func(core.Event[kv]) error { return nil }})
+	bad := newSource(t, pg, pginformer.Options{Publication: "mine"})
+	_, err := pginformer.NewTable[kv](ctx, bad, "other", pginformer.TableOptions[kv]{})
 	if err == nil || !strings.Contains(err.Error(), `ALTER PUBLICATION "mine" ADD TABLE "public"."other"`) {
-		t.Errorf("List with a publication lacking the table: %v", err)
+		t.Errorf("NewTable with a publication lacking the table: %v", err)
 	}
 
-	src := newSource(t, pg, postgres.Config{Publication: "mine"})
+	src := newSource(t, pg, pginformer.Options{Publication: "mine"})
 	inf, _ := informer[kv](t, newTable[kv](t, src, "kv"), nil)
 	rv := write(t, conn, "INSERT INTO kv VALUES (1, 'one')")
 	waitFor(t, inf, rv)

@@ -1,10 +1,10 @@
-package postgres_test
+package pginformer_test
 
 import (
 	"errors"
 	"testing"
 
-	"github.com/dbinformer/dbinformer/adapters/postgres"
+	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/integration/harness"
 )
@@ -24,8 +24,8 @@ func TestImmediateRestartAfterBookmark(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			pg := harness.StartPostgres(t)
-			pg.Exec(t, `CREATE TABLE kv (id bigint PRIMARY KEY, v text); CREATE TABLE other (id bigint PRIMARY KEY)`)
-			cfg := postgres.Config{}
+			pg.Exec(t, `CREATE TABLE kv (id bigint PRIMARY KEY, v text NOT NULL); CREATE TABLE other (id bigint PRIMARY KEY)`)
+			cfg := pginformer.Options{}
 			if permanent {
 				cfg.PermanentSlot, cfg.Slot = true, "crash"
 			}
@@ -78,13 +78,13 @@ func TestImmediateRestartAfterBookmark(t *testing.T) {
 // any of its deltas is pending.
 func TestAppliedVersionWithPendingRelist(t *testing.T) {
 	pg := harness.StartPostgres(t)
-	pg.Exec(t, `CREATE TABLE kv (id bigint PRIMARY KEY, v text)`)
+	pg.Exec(t, `CREATE TABLE kv (id bigint PRIMARY KEY, v text NOT NULL)`)
 	conn := pg.Conn(t)
 	head := write(t, conn, `INSERT INTO kv SELECT g, 'v' FROM generate_series(1, 5) g`)
-	src := newSource(t, pg, postgres.Config{})
+	src := newSource(t, pg, pginformer.Options{})
 	tbl := newTable[kv](t, src, "kv")
 	var items []core.Event[kv]
-	rv, err := tbl.List(ctxFor(t), core.ListOptions[kv]{Emit: func(ev core.Event[kv]) error {
+	rv, err := tbl.List(ctxFor(t), core.ListSink[kv]{Emit: func(ev core.Event[kv]) error {
 		items = append(items, ev)
 		return nil
 	}})
@@ -95,7 +95,15 @@ func TestAppliedVersionWithPendingRelist(t *testing.T) {
 		t.Fatalf("listed %d rows, want 5", len(items))
 	}
 	for name, q := range map[string]core.Queue[kv]{"FIFO": core.NewFIFO[kv](nil), "DeltaFIFO": core.NewDeltaFIFO[kv](nil)} {
-		if err := q.Replace(items, rv); err != nil {
+		err := q.Replace(ctxFor(t), func(put func(core.Delta[kv]) error) (core.ResourceVersion, error) {
+			for _, it := range items {
+				if err := put(core.Delta[kv]{Type: core.DeltaReplaced, Key: it.Key, Object: it.Object, HasObject: true}); err != nil {
+					return 0, err
+				}
+			}
+			return rv, nil
+		})
+		if err != nil {
 			t.Fatal(err)
 		}
 		if applied := q.AppliedVersion(); applied >= head {

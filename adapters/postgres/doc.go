@@ -1,16 +1,29 @@
-// Package postgres syncs PostgreSQL tables into dbinformer caches over
+// Package pginformer syncs PostgreSQL tables into dbinformer caches over
 // logical replication (pgoutput), with github.com/jackc/pgx/v5 and
-// github.com/jackc/pglogrepl.
+// github.com/jackc/pglogrepl. The directory is adapters/postgres; the
+// package is named pginformer.
 //
-// A Source owns one replication slot, one walsender and one publication,
-// however many tables it serves. Each table is a core.ListerWatcher[T]
-// (NewTable; register every table before the first List), typically run by
-// its own informer; T is a struct mapped by
-// column name (`db` tags, like pgx.RowToStructByName) or map[string]any.
-// Keys are the primary key: the column's text for a single column, the
-// columns' texts joined by '/' (with '\' and '/' escaped by '\') for a
-// composite key. The resource version is the LSN at which a transaction's
-// commit record ends; each transaction is one batch per table.
+// A Source (NewSource) owns one replication slot, one walsender and one
+// publication, however many tables it serves. Each table is a
+// core.ListerWatcher[T] (NewTable; register every table before the first
+// List), typically run by its own informer; T is a struct mapped by column
+// name (`db` tags, like pgx.RowToStructByName; `db:"-"` leaves a field out)
+// or map[string]any. Keys are the primary key: the column's text for a
+// single column, the columns' texts joined by '/' (with '\' and '/' escaped
+// by '\') for a composite key. The resource version is the LSN at which a
+// transaction's commit record ends; each transaction is one batch per
+// table. Errors and logs write LSNs as Postgres does (0/28BD3A10).
+//
+// # Layers
+//
+// source.go holds the options and connections; slot.go the slot session
+// (publication, slot creation with its exported snapshot, the snapshots
+// tables list in, stream start and resume); stream.go the walsender loop
+// and pgoutput decoding; wal.go the decoded-WAL types; tablestate.go the
+// per-table buffers; catalog.go and check.go NewTable's catalog lookups and
+// mapping proofs; rowmap.go row to struct mapping; toast.go the values kept
+// for unchanged TOAST; table.go and watch.go the ListerWatcher, which only
+// reads rows inside the snapshot the session hands it.
 //
 // # Handover from List to Watch
 //
@@ -27,22 +40,62 @@
 //
 // The position confirmed to the server (write, flush and apply alike) is
 // what every table's consumer has applied: a batch counts as applied when
-// the consumer calls Next again. With no change pending the position
-// follows the server's keepalives, so WAL of unpublished tables or an idle
-// database does not pile up, and watchers receive Bookmarks at it
-// (read-your-writes with WaitFor(pg_current_wal_lsn()) works for writes to
-// other tables too).
+// the watch's Emit returns. With no change pending the position follows
+// the server's keepalives, so WAL of unpublished tables or an idle database
+// does not pile up, and watches emit Bookmarks at it (read-your-writes with
+// WaitFor(pg_current_wal_lsn()) works for writes to other tables too). A
+// progress request (core.ProgressReporter) asks the server for a keepalive.
 //
-// # Replica identity and TOAST
+// # State parked between watches
 //
-// Tables need a primary key and REPLICA IDENTITY DEFAULT or FULL. Under
-// DEFAULT, deletes carry only the key (the informer fills in its cached
-// object); under FULL they carry the old row. Unchanged TOASTed values
-// arrive as "unchanged" in updates: the Source keeps, per key, the values
-// of the table's variable-length columns (and the set of keys, for
-// TRUNCATE) as of the last applied change, and fills them in. This costs
-// memory about the size of those columns; REPLICA IDENTITY FULL tables fill
-// in from the old row instead.
+// Per table the Source keeps the keys and the TOAST values described
+// below as of the last decoded transaction, and the decoded events of the
+// last Options.History changes. A Watch from any version within that
+// history replays exactly what was delivered; an older one is
+// core.ErrExpired, and the informer relists.
+//
+// # What a table must be
+//
+// A primary key (the cache keys), under REPLICA IDENTITY DEFAULT or FULL
+// alike: a table without one is refused, also under FULL (a whole row as
+// the key would make two equal rows one object). Under DEFAULT, deletes
+// carry only the key (the informer fills in its cached object); under FULL
+// they carry the old row.
+//
+// NewTable proves each field mapping from the catalog: a field must hold
+// NULL when its column is nullable (use a pointer or a pgtype type), and
+// every value of the column's type and width: it decodes extreme values
+// that the server renders for the column (int2's 32767 into an int8 field
+// fails, as do money into float64, pg_lsn into uint64, '{NULL}' into
+// []string, an inet with a netmask into netip.Addr). string holds any
+// type's text. A row that still fails at run time (a type changed under
+// the informer, an empty primary key) fails the List or the watch with
+// core.ErrPermanent, naming how many rows failed and the first reasons;
+// TableOptions.SkipUndecodable leaves such rows out instead, each reported
+// as a *core.DecodeError and counted by Table.Skipped.
+//
+// Partitioned tables are synced through their root: the publication a
+// Source creates has publish_via_partition_root = true, so the partitions'
+// changes arrive under the root's name; a row moving between partitions is
+// a delete of the old key and an add of the new one. A user publication
+// without that option is refused by NewTable with the ALTER PUBLICATION
+// that fixes it. A single partition can be synced on its own, unless its
+// publication publishes it through its root.
+//
+// Generated columns are not streamed by pgoutput before Postgres 18: they
+// are left out of List too (a map has no entry for them), and a struct
+// field mapped to one is refused; tag it `db:"-"`. TableOptions.Omit leaves
+// out other columns the same way. A table dropped while it is synced is a
+// core.ErrPermanent error (seen by List, and by a watch at its next
+// progress request or within 30s).
+//
+// # Unchanged TOAST
+//
+// Unchanged TOASTed values arrive as "unchanged" in updates: the Source
+// keeps, per key, the values of the table's variable-length columns that T
+// uses (and the set of keys, for TRUNCATE) as of the last applied change,
+// and fills them in. REPLICA IDENTITY FULL tables fill in from the old row
+// instead and keep only the keys.
 //
 // # Protocol
 //
@@ -50,7 +103,9 @@
 // of in-progress transactions (v2+) would only add messages to buffer.
 // Values travel as text on both paths, decoded by the same pgtype.Map, so
 // a row read by List and the same row from the stream are equal Go values.
-// Both connections set TimeZone=UTC, DateStyle=ISO and extra_float_digits=3.
+// Both connections set TimeZone=UTC, DateStyle=ISO and extra_float_digits=3,
+// and an application_name (Options.ApplicationName; by default the
+// program's name and the slot's) that pg_stat_replication shows.
 //
 // # Server settings and privileges
 //
@@ -58,38 +113,48 @@
 //	wal_level = logical
 //	max_replication_slots = 10   -- one per Source, plus one briefly per late List
 //	max_wal_senders = 10
-//	max_slot_wal_keep_size = 10GB  -- with Config.PermanentSlot: cap WAL kept for an absent consumer
+//	max_slot_wal_keep_size = 10GB  -- with Options.PermanentSlot: cap WAL kept for an absent consumer
 //
 //	CREATE ROLE app_sync LOGIN REPLICATION PASSWORD '...';
 //	GRANT SELECT ON public.users, public.orders TO app_sync;
 //	-- either let the Source create its publication (the role must own the tables),
-//	-- or create it once and set Config.Publication:
-//	CREATE PUBLICATION app_pub FOR TABLE public.users, public.orders;
+//	-- or create it once and set Options.Publication:
+//	CREATE PUBLICATION app_pub FOR TABLE public.users, public.orders WITH (publish_via_partition_root = true);
 //
-// pg_hba.conf must allow the role a "replication" connection to the
-// database as well as a normal one.
+// pg_hba.conf must let the role connect to the database, as for any client
+// (host app app_sync 10.0.0.0/8 scram-sha-256): a logical replication
+// connection names its database and matches ordinary database lines; the
+// "replication" keyword is for physical replication and does nothing here.
+//
+// Options.Publication must exist (NewSource says "publication ... does not
+// exist" otherwise) unless Options.CreatePublication asks the Source to
+// create it. NewTable checks that it carries the table and names the
+// ALTER PUBLICATION that adds it.
+//
+// # Slots
 //
 // Temporary slots (the default) disappear with the replication connection;
 // a broken stream (server restart, terminated walsender) then means a relist
-// of every table. Config.PermanentSlot keeps the slot (name it with
-// Config.Slot), so a broken stream resumes from the confirmed position
+// of every table. Options.PermanentSlot keeps the slot (name it with
+// Options.Slot), so a broken stream resumes from the confirmed position
 // without a relist; at start an existing slot is checked in
 // pg_replication_slots, and one whose WAL is lost (wal_status 'lost') or
-// that was dropped is recreated and every table relists. A permanent slot
-// holds WAL while its consumer is away: set max_slot_wal_keep_size, and
-// drop the slot (SELECT pg_drop_replication_slot('name')) when the
-// application is retired. Its publication is kept by Close.
+// that was dropped is recreated and every table relists. A restart of this
+// process still lists every table again (the caches live in memory). A
+// permanent slot holds WAL while its consumer is away: set
+// max_slot_wal_keep_size, and drop the slot (SELECT
+// pg_drop_replication_slot('name')) when the application is retired. Its
+// publication is kept by Close.
 //
 // # Memory
 //
-// Besides the informers' caches, a Source keeps per table the keys and
-// variable-length values described above, the transactions no consumer has
-// acknowledged yet (a transaction is held whole: a 100k-row transaction is
-// 100k rows in memory once), and Config.History acknowledged changes so
-// that a Watch can restart from a slightly older version. A table whose
+// Besides the informers' caches (the objects themselves), a Source keeps
+// per table: every key, and for DEFAULT-identity tables the text of the
+// variable-length columns T uses (about the size of those columns in the
+// table); the transactions no consumer has acknowledged yet (a transaction
+// is held whole: a 100k-row transaction is 100k rows in memory once); and
+// the decoded events of the last Options.History changes. A table whose
 // informer is stopped for good holds its unacknowledged transactions and
-// the slot's WAL: Close the Source when its informers stop.
-//
-// Import it as is (package postgres); name it pginformer if another
-// package postgres is in scope.
-package postgres
+// the slot's WAL: Close the Source when its informers stop. After Close,
+// List and Watch return ErrClosed.
+package pginformer

@@ -1,11 +1,11 @@
-package postgres_test
+package pginformer_test
 
 import (
 	"context"
 	"fmt"
 	"time"
 
-	"github.com/dbinformer/dbinformer/adapters/postgres"
+	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
@@ -34,12 +34,12 @@ func Example() {
 	}
 
 	// One Source per database: one slot and one walsender, however many tables.
-	src, err := postgres.NewSource(ctx, postgres.Config{ConnString: connString})
+	src, err := pginformer.NewSource(ctx, connString, pginformer.Options{})
 	if err != nil {
 		panic(err)
 	}
 	defer src.Close()
-	usersTable, err := postgres.NewTable[User](ctx, src, "public", "users")
+	usersTable, err := pginformer.NewTable[User](ctx, src, "users", pginformer.TableOptions[User]{})
 	if err != nil {
 		panic(err)
 	}

@@ -1,4 +1,4 @@
-package postgres_test
+package pginformer_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dbinformer/dbinformer/adapters/postgres"
+	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	"github.com/jackc/pgx/v5"
@@ -21,7 +21,7 @@ type countingLW[T any] struct {
 	lists atomic.Int32
 }
 
-func (c *countingLW[T]) List(ctx context.Context, opts core.ListOptions[T]) (core.ResourceVersion, error) {
+func (c *countingLW[T]) List(ctx context.Context, opts core.ListSink[T]) (core.ResourceVersion, error) {
 	c.lists.Add(1)
 	return c.ListerWatcher.List(ctx, opts)
 }
@@ -67,8 +67,8 @@ func TestServerRestart(t *testing.T) {
 	for _, mode := range []string{"fast", "immediate"} {
 		t.Run(mode, func(t *testing.T) {
 			pg := harness.StartPostgres(t)
-			pg.Exec(t, `CREATE TABLE kv (id bigint PRIMARY KEY, v text)`)
-			src := newSource(t, pg, postgres.Config{})
+			pg.Exec(t, `CREATE TABLE kv (id bigint PRIMARY KEY, v text NOT NULL)`)
+			src := newSource(t, pg, pginformer.Options{})
 			oc := &orderChecker{t: t, last: map[string]int{}}
 			inf, _ := informer[kv](t, newTable[kv](t, src, "kv"), oc.handler())
 			waitFor(t, inf, writeRound(t, pg, 1))
@@ -106,8 +106,8 @@ func TestServerRestart(t *testing.T) {
 
 func TestWalsenderTerminated(t *testing.T) {
 	pg := harness.StartPostgres(t)
-	pg.Exec(t, `CREATE TABLE kv (id bigint PRIMARY KEY, v text)`)
-	src := newSource(t, pg, postgres.Config{})
+	pg.Exec(t, `CREATE TABLE kv (id bigint PRIMARY KEY, v text NOT NULL)`)
+	src := newSource(t, pg, pginformer.Options{})
 	oc := &orderChecker{t: t, last: map[string]int{}}
 	inf, _ := informer[kv](t, newTable[kv](t, src, "kv"), oc.handler())
 	conn := pg.Conn(t)
@@ -126,8 +126,8 @@ func TestWalsenderTerminated(t *testing.T) {
 // without a relist.
 func TestPermanentSlotResumes(t *testing.T) {
 	pg := harness.StartPostgres(t)
-	pg.Exec(t, `CREATE TABLE kv (id bigint PRIMARY KEY, v text)`)
-	src := newSource(t, pg, postgres.Config{PermanentSlot: true, Slot: "perm"})
+	pg.Exec(t, `CREATE TABLE kv (id bigint PRIMARY KEY, v text NOT NULL)`)
+	src := newSource(t, pg, pginformer.Options{PermanentSlot: true, Slot: "perm"})
 	lw := &countingLW[kv]{ListerWatcher: newTable[kv](t, src, "kv")}
 	oc := &orderChecker{t: t, last: map[string]int{}}
 	inf, _ := informer[kv](t, lw, oc.handler())
@@ -158,8 +158,8 @@ func TestPermanentSlotResumes(t *testing.T) {
 // is down; the source notices, recreates it and the informer relists.
 func TestPermanentSlotDroppedWhileDown(t *testing.T) {
 	pg := harness.StartPostgres(t)
-	pg.Exec(t, `CREATE TABLE kv (id bigint PRIMARY KEY, v text)`)
-	src := newSource(t, pg, postgres.Config{PermanentSlot: true, Slot: "perm"})
+	pg.Exec(t, `CREATE TABLE kv (id bigint PRIMARY KEY, v text NOT NULL)`)
+	src := newSource(t, pg, pginformer.Options{PermanentSlot: true, Slot: "perm"})
 	lw := &countingLW[kv]{ListerWatcher: newTable[kv](t, src, "kv")}
 	inf, _ := informer[kv](t, lw, nil)
 	waitFor(t, inf, writeRound(t, pg, 1))
@@ -186,7 +186,7 @@ func TestPermanentSlotDroppedWhileDown(t *testing.T) {
 	// And a second Source on the same permanent slot name starts fine
 	// after this one is closed, resuming the existing slot.
 	src.Close()
-	src2 := newSource(t, pg, postgres.Config{PermanentSlot: true, Slot: "perm"})
+	src2 := newSource(t, pg, pginformer.Options{PermanentSlot: true, Slot: "perm"})
 	inf2, _ := informer[kv](t, newTable[kv](t, src2, "kv"), nil)
 	waitFor(t, inf2, writeRound(t, pg, 4))
 	if err := cacheMatches(t, conn, "kv", inf2); err != nil {

@@ -1,4 +1,4 @@
-package postgres_test
+package pginformer_test
 
 import (
 	"bytes"
@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dbinformer/dbinformer/adapters/postgres"
+	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	"github.com/jackc/pglogrepl"
@@ -25,11 +25,8 @@ func ctxFor(t *testing.T) context.Context {
 	return ctx
 }
 
-func newSource(t *testing.T, pg *harness.Postgres, cfg postgres.Config) *postgres.Source {
+func newSource(t *testing.T, pg *harness.Postgres, cfg pginformer.Options) *pginformer.Source {
 	t.Helper()
-	if cfg.ConnString == "" {
-		cfg.ConnString = pg.ConnString()
-	}
 	if cfg.StatusInterval == 0 {
 		cfg.StatusInterval = time.Second
 	}
@@ -45,7 +42,7 @@ func newSource(t *testing.T, pg *harness.Postgres, cfg postgres.Config) *postgre
 			}
 		})
 	}
-	src, err := postgres.NewSource(ctxFor(t), cfg)
+	src, err := pginformer.NewSource(ctxFor(t), pg.ConnString(), cfg)
 	if err != nil {
 		t.Fatalf("NewSource: %v", err)
 	}
@@ -53,9 +50,9 @@ func newSource(t *testing.T, pg *harness.Postgres, cfg postgres.Config) *postgre
 	return src
 }
 
-func newTable[T any](t *testing.T, src *postgres.Source, name string) *postgres.Table[T] {
+func newTable[T any](t *testing.T, src *pginformer.Source, name string) *pginformer.Table[T] {
 	t.Helper()
-	tbl, err := postgres.NewTable[T](ctxFor(t), src, "", name)
+	tbl, err := pginformer.NewTable[T](ctxFor(t), src, name, pginformer.TableOptions[T]{})
 	if err != nil {
 		t.Fatalf("NewTable(%q): %v", name, err)
 	}
@@ -158,7 +155,7 @@ type kv struct {
 	V  string `db:"v"`
 }
 
-// cacheMatches compares an informer's cache of a (id bigint, v text)
+// cacheMatches compares an informer's cache of a (id bigint, v text NOT NULL)
 // table with the table.
 func cacheMatches(t *testing.T, conn *pgx.Conn, table string, inf *core.SharedIndexInformer[kv]) error {
 	rows, _ := conn.Query(ctxFor(t), "SELECT id, v FROM "+pgx.Identifier{table}.Sanitize())
@@ -196,4 +193,61 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// watcher runs one Watch until stop, handing each batch (copied) to C.
+type watcher[T any] struct {
+	C      chan []core.Event[T]
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    error
+}
+
+func watch[T any](t *testing.T, lw core.ListerWatcher[T], from core.ResourceVersion, progress <-chan struct{}) *watcher[T] {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctxFor(t))
+	w := &watcher[T]{C: make(chan []core.Event[T], 1024), cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		w.err = lw.Watch(ctx, from, core.WatchOptions[T]{Progress: progress, Emit: func(b []core.Event[T]) error {
+			select {
+			case w.C <- append([]core.Event[T](nil), b...):
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}})
+	}()
+	t.Cleanup(func() { w.stop() })
+	return w
+}
+
+// next returns the next batch, or the error the watch ended with.
+func (w *watcher[T]) next(t *testing.T) ([]core.Event[T], error) {
+	t.Helper()
+	select {
+	case b := <-w.C:
+		return b, nil
+	case <-w.done:
+		select {
+		case b := <-w.C:
+			return b, nil
+		default:
+		}
+		return nil, w.err
+	case <-time.After(waitLong):
+		t.Fatal("no batch from the watch")
+		return nil, nil
+	}
+}
+
+// stop cancels the watch and returns what it returned.
+func (w *watcher[T]) stop() error {
+	w.cancel()
+	<-w.done
+	return w.err
+}
+
+func newTestLogger(w *syncBuffer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }

@@ -1,4 +1,4 @@
-package postgres_test
+package pginformer_test
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dbinformer/dbinformer/adapters/postgres"
+	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	"github.com/jackc/pglogrepl"
@@ -39,28 +39,30 @@ const typesValues = `(%d, -12, 123456, 9007199254740993,
 	'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '{"a": [1, 2.5, "x"]}', '{"b": {"c": null}}', '\x00ff10',
 	'{1,NULL,3}', '{"a b","c,d",NULL}', 'happy', '{sad,happy}')`
 
+// Every column but id is nullable: each field holds NULL (NewTable
+// refuses a field that cannot).
 type typesRow struct {
 	ID   int32          `db:"id"`
-	I2   int16          `db:"i2"`
-	I4   int32          `db:"i4"`
-	I8   int64          `db:"i8"`
+	I2   *int16         `db:"i2"`
+	I4   *int32         `db:"i4"`
+	I8   *int64         `db:"i8"`
 	Num  pgtype.Numeric `db:"num"`
-	F4   float32        `db:"f4"`
-	F8   float64        `db:"f8"`
-	T    string         `db:"t"`
-	VC   string         `db:"vc"`
-	B    bool           `db:"b"`
-	TSTZ time.Time      `db:"tstz"`
-	TS   time.Time      `db:"ts"`
-	D    time.Time      `db:"d"`
+	F4   *float32       `db:"f4"`
+	F8   *float64       `db:"f8"`
+	T    *string        `db:"t"`
+	VC   *string        `db:"vc"`
+	B    *bool          `db:"b"`
+	TSTZ *time.Time     `db:"tstz"`
+	TS   *time.Time     `db:"ts"`
+	D    *time.Time     `db:"d"`
 	U    pgtype.UUID    `db:"u"`
 	J    map[string]any `db:"j"`
 	JB   map[string]any `db:"jb"`
 	By   []byte         `db:"by"`
 	AI   []pgtype.Int4  `db:"ai"`
 	AT   []pgtype.Text  `db:"at"`
-	M    string         `db:"m"`
-	AM   []string       `db:"am"`
+	M    *string        `db:"m"`
+	AM   []*string      `db:"am"`
 	Nul  *int32         `db:"nul"`
 	NulT *string        `db:"nult"`
 }
@@ -73,13 +75,13 @@ func TestTypesRoundTrip(t *testing.T) {
 	conn := pg.Conn(t)
 	write(t, conn, "INSERT INTO types VALUES "+fmt.Sprintf(typesValues, 1))
 	write(t, conn, "INSERT INTO types (id) VALUES (3)") // NULLs everywhere
-	src := newSource(t, pg, postgres.Config{})
+	src := newSource(t, pg, pginformer.Options{})
 	structs := newTable[typesRow](t, src, "types")
 	maps := newTable[map[string]any](t, src, "types")
 	ctx := ctxFor(t)
 
 	listS := map[string]typesRow{}
-	rvS, err := structs.List(ctx, core.ListOptions[typesRow]{Emit: func(ev core.Event[typesRow]) error {
+	rvS, err := structs.List(ctx, core.ListSink[typesRow]{Emit: func(ev core.Event[typesRow]) error {
 		if ev.Err != nil && ev.Key == "1" {
 			t.Errorf("List struct: %v", ev.Err)
 		}
@@ -90,7 +92,7 @@ func TestTypesRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	listM := map[string]map[string]any{}
-	rvM, err := maps.List(ctx, core.ListOptions[map[string]any]{Emit: func(ev core.Event[map[string]any]) error {
+	rvM, err := maps.List(ctx, core.ListSink[map[string]any]{Emit: func(ev core.Event[map[string]any]) error {
 		if ev.Err != nil {
 			t.Errorf("List map: %v", ev.Err)
 		}
@@ -103,22 +105,14 @@ func TestTypesRoundTrip(t *testing.T) {
 	if rvS != rvM {
 		t.Errorf("the two tables listed at %d and %d: not one snapshot", rvS, rvM)
 	}
-	ws, err := structs.Watch(ctx, rvS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ws.Stop()
-	wm, err := maps.Watch(ctx, rvM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer wm.Stop()
+	ws := watch[typesRow](t, structs, rvS, nil)
+	wm := watch[map[string]any](t, maps, rvM, nil)
 	write(t, conn, "INSERT INTO types VALUES "+fmt.Sprintf(typesValues, 2))
 	write(t, conn, "INSERT INTO types (id) VALUES (4)")
 
 	streamS := map[string]typesRow{}
 	for len(streamS) < 2 {
-		evs, err := ws.Next(ctx)
+		evs, err := ws.next(t)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -133,7 +127,7 @@ func TestTypesRoundTrip(t *testing.T) {
 	}
 	streamM := map[string]map[string]any{}
 	for len(streamM) < 2 {
-		evs, err := wm.Next(ctx)
+		evs, err := wm.next(t)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -163,7 +157,8 @@ func TestTypesRoundTrip(t *testing.T) {
 	}
 	// Spot checks that the values are the right ones, not just equal.
 	r := listS["1"]
-	if r.I8 != 9007199254740993 || r.T != `héllo 'quoted' \ back` || r.M != "happy" || !reflect.DeepEqual(r.AM, []string{"sad", "happy"}) ||
+	sad, happy := "sad", "happy"
+	if *r.I8 != 9007199254740993 || *r.T != `héllo 'quoted' \ back` || *r.M != "happy" || !reflect.DeepEqual(r.AM, []*string{&sad, &happy}) ||
 		!reflect.DeepEqual(r.By, []byte{0, 0xff, 0x10}) || r.TSTZ.UTC() != time.Date(2024, 2, 29, 11, 14, 15, 123456000, time.UTC) || r.AI[1].Valid {
 		t.Errorf("decoded values wrong: %#v", r)
 	}
@@ -189,10 +184,10 @@ func TestTypesRoundTrip(t *testing.T) {
 // share one slot and one walsender; both caches follow their tables.
 func TestSeveralTablesOneSlot(t *testing.T) {
 	pg := harness.StartPostgres(t)
-	pg.Exec(t, `CREATE TABLE a (id bigint PRIMARY KEY, v text); CREATE TABLE b (id bigint PRIMARY KEY, v text, extra int);
+	pg.Exec(t, `CREATE TABLE a (id bigint PRIMARY KEY, v text NOT NULL); CREATE TABLE b (id bigint PRIMARY KEY, v text NOT NULL, extra int);
 		INSERT INTO a VALUES (1, 'a1'); INSERT INTO b VALUES (1, 'b1', 7)`)
 	conn := pg.Conn(t)
-	src := newSource(t, pg, postgres.Config{})
+	src := newSource(t, pg, pginformer.Options{})
 	ta := newTable[kv](t, src, "a")
 	tb := newTable[map[string]any](t, src, "b")
 	infA, _ := informer[kv](t, ta, nil)
@@ -214,6 +209,11 @@ func TestSeveralTablesOneSlot(t *testing.T) {
 	if slots != 1 || senders != 1 {
 		t.Errorf("%d slots and %d walsenders for one source with two tables, want 1 and 1", slots, senders)
 	}
+	// An operator can tell who holds the slot.
+	var app string
+	if err := conn.QueryRow(ctxFor(t), "SELECT application_name FROM pg_stat_replication").Scan(&app); err != nil || !strings.Contains(app, src.SlotName()) {
+		t.Errorf("the walsender's application_name is %q (%v), want one naming the slot %q", app, err, src.SlotName())
+	}
 	// WaitFor a version that touched neither table returns too.
 	pg.Exec(t, "CREATE TABLE other (id int PRIMARY KEY)")
 	rv = write(t, conn, "INSERT INTO other VALUES (1)")
@@ -226,9 +226,9 @@ func TestSeveralTablesOneSlot(t *testing.T) {
 // saw each key's versions once, in commit order.
 func TestWritersDuringInitialList(t *testing.T) {
 	pg := harness.StartPostgres(t)
-	pg.Exec(t, `CREATE TABLE kv (id bigint PRIMARY KEY, v text);
+	pg.Exec(t, `CREATE TABLE kv (id bigint PRIMARY KEY, v text NOT NULL);
 		INSERT INTO kv SELECT g, '0' FROM generate_series(1, 20000) g`)
-	src := newSource(t, pg, postgres.Config{})
+	src := newSource(t, pg, pginformer.Options{})
 	tbl := newTable[kv](t, src, "kv")
 	ctx, cancel := context.WithCancel(ctxFor(t))
 	var wg sync.WaitGroup
@@ -282,14 +282,38 @@ func TestWritersDuringInitialList(t *testing.T) {
 		seen[key] = append(seen[key], v)
 		seenMu.Unlock()
 	}
-	time.Sleep(200 * time.Millisecond) // let the writers get going before the list
+	// Let the writers get going before the list.
+	eventually(t, "the writers have written", func() error {
+		lastMu.Lock()
+		defer lastMu.Unlock()
+		if len(written) < 30 {
+			return fmt.Errorf("%d writes", len(written))
+		}
+		return nil
+	})
 	lw := &listRVRecorder[kv]{ListerWatcher: tbl}
 	inf, _ := informer[kv](t, lw, core.ResourceEventHandlerFuncs[kv]{
 		AddFunc:    func(key string, o kv, _ bool) { note(key, o.V) },
 		UpdateFunc: func(key string, _, o kv) { note(key, o.V) },
 		DeleteFunc: func(key string, _ kv, _ bool) { note(key, "deleted") },
 	})
-	time.Sleep(500 * time.Millisecond)
+	// Wait for writes after the list's snapshot, not for time: on a loaded
+	// machine the writers may get little done in any fixed interval.
+	eventually(t, "writes land after the list's snapshot", func() error {
+		listRV := core.ResourceVersion(lw.rv.Load())
+		lastMu.Lock()
+		defer lastMu.Unlock()
+		n := 0
+		for _, v := range written {
+			if v.before > listRV {
+				n++
+			}
+		}
+		if n < 30 {
+			return fmt.Errorf("%d writes after the list at %d", n, listRV)
+		}
+		return nil
+	})
 	cancel()
 	wg.Wait()
 	waitFor(t, inf, last)
@@ -344,7 +368,7 @@ type listRVRecorder[T any] struct {
 	rv atomic.Uint64
 }
 
-func (l *listRVRecorder[T]) List(ctx context.Context, opts core.ListOptions[T]) (core.ResourceVersion, error) {
+func (l *listRVRecorder[T]) List(ctx context.Context, opts core.ListSink[T]) (core.ResourceVersion, error) {
 	rv, err := l.ListerWatcher.List(ctx, opts)
 	l.rv.Store(uint64(rv))
 	return rv, err
@@ -377,12 +401,12 @@ func TestMain(m *testing.M) {
 // TestEstimate: List reports the planner's row estimate before the rows.
 func TestEstimate(t *testing.T) {
 	pg := harness.StartPostgres(t)
-	pg.Exec(t, `CREATE TABLE kv (id bigint PRIMARY KEY, v text);
+	pg.Exec(t, `CREATE TABLE kv (id bigint PRIMARY KEY, v text NOT NULL);
 		INSERT INTO kv SELECT g, 'x' FROM generate_series(1, 5000) g; ANALYZE kv`)
-	src := newSource(t, pg, postgres.Config{})
+	src := newSource(t, pg, pginformer.Options{})
 	tbl := newTable[kv](t, src, "kv")
 	estimate, rows := int64(-1), 0
-	_, err := tbl.List(ctxFor(t), core.ListOptions[kv]{
+	_, err := tbl.List(ctxFor(t), core.ListSink[kv]{
 		Estimate: func(n int64) {
 			if rows != 0 {
 				t.Error("Estimate called after the first row")
@@ -404,10 +428,10 @@ func TestEstimate(t *testing.T) {
 // with nothing missing or repeated; the helper slot is gone afterwards.
 func TestLateTable(t *testing.T) {
 	pg := harness.StartPostgres(t)
-	pg.Exec(t, `CREATE TABLE a (id bigint PRIMARY KEY, v text); CREATE TABLE b (id bigint PRIMARY KEY, v text)`)
+	pg.Exec(t, `CREATE TABLE a (id bigint PRIMARY KEY, v text NOT NULL); CREATE TABLE b (id bigint PRIMARY KEY, v text NOT NULL)`)
 	conn := pg.Conn(t)
 	var logBuf syncBuffer
-	src := newSource(t, pg, postgres.Config{Logger: slog.New(slog.NewTextHandler(&logBuf, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	src := newSource(t, pg, pginformer.Options{Logger: slog.New(slog.NewTextHandler(&logBuf, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	ta, tb := newTable[kv](t, src, "a"), newTable[kv](t, src, "b")
 	infA, _ := informer[kv](t, ta, nil)
 	for i := range 50 {

@@ -8,6 +8,7 @@
 //	go run ./cmd/benchtable              # full sizes, writes BENCHMARKS.md
 //	go run ./cmd/benchtable -short -out - # smoke sizes, table on stdout only
 //	go run ./cmd/benchtable -from out.txt # table from a saved `go test -bench` output
+//	go run ./cmd/benchtable -bench WorkQueue -rows WorkQueue -out - # one group of rows
 //
 // Only ratios are claims: the machines this runs on are shared and noisy,
 // so the absolute figures beside them are for orientation. With -count > 1

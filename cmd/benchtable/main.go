@@ -219,8 +219,12 @@ func main() {
 		from    = flag.String("from", "", "parse this saved go test output instead of running")
 		pkg     = flag.String("pkg", "./bench/", "package holding the benchmarks")
 		timeout = flag.String("timeout", "90m", "go test -timeout")
+		only    = flag.String("rows", "", "print only the rows whose title contains this (with -bench, e.g. WorkQueue)")
 	)
 	flag.Parse()
+	if *only != "" {
+		rows = slices.DeleteFunc(rows, func(r row) bool { return !strings.Contains(r.Title, *only) })
+	}
 	args := []string{"test", "-run", "^$", "-bench", *bench, "-benchmem", "-benchtime=1x",
 		"-count", strconv.Itoa(*count), "-timeout", *timeout}
 	if *short {

@@ -22,7 +22,9 @@ type Harness[T any] interface {
 	// Put creates or updates key so that the object the ListerWatcher
 	// reports for it carries version n; returns the RV of that write.
 	Put(ctx context.Context, key string, n int64) (core.ResourceVersion, error)
-	// Delete removes key; returns the RV of the delete.
+	// Delete removes key; returns the RV of the delete. Deleting an absent
+	// key is not an error (the reliability workload deletes at random; the
+	// conformance suite never does): it returns a version read then.
 	Delete(ctx context.Context, key string) (core.ResourceVersion, error)
 	// Version extracts n from an object the ListerWatcher produced.
 	Version(obj T) int64

@@ -25,10 +25,15 @@ type recorder struct {
 	cleanups []func()
 }
 
-func (r *recorder) Helper()                   {}
-func (r *recorder) Logf(string, ...any)       {}
-func (r *recorder) Cleanup(f func())          { r.mu.Lock(); r.cleanups = append(r.cleanups, f); r.mu.Unlock() }
-func (r *recorder) Failed() bool              { r.mu.Lock(); defer r.mu.Unlock(); return len(r.errs) > 0 }
+func (r *recorder) Helper()             {}
+func (r *recorder) Logf(string, ...any) {}
+func (r *recorder) Cleanup(f func())    { r.mu.Lock(); r.cleanups = append(r.cleanups, f); r.mu.Unlock() }
+func (r *recorder) Failed() bool        { r.mu.Lock(); defer r.mu.Unlock(); return len(r.errs) > 0 }
+func (r *recorder) failures() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return strings.Join(r.errs, "; ")
+}
 func (r *recorder) Fatalf(f string, a ...any) { r.Errorf(f, a...); runtime.Goexit() }
 func (r *recorder) Errorf(f string, a ...any) {
 	r.mu.Lock()
@@ -549,7 +554,7 @@ func TestSuiteCatchesBrokenSources(t *testing.T) {
 			if !rec.Failed() {
 				t.Errorf("case %s did not catch a source that %s", m.mustFail, m.name)
 			}
-			t.Logf("%s reported: %s", m.mustFail, strings.Join(rec.errs, "; "))
+			t.Logf("%s reported: %s", m.mustFail, rec.failures())
 		})
 	}
 }
@@ -571,7 +576,7 @@ func TestSuitePassesUnbrokenWrapper(t *testing.T) {
 			s := memory.New[obj](memory.Options{MaxBatch: maxBatch})
 			rec := runRecorded(controlCaps, newMemSource(s, &brokenLW{s: s}), c)
 			if rec.Failed() {
-				t.Errorf("MaxBatch %d, case %s: %s", maxBatch, c.name, strings.Join(rec.errs, "; "))
+				t.Errorf("MaxBatch %d, case %s: %s", maxBatch, c.name, rec.failures())
 			}
 		}
 	}
@@ -583,7 +588,7 @@ func TestSuitePassesBareHarness(t *testing.T) {
 	for _, c := range cases[obj]() {
 		s := memory.New[obj](memory.Options{})
 		if rec := runRecorded(controlCaps, memHarness{s: s, lw: s}, c); rec.Failed() {
-			t.Errorf("case %s: %s", c.name, strings.Join(rec.errs, "; "))
+			t.Errorf("case %s: %s", c.name, rec.failures())
 		}
 	}
 }
@@ -609,7 +614,7 @@ func TestBookmarkWithoutProgress(t *testing.T) {
 	s := memory.New[obj](memory.Options{})
 	lw := &brokenLW{s: s, noReport: true}
 	if rec := runRecorded(controlCaps, memHarness{s: s, lw: lw}, c); rec.Failed() {
-		t.Errorf("a source with neither PutUnwatched nor progress failed: %s", strings.Join(rec.errs, "; "))
+		t.Errorf("a source with neither PutUnwatched nor progress failed: %s", rec.failures())
 	}
 	s = memory.New[obj](memory.Options{})
 	lw = &brokenLW{s: s, noReport: true}
@@ -627,7 +632,7 @@ func TestIgnoreGoroutines(t *testing.T) {
 	caps.Timeout = 2 * time.Second // only reached if the filter fails
 	caps.IgnoreGoroutines = []string{"conformance.(*brokenLW).Watch"}
 	if rec := runRecorded(caps, newMemSource(s, lw), caseNamed(t, "Cancel")); rec.Failed() {
-		t.Errorf("an ignored goroutine was reported: %s", strings.Join(rec.errs, "; "))
+		t.Errorf("an ignored goroutine was reported: %s", rec.failures())
 	}
 }
 
@@ -664,7 +669,7 @@ func TestKeyMapper(t *testing.T) {
 		s := memory.New[obj](memory.Options{})
 		rec := runRecorded(controlCaps, mappedSource{newMemSource(s, prefixLW(s))}, c)
 		if rec.Failed() {
-			t.Errorf("case %s with a KeyMapper: %s", c.name, strings.Join(rec.errs, "; "))
+			t.Errorf("case %s with a KeyMapper: %s", c.name, rec.failures())
 		}
 	}
 	s := memory.New[obj](memory.Options{})
@@ -703,7 +708,7 @@ func TestInexactWriteRV(t *testing.T) {
 	for _, c := range cases[obj]() {
 		s := memory.New[obj](memory.Options{})
 		if rec := runRecorded(caps, laggySource{newMemSource(s, &brokenLW{s: s})}, c); rec.Failed() {
-			t.Errorf("case %s: %s", c.name, strings.Join(rec.errs, "; "))
+			t.Errorf("case %s: %s", c.name, rec.failures())
 		}
 	}
 	caps.Timeout = selfCaps.Timeout
@@ -733,7 +738,7 @@ func TestPutsAllAdded(t *testing.T) {
 			return []core.Event[obj]{ev}
 		})}
 		if rec := runRecorded(caps, newMemSource(s, lw), c); rec.Failed() {
-			t.Errorf("case %s: %s", c.name, strings.Join(rec.errs, "; "))
+			t.Errorf("case %s: %s", c.name, rec.failures())
 		}
 	}
 }

@@ -15,8 +15,8 @@ type Op string
 
 // The calls a Spy sees.
 const (
-	List  Op = "list"
-	Watch Op = "watch"
+	OpList  Op = "list"
+	OpWatch Op = "watch"
 )
 
 // Call is one List or Watch that went through a Spy.
@@ -31,7 +31,7 @@ type Call struct {
 
 func (c Call) String() string {
 	var s string
-	if c.Op == Watch {
+	if c.Op == OpWatch {
 		s = fmt.Sprintf("watch from %d", c.From)
 	} else {
 		s = "list"
@@ -127,7 +127,7 @@ func (s *Spy[T]) next(op Op) (error, *Gate) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	fail, gate := &s.failList, s.listGate
-	if op == Watch {
+	if op == OpWatch {
 		fail, gate = &s.failWatch, s.watchGate
 	}
 	var err error
@@ -141,9 +141,9 @@ func (s *Spy[T]) next(op Op) (error, *Gate) {
 // List records the call, waits at the list Gate if one is set, returns the
 // next planned failure if any, and otherwise calls the wrapped List.
 func (s *Spy[T]) List(ctx context.Context, sink core.ListSink[T]) (rv core.ResourceVersion, err error) {
-	i := s.begin(Call{Op: List})
+	i := s.begin(Call{Op: OpList})
 	defer func() { s.end(i, rv, err) }()
-	fail, gate := s.next(List)
+	fail, gate := s.next(OpList)
 	if gate != nil {
 		if err := gate.pass(ctx); err != nil {
 			return 0, err
@@ -159,9 +159,9 @@ func (s *Spy[T]) List(ctx context.Context, sink core.ListSink[T]) (rv core.Resou
 // the next planned failure if any, and otherwise runs the wrapped Watch,
 // which Break can end.
 func (s *Spy[T]) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[T]) (err error) {
-	i := s.begin(Call{Op: Watch, From: from})
+	i := s.begin(Call{Op: OpWatch, From: from})
 	defer func() { s.end(i, 0, err) }()
-	fail, gate := s.next(Watch)
+	fail, gate := s.next(OpWatch)
 	if gate != nil {
 		if err := gate.pass(ctx); err != nil {
 			return core.Stopped(ctx)
@@ -266,10 +266,10 @@ func (s *Spy[T]) Calls() []Call {
 }
 
 // Lists returns how many Lists started, failed ones included.
-func (s *Spy[T]) Lists() int { return s.count(List) }
+func (s *Spy[T]) Lists() int { return s.count(OpList) }
 
 // Watches returns how many Watches started, failed ones included.
-func (s *Spy[T]) Watches() int { return s.count(Watch) }
+func (s *Spy[T]) Watches() int { return s.count(OpWatch) }
 
 func (s *Spy[T]) count(op Op) int {
 	s.mu.Lock()
@@ -295,7 +295,7 @@ func (s *Spy[T]) LastList() (Call, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, c := range slices.Backward(s.calls) {
-		if c.Op == List && c.Done {
+		if c.Op == OpList && c.Done {
 			return c, true
 		}
 	}
@@ -337,7 +337,7 @@ func (s *Spy[T]) WaitWatch(ctx context.Context, n int) error {
 	return s.Wait(ctx, func(calls []Call, _ int) bool {
 		seen := 0
 		for _, c := range calls {
-			if c.Op == Watch {
+			if c.Op == OpWatch {
 				seen++
 				if seen == n {
 					return c.Open || c.Done

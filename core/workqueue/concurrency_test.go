@@ -14,8 +14,18 @@ import (
 
 // TestConcurrentProducersConsumers checks the two promises that matter under
 // load: every Add is followed by a processing that starts after it, and no
-// key is ever processed by two workers at once.
+// key is ever processed by two workers at once. It runs with the lock-light
+// paths, and with every TryLock failing so that the fallbacks race too;
+// idle key states are swept as often as possible in both.
 func TestConcurrentProducersConsumers(t *testing.T) {
+	for _, noTryLock := range []bool{false, true} {
+		t.Run(map[bool]string{false: "trylock", true: "fallback"}[noTryLock], func(t *testing.T) {
+			testConcurrentProducersConsumers(t, noTryLock)
+		})
+	}
+}
+
+func testConcurrentProducersConsumers(t *testing.T, noTryLock bool) {
 	const (
 		producers = 8
 		consumers = 8
@@ -24,6 +34,7 @@ func TestConcurrentProducersConsumers(t *testing.T) {
 	)
 	clk := clock.NewFake(epoch)
 	q := New(Options[int]{Clock: clk})
+	q.slack, q.sweepAt, q.noTryLock = 0, 0, noTryLock
 
 	var stamp atomic.Int64
 	var lastAdd, lastStart [keys]atomic.Int64
@@ -99,12 +110,15 @@ func TestConcurrentProducersConsumers(t *testing.T) {
 	for {
 		q.mu.Lock()
 		q.promoteLocked()
-		idle := q.queued == 0 && q.processingLocked() == 0 && len(q.waiting) == 0
+		idle := q.queued == 0 && q.transit.Load() == 0 && q.processingLocked() == 0 && len(q.waiting) == 0
 		q.mu.Unlock()
 		if idle {
 			break
 		}
 		runtime.Gosched()
+	}
+	if err := q.checkInvariants(); err != nil {
+		t.Fatal(err)
 	}
 	q.ShutDownWithDrain()
 	workers.Wait()

@@ -49,14 +49,17 @@ func (q *Queue[K]) addAfter(item K, d time.Duration, prio int) {
 	if q.metrics != nil {
 		q.metrics.retry()
 	}
-	q.promoteLocked()
-	now := q.now()
+	now := q.now() // one clock read for both: it is not free
+	if len(q.waiting) > 0 {
+		q.promoteDueLocked(now)
+	}
 	at := int64(math.MaxInt64)
 	if int64(d) < math.MaxInt64-now {
 		at = now + int64(d)
 	}
 	sh.mu.Lock()
-	st := q.acquireLocked(sh, item, h)
+	idx := q.acquireLocked(sh, item, h)
+	st := q.state(idx)
 	if st.flags&fWaiting != 0 {
 		st.wprio = max(st.wprio, prio)
 		if at >= st.at {
@@ -73,7 +76,7 @@ func (q *Queue[K]) addAfter(item K, d time.Duration, prio int) {
 	st.wseq = q.seq
 	st.at = at
 	sh.mu.Unlock()
-	q.waiting.push(waitEntry[K]{at: at, seq: q.seq, st: st, shard: s, key: item})
+	q.waiting.push(waitEntry{at: at, seq: q.seq, idx: idx, shard: int32(s)})
 	if q.staleWaits > 1024 && q.staleWaits > len(q.waiting)/2 {
 		q.compactWaitingLocked()
 	}
@@ -97,7 +100,7 @@ func (q *Queue[K]) compactWaitingLocked() {
 	q.lockShards()
 	kept := q.waiting[:0]
 	for _, e := range q.waiting {
-		if e.st.flags&fWaiting != 0 && e.st.wseq == e.seq {
+		if st := q.state(e.idx); st.flags&fWaiting != 0 && st.wseq == e.seq {
 			kept = append(kept, e)
 		}
 	}
@@ -117,12 +120,11 @@ func (q *Queue[K]) promoteLocked() {
 	// Small enough to inline: the common case of no delayed items costs a
 	// length check, not a call.
 	if len(q.waiting) > 0 {
-		q.promoteDueLocked()
+		q.promoteDueLocked(q.now())
 	}
 }
 
-func (q *Queue[K]) promoteDueLocked() {
-	now := q.now()
+func (q *Queue[K]) promoteDueLocked(now int64) {
 	if q.waiting[0].at > now {
 		return
 	}
@@ -130,14 +132,14 @@ func (q *Queue[K]) promoteDueLocked() {
 		e := q.waiting.pop()
 		sh := &q.shards[e.shard]
 		sh.mu.Lock()
-		st := e.st
+		st := q.state(e.idx)
 		if st.flags&fWaiting == 0 || st.wseq != e.seq {
 			sh.mu.Unlock()
 			q.staleWaits--
 			continue
 		}
 		st.flags &^= fWaiting
-		q.addStateLocked(st, e.shard, e.key, st.wprio)
+		q.addStateLocked(e.idx, int(e.shard), st.key, st.wprio)
 		sh.mu.Unlock()
 	}
 	q.syncDueLocked()

@@ -2,6 +2,9 @@
 // util/workqueue, generic over the key type, with its semantics kept and
 // its three queue types folded into one.
 //
+// Most programs need only New, EnqueueKeys (the informer handler that feeds
+// the queue), and a worker loop of Get, AddRateLimited or Forget, and Done.
+//
 // An item added many times before a worker takes it is processed once. An
 // item is never handed to two workers at once. An item added while it is
 // being processed is handed out again after Done. Otherwise items come out
@@ -47,20 +50,35 @@
 //
 // GetContext is Get that also returns when a context ends.
 //
+// EnqueueKeys is the stock handler between an informer and a queue, after
+// controller-runtime's EnqueueRequestForObject: every add, update and
+// delete adds the key (see ExampleEnqueueKeys).
+//
 // # Cost
 //
 // Steady Add/Get/Done does not allocate: the ready queue is a ring buffer
 // per priority, delayed items sit by value in a hand-written heap, and key
-// state lives in a slab behind an open-addressing index hashed before the
-// lock is taken. AddAfter with a positive delay costs a heap push under the
-// lock, with no channel send to a goroutine; with d <= 0 it is an Add. The
-// index, slab and rings keep their high-water size, as Go maps do.
+// state lives in never-moving chunks behind open-addressing indexes hashed
+// before any lock is taken. A key's state stays after its Done, ready for
+// its next Add, until idle states could make up half of all states; then
+// they are swept, at a cost constant per Add.
+//
+// Key state is split into 16 shards by hash, each with its own lock; one
+// queue lock guards only the ready order and the delays. An Add of an item
+// already queued or being processed (most Adds, in a controller whose
+// informer reports a key many times before a worker takes it) and a Done
+// that queues nothing take only their shard's lock, so producers and
+// workers queue behind each other only to push and to pop. AddAfter with a
+// positive delay costs a heap push under the queue lock, with no channel
+// send to a goroutine; with d <= 0 it is an Add. Indexes and rings keep
+// their high-water size, as Go maps do.
 //
 // # Time
 //
 // Every delay, the default rate limiter's token bucket and the metrics take
 // their time from Options.Clock. Delayed items are moved into the queue by
-// whichever call looks at the queue first after their time has come, and
-// by a goroutine that wakes blocked workers, so with a fake clock what Len
-// and Get see right after a Step depends only on the clock.
+// whichever call looks at the queue first after their time has come (Add
+// and Done check the earliest ready time before their lock-light paths),
+// and by a goroutine that wakes blocked workers, so with a fake clock what
+// Len and Get see right after a Step depends only on the clock.
 package workqueue

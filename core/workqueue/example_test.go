@@ -1,10 +1,13 @@
 package workqueue_test
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"time"
 
+	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/memory"
 	"github.com/dbinformer/dbinformer/core/workqueue"
 )
 
@@ -74,4 +77,45 @@ func ExampleQueue_AddWithOpts() {
 	// urgent
 	// routine-1
 	// routine-2
+}
+
+// A controller's informer feeds its queue through EnqueueKeys; the worker
+// reads each key's current state back from the cache, and a key missing
+// from it was deleted.
+func ExampleEnqueueKeys() {
+	type app struct{ Replicas int }
+	src := memory.New[app](memory.Options{})
+	src.Put("api", app{Replicas: 2})
+	src.Put("web", app{Replicas: 3})
+
+	inf := core.NewSharedIndexInformer[app](src, core.InformerOptions[app]{Name: "apps"})
+	q := workqueue.New(workqueue.Options[string]{Name: "apps"})
+	defer q.ShutDown()
+	inf.AddEventHandler(workqueue.EnqueueKeys[app](q))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { inf.Run(ctx) })
+	defer func() { cancel(); wg.Wait() }()
+
+	reconcile := func() {
+		key, _ := q.Get()
+		defer q.Done(key)
+		if a, ok := inf.Lister().Get(key); ok {
+			fmt.Println(key, "wants", a.Replicas, "replicas")
+		} else {
+			fmt.Println(key, "deleted: clean up")
+		}
+	}
+	reconcile() // the initial list
+	reconcile()
+	src.Put("web", app{Replicas: 5})
+	reconcile()
+	src.Delete("api")
+	reconcile()
+	// Output:
+	// api wants 2 replicas
+	// web wants 3 replicas
+	// web wants 5 replicas
+	// api deleted: clean up
 }

@@ -122,9 +122,13 @@ const fuzzMaxOps = 64
 
 // FuzzQueue drives a Queue and the model with the same operations, decoded
 // from the input two bytes at a time (at most fuzzMaxOps of them), and
-// compares Len, Get and shutdown after every step. Four keys keep
-// collisions (dedup, re-add while processing, priority raises, earlier
-// delays) frequent.
+// compares Len, Get and shutdown after every step, and the queue's internal
+// bookkeeping (checkInvariants). Four keys keep collisions (dedup, re-add
+// while processing, priority raises, earlier delays) frequent. The queue
+// sweeps idle key states as often as it can, so stale slots and delay
+// entries meet freed and reused states; an input of odd length also makes
+// every TryLock fail, so the operations take their fallback paths, which
+// must behave the same.
 func FuzzQueue(f *testing.F) {
 	f.Add([]byte{0, 1, 0, 2, 3, 0, 4, 1, 5, 1, 3, 0})
 	f.Add([]byte{1, 0x31, 1, 0x12, 2, 2, 3, 0, 3, 0, 4, 0, 4, 1})
@@ -134,6 +138,8 @@ func FuzzQueue(f *testing.F) {
 		clk := clock.NewFake(epoch)
 		q := New(Options[int]{Clock: clk})
 		defer q.ShutDown()
+		q.slack, q.sweepAt = 0, 0
+		q.noTryLock = len(data)%2 == 1
 		m := &model{items: map[int]*modelItem{}}
 
 		if len(data) > 2*fuzzMaxOps {
@@ -213,6 +219,9 @@ func FuzzQueue(f *testing.F) {
 			}
 			if q.ShuttingDown() != m.shut {
 				t.Fatalf("op %d: ShuttingDown = %v", i/2, !m.shut)
+			}
+			if err := q.checkInvariants(); err != nil {
+				t.Fatalf("op %d (%d,%#x): %v", i/2, op, arg, err)
 			}
 		}
 	})

@@ -4,38 +4,37 @@ package workqueue
 // counts while seq is its item's current wait seq: moving an item's ready
 // time earlier pushes a new entry instead of fixing the old one in place,
 // which would need a per-item heap index updated on every swap.
-type waitEntry[K comparable] struct {
+type waitEntry struct {
 	at    int64 // ready time, in nanoseconds since the queue's epoch
 	seq   uint64
-	st    *itemState
-	shard int
-	key   K
+	idx   int32
+	shard int32
 }
 
 // waitHeap is a binary min-heap on (at, seq). It is hand-written rather than
 // container/heap so that entries are stored by value, not boxed in an
 // interface and allocated per AddAfter. Ordering ties by seq makes items
 // that become ready together enter the queue in the order they were delayed.
-type waitHeap[K comparable] []waitEntry[K]
+type waitHeap []waitEntry
 
-func (h waitHeap[K]) less(i, j int) bool {
+func (h waitHeap) less(i, j int) bool {
 	if h[i].at != h[j].at {
 		return h[i].at < h[j].at
 	}
 	return h[i].seq < h[j].seq
 }
 
-func (h *waitHeap[K]) push(e waitEntry[K]) {
+func (h *waitHeap) push(e waitEntry) {
 	*h = append(*h, e)
 	h.up(len(*h) - 1)
 }
 
-func (h *waitHeap[K]) pop() waitEntry[K] {
+func (h *waitHeap) pop() waitEntry {
 	old := *h
 	n := len(old) - 1
 	e := old[0]
 	old[0] = old[n]
-	old[n] = waitEntry[K]{}
+	old[n] = waitEntry{}
 	*h = old[:n]
 	if n > 0 {
 		h.down(0)
@@ -43,7 +42,7 @@ func (h *waitHeap[K]) pop() waitEntry[K] {
 	return e
 }
 
-func (h waitHeap[K]) up(i int) {
+func (h waitHeap) up(i int) {
 	for i > 0 {
 		p := (i - 1) / 2
 		if !h.less(i, p) {
@@ -54,7 +53,7 @@ func (h waitHeap[K]) up(i int) {
 	}
 }
 
-func (h waitHeap[K]) down(i int) {
+func (h waitHeap) down(i int) {
 	n := len(h)
 	for {
 		l := 2*i + 1
@@ -74,7 +73,7 @@ func (h waitHeap[K]) down(i int) {
 }
 
 // init restores the heap property after entries were filtered out.
-func (h waitHeap[K]) init() {
+func (h waitHeap) init() {
 	for i := len(h)/2 - 1; i >= 0; i-- {
 		h.down(i)
 	}

@@ -1,87 +1,94 @@
 package workqueue
 
-// keyIndex maps keys to their states. It replaces a Go map for two reasons:
-// the hash is computed by the caller before taking any lock (the queue's
-// top bits pick the shard, the low bits the slot), which shortens the
-// critical sections; and "find or insert" is one probe where a map needs a
-// lookup and an assign. Open addressing with linear probing and
+// keyIndex maps keys to state indexes. It replaces a Go map for three
+// reasons: the hash is computed by the caller before taking any lock (its
+// top bits pick the shard, its low bits the slot), which shortens the
+// critical sections; "find or insert" is one probe where a map needs a
+// lookup and an assign; and a slot is 8 bytes, the low half of the hash
+// and the state index, because the key itself lives in the state. The
+// whole index of a queue of 10,000 keys fits in 128 KB, so a lookup costs
+// the one cache miss on the state it needed anyway, where a slot holding
+// the key costs a second. Open addressing with linear probing and
 // backward-shift deletion, so deletes leave no tombstones behind.
 type keyIndex[K comparable] struct {
-	slots []indexSlot[K] // power-of-two length, or nil when empty
+	slots []indexSlot // power-of-two length (at most 1<<32), or nil
 	n     int
 }
 
-type indexSlot[K comparable] struct {
-	hash uint64
-	st   *itemState // nil marks an empty slot
-	key  K
+type indexSlot struct {
+	hash uint32 // the low half of the key's hash, which also picks the slot
+	ref  int32  // state index + 1; 0 marks an empty slot
 }
 
 func (x *keyIndex[K]) len() int { return x.n }
 
-// find returns k's state, or nil.
-func (x *keyIndex[K]) find(h uint64, k K) *itemState {
+// find returns k's state index, or -1.
+func (x *keyIndex[K]) find(h uint64, k K, t *stateTable[K]) int32 {
 	if x.n == 0 {
-		return nil
+		return -1
 	}
 	mask := uint64(len(x.slots) - 1)
+	tag := uint32(h)
 	for i := h & mask; ; i = (i + 1) & mask {
-		s := &x.slots[i]
-		if s.st == nil {
-			return nil
+		s := x.slots[i]
+		if s.ref == 0 {
+			return -1
 		}
-		if s.hash == h && s.key == k {
-			return s.st
+		if s.hash == tag && t.at(s.ref-1).key == k {
+			return s.ref - 1
 		}
 	}
 }
 
-// findOrInsert returns k's slot. For a new key the slot is claimed with a
-// nil state and found is false: the caller sets st before the next call.
-func (x *keyIndex[K]) findOrInsert(h uint64, k K) (s *indexSlot[K], found bool) {
+// findOrInsert returns k's slot. For a new key the slot is claimed with
+// ref 0 and found is false: the caller sets ref, and the state's key,
+// before the next call.
+func (x *keyIndex[K]) findOrInsert(h uint64, k K, t *stateTable[K]) (s *indexSlot, found bool) {
 	if (x.n+1)*4 > len(x.slots)*3 {
 		x.grow()
 	}
 	mask := uint64(len(x.slots) - 1)
+	tag := uint32(h)
 	for i := h & mask; ; i = (i + 1) & mask {
 		s := &x.slots[i]
-		if s.st == nil {
-			*s = indexSlot[K]{hash: h, key: k}
+		if s.ref == 0 {
+			*s = indexSlot{hash: tag}
 			x.n++
 			return s, false
 		}
-		if s.hash == h && s.key == k {
+		if s.hash == tag && t.at(s.ref-1).key == k {
 			return s, true
 		}
 	}
 }
 
-func (x *keyIndex[K]) delete(h uint64, k K) {
+func (x *keyIndex[K]) delete(h uint64, k K, t *stateTable[K]) {
 	if x.n == 0 {
 		return
 	}
 	mask := uint64(len(x.slots) - 1)
+	tag := uint32(h)
 	i := h & mask
 	for ; ; i = (i + 1) & mask {
-		s := &x.slots[i]
-		if s.st == nil {
+		s := x.slots[i]
+		if s.ref == 0 {
 			return
 		}
-		if s.hash == h && s.key == k {
+		if s.hash == tag && t.at(s.ref-1).key == k {
 			break
 		}
 	}
 	// Shift later members of the probe run back into the hole, so every
 	// key stays reachable from its home slot without tombstones.
-	for j := (i + 1) & mask; x.slots[j].st != nil; j = (j + 1) & mask {
-		home := x.slots[j].hash & mask
+	for j := (i + 1) & mask; x.slots[j].ref != 0; j = (j + 1) & mask {
+		home := uint64(x.slots[j].hash) & mask
 		// j's entry may move to i unless its home lies cyclically in (i, j].
 		if (j-home)&mask >= (j-i)&mask {
 			x.slots[i] = x.slots[j]
 			i = j
 		}
 	}
-	x.slots[i] = indexSlot[K]{}
+	x.slots[i] = indexSlot{}
 	x.n--
 }
 
@@ -91,14 +98,14 @@ func (x *keyIndex[K]) grow() {
 		size = 16
 	}
 	old := x.slots
-	x.slots = make([]indexSlot[K], size)
+	x.slots = make([]indexSlot, size)
 	mask := uint64(size - 1)
 	for _, s := range old {
-		if s.st == nil {
+		if s.ref == 0 {
 			continue
 		}
-		i := s.hash & mask
-		for x.slots[i].st != nil {
+		i := uint64(s.hash) & mask
+		for x.slots[i].ref != 0 {
 			i = (i + 1) & mask
 		}
 		x.slots[i] = s

@@ -8,7 +8,9 @@ import (
 
 // TestKeyIndexAgainstMap runs random inserts and deletes against a Go map.
 // A constant hash function variant forces long probe runs so backward-shift
-// deletion is exercised across wrap-around, not just in the easy case.
+// deletion is exercised across wrap-around, not just in the easy case, and
+// equal stored hash halves make every probe compare keys through the
+// states.
 func TestKeyIndexAgainstMap(t *testing.T) {
 	for _, tc := range []struct {
 		collide bool
@@ -16,6 +18,7 @@ func TestKeyIndexAgainstMap(t *testing.T) {
 	}{{false, 3000}, {true, 10}, {true, 40}} {
 		collide, keys := tc.collide, tc.keys
 		x := &keyIndex[int]{}
+		tbl := &stateTable[int]{}
 		seed := maphash.MakeSeed()
 		h := func(k int) uint64 {
 			if collide {
@@ -25,30 +28,29 @@ func TestKeyIndexAgainstMap(t *testing.T) {
 			}
 			return maphash.Comparable(seed, k)
 		}
-		// Each key's state is told apart by its at field.
-		ref := map[int]int64{}
+		ref := map[int]int32{}
 		r := rand.New(rand.NewPCG(1, uint64(keys)))
-		next := int64(0)
 		for op := range 200000 {
 			k := r.IntN(keys)
 			switch r.IntN(3) {
 			case 0, 1:
-				slot, found := x.findOrInsert(h(k), k)
+				slot, found := x.findOrInsert(h(k), k, tbl)
 				if !found {
-					next++
-					slot.st = &itemState{at: next}
+					idx := tbl.alloc()
+					tbl.at(idx).key = k
+					slot.ref = idx + 1
 				}
-				got := slot.st.at
+				got := slot.ref - 1
 				want, ok := ref[k]
 				if !ok {
-					want = next
+					want = got
 					ref[k] = want
 				}
-				if got != want {
-					t.Fatalf("collide=%v op %d: findOrInsert(%d) = %d, want %d", collide, op, k, got, want)
+				if got != want || tbl.at(got).key != k {
+					t.Fatalf("collide=%v op %d: findOrInsert(%d) = %d (key %d), want %d", collide, op, k, got, tbl.at(got).key, want)
 				}
 			case 2:
-				x.delete(h(k), k)
+				x.delete(h(k), k, tbl)
 				delete(ref, k)
 			}
 			if x.len() != len(ref) {
@@ -57,18 +59,35 @@ func TestKeyIndexAgainstMap(t *testing.T) {
 			if op%997 == 0 {
 				for k := range keys {
 					want, ok := ref[k]
-					got := int64(-1)
-					if st := x.find(h(k), k); st != nil {
-						got = st.at
-					}
 					if !ok {
 						want = -1
 					}
-					if got != want {
+					if got := x.find(h(k), k, tbl); got != want {
 						t.Fatalf("collide=%v op %d: find(%d) = %d, want %d", collide, op, k, got, want)
 					}
 				}
 			}
+		}
+	}
+}
+
+// TestStateLoc: chunk c holds 64<<(c-1) states (64 for chunk 0), one after
+// the other, so every index has one place and chunks never overlap.
+func TestStateLoc(t *testing.T) {
+	next := 0
+	for c := range numChunks {
+		for off := range min(chunkLen(c), 1<<12) {
+			idx := int32(next + off)
+			if gc, goff := stateLoc(idx); gc != c || goff != off {
+				t.Fatalf("stateLoc(%d) = %d, %d; want %d, %d", idx, gc, goff, c, off)
+			}
+		}
+		next += chunkLen(c)
+		if next > 1<<31-1 {
+			break
+		}
+		if gc, goff := stateLoc(int32(next - 1)); gc != c || goff != chunkLen(c)-1 {
+			t.Fatalf("last of chunk %d: stateLoc = %d, %d", c, gc, goff)
 		}
 	}
 }

@@ -45,11 +45,6 @@ type AddOpts struct {
 	Priority int
 }
 
-type level[K comparable] struct {
-	prio int
-	r    ring[K]
-}
-
 // shardBits: 16 shards. Only GOMAXPROCS goroutines run at once, so a
 // handful of shards already makes two Adds on one shard rare; more would
 // only cost memory in small queues.
@@ -77,22 +72,31 @@ type Queue[K comparable] struct {
 	cond sync.Cond
 	// levels holds one FIFO per priority in use, highest first. There are
 	// normally one or two, so a linear scan beats any map.
-	levels      []level[K]
-	queued      int // live slots across levels
+	levels      []level
+	queued      int // slots across levels, stale ones (dups) included
 	seq         uint64
 	signals     int // pushes not yet signalled; see unlock
-	waiting     waitHeap[K]
+	waiting     waitHeap
 	staleWaits  int
 	loopStarted bool
 	drain       bool
-	// State allocation (see newStateLocked and sweepLocked).
-	chunk     []itemState
-	chunkSize int
-	free      []*itemState
-	states    int // allocated and not freed
-	sweepAt   int
-	sweepDue  bool
-	_         [64]byte
+	// State allocation (see newStateLocked and sweepLocked). A chunk's
+	// slice header is written once, under mu, before any index to it is
+	// handed out.
+	table    stateTable[K]
+	free     []int32
+	states   int // allocated and not freed
+	sweepAt  int
+	slack    int // sweepSlack; tests lower it to sweep often
+	sweepDue bool
+	_        [64]byte
+
+	// Written by every Get, outside mu: slots popped whose item is not yet
+	// marked processing (see take), and stale slots still queued (an item
+	// re-added at a higher priority leaves its old slot behind).
+	transit atomic.Int64
+	dups    atomic.Int64
+	_       [48]byte
 
 	// Read without mu; the atomics are only written under mu.
 	shutdown atomic.Bool
@@ -120,7 +124,8 @@ func New[K comparable](opts Options[K]) *Queue[K] {
 	q := &Queue[K]{
 		seed:    maphash.MakeSeed(),
 		kick:    make(chan struct{}, 1),
-		sweepAt: maxChunk,
+		sweepAt: sweepSlack,
+		slack:   sweepSlack,
 		stop:    make(chan struct{}),
 		clock:   c,
 		epoch:   c.Now(),
@@ -185,7 +190,7 @@ func (q *Queue[K]) NumRequeues(item K) int { return q.limiter.NumRequeues(item) 
 func (q *Queue[K]) Len() int {
 	q.mu.Lock()
 	q.promoteLocked()
-	n := q.queued
+	n := q.queued - int(q.dups.Load())
 	q.unlock()
 	return n
 }
@@ -194,18 +199,23 @@ func (q *Queue[K]) Len() int {
 // Done with it. shutdown is true, and item the zero value, once the queue is
 // shut down and empty. Items queued before ShutDown are still handed out.
 func (q *Queue[K]) Get() (item K, shutdown bool) {
-	q.mu.Lock()
-	q.promoteLocked()
-	for q.queued == 0 && !q.shutdown.Load() {
-		q.cond.Wait()
-	}
-	if q.queued == 0 {
+	for {
+		q.mu.Lock()
+		q.drainedLocked() // a stale slot taken below may have been the last
+		q.promoteLocked()
+		for q.queued == 0 && !q.shutdown.Load() {
+			q.cond.Wait()
+		}
+		if q.queued == 0 {
+			q.unlock()
+			return item, true
+		}
+		s := q.popLocked()
 		q.unlock()
-		return item, true
+		if item, ok := q.take(s); ok {
+			return item, false
+		}
 	}
-	item = q.popLocked()
-	q.unlock()
-	return item, false
 }
 
 // GetContext is Get that also gives up when ctx is done, returning
@@ -227,19 +237,27 @@ func (q *Queue[K]) GetContext(ctx context.Context) (K, error) {
 		q.mu.Unlock()
 	})
 	defer stop()
-	q.mu.Lock()
-	defer q.unlock()
-	q.promoteLocked()
-	for q.queued == 0 && !q.shutdown.Load() && ctx.Err() == nil {
-		q.cond.Wait()
+	for {
+		q.mu.Lock()
+		q.drainedLocked()
+		q.promoteLocked()
+		for q.queued == 0 && !q.shutdown.Load() && ctx.Err() == nil {
+			q.cond.Wait()
+		}
+		if err := ctx.Err(); err != nil {
+			q.unlock()
+			return zero, err
+		}
+		if q.queued == 0 {
+			q.unlock()
+			return zero, ErrShutDown
+		}
+		s := q.popLocked()
+		q.unlock()
+		if item, ok := q.take(s); ok {
+			return item, nil
+		}
 	}
-	if err := ctx.Err(); err != nil {
-		return zero, err
-	}
-	if q.queued == 0 {
-		return zero, ErrShutDown
-	}
-	return q.popLocked(), nil
 }
 
 // Done marks item as processed. If it was added again meanwhile it is
@@ -253,22 +271,23 @@ func (q *Queue[K]) Done(item K) {
 	// promotion may mark this very item dirty.
 	if !q.due() {
 		sh.mu.Lock()
-		st := sh.index.find(h, item)
-		if st == nil || st.flags&fProcessing == 0 {
+		idx := sh.index.find(h, item, &q.table)
+		if idx < 0 || q.state(idx).flags&fProcessing == 0 {
 			sh.mu.Unlock()
 			return
 		}
+		st := q.state(idx)
 		// Nothing to queue again: the shard's lock is enough. While
 		// draining, the slow path tells the drainer when the last item is
 		// done; ShutDownWithDrain sets draining before it counts the shards'
 		// processing, under their locks, so no Done slips between the two.
 		if st.flags&fDirty == 0 && !q.draining.Load() {
-			q.doneStateLocked(sh, s, item, st)
+			q.doneStateLocked(sh, s, item, idx)
 			sh.mu.Unlock()
 			return
 		}
 		if q.tryLock() {
-			q.doneStateLocked(sh, s, item, st)
+			q.doneStateLocked(sh, s, item, idx)
 			sh.mu.Unlock()
 			q.drainedLocked()
 			q.unlock()
@@ -279,8 +298,8 @@ func (q *Queue[K]) Done(item K) {
 	q.mu.Lock()
 	q.promoteLocked()
 	sh.mu.Lock()
-	if st := sh.index.find(h, item); st != nil && st.flags&fProcessing != 0 {
-		q.doneStateLocked(sh, s, item, st)
+	if idx := sh.index.find(h, item, &q.table); idx >= 0 && q.state(idx).flags&fProcessing != 0 {
+		q.doneStateLocked(sh, s, item, idx)
 	}
 	sh.mu.Unlock()
 	q.drainedLocked()
@@ -289,110 +308,16 @@ func (q *Queue[K]) Done(item K) {
 
 // doneStateLocked ends the processing of item, holding its shard's lock,
 // and mu too if the item is dirty: it is queued again.
-func (q *Queue[K]) doneStateLocked(sh *shard[K], s int, item K, st *itemState) {
+func (q *Queue[K]) doneStateLocked(sh *shard[K], s int, item K, idx int32) {
 	if q.metrics != nil {
 		q.metrics.done(item)
 	}
+	st := q.state(idx)
 	st.flags &^= fProcessing
 	sh.processing--
 	if st.flags&fDirty != 0 {
-		q.pushLocked(st, s, item)
+		q.pushLocked(st, s, idx)
 	}
-}
-
-// drainedLocked wakes ShutDownWithDrain once nothing is queued or being
-// processed. It holds mu and no shard lock.
-func (q *Queue[K]) drainedLocked() {
-	if q.drain && q.queued == 0 && q.processingLocked() == 0 {
-		q.cond.Broadcast()
-	}
-}
-
-// processingLocked counts the items handed out and not yet Done, holding
-// mu and no shard lock. Only shutdown needs the figure, so it is kept per
-// shard, under the shard's lock, rather than in one counter every Get and
-// Done would write.
-func (q *Queue[K]) processingLocked() int {
-	n := 0
-	for i := range q.shards {
-		sh := &q.shards[i]
-		sh.mu.Lock()
-		n += sh.processing
-		sh.mu.Unlock()
-	}
-	return n
-}
-
-// ShutDown stops the queue: Add and AddAfter are ignored from now on,
-// delayed items are dropped, workers blocked in Get return once the queued
-// items are handed out. It waits for the queue's own goroutines, not for
-// the workers; it may be called more than once.
-func (q *Queue[K]) ShutDown() {
-	q.mu.Lock()
-	q.shutDownLocked()
-	q.drain = false
-	q.draining.Store(false)
-	q.cond.Broadcast()
-	q.unlock()
-	q.wg.Wait()
-}
-
-// ShutDownWithDrain is ShutDown that then waits until every queued item has
-// been handed out and marked Done. Unlike client-go, which only waits for the
-// items being processed, it also waits for items still queued, which a worker
-// between Done and its next Get would otherwise lose. Workers must keep
-// calling Get and Done; a ShutDown from another goroutine stops the wait.
-func (q *Queue[K]) ShutDownWithDrain() {
-	q.mu.Lock()
-	q.shutDownLocked()
-	q.drain = true
-	q.draining.Store(true)
-	q.cond.Broadcast()
-	for q.drain && (q.queued > 0 || q.processingLocked() > 0) {
-		q.cond.Wait()
-	}
-	q.unlock()
-	q.wg.Wait()
-}
-
-// ShuttingDown reports whether ShutDown or ShutDownWithDrain was called.
-func (q *Queue[K]) ShuttingDown() bool { return q.shutdown.Load() }
-
-func (q *Queue[K]) shutDownLocked() {
-	if q.shutdown.Load() {
-		return
-	}
-	// Items whose time has already come count as queued: they are handed
-	// out (and drained) like the rest; only the future ones are dropped.
-	q.promoteLocked()
-	q.shutdown.Store(true)
-	close(q.stop)
-	processing := 0
-	q.lockShards()
-	for i := range q.shards {
-		processing += q.shards[i].processing
-	}
-	if q.queued == 0 && processing == 0 {
-		// Every key left is idle or only waiting: forget them all at once.
-		// Any slot left in the ready queues is stale, so drop them too.
-		// (An Add racing with this saw shutdown unset, but all it can do
-		// without mu is mark an item being processed, and there is none.)
-		for i := range q.shards {
-			q.shards[i].index.reset()
-		}
-		q.levels = nil
-		q.chunk, q.free, q.states = nil, nil, 0
-	} else {
-		for _, e := range q.waiting {
-			if e.st.flags&fWaiting != 0 && e.st.wseq == e.seq {
-				e.st.flags &^= fWaiting
-			}
-		}
-	}
-	q.unlockShards()
-	q.waiting = nil
-	q.staleWaits = 0
-	q.nextDue.Store(noDue)
 }
 
 func (q *Queue[K]) hash(item K) uint64 { return maphash.Comparable(q.seed, item) }
@@ -415,17 +340,17 @@ func (q *Queue[K]) add(item K, prio int) {
 			sh.mu.Unlock()
 			return
 		}
-		st := sh.index.find(h, item)
-		if st != nil && q.addShardLocked(st, item, prio) {
+		idx := sh.index.find(h, item, &q.table)
+		if idx >= 0 && q.addShardLocked(q.state(idx), item, prio) {
 			sh.mu.Unlock()
 			return
 		}
 		if q.tryLock() {
 			if !q.shutdown.Load() {
-				if st == nil {
-					st = q.acquireLocked(sh, item, h)
+				if idx < 0 {
+					idx = q.acquireLocked(sh, item, h)
 				}
-				q.addStateLocked(st, s, item, prio)
+				q.addStateLocked(idx, s, item, prio)
 			}
 			sh.mu.Unlock()
 			q.unlock()
@@ -445,7 +370,7 @@ func (q *Queue[K]) add(item K, prio int) {
 
 // addShardLocked does, holding only the shard's lock, the adds that queue
 // nothing: false means this one needs mu.
-func (q *Queue[K]) addShardLocked(st *itemState, item K, prio int) bool {
+func (q *Queue[K]) addShardLocked(st *itemState[K], item K, prio int) bool {
 	switch {
 	case st.flags&fDirty != 0:
 		if prio <= st.prio {
@@ -468,14 +393,17 @@ func (q *Queue[K]) addShardLocked(st *itemState, item K, prio int) bool {
 }
 
 // addStateLocked is the full add, holding mu and the shard's lock.
-func (q *Queue[K]) addStateLocked(st *itemState, s int, item K, prio int) {
+func (q *Queue[K]) addStateLocked(idx int32, s int, item K, prio int) {
+	st := q.state(idx)
 	if st.flags&fDirty != 0 {
 		if prio > st.prio {
 			st.prio = prio
 			if st.flags&fProcessing == 0 {
-				// Leave the old slot behind as stale; popLocked skips it.
-				q.queued--
-				q.pushLocked(st, s, item)
+				// Leave the old slot behind as stale; take skips it. If it
+				// is being taken right now, that take finds it stale and
+				// the item is taken from the new slot.
+				q.dups.Add(1)
+				q.pushLocked(st, s, idx)
 			}
 		}
 		return
@@ -486,93 +414,8 @@ func (q *Queue[K]) addStateLocked(st *itemState, s int, item K, prio int) {
 	st.flags |= fDirty
 	st.prio = prio
 	if st.flags&fProcessing == 0 {
-		q.pushLocked(st, s, item)
+		q.pushLocked(st, s, idx)
 	}
-}
-
-func (q *Queue[K]) pushLocked(st *itemState, s int, item K) {
-	q.seq++
-	st.seq = q.seq
-	q.levelLocked(st.prio).r.push(slot[K]{key: item, seq: q.seq, st: st, shard: s})
-	q.queued++
-	q.signals++
-}
-
-// unlock releases mu, holding no shard lock, and then wakes one blocked
-// Get per item pushed meanwhile. Signalling after the unlock spares the
-// woken worker from running straight into the lock we still held; no
-// wakeup is lost because a Get only waits after finding the queue empty
-// under the lock. A sweep that came due meanwhile runs first.
-func (q *Queue[K]) unlock() {
-	if q.sweepDue {
-		q.sweepLocked()
-	}
-	n := q.signals
-	q.signals = 0
-	q.mu.Unlock()
-	for ; n > 0; n-- {
-		q.cond.Signal()
-	}
-}
-
-// levelLocked finds or inserts the FIFO for prio, keeping levels sorted.
-func (q *Queue[K]) levelLocked(prio int) *level[K] {
-	i := 0
-	for ; i < len(q.levels); i++ {
-		if q.levels[i].prio == prio {
-			return &q.levels[i]
-		}
-		if q.levels[i].prio < prio {
-			break
-		}
-	}
-	if len(q.levels) >= 8 {
-		// Many priorities have been used: drop the empty FIFOs rather than
-		// scan them forever.
-		kept := q.levels[:0]
-		for _, l := range q.levels {
-			if l.r.n > 0 {
-				kept = append(kept, l)
-			}
-		}
-		if len(kept) < len(q.levels) {
-			clear(q.levels[len(kept):])
-			q.levels = kept
-			return q.levelLocked(prio)
-		}
-	}
-	q.levels = append(q.levels, level[K]{})
-	copy(q.levels[i+1:], q.levels[i:])
-	q.levels[i] = level[K]{prio: prio}
-	return &q.levels[i]
-}
-
-// popLocked takes the first live slot of the highest non-empty priority and
-// marks its item processing. The caller has checked q.queued > 0.
-func (q *Queue[K]) popLocked() K {
-	for i := range q.levels {
-		r := &q.levels[i].r
-		for r.n > 0 {
-			s := r.pop()
-			sh := &q.shards[s.shard]
-			sh.mu.Lock()
-			st := s.st
-			if st.seq != s.seq {
-				sh.mu.Unlock()
-				continue
-			}
-			st.seq = 0
-			st.flags = st.flags&^fDirty | fProcessing
-			if q.metrics != nil {
-				q.metrics.get(s.key)
-			}
-			sh.processing++
-			sh.mu.Unlock()
-			q.queued--
-			return s.key
-		}
-	}
-	panic("workqueue: queued count out of step with the ready queues")
 }
 
 func (q *Queue[K]) metricsLoop(t clock.Ticker) {

@@ -375,7 +375,7 @@ func TestIdleKeyStatesAreSwept(t *testing.T) {
 			t.Fatalf("round %d: %d keys indexed, %d states in use", round, keys, states)
 		}
 		// At most the keys of this round and the last, and a sweep's slack.
-		if limit := 2*(2*n) + maxChunk; states > limit {
+		if limit := 2*(2*n) + sweepSlack; states > limit {
 			t.Fatalf("round %d: %d states in use, want at most %d", round, states, limit)
 		}
 		if round == rounds-1 && free == 0 {
@@ -420,7 +420,16 @@ func TestAddWithOptsBatch(t *testing.T) {
 // raises from producers while workers hold it, the case where a stale
 // ready-queue slot could otherwise hand the key out twice.
 func TestNeverConcurrentWithPriorityRaises(t *testing.T) {
+	for _, noTryLock := range []bool{false, true} {
+		t.Run(map[bool]string{false: "trylock", true: "fallback"}[noTryLock], func(t *testing.T) {
+			testNeverConcurrentWithPriorityRaises(t, noTryLock)
+		})
+	}
+}
+
+func testNeverConcurrentWithPriorityRaises(t *testing.T, noTryLock bool) {
 	q := New(Options[int]{})
+	q.slack, q.sweepAt, q.noTryLock = 0, 0, noTryLock
 	var busy [4]atomic.Bool
 	var wg sync.WaitGroup
 	for range 4 {

@@ -4,23 +4,22 @@ package workqueue
 // it: a priority raise pushes the item again at the higher level and leaves
 // the old slot behind, so a slot only counts while its seq is the item's
 // current one. That lazy deletion keeps the raise O(1) without an index.
-type slot[K comparable] struct {
-	key   K
+type slot struct {
 	seq   uint64
-	st    *itemState // so Get needs no lookup
-	shard int
+	idx   int32 // the item's state, so Get needs no lookup
+	shard int32
 }
 
 // ring is a FIFO on a power-of-two circular buffer. Unlike client-go's
 // re-sliced slice it never reallocates once it has reached the queue's
 // high-water mark, so steady Add/Get does not allocate.
-type ring[K comparable] struct {
-	buf  []slot[K]
+type ring struct {
+	buf  []slot
 	head int
 	n    int
 }
 
-func (r *ring[K]) push(s slot[K]) {
+func (r *ring) push(s slot) {
 	if r.n == len(r.buf) {
 		r.grow()
 	}
@@ -28,21 +27,21 @@ func (r *ring[K]) push(s slot[K]) {
 	r.n++
 }
 
-func (r *ring[K]) pop() slot[K] {
+func (r *ring) pop() slot {
 	s := r.buf[r.head]
 	// Clear the slot so a popped key (a pointer, a string) can be collected.
-	r.buf[r.head] = slot[K]{}
+	r.buf[r.head] = slot{}
 	r.head = (r.head + 1) & (len(r.buf) - 1)
 	r.n--
 	return s
 }
 
-func (r *ring[K]) grow() {
+func (r *ring) grow() {
 	size := 2 * len(r.buf)
 	if size == 0 {
 		size = 16
 	}
-	buf := make([]slot[K], size)
+	buf := make([]slot, size)
 	if r.n > 0 {
 		k := copy(buf, r.buf[r.head:])
 		copy(buf[k:], r.buf[:r.head])

@@ -1,6 +1,9 @@
 package workqueue
 
-import "sync"
+import (
+	"math/bits"
+	"sync"
+)
 
 const (
 	fDirty      uint8 = 1 << iota // needs processing: queued, or re-added while processing
@@ -8,10 +11,14 @@ const (
 	fWaiting                      // has a live entry in the delay heap
 )
 
-// itemState is everything the queue knows about one key. It is found
-// through its shard's keyIndex, and ready-queue slots and delay entries
-// point at it, so Get needs no lookup. States never move: they are carved
-// from chunks that are never copied.
+// itemState is everything the queue knows about one key. It is found by
+// index: through its shard's keyIndex, and from ready-queue slots and delay
+// entries, so Get needs no lookup. States never move: they live in chunks
+// that are never copied. Indexes rather than pointers keep the chunks free
+// of pointers for the garbage collector, which would otherwise resolve one
+// interior pointer per slot, entry and index slot at every cycle; and since
+// the key is here, slots, delay entries and index slots hold no pointer at
+// all and are not scanned.
 //
 // A state is guarded by its key's shard lock. Invariant: seq != 0 exactly
 // when the item has a live ready-queue slot, which is exactly when it is
@@ -24,7 +31,8 @@ const (
 // and insert per item. Idle states are swept once they could make up half
 // of the states (see sweepLocked), so memory stays proportional to the
 // keys in use.
-type itemState struct {
+type itemState[K comparable] struct {
+	key   K
 	seq   uint64 // seq of the live ready-queue slot, 0 if none
 	wseq  uint64 // seq of the live delay-heap entry
 	at    int64  // ready time of the live delay-heap entry
@@ -55,39 +63,78 @@ type shard[K comparable] struct {
 // State allocation, under the queue's lock: a new key is always queued or
 // delayed, which takes that lock anyway, so states come from one bump
 // allocator in the order keys first arrive, which is also the order a FIFO
-// hands them out.
+// hands them out. Chunk 0 holds states 0-63 and chunk c ≥ 1 the next
+// 64<<(c-1), so a small queue stays small, and growing allocates a chunk
+// rather than copying one: a state's address never changes, and a reader
+// holding a shard lock never races with the allocator.
 const (
-	firstChunk = 16
-	maxChunk   = 1024
+	chunk0Bits = 6
+	numChunks  = 32 - chunk0Bits
+	sweepSlack = 1024
 )
 
-func (q *Queue[K]) newStateLocked() *itemState {
+func stateLoc(idx int32) (c, off int) {
+	u := uint32(idx)
+	if u < 1<<chunk0Bits {
+		return 0, int(u)
+	}
+	c = bits.Len32(u >> chunk0Bits)
+	return c, int(u - 1<<(chunk0Bits+c-1))
+}
+
+func chunkLen(c int) int {
+	if c == 0 {
+		return 1 << chunk0Bits
+	}
+	return 1 << (chunk0Bits + c - 1)
+}
+
+// stateTable holds every state of a queue. A chunk's slice header is
+// written once, under the queue's lock, before any index into it is handed
+// out, and a state is only read under its shard's lock.
+type stateTable[K comparable] struct {
+	chunks [numChunks][]itemState[K]
+	next   int32 // states ever allocated
+}
+
+func (t *stateTable[K]) at(idx int32) *itemState[K] {
+	c, off := stateLoc(idx)
+	return &t.chunks[c][off]
+}
+
+func (t *stateTable[K]) alloc() int32 {
+	idx := t.next
+	if c, off := stateLoc(idx); off == 0 {
+		t.chunks[c] = make([]itemState[K], chunkLen(c))
+	}
+	t.next++
+	return idx
+}
+
+func (q *Queue[K]) state(idx int32) *itemState[K] { return q.table.at(idx) }
+
+func (q *Queue[K]) newStateLocked() int32 {
 	q.states++
 	if q.states > q.sweepAt {
 		q.sweepDue = true
 	}
 	if n := len(q.free); n > 0 {
-		st := q.free[n-1]
+		idx := q.free[n-1]
 		q.free = q.free[:n-1]
-		return st
+		return idx
 	}
-	if len(q.chunk) == 0 {
-		q.chunkSize = min(max(2*q.chunkSize, firstChunk), maxChunk)
-		q.chunk = make([]itemState, q.chunkSize)
-	}
-	st := &q.chunk[0]
-	q.chunk = q.chunk[1:]
-	return st
+	return q.table.alloc()
 }
 
-// acquireLocked returns item's state, holding both locks, allocating a zero
-// state for a key the shard does not track yet.
-func (q *Queue[K]) acquireLocked(sh *shard[K], item K, h uint64) *itemState {
-	slot, found := sh.index.findOrInsert(h, item)
+// acquireLocked returns item's state index, holding both locks, allocating
+// a state for a key the shard does not track yet.
+func (q *Queue[K]) acquireLocked(sh *shard[K], item K, h uint64) int32 {
+	slot, found := sh.index.findOrInsert(h, item, &q.table)
 	if !found {
-		slot.st = q.newStateLocked()
+		slot.ref = q.newStateLocked() + 1
+		q.state(slot.ref - 1).key = item
 	}
-	return slot.st
+	return slot.ref - 1
 }
 
 // sweepLocked frees the idle states, holding mu and no shard lock. It runs
@@ -99,24 +146,25 @@ func (q *Queue[K]) acquireLocked(sh *shard[K], item K, h uint64) *itemState {
 func (q *Queue[K]) sweepLocked() {
 	q.sweepDue = false
 	q.lockShards()
-	var idle []indexSlot[K]
+	var idle []int32
 	for i := range q.shards {
 		sh := &q.shards[i]
 		idle = idle[:0]
 		for _, s := range sh.index.slots {
-			if s.st != nil && s.st.flags == 0 {
-				idle = append(idle, s)
+			if s.ref != 0 && q.state(s.ref-1).flags == 0 {
+				idle = append(idle, s.ref-1)
 			}
 		}
-		for _, s := range idle {
-			sh.index.delete(s.hash, s.key)
-			*s.st = itemState{}
-			q.free = append(q.free, s.st)
+		for _, idx := range idle {
+			st := q.state(idx)
+			sh.index.delete(q.hash(st.key), st.key, &q.table)
+			*st = itemState[K]{}
+			q.free = append(q.free, idx)
 		}
 		q.states -= len(idle)
 	}
 	q.unlockShards()
-	q.sweepAt = 2*q.states + maxChunk
+	q.sweepAt = 2*q.states + q.slack
 }
 
 // lockShards takes every shard's lock, holding mu. That cannot deadlock: a

@@ -169,15 +169,10 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	}
 	defer c.queue.ShutDown()
 
-	// The handler only enqueues keys: the reconcile reads the current state
-	// from the cache, so several changes to one key before a worker gets
-	// to it cost one reconcile.
-	enqueue := func(key string) { c.queue.Add(key) }
-	if _, err := c.apps.AddEventHandlerWithOptions(core.ResourceEventHandlerFuncs[App]{
-		AddFunc:    func(key string, _ App, _ bool) { enqueue(key) },
-		UpdateFunc: func(key string, _, _ App) { enqueue(key) },
-		DeleteFunc: func(key string, _ App, _ bool) { enqueue(key) },
-	}, core.HandlerOptions{Name: "enqueue"}); err != nil {
+	// The stock handler only enqueues keys: the reconcile reads the current
+	// state from the cache, so several changes to one key before a worker
+	// gets to it cost one reconcile.
+	if _, err := c.apps.AddEventHandlerWithOptions(workqueue.EnqueueKeys[App](c.queue), core.HandlerOptions{Name: "enqueue"}); err != nil {
 		return err
 	}
 
@@ -200,8 +195,14 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	defer func() { stopInformer(); wg.Wait() }()
 
 	// Workers start once the cache is complete, so that a reconcile never
-	// acts on a partial view (client-go's WaitForCacheSync before Run).
-	if err := waitForSync(ctx, cfg.syncTimeout, c.apps); err != nil {
+	// acts on a partial view (client-go's WaitForCacheSync before Run). A
+	// source that keeps failing (a missing privilege, say) is retried with
+	// backoff forever by the informer; the timeout turns that into an error
+	// that says why. Ctrl-C during the wait is a clean stop.
+	if err := core.WaitForCacheSyncTimeout(ctx, cfg.syncTimeout, c.apps); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return err
 	}
 	fmt.Fprintf(out, "cache synced: %d apps; starting %d workers\n", c.apps.Indexer().Len(), cfg.workers)
@@ -295,24 +296,4 @@ func (c *controller) reconcile(ctx context.Context, key string, attempt int) err
 
 func (c *controller) printf(format string, args ...any) {
 	fmt.Fprintf(c.out, "%7.3fs  "+format+"\n", append([]any{time.Since(c.start).Seconds()}, args...)...)
-}
-
-// waitForSync waits for the initial sync of every informer. A source that
-// keeps failing (a missing privilege, say) is retried with backoff forever
-// by the informer; the timeout turns that into an error that says why: the
-// last list error. Ctrl-C during the wait is a clean stop (nil).
-func waitForSync(ctx context.Context, timeout time.Duration, informers ...core.CacheSyncWaiter) error {
-	syncCtx := ctx
-	if timeout > 0 {
-		var cancel context.CancelFunc
-		syncCtx, cancel = context.WithTimeout(ctx, timeout)
-		defer cancel()
-	}
-	if err := core.WaitForCacheSync(syncCtx, informers...); err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("initial sync did not finish within %v: %w", timeout, err)
-	}
-	return nil
 }

@@ -153,7 +153,13 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 
 	start := time.Now()
 	fmt.Fprintf(out, "listing %q on %s\n", lw.Prefix(), strings.Join(cfg.endpoints, ","))
-	if err := waitForSync(ctx, cfg.syncTimeout, services); err != nil {
+	// A source that keeps failing (a missing privilege, say) is retried
+	// with backoff forever by the informer; the timeout turns that into an
+	// error that says why: the last list error.
+	if err := core.WaitForCacheSyncTimeout(ctx, cfg.syncTimeout, services); err != nil {
+		if ctx.Err() != nil {
+			return nil // Ctrl-C during the wait: a clean stop
+		}
 		return err
 	}
 	fmt.Fprintf(out, "synced %d services at revision %d in %v\n",
@@ -254,26 +260,6 @@ func seed(ctx context.Context, cli *clientv3.Client, cfg config) error {
 		if _, err := cli.Txn(ctx).Then(rest[:min(len(rest), 100)]...).Commit(); err != nil {
 			return fmt.Errorf("seed: %w", err)
 		}
-	}
-	return nil
-}
-
-// waitForSync waits for the initial sync of every informer. A source that
-// keeps failing (a missing privilege, say) is retried with backoff forever
-// by the informer; the timeout turns that into an error that says why: the
-// last list error. Ctrl-C during the wait is a clean stop (nil).
-func waitForSync(ctx context.Context, timeout time.Duration, informers ...core.CacheSyncWaiter) error {
-	syncCtx := ctx
-	if timeout > 0 {
-		var cancel context.CancelFunc
-		syncCtx, cancel = context.WithTimeout(ctx, timeout)
-		defer cancel()
-	}
-	if err := core.WaitForCacheSync(syncCtx, informers...); err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("initial sync did not finish within %v: %w", timeout, err)
 	}
 	return nil
 }

@@ -39,7 +39,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/dbinformer/dbinformer/adapters/postgres"
+	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/core"
 	prommetrics "github.com/dbinformer/dbinformer/metrics/prometheus"
 )
@@ -103,8 +103,7 @@ func run(ctx context.Context, cfg config, out io.Writer) (err error) {
 
 	// One Source: one slot, one walsender and one publication for both
 	// tables. Register every table before the informers start.
-	src, err := postgres.NewSource(ctx, postgres.Config{
-		ConnString:  cfg.conn,
+	src, err := pginformer.NewSource(ctx, cfg.conn, pginformer.Options{
 		Publication: cfg.pub,
 		Logger:      slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
@@ -123,11 +122,11 @@ func run(ctx context.Context, cfg config, out io.Writer) (err error) {
 			fmt.Fprintf(out, "closed the source: replication slot %q dropped, publication %q kept\n", src.SlotName(), src.PublicationName())
 		}
 	}()
-	customersTable, err := postgres.NewTable[Customer](ctx, src, "public", "customers")
+	customersTable, err := pginformer.NewTable[Customer](ctx, src, "customers", pginformer.TableOptions[Customer]{})
 	if err != nil {
 		return err
 	}
-	ordersTable, err := postgres.NewTable[Order](ctx, src, "public", "orders")
+	ordersTable, err := pginformer.NewTable[Order](ctx, src, "orders", pginformer.TableOptions[Order]{})
 	if err != nil {
 		return err
 	}

@@ -47,6 +47,11 @@ type Etcd struct {
 	mu     sync.Mutex
 	server *embed.Etcd // nil while stopped
 	opts   EtcdOptions
+
+	// Set for a member of an EtcdCluster; zero for a single server.
+	name           string
+	advertisePeer  url.URL // where the other members reach it
+	initialCluster string
 }
 
 // EtcdOptions adjusts the embedded etcd. The zero value means defaults.
@@ -139,6 +144,11 @@ func (e *Etcd) config() *embed.Config {
 	cfg.ListenPeerUrls = []url.URL{e.peer}
 	cfg.AdvertisePeerUrls = []url.URL{e.peer}
 	cfg.InitialCluster = cfg.Name + "=" + e.peer.String()
+	if e.name != "" {
+		cfg.Name = e.name
+		cfg.AdvertisePeerUrls = []url.URL{e.advertisePeer}
+		cfg.InitialCluster = e.initialCluster
+	}
 	cfg.InitialClusterToken = "dbinformer-test"
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(e.zlog)
 	cfg.Logger = "zap"

@@ -1,9 +1,3 @@
-//go:build reliability_port
-
-// Built only with -tags reliability_port until the adapters' renamed API
-// (WAVE2-PLAN.md) lands on main; then it moves to that API and
-// informertest (kit helper).
-
 package reliability_test
 
 // Bad inputs and names that the adapters' own tests do not cover (see the
@@ -18,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -28,67 +21,21 @@ import (
 
 	etcdinformer "github.com/dbinformer/dbinformer/adapters/etcd"
 	natsinformer "github.com/dbinformer/dbinformer/adapters/nats"
-	"github.com/dbinformer/dbinformer/adapters/postgres"
+	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/integration/harness"
 )
 
-// errs collects what an informer reports.
-type errs struct {
-	mu   sync.Mutex
-	list []error
-}
-
-func (e *errs) add(err error) {
-	e.mu.Lock()
-	e.list = append(e.list, err)
-	e.mu.Unlock()
-}
-
-func (e *errs) snapshot() []error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return append([]error(nil), e.list...)
-}
-
-// decodeError returns the first *core.DecodeError reported for key.
-func (e *errs) decodeError(key string) *core.DecodeError {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for _, err := range e.list {
-		var de *core.DecodeError
-		if errors.As(err, &de) && de.Key == key {
-			return de
-		}
-	}
-	return nil
-}
-
-// startInformer runs an informer on lw until the test ends and waits for
-// its first sync.
-func startInformer[T any](t *testing.T, lw core.ListerWatcher[T]) (*core.SharedIndexInformer[T], *errs) {
+// decodeError waits for the *core.DecodeError reported for key: a bad
+// value must be reported, never dropped in silence.
+func decodeError(t *testing.T, errs *informertest.Errors, key string) *core.DecodeError {
 	t.Helper()
-	e := &errs{}
-	inf := core.NewSharedIndexInformer[T](lw, core.InformerOptions[T]{Name: t.Name(), ErrorHandler: e.add})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = inf.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	sctx, scancel := context.WithTimeout(ctx, time.Minute)
-	defer scancel()
-	if err := inf.WaitForCacheSync(sctx); err != nil {
-		t.Fatal(err)
-	}
-	return inf, e
-}
-
-func waitFor[T any](t *testing.T, inf *core.SharedIndexInformer[T], rv core.ResourceVersion) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := inf.WaitFor(ctx, rv); err != nil {
-		t.Fatalf("WaitFor(%d): %v", rv, err)
-	}
+	var de *core.DecodeError
+	errs.Wait(t, fmt.Sprintf("a DecodeError for key %q", key), func(err error) bool {
+		return errors.As(err, &de) && de.Key == key
+	})
+	return de
 }
 
 func testCtx(t *testing.T) context.Context {
@@ -121,19 +68,19 @@ func TestEtcdEmptyAndHugeKeysAndValues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rawInf, rawErrs := startInformer[[]byte](t, raw)
+	rawInf, rawErrs := informertest.Run[[]byte](t, raw, core.InformerOptions[[]byte]{})
 	type doc struct{ A int }
 	js, err := etcdinformer.NewPrefix(ctx, c, "/bad", etcdinformer.Options[doc]{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	jsInf, jsErrs := startInformer[doc](t, js)
+	jsInf, jsErrs := informertest.Run[doc](t, js, core.InformerOptions[doc]{})
 
 	put("empty", nil)
 	put(longKey, huge)
 	rv := put("ok", []byte(`{"A":1}`))
-	waitFor(t, rawInf, rv)
-	waitFor(t, jsInf, rv)
+	informertest.WaitFor(t, rawInf, rv)
+	informertest.WaitFor(t, jsInf, rv)
 
 	for _, k := range []string{"listed-huge", longKey} {
 		if v, ok := rawInf.Lister().Get(k); !ok || !bytes.Equal(v, huge) {
@@ -146,13 +93,11 @@ func TestEtcdEmptyAndHugeKeysAndValues(t *testing.T) {
 	if _, ok := rawInf.Lister().Get(""); ok {
 		t.Error("the key equal to the prefix is cached under the empty key")
 	}
-	if rawErrs.decodeError("") == nil {
-		t.Errorf("the key equal to the prefix was dropped without a report: %v", rawErrs.snapshot())
-	}
+	decodeError(t, rawErrs, "") // the key equal to the prefix is reported, not dropped
 	if _, ok := jsInf.Lister().Get("empty"); ok {
 		t.Error("JSON: an empty value was cached")
 	}
-	if de := jsErrs.decodeError("empty"); de == nil || de.RV == 0 || !strings.Contains(de.Source, "/bad/") {
+	if de := decodeError(t, jsErrs, "empty"); de.RV == 0 || !strings.Contains(de.Source, "/bad/") {
 		t.Errorf("JSON: empty value not reported with source and version: %v", de)
 	}
 	if o, ok := jsInf.Lister().Get("ok"); !ok || o.A != 1 {
@@ -175,19 +120,17 @@ func TestNATSEmptyAndHugeValues(t *testing.T) {
 	if _, err := kv.Put(ctx, "listed-huge", huge); err != nil {
 		t.Fatal(err)
 	}
-	raw, err := natsinformer.NewKV(ctx, js, "bad", natsinformer.KVOptions[[]byte]{
-		Codec: natsinformer.CodecFunc[[]byte](func(b []byte) ([]byte, error) { return bytes.Clone(b), nil }),
-	})
+	raw, err := natsinformer.NewKV(ctx, js, "bad", natsinformer.KVOptions[[]byte]{Codec: core.Raw{}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rawInf, _ := startInformer[[]byte](t, raw)
+	rawInf, _ := informertest.Run[[]byte](t, raw, core.InformerOptions[[]byte]{})
 	type doc struct{ A int }
 	jsLW, err := natsinformer.NewKV(ctx, js, "bad", natsinformer.KVOptions[doc]{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	jsInf, jsErrs := startInformer[doc](t, jsLW)
+	jsInf, jsErrs := informertest.Run[doc](t, jsLW, core.InformerOptions[doc]{})
 
 	if _, err := kv.Put(ctx, "empty", nil); err != nil {
 		t.Fatal(err)
@@ -199,8 +142,8 @@ func TestNATSEmptyAndHugeValues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, rawInf, core.ResourceVersion(rev))
-	waitFor(t, jsInf, core.ResourceVersion(rev))
+	informertest.WaitFor(t, rawInf, core.ResourceVersion(rev))
+	informertest.WaitFor(t, jsInf, core.ResourceVersion(rev))
 	for _, k := range []string{"listed-huge", "watched-huge"} {
 		if v, ok := rawInf.Lister().Get(k); !ok || !bytes.Equal(v, huge) {
 			t.Errorf("%s: cached %v with %d bytes, want %d", k, ok, len(v), len(huge))
@@ -212,9 +155,7 @@ func TestNATSEmptyAndHugeValues(t *testing.T) {
 	if _, ok := jsInf.Lister().Get("empty"); ok {
 		t.Error("JSON: an empty value was cached")
 	}
-	if jsErrs.decodeError("empty") == nil {
-		t.Error("JSON: empty value not reported")
-	}
+	decodeError(t, jsErrs, "empty")
 	if o, ok := jsInf.Lister().Get("ok"); !ok || o.A != 1 {
 		t.Errorf("a good key next to bad ones: %v %v", ok, o)
 	}
@@ -248,8 +189,9 @@ func TestNATSHostileNames(t *testing.T) {
 	}
 }
 
-// Postgres: a row whose primary key is the empty string is reported (the
-// core has no place for an empty key), never silently dropped; a 4 MiB
+// Postgres: a row whose primary key is the empty string fails the List
+// for good by default, and with SkipUndecodable is reported (the core has
+// no place for an empty key), never silently dropped; a 4 MiB
 // TOASTed value and a 2 KiB key arrive intact through the list and the
 // stream; a schema whose name holds a quote, a semicolon, a dot and a space
 // is quoted everywhere.
@@ -271,7 +213,7 @@ func TestPostgresEmptyAndHugeKeysAndValues(t *testing.T) {
 	}
 	exec(`INSERT INTO `+q+` VALUES ('listed', $1), ('', 'empty key, listed')`, huge)
 
-	src, err := postgres.NewSource(ctx, postgres.Config{ConnString: pg.ConnString()})
+	src, err := pginformer.NewSource(ctx, pg.ConnString(), pginformer.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,11 +222,21 @@ func TestPostgresEmptyAndHugeKeysAndValues(t *testing.T) {
 		K string `db:"k"`
 		V string `db:"v"`
 	}
-	table, err := postgres.NewTable[row](ctx, src, schema, "t")
+	// By default a row that cannot be keyed fails the List for good,
+	// naming why; with SkipUndecodable it is reported and left out.
+	strict, err := pginformer.NewTable[row](ctx, src, "t", pginformer.TableOptions[row]{Schema: schema})
 	if err != nil {
 		t.Fatal(err)
 	}
-	inf, e := startInformer[row](t, table)
+	table, err := pginformer.NewTable[row](ctx, src, "t", pginformer.TableOptions[row]{Schema: schema, SkipUndecodable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = strict.List(ctx, core.ListSink[row]{Emit: func(core.Event[row]) error { return nil }})
+	if !errors.Is(err, core.ErrPermanent) || !strings.Contains(err.Error(), "primary key is empty") {
+		t.Errorf("List of a table with an empty primary key, without SkipUndecodable: %v; want a permanent error naming the empty key", err)
+	}
+	inf, e := informertest.Run[row](t, table, core.InformerOptions[row]{})
 
 	exec(`INSERT INTO `+q+` VALUES ($1, $2), ('empty-value', '')`, longKey, huge)
 	exec(`UPDATE ` + q + ` SET v = v || '!' WHERE k = ''`)
@@ -293,7 +245,7 @@ func TestPostgresEmptyAndHugeKeysAndValues(t *testing.T) {
 	if err := conn.QueryRow(ctx, `SELECT pg_current_wal_lsn()`).Scan(&lsn); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, inf, core.ResourceVersion(lsn))
+	informertest.WaitFor(t, inf, core.ResourceVersion(lsn))
 
 	for _, k := range []string{"listed", longKey} {
 		if r, ok := inf.Lister().Get(k); !ok || r.V != huge {
@@ -306,9 +258,7 @@ func TestPostgresEmptyAndHugeKeysAndValues(t *testing.T) {
 	if _, ok := inf.Lister().Get(""); ok {
 		t.Error("the empty primary key is cached under the empty key")
 	}
-	if e.decodeError("") == nil {
-		t.Errorf("the row with the empty primary key was dropped without a report: %v", e.snapshot())
-	}
+	decodeError(t, e, "") // the row with the empty primary key is reported, not dropped
 	var n int
 	if err := conn.QueryRow(ctx, `SELECT count(*) FROM keep`).Scan(&n); err != nil {
 		t.Fatalf("table keep damaged by the schema name: %v", err)
@@ -329,11 +279,11 @@ func TestPostgresHostileNamesAndSecrets(t *testing.T) {
 		V  string `db:"v"`
 	}
 	for _, slot := range []string{`s"; DROP TABLE keep; --`, "a b", "a.b", "UPPER", "x*"} {
-		src, err := postgres.NewSource(ctx, postgres.Config{ConnString: pg.ConnString(), Slot: slot, Publication: `p"; DROP TABLE keep; --`})
+		src, err := pginformer.NewSource(ctx, pg.ConnString(), pginformer.Options{Slot: slot, Publication: `p"; DROP TABLE keep; --`})
 		if err == nil {
-			var table *postgres.Table[row]
-			if table, err = postgres.NewTable[row](ctx, src, "", "keep"); err == nil {
-				_, err = table.List(ctx, core.ListOptions[row]{})
+			var table *pginformer.Table[row]
+			if table, err = pginformer.NewTable[row](ctx, src, "keep", pginformer.TableOptions[row]{}); err == nil {
+				_, err = table.List(ctx, core.ListSink[row]{Emit: func(core.Event[row]) error { return nil }})
 			}
 			_ = src.Close()
 		}
@@ -352,7 +302,7 @@ func TestPostgresHostileNamesAndSecrets(t *testing.T) {
 		cs := pg.ConnString()
 		cs = strings.Replace(cs, "sslmode=disable", "sslmode="+mode, 1)
 		var logs strings.Builder
-		_, err := postgres.NewSource(ctx, postgres.Config{ConnString: cs, Logger: newTextLogger(&logs)})
+		_, err := pginformer.NewSource(ctx, cs, pginformer.Options{Logger: newTextLogger(&logs)})
 		if err == nil {
 			t.Errorf("sslmode=%s against a server without TLS: accepted", mode)
 			continue

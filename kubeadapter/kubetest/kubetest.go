@@ -7,8 +7,12 @@
 // Most tests need only NewConfigMaps:
 //
 //	kube := harness.StartKube(t)
-//	h := kubetest.NewConfigMaps(t, kube, kubetest.Options{})
-//	conformance.Run(t, h)
+//	conformance.Run(t, caps, func(t *testing.T) conformance.Harness[*corev1.ConfigMap] {
+//		return kubetest.NewConfigMaps(t, kube, kubetest.Options{})
+//	})
+//
+// NewWidgets is the same over a custom resource read through the dynamic
+// client, and can also remove the resource (conformance.Dropper).
 //
 // Each harness watches one fresh namespace through its own TCP proxy
 // (integration/proxy), so that Faults can cut the informer off while writes,
@@ -487,7 +491,7 @@ func NewWidget(name string, spec map[string]any) *unstructured.Unstructured {
 // Widgets is a conformance.Harness over custom resources (WidgetCRD) in one
 // fresh namespace, read as unstructured through the dynamic client.
 // Objects carry their version in spec.n. It also implements
-// conformance.Expirer, Unwatched, KeyMapper, Truth and Faults.
+// conformance.Expirer, Unwatched, KeyMapper, Truth, Faults and Dropper.
 type Widgets struct {
 	*base
 	widgets dynamic.ResourceInterface // direct
@@ -609,4 +613,5 @@ var (
 	_ conformance.KeyMapper                           = (*Widgets)(nil)
 	_ conformance.Truth                               = (*Widgets)(nil)
 	_ conformance.Faults                              = (*Widgets)(nil)
+	_ conformance.Dropper                             = (*Widgets)(nil)
 )

@@ -1,0 +1,209 @@
+package pginformer
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// Row to struct mapping: which column goes to which field, the key, and
+// decoding the text of a row into T.
+
+// mapper maps rows of one table onto T (a struct, or map[string]any when
+// typ is nil). It is not generic, so that the stream-side code needs no T.
+type mapper struct {
+	st    *tableState
+	typ   reflect.Type // nil: map[string]any
+	omit  map[string]bool
+	src   *Source
+	mu    sync.Mutex
+	plans map[*relation]*rowPlan
+	maps  sync.Pool // *pgtype.Map: not safe for concurrent use
+}
+
+func newMapper(src *Source, st *tableState, typ reflect.Type, omit map[string]bool) *mapper {
+	m := &mapper{st: st, typ: typ, omit: omit, src: src, plans: map[*relation]*rowPlan{}}
+	m.maps.New = func() any { return src.typeMap() }
+	return m
+}
+
+type structField struct {
+	path      []int
+	name, tag string
+}
+
+// structFields lists the exported fields of typ that map to columns, with
+// the fields of embedded structs without a db tag flattened in, as
+// pgx.RowToStructByName does. A field tagged `db:"-"` is left out.
+func structFields(typ reflect.Type, prefix []int) []structField {
+	var out []structField
+	for i := 0; i < typ.NumField(); i++ {
+		f := typ.Field(i)
+		tag := f.Tag.Get("db")
+		if !f.IsExported() || tag == "-" {
+			continue
+		}
+		path := append(append([]int(nil), prefix...), i)
+		if f.Anonymous && tag == "" && f.Type.Kind() == reflect.Struct {
+			out = append(out, structFields(f.Type, path)...)
+			continue
+		}
+		out = append(out, structField{path: path, name: f.Name, tag: tag})
+	}
+	return out
+}
+
+// rowPlan maps one column layout onto T.
+type rowPlan struct {
+	rel    *relation
+	fields [][]int // per column: the struct field index, nil when unmapped
+	used   []bool  // per column: decoded into T (mapped, or any column of a map)
+	key    []int   // column positions of the primary key
+}
+
+func normalizeName(s string) string {
+	return strings.ToLower(strings.ReplaceAll(s, "_", ""))
+}
+
+// plan returns the plan of a column layout, cached per relation.
+func (m *mapper) plan(rel *relation) (*rowPlan, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if p, ok := m.plans[rel]; ok {
+		return p, nil
+	}
+	p := &rowPlan{rel: rel, fields: make([][]int, len(rel.names)), used: make([]bool, len(rel.names))}
+	if m.typ != nil {
+		byTag, byName := map[string][]int{}, map[string][]int{}
+		for _, f := range structFields(m.typ, nil) {
+			if f.tag != "" {
+				byTag[f.tag] = f.path
+			} else {
+				byName[normalizeName(f.name)] = f.path
+			}
+		}
+		for c, name := range rel.names {
+			if m.omit[name] {
+				continue
+			}
+			if path, ok := byTag[name]; ok {
+				p.fields[c] = path
+			} else if path, ok := byName[normalizeName(name)]; ok {
+				p.fields[c] = path
+			}
+			p.used[c] = p.fields[c] != nil
+		}
+	} else {
+		for c, name := range rel.names {
+			p.used[c] = !m.omit[name]
+		}
+	}
+	for _, k := range m.st.pk {
+		found := false
+		for c, name := range rel.names {
+			if name == k {
+				p.key = append(p.key, c)
+				found = true
+				break
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("primary key column %q missing from the row", k)
+		}
+	}
+	if rel.names != nil {
+		m.plans[rel] = p
+	}
+	return p, nil
+}
+
+// forget drops the cached plan of a relation that will not be seen again.
+func (m *mapper) forget(rel *relation) {
+	m.mu.Lock()
+	delete(m.plans, rel)
+	m.mu.Unlock()
+}
+
+var errEmptyKey = errors.New("the primary key is empty (the informer cannot key an object by an empty string)")
+
+// encodeKey joins the primary key's text values. A single column is its
+// text as is; a composite key escapes '\' and '/' and joins with '/', so
+// that different keys never encode alike. NULL cannot occur in a key.
+func encodeKey(p *rowPlan, vals []rawValue) (string, error) {
+	if len(p.key) == 1 {
+		c := p.key[0]
+		if c >= len(vals) || vals[c].kind != 't' {
+			return "", fmt.Errorf("primary key column %q missing from the tuple", p.rel.names[c])
+		}
+		if len(vals[c].data) == 0 {
+			return "", errEmptyKey
+		}
+		return string(vals[c].data), nil
+	}
+	var b strings.Builder
+	for i, c := range p.key {
+		if c >= len(vals) || vals[c].kind != 't' {
+			return "", fmt.Errorf("primary key column %q missing from the tuple", p.rel.names[c])
+		}
+		if i > 0 {
+			b.WriteByte('/')
+		}
+		for _, ch := range vals[c].data {
+			if ch == '\\' || ch == '/' {
+				b.WriteByte('\\')
+			}
+			b.WriteByte(ch)
+		}
+	}
+	return b.String(), nil
+}
+
+// decode fills dst (a *T) from a row's text values.
+func (m *mapper) decode(p *rowPlan, vals []rawValue, dst any) error {
+	tm := m.maps.Get().(*pgtype.Map)
+	defer m.maps.Put(tm)
+	if m.typ == nil {
+		row := make(map[string]any, len(vals))
+		for c, v := range vals {
+			if c >= len(p.rel.names) || !p.used[c] {
+				continue
+			}
+			name := p.rel.names[c]
+			if v.kind != 't' {
+				row[name] = nil
+				continue
+			}
+			oid := p.rel.oids[c]
+			typ, ok := tm.TypeForOID(oid)
+			if !ok {
+				row[name] = string(v.data)
+				continue
+			}
+			val, err := typ.Codec.DecodeValue(tm, oid, pgtype.TextFormatCode, v.data)
+			if err != nil {
+				return fmt.Errorf("column %q: %w", name, err)
+			}
+			row[name] = val
+		}
+		*dst.(*map[string]any) = row
+		return nil
+	}
+	rv := reflect.ValueOf(dst).Elem()
+	for c, f := range p.fields {
+		if f == nil || c >= len(vals) {
+			continue
+		}
+		var src []byte
+		if vals[c].kind == 't' {
+			src = vals[c].data
+		}
+		if err := tm.Scan(p.rel.oids[c], pgtype.TextFormatCode, src, rv.FieldByIndex(f).Addr().Interface()); err != nil {
+			return fmt.Errorf("column %q: %w", p.rel.names[c], err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,324 @@
+package pginformer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/dbinformer/dbinformer/core"
+)
+
+// Watch delivers the table's changes after from through opts.Emit, one
+// batch per transaction that touched the table, and a Bookmark when the
+// stream moved on without touching it (or a progress request was
+// answered). Emit's return acknowledges the batch: only then may the server
+// discard its WAL. from must be a version this Source keeps the table's
+// changes since: one returned by List, or one a watch delivered within the
+// last Options.History changes; anything older is core.ErrExpired.
+func (t *Table[T]) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[T]) error {
+	s, st := t.src, t.st
+	if ctx.Err() != nil {
+		return core.Stopped(ctx)
+	}
+	check := func() error { // with s.mu held
+		if s.closed {
+			return errClosed
+		}
+		if !st.active || from < st.floor {
+			return fmt.Errorf("%s: version %s is older than what the replication slot %q still serves: %w", st.sourceName(), lsn(from), s.slot, core.ErrExpired)
+		}
+		return nil
+	}
+	s.mu.Lock()
+	err := check()
+	if err == nil {
+		st.advance(from, s.history)
+	}
+	s.mu.Unlock()
+	if err != nil {
+		return stopped(ctx, err)
+	}
+	if err := s.ensureStreaming(ctx); err != nil {
+		return stopped(ctx, err)
+	}
+	s.mu.Lock()
+	if err := check(); err != nil {
+		s.mu.Unlock()
+		return stopped(ctx, err)
+	}
+	if s.streamErr != nil {
+		err := s.streamErr
+		s.mu.Unlock()
+		return stopped(ctx, err)
+	}
+	gen := s.gen
+	s.mu.Unlock()
+
+	// pgoutput says nothing when a table is dropped: look, now and then.
+	dropCheck := time.NewTimer(dropCheckEvery)
+	defer dropCheck.Stop()
+	pos := from
+	var buf []core.Event[T]
+	var asked uint64 // the progress request to answer; 0: none
+	var lastDropCheck time.Time
+	for {
+		s.mu.Lock()
+		if ctx.Err() != nil {
+			s.mu.Unlock()
+			return core.Stopped(ctx)
+		}
+		if s.closed {
+			s.mu.Unlock()
+			return errClosed
+		}
+		if !st.active || st.floor > pos {
+			err := s.streamErr
+			active, floor := st.active, st.floor
+			s.mu.Unlock()
+			switch {
+			case active:
+				err = fmt.Errorf("%s: version %s fell out of the changes kept in memory (from %s on; Options.History): %w", st.sourceName(), lsn(pos), lsn(floor), core.ErrExpired)
+			case err == nil || !errors.Is(err, core.ErrExpired):
+				err = fmt.Errorf("%s: the replication slot %q was lost or recreated: %w", st.sourceName(), s.slot, core.ErrExpired)
+			}
+			return err
+		}
+		if s.gen != gen {
+			err := s.streamErr
+			s.mu.Unlock()
+			if err == nil {
+				err = fmt.Errorf("postgres %s: replication stream of slot %q restarted", s.where(), s.slot)
+			}
+			return err
+		}
+		if i := st.firstAfter(pos); i < len(st.batches) {
+			b := st.batches[i]
+			s.mu.Unlock()
+			evs, failed := t.decodeUpTo(b)
+			if failed > 0 && !t.opts.SkipUndecodable {
+				var bad undecodable
+				for _, ev := range evs {
+					if ev.Err != nil {
+						bad.add(ev.Err)
+					}
+				}
+				return bad.err(fmt.Sprintf("%s: of the changes of the transaction at %s", st.sourceName(), lsn(b.rv)))
+			}
+			buf = append(buf[:0], evs...)
+			if err := opts.Emit(buf); err != nil {
+				return stopped(ctx, err)
+			}
+			pos = b.rv
+			t.ack(pos)
+			continue
+		}
+		answer := asked != 0 && s.progressDone >= asked
+		if s.pos > pos || answer {
+			pos = max(pos, s.pos)
+			if answer {
+				asked = 0
+			}
+			s.mu.Unlock()
+			buf = append(buf[:0], core.Event[T]{Type: core.Bookmark, RV: pos})
+			if err := opts.Emit(buf); err != nil {
+				return stopped(ctx, err)
+			}
+			t.ack(pos)
+			continue
+		}
+		ch := s.changed
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return core.Stopped(ctx)
+		case <-opts.Progress:
+			asked = s.requestProgress()
+			if time.Since(lastDropCheck) >= dropCheckMin {
+				lastDropCheck = time.Now()
+				if err := s.checkDropped(ctx, st); err != nil {
+					return stopped(ctx, err)
+				}
+			}
+		case <-dropCheck.C:
+			dropCheck.Reset(dropCheckEvery)
+			lastDropCheck = time.Now()
+			if err := s.checkDropped(ctx, st); err != nil {
+				return stopped(ctx, err)
+			}
+		}
+	}
+}
+
+// dropCheckEvery is how often an idle watch checks that its table still
+// exists; it also checks at a progress request, at most every
+// dropCheckMin.
+const (
+	dropCheckEvery = 30 * time.Second
+	dropCheckMin   = time.Second
+)
+
+// stopped is what Watch returns for err: core.Stopped once ctx is done,
+// whatever failed meanwhile.
+func stopped(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return core.Stopped(ctx)
+	}
+	return err
+}
+
+// checkDropped returns a permanent error if st's table is gone. A failure
+// to look is not an error of the watch: the stream reports a dead server.
+func (s *Source) checkDropped(ctx context.Context, st *tableState) error {
+	conn, err := s.connect(ctx)
+	if err != nil {
+		return nil
+	}
+	defer conn.Close(context.Background())
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_class WHERE oid = $1)", st.oid).Scan(&exists); err != nil || exists {
+		return nil
+	}
+	return core.Permanent(fmt.Errorf("postgres %s: table %s was dropped: its relation (oid %d) is gone; a table created again under the name needs a new Table", s.where(), st.ident.Sanitize(), st.oid))
+}
+
+// ack records that the consumer applied everything up to pos.
+func (t *Table[T]) ack(pos core.ResourceVersion) {
+	s := t.src
+	s.mu.Lock()
+	if t.st.active {
+		t.st.advance(pos, s.history)
+	}
+	s.mu.Unlock()
+}
+
+// decodeUpTo decodes, in version order, every batch up to b that is not
+// decoded yet (batches a watch from a later version skipped still move the
+// known keys and values), and returns b's events and how many failed.
+func (t *Table[T]) decodeUpTo(b *batch) ([]core.Event[T], int) {
+	s, st := t.src, t.st
+	st.knownMu.Lock()
+	defer st.knownMu.Unlock()
+	if !b.decoded {
+		s.mu.Lock()
+		var todo []*batch
+		for i := st.firstAfter(st.decoded); i < len(st.batches) && st.batches[i].rv <= b.rv; i++ {
+			todo = append(todo, st.batches[i])
+		}
+		s.mu.Unlock()
+		for _, d := range todo {
+			if !d.decoded {
+				t.decode(d)
+			}
+			s.mu.Lock()
+			st.decoded = max(st.decoded, d.rv)
+			s.mu.Unlock()
+		}
+		if !b.decoded { // not in the table's batches any more (expired): decode it alone
+			t.decode(b)
+		}
+	}
+	return b.events.([]core.Event[T]), b.failed
+}
+
+// decode turns one transaction into events, in order, keeping the table's
+// known keys and TOAST values current. Called with knownMu held.
+func (t *Table[T]) decode(b *batch) {
+	st := t.st
+	var out []core.Event[T]
+	src := st.sourceName()
+	failed := 0
+	fail := func(typ core.EventType, key string, err error) {
+		failed++
+		out = append(out, core.Event[T]{Type: typ, Key: key, RV: b.rv, Err: &core.DecodeError{Source: src, Key: key, RV: b.rv, Err: err}})
+	}
+	// A delete's last object, when the old row came whole (FULL).
+	deleted := func(p *rowPlan, key string, c change) core.Event[T] {
+		ev := core.Event[T]{Type: core.Deleted, Key: key, RV: b.rv}
+		if c.oldKind == 'O' {
+			if err := t.m.decode(p, st.fillToast(p, key, c.old, nil), &ev.Object); err == nil {
+				ev.HasObject = true
+			} else {
+				ev.Object = *new(T)
+			}
+		}
+		return ev
+	}
+	for _, c := range b.changes {
+		if c.kind == changeTruncate {
+			for _, k := range st.truncate() {
+				out = append(out, core.Event[T]{Type: core.Deleted, Key: k, RV: b.rv})
+			}
+			continue
+		}
+		if c.rel == nil {
+			fail(core.Modified, "", errors.New("change before its Relation message"))
+			continue
+		}
+		p, err := t.m.plan(c.rel)
+		if err != nil {
+			fail(core.Modified, "", err)
+			continue
+		}
+		var oldKey string
+		if c.old != nil {
+			if oldKey, err = encodeKey(p, c.old); err != nil {
+				fail(core.Deleted, "", err)
+				continue
+			}
+		}
+		switch c.kind {
+		case changeDelete:
+			out = append(out, deleted(p, oldKey, c))
+			st.forget(oldKey)
+		case changeInsert, changeUpdate:
+			typ := core.Added
+			if c.kind == changeUpdate {
+				typ = core.Modified
+			}
+			key, err := encodeKey(p, c.new)
+			if err != nil {
+				fail(typ, "", err)
+				continue
+			}
+			prevKey := key
+			if c.old != nil && oldKey != key {
+				// Primary key changed: the old key is gone.
+				prevKey = oldKey
+				out = append(out, deleted(p, oldKey, c))
+				typ = core.Added
+			}
+			vals := st.fillToast(p, prevKey, c.new, c.old)
+			if prevKey != key {
+				st.forget(prevKey)
+			}
+			missing := ""
+			for i, v := range vals {
+				if v.kind == 'u' && p.used[i] {
+					missing = p.rel.names[i]
+				}
+			}
+			if missing != "" {
+				fail(typ, key, fmt.Errorf("unchanged TOASTed column %q has no known previous value", missing))
+				continue
+			}
+			st.remember(p, key, vals)
+			ev := core.Event[T]{Type: typ, Key: key, HasObject: true, RV: b.rv}
+			if err := t.m.decode(p, vals, &ev.Object); err != nil {
+				fail(typ, key, err)
+				continue
+			}
+			out = append(out, ev)
+		}
+	}
+	if len(out) == 0 {
+		// A transaction that touched the table without a visible change
+		// (e.g. TRUNCATE of an empty table) still moves the version.
+		out = append(out, core.Event[T]{Type: core.Bookmark, RV: b.rv})
+	}
+	if failed > 0 && t.opts.SkipUndecodable {
+		t.skipped.Add(int64(failed))
+	}
+	b.events, b.failed, b.changes, b.decoded = out, failed, nil, true
+}

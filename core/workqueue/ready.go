@@ -1,0 +1,107 @@
+package workqueue
+
+// The ready order: one FIFO per priority, guarded by the queue's lock.
+
+type level struct {
+	prio int
+	r    ring
+}
+
+func (q *Queue[K]) pushLocked(st *itemState[K], s int, idx int32) {
+	q.seq++
+	st.seq = q.seq
+	q.levelLocked(st.prio).r.push(slot{seq: q.seq, idx: idx, shard: int32(s)})
+	q.queued++
+	q.signals++
+}
+
+// unlock releases mu, holding no shard lock, and then wakes one blocked
+// Get per item pushed meanwhile. Signalling after the unlock spares the
+// woken worker from running straight into the lock we still held; no
+// wakeup is lost because a Get only waits after finding the queue empty
+// under the lock. A sweep that came due meanwhile runs first.
+func (q *Queue[K]) unlock() {
+	if q.sweepDue {
+		q.sweepLocked()
+	}
+	n := q.signals
+	q.signals = 0
+	q.mu.Unlock()
+	for ; n > 0; n-- {
+		q.cond.Signal()
+	}
+}
+
+// levelLocked finds or inserts the FIFO for prio, keeping levels sorted.
+func (q *Queue[K]) levelLocked(prio int) *level {
+	i := 0
+	for ; i < len(q.levels); i++ {
+		if q.levels[i].prio == prio {
+			return &q.levels[i]
+		}
+		if q.levels[i].prio < prio {
+			break
+		}
+	}
+	if len(q.levels) >= 8 {
+		// Many priorities have been used: drop the empty FIFOs rather than
+		// scan them forever.
+		kept := q.levels[:0]
+		for _, l := range q.levels {
+			if l.r.n > 0 {
+				kept = append(kept, l)
+			}
+		}
+		if len(kept) < len(q.levels) {
+			clear(q.levels[len(kept):])
+			q.levels = kept
+			return q.levelLocked(prio)
+		}
+	}
+	q.levels = append(q.levels, level{})
+	copy(q.levels[i+1:], q.levels[i:])
+	q.levels[i] = level{prio: prio}
+	return &q.levels[i]
+}
+
+// popLocked takes the first slot of the highest non-empty priority. The
+// caller has checked q.queued > 0 and calls take once it has let go of mu:
+// the item's state, a likely cache miss, is not read under the lock every
+// producer and worker shares.
+func (q *Queue[K]) popLocked() slot {
+	for i := range q.levels {
+		if r := &q.levels[i].r; r.n > 0 {
+			q.queued--
+			q.transit.Add(1)
+			return r.pop()
+		}
+	}
+	panic("workqueue: queued count out of step with the ready queues")
+}
+
+// take marks the item of a popped slot processing, under its shard's lock
+// (which also orders the Adds the item absorbed before this Get). It
+// reports false for a stale slot: the item was re-added at a higher
+// priority meanwhile and sits in a newer slot.
+func (q *Queue[K]) take(s slot) (item K, live bool) {
+	sh := &q.shards[s.shard]
+	sh.mu.Lock()
+	st := q.state(s.idx)
+	live = st.seq == s.seq
+	if live {
+		item = st.key
+		st.seq = 0
+		st.flags = st.flags&^fDirty | fProcessing
+		sh.processing++
+		if q.metrics != nil {
+			q.metrics.get(item)
+		}
+	}
+	sh.mu.Unlock()
+	if !live {
+		q.dups.Add(-1)
+	}
+	// After processing++: ShutDownWithDrain reads transit, then the shards.
+	q.transit.Add(-1)
+	return item, live
+}

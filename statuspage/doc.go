@@ -1,0 +1,70 @@
+// Package statuspage is the operators' view of a program's informers and
+// work queues: a live HTML status page, the same data as JSON, initial-sync
+// progress, and health checks for Kubernetes probes. It is mounted like
+// net/http/pprof:
+//
+//	page := statuspage.New(statuspage.Options{Title: "orders-service"})
+//	inf := core.NewSharedIndexInformer(kv, core.InformerOptions[User]{
+//		Name:         "users",
+//		Metrics:      statuspage.Tee(page, prom), // prom: a metrics/prometheus Provider, or leave it out
+//		ErrorHandler: page.ErrorHandler("users", nil),
+//	})
+//	page.Add(inf, kv)                            // kv: the informer's ListerWatcher (kind, head)
+//	mux.Handle("/debug/informers/", page)        // HTML, ?format=json, readyz, livez
+//
+// # How it knows
+//
+// The page is a core.MetricsProvider and a workqueue.MetricsProvider: it
+// records what each informer and queue reports (lists and relists, list
+// progress, watch restarts and their reasons, applied versions, pending
+// notifications per handler, handler panics, decode errors; queue depth,
+// adds, retries, latencies, longest-running item, unfinished work). It is
+// injected, never global: each informer or queue that should appear gets
+// the page as its provider, and Tee / TeeQueues keep Prometheus (or any
+// other provider) fed as well. Add joins an informer's own answers (HasSynced,
+// applied and received versions, last list error) and its source's head
+// (core.HeadReader) for the lag; InformerFor does both for a core.Factory.
+//
+// # What it shows
+//
+// Per informer: the source's kind and name; synced or not and why not
+// (listing with its progress, the last list error, a permanent failure);
+// the applied version, the source's head and the lag in versions and
+// seconds; lists, relists and watch restarts with the last reason and
+// time; decode errors (count, and with Page.ErrorHandler the last one's
+// key, version and reason); pending notifications per handler with the
+// slowest named; the last checkpoint when the source reports one
+// (CheckpointReporter; no adapter does yet, so the field stays empty). Per
+// work queue: depth, adds, retries, wait and work times, the longest
+// running item and the unfinished work.
+//
+// The lag in seconds is how long the oldest head version the cache has
+// not applied yet has been known: heads are read when the page, the JSON
+// or a probe is served (at most every Options.HeadInterval), and by
+// Page.Run in the background for a lag in seconds that does not depend on
+// anyone looking. The HTML page reloads itself every Options.Refresh
+// (?refresh=N overrides it, ?refresh=0 stops it).
+//
+// While an informer lists, the page shows a progress bar (an HTML
+// progress element) with the objects received, the source's estimate
+// where it has one, the rate and the time left, all from the one core
+// callback InformerMetrics.ListProgress. PrintProgress prints the same on
+// a terminal.
+//
+// # Health
+//
+// Ready (readyz) is true when every informer on the page has synced, and
+// says why not otherwise. Live (livez) fails only when an informer failed
+// permanently or stalled (received versions it does not apply for
+// Options.StallTimeout); relists, expired versions, watch timeouts and a
+// source that is down are retried by the informer and do not make a
+// program unlive, so the probe does not flap.
+//
+// # Secrets
+//
+// The page never reads a cache and never shows an object. Every name and
+// message it shows goes through Redact, which removes URL credentials,
+// password=, token=, secret= and similar settings, bearer tokens, JSON web
+// tokens and NATS seeds. The page has no controls: it only reads. Serve it
+// on an internal port like pprof all the same.
+package statuspage

@@ -1,0 +1,543 @@
+package statuspage
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/dbinformer/dbinformer/core"
+)
+
+// Status is everything the page shows, as served in JSON. Names and
+// messages are redacted (see Redact); no object of any cache is in it.
+type Status struct {
+	Title string    `json:"title"`
+	Time  time.Time `json:"time"`
+	// Ready: every informer on the page has synced. NotReady says why not,
+	// one line per informer.
+	Ready    bool     `json:"ready"`
+	NotReady []string `json:"notReady,omitempty"`
+	// Live: no informer failed permanently or stalled (see Page.Live).
+	Live      bool             `json:"live"`
+	NotLive   []string         `json:"notLive,omitempty"`
+	Informers []InformerStatus `json:"informers"`
+	Queues    []QueueStatus    `json:"queues"`
+}
+
+// InformerStatus is one informer's state.
+type InformerStatus struct {
+	Name string `json:"name"`
+	// Kind is the source's kind (Source.Kind), "" when unknown.
+	Kind string `json:"kind,omitempty"`
+	// Registered: the informer was added to the page (Add, InformerFor),
+	// so its own answers (HasSynced, versions, last list error) are shown.
+	// Metrics: its metrics reach the page (InformerOptions.Metrics).
+	Registered bool `json:"registered"`
+	Metrics    bool `json:"metrics"`
+
+	Synced          bool   `json:"synced"`
+	NotSyncedReason string `json:"notSyncedReason,omitempty"`
+	Live            bool   `json:"live"`
+	NotLiveReason   string `json:"notLiveReason,omitempty"`
+	// Retrying says that lists or watches are failing and being retried
+	// (the informer stays live meanwhile).
+	Retrying string `json:"retrying,omitempty"`
+
+	// AppliedVersion: every change up to it is in the cache.
+	// ReceivedVersion: the last version the informer received (listed or
+	// watched), applied or not.
+	AppliedVersion  uint64 `json:"appliedVersion"`
+	ReceivedVersion uint64 `json:"receivedVersion"`
+	// HeadVersion is the source's newest version, read when the status was
+	// taken (at most every Options.HeadInterval); absent when the source
+	// cannot tell (no Source.Head) and HeadError says why a read failed.
+	HeadVersion *uint64 `json:"headVersion,omitempty"`
+	HeadError   string  `json:"headError,omitempty"`
+	// LagVersions is HeadVersion minus AppliedVersion, in the source's
+	// units (etcd revisions, Postgres WAL bytes, JetStream sequences).
+	// LagSeconds is how long the oldest head version not yet applied has
+	// been known to the page: the cache is at least that far behind. Heads
+	// are read when the page, the JSON or a probe is served, so it is as
+	// fine as they are frequent.
+	LagVersions *uint64  `json:"lagVersions,omitempty"`
+	LagSeconds  *float64 `json:"lagSeconds,omitempty"`
+
+	Lists ListStats `json:"lists"`
+	// Progress is the list in progress, if any: the initial sync, a
+	// relist, or a failed list being retried.
+	Progress       *Progress         `json:"progress,omitempty"`
+	WatchRestarts  RestartStats      `json:"watchRestarts"`
+	DecodeErrors   DecodeStats       `json:"decodeErrors"`
+	Handlers       []HandlerStatus   `json:"handlers"`
+	SlowestHandler string            `json:"slowestHandler,omitempty"`
+	Checkpoint     *CheckpointStatus `json:"checkpoint,omitempty"`
+}
+
+// ListStats counts an informer's lists.
+type ListStats struct {
+	Lists         int64      `json:"lists"`
+	ListErrors    int64      `json:"listErrors"`
+	Relists       int64      `json:"relists"`
+	RelistErrors  int64      `json:"relistErrors"`
+	ListedObjects int        `json:"listedObjects"`
+	LastAt        *time.Time `json:"lastAt,omitempty"`
+	LastError     string     `json:"lastError,omitempty"`
+	LastErrorAt   *time.Time `json:"lastErrorAt,omitempty"`
+}
+
+// Progress is a list in progress, from InformerMetrics.ListProgress.
+type Progress struct {
+	Relist bool `json:"relist"`
+	// Received objects so far; Estimated is the source's estimate of the
+	// total, 0 when it cannot tell.
+	Received  int64 `json:"received"`
+	Estimated int64 `json:"estimated"`
+	// Percent of Estimated received (absent without an estimate; capped
+	// at 100 since estimates can be low).
+	Percent *float64 `json:"percent,omitempty"`
+	// RatePerSecond is the objects received per second since the list's
+	// first progress report; ETASeconds the time left at that rate.
+	RatePerSecond  float64   `json:"ratePerSecond"`
+	ETASeconds     *float64  `json:"etaSeconds,omitempty"`
+	StartedAt      time.Time `json:"startedAt"`
+	ElapsedSeconds float64   `json:"elapsedSeconds"`
+	// LastReportAt is the time of the last progress report (every 1,024
+	// objects): a list that stopped moving shows here.
+	LastReportAt time.Time `json:"lastReportAt"`
+}
+
+// RestartStats counts the watches that ended and were reopened.
+type RestartStats struct {
+	Total int64 `json:"total"`
+	// Timeout: planned (the informer's MinWatchTimeout); Expired: the
+	// version was gone and the informer relisted; Error: a failure,
+	// retried with backoff.
+	Timeout    int64      `json:"timeout"`
+	Expired    int64      `json:"expired"`
+	Error      int64      `json:"error"`
+	LastReason string     `json:"lastReason,omitempty"`
+	LastAt     *time.Time `json:"lastAt,omitempty"`
+}
+
+// DecodeStats counts the changes that could not be decoded (or that the
+// transform rejected). Last names the source, key and version of the last
+// one when the informer's error handler is Page.ErrorHandler.
+type DecodeStats struct {
+	Count  int64      `json:"count"`
+	Last   string     `json:"last,omitempty"`
+	LastAt *time.Time `json:"lastAt,omitempty"`
+}
+
+// HandlerStatus is one event handler of an informer.
+type HandlerStatus struct {
+	Name string `json:"name"`
+	// Pending notifications wait for the handler now; PeakPending is the
+	// most that ever did.
+	Pending     int   `json:"pending"`
+	PeakPending int   `json:"peakPending"`
+	Panics      int64 `json:"panics"`
+}
+
+// CheckpointStatus is a source's last durable checkpoint.
+type CheckpointStatus struct {
+	Version    uint64    `json:"version"`
+	At         time.Time `json:"at"`
+	AgeSeconds float64   `json:"ageSeconds"`
+}
+
+// QueueStatus is one work queue, from its workqueue metrics.
+type QueueStatus struct {
+	Name string `json:"name"`
+	// Depth: items waiting for a worker. Adds: adds that queued an item.
+	// Retries: AddAfter and AddRateLimited calls. Processed: items a
+	// worker finished (Done).
+	Depth     int64 `json:"depth"`
+	Adds      int64 `json:"adds"`
+	Retries   int64 `json:"retries"`
+	Processed int64 `json:"processed"`
+	// Wait is Add to Get, Work is Get to Done, in seconds.
+	AvgWaitSeconds float64 `json:"avgWaitSeconds"`
+	MaxWaitSeconds float64 `json:"maxWaitSeconds"`
+	AvgWorkSeconds float64 `json:"avgWorkSeconds"`
+	MaxWorkSeconds float64 `json:"maxWorkSeconds"`
+	// LongestRunningSeconds is the age of the oldest item being processed
+	// and UnfinishedWorkSeconds the sum of their ages, as the queue last
+	// set them (every workqueue.UnfinishedWorkUpdatePeriod).
+	LongestRunningSeconds float64 `json:"longestRunningSeconds"`
+	UnfinishedWorkSeconds float64 `json:"unfinishedWorkSeconds"`
+}
+
+// Snapshot takes the status of every informer and queue on the page,
+// reading the sources' heads (in parallel, each bounded by
+// Options.HeadTimeout and ctx).
+func (p *Page) Snapshot(ctx context.Context) Status { return p.snapshot(ctx, true) }
+
+// snapshot is Snapshot; heads says whether to read the sources' heads
+// (the probes do not: they must answer at once).
+func (p *Page) snapshot(ctx context.Context, heads bool) Status {
+	p.mu.Lock()
+	entries := make([]*informerEntry, 0, len(p.order))
+	for _, n := range p.order {
+		entries = append(entries, p.informers[n])
+	}
+	queues := make([]*queueRecord, 0, len(p.qorder))
+	qnames := slices.Clone(p.qorder)
+	for _, n := range p.qorder {
+		queues = append(queues, p.queues[n])
+	}
+	p.mu.Unlock()
+
+	if heads {
+		p.readHeads(ctx, entries)
+	}
+	now := p.clk.Now()
+	st := Status{Title: Redact(p.opts.Title), Time: now, Ready: true, Live: true,
+		Informers: []InformerStatus{}, Queues: []QueueStatus{}}
+	for _, e := range entries {
+		is := p.informerStatus(e, now)
+		if !is.Synced {
+			st.Ready = false
+			st.NotReady = append(st.NotReady, is.Name+": "+is.NotSyncedReason)
+		}
+		if !is.Live {
+			st.Live = false
+			st.NotLive = append(st.NotLive, is.Name+": "+is.NotLiveReason)
+		}
+		st.Informers = append(st.Informers, is)
+	}
+	for i, q := range queues {
+		st.Queues = append(st.Queues, q.status(Redact(qnames[i])))
+	}
+	return st
+}
+
+// readHeads reads the head of every source due for a read, in parallel.
+func (p *Page) readHeads(ctx context.Context, entries []*informerEntry) {
+	var wg sync.WaitGroup
+	for _, e := range entries {
+		p.mu.Lock()
+		h := e.src.Head
+		p.mu.Unlock()
+		if h == nil {
+			continue
+		}
+		e.headMu.Lock()
+		due := !e.headRead || p.clk.Since(e.headAt) >= p.opts.HeadInterval
+		if due {
+			// Claim the read so that concurrent snapshots do not repeat it.
+			e.headRead, e.headAt = true, p.clk.Now()
+		}
+		e.headMu.Unlock()
+		if !due {
+			continue
+		}
+		wg.Go(func() {
+			hctx, cancel := context.WithTimeout(ctx, p.opts.HeadTimeout)
+			rv, err := h.Head(hctx)
+			cancel()
+			now := p.clk.Now()
+			e.headMu.Lock()
+			if err != nil && ctx.Err() != nil {
+				// The request went away: not the source's failure; read
+				// again next time.
+				e.headRead = e.headOK
+				e.headAt = time.Time{}
+				e.headMu.Unlock()
+				return
+			}
+			if err != nil {
+				e.headErr = describeError(err)
+			} else {
+				e.head, e.headErr, e.headOK = rv, "", true
+			}
+			e.headMu.Unlock()
+			if err == nil {
+				e.rec.sawHead(rv, now)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func (p *Page) informerStatus(e *informerEntry, now time.Time) InformerStatus {
+	p.mu.Lock()
+	inf, src := e.inf, e.src
+	p.mu.Unlock()
+
+	is := InformerStatus{
+		Name:       Redact(e.name),
+		Kind:       Redact(src.Kind),
+		Registered: inf != nil,
+		Handlers:   []HandlerStatus{},
+	}
+	// Ask the informer before taking the record's lock: the informer's
+	// own locks are never held while it calls its metrics, but keep the
+	// order one way anyway.
+	var synced bool
+	var applied, received core.ResourceVersion
+	var listErr error
+	if inf != nil {
+		synced = inf.HasSynced()
+		applied = inf.AppliedVersion()
+		received = inf.LastSyncResourceVersion()
+		listErr = inf.LastListError()
+	}
+	var cp struct {
+		rv core.ResourceVersion
+		at time.Time
+		ok bool
+	}
+	if src.Checkpoints != nil {
+		cp.rv, cp.at, cp.ok = src.Checkpoints.LastCheckpoint()
+	}
+	e.headMu.Lock()
+	head, headErr, headKnown := e.head, e.headErr, e.headOK && src.Head != nil
+	e.headMu.Unlock()
+
+	r := e.rec
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	is.Metrics = r.metrics
+	if inf == nil {
+		synced = r.listedOnce
+		applied = r.applied
+	}
+	is.Synced = synced
+	is.AppliedVersion = uint64(applied)
+	is.ReceivedVersion = uint64(max(received, applied))
+
+	// The applied version's last move, as the metrics or the page saw it.
+	if applied != r.applied || r.appliedChangedAt.IsZero() {
+		if inf != nil && applied != r.applied {
+			r.applied, r.appliedChangedAt = applied, now
+		} else if r.appliedChangedAt.IsZero() {
+			r.appliedChangedAt = now
+		}
+	}
+
+	// Stuck since: the later of the applied version's last move and the
+	// first time the page saw the informer behind what it received.
+	if received > applied {
+		if r.behindSince.IsZero() {
+			r.behindSince = now
+		}
+	} else {
+		r.behindSince = time.Time{}
+	}
+	stuckSince := r.appliedChangedAt
+	if r.behindSince.After(stuckSince) {
+		stuckSince = r.behindSince
+	}
+
+	is.HeadError = headErr
+	if headKnown {
+		h := uint64(head)
+		is.HeadVersion = &h
+		lag := uint64(0)
+		if head > applied {
+			lag = uint64(head - applied)
+		}
+		is.LagVersions = &lag
+		secs := 0.0
+		if since, ok := r.lagSinceLocked(applied); ok {
+			secs = now.Sub(since).Seconds()
+		}
+		is.LagSeconds = &secs
+	}
+
+	is.Lists = ListStats{
+		Lists: r.lists, ListErrors: r.listErrors, Relists: r.relists, RelistErrors: r.relistErrors,
+		ListedObjects: r.listed, LastAt: timePtr(r.lastListAt),
+		LastError: r.lastListErr, LastErrorAt: timePtr(r.lastListErrAt),
+	}
+	if listErr != nil {
+		is.Lists.LastError = describeError(listErr)
+	}
+	if r.listing {
+		pr := &Progress{
+			Relist:         r.listedOnce,
+			Received:       r.listReceived,
+			Estimated:      r.listEstimated,
+			StartedAt:      r.listStart,
+			LastReportAt:   r.listLastAt,
+			ElapsedSeconds: now.Sub(r.listStart).Seconds(),
+		}
+		if pr.Estimated > 0 {
+			pc := min(100, 100*float64(pr.Received)/float64(pr.Estimated))
+			pr.Percent = &pc
+		}
+		if el := pr.ElapsedSeconds; el > 0 && r.listReceived > r.listStartCount {
+			pr.RatePerSecond = float64(r.listReceived-r.listStartCount) / el
+			if pr.Estimated > pr.Received {
+				eta := float64(pr.Estimated-pr.Received) / pr.RatePerSecond
+				pr.ETASeconds = &eta
+			}
+		}
+		is.Progress = pr
+	}
+	is.WatchRestarts = RestartStats{
+		Total:   r.restartsTimeout + r.restartsExpired + r.restartsError,
+		Timeout: r.restartsTimeout, Expired: r.restartsExpired, Error: r.restartsError,
+		LastReason: r.lastRestartReason, LastAt: timePtr(r.lastRestartAt),
+	}
+	is.DecodeErrors = DecodeStats{Count: r.decodeErrors, Last: r.lastDecodeErr, LastAt: timePtr(r.lastDecodeErrAt)}
+
+	for name, h := range r.handlers {
+		is.Handlers = append(is.Handlers, HandlerStatus{Name: Redact(name), Pending: h.pending, PeakPending: h.peak, Panics: h.panics})
+	}
+	slices.SortFunc(is.Handlers, func(a, b HandlerStatus) int {
+		return cmp.Or(cmp.Compare(b.Pending, a.Pending), cmp.Compare(a.Name, b.Name))
+	})
+	if len(is.Handlers) > 0 && is.Handlers[0].Pending > 0 {
+		is.SlowestHandler = is.Handlers[0].Name
+	}
+	if cp.ok {
+		is.Checkpoint = &CheckpointStatus{Version: uint64(cp.rv), At: cp.at, AgeSeconds: now.Sub(cp.at).Seconds()}
+	}
+
+	// Why not synced.
+	if !is.Synced {
+		switch {
+		case r.permanent != "":
+			is.NotSyncedReason = "failed permanently: " + r.permanent
+		case is.Progress != nil && !is.Progress.Relist:
+			is.NotSyncedReason = "listing: " + progressText(is.Progress)
+			if is.Lists.LastError != "" {
+				is.NotSyncedReason += "; last list error: " + is.Lists.LastError
+			}
+		case is.Lists.LastError != "":
+			is.NotSyncedReason = "last list error: " + is.Lists.LastError
+		case inf != nil && r.lists > 0:
+			is.NotSyncedReason = "the list has finished; its objects are being applied"
+		case !r.metrics && inf == nil:
+			is.NotSyncedReason = "unknown informer"
+		case r.metrics:
+			is.NotSyncedReason = "waiting for the first list (no progress reported yet)"
+		default:
+			is.NotSyncedReason = "no list has finished yet"
+		}
+	}
+
+	// Live: not failed permanently, not stalled.
+	is.Live = true
+	switch {
+	case r.permanent != "":
+		is.Live = false
+		is.NotLiveReason = fmt.Sprintf("failed permanently at %s: %s", r.permanentAt.UTC().Format(time.RFC3339), r.permanent)
+	case p.opts.StallTimeout > 0 && received > applied && now.Sub(stuckSince) >= p.opts.StallTimeout:
+		is.Live = false
+		is.NotLiveReason = fmt.Sprintf("stalled: received version %d but the applied version has stayed at %d for %s (a handler blocking the informer through MaxPending? a deadlock?)",
+			received, applied, now.Sub(stuckSince).Truncate(time.Second))
+	}
+	if r.failing != "" {
+		is.Retrying = fmt.Sprintf("since %s: %s", r.failingSince.UTC().Format(time.RFC3339), r.failing)
+	}
+	return is
+}
+
+func (q *queueRecord) status(name string) QueueStatus {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	qs := QueueStatus{
+		Name: name, Depth: q.depth, Adds: q.adds, Retries: q.retries, Processed: q.workCount,
+		MaxWaitSeconds: q.waitMax, MaxWorkSeconds: q.workMax,
+		LongestRunningSeconds: q.longestRun, UnfinishedWorkSeconds: q.unfinished,
+	}
+	if q.waitCount > 0 {
+		qs.AvgWaitSeconds = q.waitSum / float64(q.waitCount)
+	}
+	if q.workCount > 0 {
+		qs.AvgWorkSeconds = q.workSum / float64(q.workCount)
+	}
+	return qs
+}
+
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+// progressText is a list's progress in words: "2,048 of ~5,000 objects
+// (41%), 1,234/s, about 3s left".
+func progressText(pr *Progress) string {
+	s := thousands(pr.Received)
+	if pr.Estimated > 0 {
+		s += " of ~" + thousands(pr.Estimated) + " objects"
+		if pr.Percent != nil {
+			s += fmt.Sprintf(" (%.0f%%)", *pr.Percent)
+		}
+	} else {
+		s += " objects (total unknown)"
+	}
+	if pr.RatePerSecond > 0 {
+		s += ", " + thousands(int64(pr.RatePerSecond+0.5)) + "/s"
+	}
+	if pr.ETASeconds != nil {
+		s += ", about " + shortDuration(*pr.ETASeconds) + " left"
+	}
+	return s
+}
+
+func thousands(n int64) string {
+	s := fmt.Sprint(n)
+	neg := n < 0
+	if neg {
+		s = s[1:]
+	}
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	if neg {
+		s = "-" + s
+	}
+	return s
+}
+
+// shortDuration formats seconds for people: 850ms, 12s, 3m05s, 2h10m.
+func shortDuration(secs float64) string {
+	d := time.Duration(secs * float64(time.Second))
+	switch {
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Minute:
+		return fmt.Sprintf("%.0fs", d.Seconds())
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	default:
+		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+}
+
+// Run reads the head of every source on the page every
+// Options.HeadInterval until ctx ends, and returns ctx's error. It is
+// optional: without it heads are read only when the page, the JSON or a
+// probe is served, which is enough for the lag in versions but makes the
+// lag in seconds only as fine as those reads are frequent. With it, the lag
+// in seconds is accurate to HeadInterval whether anyone looks or not.
+func (p *Page) Run(ctx context.Context) error {
+	every := p.opts.HeadInterval
+	if every <= 0 {
+		every = time.Second
+	}
+	t := p.clk.NewTicker(every)
+	defer t.Stop()
+	for {
+		p.mu.Lock()
+		entries := make([]*informerEntry, 0, len(p.order))
+		for _, n := range p.order {
+			entries = append(entries, p.informers[n])
+		}
+		p.mu.Unlock()
+		p.readHeads(ctx, entries)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C():
+		}
+	}
+}
