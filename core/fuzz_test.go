@@ -17,10 +17,14 @@ import (
 const maxFuzzOps = 64
 
 // FuzzIndexer drives an Indexer and a plain map with the same operations
-// and checks that every index answers what the map implies.
+// and checks that every index answers what the map implies. Up to 24 keys,
+// so that a value's set grows past its inline single key, rehashes and
+// shrinks; a second index ("n", the number of values) is added to the
+// filled store by AddIndexers, and shares key ids with the first.
 func FuzzIndexer(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 0, 2, 3, 2, 1, 0, 3, 0, 0})
 	f.Add([]byte{0, 0, 7, 0, 1, 7, 1, 0, 0, 3, 5, 5, 2, 1, 1})
+	f.Add([]byte{0, 1, 2, 0, 2, 2, 0, 3, 2, 0, 4, 2, 3, 0, 7, 2, 1, 0, 1, 2, 6, 0, 5, 1})
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		ops = ops[:min(len(ops), 3*maxFuzzOps)]
 		groups := func(v byte) []string {
@@ -38,7 +42,7 @@ func FuzzIndexer(f *testing.F) {
 		s := NewIndexer(Indexers[[]string]{"g": func(v []string) ([]string, error) { return v, nil }})
 		model := map[string][]string{}
 		for len(ops) >= 3 {
-			op, key, val := ops[0]%4, "k"+strconv.Itoa(int(ops[1]%6)), ops[2]
+			op, key, val := ops[0]%4, "k"+strconv.Itoa(int(ops[1]%24)), ops[2]
 			ops = ops[3:]
 			switch op {
 			case 0, 1:
@@ -48,6 +52,10 @@ func FuzzIndexer(f *testing.F) {
 				must(t, s.Delete(key))
 				delete(model, key)
 			case 3:
+				if _, ok := s.GetIndexers()["n"]; !ok && val%8 == 7 {
+					must(t, s.AddIndexers(Indexers[[]string]{"n": byCount}))
+					break
+				}
 				m := map[string][]string{}
 				for k := range int(val % 4) {
 					m["k"+strconv.Itoa(k)] = groups(val + byte(k))
@@ -60,31 +68,64 @@ func FuzzIndexer(f *testing.F) {
 	})
 }
 
+// byCount files a value under its number of elements, none when empty.
+func byCount(v []string) ([]string, error) {
+	if len(v) == 0 {
+		return nil, nil
+	}
+	return []string{strconv.Itoa(len(v))}, nil
+}
+
 func checkIndexer(t *testing.T, s *Indexer[[]string], model map[string][]string) {
 	t.Helper()
-	want := map[string][]string{}
-	for k, vs := range model {
-		for _, v := range vs {
-			if !slices.Contains(want[v], k) {
-				want[v] = append(want[v], k)
+	funcs := map[string]func([]string) []string{"g": func(v []string) []string { return v }}
+	if _, ok := s.GetIndexers()["n"]; ok {
+		funcs["n"] = func(v []string) []string { vs, _ := byCount(v); return vs }
+	}
+	for name, fn := range funcs {
+		want := map[string][]string{}
+		for k, vs := range model {
+			for _, v := range fn(vs) {
+				if !slices.Contains(want[v], k) {
+					want[v] = append(want[v], k)
+				}
 			}
 		}
-	}
-	values := slices.Sorted(maps.Keys(want))
-	if got := s.ListIndexFuncValues("g"); !slices.Equal(got, values) {
-		t.Fatalf("index values %v, want %v", got, values)
-	}
-	for v, keys := range want {
-		sort.Strings(keys)
-		got, err := s.IndexKeys("g", v)
-		must(t, err)
-		if !slices.Equal(got, keys) {
-			t.Fatalf("IndexKeys(%s) = %v, want %v", v, got, keys)
+		values := slices.Sorted(maps.Keys(want))
+		if got := s.ListIndexFuncValues(name); !slices.Equal(got, values) {
+			t.Fatalf("index %s: values %v, want %v", name, got, values)
 		}
-		objs, _ := s.ByIndex("g", v)
-		if len(objs) != len(keys) {
-			t.Fatalf("ByIndex(%s) has %d objects, want %d", v, len(objs), len(keys))
+		for v, keys := range want {
+			sort.Strings(keys)
+			got, err := s.IndexKeys(name, v)
+			must(t, err)
+			if !slices.Equal(got, keys) {
+				t.Fatalf("IndexKeys(%s, %s) = %v, want %v", name, v, got, keys)
+			}
+			objs, _ := s.ByIndex(name, v)
+			if len(objs) != len(keys) {
+				t.Fatalf("ByIndex(%s, %s) has %d objects, want %d", name, v, len(objs), len(keys))
+			}
+			for _, o := range objs {
+				if !slices.Contains(fn(o), v) {
+					t.Fatalf("ByIndex(%s, %s) returned %v", name, v, o)
+				}
+			}
 		}
+		if keys, _ := s.IndexKeys(name, "absent"); len(keys) != 0 {
+			t.Fatalf("IndexKeys(%s, absent) = %v", name, keys)
+		}
+	}
+	// Index: the union over the values of a probe object, each key once.
+	probe := []string{"g0", "h"}
+	union := map[string]bool{}
+	for k, vs := range model {
+		if slices.Contains(vs, "g0") || slices.Contains(vs, "h") {
+			union[k] = true
+		}
+	}
+	if objs, err := s.Index("g", probe); err != nil || len(objs) != len(union) {
+		t.Fatalf("Index(g, %v) = %d objects (%v), want %d", probe, len(objs), err, len(union))
 	}
 	if s.Len() != len(model) {
 		t.Fatalf("Len %d, want %d", s.Len(), len(model))

@@ -45,8 +45,10 @@ type Indexer[T any] struct {
 	mu       sync.RWMutex
 	items    map[string]T
 	indexers Indexers[T]
-	// indices[name][value] is the set of keys whose object has that value.
-	indices map[string]map[string]map[string]struct{}
+	// indices[name][value] is the set of ids of keys whose object has
+	// that value; keys names the ids (see indexset.go).
+	indices map[string]index
+	keys    *keyTable
 }
 
 var _ KeyLister[int] = (*Indexer[int])(nil)
@@ -57,11 +59,12 @@ func NewIndexer[T any](indexers Indexers[T]) *Indexer[T] {
 	s := &Indexer[T]{
 		items:    make(map[string]T),
 		indexers: Indexers[T]{},
-		indices:  map[string]map[string]map[string]struct{}{},
+		indices:  map[string]index{},
+		keys:     &keyTable{},
 	}
 	for name, f := range indexers {
 		s.indexers[name] = f
-		s.indices[name] = map[string]map[string]struct{}{}
+		s.indices[name] = index{}
 	}
 	return s
 }
@@ -174,21 +177,26 @@ func (s *Indexer[T]) snapshot(f func(items map[string]T)) {
 // the indexes. If an index function fails, the previous content stays and
 // the error names the key.
 func (s *Indexer[T]) replace(items map[string]T) error {
-	indices := make(map[string]map[string]map[string]struct{}, len(s.indexers))
+	indices := make(map[string]index, len(s.indexers))
+	kt := &keyTable{}
 	s.mu.RLock()
 	indexers := s.indexers
 	s.mu.RUnlock()
 	for name := range indexers {
-		indices[name] = map[string]map[string]struct{}{}
+		indices[name] = index{}
 	}
 	for key, obj := range items {
+		h, id, hasID := uint32(0), uint32(0), false
 		for name, f := range indexers {
 			vals, err := indexValuesOf(f, obj)
 			if err != nil {
 				return &IndexError{Index: name, Key: key, Err: err}
 			}
 			for _, v := range vals {
-				addToIndex(indices[name], v, key)
+				if !hasID {
+					h, id, hasID = keyHash(key), kt.alloc(key), true
+				}
+				indices[name].add(v, h, id, kt)
 			}
 		}
 	}
@@ -200,6 +208,7 @@ func (s *Indexer[T]) replace(items map[string]T) error {
 	defer s.mu.Unlock()
 	s.items = copied
 	s.indices = indices
+	s.keys = kt
 	return nil
 }
 
@@ -240,20 +249,18 @@ func (s *Indexer[T]) Index(indexName string, obj T) ([]T, error) {
 		return nil, &IndexError{Index: indexName, Err: err}
 	}
 	idx := s.indices[indexName]
-	var keys map[string]struct{}
 	if len(vals) == 1 {
-		keys = idx[vals[0]]
-	} else {
-		keys = map[string]struct{}{}
-		for _, v := range vals {
-			for k := range idx[v] {
-				keys[k] = struct{}{}
-			}
+		return s.objectsLocked(idx, vals[0]), nil
+	}
+	ids := map[uint32]struct{}{}
+	for _, v := range vals {
+		if vs, ok := idx[v]; ok {
+			vs.each(func(id uint32) { ids[id] = struct{}{} })
 		}
 	}
-	out := make([]T, 0, len(keys))
-	for k := range keys {
-		out = append(out, s.items[k])
+	out := make([]T, 0, len(ids))
+	for id := range ids {
+		out = append(out, s.items[s.keys.key(id)])
 	}
 	return out, nil
 }
@@ -266,12 +273,25 @@ func (s *Indexer[T]) ByIndex(indexName, value string) ([]T, error) {
 	if !ok {
 		return nil, unknownIndex(indexName)
 	}
-	set := idx[value]
-	out := make([]T, 0, len(set))
-	for k := range set {
-		out = append(out, s.items[k])
+	return s.objectsLocked(idx, value), nil
+}
+
+// objectsLocked returns the objects under one value of idx.
+func (s *Indexer[T]) objectsLocked(idx index, value string) []T {
+	vs, ok := idx[value]
+	if !ok {
+		return []T{}
 	}
-	return out, nil
+	if vs.set == nil {
+		return []T{s.items[s.keys.key(vs.one-1)]}
+	}
+	out := make([]T, 0, vs.set.n)
+	for _, v := range vs.set.slots {
+		if v != emptySlot && v != tombSlot {
+			out = append(out, s.items[s.keys.key(v-1)])
+		}
+	}
+	return out
 }
 
 // IndexKeys returns the keys whose index function produced value, sorted.
@@ -282,11 +302,12 @@ func (s *Indexer[T]) IndexKeys(indexName, value string) ([]string, error) {
 	if !ok {
 		return nil, unknownIndex(indexName)
 	}
-	set := idx[value]
-	out := make([]string, 0, len(set))
-	for k := range set {
-		out = append(out, k)
+	vs, ok := idx[value]
+	if !ok {
+		return []string{}, nil
 	}
+	out := make([]string, 0, vs.len())
+	vs.each(func(id uint32) { out = append(out, s.keys.key(id)) })
 	sort.Strings(out)
 	return out, nil
 }
@@ -327,23 +348,40 @@ func (s *Indexer[T]) AddIndexers(newIndexers Indexers[T]) error {
 			return fmt.Errorf("dbinformer: indexer %q already exists", name)
 		}
 	}
-	built := make(map[string]map[string]map[string]struct{}, len(newIndexers))
+	// Every value is computed before anything changes, so that a failing
+	// function leaves the indexer as it was.
+	type filed struct {
+		key  string
+		vals []string
+	}
+	computed := make(map[string][]filed, len(newIndexers))
 	for name, f := range newIndexers {
-		idx := map[string]map[string]struct{}{}
 		for key, obj := range s.items {
 			vals, err := indexValuesOf(f, obj)
 			if err != nil {
 				return &IndexError{Index: name, Key: key, Err: err}
 			}
-			for _, v := range vals {
-				addToIndex(idx, v, key)
+			if len(vals) > 0 {
+				computed[name] = append(computed[name], filed{key, vals})
 			}
 		}
-		built[name] = idx
 	}
+	ids := s.keys.ids()
 	for name, f := range newIndexers {
+		idx := index{}
+		for _, fl := range computed[name] {
+			id, ok := ids[fl.key]
+			if !ok {
+				id = s.keys.alloc(fl.key)
+				ids[fl.key] = id
+			}
+			h := keyHash(fl.key)
+			for _, v := range fl.vals {
+				idx.add(v, h, id, s.keys)
+			}
+		}
 		s.indexers[name] = f
-		s.indices[name] = built[name]
+		s.indices[name] = idx
 	}
 	return nil
 }
@@ -373,20 +411,71 @@ func (s *Indexer[T]) putLocked(key string, obj T) (old T, existed bool, err erro
 		}
 		vals = append(vals, indexValues{name: name, old: ov, new: nv})
 	}
+	changed := false
 	for _, iv := range vals {
-		if sameValues(iv.old, iv.new) {
-			continue
+		changed = changed || !sameValues(iv.old, iv.new)
+	}
+	if changed {
+		h := keyHash(key)
+		id, hasID := uint32(0), false
+		if existed {
+			id, hasID = s.findIDLocked(h, key, vals, false)
 		}
-		idx := s.indices[iv.name]
-		for _, v := range iv.old {
-			removeFromIndex(idx, v, key)
+		for _, iv := range vals {
+			if sameValues(iv.old, iv.new) {
+				continue
+			}
+			idx := s.indices[iv.name]
+			if hasID {
+				for _, v := range iv.old {
+					idx.remove(v, h, id, s.keys)
+				}
+			}
+			for _, v := range iv.new {
+				if !hasID {
+					id, hasID = s.keys.alloc(key), true
+				}
+				idx.add(v, h, id, s.keys)
+			}
 		}
-		for _, v := range iv.new {
-			addToIndex(idx, v, key)
+		if hasID {
+			s.keys.release(id)
 		}
 	}
 	s.items[key] = obj
 	return old, existed, nil
+}
+
+// findIDLocked returns the id of key, whose object had the old values in
+// vals: probed in the set of one of them. If there are old values but none
+// holds the key (the object was changed in place since it was indexed), or
+// if search is set (an index function failed), every set is searched.
+func (s *Indexer[T]) findIDLocked(h uint32, key string, vals []indexValues, search bool) (uint32, bool) {
+	for _, iv := range vals {
+		for _, v := range iv.old {
+			search = true
+			if id, ok := s.indices[iv.name].lookup(v, h, key, s.keys); ok {
+				return id, true
+			}
+		}
+	}
+	if !search {
+		return 0, false
+	}
+	for _, idx := range s.indices {
+		for _, vs := range idx {
+			found, hit := uint32(0), false
+			vs.each(func(id uint32) {
+				if !hit && s.keys.key(id) == key {
+					found, hit = id, true
+				}
+			})
+			if hit {
+				return found, true
+			}
+		}
+	}
+	return 0, false
 }
 
 type indexValues struct {
@@ -399,47 +488,37 @@ func (s *Indexer[T]) deleteLocked(key string) (old T, existed bool, err error) {
 	if !existed {
 		return old, false, nil
 	}
+	var buf [4]indexValues
+	vals := buf[:0]
+	var failed []string
 	for name, f := range s.indexers {
-		vals, ferr := indexValuesOf(f, old)
+		ov, ferr := indexValuesOf(f, old)
 		if ferr != nil {
-			// The object was indexed once, so its values were computable;
-			// a failure now must not leave a dangling key behind.
-			for v, set := range s.indices[name] {
-				if _, ok := set[key]; ok {
-					removeFromIndex(s.indices[name], v, key)
-				}
-			}
+			failed = append(failed, name)
 			err = &IndexError{Index: name, Key: key, Err: ferr}
 			continue
 		}
-		for _, v := range vals {
-			removeFromIndex(s.indices[name], v, key)
+		vals = append(vals, indexValues{name: name, old: ov})
+	}
+	if len(s.indexers) > 0 {
+		h := keyHash(key)
+		if id, ok := s.findIDLocked(h, key, vals, len(failed) > 0); ok {
+			for _, iv := range vals {
+				for _, v := range iv.old {
+					s.indices[iv.name].remove(v, h, id, s.keys)
+				}
+			}
+			// The object was indexed once, so its values were
+			// computable; a failure now must not leave a dangling key
+			// behind.
+			for _, name := range failed {
+				s.indices[name].purge(id, s.keys)
+			}
+			s.keys.release(id)
 		}
 	}
 	delete(s.items, key)
 	return old, true, err
-}
-
-func addToIndex(idx map[string]map[string]struct{}, value, key string) {
-	set := idx[value]
-	if set == nil {
-		set = map[string]struct{}{}
-		idx[value] = set
-	}
-	set[key] = struct{}{}
-}
-
-func removeFromIndex(idx map[string]map[string]struct{}, value, key string) {
-	set := idx[value]
-	if set == nil {
-		return
-	}
-	delete(set, key)
-	// Drop empty sets so that ListIndexFuncValues only names live values
-	// and memory does not grow with churn (client-go #84959).
-	if len(set) == 0 {
-		delete(idx, value)
-	}
 }
 
 func sameValues(a, b []string) bool {
