@@ -2,9 +2,12 @@ package core
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -102,5 +105,138 @@ func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// mapIndexer is the representation the indexes had before indexset.go, a
+// map[value]map[key]struct{} per index under an RWMutex, kept as the
+// reference of BenchmarkIndexer.
+type mapIndexer struct {
+	mu    sync.RWMutex
+	items map[string]*user
+	idx   map[string]map[string]struct{}
+}
+
+func (m *mapIndexer) add(key string, u *user) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if old, ok := m.items[key]; ok {
+		for _, v := range old.Groups {
+			set := m.idx[v]
+			delete(set, key)
+			if len(set) == 0 {
+				delete(m.idx, v)
+			}
+		}
+	}
+	for _, v := range u.Groups {
+		set := m.idx[v]
+		if set == nil {
+			set = map[string]struct{}{}
+			m.idx[v] = set
+		}
+		set[key] = struct{}{}
+	}
+	m.items[key] = u
+}
+
+func (m *mapIndexer) byIndex(value string) []*user {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	set := m.idx[value]
+	out := make([]*user, 0, len(set))
+	for k := range set {
+		out = append(out, m.items[k])
+	}
+	return out
+}
+
+func (m *mapIndexer) indexKeys(value string) []string {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	set := m.idx[value]
+	out := make([]string, 0, len(set))
+	for k := range set {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// BenchmarkIndexer compares the Indexer with mapIndexer on 100,000 keys
+// filed under values of 1,000, 10 and 1 key(s): ByIndex and IndexKeys of
+// one value, and an update that moves a key to another value.
+func BenchmarkIndexer(b *testing.B) {
+	const n = 100_000
+	key := func(i int) string { return "namespace/object-" + strconv.Itoa(i) }
+	for _, per := range []int{1000, 10, 1} {
+		group := func(i, shift int) []string { return []string{"v" + strconv.Itoa((i+shift)/per)} }
+		ours := NewIndexer(Indexers[*user]{"group": byGroup})
+		ref := &mapIndexer{items: map[string]*user{}, idx: map[string]map[string]struct{}{}}
+		for i := range n {
+			u := &user{Name: key(i), Groups: group(i, 0)}
+			must(b, ours.Add(u.Name, u))
+			ref.add(u.Name, u)
+		}
+		value := group(n/2, 0)[0]
+		b.Run(fmt.Sprintf("keys-per-value=%d/ByIndex/ours", per), func(b *testing.B) {
+			for b.Loop() {
+				if objs, _ := ours.ByIndex("group", value); len(objs) != per {
+					b.Fatal(len(objs))
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("keys-per-value=%d/ByIndex/map", per), func(b *testing.B) {
+			for b.Loop() {
+				if objs := ref.byIndex(value); len(objs) != per {
+					b.Fatal(len(objs))
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("keys-per-value=%d/IndexKeys/ours", per), func(b *testing.B) {
+			for b.Loop() {
+				if keys, _ := ours.IndexKeys("group", value); len(keys) != per {
+					b.Fatal(len(keys))
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("keys-per-value=%d/IndexKeys/map", per), func(b *testing.B) {
+			for b.Loop() {
+				if keys := ref.indexKeys(value); len(keys) != per {
+					b.Fatal(len(keys))
+				}
+			}
+		})
+		// Each update moves a key one value further (per keys on).
+		users := make([]*user, n)
+		for i := range users {
+			users[i] = &user{Name: key(i), Groups: group(i, per)}
+		}
+		b.Run(fmt.Sprintf("keys-per-value=%d/Update/ours", per), func(b *testing.B) {
+			i := 0
+			for b.Loop() {
+				u := users[i%n]
+				u2 := *u
+				if i/n%2 == 1 {
+					u2.Groups = group(i%n, 0)
+				}
+				if err := ours.Add(u.Name, &u2); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
+		b.Run(fmt.Sprintf("keys-per-value=%d/Update/map", per), func(b *testing.B) {
+			i := 0
+			for b.Loop() {
+				u := users[i%n]
+				u2 := *u
+				if i/n%2 == 1 {
+					u2.Groups = group(i%n, 0)
+				}
+				ref.add(u.Name, &u2)
+				i++
+			}
+		})
 	}
 }

@@ -194,10 +194,16 @@ func (s *idSet) remove(h, id uint32, kt *keyTable) bool {
 	return true
 }
 
-// rehash rebuilds the table for n ids at load 0.64, dropping deleted slots.
+// rehash rebuilds the table for n ids at load 0.64 (small sets, whose
+// slots cost little next to the rehashing of their keys' strings, at
+// 0.5), dropping deleted slots.
 func (s *idSet) rehash(n int, kt *keyTable) {
 	old := s.slots
-	s.slots = make([]uint32, n*25/16+2)
+	size := n*25/16 + 2
+	if n < 64 {
+		size = 2*n + 2
+	}
+	s.slots = make([]uint32, size)
 	s.tombs = 0
 	for _, v := range old {
 		if v == emptySlot || v == tombSlot {
