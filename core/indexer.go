@@ -194,7 +194,8 @@ func (s *Indexer[T]) replace(items map[string]T) error {
 			}
 			for _, v := range vals {
 				if !hasID {
-					h, id, hasID = keyHash(key), kt.alloc(key), true
+					h = keyHash(key)
+					id, hasID = kt.alloc(key, h), true
 				}
 				indices[name].add(v, h, id, kt)
 			}
@@ -370,12 +371,12 @@ func (s *Indexer[T]) AddIndexers(newIndexers Indexers[T]) error {
 	for name, f := range newIndexers {
 		idx := index{}
 		for _, fl := range computed[name] {
+			h := keyHash(fl.key)
 			id, ok := ids[fl.key]
 			if !ok {
-				id = s.keys.alloc(fl.key)
+				id = s.keys.alloc(fl.key, h)
 				ids[fl.key] = id
 			}
-			h := keyHash(fl.key)
 			for _, v := range fl.vals {
 				idx.add(v, h, id, s.keys)
 			}
@@ -433,7 +434,7 @@ func (s *Indexer[T]) putLocked(key string, obj T) (old T, existed bool, err erro
 			}
 			for _, v := range iv.new {
 				if !hasID {
-					id, hasID = s.keys.alloc(key), true
+					id, hasID = s.keys.alloc(key, h), true
 				}
 				idx.add(v, h, id, s.keys)
 			}
