@@ -3,6 +3,8 @@ package core
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"sync"
 )
@@ -418,16 +420,24 @@ func (s *Indexer[T]) putLocked(key string, obj T) (old T, existed bool, err erro
 	}
 	if changed {
 		h := keyHash(key)
-		id, hasID := uint32(0), false
+		id, hasID, stale := uint32(0), false, false
 		if existed {
-			id, hasID = s.findIDLocked(h, key, vals, false)
+			id, hasID, stale = s.findIDLocked(h, key, vals, false)
+		}
+		if stale {
+			// The old object was changed in place since it was indexed:
+			// its recomputed values are not where the key is filed.
+			// Unfile it everywhere and file it anew in every index.
+			for _, idx := range s.indices {
+				idx.purge(id, s.keys)
+			}
 		}
 		for _, iv := range vals {
-			if sameValues(iv.old, iv.new) {
+			if !stale && sameValues(iv.old, iv.new) {
 				continue
 			}
 			idx := s.indices[iv.name]
-			if hasID {
+			if hasID && !stale {
 				for _, v := range iv.old {
 					idx.remove(v, h, id, s.keys)
 				}
@@ -450,18 +460,19 @@ func (s *Indexer[T]) putLocked(key string, obj T) (old T, existed bool, err erro
 // findIDLocked returns the id of key, whose object had the old values in
 // vals: probed in the set of one of them. If there are old values but none
 // holds the key (the object was changed in place since it was indexed), or
-// if search is set (an index function failed), every set is searched.
-func (s *Indexer[T]) findIDLocked(h uint32, key string, vals []indexValues, search bool) (uint32, bool) {
+// if search is set (an index function failed), every set is searched, and
+// stale reports that it had to be.
+func (s *Indexer[T]) findIDLocked(h uint32, key string, vals []indexValues, search bool) (id uint32, ok, stale bool) {
 	for _, iv := range vals {
 		for _, v := range iv.old {
 			search = true
 			if id, ok := s.indices[iv.name].lookup(v, h, key, s.keys); ok {
-				return id, true
+				return id, true, false
 			}
 		}
 	}
 	if !search {
-		return 0, false
+		return 0, false, false
 	}
 	for _, idx := range s.indices {
 		for _, vs := range idx {
@@ -472,11 +483,11 @@ func (s *Indexer[T]) findIDLocked(h uint32, key string, vals []indexValues, sear
 				}
 			})
 			if hit {
-				return found, true
+				return found, true, true
 			}
 		}
 	}
-	return 0, false
+	return 0, false, false
 }
 
 type indexValues struct {
@@ -503,15 +514,18 @@ func (s *Indexer[T]) deleteLocked(key string) (old T, existed bool, err error) {
 	}
 	if len(s.indexers) > 0 {
 		h := keyHash(key)
-		if id, ok := s.findIDLocked(h, key, vals, len(failed) > 0); ok {
+		if id, ok, stale := s.findIDLocked(h, key, vals, len(failed) > 0); ok {
 			for _, iv := range vals {
 				for _, v := range iv.old {
 					s.indices[iv.name].remove(v, h, id, s.keys)
 				}
 			}
 			// The object was indexed once, so its values were
-			// computable; a failure now must not leave a dangling key
-			// behind.
+			// computable; a failure now, or an object changed in place
+			// since, must not leave a dangling key behind.
+			if stale {
+				failed = slices.Collect(maps.Keys(s.indices))
+			}
 			for _, name := range failed {
 				s.indices[name].purge(id, s.keys)
 			}

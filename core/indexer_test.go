@@ -240,3 +240,32 @@ func BenchmarkIndexer(b *testing.B) {
 		})
 	}
 }
+
+// An object changed in place behind the cache (against the contract) can
+// no longer tell where it was filed; the next update or delete of its key
+// finds it anyway and unfiles it everywhere, so no value keeps naming the
+// key. (Changed to have no index values at all, it is not looked for, and
+// its old values keep naming the key, as in client-go; its id stays
+// referenced, so it is never handed to another key.)
+func TestIndexerObjectChangedInPlace(t *testing.T) {
+	s := NewIndexer(Indexers[*user]{"group": byGroup})
+	a := &user{Name: "a", Groups: []string{"x", "y"}}
+	must(t, s.Add("a", a))
+	must(t, s.Add("b", &user{Name: "b", Groups: []string{"x"}}))
+	a.Groups = []string{"z"} // behind the cache's back
+	must(t, s.Add("a", &user{Name: "a", Groups: []string{"w"}}))
+	if vals := s.ListIndexFuncValues("group"); !reflect.DeepEqual(vals, []string{"w", "x"}) {
+		t.Fatalf("values after update = %v", vals)
+	}
+	if keys, _ := s.IndexKeys("group", "x"); !reflect.DeepEqual(keys, []string{"b"}) {
+		t.Fatalf("x = %v", keys)
+	}
+	c := &user{Name: "c", Groups: []string{"x"}}
+	must(t, s.Add("c", c))
+	c.Groups = []string{"q"}
+	must(t, s.Delete("c"))
+	must(t, s.Add("d", &user{Name: "d", Groups: []string{"x"}}))
+	if keys, _ := s.IndexKeys("group", "x"); !reflect.DeepEqual(keys, []string{"b", "d"}) {
+		t.Fatalf("x after delete = %v", keys)
+	}
+}
