@@ -31,6 +31,7 @@
 //	DefaultTypedControllerRateLimiter[K]()      DefaultControllerRateLimiter[K](clock)
 //	DefaultTypedItemBasedRateLimiter[K]()       DefaultItemBasedRateLimiter[K]()
 //	MetricsProvider, SetProvider (global)       Options.MetricsProvider (per queue)
+//	controller-runtime EnqueueRequestForObject  EnqueueKeys[T](q)
 //	clock.WithTicker                            core/clock.Clock
 //
 // Add, Len, Get, Done, ShutDown, ShutDownWithDrain, ShuttingDown, AddAfter,

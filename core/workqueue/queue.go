@@ -91,9 +91,10 @@ type Queue[K comparable] struct {
 	sweepDue bool
 	_        [64]byte
 
-	// Written by every Get, outside mu: slots popped whose item is not yet
-	// marked processing (see take), and stale slots still queued (an item
-	// re-added at a higher priority leaves its old slot behind).
+	// Counts that Get decrements after letting go of mu: slots popped whose
+	// item is not yet marked processing (see take), and stale slots still
+	// queued (an item re-added at a higher priority leaves its old slot
+	// behind).
 	transit atomic.Int64
 	dups    atomic.Int64
 	_       [48]byte
@@ -190,7 +191,8 @@ func (q *Queue[K]) NumRequeues(item K) int { return q.limiter.NumRequeues(item) 
 func (q *Queue[K]) Len() int {
 	q.mu.Lock()
 	q.promoteLocked()
-	n := q.queued - int(q.dups.Load())
+	// A stale slot being taken is out of queued and still in dups.
+	n := max(0, q.queued-int(q.dups.Load()))
 	q.unlock()
 	return n
 }
