@@ -508,7 +508,7 @@ func (r *Reflector[T]) watchdog(done <-chan struct{}, cancel context.CancelCause
 		}
 		k := int(silent / interval)
 		if k >= StuckIntervals {
-			msg := fmt.Sprintf("no event or bookmark for %v, progress expected every %v", silent, interval)
+			msg := fmt.Sprintf("no event or bookmark for %v, progress expected every %v", roundDuration(silent), interval)
 			if requests > 0 {
 				msg += fmt.Sprintf("; %d bookmark requests unanswered", requests)
 			}
