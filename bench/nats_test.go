@@ -22,6 +22,13 @@ func natsFill(b *testing.B, h *natstest.KV, keys int) (mid uint64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	js := h.Writer()
+	settle := func() {
+		select {
+		case <-js.PublishAsyncComplete():
+		case <-ctx.Done():
+			b.Fatal("async publishes not acknowledged")
+		}
+	}
 	write := func(version int) {
 		for i := range keys {
 			_, o := newItem(i)
@@ -30,12 +37,11 @@ func natsFill(b *testing.B, h *natstest.KV, keys int) (mid uint64) {
 			if _, err := js.PublishAsync("$KV."+h.Bucket().Bucket()+".w.k"+strconv.Itoa(i), v); err != nil {
 				b.Fatal(err)
 			}
+			if i%1000 == 999 { // stay below the in-flight limit on a loaded machine
+				settle()
+			}
 		}
-		select {
-		case <-js.PublishAsyncComplete():
-		case <-ctx.Done():
-			b.Fatal("async publishes not acknowledged")
-		}
+		settle()
 	}
 	write(1)
 	head, err := h.Head(ctx)

@@ -40,6 +40,21 @@ var ErrProgressNotSupported = errors.New("dbinformer: the current watch cannot r
 // its planned timeout.
 var errWatchTimeout = errors.New("dbinformer: planned watch timeout")
 
+// failures is the latest of consecutive failed attempts to list, or to
+// watch: what the sync status and the errors of waits report.
+type failures struct {
+	err   error  // as reported: "name: list: cause"
+	what  string // "list", "watch from version 5"
+	cause error  // the source's error, without the prefixes
+	count int
+	at    time.Time
+}
+
+func (f *failures) add(err error, what string, cause error, at time.Time) {
+	f.err, f.what, f.cause, f.at = err, what, cause, at
+	f.count++
+}
+
 // Reflector keeps a Queue in step with a ListerWatcher: list (streamed
 // into the queue), then watch from the list's version; bookmarks advance the
 // version; an expired version relists from scratch; a permanent failure
@@ -55,8 +70,10 @@ type Reflector[T any] struct {
 
 	mu          sync.Mutex
 	progress    chan struct{} // the open watch's Progress; nil when none can answer
-	lastListErr error
-	deltas      []Delta[T] // apply's scratch
+	listStarted time.Time     // of the list in progress; zero when none
+	listFail    failures      // since the last successful list
+	watchFail   failures      // since a watch last emitted anything
+	deltas      []Delta[T]    // apply's scratch
 }
 
 // reflectorConfig is what a reflector runs with, defaults filled in.
@@ -66,15 +83,19 @@ type reflectorConfig[T any] struct {
 	shouldResync    func() bool
 	backoff         Backoff
 	minWatchTimeout time.Duration // < 0: no planned timeout
-	transform       func(T) (T, error)
-	rep             reporter
-	met             InformerMetrics
-	clk             clock.Clock
+	// progressInterval overrides the ListerWatcher's ProgressInterval
+	// when non-zero; < 0: no stuck-watch detection.
+	progressInterval time.Duration
+	transform        func(T) (T, error)
+	rep              reporter
+	met              InformerMetrics
+	clk              clock.Clock
 }
 
 // NewReflector returns a Reflector that feeds q from lw. Of opts it uses
-// Name, ResyncPeriod, Transform, Backoff, MinWatchTimeout, ErrorHandler,
-// Logger, Metrics and Clock, as an informer would.
+// Name, ResyncPeriod, Transform, Backoff, MinWatchTimeout,
+// ProgressInterval, ErrorHandler, Logger, Metrics and Clock, as an informer
+// would.
 func NewReflector[T any](lw ListerWatcher[T], q Queue[T], opts InformerOptions[T]) *Reflector[T] {
 	name := opts.Name
 	if name == "" {
@@ -85,14 +106,15 @@ func NewReflector[T any](lw ListerWatcher[T], q Queue[T], opts InformerOptions[T
 		met = opts.Metrics.InformerMetrics(name)
 	}
 	return newReflector(lw, q, reflectorConfig[T]{
-		name:            name,
-		resyncPeriod:    opts.ResyncPeriod,
-		backoff:         opts.Backoff,
-		minWatchTimeout: opts.MinWatchTimeout,
-		transform:       opts.Transform,
-		rep:             newReporter(name, opts.ErrorHandler, opts.Logger),
-		met:             met,
-		clk:             clock.Or(opts.Clock),
+		name:             name,
+		resyncPeriod:     opts.ResyncPeriod,
+		backoff:          opts.Backoff,
+		minWatchTimeout:  opts.MinWatchTimeout,
+		progressInterval: opts.ProgressInterval,
+		transform:        opts.Transform,
+		rep:              newReporter(name, opts.ErrorHandler, opts.Logger),
+		met:              met,
+		clk:              clock.Or(opts.Clock),
 	})
 }
 
@@ -113,7 +135,30 @@ func (r *Reflector[T]) LastSyncResourceVersion() ResourceVersion {
 func (r *Reflector[T]) LastListError() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.lastListErr
+	return r.listFail.err
+}
+
+// status fills in the reflector's part of a SyncStatus.
+func (r *Reflector[T]) status(s *SyncStatus) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s.ListStarted = r.listStarted
+	s.ListFailures = r.listFail.export()
+	s.WatchFailures = r.watchFail.export()
+	s.LastSyncResourceVersion = r.LastSyncResourceVersion()
+}
+
+// ProgressInterval is how often the open watch is expected to show
+// progress: InformerOptions.ProgressInterval when set, else the
+// ListerWatcher's (ProgressIntervaler); 0 means no stuck-watch detection.
+func (r *Reflector[T]) ProgressInterval() time.Duration {
+	d := r.cfg.progressInterval
+	if d == 0 {
+		if pi, ok := r.lw.(ProgressIntervaler); ok {
+			d = pi.ProgressInterval()
+		}
+	}
+	return max(d, 0)
 }
 
 // RequestProgress asks the open watch for a bookmark (see
@@ -294,6 +339,9 @@ func (r *Reflector[T]) transform(obj T) (out T, err error) {
 // list streams one list into the queue: each object goes through admit
 // and on to the queue as it arrives; nothing here holds the list.
 func (r *Reflector[T]) list(ctx context.Context, relist bool) error {
+	r.mu.Lock()
+	r.listStarted = r.cfg.clk.Now()
+	r.mu.Unlock()
 	var received, estimated int64
 	var rv ResourceVersion
 	err := r.q.Replace(ctx, func(put func(Delta[T]) error) (ResourceVersion, error) {
@@ -327,16 +375,21 @@ func (r *Reflector[T]) list(ctx context.Context, relist bool) error {
 	})
 	r.cfg.met.Listed(relist, int(received), err)
 	if err != nil {
+		cause := err
 		err = fmt.Errorf("%s: list: %w", r.cfg.name, err)
 		r.mu.Lock()
-		r.lastListErr = err
+		r.listStarted = time.Time{}
+		if ctx.Err() == nil {
+			r.listFail.add(err, "list", cause, r.cfg.clk.Now())
+		}
 		r.mu.Unlock()
 		return err
 	}
 	r.cfg.met.ListProgress(received, estimated)
 	r.lastRV.Store(uint64(rv))
 	r.mu.Lock()
-	r.lastListErr = nil
+	r.listStarted = time.Time{}
+	r.listFail = failures{}
 	r.mu.Unlock()
 	return nil
 }
@@ -347,13 +400,17 @@ func (r *Reflector[T]) watch(ctx context.Context) error {
 	from := r.LastSyncResourceVersion()
 	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	// The helpers below (planned timeout, stuck-watch detection) end with
+	// the watch: done stops them, wg waits for them.
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer close(done)
 
 	// The planned timeout only cancels the watch's context: the watch ends
 	// itself and returns Stopped(wctx).
 	if base := r.cfg.minWatchTimeout; base > 0 {
 		timer := r.cfg.clk.NewTimer(base + time.Duration(rand.Int64N(int64(base))))
-		done := make(chan struct{})
-		var wg sync.WaitGroup
 		wg.Go(func() {
 			select {
 			case <-timer.C():
@@ -362,8 +419,6 @@ func (r *Reflector[T]) watch(ctx context.Context) error {
 				timer.Stop()
 			}
 		})
-		defer wg.Wait()
-		defer close(done)
 	}
 
 	var progress chan struct{}
@@ -379,20 +434,94 @@ func (r *Reflector[T]) watch(ctx context.Context) error {
 		}()
 	}
 
+	act := &watchActivity{}
+	act.last.Store(r.cfg.clk.Now().UnixNano())
+	if interval := r.ProgressInterval(); interval > 0 {
+		wg.Go(func() { r.watchdog(done, cancel, interval, progress, act) })
+	}
+
 	err := r.lw.Watch(wctx, from, WatchOptions[T]{
-		Emit:     func(batch []Event[T]) error { return r.apply(ctx, batch) },
+		Emit: func(batch []Event[T]) error {
+			act.busy.Add(1)
+			defer func() {
+				act.last.Store(r.cfg.clk.Now().UnixNano())
+				act.busy.Add(-1)
+			}()
+			return r.apply(ctx, batch)
+		},
 		Progress: progress,
 	})
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	if errors.Is(err, ErrWatchStopped) && errors.Is(context.Cause(wctx), errWatchTimeout) {
+	cause := context.Cause(wctx)
+	switch {
+	case errors.Is(err, ErrWatchStopped) && errors.Is(cause, errWatchTimeout):
 		return nil
-	}
-	if err == nil {
+	case errors.Is(cause, ErrWatchStuck):
+		// Whatever the watch answered to its cancellation, the reason it
+		// ended is that it was stuck.
+		err = cause
+	case err == nil:
 		err = errors.New("watch returned nil (the contract says it never does)")
 	}
-	return fmt.Errorf("%s: watch from version %d: %w", r.cfg.name, r.LastSyncResourceVersion(), err)
+	what := fmt.Sprintf("watch from version %d", r.LastSyncResourceVersion())
+	wrapped := fmt.Errorf("%s: %s: %w", r.cfg.name, what, err)
+	r.mu.Lock()
+	r.watchFail.add(wrapped, what, err, r.cfg.clk.Now())
+	r.mu.Unlock()
+	return wrapped
+}
+
+// watchActivity is what the watchdog reads of a watch: when Emit last
+// returned (UnixNano on the reflector's clock) and whether it is in Emit.
+type watchActivity struct {
+	last atomic.Int64
+	busy atomic.Int32
+}
+
+// watchdog ends a watch that stays silent (no Emit) for StuckIntervals
+// progress intervals, asking a ProgressReporter's watch for a bookmark
+// after each silent interval first: a healthy idle watch answers, and
+// its answer is an Emit.
+func (r *Reflector[T]) watchdog(done <-chan struct{}, cancel context.CancelCauseFunc, interval time.Duration, progress chan struct{}, act *watchActivity) {
+	t := r.cfg.clk.NewTimer(interval)
+	defer t.Stop()
+	// asked is the last silent interval a request was made for; requests
+	// counts them since the last Emit.
+	seen, asked, requests := act.last.Load(), 0, 0
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C():
+		}
+		now := r.cfg.clk.Now()
+		last := act.last.Load()
+		var silent time.Duration
+		if act.busy.Load() == 0 {
+			silent = now.Sub(time.Unix(0, last))
+		}
+		if last != seen || silent <= 0 {
+			seen, asked, requests = last, 0, 0
+			silent = max(silent, 0)
+		}
+		k := int(silent / interval)
+		if k >= StuckIntervals {
+			msg := fmt.Sprintf("no event or bookmark for %v, progress expected every %v", silent, interval)
+			if requests > 0 {
+				msg += fmt.Sprintf("; %d bookmark requests unanswered", requests)
+			}
+			cancel(fmt.Errorf("%w (%s)", ErrWatchStuck, msg))
+			return
+		}
+		if k >= 1 && progress != nil && asked < k {
+			notify(progress)
+			asked = k
+			requests++
+		}
+		t.Reset(interval - silent%interval)
+	}
 }
 
 // apply checks and queues one watch batch. Nothing of a batch that breaks
@@ -418,6 +547,11 @@ func (r *Reflector[T]) apply(ctx context.Context, batch []Event[T]) error {
 	// slice's owner plain to the race detector.
 	r.mu.Lock()
 	deltas := r.deltas[:0]
+	if r.watchFail.count > 0 {
+		// The watch works again: earlier failures no longer say why a
+		// wait waits.
+		r.watchFail = failures{}
+	}
 	r.mu.Unlock()
 	for i := range batch {
 		if batch[i].Type == Bookmark {

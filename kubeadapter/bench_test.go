@@ -16,7 +16,7 @@ import (
 	"github.com/dbinformer/dbinformer/kubeadapter/kubetest"
 )
 
-// withoutHeal hides the Resource's core.HealNotifier (and forwards the rest).
+// withoutHeal hides the Resource's core.HealWaiter (and forwards the rest).
 type withoutHeal struct {
 	r *kubeinformer.Resource[*corev1.ConfigMap]
 }
@@ -39,8 +39,8 @@ func (w withoutHeal) ReportsProgress() bool { return true }
 // apiserver is ready an informer takes to see a write made at that moment,
 // once the outage lasted long enough for client-go's backoff
 // (core.ClientGoBackoff: 800ms doubling to 30s) to be sleeping 12.8s or
-// more: "heal" runs over a Resource, whose probes (core.HealNotifier) cut
-// the sleep short, "sleep" over a Resource with Healed hidden, side by side
+// more: "heal" runs over a Resource, whose probes (core.HealWaiter) cut
+// the sleep short, "sleep" over a Resource with WaitHealed hidden, side by side
 // through the same outage. One iteration takes about a minute:
 //
 //	go test -run '^$' -bench RecoveryAfterRestart -benchtime 1x ./kubeadapter/

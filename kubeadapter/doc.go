@@ -11,7 +11,7 @@
 // kubeadapter.
 //
 // A Resource is a core.ListerWatcher (and core.HeadReader,
-// core.ProgressReporter and core.HealNotifier) for any resource:
+// core.ProgressReporter and core.HealWaiter) for any resource:
 //
 //   - typed resources, through anything with client-go's List/Watch shape
 //     (clientset.CoreV1().ConfigMaps(ns), .Pods(ns), generated CRD
@@ -68,7 +68,7 @@
 // seconds while other writes go on. WaitFor for a version of a watched object
 // does not depend on this: its event arrives at once.
 //
-// A Resource is also a core.HealNotifier: while the informer backs off after
+// A Resource is also a core.HealWaiter: while the informer backs off after
 // a failure, it probes the apiserver and ends the sleep as soon as the
 // apiserver answers again (after a restart, a network outage), instead of
 // letting the informer finish a sleep of up to 30 seconds.

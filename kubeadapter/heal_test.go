@@ -2,6 +2,7 @@ package kubeinformer_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -15,103 +16,75 @@ import (
 	"github.com/dbinformer/dbinformer/kubeadapter/kubetest"
 )
 
-// probes reports the outcome of each one-object List (Head, and so each
-// heal probe) of the wrapped client.
-type probes struct {
+// failedLists reports each List of the wrapped client that fails.
+type failedLists struct {
 	kubeinformer.Client[*corev1.ConfigMapList]
-	results chan error
+	failed chan error
 }
 
-func (p probes) List(ctx context.Context, opts metav1.ListOptions) (*corev1.ConfigMapList, error) {
-	l, err := p.Client.List(ctx, opts)
-	if opts.Limit == 1 {
+func (f failedLists) List(ctx context.Context, opts metav1.ListOptions) (*corev1.ConfigMapList, error) {
+	l, err := f.Client.List(ctx, opts)
+	if err != nil {
 		select {
-		case p.results <- err:
-		case <-ctx.Done():
+		case f.failed <- err:
+		default:
 		}
 	}
 	return l, err
 }
 
-func nothing(core.Event[*corev1.ConfigMap]) error { return nil }
-
-// TestHealed: the channel of core.HealNotifier is closed when the apiserver
-// answers after failing a probe, not while it fails, and not when it never
-// failed (a List then stops the probing); no probe outlives the test
-// (goleak in TestMain).
-func TestHealed(t *testing.T) {
+// TestWaitHealed (core.HealWaiter): against a reachable apiserver
+// WaitHealed has nothing to signal (an error, not core.ErrWatchStopped); while the path to it is down it probes and does not
+// return; once the path is back it returns nil; a cancelled wait is
+// core.ErrWatchStopped.
+func TestWaitHealed(t *testing.T) {
 	kube := harness.StartKube(t)
 	h := kubetest.NewConfigMaps(t, kube, kubetest.Options{})
 	viaProxy, err := kubernetes.NewForConfig(h.ProxiedConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	client := probes{Client: viaProxy.CoreV1().ConfigMaps(h.Namespace()), results: make(chan error)}
+	client := failedLists{Client: viaProxy.CoreV1().ConfigMaps(h.Namespace()), failed: make(chan error, 1)}
 	res, err := kubeinformer.NewResource[*corev1.ConfigMap](context.Background(), client, kubeinformer.Options{Namespace: h.Namespace(), Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-
-	// Reachable: the first probe answers; nothing to signal.
-	healed := res.Healed()
-	if err := <-client.results; err != nil {
-		t.Fatalf("probe of a reachable apiserver: %v", err)
-	}
-	if _, err := res.List(ctx, core.ListSink[*corev1.ConfigMap]{Emit: nothing}); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-healed:
-		t.Fatal("Healed closed its channel although the apiserver never failed a probe")
-	default:
+	if err := res.WaitHealed(ctx); err == nil || errors.Is(err, core.ErrWatchStopped) {
+		t.Fatalf("WaitHealed on a reachable apiserver returned %v, want an error saying it was not down", err)
 	}
 
-	// Unreachable, then back.
 	h.Proxy().Pause()
 	h.Proxy().Cut()
-	healed = res.Healed()
-	if again := res.Healed(); again != healed {
-		t.Fatal("a second Healed during a probe returned another channel")
-	}
-	for range 2 {
-		if err := <-client.results; err == nil {
-			t.Fatal("a probe succeeded through a paused proxy")
-		} else {
+	done := make(chan error, 1)
+	go func() { done <- res.WaitHealed(ctx) }()
+	for range 2 { // two probes failed: WaitHealed saw the outage
+		select {
+		case err := <-client.failed:
 			t.Logf("probe failed: %v", err)
+		case err := <-done:
+			t.Fatalf("WaitHealed returned %v while the apiserver was unreachable", err)
 		}
 	}
 	select {
-	case <-healed:
-		t.Fatal("Healed closed its channel while the apiserver was unreachable")
+	case err := <-done:
+		t.Fatalf("WaitHealed returned %v while the apiserver was unreachable", err)
 	default:
 	}
 	h.Proxy().Resume()
-	for err := range client.results {
-		if err == nil {
-			break
-		}
-	}
-	select {
-	case <-healed:
-	case <-ctx.Done():
-		t.Fatal("Healed did not close its channel after a probe succeeded")
+	if err := <-done; err != nil {
+		t.Fatalf("WaitHealed returned %v after the path came back, want nil", err)
 	}
 
-	// Unreachable, and the caller stops waiting: the next List stops the
-	// probe (and, the path being down, fails).
 	h.Proxy().Pause()
 	h.Proxy().Cut()
 	defer h.Proxy().Resume()
-	healed = res.Healed()
-	<-client.results
-	lctx, lcancel := context.WithCancel(ctx)
-	lcancel()
-	_, _ = res.List(lctx, core.ListSink[*corev1.ConfigMap]{Emit: nothing})
-	select {
-	case <-healed:
-		t.Fatal("Healed closed its channel while the apiserver was unreachable")
-	default:
+	wctx, stop := context.WithCancel(ctx)
+	go func() { done <- res.WaitHealed(wctx) }()
+	<-client.failed
+	stop()
+	if err := <-done; !errors.Is(err, core.ErrWatchStopped) {
+		t.Fatalf("cancelled WaitHealed returned %v, want core.ErrWatchStopped", err)
 	}
 }

@@ -76,14 +76,13 @@ type Resource[T Object] struct {
 	opts   Options
 	source string
 	log    *slog.Logger
-	heal   healer
 }
 
 var (
 	_ core.ListerWatcher[*unstructured.Unstructured] = (*Resource[*unstructured.Unstructured])(nil)
 	_ core.HeadReader                                = (*Resource[*unstructured.Unstructured])(nil)
 	_ core.ProgressReporter                          = (*Resource[*unstructured.Unstructured])(nil)
-	_ core.HealNotifier                              = (*Resource[*unstructured.Unstructured])(nil)
+	_ core.HealWaiter                                = (*Resource[*unstructured.Unstructured])(nil)
 )
 
 // NewResource returns a Resource over a typed client-go resource interface.
@@ -196,7 +195,6 @@ func (r *Resource[T]) ReportsProgress() bool { return true }
 // A resource the server does not serve (a CRD that is not installed, or was
 // removed) fails with an error matching core.ErrPermanent.
 func (r *Resource[T]) List(ctx context.Context, sink core.ListSink[T]) (core.ResourceVersion, error) {
-	r.stopHealing()
 	lo := metav1.ListOptions{
 		LabelSelector: r.opts.LabelSelector,
 		FieldSelector: r.opts.FieldSelector,

@@ -69,7 +69,6 @@ func (r *Resource[T]) Watch(ctx context.Context, from core.ResourceVersion, opts
 			err = core.Stopped(ctx)
 		}
 	}()
-	r.stopHealing()
 	if opts.Emit == nil {
 		return fmt.Errorf("%s: Watch: WatchOptions.Emit is nil", r.source)
 	}

@@ -127,6 +127,8 @@ var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{
 	},
 	"state": func(is InformerStatus) string {
 		switch {
+		case !is.Live && strings.HasPrefix(is.NotLiveReason, "stalled"):
+			return "stalled"
 		case !is.Live:
 			return "failed"
 		case is.Synced && is.Progress != nil:
@@ -178,7 +180,7 @@ h3{font-size:13px;margin:10px 0 4px;color:#4b5563;text-transform:uppercase;lette
 .badge{font-size:12px;font-weight:600;padding:2px 8px;border-radius:10px;background:#e5e7eb;color:#374151}
 .synced,.ok{background:#d1fae5;color:#065f46}
 .syncing,.relisting{background:#dbeafe;color:#1e40af}
-.not-synced,.failed,.bad{background:#fee2e2;color:#991b1b}
+.not-synced,.failed,.stalled,.bad{background:#fee2e2;color:#991b1b}
 .kind{background:#f3f4f6;color:#4b5563;font-weight:500}
 table{border-collapse:collapse;width:100%}
 th,td{text-align:left;padding:3px 10px 3px 0;vertical-align:top;border-bottom:1px solid #f0f1f4}

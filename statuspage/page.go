@@ -220,7 +220,8 @@ func (p *Page) InformerMetrics(name string) core.InformerMetrics {
 // called name that remembers the last decode error (its source, key,
 // version and reason, never the value) and then calls next. A nil next
 // logs the error as an informer without an ErrorHandler does, on
-// slog.Default (an expired version at Info, the rest at Error); use
+// slog.Default (an expired version at Info, the rest at Error), with the
+// name and message redacted (see Redact); use
 // ErrorHandlerLogger for another logger. The page counts decode errors
 // without it, but can only say when the last one happened.
 func (p *Page) ErrorHandler(name string, next func(error)) func(error) {
@@ -244,7 +245,9 @@ func (p *Page) errorHandler(name string, next func(error), logger *slog.Logger) 
 			if errors.Is(err, core.ErrExpired) {
 				level = slog.LevelInfo
 			}
-			logger.Log(context.Background(), level, "dbinformer", "source", name, "err", err)
+			// As core logs it, but redacted: a name or message holding a
+			// connection string must not reach the log either.
+			logger.Log(context.Background(), level, "dbinformer", "source", Redact(name), "err", Redact(err.Error()))
 		}
 	}
 	return func(err error) {

@@ -72,7 +72,9 @@
 // Each request on WatchOptions.Progress becomes an etcd RequestProgress on
 // the watch's own gRPC stream, answered by a Bookmark at etcd's revision, so
 // that informer.WaitFor(rev) returns for a revision written under another
-// prefix.
+// prefix. etcd drops a progress request that reaches it while the watch is
+// still catching up on history; the watch asks again every 250ms until it is
+// answered.
 //
 // # Server settings and permissions
 //

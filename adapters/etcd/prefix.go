@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -216,7 +217,9 @@ func (p *Prefix[T]) Head(ctx context.Context) (core.ResourceVersion, error) {
 // (RequireLeader), so that a member cut off from its cluster ends the watch
 // instead of holding it silently. Each receive on opts.Progress becomes an
 // etcd RequestProgress on the watch's own gRPC stream, answered by a
-// Bookmark at etcd's revision at that time.
+// Bookmark at etcd's revision at that time; the request is repeated every
+// 250ms until a progress notification arrives, since etcd drops one that
+// reaches it while the watch is still catching up on history.
 func (p *Prefix[T]) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[T]) error {
 	if ctx.Err() != nil {
 		return core.Stopped(ctx)
@@ -253,10 +256,41 @@ type watch[T any] struct {
 	batch []core.Event[T]      // reused: Emit does not keep it
 }
 
+// progressRetry is how long a watch waits for the answer to a progress
+// request before asking again. etcd (3.6) drops a request that reaches it
+// while one of the stream's watchers is still catching up on history (its
+// RequestProgressAll returns false and nothing is sent), which a watch
+// opened from an older revision always is at first.
+const progressRetry = 250 * time.Millisecond
+
 // run delivers the responses of ch until it fails; it never returns nil.
 func (w *watch[T]) run(ch clientv3.WatchChan, opts core.WatchOptions[T]) error {
 	p := w.p
 	progress := opts.Progress // nil: no requests
+	// While a request is unanswered, retry fires to ask again; a progress
+	// notification received after the request answers it.
+	var retry *time.Timer
+	var retryC <-chan time.Time
+	defer func() {
+		if retry != nil {
+			retry.Stop()
+		}
+	}()
+	request := func() error {
+		// On the watch's own context, so that the request goes to its
+		// gRPC stream; it waits while the client reconnects, and ends
+		// with the watch.
+		if err := p.client.RequestProgress(w.ctx); err != nil {
+			return p.failed(fmt.Sprintf("request progress on the watch from revision %d", w.last+1), err)
+		}
+		if retry == nil {
+			retry = time.NewTimer(progressRetry)
+		} else {
+			retry.Reset(progressRetry)
+		}
+		retryC = retry.C
+		return nil
+	}
 	for {
 		var resp clientv3.WatchResponse
 		var ok bool
@@ -268,11 +302,14 @@ func (w *watch[T]) run(ch clientv3.WatchChan, opts core.WatchOptions[T]) error {
 				progress = nil // closed: no more requests
 				continue
 			}
-			// On the watch's own context, so that the request goes to
-			// its gRPC stream; it waits while the client reconnects,
-			// and ends with the watch.
-			if err := p.client.RequestProgress(w.ctx); err != nil {
-				return p.failed(fmt.Sprintf("request progress on the watch from revision %d", w.last+1), err)
+			if err := request(); err != nil {
+				return err
+			}
+			continue
+		case <-retryC:
+			retryC = nil
+			if err := request(); err != nil {
+				return err
 			}
 			continue
 		case resp, ok = <-ch:
@@ -290,6 +327,10 @@ func (w *watch[T]) run(ch clientv3.WatchChan, opts core.WatchOptions[T]) error {
 			return p.failed(fmt.Sprintf("watch from revision %d", w.last+1), err)
 		}
 		if resp.IsProgressNotify() {
+			if retryC != nil {
+				retry.Stop()
+				retryC = nil // answered
+			}
 			rv := core.ResourceVersion(resp.Header.Revision)
 			if rv < w.last {
 				// A bookmark below what was already delivered says

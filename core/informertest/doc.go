@@ -12,7 +12,8 @@
 //     records each List and Watch (Calls, Lists, Watches, Open), holds them
 //     at a Gate until released, fails the next one (FailNextList,
 //     FailNextWatch) and breaks the open watches as a dropped connection
-//     would (Break), forwarding core.ProgressReporter and core.HeadReader.
+//     would (Break), forwarding core.ProgressReporter, core.HeadReader and
+//     core.HealWaiter.
 //     A Gate makes an interleaving deterministic where a sleep would only
 //     make it likely.
 //   - Run starts an informer for the length of a test, collects what it

@@ -217,6 +217,13 @@ func TestSpyFailsHoldsAndBreaks(t *testing.T) {
 	if informertest.Wrap[item](noHead{src}).ReportsProgress() {
 		t.Error("ReportsProgress true for a ListerWatcher that is no ProgressReporter")
 	}
+	if err := spy.WaitHealed(ctx); !errors.Is(err, informertest.ErrNoHeal) {
+		t.Errorf("WaitHealed of a ListerWatcher without one: %v", err)
+	}
+	healed := errors.New("healed answer")
+	if err := informertest.Wrap[item](healer{noHead{src}, healed}).WaitHealed(ctx); err != healed {
+		t.Errorf("WaitHealed not forwarded: %v", err)
+	}
 
 	boom := errors.New("boom")
 	spy.FailNextList(boom)
@@ -312,6 +319,13 @@ func TestSpyFailsHoldsAndBreaks(t *testing.T) {
 }
 
 type noHead struct{ s *memory.Source[item] }
+
+type healer struct {
+	noHead
+	err error
+}
+
+func (h healer) WaitHealed(context.Context) error { return h.err }
 
 func (n noHead) List(ctx context.Context, sink core.ListSink[item]) (core.ResourceVersion, error) {
 	return n.s.List(ctx, sink)

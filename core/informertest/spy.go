@@ -52,7 +52,8 @@ func (c Call) String() string {
 // a test see and steer the calls the informer makes: it counts and records
 // Lists and Watches, holds them at a Gate, fails the next one, and breaks
 // the open watches as a dropped connection would. It forwards
-// core.ProgressReporter and core.HeadReader to what it wraps. All methods
+// core.ProgressReporter, core.HeadReader and core.HealWaiter to what it
+// wraps. All methods
 // are safe for concurrent use.
 type Spy[T any] struct {
 	lw core.ListerWatcher[T]
@@ -76,6 +77,7 @@ var (
 	_ core.ListerWatcher[int] = (*Spy[int])(nil)
 	_ core.ProgressReporter   = (*Spy[int])(nil)
 	_ core.HeadReader         = (*Spy[int])(nil)
+	_ core.HealWaiter         = (*Spy[int])(nil)
 )
 
 // Wrap returns a Spy around lw.
@@ -104,6 +106,20 @@ func (s *Spy[T]) Head(ctx context.Context) (core.ResourceVersion, error) {
 		return h.Head(ctx)
 	}
 	return 0, ErrNoHead
+}
+
+// ErrNoHeal is returned by WaitHealed when the wrapped ListerWatcher cannot
+// tell when its source is back (it has no WaitHealed): the reflector then
+// keeps its backoff sleep, as it would without the Spy.
+var ErrNoHeal = fmt.Errorf("informertest: the wrapped ListerWatcher cannot tell when its source heals: %w", errors.ErrUnsupported)
+
+// WaitHealed forwards to the wrapped ListerWatcher's WaitHealed
+// (core.HealWaiter), or returns ErrNoHeal at once.
+func (s *Spy[T]) WaitHealed(ctx context.Context) error {
+	if h, ok := s.lw.(core.HealWaiter); ok {
+		return h.WaitHealed(ctx)
+	}
+	return ErrNoHeal
 }
 
 // begin records a call and returns its index.

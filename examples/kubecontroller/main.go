@@ -14,7 +14,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -44,12 +43,6 @@ func main() {
 		fmt.Fprintln(os.Stderr, "kubecontroller:", err)
 		os.Exit(1)
 	}
-}
-
-// item is one unit of work: which kind of object, and its key.
-type item struct {
-	kind string // "configmap" or "pod"
-	key  string // namespace/name
 }
 
 // run parses args, runs the controller until ctx is done and returns nil
@@ -95,12 +88,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	pods := core.NewSharedIndexInformer[*corev1.Pod](podSource,
 		core.InformerOptions[*corev1.Pod]{Name: "pods", Logger: log})
 
-	queue := workqueue.New(workqueue.Options[item]{Name: "kubecontroller"})
-	defer queue.ShutDown()
-	if err := enqueueChanges(configMaps, queue, "configmap"); err != nil {
+	// One queue of keys per kind, fed by the stock handler: a worker reads
+	// the current state back from the cache.
+	cmQueue := workqueue.New(workqueue.Options[string]{Name: "configmaps"})
+	podQueue := workqueue.New(workqueue.Options[string]{Name: "pods"})
+	defer cmQueue.ShutDown()
+	defer podQueue.ShutDown()
+	if _, err := configMaps.AddEventHandler(workqueue.EnqueueKeys[*corev1.ConfigMap](cmQueue)); err != nil {
 		return err
 	}
-	if err := enqueueChanges(pods, queue, "pod"); err != nil {
+	if _, err := pods.AddEventHandler(workqueue.EnqueueKeys[*corev1.Pod](podQueue)); err != nil {
 		return err
 	}
 
@@ -132,29 +129,34 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	r := reconciler{configMaps: configMaps.Lister(), pods: pods.Lister(), out: out}
 	var wg sync.WaitGroup
-	for range max(*workers, 1) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				it, shutdown := queue.Get()
-				if shutdown {
-					return
+	for _, c := range []struct {
+		kind      string
+		queue     *workqueue.Queue[string]
+		reconcile func(key string) error
+	}{{"configmap", cmQueue, r.configMap}, {"pod", podQueue, r.pod}} {
+		for range max(*workers, 1) {
+			wg.Go(func() {
+				for {
+					key, shutdown := c.queue.Get()
+					if shutdown {
+						return
+					}
+					if err := c.reconcile(key); err != nil {
+						log.Warn("reconcile failed; retrying", "kind", c.kind, "key", key, "err", err)
+						c.queue.AddRateLimited(key)
+					} else {
+						c.queue.Forget(key)
+					}
+					c.queue.Done(key)
 				}
-				if err := r.reconcile(it); err != nil {
-					log.Warn("reconcile failed; retrying", "kind", it.kind, "key", it.key, "err", err)
-					queue.AddRateLimited(it)
-				} else {
-					queue.Forget(it)
-				}
-				queue.Done(it)
-			}
-		}()
+			})
+		}
 	}
 
 	<-ctx.Done()
 	// Stop taking new work, let the workers finish what they hold.
-	queue.ShutDown()
+	cmQueue.ShutDown()
+	podQueue.ShutDown()
 	wg.Wait()
 	fmt.Fprintln(out, "kubecontroller: stopped")
 	return nil
@@ -180,17 +182,6 @@ func describeScope(ns string) string {
 	return "namespace " + ns
 }
 
-// enqueueChanges puts the key of every change of inf into queue.
-func enqueueChanges[T any](inf *core.SharedIndexInformer[T], queue *workqueue.Queue[item], kind string) error {
-	add := func(key string) { queue.Add(item{kind: kind, key: key}) }
-	_, err := inf.AddEventHandler(core.ResourceEventHandlerFuncs[T]{
-		AddFunc:    func(key string, _ T, _ bool) { add(key) },
-		UpdateFunc: func(key string, _, _ T) { add(key) },
-		DeleteFunc: func(key string, _ T, _ bool) { add(key) },
-	})
-	return err
-}
-
 // reconciler reads the cache, never the API: a reconcile sees the latest
 // state the informer holds for the key, whatever changes led there.
 type reconciler struct {
@@ -199,33 +190,33 @@ type reconciler struct {
 	out        io.Writer
 }
 
-func (r reconciler) reconcile(it item) error {
-	switch it.kind {
-	case "configmap":
-		cm, ok := r.configMaps.Get(it.key)
-		if !ok {
-			fmt.Fprintf(r.out, "reconciled configmap %s: deleted\n", it.key)
-			return nil
-		}
-		keys := make([]string, 0, len(cm.Data)+len(cm.BinaryData))
-		for k := range cm.Data {
-			keys = append(keys, k)
-		}
-		for k := range cm.BinaryData {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		fmt.Fprintf(r.out, "reconciled configmap %s: version %s, keys [%s]\n", it.key, cm.ResourceVersion, strings.Join(keys, " "))
-	case "pod":
-		pod, ok := r.pods.Get(it.key)
-		if !ok {
-			fmt.Fprintf(r.out, "reconciled pod %s: deleted\n", it.key)
-			return nil
-		}
-		fmt.Fprintf(r.out, "reconciled pod %s: version %s, phase %s, %d containers\n", it.key, pod.ResourceVersion, pod.Status.Phase, len(pod.Spec.Containers))
-	default:
-		return errors.New("unknown kind " + it.kind)
+// configMap reconciles one ConfigMap key.
+func (r reconciler) configMap(key string) error {
+	cm, ok := r.configMaps.Get(key)
+	if !ok {
+		fmt.Fprintf(r.out, "reconciled configmap %s: deleted\n", key)
+		return nil
 	}
+	keys := make([]string, 0, len(cm.Data)+len(cm.BinaryData))
+	for k := range cm.Data {
+		keys = append(keys, k)
+	}
+	for k := range cm.BinaryData {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	fmt.Fprintf(r.out, "reconciled configmap %s: version %s, keys [%s]\n", key, cm.ResourceVersion, strings.Join(keys, " "))
+	return nil
+}
+
+// pod reconciles one Pod key.
+func (r reconciler) pod(key string) error {
+	pod, ok := r.pods.Get(key)
+	if !ok {
+		fmt.Fprintf(r.out, "reconciled pod %s: deleted\n", key)
+		return nil
+	}
+	fmt.Fprintf(r.out, "reconciled pod %s: version %s, phase %s, %d containers\n", key, pod.ResourceVersion, pod.Status.Phase, len(pod.Spec.Containers))
 	return nil
 }
 
