@@ -40,21 +40,6 @@ var ErrProgressNotSupported = errors.New("dbinformer: the current watch cannot r
 // its planned timeout.
 var errWatchTimeout = errors.New("dbinformer: planned watch timeout")
 
-// failures is the latest of consecutive failed attempts to list, or to
-// watch: what the sync status and the errors of waits report.
-type failures struct {
-	err   error  // as reported: "name: list: cause"
-	what  string // "list", "watch from version 5"
-	cause error  // the source's error, without the prefixes
-	count int
-	at    time.Time
-}
-
-func (f *failures) add(err error, what string, cause error, at time.Time) {
-	f.err, f.what, f.cause, f.at = err, what, cause, at
-	f.count++
-}
-
 // Reflector keeps a Queue in step with a ListerWatcher: list (streamed
 // into the queue), then watch from the list's version; bookmarks advance the
 // version; an expired version relists from scratch; a permanent failure
@@ -146,19 +131,6 @@ func (r *Reflector[T]) status(s *SyncStatus) {
 	s.ListFailures = r.listFail.export()
 	s.WatchFailures = r.watchFail.export()
 	s.LastSyncResourceVersion = r.LastSyncResourceVersion()
-}
-
-// ProgressInterval is how often the open watch is expected to show
-// progress: InformerOptions.ProgressInterval when set, else the
-// ListerWatcher's (ProgressIntervaler); 0 means no stuck-watch detection.
-func (r *Reflector[T]) ProgressInterval() time.Duration {
-	d := r.cfg.progressInterval
-	if d == 0 {
-		if pi, ok := r.lw.(ProgressIntervaler); ok {
-			d = pi.ProgressInterval()
-		}
-	}
-	return max(d, 0)
 }
 
 // RequestProgress asks the open watch for a bookmark (see
@@ -471,57 +443,6 @@ func (r *Reflector[T]) watch(ctx context.Context) error {
 	r.watchFail.add(wrapped, what, err, r.cfg.clk.Now())
 	r.mu.Unlock()
 	return wrapped
-}
-
-// watchActivity is what the watchdog reads of a watch: when Emit last
-// returned (UnixNano on the reflector's clock) and whether it is in Emit.
-type watchActivity struct {
-	last atomic.Int64
-	busy atomic.Int32
-}
-
-// watchdog ends a watch that stays silent (no Emit) for StuckIntervals
-// progress intervals, asking a ProgressReporter's watch for a bookmark
-// after each silent interval first: a healthy idle watch answers, and
-// its answer is an Emit.
-func (r *Reflector[T]) watchdog(done <-chan struct{}, cancel context.CancelCauseFunc, interval time.Duration, progress chan struct{}, act *watchActivity) {
-	t := r.cfg.clk.NewTimer(interval)
-	defer t.Stop()
-	// asked is the last silent interval a request was made for; requests
-	// counts them since the last Emit.
-	seen, asked, requests := act.last.Load(), 0, 0
-	for {
-		select {
-		case <-done:
-			return
-		case <-t.C():
-		}
-		now := r.cfg.clk.Now()
-		last := act.last.Load()
-		var silent time.Duration
-		if act.busy.Load() == 0 {
-			silent = now.Sub(time.Unix(0, last))
-		}
-		if last != seen || silent <= 0 {
-			seen, asked, requests = last, 0, 0
-			silent = max(silent, 0)
-		}
-		k := int(silent / interval)
-		if k >= StuckIntervals {
-			msg := fmt.Sprintf("no event or bookmark for %v, progress expected every %v", roundDuration(silent), interval)
-			if requests > 0 {
-				msg += fmt.Sprintf("; %d bookmark requests unanswered", requests)
-			}
-			cancel(fmt.Errorf("%w (%s)", ErrWatchStuck, msg))
-			return
-		}
-		if k >= 1 && progress != nil && asked < k {
-			notify(progress)
-			asked = k
-			requests++
-		}
-		t.Reset(interval - silent%interval)
-	}
 }
 
 // apply checks and queues one watch batch. Nothing of a batch that breaks

@@ -259,3 +259,18 @@ func roundDuration(d time.Duration) time.Duration {
 	}
 	return max(d, 0)
 }
+
+// failures is the latest of consecutive failed attempts to list, or to
+// watch: what the sync status and the errors of waits report.
+type failures struct {
+	err   error  // as reported: "name: list: cause"
+	what  string // "list", "watch from version 5"
+	cause error  // the source's error, without the prefixes
+	count int
+	at    time.Time
+}
+
+func (f *failures) add(err error, what string, cause error, at time.Time) {
+	f.err, f.what, f.cause, f.at = err, what, cause, at
+	f.count++
+}
