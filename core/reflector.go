@@ -166,6 +166,9 @@ func (r *Reflector[T]) Run(ctx context.Context) error {
 	}
 	bo := newBackoffState(r.cfg.backoff, r.cfg.clk)
 	needList, relist := true, false
+	// resumed: the next watch continues from a version an earlier watch
+	// reached, not from a list's version.
+	resumed := false
 	for ctx.Err() == nil {
 		if needList {
 			if err := r.list(ctx, relist); err != nil {
@@ -179,10 +182,12 @@ func (r *Reflector[T]) Run(ctx context.Context) error {
 				r.sleep(ctx, bo.next())
 				continue
 			}
-			needList, relist = false, true
+			needList, relist, resumed = false, true, false
 		}
 		from, start := r.LastSyncResourceVersion(), r.cfg.clk.Now()
 		err := r.watch(ctx)
+		wasResumed := resumed
+		resumed = true
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -202,9 +207,14 @@ func (r *Reflector[T]) Run(ctx context.Context) error {
 		case errors.Is(err, ErrExpired), errors.As(err, new(*OrderError)):
 			r.cfg.rep.report(ctx, err)
 			needList = true
-			// A watch that expires before delivering anything may mean the
-			// list's version is already gone; do not hammer the source.
-			if !progressed {
+			// A watch from a list's version that expires before delivering
+			// anything may mean that version is already gone: do not hammer
+			// the source. A resumed watch that expires (a source back from
+			// an outage whose history restarted: a kube-apiserver's watch
+			// cache, a recreated slot) relists at once, whatever the ladder
+			// climbed during the outage; the first watch after that list is
+			// again protected.
+			if !progressed && !wasResumed {
 				r.sleep(ctx, bo.next())
 			}
 		default:
