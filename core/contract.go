@@ -236,7 +236,10 @@ type HeadReader interface {
 //     it can rebuild the state from the source at from, so that the caller
 //     relists rather than watching with a shadow that belongs elsewhere;
 //   - only one watch holds the state at a time: a second concurrent Watch of
-//     the same ListerWatcher must not share it.
+//     the same ListerWatcher must not share it; it rebuilds state of its own
+//     (an adapter whose kept state is exact at every version of a retained
+//     window, as the Postgres adapter's History, can serve both) or returns
+//     ErrExpired. The conformance suite runs concurrent watches.
 
 // ErrExpired is matched (with errors.Is) by the error a source returns when
 // it cannot resume from the requested version: etcd compaction, a lost
