@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -174,4 +175,30 @@ func TestAHealWaitThatFailsKeepsTheBackoff(t *testing.T) {
 	fc.Step(time.Hour)
 	lw.list(t, 5)
 	must(t, inf.WaitForCacheSync(testCtx(t)))
+}
+
+func TestAResumedWatchThatExpiresRelistsAtOnce(t *testing.T) {
+	lw := newFakeLW()
+	bo := Backoff{Initial: time.Hour, Max: time.Hour, Jitter: -1, Reset: 100 * time.Hour}
+	inf, fc, _ := newTestInformer(lw, InformerOptions[string]{Backoff: bo, MinWatchTimeout: -1})
+	started(t, inf)
+	lw.list(t, 5)
+	// An outage: the watch fails and the reflector sleeps an hour.
+	lw.watch(t).fail(t, errors.New("connection refused"))
+	eventually(t, "backoff timer", func() bool { return fc.Waiters() == 1 })
+	fc.Step(time.Hour)
+	// The source is back with its history restarted: the resumed watch
+	// expires, and the relist comes without another hour's sleep.
+	if w := lw.watch(t); w.from != 5 {
+		t.Fatalf("resumed from %d, want 5", w.from)
+	} else {
+		w.fail(t, fmt.Errorf("too old: %w", ErrExpired))
+	}
+	lw.list(t, 9)
+	// The first watch after that list expiring at once still backs off.
+	lw.watch(t).fail(t, fmt.Errorf("too old: %w", ErrExpired))
+	eventually(t, "backoff timer after a fresh watch expired", func() bool { return fc.Waiters() == 1 })
+	if n := lw.listCalls.Load(); n != 2 {
+		t.Fatalf("%d lists, want 2 before the backoff ends", n)
+	}
 }

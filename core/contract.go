@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 )
 
 // ResourceVersion is a position in a source's history. Every source this
@@ -164,6 +165,39 @@ type ProgressReporter interface {
 	ReportsProgress() bool
 }
 
+// ProgressIntervaler is implemented by a ListerWatcher whose open watch
+// shows a sign of life at least once per ProgressInterval even when nothing
+// changes: a Bookmark (or a change) through WatchOptions.Emit, or, for a
+// ProgressReporter, the Bookmark that answers a request on
+// WatchOptions.Progress. Examples: etcd progress notifications, a NATS
+// consumer's idle heartbeats turned into Bookmarks, Kubernetes watch
+// bookmarks, Postgres keepalives (status updates) with nothing pending.
+//
+// The reflector uses it to tell a stuck watch (a frozen server, a half-open
+// connection) from a quiet one. After one interval without any Emit it asks
+// a ProgressReporter's watch for a Bookmark, again after each further
+// interval, and after StuckIntervals intervals without an Emit it cancels
+// the watch and reopens it from the last version (no relist), reporting an
+// error matching ErrWatchStuck. A healthy idle watch therefore is never
+// restarted as long as it answers the request, or emits on its own, within
+// StuckIntervals-1 intervals. Time spent inside Emit (a busy consumer) is
+// not silence. Zero or a negative value means the source promises nothing:
+// no stuck-watch detection. InformerOptions.ProgressInterval overrides it.
+type ProgressIntervaler interface {
+	ProgressInterval() time.Duration
+}
+
+// StuckIntervals is how many progress intervals (see ProgressIntervaler) a
+// watch may stay silent before the reflector treats it as stuck.
+const StuckIntervals = 3
+
+// ErrWatchStuck is matched by the error with which the reflector ends a
+// watch that stayed silent for StuckIntervals progress intervals (see
+// ProgressIntervaler). It is reported through the error handler (logged at
+// Warn without one) and to InformerMetrics.WatchRestarted, and the watch is
+// reopened from the last version.
+var ErrWatchStuck = errors.New("dbinformer: watch stuck")
+
 // HealWaiter is implemented by a ListerWatcher that can tell when its
 // source is reachable again after a failure (a client reconnected, a leader
 // was elected, the server answered a probe). While the reflector backs off
@@ -202,7 +236,10 @@ type HeadReader interface {
 //     it can rebuild the state from the source at from, so that the caller
 //     relists rather than watching with a shadow that belongs elsewhere;
 //   - only one watch holds the state at a time: a second concurrent Watch of
-//     the same ListerWatcher must not share it.
+//     the same ListerWatcher must not share it; it rebuilds state of its own
+//     (an adapter whose kept state is exact at every version of a retained
+//     window, as the Postgres adapter's History, can serve both) or returns
+//     ErrExpired. The conformance suite runs concurrent watches.
 
 // ErrExpired is matched (with errors.Is) by the error a source returns when
 // it cannot resume from the requested version: etcd compaction, a lost

@@ -28,7 +28,12 @@
 // the watch from the last version, without relisting; a ListerWatcher that
 // implements HealWaiter cuts that wait short once its source is back.
 // Each watch is cancelled after a random time in [MinWatchTimeout,
-// 2×MinWatchTimeout) and reopened from the last version. A batch whose
+// 2×MinWatchTimeout) and reopened from the last version. A watch that
+// should show progress every ProgressInterval (ProgressIntervaler, or
+// InformerOptions.ProgressInterval) and shows none, not even the bookmark
+// it is asked for, for StuckIntervals of them is stuck (a frozen server, a
+// half-open connection): it is reopened from the last version and reported
+// (ErrWatchStuck). A batch whose
 // versions go backwards is not applied (*OrderError) and the reflector
 // relists: the late change is below the applied version, so resuming the
 // watch would skip it.
@@ -54,7 +59,7 @@
 //		if ctx.Err() != nil {
 //			return nil // interrupted while starting
 //		}
-//		return err // says why: the last list error, a permanent failure
+//		return err // says why: the latest list error, a list still running, a permanent failure
 //	}
 //	u, ok := inf.Lister().Get("42")
 //	rv := writeToDatabase() // the version the write produced
@@ -128,8 +133,14 @@
 // list/relist counts, list progress (with the source's estimate), watch
 // restarts, the applied version, pending notifications per handler, handler
 // panics and decode errors; NoopMetrics is the default. ErrorHandler
-// receives every error (nil logs with Logger or slog.Default(): an expired
-// version at Info, the rest at Error).
+// receives every error as it happens, each failed attempt to list or watch
+// included (nil logs with Logger or slog.Default(): an expired version at
+// Info, a stuck watch at Warn, the rest at Error). SyncStatus keeps the
+// latest list and watch failures (how many in a row, when, the source's
+// error) and whether a list is running and since when; the errors of
+// WaitForCacheSync, WaitForCacheSyncTimeout and WaitFor say the same, so
+// a wait that gives up names its cause ("list: etcdserver: no leader (3
+// attempts, last 2s ago)"), not only "context deadline exceeded".
 //
 // Time comes from InformerOptions.Clock (core/clock), so tests step resync,
 // backoff and watch timeouts with clock.Fake and never sleep.

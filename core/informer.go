@@ -45,14 +45,28 @@ type InformerOptions[T any] struct {
 	// cannot stall the cache forever. 0 means 5 minutes; negative means
 	// never.
 	MinWatchTimeout time.Duration
+	// ProgressInterval is how often an open watch is expected to show
+	// progress (a change, a bookmark, or the answer to a bookmark request),
+	// which tells a stuck watch (a frozen server, a half-open connection)
+	// from a quiet one: after StuckIntervals silent intervals the watch is
+	// reopened from its last version, with an error matching ErrWatchStuck
+	// (see ProgressIntervaler). 0 means the ListerWatcher's own
+	// ProgressInterval, and no detection if it declares none; negative
+	// means no detection. Set it only for a source whose watches emit
+	// bookmarks at least that often or answer bookmark requests
+	// (ProgressReporter): another source's idle watch would be reopened
+	// every StuckIntervals intervals (harmless, but needless).
+	ProgressInterval time.Duration
 	// ProgressRequestInterval rate-limits the bookmark requests WaitFor
 	// makes; 0 means 250ms, negative means WaitFor never requests one.
 	ProgressRequestInterval time.Duration
-	// ErrorHandler receives every failure: list and watch errors, decode
-	// errors (*DecodeError naming source, key and version), out-of-order
-	// events (*OrderError), index errors (*IndexError) and handler panics
-	// (*HandlerPanicError). nil logs them with Logger (an expired version
-	// at Info, the rest at Error).
+	// ErrorHandler receives every failure as it happens: list and watch
+	// errors (each retry's, naming the source's own error), stuck watches
+	// (ErrWatchStuck), decode errors (*DecodeError naming source, key and
+	// version), out-of-order events (*OrderError), index errors
+	// (*IndexError) and handler panics (*HandlerPanicError). nil logs them
+	// with Logger (an expired version at Info, a stuck watch at Warn, the
+	// rest at Error).
 	ErrorHandler func(error)
 	Logger       *slog.Logger
 	Metrics      MetricsProvider
@@ -85,6 +99,7 @@ type SharedIndexInformer[T any] struct {
 	runCtx            context.Context
 	runWG             *sync.WaitGroup
 	reflector         *Reflector[T]
+	runStarted        time.Time
 	resyncCheckPeriod time.Duration
 	handlerSeq        int
 	// failure is the latest run's permanent failure.
@@ -180,21 +195,23 @@ func (i *SharedIndexInformer[T]) Run(ctx context.Context) error {
 	defer cancel()
 	wg := &sync.WaitGroup{}
 	i.running, i.started, i.runCtx, i.runWG = true, true, ctx, wg
+	i.runStarted = i.clk.Now()
 	failure := i.failure
 	if failure.err != nil {
 		failure = &runFailure{done: make(chan struct{})}
 		i.failure = failure
 	}
 	i.reflector = newReflector(i.lw, i.queue, reflectorConfig[T]{
-		name:            i.name,
-		resyncPeriod:    i.resyncCheckPeriod,
-		shouldResync:    i.shouldResync,
-		backoff:         i.opts.Backoff,
-		minWatchTimeout: i.opts.MinWatchTimeout,
-		transform:       i.opts.Transform,
-		rep:             i.rep,
-		met:             i.met,
-		clk:             i.clk,
+		name:             i.name,
+		resyncPeriod:     i.resyncCheckPeriod,
+		shouldResync:     i.shouldResync,
+		backoff:          i.opts.Backoff,
+		minWatchTimeout:  i.opts.MinWatchTimeout,
+		progressInterval: i.opts.ProgressInterval,
+		transform:        i.opts.Transform,
+		rep:              i.rep,
+		met:              i.met,
+		clk:              i.clk,
 	})
 	i.handleMu.RLock()
 	for _, l := range i.listeners {
@@ -394,7 +411,9 @@ func (i *SharedIndexInformer[T]) LastSyncResourceVersion() ResourceVersion {
 func (i *SharedIndexInformer[T]) AppliedVersion() ResourceVersion { return i.queue.AppliedVersion() }
 
 // LastListError is the error of the last failed list of the current or last
-// run, nil after a successful list.
+// run, nil after a successful list. SyncStatus tells more: how many
+// attempts failed and when, whether a list is running, and the watch's
+// failures.
 func (i *SharedIndexInformer[T]) LastListError() error {
 	i.mu.Lock()
 	r := i.reflector
@@ -403,4 +422,24 @@ func (i *SharedIndexInformer[T]) LastListError() error {
 		return nil
 	}
 	return r.LastListError()
+}
+
+// SyncStatus returns where the informer's list and watch stand and, when
+// it is waiting, why (SyncStatus.String says it in one line).
+func (i *SharedIndexInformer[T]) SyncStatus() SyncStatus {
+	i.mu.Lock()
+	st := SyncStatus{
+		At:         i.clk.Now(),
+		Started:    i.started,
+		Running:    i.running,
+		RunStarted: i.runStarted,
+	}
+	r := i.reflector
+	i.mu.Unlock()
+	if r != nil {
+		r.status(&st)
+	}
+	st.Synced = i.checkSynced()
+	st.AppliedVersion = i.queue.AppliedVersion()
+	return st
 }

@@ -12,34 +12,6 @@ import (
 	"github.com/dbinformer/dbinformer/core/clock"
 )
 
-// OrderError reports a watch that broke its contract by delivering a
-// version not after the last one applied. The batch is not applied, and
-// the reflector relists: resuming the watch from the last applied version
-// would skip the change that came late (it is below that version), and a
-// stream that broke its order once cannot be trusted to have lost nothing
-// else.
-type OrderError struct {
-	Source string
-	Key    string
-	RV     ResourceVersion
-	After  ResourceVersion
-}
-
-func (e *OrderError) Error() string {
-	return fmt.Sprintf("%s: key %q at version %d arrived after version %d: watch out of order, relisting", e.Source, e.Key, e.RV, e.After)
-}
-
-// errNoKey reports an adapter event without a key: it cannot be cached.
-var errNoKey = errors.New("event has no key")
-
-// ErrProgressNotSupported is returned by RequestProgress when no watch is
-// open or the ListerWatcher cannot produce bookmarks on request.
-var ErrProgressNotSupported = errors.New("dbinformer: the current watch cannot report progress on request")
-
-// errWatchTimeout is the cause with which the reflector ends a watch at
-// its planned timeout.
-var errWatchTimeout = errors.New("dbinformer: planned watch timeout")
-
 // Reflector keeps a Queue in step with a ListerWatcher: list (streamed
 // into the queue), then watch from the list's version; bookmarks advance the
 // version; an expired version relists from scratch; a permanent failure
@@ -55,8 +27,10 @@ type Reflector[T any] struct {
 
 	mu          sync.Mutex
 	progress    chan struct{} // the open watch's Progress; nil when none can answer
-	lastListErr error
-	deltas      []Delta[T] // apply's scratch
+	listStarted time.Time     // of the list in progress; zero when none
+	listFail    failures      // since the last successful list
+	watchFail   failures      // since a watch last emitted anything
+	deltas      []Delta[T]    // apply's scratch
 }
 
 // reflectorConfig is what a reflector runs with, defaults filled in.
@@ -66,15 +40,19 @@ type reflectorConfig[T any] struct {
 	shouldResync    func() bool
 	backoff         Backoff
 	minWatchTimeout time.Duration // < 0: no planned timeout
-	transform       func(T) (T, error)
-	rep             reporter
-	met             InformerMetrics
-	clk             clock.Clock
+	// progressInterval overrides the ListerWatcher's ProgressInterval
+	// when non-zero; < 0: no stuck-watch detection.
+	progressInterval time.Duration
+	transform        func(T) (T, error)
+	rep              reporter
+	met              InformerMetrics
+	clk              clock.Clock
 }
 
 // NewReflector returns a Reflector that feeds q from lw. Of opts it uses
-// Name, ResyncPeriod, Transform, Backoff, MinWatchTimeout, ErrorHandler,
-// Logger, Metrics and Clock, as an informer would.
+// Name, ResyncPeriod, Transform, Backoff, MinWatchTimeout,
+// ProgressInterval, ErrorHandler, Logger, Metrics and Clock, as an informer
+// would.
 func NewReflector[T any](lw ListerWatcher[T], q Queue[T], opts InformerOptions[T]) *Reflector[T] {
 	name := opts.Name
 	if name == "" {
@@ -85,14 +63,15 @@ func NewReflector[T any](lw ListerWatcher[T], q Queue[T], opts InformerOptions[T
 		met = opts.Metrics.InformerMetrics(name)
 	}
 	return newReflector(lw, q, reflectorConfig[T]{
-		name:            name,
-		resyncPeriod:    opts.ResyncPeriod,
-		backoff:         opts.Backoff,
-		minWatchTimeout: opts.MinWatchTimeout,
-		transform:       opts.Transform,
-		rep:             newReporter(name, opts.ErrorHandler, opts.Logger),
-		met:             met,
-		clk:             clock.Or(opts.Clock),
+		name:             name,
+		resyncPeriod:     opts.ResyncPeriod,
+		backoff:          opts.Backoff,
+		minWatchTimeout:  opts.MinWatchTimeout,
+		progressInterval: opts.ProgressInterval,
+		transform:        opts.Transform,
+		rep:              newReporter(name, opts.ErrorHandler, opts.Logger),
+		met:              met,
+		clk:              clock.Or(opts.Clock),
 	})
 }
 
@@ -113,7 +92,17 @@ func (r *Reflector[T]) LastSyncResourceVersion() ResourceVersion {
 func (r *Reflector[T]) LastListError() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.lastListErr
+	return r.listFail.err
+}
+
+// status fills in the reflector's part of a SyncStatus.
+func (r *Reflector[T]) status(s *SyncStatus) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s.ListStarted = r.listStarted
+	s.ListFailures = r.listFail.export()
+	s.WatchFailures = r.watchFail.export()
+	s.LastSyncResourceVersion = r.LastSyncResourceVersion()
 }
 
 // RequestProgress asks the open watch for a bookmark (see
@@ -149,6 +138,9 @@ func (r *Reflector[T]) Run(ctx context.Context) error {
 	}
 	bo := newBackoffState(r.cfg.backoff, r.cfg.clk)
 	needList, relist := true, false
+	// resumed: the next watch continues from a version an earlier watch
+	// reached, not from a list's version.
+	resumed := false
 	for ctx.Err() == nil {
 		if needList {
 			if err := r.list(ctx, relist); err != nil {
@@ -162,10 +154,12 @@ func (r *Reflector[T]) Run(ctx context.Context) error {
 				r.sleep(ctx, bo.next())
 				continue
 			}
-			needList, relist = false, true
+			needList, relist, resumed = false, true, false
 		}
 		from, start := r.LastSyncResourceVersion(), r.cfg.clk.Now()
 		err := r.watch(ctx)
+		wasResumed := resumed
+		resumed = true
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -185,9 +179,14 @@ func (r *Reflector[T]) Run(ctx context.Context) error {
 		case errors.Is(err, ErrExpired), errors.As(err, new(*OrderError)):
 			r.cfg.rep.report(ctx, err)
 			needList = true
-			// A watch that expires before delivering anything may mean the
-			// list's version is already gone; do not hammer the source.
-			if !progressed {
+			// A watch from a list's version that expires before delivering
+			// anything may mean that version is already gone: do not hammer
+			// the source. A resumed watch that expires (a source back from
+			// an outage whose history restarted: a kube-apiserver's watch
+			// cache, a recreated slot) relists at once, whatever the ladder
+			// climbed during the outage; the first watch after that list is
+			// again protected.
+			if !progressed && !wasResumed {
 				r.sleep(ctx, bo.next())
 			}
 		default:
@@ -294,6 +293,9 @@ func (r *Reflector[T]) transform(obj T) (out T, err error) {
 // list streams one list into the queue: each object goes through admit
 // and on to the queue as it arrives; nothing here holds the list.
 func (r *Reflector[T]) list(ctx context.Context, relist bool) error {
+	r.mu.Lock()
+	r.listStarted = r.cfg.clk.Now()
+	r.mu.Unlock()
 	var received, estimated int64
 	var rv ResourceVersion
 	err := r.q.Replace(ctx, func(put func(Delta[T]) error) (ResourceVersion, error) {
@@ -327,16 +329,21 @@ func (r *Reflector[T]) list(ctx context.Context, relist bool) error {
 	})
 	r.cfg.met.Listed(relist, int(received), err)
 	if err != nil {
+		cause := err
 		err = fmt.Errorf("%s: list: %w", r.cfg.name, err)
 		r.mu.Lock()
-		r.lastListErr = err
+		r.listStarted = time.Time{}
+		if ctx.Err() == nil {
+			r.listFail.add(err, "list", cause, r.cfg.clk.Now())
+		}
 		r.mu.Unlock()
 		return err
 	}
 	r.cfg.met.ListProgress(received, estimated)
 	r.lastRV.Store(uint64(rv))
 	r.mu.Lock()
-	r.lastListErr = nil
+	r.listStarted = time.Time{}
+	r.listFail = failures{}
 	r.mu.Unlock()
 	return nil
 }
@@ -347,13 +354,17 @@ func (r *Reflector[T]) watch(ctx context.Context) error {
 	from := r.LastSyncResourceVersion()
 	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	// The helpers below (planned timeout, stuck-watch detection) end with
+	// the watch: done stops them, wg waits for them.
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer close(done)
 
 	// The planned timeout only cancels the watch's context: the watch ends
 	// itself and returns Stopped(wctx).
 	if base := r.cfg.minWatchTimeout; base > 0 {
 		timer := r.cfg.clk.NewTimer(base + time.Duration(rand.Int64N(int64(base))))
-		done := make(chan struct{})
-		var wg sync.WaitGroup
 		wg.Go(func() {
 			select {
 			case <-timer.C():
@@ -362,8 +373,6 @@ func (r *Reflector[T]) watch(ctx context.Context) error {
 				timer.Stop()
 			}
 		})
-		defer wg.Wait()
-		defer close(done)
 	}
 
 	var progress chan struct{}
@@ -379,20 +388,43 @@ func (r *Reflector[T]) watch(ctx context.Context) error {
 		}()
 	}
 
+	act := &watchActivity{}
+	act.last.Store(r.cfg.clk.Now().UnixNano())
+	if interval := r.ProgressInterval(); interval > 0 {
+		wg.Go(func() { r.watchdog(done, cancel, interval, progress, act) })
+	}
+
 	err := r.lw.Watch(wctx, from, WatchOptions[T]{
-		Emit:     func(batch []Event[T]) error { return r.apply(ctx, batch) },
+		Emit: func(batch []Event[T]) error {
+			act.busy.Add(1)
+			defer func() {
+				act.last.Store(r.cfg.clk.Now().UnixNano())
+				act.busy.Add(-1)
+			}()
+			return r.apply(ctx, batch)
+		},
 		Progress: progress,
 	})
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	if errors.Is(err, ErrWatchStopped) && errors.Is(context.Cause(wctx), errWatchTimeout) {
+	cause := context.Cause(wctx)
+	switch {
+	case errors.Is(err, ErrWatchStopped) && errors.Is(cause, errWatchTimeout):
 		return nil
-	}
-	if err == nil {
+	case errors.Is(cause, ErrWatchStuck):
+		// Whatever the watch answered to its cancellation, the reason it
+		// ended is that it was stuck.
+		err = cause
+	case err == nil:
 		err = errors.New("watch returned nil (the contract says it never does)")
 	}
-	return fmt.Errorf("%s: watch from version %d: %w", r.cfg.name, r.LastSyncResourceVersion(), err)
+	what := fmt.Sprintf("watch from version %d", r.LastSyncResourceVersion())
+	wrapped := fmt.Errorf("%s: %s: %w", r.cfg.name, what, err)
+	r.mu.Lock()
+	r.watchFail.add(wrapped, what, err, r.cfg.clk.Now())
+	r.mu.Unlock()
+	return wrapped
 }
 
 // apply checks and queues one watch batch. Nothing of a batch that breaks
@@ -418,6 +450,11 @@ func (r *Reflector[T]) apply(ctx context.Context, batch []Event[T]) error {
 	// slice's owner plain to the race detector.
 	r.mu.Lock()
 	deltas := r.deltas[:0]
+	if r.watchFail.count > 0 {
+		// The watch works again: earlier failures no longer say why a
+		// wait waits.
+		r.watchFail = failures{}
+	}
 	r.mu.Unlock()
 	for i := range batch {
 		if batch[i].Type == Bookmark {

@@ -8,7 +8,8 @@ import (
 
 // reporter is the one error path of an informer and its reflector: the
 // user's ErrorHandler when set, else the logger, at Info for an expired
-// version (an ordinary relist) and at Error for everything else.
+// version (an ordinary relist), at Warn for a stuck watch (reopened) and at
+// Error for everything else.
 type reporter struct {
 	name    string
 	handler func(error)
@@ -28,8 +29,11 @@ func (r reporter) report(ctx context.Context, err error) {
 		return
 	}
 	level := slog.LevelError
-	if errors.Is(err, ErrExpired) {
+	switch {
+	case errors.Is(err, ErrExpired):
 		level = slog.LevelInfo
+	case errors.Is(err, ErrWatchStuck):
+		level = slog.LevelWarn
 	}
 	r.logger.Log(ctx, level, "dbinformer", "source", r.name, "err", err)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -62,8 +63,13 @@ func WaitForCacheSyncTimeout(ctx context.Context, timeout time.Duration, waiters
 // WaitForCacheSync blocks until HasSynced. When the run ends on a
 // permanent failure first, it returns an error wrapping that failure
 // (matching ErrPermanent). When ctx ends first, the error wraps ctx's error
-// and says why the cache is not synced: the last list error, or that the
-// informer was never started.
+// and the latest list and watch errors, and says why the cache is not
+// synced, for example
+//
+//	users: cache not synced 30s after start: list: etcdserver: no leader (3 attempts, last 2s ago): context deadline exceeded
+//	users: cache not synced 50s after start: the list has been running for 50s: context deadline exceeded
+//
+// or that the informer was never started (see SyncStatus).
 func (i *SharedIndexInformer[T]) WaitForCacheSync(ctx context.Context) error {
 	for {
 		ch := i.queue.Changed()
@@ -82,16 +88,19 @@ func (i *SharedIndexInformer[T]) WaitForCacheSync(ctx context.Context) error {
 		}
 		break
 	}
-	i.mu.Lock()
-	started := i.started
-	i.mu.Unlock()
-	if !started {
+	st := i.SyncStatus()
+	if !st.Started {
 		return fmt.Errorf("%s: cache not synced, the informer was never started: %w", i.name, ctx.Err())
 	}
-	if le := i.LastListError(); le != nil {
-		return fmt.Errorf("%s: cache not synced: %w; last list error: %w", i.name, ctx.Err(), le)
+	why := st.why()
+	if why == "" {
+		if st.Running {
+			why = "the list has not finished"
+		} else {
+			why = "the informer is not running"
+		}
 	}
-	return fmt.Errorf("%s: cache not synced (the list has not finished): %w", i.name, ctx.Err())
+	return st.waitError(fmt.Sprintf("%s: cache not synced %v after start: %s", i.name, roundDuration(st.At.Sub(st.RunStarted)), why), ctx.Err())
 }
 
 // WaitForCacheSync blocks until HasSynced. When ctx ends first, the error
@@ -118,4 +127,150 @@ func (r *Registration[T]) WaitForCacheSync(ctx context.Context) error {
 			return fmt.Errorf("%s: handler %s has %d initial notifications left: %w", r.l.inf.name, r.l.name, left, ctx.Err())
 		}
 	}
+}
+
+// SyncStatus is where an informer's list and watch stand and, when it
+// waits, why. SharedIndexInformer.SyncStatus takes it; String says it in
+// one line; the errors of WaitForCacheSync and WaitFor say the same.
+type SyncStatus struct {
+	// At is when the status was taken, on the informer's clock.
+	At time.Time
+	// Started reports that the informer has been run; Running, that it
+	// runs now.
+	Started, Running bool
+	// RunStarted is when the current (or last) run began.
+	RunStarted time.Time
+	// Synced is HasSynced.
+	Synced bool
+	// ListStarted is when the list in progress began; zero when no list is
+	// running.
+	ListStarted time.Time
+	// ListFailures are the lists that failed since the last successful
+	// one (of the current or last run).
+	ListFailures Failures
+	// WatchFailures are the watches that failed (expired, stuck, or
+	// broken) since a watch last delivered anything, change or bookmark.
+	// A planned watch timeout is not a failure.
+	WatchFailures Failures
+	// LastSyncResourceVersion is the version of the last list or watch
+	// batch received; AppliedVersion, the version up to which the cache
+	// is applied.
+	LastSyncResourceVersion, AppliedVersion ResourceVersion
+}
+
+// Failures describes consecutive failed attempts (to list, or to watch).
+type Failures struct {
+	// Count is how many attempts failed in a row; 0 means none since the
+	// last success.
+	Count int
+	// Last is the latest attempt's error, as the error handler received
+	// it: it names the informer and wraps the source's own error.
+	Last error
+	// At is when the latest attempt failed.
+	At time.Time
+
+	what  string // "list", "watch from version 5"
+	cause error  // the source's error
+}
+
+func (f failures) export() Failures {
+	return Failures{Count: f.count, Last: f.err, At: f.at, what: f.what, cause: f.cause}
+}
+
+// String says in one line whether the informer is synced and what its
+// list and watch are waiting for, for example "not synced: list:
+// etcdserver: no leader (3 attempts, last 2s ago)".
+func (s SyncStatus) String() string {
+	if !s.Started {
+		return "not started"
+	}
+	why := s.why()
+	switch {
+	case s.Synced && why == "":
+		return "synced"
+	case s.Synced:
+		return "synced; " + why
+	case why != "":
+		return "not synced: " + why
+	case s.Running:
+		return "not synced: the list has not finished"
+	}
+	return "not synced: the informer is not running"
+}
+
+// why says what the list and the watch are waiting for; "" when neither
+// is failing nor a list is running.
+func (s SyncStatus) why() string {
+	var parts []string
+	if !s.ListStarted.IsZero() {
+		p := "the list has been running for " + roundDuration(s.At.Sub(s.ListStarted)).String()
+		if f := s.ListFailures; f.Count > 0 {
+			p += fmt.Sprintf(" (attempt %d; the last failed %v ago: %v)", f.Count+1, roundDuration(s.At.Sub(f.At)), f.cause)
+		}
+		parts = append(parts, p)
+	} else if f := s.ListFailures; f.Count > 0 {
+		parts = append(parts, f.describe(s.At))
+	}
+	if f := s.WatchFailures; f.Count > 0 {
+		parts = append(parts, f.describe(s.At))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// describe is "list: no leader (3 attempts, last 2s ago)".
+func (f Failures) describe(now time.Time) string {
+	attempts := "1 attempt"
+	if f.Count > 1 {
+		attempts = fmt.Sprintf("%d attempts", f.Count)
+	}
+	return fmt.Sprintf("%s: %v (%s, last %v ago)", f.what, f.cause, attempts, roundDuration(now.Sub(f.At)))
+}
+
+// waitError is a wait's error: msg, then the error that ended the wait;
+// it matches that error and the latest list and watch errors.
+func (s SyncStatus) waitError(msg string, ctxErr error) error {
+	errs := []error{ctxErr}
+	for _, f := range []Failures{s.ListFailures, s.WatchFailures} {
+		if f.Count > 0 && f.Last != nil {
+			errs = append(errs, f.Last)
+		}
+	}
+	return &waitError{msg: msg + ": " + ctxErr.Error(), errs: errs}
+}
+
+type waitError struct {
+	msg  string
+	errs []error
+}
+
+func (e *waitError) Error() string   { return e.msg }
+func (e *waitError) Unwrap() []error { return e.errs }
+
+// roundDuration keeps a duration readable in a message: whole seconds
+// from 10s, tenths from 1s, milliseconds below.
+func roundDuration(d time.Duration) time.Duration {
+	switch {
+	case d >= 10*time.Second:
+		return d.Round(time.Second)
+	case d >= time.Second:
+		return d.Round(100 * time.Millisecond)
+	case d >= time.Millisecond:
+		return d.Round(time.Millisecond)
+	}
+	return max(d, 0)
+}
+
+// failures is the latest of consecutive failed attempts to list, or to
+// watch: what the sync status and the errors of waits report.
+type failures struct {
+	err   error  // as reported: "name: list: cause"
+	what  string // "list", "watch from version 5"
+	cause error  // the source's error, without the prefixes
+	count int
+	at    time.Time
+}
+
+func (f *failures) add(err error, what string, cause error, at time.Time) {
+	f.err, f.what, f.cause, f.at = err, what, cause, at
+	f.count++
 }

@@ -13,7 +13,9 @@ import (
 // is a ProgressReporter the open watch is asked for a bookmark (at most
 // once per ProgressRequestInterval), so a version that touched no watched
 // key is reached too. Without one, such a version is reached at the next
-// change or bookmark the source sends.
+// change or bookmark the source sends. When ctx ends first, the error wraps
+// ctx's error and says why the cache is behind: a list running, the latest
+// list or watch failure (see SyncStatus).
 func (i *SharedIndexInformer[T]) WaitFor(ctx context.Context, rv ResourceVersion) error {
 	for {
 		// Take the signal before reading the version, so that a change in
@@ -35,7 +37,12 @@ func (i *SharedIndexInformer[T]) WaitFor(ctx context.Context, rv ResourceVersion
 		case <-tick:
 		case <-ctx.Done():
 			stop()
-			return fmt.Errorf("%s: waiting for version %d (applied %d): %w", i.name, rv, applied, ctx.Err())
+			msg := fmt.Sprintf("%s: waiting for version %d (applied %d)", i.name, rv, applied)
+			st := i.SyncStatus()
+			if why := st.why(); why != "" {
+				msg += ": " + why
+			}
+			return st.waitError(msg, ctx.Err())
 		}
 		stop()
 	}

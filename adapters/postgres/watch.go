@@ -84,14 +84,6 @@ func (t *Table[T]) Watch(ctx context.Context, from core.ResourceVersion, opts co
 			}
 			return err
 		}
-		if s.gen != gen {
-			err := s.streamErr
-			s.mu.Unlock()
-			if err == nil {
-				err = fmt.Errorf("postgres %s: replication stream of slot %q restarted", s.where(), s.slot)
-			}
-			return err
-		}
 		if i := st.firstAfter(pos); i < len(st.batches) {
 			b := st.batches[i]
 			s.mu.Unlock()
@@ -112,6 +104,16 @@ func (t *Table[T]) Watch(ctx context.Context, from core.ResourceVersion, opts co
 			pos = b.rv
 			t.ack(pos)
 			continue
+		}
+		// Every change received before the stream ended is emitted (above)
+		// before its failure is returned.
+		if s.gen != gen {
+			err := s.streamErr
+			s.mu.Unlock()
+			if err == nil {
+				err = fmt.Errorf("postgres %s: replication stream of slot %q restarted", s.where(), s.slot)
+			}
+			return err
 		}
 		answer := asked != 0 && s.progressDone >= asked
 		if s.pos > pos || answer {

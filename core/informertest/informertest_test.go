@@ -356,7 +356,13 @@ func TestRunCollectsErrors(t *testing.T) {
 	opts := fastRetry()
 	opts.ErrorHandler = func(err error) { mu.Lock(); seen = append(seen, err); mu.Unlock() }
 	inf, errs := informertest.Run[item](t, spy, opts)
-	spy.Break(fmt.Errorf("reset: %w", core.ErrExpired))
+	// Break only breaks open watches: wait for the first one.
+	if err := spy.WaitOpen(t.Context(), 1); err != nil {
+		t.Fatal(err)
+	}
+	if n := spy.Break(fmt.Errorf("reset: %w", core.ErrExpired)); n != 1 {
+		t.Fatalf("Break broke %d watches, want 1", n)
+	}
 	src.Put("a", item{1})
 	informertest.WaitFor(t, inf, src.HeadRV())
 	if err := errs.Wait(t, "the expired watch", func(err error) bool { return errors.Is(err, core.ErrExpired) }); err == nil {

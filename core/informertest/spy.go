@@ -77,6 +77,7 @@ var (
 	_ core.ListerWatcher[int] = (*Spy[int])(nil)
 	_ core.ProgressReporter   = (*Spy[int])(nil)
 	_ core.HeadReader         = (*Spy[int])(nil)
+	_ core.HealWaiter         = (*Spy[int])(nil)
 )
 
 // Wrap returns a Spy around lw.
@@ -115,7 +116,7 @@ var ErrNoHeal = fmt.Errorf("informertest: the wrapped ListerWatcher cannot tell 
 // WaitHealed forwards to the wrapped ListerWatcher's WaitHealed
 // (core.HealWaiter), or returns ErrNoHeal at once.
 func (s *Spy[T]) WaitHealed(ctx context.Context) error {
-	if h, ok := s.lw.(interface{ WaitHealed(context.Context) error }); ok {
+	if h, ok := s.lw.(core.HealWaiter); ok {
 		return h.WaitHealed(ctx)
 	}
 	return ErrNoHeal

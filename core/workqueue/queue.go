@@ -317,8 +317,11 @@ func (q *Queue[K]) doneStateLocked(sh *shard[K], s int, item K, idx int32) {
 	st := q.state(idx)
 	st.flags &^= fProcessing
 	sh.processing--
-	if st.flags&fDirty != 0 {
+	switch {
+	case st.flags&fDirty != 0:
 		q.pushLocked(st, s, idx)
+	case st.flags == 0:
+		sh.idled++
 	}
 }
 

@@ -57,7 +57,10 @@ type shard[K comparable] struct {
 	index keyIndex[K]
 	// processing counts this shard's items handed out and not yet Done.
 	processing int
-	_          [64]byte // keeps the next shard's lock off this cache line
+	// idled counts the Dones that left a state idle since the last sweep
+	// (an upper bound on the idle states it could free).
+	idled int
+	_     [64]byte // keeps the next shard's lock off this cache line
 }
 
 // State allocation, under the queue's lock: a new key is always queued or
@@ -140,12 +143,23 @@ func (q *Queue[K]) acquireLocked(sh *shard[K], item K, h uint64) int32 {
 // sweepLocked frees the idle states, holding mu and no shard lock. It runs
 // once the states in use exceed sweepAt, which it sets to twice what is
 // left (and at least 1024 more): between two sweeps at least as many states
-// are allocated as the sweep visits, so its cost is constant per Add.
-// Freed states may still be pointed at by stale slots and delay entries;
-// their seq no longer matches, as with any stale entry.
+// are allocated as the sweep visits, so its cost is constant per Add. It
+// only scans when Dones since the last scan could have left half the
+// states idle, so a queue that only grows (delayed items piling up) pays
+// nothing. Freed states may still be pointed at by stale slots and delay
+// entries; their seq no longer matches, as with any stale entry.
 func (q *Queue[K]) sweepLocked() {
 	q.sweepDue = false
 	q.lockShards()
+	defer q.unlockShards()
+	idled := 0
+	for i := range q.shards {
+		idled += q.shards[i].idled
+	}
+	if 2*idled < q.states {
+		q.sweepAt = 2*q.states + q.slack
+		return
+	}
 	var idle []int32
 	for i := range q.shards {
 		sh := &q.shards[i]
@@ -162,8 +176,8 @@ func (q *Queue[K]) sweepLocked() {
 			q.free = append(q.free, idx)
 		}
 		q.states -= len(idle)
+		sh.idled = 0
 	}
-	q.unlockShards()
 	q.sweepAt = 2*q.states + q.slack
 }
 

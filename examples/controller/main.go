@@ -50,6 +50,7 @@ import (
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/workqueue"
 	prommetrics "github.com/dbinformer/dbinformer/metrics/prometheus"
+	"github.com/dbinformer/dbinformer/statuspage"
 )
 
 // App is the desired state of one application.
@@ -144,15 +145,16 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		return err
 	}
 	pm.TrackLag("apps", lw)
+	page := statuspage.New(statuspage.Options{Title: "controller"})
 	c := &controller{
 		apps: core.NewSharedIndexInformer[App](lw, core.InformerOptions[App]{
 			Name:         "apps",
-			Metrics:      pm,
-			ErrorHandler: func(err error) { fmt.Fprintln(out, "informer error:", err) },
+			Metrics:      statuspage.Tee(page, pm),
+			ErrorHandler: page.ErrorHandler("apps", func(err error) { fmt.Fprintln(out, "informer error:", err) }),
 		}),
 		queue: workqueue.New(workqueue.Options[string]{
 			Name:            "apps",
-			MetricsProvider: pm,
+			MetricsProvider: statuspage.TeeQueues(page, pm),
 			// client-go's default controller limiter with the base delay
 			// as a flag: the worse of a per-key exponential backoff and an
 			// overall 10 qps bucket (burst 100).
@@ -167,6 +169,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		start:    time.Now(),
 		attempts: map[string]int{},
 	}
+	page.Add(c.apps, lw)
 	defer c.queue.ShutDown()
 
 	// The stock handler only enqueues keys: the reconcile reads the current
@@ -183,10 +186,13 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		}
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mux.Handle("/debug/informers/", page) // status page, ?format=json, readyz, livez
+		mux.Handle("GET /readyz", page.ReadyHandler())
+		mux.Handle("GET /livez", page.LiveHandler())
 		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = srv.Serve(ln) }()
 		defer srv.Close()
-		fmt.Fprintf(out, "serving http://%s/metrics\n", ln.Addr())
+		fmt.Fprintf(out, "serving http://%s/metrics and the status page http://%s/debug/informers/\n", ln.Addr(), ln.Addr())
 	}
 
 	var wg sync.WaitGroup

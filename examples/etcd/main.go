@@ -54,6 +54,7 @@ import (
 	etcdinformer "github.com/dbinformer/dbinformer/adapters/etcd"
 	"github.com/dbinformer/dbinformer/core"
 	prommetrics "github.com/dbinformer/dbinformer/metrics/prometheus"
+	"github.com/dbinformer/dbinformer/statuspage"
 )
 
 // Service is the typed value stored (as JSON) under each key.
@@ -126,14 +127,16 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		return err
 	}
 	pm.TrackLag("services", lw)
+	page := statuspage.New(statuspage.Options{Title: "etcd example"})
 	services := core.NewSharedIndexInformer[Service](lw, core.InformerOptions[Service]{
 		Name: "services",
 		Indexers: core.Indexers[Service]{
 			"team": func(s Service) ([]string, error) { return []string{s.Team}, nil },
 		},
-		Metrics:      pm,
-		ErrorHandler: func(err error) { fmt.Fprintln(out, "error:", err) },
+		Metrics:      statuspage.Tee(page, pm),
+		ErrorHandler: page.ErrorHandler("services", func(err error) { fmt.Fprintln(out, "error:", err) }),
 	})
+	page.Add(services, lw)
 	if _, err := services.AddEventHandlerWithOptions(core.ResourceEventHandlerFuncs[Service]{
 		AddFunc: func(key string, s Service, initial bool) {
 			if !initial {
@@ -169,10 +172,10 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: routes(reg, services), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: routes(reg, page, services), ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	fmt.Fprintf(out, "serving http://%s (/services, /services/{name}, /services?team={team}, /metrics); Ctrl-C stops\n", ln.Addr())
+	fmt.Fprintf(out, "serving http://%s (/services, /services/{name}, /services?team={team}, /metrics, /debug/informers/); Ctrl-C stops\n", ln.Addr())
 
 	select {
 	case <-ctx.Done():
@@ -189,9 +192,12 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	return nil
 }
 
-func routes(reg *prometheus.Registry, services *core.SharedIndexInformer[Service]) *http.ServeMux {
+func routes(reg *prometheus.Registry, page *statuspage.Page, services *core.SharedIndexInformer[Service]) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("/debug/informers/", page) // status page, ?format=json, readyz, livez
+	mux.Handle("GET /readyz", page.ReadyHandler())
+	mux.Handle("GET /livez", page.LiveHandler())
 	mux.HandleFunc("GET /services", func(w http.ResponseWriter, r *http.Request) {
 		var list []Service
 		if team := r.URL.Query().Get("team"); team != "" {

@@ -18,6 +18,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"sort"
@@ -34,6 +36,7 @@ import (
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/workqueue"
 	kubeinformer "github.com/dbinformer/dbinformer/kubeadapter"
+	"github.com/dbinformer/dbinformer/statuspage"
 )
 
 func main() {
@@ -56,6 +59,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	workers := fs.Int("workers", 2, "reconcile workers")
 	syncTimeout := fs.Duration("sync-timeout", 2*time.Minute, "give up if the caches have not filled by then (0: wait forever)")
 	verbose := fs.Bool("v", false, "log informer internals")
+	status := fs.String("status", "", "serve the status page (/debug/informers/), /readyz and /livez on this address, e.g. 127.0.0.1:8080 (default: off)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -83,15 +87,34 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	page := statuspage.New(statuspage.Options{Title: "kubecontroller"})
 	configMaps := core.NewSharedIndexInformer[*corev1.ConfigMap](cmSource,
-		core.InformerOptions[*corev1.ConfigMap]{Name: "configmaps", Logger: log})
+		core.InformerOptions[*corev1.ConfigMap]{Name: "configmaps", Logger: log,
+			Metrics: page, ErrorHandler: page.ErrorHandlerLogger("configmaps", nil, log)})
 	pods := core.NewSharedIndexInformer[*corev1.Pod](podSource,
-		core.InformerOptions[*corev1.Pod]{Name: "pods", Logger: log})
+		core.InformerOptions[*corev1.Pod]{Name: "pods", Logger: log,
+			Metrics: page, ErrorHandler: page.ErrorHandlerLogger("pods", nil, log)})
+	page.Add(configMaps, cmSource)
+	page.Add(pods, podSource)
 
+	if *status != "" {
+		ln, err := net.Listen("tcp", *status)
+		if err != nil {
+			return err
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/debug/informers/", page) // status page, ?format=json, readyz, livez
+		mux.Handle("GET /readyz", page.ReadyHandler())
+		mux.Handle("GET /livez", page.LiveHandler())
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		defer srv.Close()
+		fmt.Fprintf(stderr, "status page: http://%s/debug/informers/\n", ln.Addr())
+	}
 	// One queue of keys per kind, fed by the stock handler: a worker reads
 	// the current state back from the cache.
-	cmQueue := workqueue.New(workqueue.Options[string]{Name: "configmaps"})
-	podQueue := workqueue.New(workqueue.Options[string]{Name: "pods"})
+	cmQueue := workqueue.New(workqueue.Options[string]{Name: "configmaps", MetricsProvider: page})
+	podQueue := workqueue.New(workqueue.Options[string]{Name: "pods", MetricsProvider: page})
 	defer cmQueue.ShutDown()
 	defer podQueue.ShutDown()
 	if _, err := configMaps.AddEventHandler(workqueue.EnqueueKeys[*corev1.ConfigMap](cmQueue)); err != nil {

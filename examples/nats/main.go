@@ -48,6 +48,7 @@ import (
 	natsinformer "github.com/dbinformer/dbinformer/adapters/nats"
 	"github.com/dbinformer/dbinformer/core"
 	prommetrics "github.com/dbinformer/dbinformer/metrics/prometheus"
+	"github.com/dbinformer/dbinformer/statuspage"
 )
 
 // Item is the typed value stored (as JSON) under each key of the bucket.
@@ -117,14 +118,16 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		return err
 	}
 	pm.TrackLag("items", lw)
+	page := statuspage.New(statuspage.Options{Title: "nats example"})
 	items := core.NewSharedIndexInformer[Item](lw, core.InformerOptions[Item]{
 		Name: "items",
 		Indexers: core.Indexers[Item]{
 			"warehouse": func(i Item) ([]string, error) { return []string{i.Warehouse}, nil },
 		},
-		Metrics:      pm,
-		ErrorHandler: func(err error) { fmt.Fprintln(out, "error:", err) },
+		Metrics:      statuspage.Tee(page, pm),
+		ErrorHandler: page.ErrorHandler("items", func(err error) { fmt.Fprintln(out, "error:", err) }),
 	})
+	page.Add(items, lw)
 	if _, err := items.AddEventHandlerWithOptions(core.ResourceEventHandlerFuncs[Item]{
 		AddFunc: func(key string, i Item, initial bool) {
 			if !initial {
@@ -164,10 +167,10 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: routes(reg, items), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: routes(reg, page, items), ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	fmt.Fprintf(out, "serving http://%s (/items, /items/{sku}, /items?warehouse={code}, /metrics); Ctrl-C stops\n", ln.Addr())
+	fmt.Fprintf(out, "serving http://%s (/items, /items/{sku}, /items?warehouse={code}, /metrics, /debug/informers/); Ctrl-C stops\n", ln.Addr())
 
 	select {
 	case <-ctx.Done():
@@ -184,9 +187,12 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	return nil
 }
 
-func routes(reg *prometheus.Registry, items *core.SharedIndexInformer[Item]) *http.ServeMux {
+func routes(reg *prometheus.Registry, page *statuspage.Page, items *core.SharedIndexInformer[Item]) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("/debug/informers/", page) // status page, ?format=json, readyz, livez
+	mux.Handle("GET /readyz", page.ReadyHandler())
+	mux.Handle("GET /livez", page.LiveHandler())
 	mux.HandleFunc("GET /items", func(w http.ResponseWriter, r *http.Request) {
 		var list []Item
 		if wh := r.URL.Query().Get("warehouse"); wh != "" {

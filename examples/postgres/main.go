@@ -42,6 +42,7 @@ import (
 	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/core"
 	prommetrics "github.com/dbinformer/dbinformer/metrics/prometheus"
+	"github.com/dbinformer/dbinformer/statuspage"
 )
 
 // Customer is a row of public.customers; fields map to columns by `db` tag.
@@ -139,20 +140,23 @@ func run(ctx context.Context, cfg config, out io.Writer) (err error) {
 	pm.TrackLag("customers", customersTable)
 	pm.TrackLag("orders", ordersTable)
 	errorHandler := func(err error) { fmt.Fprintln(out, "error:", err) }
+	page := statuspage.New(statuspage.Options{Title: "postgres example"})
 
 	customers := core.NewSharedIndexInformer[Customer](customersTable, core.InformerOptions[Customer]{
 		Name:         "customers",
-		Metrics:      progressMetrics{pm, out},
-		ErrorHandler: errorHandler,
+		Metrics:      statuspage.Tee(page, progressMetrics{pm, out}),
+		ErrorHandler: page.ErrorHandler("customers", errorHandler),
 	})
 	orders := core.NewSharedIndexInformer[Order](ordersTable, core.InformerOptions[Order]{
 		Name: "orders",
 		Indexers: core.Indexers[Order]{
 			"customer": func(o Order) ([]string, error) { return []string{strconv.FormatInt(o.CustomerID, 10)}, nil },
 		},
-		Metrics:      progressMetrics{pm, out},
-		ErrorHandler: errorHandler,
+		Metrics:      statuspage.Tee(page, progressMetrics{pm, out}),
+		ErrorHandler: page.ErrorHandler("orders", errorHandler),
 	})
+	page.Add(customers, customersTable)
+	page.Add(orders, ordersTable)
 	if _, err := customers.AddEventHandlerWithOptions(printChanges[Customer](out, "customers"), core.HandlerOptions{Name: "printer"}); err != nil {
 		return err
 	}
@@ -178,10 +182,10 @@ func run(ctx context.Context, cfg config, out io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: routes(reg, customers, orders), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: routes(reg, page, customers, orders), ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	fmt.Fprintf(out, "serving http://%s (/customers, /customers/{id}, /orders/{id}, /orders?customer={id}, /metrics); Ctrl-C stops\n", ln.Addr())
+	fmt.Fprintf(out, "serving http://%s (/customers, /customers/{id}, /orders/{id}, /orders?customer={id}, /metrics, /debug/informers/); Ctrl-C stops\n", ln.Addr())
 
 	select {
 	case <-ctx.Done():
@@ -198,9 +202,12 @@ func run(ctx context.Context, cfg config, out io.Writer) (err error) {
 	return nil
 }
 
-func routes(reg *prometheus.Registry, customers *core.SharedIndexInformer[Customer], orders *core.SharedIndexInformer[Order]) *http.ServeMux {
+func routes(reg *prometheus.Registry, page *statuspage.Page, customers *core.SharedIndexInformer[Customer], orders *core.SharedIndexInformer[Order]) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("/debug/informers/", page) // status page, ?format=json, readyz, livez
+	mux.Handle("GET /readyz", page.ReadyHandler())
+	mux.Handle("GET /livez", page.LiveHandler())
 	mux.HandleFunc("GET /customers", func(w http.ResponseWriter, r *http.Request) {
 		list := customers.Lister().List(nil)
 		sort.Slice(list, func(i, j int) bool { return list[i].ID < list[j].ID })

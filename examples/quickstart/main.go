@@ -16,6 +16,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"sort"
@@ -30,6 +32,7 @@ import (
 
 	natsinformer "github.com/dbinformer/dbinformer/adapters/nats"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/statuspage"
 )
 
 // Order is the typed record the cache holds.
@@ -45,6 +48,7 @@ type config struct {
 	bucket  string
 	orders  int
 	follow  bool
+	status  string // address of the status page; empty: none
 }
 
 func main() {
@@ -53,6 +57,7 @@ func main() {
 	flag.StringVar(&cfg.bucket, "bucket", "quickstart_orders", "key-value bucket to sync (created if missing)")
 	flag.IntVar(&cfg.orders, "orders", 5000, "orders to write before the informer starts")
 	flag.BoolVar(&cfg.follow, "follow", false, "after the tour, keep printing changes until Ctrl-C")
+	flag.StringVar(&cfg.status, "status", "127.0.0.1:0", "serve the status page (/debug/informers/) on this address; empty: none")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -103,15 +108,30 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	progress := &progressPrinter{out: out}
+	// The status page records the informer's metrics and serves them
+	// (HTML, JSON, readyz, livez); it also prints the sync's progress.
+	page := statuspage.New(statuspage.Options{Title: "quickstart"})
 	informer := core.NewSharedIndexInformer(lw, core.InformerOptions[Order]{
 		Name: "bucket " + cfg.bucket,
 		Indexers: core.Indexers[Order]{
 			"status":   func(o Order) ([]string, error) { return []string{o.Status}, nil },
 			"customer": func(o Order) ([]string, error) { return []string{o.Customer}, nil },
 		},
-		Metrics: progress,
+		Metrics: page,
 	})
+	page.Add(informer, lw)
+	if cfg.status != "" {
+		ln, err := net.Listen("tcp", cfg.status)
+		if err != nil {
+			return err
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/debug/informers/", page) // status page, ?format=json, readyz, livez
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		defer srv.Close()
+		fmt.Fprintf(out, "status page: http://%s/debug/informers/\n", ln.Addr())
+	}
 	var initialAdds atomic.Int64
 	live := make(chan string, 64)
 	reg, err := informer.AddEventHandler(core.ResourceEventHandlerFuncs[Order]{
@@ -139,10 +159,15 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	defer func() { cancelRun(); wg.Wait() }()
 
 	start := time.Now()
-	if err := informer.WaitForCacheSync(ctx); err != nil {
+	printCtx, stopPrinting := context.WithCancel(ctx)
+	printed := make(chan struct{})
+	go func() { defer close(printed); _ = page.PrintProgress(printCtx, out, 200*time.Millisecond) }()
+	err = informer.WaitForCacheSync(ctx)
+	stopPrinting()
+	<-printed
+	if err != nil {
 		return fmt.Errorf("initial sync: %w", err) // says why: the last list error
 	}
-	progress.done()
 	if err := reg.WaitForCacheSync(ctx); err != nil { // the handler has received every initial add
 		return err
 	}
@@ -224,47 +249,6 @@ func startEmbedded() (*natsserver.Server, error) {
 	}
 	go func() { srv.WaitForShutdown(); os.RemoveAll(dir) }()
 	return srv, nil
-}
-
-// progressPrinter shows the initial sync's progress through the informer's
-// metrics hook: objects received against the source's estimate.
-type progressPrinter struct {
-	core.NoopMetrics
-	out      io.Writer
-	mu       sync.Mutex
-	last     time.Time
-	finished bool
-}
-
-func (p *progressPrinter) InformerMetrics(string) core.InformerMetrics { return p }
-
-func (p *progressPrinter) ListProgress(received, estimated int64) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.finished || time.Since(p.last) < 200*time.Millisecond {
-		return
-	}
-	p.last = time.Now()
-	if estimated > 0 {
-		fmt.Fprintf(p.out, "initial sync: %d of ~%d orders\n", received, estimated)
-	} else {
-		fmt.Fprintf(p.out, "initial sync: %d orders\n", received)
-	}
-}
-
-func (p *progressPrinter) Listed(relist bool, items int, err error) {
-	if err != nil {
-		return
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	fmt.Fprintf(p.out, "initial sync: listed %d orders (relist=%v)\n", items, relist)
-}
-
-func (p *progressPrinter) done() {
-	p.mu.Lock()
-	p.finished = true
-	p.mu.Unlock()
 }
 
 func mustJSON(o Order) []byte {

@@ -397,6 +397,7 @@ func runSchemaMatrix(t *testing.T, seed uint64) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Logf("%s: %d rows on the server", mt.name, len(truth))
 		divergences = append(divergences, mt.diff(mt.cache(), truth)...)
 		for _, err := range mt.errs.All() {
 			if strings.Contains(err.Error(), "decode") {

@@ -25,7 +25,7 @@
 //	dbinformer_informer_listed_objects            objects in the last successful list
 //	dbinformer_informer_list_received_objects     objects received by the list in progress (or the last)
 //	dbinformer_informer_list_estimated_objects    the source's estimate for that list, 0 if unknown
-//	dbinformer_informer_watch_restarts_total{reason="timeout|expired|error"}
+//	dbinformer_informer_watch_restarts_total{reason="timeout|expired|stuck|error"}
 //	dbinformer_informer_applied_resource_version  the version up to which the cache is applied
 //	dbinformer_informer_pending_notifications{handler}
 //	dbinformer_informer_handler_panics_total{handler}

@@ -111,7 +111,7 @@ func New(reg prometheus.Registerer, opts Options) (*Provider, error) {
 	p.listed = gauge(inf("listed_objects", "Objects in the last successful list."), "informer")
 	p.listReceived = gauge(inf("list_received_objects", "Objects received so far by the list in progress, or by the last list."), "informer")
 	p.listEstimated = gauge(inf("list_estimated_objects", "The source's estimate of the objects in the list in progress; 0 when unknown."), "informer")
-	p.watchRestarts = counter(inf("watch_restarts_total", "Watches that ended and were reopened; reason is timeout (planned), expired (relist) or error (backoff, resume)."), "informer", "reason")
+	p.watchRestarts = counter(inf("watch_restarts_total", "Watches that ended and were reopened; reason is timeout (planned), expired (relist), stuck (no progress for several progress intervals: reopened) or error (backoff, resume)."), "informer", "reason")
 	p.applied = gauge(inf("applied_resource_version", "The source version up to which the cache is applied."), "informer")
 	p.pending = gauge(inf("pending_notifications", "Notifications waiting for a handler; a slow handler shows here."), "informer", "handler")
 	p.panics = counter(inf("handler_panics_total", "Recovered handler panics."), "informer", "handler")
@@ -167,6 +167,7 @@ func (p *Provider) informer(name string) *informerMetrics {
 		restartTimout: p.watchRestarts.WithLabelValues(name, "timeout"),
 		restartExpire: p.watchRestarts.WithLabelValues(name, "expired"),
 		restartError:  p.watchRestarts.WithLabelValues(name, "error"),
+		restartStuck:  p.watchRestarts.WithLabelValues(name, "stuck"),
 		appliedG:      p.applied.WithLabelValues(name),
 		decode:        p.decodeErrors.WithLabelValues(name),
 	}
@@ -195,6 +196,7 @@ type informerMetrics struct {
 	listOK, listErr, relistOK, relistErr       prometheus.Counter
 	listed, received, estimated                prometheus.Gauge
 	restartTimout, restartExpire, restartError prometheus.Counter
+	restartStuck                               prometheus.Counter
 	appliedG                                   prometheus.Gauge
 	appliedRV                                  atomic.Uint64
 	decode                                     prometheus.Counter
@@ -227,6 +229,8 @@ func (m *informerMetrics) WatchRestarted(reason error) {
 		m.restartTimout.Inc()
 	case errors.Is(reason, core.ErrExpired):
 		m.restartExpire.Inc()
+	case errors.Is(reason, core.ErrWatchStuck):
+		m.restartStuck.Inc()
 	default:
 		m.restartError.Inc()
 	}

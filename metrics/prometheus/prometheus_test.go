@@ -358,8 +358,9 @@ func TestWatchRestartReasons(t *testing.T) {
 	m.WatchRestarted(nil)
 	m.WatchRestarted(fmt.Errorf("compacted: %w", core.ErrExpired))
 	m.WatchRestarted(errors.New("eof"))
+	m.WatchRestarted(fmt.Errorf("watch from version 5: %w (no event or bookmark for 30s)", core.ErrWatchStuck))
 	m.Listed(false, 0, errors.New("denied"))
-	for reason, n := range map[string]float64{"timeout": 2, "expired": 1, "error": 1} {
+	for reason, n := range map[string]float64{"timeout": 2, "expired": 1, "stuck": 1, "error": 1} {
 		want(t, reg, "x_informer_watch_restarts_total", map[string]string{"informer": "i", "reason": reason, "role": "test"}, n)
 	}
 	want(t, reg, "x_informer_lists_total", map[string]string{"informer": "i", "kind": "list", "result": "error"}, 1)

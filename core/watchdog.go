@@ -1,0 +1,72 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// ProgressInterval is how often the open watch is expected to show
+// progress: InformerOptions.ProgressInterval when set, else the
+// ListerWatcher's (ProgressIntervaler); 0 means no stuck-watch detection.
+func (r *Reflector[T]) ProgressInterval() time.Duration {
+	d := r.cfg.progressInterval
+	if d == 0 {
+		if pi, ok := r.lw.(ProgressIntervaler); ok {
+			d = pi.ProgressInterval()
+		}
+	}
+	return max(d, 0)
+}
+
+// watchActivity is what the watchdog reads of a watch: when Emit last
+// returned (UnixNano on the reflector's clock) and whether it is in Emit.
+type watchActivity struct {
+	last atomic.Int64
+	busy atomic.Int32
+}
+
+// watchdog ends a watch that stays silent (no Emit) for StuckIntervals
+// progress intervals, asking a ProgressReporter's watch for a bookmark
+// after each silent interval first: a healthy idle watch answers, and
+// its answer is an Emit.
+func (r *Reflector[T]) watchdog(done <-chan struct{}, cancel context.CancelCauseFunc, interval time.Duration, progress chan struct{}, act *watchActivity) {
+	t := r.cfg.clk.NewTimer(interval)
+	defer t.Stop()
+	// asked is the last silent interval a request was made for; requests
+	// counts them since the last Emit.
+	seen, asked, requests := act.last.Load(), 0, 0
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C():
+		}
+		now := r.cfg.clk.Now()
+		last := act.last.Load()
+		var silent time.Duration
+		if act.busy.Load() == 0 {
+			silent = now.Sub(time.Unix(0, last))
+		}
+		if last != seen || silent <= 0 {
+			seen, asked, requests = last, 0, 0
+			silent = max(silent, 0)
+		}
+		k := int(silent / interval)
+		if k >= StuckIntervals {
+			msg := fmt.Sprintf("no event or bookmark for %v, progress expected every %v", roundDuration(silent), interval)
+			if requests > 0 {
+				msg += fmt.Sprintf("; %d bookmark requests unanswered", requests)
+			}
+			cancel(fmt.Errorf("%w (%s)", ErrWatchStuck, msg))
+			return
+		}
+		if k >= 1 && progress != nil && asked < k {
+			notify(progress)
+			asked = k
+			requests++
+		}
+		t.Reset(interval - silent%interval)
+	}
+}
