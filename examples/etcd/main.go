@@ -149,6 +149,17 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		return err
 	}
 
+	// Serve before the sync, so that the status page shows its progress
+	// (the data endpoints answer from a cache that may still be filling).
+	ln, err := net.Listen("tcp", cfg.listen)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: routes(reg, page, services), ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	defer srv.Close() // an early return (a failed sync, Ctrl-C) stops serving too
+	fmt.Fprintf(out, "status page: http://%s/debug/informers/\n", ln.Addr())
 	runCtx, stopInformer := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = services.Run(runCtx) })
@@ -159,7 +170,13 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	// A source that keeps failing (a missing privilege, say) is retried
 	// with backoff forever by the informer; the timeout turns that into an
 	// error that says why: the last list error.
-	if err := core.WaitForCacheSyncTimeout(ctx, cfg.syncTimeout, services); err != nil {
+	printCtx, stopPrinting := context.WithCancel(ctx)
+	printed := make(chan struct{})
+	go func() { defer close(printed); _ = page.PrintProgress(printCtx, out, time.Second) }()
+	err = core.WaitForCacheSyncTimeout(ctx, cfg.syncTimeout, services)
+	stopPrinting()
+	<-printed
+	if err != nil {
 		if ctx.Err() != nil {
 			return nil // Ctrl-C during the wait: a clean stop
 		}
@@ -168,13 +185,6 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	fmt.Fprintf(out, "synced %d services at revision %d in %v\n",
 		services.Indexer().Len(), services.LastSyncResourceVersion(), time.Since(start).Round(time.Millisecond))
 
-	ln, err := net.Listen("tcp", cfg.listen)
-	if err != nil {
-		return err
-	}
-	srv := &http.Server{Handler: routes(reg, page, services), ReadHeaderTimeout: 10 * time.Second}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
 	fmt.Fprintf(out, "serving http://%s (/services, /services/{name}, /services?team={team}, /metrics, /debug/informers/); Ctrl-C stops\n", ln.Addr())
 
 	select {

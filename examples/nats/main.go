@@ -144,6 +144,17 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		return err
 	}
 
+	// Serve before the sync, so that the status page shows its progress
+	// (the data endpoints answer from a cache that may still be filling).
+	ln, err := net.Listen("tcp", cfg.listen)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: routes(reg, page, items), ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	defer srv.Close() // an early return (a failed sync, Ctrl-C) stops serving too
+	fmt.Fprintf(out, "status page: http://%s/debug/informers/\n", ln.Addr())
 	runCtx, stopInformer := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = items.Run(runCtx) })
@@ -154,7 +165,13 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	// with backoff by the informer; the timeout turns that into an error
 	// that says why (the last list error). Ctrl-C during the wait is a
 	// clean stop.
-	if err := core.WaitForCacheSyncTimeout(ctx, cfg.syncTimeout, items); err != nil {
+	printCtx, stopPrinting := context.WithCancel(ctx)
+	printed := make(chan struct{})
+	go func() { defer close(printed); _ = page.PrintProgress(printCtx, out, time.Second) }()
+	err = core.WaitForCacheSyncTimeout(ctx, cfg.syncTimeout, items)
+	stopPrinting()
+	<-printed
+	if err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -163,13 +180,6 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	fmt.Fprintf(out, "synced %d items from bucket %q at revision %d in %v\n",
 		items.Indexer().Len(), cfg.bucket, items.AppliedVersion(), time.Since(start).Round(time.Millisecond))
 
-	ln, err := net.Listen("tcp", cfg.listen)
-	if err != nil {
-		return err
-	}
-	srv := &http.Server{Handler: routes(reg, page, items), ReadHeaderTimeout: 10 * time.Second}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
 	fmt.Fprintf(out, "serving http://%s (/items, /items/{sku}, /items?warehouse={code}, /metrics, /debug/informers/); Ctrl-C stops\n", ln.Addr())
 
 	select {

@@ -164,6 +164,17 @@ func run(ctx context.Context, cfg config, out io.Writer) (err error) {
 		return err
 	}
 
+	// Serve before the sync, so that the status page shows its progress
+	// (the data endpoints answer from caches that may still be filling).
+	ln, err := net.Listen("tcp", cfg.listen)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: routes(reg, page, customers, orders), ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	defer srv.Close() // an early return (a failed sync, Ctrl-C) stops serving too
+	fmt.Fprintf(out, "status page: http://%s/debug/informers/\n", ln.Addr())
 	runCtx, stopInformers := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = customers.Run(runCtx) })
@@ -172,19 +183,18 @@ func run(ctx context.Context, cfg config, out io.Writer) (err error) {
 	defer func() { stopInformers(); wg.Wait() }()
 
 	start := time.Now()
-	if err := waitForSync(ctx, cfg.syncTimeout, customers, orders); err != nil {
+	// A source that keeps failing (a missing privilege, say) is retried
+	// with backoff forever by the informer; the timeout turns that into an
+	// error that says why: the last list error.
+	if err := core.WaitForCacheSyncTimeout(ctx, cfg.syncTimeout, customers, orders); err != nil {
+		if ctx.Err() != nil {
+			return nil // Ctrl-C during the wait: a clean stop
+		}
 		return err
 	}
 	fmt.Fprintf(out, "synced %d customers and %d orders in %v over replication slot %q\n",
 		customers.Indexer().Len(), orders.Indexer().Len(), time.Since(start).Round(time.Millisecond), src.SlotName())
 
-	ln, err := net.Listen("tcp", cfg.listen)
-	if err != nil {
-		return err
-	}
-	srv := &http.Server{Handler: routes(reg, page, customers, orders), ReadHeaderTimeout: 10 * time.Second}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
 	fmt.Fprintf(out, "serving http://%s (/customers, /customers/{id}, /orders/{id}, /orders?customer={id}, /metrics, /debug/informers/); Ctrl-C stops\n", ln.Addr())
 
 	select {
@@ -373,24 +383,4 @@ func initTables(ctx context.Context, cfg config) error {
 		}
 	}
 	return tx.Commit(ctx)
-}
-
-// waitForSync waits for the initial sync of every informer. A source that
-// keeps failing (a missing privilege, say) is retried with backoff forever
-// by the informer; the timeout turns that into an error that says why: the
-// last list error. Ctrl-C during the wait is a clean stop (nil).
-func waitForSync(ctx context.Context, timeout time.Duration, informers ...core.CacheSyncWaiter) error {
-	syncCtx := ctx
-	if timeout > 0 {
-		var cancel context.CancelFunc
-		syncCtx, cancel = context.WithTimeout(ctx, timeout)
-		defer cancel()
-	}
-	if err := core.WaitForCacheSync(syncCtx, informers...); err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("initial sync did not finish within %v: %w", timeout, err)
-	}
-	return nil
 }

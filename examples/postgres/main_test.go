@@ -1,6 +1,8 @@
 package main
 
 import (
+	"errors"
+
 	"context"
 	"io"
 	"net/http"
@@ -11,6 +13,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/examples/internal/exampletest"
 	"github.com/dbinformer/dbinformer/integration/harness"
 )
@@ -211,7 +214,7 @@ func TestPostgresExampleMissingPrivilegeFails(t *testing.T) {
 	defer cancel()
 	var out exampletest.Output
 	err := run(ctx, config{conn: conn, listen: "127.0.0.1:0", syncTimeout: 3 * time.Second}, &out)
-	if err == nil || !strings.Contains(err.Error(), "initial sync did not finish") ||
+	if err == nil || !errors.Is(err, core.ErrSyncTimeout) ||
 		!strings.Contains(err.Error(), "create publication") || !strings.Contains(err.Error(), "permission denied") {
 		t.Fatalf("run = %v; want the initial sync to fail naming the publication and the permission\n%s", err, out.String())
 	}
