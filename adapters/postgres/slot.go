@@ -168,7 +168,7 @@ func (s *Source) snapshotFor(ctx context.Context, st *tableState, read func(tx p
 		drop := st.firstAfter(sn.cp)
 		clear(st.batches[:drop])
 		st.batches = st.batches[drop:]
-		st.floor, st.applied, st.decoded, st.ackedChanges = sn.cp, max(st.applied, sn.cp), sn.cp, 0
+		st.floor, st.applied, st.decoded, st.covered, st.ackedChanges = sn.cp, max(st.applied, sn.cp), sn.cp, sn.cp, 0
 	}
 	s.mu.Unlock()
 	s.log.Debug("table listed in a helper slot's snapshot", "table", st.ident.Sanitize(), "rv", lsn(sn.cp))

@@ -188,7 +188,7 @@ func (s *Source) handle(data []byte, relations map[uint32]*relation, txn *pendin
 			for t, cs := range txn.changes {
 				switch {
 				case !t.active:
-				case rv <= t.applied:
+				case rv <= t.covered:
 					// Listed by a helper snapshot the stream had not
 					// reached: the table has this transaction already.
 					t.floor = max(t.floor, rv)

@@ -27,6 +27,12 @@ type tableState struct {
 	floor   core.ResourceVersion // oldest version a Watch may start from
 	applied core.ResourceVersion // acknowledged by a consumer
 	decoded core.ResourceVersion // the known keys and values reflect every batch up to here
+	// covered: a snapshot read the table at this version, so the stream's
+	// transactions at or below it are already in the table's state. Not
+	// applied: a consumer's acknowledgement (a Watch starting from a
+	// helper List's version, ahead of the stream) says nothing of what
+	// other watches still need from the stream.
+	covered core.ResourceVersion
 	// ackedChanges counts the changes of batches at or below applied.
 	ackedChanges int
 	batches      []*batch // streamed: unacknowledged ones, and some history before them
@@ -58,7 +64,7 @@ func (t *tableState) expire() {
 
 // reset starts the table over at rv: listed there, nothing streamed yet.
 func (t *tableState) reset(rv core.ResourceVersion) {
-	t.active, t.floor, t.applied, t.decoded, t.batches, t.ackedChanges = true, rv, rv, rv, nil, 0
+	t.active, t.floor, t.applied, t.decoded, t.covered, t.batches, t.ackedChanges = true, rv, rv, rv, rv, nil, 0
 }
 
 // firstAfter is the index of the first batch above rv (batches are in
