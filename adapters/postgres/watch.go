@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/dbinformer/dbinformer/core"
@@ -62,6 +63,22 @@ func (t *Table[T]) Watch(ctx context.Context, from core.ResourceVersion, opts co
 	var buf []core.Event[T]
 	var asked uint64 // the progress request to answer; 0: none
 	var lastDropCheck time.Time
+	// The drop check opens a connection (an authentication round trip):
+	// it runs beside the loop, never in it, so that delivery does not wait
+	// for it. dropped carries its answer; checking says one is running.
+	dropped := make(chan error, 1)
+	checking := false
+	var checks sync.WaitGroup
+	defer checks.Wait()
+	checkCtx, stopChecks := context.WithCancel(ctx)
+	defer stopChecks()
+	startCheck := func() {
+		if checking {
+			return
+		}
+		checking, lastDropCheck = true, time.Now()
+		checks.Go(func() { dropped <- s.checkDropped(checkCtx, st) })
+	}
 	for {
 		s.mu.Lock()
 		if ctx.Err() != nil {
@@ -138,15 +155,14 @@ func (t *Table[T]) Watch(ctx context.Context, from core.ResourceVersion, opts co
 		case <-opts.Progress:
 			asked = s.requestProgress()
 			if time.Since(lastDropCheck) >= dropCheckMin {
-				lastDropCheck = time.Now()
-				if err := s.checkDropped(ctx, st); err != nil {
-					return stopped(ctx, err)
-				}
+				startCheck()
 			}
 		case <-dropCheck.C:
 			dropCheck.Reset(dropCheckEvery)
-			lastDropCheck = time.Now()
-			if err := s.checkDropped(ctx, st); err != nil {
+			startCheck()
+		case err := <-dropped:
+			checking = false
+			if err != nil {
 				return stopped(ctx, err)
 			}
 		}

@@ -91,11 +91,17 @@ func StartEtcdMain(dir string) (*Etcd, error) {
 
 func startEtcd(dir string, log *LogBuffer, opts EtcdOptions) (*Etcd, error) {
 	e := &Etcd{dir: dir, log: log, opts: opts}
+	// A member that logs at Fatal level (say its data directory was removed
+	// while it still wrote) would call os.Exit(1) and end the whole test
+	// binary with nothing printed, its log being in a LogBuffer shown only
+	// for failed tests. The hook ends the goroutine that logged instead: the
+	// entry stays in the log, and a test that still needed that server fails
+	// on its own assertions, log printed.
 	e.zlog = zap.New(zapcore.NewCore(
 		zapcore.NewConsoleEncoder(zap.NewDevelopmentEncoderConfig()),
 		zapcore.AddSync(e.log),
 		zapcore.InfoLevel,
-	))
+	), zap.WithFatalHook(zapcore.WriteThenGoexit))
 	// A port picked at random can be taken by someone else before etcd
 	// binds it; pick new ones and try again a few times.
 	var err error
@@ -305,3 +311,4 @@ func (e *Etcd) Close() {
 	e.Stop()
 	_ = e.zlog.Sync()
 }
+

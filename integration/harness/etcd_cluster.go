@@ -54,7 +54,7 @@ func StartEtcdCluster(tb testing.TB, n int) *EtcdCluster {
 			zapcore.NewConsoleEncoder(zap.NewDevelopmentEncoderConfig()),
 			zapcore.AddSync(e.log),
 			zapcore.InfoLevel,
-		))
+		), zap.WithFatalHook(zapcore.WriteThenGoexit)) // as in startEtcd
 		ppx, err := proxy.New(e.peer.Host)
 		if err != nil {
 			tb.Fatalf("harness: peer proxy: %v", err)
