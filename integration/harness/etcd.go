@@ -311,4 +311,3 @@ func (e *Etcd) Close() {
 	e.Stop()
 	_ = e.zlog.Sync()
 }
-
