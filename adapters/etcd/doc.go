@@ -78,7 +78,7 @@
 //
 // # Partial sync
 //
-// Options.Filter (package filter) syncs only part of the prefix. The
+// Options.Where (package filter) syncs only part of the prefix. The
 // conditions on filter.Key at the top level of the filter (Eq, Prefix, Lt,
 // Le, Gt, Ge: filter.And(filter.Prefix(filter.Key, "tenant-1/"), ...))
 // are pushed down: they narrow the key range List reads and Watch watches,

@@ -86,7 +86,7 @@ func TestFilterEnterLeave(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*converge)
 	defer cancel()
 	f := filter.MustNew[item](filter.And(filter.Prefix(filter.Key, "in/"), filter.Eq("note", "yes")))
-	lw, err := etcdinformer.NewPrefix(ctx, c, prefix, etcdinformer.Options[item]{Filter: f, PageSize: 3})
+	lw, err := etcdinformer.NewPrefix(ctx, c, prefix, etcdinformer.Options[item]{Where: f, PageSize: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,12 +225,12 @@ func TestFilterRefused(t *testing.T) {
 	c := srv.Client(t)
 	ctx := context.Background()
 	f := filter.MustNew[item](filter.Server(filter.Eq("note", "yes")))
-	_, err := etcdinformer.NewPrefix(ctx, c, "/x", etcdinformer.Options[item]{Filter: f})
+	_, err := etcdinformer.NewPrefix(ctx, c, "/x", etcdinformer.Options[item]{Where: f})
 	if err == nil || !strings.Contains(err.Error(), `etcd prefix "/x/" cannot evaluate note = "yes"`) {
 		t.Errorf("a Server condition on a value field: %v", err)
 	}
 	f = filter.MustNew[item](filter.And(filter.Ge(filter.Key, "b"), filter.Lt(filter.Key, "a")))
-	_, err = etcdinformer.NewPrefix(ctx, c, "/x", etcdinformer.Options[item]{Filter: f})
+	_, err = etcdinformer.NewPrefix(ctx, c, "/x", etcdinformer.Options[item]{Where: f})
 	if err == nil || !strings.Contains(err.Error(), "select no key") {
 		t.Errorf("an empty key range: %v", err)
 	}

@@ -35,12 +35,12 @@ type Options[T any] struct {
 	PageSize int64
 	// Logger receives debug messages. Nil means no logging.
 	Logger *slog.Logger
-	// Filter, when set, makes the Prefix a partial sync: conditions on
+	// Where, when set, makes the Prefix a partial sync: conditions on
 	// filter.Key narrow the key range etcd reads and watches, the rest is
 	// evaluated on each decoded value (see filter.go). Handlers see an
 	// object that starts matching as an add and one that stops as a
 	// delete carrying its last matching state.
-	Filter *filter.Filter[T]
+	Where *filter.Filter[T]
 }
 
 // Prefix lists and watches the keys under one etcd prefix: it is a
@@ -114,8 +114,8 @@ func NewPrefix[T any](ctx context.Context, client *clientv3.Client, prefix strin
 		p.start, p.end = p.prefix, clientv3.GetPrefixRangeEnd(p.prefix)
 	}
 	p.source = fmt.Sprintf("etcd prefix %q", p.prefix)
-	if opts.Filter != nil {
-		if err := p.applyFilter(opts.Filter); err != nil {
+	if opts.Where != nil {
+		if err := p.applyFilter(opts.Where); err != nil {
 			return nil, err
 		}
 	}
