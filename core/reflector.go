@@ -47,6 +47,11 @@ type reflectorConfig[T any] struct {
 	rep              reporter
 	met              InformerMetrics
 	clk              clock.Clock
+	// warm, when set, starts the run from a checkpoint: it returns the
+	// checkpoint's version, whether to watch from it (rather than relist)
+	// and whether one was loaded. listed is told of each successful list.
+	warm   func(ctx context.Context) (rv ResourceVersion, watch, ok bool)
+	listed func(rv ResourceVersion)
 }
 
 // NewReflector returns a Reflector that feeds q from lw. Of opts it uses
@@ -141,6 +146,13 @@ func (r *Reflector[T]) Run(ctx context.Context) error {
 	// resumed: the next watch continues from a version an earlier watch
 	// reached, not from a list's version.
 	resumed := false
+	if r.cfg.warm != nil {
+		if rv, watch, ok := r.cfg.warm(ctx); ok {
+			// Like a resumed watch: an expired checkpoint relists at once.
+			r.lastRV.Store(uint64(rv))
+			needList, relist, resumed = !watch, true, true
+		}
+	}
 	for ctx.Err() == nil {
 		if needList {
 			if err := r.list(ctx, relist); err != nil {
@@ -341,6 +353,9 @@ func (r *Reflector[T]) list(ctx context.Context, relist bool) error {
 	}
 	r.cfg.met.ListProgress(received, estimated)
 	r.lastRV.Store(uint64(rv))
+	if r.cfg.listed != nil {
+		r.cfg.listed(rv)
+	}
 	r.mu.Lock()
 	r.listStarted = time.Time{}
 	r.listFail = failures{}
@@ -445,6 +460,12 @@ func (r *Reflector[T]) apply(ctx context.Context, batch []Event[T]) error {
 			return &OrderError{Source: r.cfg.name, Key: ev.Key, RV: ev.RV, After: prev}
 		}
 		prev = ev.RV
+	}
+	// Back-pressure: wait while the queue is far ahead of its consumer.
+	if w, ok := r.q.(roomWaiter); ok {
+		if err := w.waitRoom(ctx); err != nil {
+			return err
+		}
 	}
 	// Only the watch's goroutine calls apply; the lock keeps the scratch
 	// slice's owner plain to the race detector.
