@@ -25,5 +25,16 @@
 // its last matching state (the cached one), also across a relist, where
 // it is a delete with finalStateUnknown like any key a relist no longer
 // finds. Versions that changed only filtered-out objects still advance the
-// informer's version, so WaitFor keeps its meaning.
+// informer's version, so WaitFor keeps its meaning. A warm restart from a
+// checkpoint (core.CheckpointOptions) keeps the semantics: what left or
+// entered the filter while the informer was down arrives as deletes and
+// adds once it watches again. A checkpoint holds what matched the filter it
+// was taken under: when the filter changes, change the checkpoint's Name
+// too (for example append f.String()), or the warm start serves objects
+// the new filter does not match until they change.
+//
+// The core needed no change for these semantics: the informer already
+// drops a delete for a key it does not hold, fills in a delete without
+// object from its cache, and turns a change of a key it does not hold into
+// an add. Filter.Keep and Filter.Rewrite are how an adapter uses that.
 package filter

@@ -2,6 +2,8 @@ package filter
 
 import (
 	"fmt"
+	"reflect"
+	"strings"
 )
 
 // Split divides f between a source and its adapter. can reports whether
@@ -69,4 +71,21 @@ func Conjuncts(e Expr) []Expr {
 		return e.Args
 	}
 	return []Expr{e}
+}
+
+// FieldIndex resolves field (one name, no dots, not Key) in struct type T
+// as New does and returns its index path for reflect.Value.FieldByIndex,
+// so that an adapter can tell which column or attribute a condition is
+// about. ok is false for a name that does not resolve to a field of T
+// itself (a dotted path, Key, a non-struct T).
+func FieldIndex[T any](field string) (index []int, ok bool) {
+	t := reflect.TypeFor[T]()
+	if t.Kind() != reflect.Struct || field == Key || field == "" || strings.Contains(field, ".") {
+		return nil, false
+	}
+	f, err := lookup(t, field)
+	if err != nil {
+		return nil, false
+	}
+	return f.Index, true
 }
