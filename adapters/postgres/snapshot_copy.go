@@ -157,6 +157,7 @@ type fieldInfo struct {
 
 // key encodes a listed row's key as encodeKey does the stream's text.
 func (l *copyLayout) key(fields [][]byte) (string, error) {
+	var num [20]byte
 	part := func(i int) ([]byte, error) {
 		c := l.keyCols[i]
 		v := fields[c]
@@ -168,17 +169,17 @@ func (l *copyLayout) key(fields [][]byte) (string, error) {
 			if len(v) != 2 {
 				return nil, fmt.Errorf("primary key column %q: %d bytes for an int2", l.rel.names[c], len(v))
 			}
-			return strconv.AppendInt(nil, int64(int16(binary.BigEndian.Uint16(v))), 10), nil
+			return strconv.AppendInt(num[:0], int64(int16(binary.BigEndian.Uint16(v))), 10), nil
 		case 4:
 			if len(v) != 4 {
 				return nil, fmt.Errorf("primary key column %q: %d bytes for an int4", l.rel.names[c], len(v))
 			}
-			return strconv.AppendInt(nil, int64(int32(binary.BigEndian.Uint32(v))), 10), nil
+			return strconv.AppendInt(num[:0], int64(int32(binary.BigEndian.Uint32(v))), 10), nil
 		case 8:
 			if len(v) != 8 {
 				return nil, fmt.Errorf("primary key column %q: %d bytes for an int8", l.rel.names[c], len(v))
 			}
-			return strconv.AppendInt(nil, int64(binary.BigEndian.Uint64(v)), 10), nil
+			return strconv.AppendInt(num[:0], int64(binary.BigEndian.Uint64(v)), 10), nil
 		}
 		return v, nil
 	}

@@ -113,7 +113,9 @@ func TestListRanges(t *testing.T) {
 	testHookReaders = func(_ string, r, n int) { mu.Lock(); readers, ranges = r, n; mu.Unlock() }
 	defer func() { testHookReaders = nil }()
 
-	src, err := NewSource(t.Context(), pg.ConnString(), Options{SnapshotReaders: 3})
+	var reports []SyncProgress
+	progress := func(p SyncProgress) { mu.Lock(); reports = append(reports, p); mu.Unlock() }
+	src, err := NewSource(t.Context(), pg.ConnString(), Options{SnapshotReaders: 3, SyncProgress: progress})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,6 +137,16 @@ func TestListRanges(t *testing.T) {
 	if readers < 2 || ranges < 2 {
 		t.Errorf("the table of %d rows was read by %d readers in %d ranges; want several of each", len(got), readers, ranges)
 	}
+	// Progress: rows only grow, the last report is the end with every row.
+	for i, p := range reports {
+		if p.Table != `"public"."wide"` || p.Estimate != 20000 || (i > 0 && p.Rows < reports[i-1].Rows) || p.Done != (i == len(reports)-1) {
+			t.Errorf("progress report %d of %d: %+v", i, len(reports), p)
+		}
+	}
+	if n := len(reports); n == 0 || reports[n-1].Rows != 20000 || reports[n-1].ETA != 0 {
+		t.Errorf("last progress report %+v, want Done with 20000 rows", reports)
+	}
+	reports = nil
 	mu.Unlock()
 	if rv == 0 {
 		t.Error("List returned version 0")

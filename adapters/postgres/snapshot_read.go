@@ -150,6 +150,9 @@ func (t *Table[T]) read(ctx context.Context, r *snapReaders, rv core.ResourceVer
 	st.knownMu.Lock()
 	if fresh {
 		st.resetKnown()
+		if reltuples > 0 {
+			st.keys = make(map[string]struct{}, int(min(reltuples*1.05, 1<<30)))
+		}
 	}
 	st.setToastCols(kinds)
 	st.knownMu.Unlock()
@@ -177,6 +180,14 @@ func (t *Table[T]) read(ctx context.Context, r *snapReaders, rv core.ResourceVer
 	}
 
 	lr := &listRead[T]{t: t, l: l, p: p, rv: rv, fresh: fresh, sink: sink}
+	if fn := s.opts.SyncProgress; fn != nil {
+		est := int64(-1)
+		if reltuples >= 0 {
+			est = int64(reltuples)
+		}
+		lr.progress = newSyncProgress(fn, ident, est)
+		defer lr.progress.done()
+	}
 	work := make(chan string, len(queries))
 	for _, q := range queries {
 		work <- q
@@ -254,10 +265,11 @@ type listRead[T any] struct {
 	fresh bool
 	sink  core.ListSink[T]
 
-	mu      sync.Mutex // serialises Emit and guards what follows
-	bad     undecodable
-	err     error
-	emitErr bool // err came from the sink: return it as is
+	mu       sync.Mutex // serialises Emit and guards what follows
+	bad      undecodable
+	err      error
+	emitErr  bool // err came from the sink: return it as is
+	progress *syncProgress
 }
 
 func (lr *listRead[T]) fail(err error) {
@@ -329,6 +341,7 @@ func (lr *listRead[T]) copy(ctx context.Context, rd *snapReader, query string) e
 			lr.err, lr.emitErr = err, true
 			return errEmitted{err}
 		}
+		lr.progress.add(1)
 		return nil
 	}
 	_, err := rd.conn.PgConn().CopyTo(ctx, cp, "COPY ("+query+") TO STDOUT (FORMAT binary)")

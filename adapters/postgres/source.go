@@ -78,6 +78,11 @@ type Options struct {
 	// inside the same snapshot. Default min(4, GOMAXPROCS); 1 reads one
 	// table at a time.
 	SnapshotReaders int
+	// SyncProgress, when set, is told how far each List has read its
+	// table: about once a second while it reads (rows, the planner's
+	// estimate, rate and time left), and once when it ends. It is called
+	// from the List's goroutine and must not block.
+	SyncProgress func(SyncProgress)
 }
 
 // Source streams a set of tables over one logical replication slot and one
