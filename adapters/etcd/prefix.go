@@ -199,46 +199,20 @@ func (p *Prefix[T]) failed(op string, err error) error {
 // current revision R; every later page is pinned to R (the header of a
 // pinned read carries the current revision, not R), so the pages form one
 // snapshot at R, which List returns. Each item's RV is its ModRevision.
-//
-// The next page is requested as soon as a page arrives, and read while
-// this one is decoded and emitted: the server's work and the round trip
-// overlap the decoding, where a loop that asks for a page only after
-// handling the previous one waits for both in turn. At most two pages are
-// held; the read in flight is cancelled and waited for when List returns.
 func (p *Prefix[T]) List(ctx context.Context, sink core.ListSink[T]) (core.ResourceVersion, error) {
 	// RequireLeader: a member cut off from its cluster refuses the read
 	// at once (etcdserver: no leader), and the client retries it on
 	// another member, instead of waiting out a linearizable read that
 	// cannot complete.
-	ctx, cancel := context.WithCancel(ctx)
 	lctx := clientv3.WithRequireLeader(ctx)
-	type fetched struct {
-		resp *clientv3.GetResponse
-		err  error
-	}
-	var next chan fetched // the prefetch in flight, if any
-	defer func() {
-		cancel()
-		if next != nil {
-			<-next
-		}
-	}()
-	get := func(key string, rev int64) (*clientv3.GetResponse, error) {
+	var rev int64
+	key := p.start
+	for page := 0; ; page++ {
 		ops := []clientv3.OpOption{clientv3.WithRange(p.end), clientv3.WithLimit(p.pageSize)}
 		if rev != 0 {
 			ops = append(ops, clientv3.WithRev(rev))
 		}
-		return p.client.Get(lctx, key, ops...)
-	}
-	var rev int64
-	key := p.start
-	resp, err := get(key, 0)
-	for page := 0; ; page++ {
-		if next != nil {
-			r := <-next
-			next = nil
-			resp, err = r.resp, r.err
-		}
+		resp, err := p.client.Get(lctx, key, ops...)
 		if err != nil {
 			if errors.Is(err, rpctypes.ErrCompacted) {
 				// Compacted past R between two pages.
@@ -255,15 +229,6 @@ func (p *Prefix[T]) List(ctx context.Context, sink core.ListSink[T]) (core.Resou
 				sink.Estimate(resp.Count)
 			}
 		}
-		more := resp.More && len(resp.Kvs) > 0
-		if more {
-			key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
-			next = make(chan fetched, 1)
-			go func(ch chan<- fetched, key string, rev int64) {
-				resp, err := get(key, rev)
-				ch <- fetched{resp, err}
-			}(next, key, rev)
-		}
 		for _, kv := range resp.Kvs {
 			ev := p.decode(core.Added, kv)
 			if !p.residue.Keep(&ev) {
@@ -273,9 +238,10 @@ func (p *Prefix[T]) List(ctx context.Context, sink core.ListSink[T]) (core.Resou
 				return 0, err
 			}
 		}
-		if !more {
+		if !resp.More || len(resp.Kvs) == 0 {
 			break
 		}
+		key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
 	p.log.DebugContext(ctx, "etcd list done", "prefix", p.prefix, "revision", rev)
 	return core.ResourceVersion(rev), nil
