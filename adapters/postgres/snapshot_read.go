@@ -175,6 +175,13 @@ func (t *Table[T]) read(ctx context.Context, r *snapReaders, rv core.ResourceVer
 	// Ranges of blocks, open-ended at the end (rows of blocks past the
 	// size read above are not in the snapshot, but need no proof of it).
 	sel := "SELECT " + joinComma(l.exprs) + " FROM " + ident
+	// A partial sync's pushed-down conditions (TableOptions.Where) narrow
+	// every range; what Postgres cannot evaluate exactly is checked on
+	// each decoded row by List's filter.
+	where := t.filter.snapshotWhere()
+	if where != "" {
+		sel += " WHERE (" + where + ")"
+	}
 	var queries []string
 	n := 1
 	if !st.partitioned && version >= 140000 && blocks >= 2*rangeBlocks {
@@ -187,6 +194,9 @@ func (t *Table[T]) read(ctx context.Context, r *snapReaders, rv core.ResourceVer
 		for i := range n {
 			lo, hi := int64(i)*step, int64(i+1)*step
 			q := sel + " WHERE ctid >= '(" + strconv.FormatInt(lo, 10) + ",0)'::tid"
+			if where != "" {
+				q = sel + " AND ctid >= '(" + strconv.FormatInt(lo, 10) + ",0)'::tid"
+			}
 			if i < n-1 {
 				q += " AND ctid < '(" + strconv.FormatInt(hi, 10) + ",0)'::tid"
 			}

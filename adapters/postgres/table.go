@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/filter"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 )
@@ -30,6 +31,13 @@ type TableOptions[T any] struct {
 	// naming how many rows failed and why, and a watch that meets one
 	// fails the same way.
 	SkipUndecodable bool
+	// Where, when set, makes the Table a partial sync (package filter):
+	// conditions Postgres evaluates exactly go into the List's snapshot
+	// query, the rest (and the whole filter on the stream) is evaluated on
+	// each decoded row; see filter.go. Handlers see a row that starts
+	// matching as an add and one that stops as a delete carrying its last
+	// matching state.
+	Where *filter.Filter[T]
 }
 
 // Table is one table of a Source as a core.ListerWatcher[T]. T is a struct
@@ -42,6 +50,7 @@ type Table[T any] struct {
 	m       *mapper
 	opts    TableOptions[T]
 	skipped atomic.Int64
+	filter  *tableFilter[T] // nil: unfiltered
 }
 
 var (
@@ -136,6 +145,10 @@ func NewTable[T any](ctx context.Context, src *Source, table string, opts TableO
 			return nil, err
 		}
 	}
+	tf, err := tableFilterFor(m, opts.Where, cols)
+	if err != nil {
+		return nil, err
+	}
 	for _, c := range cols {
 		if c.generated {
 			omit[c.name] = true
@@ -145,7 +158,7 @@ func NewTable[T any](ctx context.Context, src *Source, table string, opts TableO
 	if err := src.register(st, loaded); err != nil {
 		return nil, err
 	}
-	return &Table[T]{src: src, st: st, m: m, opts: opts}, nil
+	return &Table[T]{src: src, st: st, m: m, opts: opts, filter: tf}, nil
 }
 
 // checkFields checks that every field of the struct has a column that is
@@ -204,6 +217,15 @@ func (t *Table[T]) Skipped() int64 { return t.skipped.Load() }
 // snapshot of a short-lived temporary helper slot (RV = its consistent
 // point).
 func (t *Table[T]) List(ctx context.Context, sink core.ListSink[T]) (core.ResourceVersion, error) {
+	if t.filter != nil {
+		emit := sink.Emit
+		sink.Emit = func(ev core.Event[T]) error {
+			if !t.filter.keep(&ev) {
+				return nil
+			}
+			return emit(ev)
+		}
+	}
 	return t.src.snapshotFor(ctx, t.st, func(r *snapReaders, rv core.ResourceVersion, fresh bool) error {
 		return t.read(ctx, r, rv, fresh, sink)
 	})

@@ -37,6 +37,12 @@ type tableState struct {
 	ackedChanges int
 	batches      []*batch // streamed: unacknowledged ones, and some history before them
 
+	// gated: a checkpointing informer watches the table; the slot's
+	// confirmed position stays at or below durable, its last durable
+	// checkpoint (restore.go).
+	gated   bool
+	durable core.ResourceVersion
+
 	// The state parked between watches (see core's contract): every key of
 	// the table as of decoded, and the values that can come back as
 	// unchanged TOASTed ('u', see toast.go), so that such a value is filled
@@ -142,6 +148,9 @@ func (s *Source) ackLocked() core.ResourceVersion {
 	for _, t := range s.tables {
 		if b := t.pending(); b != nil && b.commitLSN < ack {
 			ack = b.commitLSN
+		}
+		if t.gated && t.durable < ack {
+			ack = t.durable
 		}
 	}
 	return ack
