@@ -66,6 +66,18 @@
 // WaitFor(pg_current_wal_lsn()) works for writes to other tables too). A
 // progress request (core.ProgressReporter) asks the server for a keepalive.
 //
+// # A silent connection
+//
+// The stream asks the server for a keepalive after one StatusInterval in
+// which it received nothing; a live server answers at once. A stream that
+// then still hears nothing (a frozen server, a half-open connection) ends
+// its session with an error that says so, and the next Watch reconnects:
+// after 3 StatusIntervals, but never before half the server's
+// wal_sender_timeout plus two intervals (a walsender busy decoding a large
+// transaction to other tables reads our requests only that often). Table
+// implements core.ProgressIntervaler with a third of that limit, so an
+// informer's stuck-watch detection agrees with the stream's.
+//
 // # State parked between watches
 //
 // Per table the Source keeps the keys and the TOAST values described
