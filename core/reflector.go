@@ -468,6 +468,12 @@ func (r *Reflector[T]) apply(ctx context.Context, batch []Event[T]) error {
 		}
 		prev = ev.RV
 	}
+	// Back-pressure: wait while the queue is far ahead of its consumer.
+	if w, ok := r.q.(roomWaiter); ok {
+		if err := w.waitRoom(ctx); err != nil {
+			return err
+		}
+	}
 	// Only the watch's goroutine calls apply; the lock keeps the scratch
 	// slice's owner plain to the race detector.
 	r.mu.Lock()

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/filter"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -32,6 +33,13 @@ type TableOptions[T any] struct {
 	// naming how many rows failed and why, and a watch that meets one
 	// fails the same way.
 	SkipUndecodable bool
+	// Where, when set, makes the Table a partial sync (package filter):
+	// conditions Postgres evaluates exactly go into the List's snapshot
+	// query, the rest (and the whole filter on the stream) is evaluated on
+	// each decoded row; see filter.go. Handlers see a row that starts
+	// matching as an add and one that stops as a delete carrying its last
+	// matching state.
+	Where *filter.Filter[T]
 }
 
 // Table is one table of a Source as a core.ListerWatcher[T]. T is a struct
@@ -44,6 +52,7 @@ type Table[T any] struct {
 	m       *mapper
 	opts    TableOptions[T]
 	skipped atomic.Int64
+	filter  *tableFilter[T] // nil: unfiltered
 }
 
 var (
@@ -138,6 +147,10 @@ func NewTable[T any](ctx context.Context, src *Source, table string, opts TableO
 			return nil, err
 		}
 	}
+	tf, err := tableFilterFor(m, opts.Where, cols)
+	if err != nil {
+		return nil, err
+	}
 	for _, c := range cols {
 		if c.generated {
 			omit[c.name] = true
@@ -147,7 +160,7 @@ func NewTable[T any](ctx context.Context, src *Source, table string, opts TableO
 	if err := src.register(st, loaded); err != nil {
 		return nil, err
 	}
-	return &Table[T]{src: src, st: st, m: m, opts: opts}, nil
+	return &Table[T]{src: src, st: st, m: m, opts: opts, filter: tf}, nil
 }
 
 // checkFields checks that every field of the struct has a column that is
@@ -206,6 +219,15 @@ func (t *Table[T]) Skipped() int64 { return t.skipped.Load() }
 // snapshot of a short-lived temporary helper slot (RV = its consistent
 // point).
 func (t *Table[T]) List(ctx context.Context, sink core.ListSink[T]) (core.ResourceVersion, error) {
+	if t.filter != nil {
+		emit := sink.Emit
+		sink.Emit = func(ev core.Event[T]) error {
+			if !t.filter.keep(&ev) {
+				return nil
+			}
+			return emit(ev)
+		}
+	}
 	return t.src.snapshotFor(ctx, t.st, func(tx pgx.Tx, rv core.ResourceVersion, fresh bool) error {
 		return t.read(ctx, tx, rv, fresh, sink)
 	})
@@ -268,7 +290,11 @@ func (t *Table[T]) read(ctx context.Context, tx pgx.Tx, rv core.ResourceVersion,
 	}
 	// Text format on both paths: the walsender prints values as text, and
 	// decoding the same text with the same pgtype.Map gives equal values.
-	rr := tx.Conn().PgConn().ExecParams(ctx, "SELECT "+strings.Join(sel, ", ")+" FROM "+ident, nil, nil, nil, nil)
+	query := "SELECT " + strings.Join(sel, ", ") + " FROM " + ident
+	if w := t.filter.snapshotWhere(); w != "" {
+		query += " WHERE " + w
+	}
+	rr := tx.Conn().PgConn().ExecParams(ctx, query, nil, nil, nil, nil)
 	fds := rr.FieldDescriptions()
 	rel := &relation{}
 	for _, fd := range fds {
