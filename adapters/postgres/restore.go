@@ -110,9 +110,9 @@ func (t *Table[T]) Restore(ctx context.Context, rv core.ResourceVersion, objects
 	if sess.snap != nil {
 		return fmt.Errorf("postgres %s: replication slot %q was created anew: the changes since the checkpoint at %s are not in it: %w", s.where(), s.slot, lsn(rv), core.ErrExpired)
 	}
-	known := map[string][]knownValue{}
+	keys := map[string]struct{}{}
 	for k := range objects {
-		known[k] = nil
+		keys[k] = struct{}{}
 	}
 	st.knownMu.Lock()
 	defer st.knownMu.Unlock()
@@ -124,9 +124,10 @@ func (t *Table[T]) Restore(ctx context.Context, rv core.ResourceVersion, objects
 	// The stream starts at the slot's confirmed position, at or before rv:
 	// its transactions up to rv are covered by the checkpoint.
 	st.reset(rv)
-	st.known = known
+	st.resetKnown()
+	st.keys = keys
 	st.durable = max(st.durable, rv)
-	s.log.Info("table restored from a checkpoint", "table", st.ident.Sanitize(), "rv", lsn(rv), "keys", len(known))
+	s.log.Info("table restored from a checkpoint", "table", st.ident.Sanitize(), "rv", lsn(rv), "keys", len(keys))
 	return nil
 }
 

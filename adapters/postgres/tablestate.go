@@ -44,12 +44,15 @@ type tableState struct {
 	durable core.ResourceVersion
 
 	// The state parked between watches (see core's contract): every key of
-	// the table as of decoded, with the values of its variable-length
-	// columns, so that an unchanged TOASTed value ('u') is filled in and
-	// TRUNCATE deletes every key. Guarded by knownMu, taken before src.mu
-	// when both are needed.
-	knownMu sync.Mutex
-	known   map[string][]knownValue
+	// the table as of decoded, and the values that can come back as
+	// unchanged TOASTed ('u', see toast.go), so that such a value is filled
+	// in and TRUNCATE deletes every key. Guarded by knownMu, taken before
+	// src.mu when both are needed.
+	knownMu   sync.Mutex
+	keys      map[string]struct{}
+	vals      map[string][]knownValue
+	toastCols map[string]uint8 // per column name: toastAlways, toastNever, toastIfLong
+	toastGen  uint64           // bumped when toastCols changes
 }
 
 func newTableState(schema, name string) *tableState {
