@@ -244,6 +244,7 @@ func (t *Table[T]) decodeUpTo(b *batch) ([]core.Event[T], int) {
 // known keys and TOAST values current. Called with knownMu held.
 func (t *Table[T]) decode(b *batch) {
 	st := t.st
+	t.changes.Add(int64(len(b.changes)))
 	var out []core.Event[T]
 	src := st.sourceName()
 	failed := 0
