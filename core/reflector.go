@@ -24,6 +24,9 @@ type Reflector[T any] struct {
 	cfg reflectorConfig[T]
 
 	lastRV atomic.Uint64
+	// catchUp: a warm start asks the first watch for a bookmark at once,
+	// so that it is synced without waiting for the source's own.
+	catchUp atomic.Bool
 
 	mu          sync.Mutex
 	progress    chan struct{} // the open watch's Progress; nil when none can answer
@@ -151,6 +154,7 @@ func (r *Reflector[T]) Run(ctx context.Context) error {
 			// Like a resumed watch: an expired checkpoint relists at once.
 			r.lastRV.Store(uint64(rv))
 			needList, relist, resumed = !watch, true, true
+			r.catchUp.Store(watch)
 		}
 	}
 	for ctx.Err() == nil {
@@ -393,6 +397,9 @@ func (r *Reflector[T]) watch(ctx context.Context) error {
 	var progress chan struct{}
 	if pr, ok := r.lw.(ProgressReporter); ok && pr.ReportsProgress() {
 		progress = make(chan struct{}, 1)
+		if r.catchUp.Swap(false) {
+			notify(progress)
+		}
 		r.mu.Lock()
 		r.progress = progress
 		r.mu.Unlock()
