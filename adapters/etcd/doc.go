@@ -81,6 +81,19 @@
 // still catching up on history; the watch asks again every 250ms until it is
 // answered.
 //
+// # Partial sync
+//
+// Options.Where (package filter) syncs only part of the prefix. The
+// conditions on filter.Key at the top level of the filter (Eq, Prefix, Lt,
+// Le, Gt, Ge: filter.And(filter.Prefix(filter.Key, "tenant-1/"), ...))
+// are pushed down: they narrow the key range List reads and Watch watches,
+// so etcd never sends the other keys. Everything else (conditions on value
+// fields, Or, In, Where) is evaluated here on each decoded value: such
+// values still cross the network and are decoded. A put that makes a key
+// stop matching reaches handlers as a delete carrying its last matching
+// value, one that makes it match as an add. A condition marked
+// filter.Server that is not a key range is refused by NewPrefix.
+//
 // # Stuck watches and waits that say why
 //
 // A Prefix declares a progress interval (core.ProgressIntervaler,

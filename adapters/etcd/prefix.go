@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/filter"
 )
 
 // DefaultPageSize is the number of keys one List page reads when
@@ -36,6 +37,12 @@ type Options[T any] struct {
 	PageSize int64
 	// Logger receives debug messages. Nil means no logging.
 	Logger *slog.Logger
+	// Where, when set, makes the Prefix a partial sync: conditions on
+	// filter.Key narrow the key range etcd reads and watches, the rest is
+	// evaluated on each decoded value (see filter.go). Handlers see an
+	// object that starts matching as an add and one that stops as a
+	// delete carrying its last matching state.
+	Where *filter.Filter[T]
 	// ProgressInterval is how often an open watch is expected to show a
 	// sign of life (core.ProgressIntervaler): after one interval without
 	// events the informer asks for a progress notification, and a watch
@@ -64,8 +71,9 @@ type Prefix[T any] struct {
 	codec    core.Codec[T]
 	pageSize int64
 	log      *slog.Logger
-	progress time.Duration // ProgressInterval; 0: off
-	answered atomic.Int64  // UnixNano of a watch's probe that the cluster answered
+	residue  *filter.Filter[T] // nil: unfiltered
+	progress time.Duration     // ProgressInterval; 0: off
+	answered atomic.Int64      // UnixNano of a watch's probe that the cluster answered
 }
 
 var (
@@ -131,6 +139,11 @@ func NewPrefix[T any](ctx context.Context, client *clientv3.Client, prefix strin
 		p.start, p.end = p.prefix, clientv3.GetPrefixRangeEnd(p.prefix)
 	}
 	p.source = fmt.Sprintf("etcd prefix %q", p.prefix)
+	if opts.Where != nil {
+		if err := p.applyFilter(opts.Where); err != nil {
+			return nil, err
+		}
+	}
 	return p, nil
 }
 
@@ -217,7 +230,11 @@ func (p *Prefix[T]) List(ctx context.Context, sink core.ListSink[T]) (core.Resou
 			}
 		}
 		for _, kv := range resp.Kvs {
-			if err := sink.Emit(p.decode(core.Added, kv)); err != nil {
+			ev := p.decode(core.Added, kv)
+			if !p.residue.Keep(&ev) {
+				continue
+			}
+			if err := sink.Emit(ev); err != nil {
 				return 0, err
 			}
 		}
@@ -423,6 +440,7 @@ func (w *watch[T]) run(opened <-chan clientv3.WatchChan, opts core.WatchOptions[
 			for _, e := range resp.Events {
 				w.batch = append(w.batch, w.event(e))
 			}
+			p.residue.RewriteBatch(w.batch)
 		}
 		if err := opts.Emit(w.batch); err != nil {
 			return err
