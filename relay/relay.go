@@ -52,6 +52,7 @@ type Relay[T any] struct {
 	source string
 	log    *slog.Logger
 
+	leading   atomic.Bool
 	published atomic.Uint64 // messages published, for tests and metrics
 	relists   atomic.Uint64 // source relists published
 }
@@ -83,6 +84,9 @@ func New[T any](ctx context.Context, js jetstream.JetStream, src core.ListerWatc
 		source: fmt.Sprintf("relay to stream %q", opts.Stream)}, nil
 }
 
+// Leading reports whether this relay is the elected leader now.
+func (r *Relay[T]) Leading() bool { return r.leading.Load() }
+
 // Published returns how many messages this relay has published.
 func (r *Relay[T]) Published() uint64 { return r.published.Load() }
 
@@ -108,6 +112,8 @@ func (e *publishError) Error() string { return "publish: " + e.err.Error() }
 func (e *publishError) Unwrap() error { return e.err }
 
 func (r *Relay[T]) lead(ctx context.Context, t leader.Term) error {
+	r.leading.Store(true)
+	defer r.leading.Store(false)
 	backoff := 100 * time.Millisecond
 	for {
 		err := r.term(ctx, t)

@@ -199,6 +199,18 @@ func (h *Harness[T]) Restart(i int) {
 	}
 }
 
+// Leader returns the index of the relay that leads now, or -1.
+func (h *Harness[T]) Leader() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i, ru := range h.relays {
+		if ru.r.Leading() {
+			return i
+		}
+	}
+	return -1
+}
+
 // Relay returns relay i.
 func (h *Harness[T]) Relay(i int) *relay.Relay[T] {
 	h.mu.Lock()
