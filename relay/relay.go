@@ -99,6 +99,9 @@ func (r *Relay[T]) Run(ctx context.Context) error {
 	return r.opts.Elector.Run(ctx, r.lead)
 }
 
+// ackTimeout bounds the wait for each acknowledgement of a publish.
+const ackTimeout = 10 * time.Second
+
 var (
 	errDeposed = errors.New("a relay with a later term has written to the stream")
 	errFenced  = errors.New("another relay published to the stream meanwhile")
@@ -461,8 +464,16 @@ func (r *Relay[T]) publish(ctx context.Context, st *state, msgs []*nats.Msg) err
 	}
 	var first error
 	last := st.lastSeq
+	// An acknowledgement lost with a node (the stream's leader died with
+	// the message in flight) never comes: give up after ackTimeout without
+	// one, and read the stream back to learn what landed.
+	timer := time.NewTimer(ackTimeout)
+	defer timer.Stop()
 	for _, f := range futs {
+		timer.Reset(ackTimeout)
 		select {
+		case <-timer.C:
+			return &publishError{fmt.Errorf("%s: no acknowledgement from JetStream within %v", r.source, ackTimeout)}
 		case ack := <-f.Ok():
 			if first == nil && ack.Duplicate {
 				first = fmt.Errorf("message %s was taken for a duplicate of sequence %d", f.Msg().Header.Get(jetstream.MsgIDHeader), ack.Sequence)
