@@ -354,6 +354,9 @@ func (r *Relay[T]) relist(ctx context.Context, st *state, force map[string]bool)
 		changes = append(changes, change{key: key, op: opDel})
 	}
 	msgs := r.group(st, ver, changes)
+	for _, m := range msgs {
+		m.Header.Set(hdrRelist, "1")
+	}
 	if len(msgs) == 0 {
 		msgs = append(msgs, r.progress(st, ver))
 	}
