@@ -100,6 +100,12 @@ func dedupDeltas[T any](ds *[]Delta[T]) (dropped Delta[T], ok bool) {
 	return dropped, true
 }
 
+func (f *DeltaFIFO[T]) waitRoom(ctx context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.waitRoomLocked(ctx, func() bool { return len(f.queue) >= addWindow })
+}
+
 // Add implements Queue.
 func (f *DeltaFIFO[T]) Add(deltas []Delta[T], rv ResourceVersion) error {
 	f.mu.Lock()

@@ -40,6 +40,44 @@ func (f *FIFO[T]) appendLocked(d Delta[T]) {
 	}
 }
 
+// addWindow bounds how far a queue runs ahead of its consumer on the
+// watch path, as listWindow does on the list path: before queueing a watch
+// batch the reflector waits (waitRoom) while this many deltas (DeltaFIFO:
+// keys) are pending. A source faster than the handlers then waits in its
+// Emit instead of piling changes up in memory: measured on
+// bench.BenchmarkPipeline, an unbounded queue grew to the whole stream and
+// made most of the garbage of the run (its slice regrown by copying), and
+// the collections it caused cost a quarter of the CPU.
+const addWindow = 4096
+
+// roomWaiter is implemented by both queues; a Queue of another kind is
+// simply not waited for.
+type roomWaiter interface {
+	// waitRoom returns once fewer than addWindow deltas are pending, the
+	// queue is closed (Add then queues as before), or ctx ends (its
+	// error).
+	waitRoom(ctx context.Context) error
+}
+
+// waitRoomLocked waits, with q.mu held, while full reports the queue full.
+func (q *queueBase) waitRoomLocked(ctx context.Context, full func() bool) error {
+	for full() && !q.closed {
+		if err := q.waitLocked(ctx, q.room); err != nil {
+			if errors.Is(err, ErrQueueClosed) {
+				return nil
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+func (f *FIFO[T]) waitRoom(ctx context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.waitRoomLocked(ctx, func() bool { return len(f.items)-f.head >= addWindow })
+}
+
 // Add implements Queue. Deletes without an object are queued as they are:
 // the consumer, seeing deltas in order, looks the last state up in its
 // cache when it processes them.

@@ -3,8 +3,6 @@ package core
 import (
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 	"sort"
 	"sync"
 )
@@ -51,6 +49,24 @@ type Indexer[T any] struct {
 	// that value; keys names the ids (see indexset.go).
 	indices map[string]index
 	keys    *keyTable
+	// fns is indexers and indices in one slice, for the write path: a
+	// slice walk instead of a map iteration and a map lookup per index and
+	// write.
+	fns []indexFn[T]
+}
+
+type indexFn[T any] struct {
+	name string
+	f    IndexFunc[T]
+	idx  index
+}
+
+// refreshFns rebuilds fns from indexers and indices.
+func (s *Indexer[T]) refreshFns() {
+	s.fns = s.fns[:0]
+	for name, f := range s.indexers {
+		s.fns = append(s.fns, indexFn[T]{name: name, f: f, idx: s.indices[name]})
+	}
 }
 
 var _ KeyLister[int] = (*Indexer[int])(nil)
@@ -68,6 +84,7 @@ func NewIndexer[T any](indexers Indexers[T]) *Indexer[T] {
 		s.indexers[name] = f
 		s.indices[name] = index{}
 	}
+	s.refreshFns()
 	return s
 }
 
@@ -212,6 +229,7 @@ func (s *Indexer[T]) replace(items map[string]T) error {
 	s.items = copied
 	s.indices = indices
 	s.keys = kt
+	s.refreshFns()
 	return nil
 }
 
@@ -386,164 +404,6 @@ func (s *Indexer[T]) AddIndexers(newIndexers Indexers[T]) error {
 		s.indexers[name] = f
 		s.indices[name] = idx
 	}
+	s.refreshFns()
 	return nil
-}
-
-// putLocked stores obj and returns the previous object. Every index value
-// is computed before anything changes, so a failing index function leaves
-// the store as it was.
-func (s *Indexer[T]) putLocked(key string, obj T) (old T, existed bool, err error) {
-	old, existed = s.items[key]
-	if len(s.indexers) == 0 {
-		s.items[key] = obj
-		return old, existed, nil
-	}
-	// Up to four indexes keep their values on the stack.
-	var buf [4]indexValues
-	vals := buf[:0]
-	for name, f := range s.indexers {
-		nv, err := indexValuesOf(f, obj)
-		if err != nil {
-			return old, existed, &IndexError{Index: name, Key: key, Err: err}
-		}
-		var ov []string
-		if existed {
-			if ov, err = indexValuesOf(f, old); err != nil {
-				return old, existed, &IndexError{Index: name, Key: key, Err: err}
-			}
-		}
-		vals = append(vals, indexValues{name: name, old: ov, new: nv})
-	}
-	changed := false
-	for _, iv := range vals {
-		changed = changed || !sameValues(iv.old, iv.new)
-	}
-	if changed {
-		h := keyHash(key)
-		id, hasID, stale := uint32(0), false, false
-		if existed {
-			id, hasID, stale = s.findIDLocked(h, key, vals, false)
-		}
-		if stale {
-			// The old object was changed in place since it was indexed:
-			// its recomputed values are not where the key is filed.
-			// Unfile it everywhere and file it anew in every index.
-			for _, idx := range s.indices {
-				idx.purge(id, s.keys)
-			}
-		}
-		for _, iv := range vals {
-			if !stale && sameValues(iv.old, iv.new) {
-				continue
-			}
-			idx := s.indices[iv.name]
-			if hasID && !stale {
-				for _, v := range iv.old {
-					idx.remove(v, h, id, s.keys)
-				}
-			}
-			for _, v := range iv.new {
-				if !hasID {
-					id, hasID = s.keys.alloc(key, h), true
-				}
-				idx.add(v, h, id, s.keys)
-			}
-		}
-		if hasID {
-			s.keys.release(id)
-		}
-	}
-	s.items[key] = obj
-	return old, existed, nil
-}
-
-// findIDLocked returns the id of key, whose object had the old values in
-// vals: probed in the set of one of them. If there are old values but none
-// holds the key (the object was changed in place since it was indexed), or
-// if search is set (an index function failed), every set is searched, and
-// stale reports that it had to be.
-func (s *Indexer[T]) findIDLocked(h uint32, key string, vals []indexValues, search bool) (id uint32, ok, stale bool) {
-	for _, iv := range vals {
-		for _, v := range iv.old {
-			search = true
-			if id, ok := s.indices[iv.name].lookup(v, h, key, s.keys); ok {
-				return id, true, false
-			}
-		}
-	}
-	if !search {
-		return 0, false, false
-	}
-	for _, idx := range s.indices {
-		for _, vs := range idx {
-			found, hit := uint32(0), false
-			vs.each(func(id uint32) {
-				if !hit && s.keys.key(id) == key {
-					found, hit = id, true
-				}
-			})
-			if hit {
-				return found, true, true
-			}
-		}
-	}
-	return 0, false, false
-}
-
-type indexValues struct {
-	name     string
-	old, new []string
-}
-
-func (s *Indexer[T]) deleteLocked(key string) (old T, existed bool, err error) {
-	old, existed = s.items[key]
-	if !existed {
-		return old, false, nil
-	}
-	var buf [4]indexValues
-	vals := buf[:0]
-	var failed []string
-	for name, f := range s.indexers {
-		ov, ferr := indexValuesOf(f, old)
-		if ferr != nil {
-			failed = append(failed, name)
-			err = &IndexError{Index: name, Key: key, Err: ferr}
-			continue
-		}
-		vals = append(vals, indexValues{name: name, old: ov})
-	}
-	if len(s.indexers) > 0 {
-		h := keyHash(key)
-		if id, ok, stale := s.findIDLocked(h, key, vals, len(failed) > 0); ok {
-			for _, iv := range vals {
-				for _, v := range iv.old {
-					s.indices[iv.name].remove(v, h, id, s.keys)
-				}
-			}
-			// The object was indexed once, so its values were
-			// computable; a failure now, or an object changed in place
-			// since, must not leave a dangling key behind.
-			if stale {
-				failed = slices.Collect(maps.Keys(s.indices))
-			}
-			for _, name := range failed {
-				s.indices[name].purge(id, s.keys)
-			}
-			s.keys.release(id)
-		}
-	}
-	delete(s.items, key)
-	return old, true, err
-}
-
-func sameValues(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

@@ -68,9 +68,13 @@ type InformerOptions[T any] struct {
 	// with Logger (an expired version at Info, a stuck watch at Warn, the
 	// rest at Error).
 	ErrorHandler func(error)
-	Logger       *slog.Logger
-	Metrics      MetricsProvider
-	Clock        clock.Clock
+	// Checkpoint, when set, saves the cache periodically and when a run
+	// ends, and starts each run from the last checkpoint: warm, watching
+	// from its version instead of listing (see CheckpointOptions).
+	Checkpoint *CheckpointOptions[T]
+	Logger     *slog.Logger
+	Metrics    MetricsProvider
+	Clock      clock.Clock
 }
 
 // ErrAlreadyRunning is returned by Run on an informer that is running.
@@ -116,6 +120,9 @@ type SharedIndexInformer[T any] struct {
 
 	progMu  sync.Mutex
 	lastReq time.Time
+
+	ckpt *checkpointer[T]          // nil without Options.Checkpoint
+	warm atomic.Pointer[warmState] // the run's warm start, if any
 }
 
 // NewSharedIndexInformer returns an informer over lw. Run starts it.
@@ -191,6 +198,11 @@ func (i *SharedIndexInformer[T]) Run(ctx context.Context) error {
 		i.mu.Unlock()
 		return ErrAlreadyRunning
 	}
+	if err := i.setupCheckpoint(); err != nil {
+		i.mu.Unlock()
+		return err
+	}
+	ckpt := i.ckpt
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	wg := &sync.WaitGroup{}
@@ -213,6 +225,13 @@ func (i *SharedIndexInformer[T]) Run(ctx context.Context) error {
 		met:              i.met,
 		clk:              i.clk,
 	})
+	i.warm.Store(nil)
+	if ckpt != nil {
+		ws := &warmState{}
+		i.reflector.cfg.warm = func(ctx context.Context) (ResourceVersion, bool, bool) { return i.warmStart(ctx, ckpt, ws) }
+		i.reflector.cfg.listed = ws.listedAt
+		wg.Go(func() { i.checkpointLoop(ctx, ckpt) })
+	}
 	i.handleMu.RLock()
 	for _, l := range i.listeners {
 		i.startListenerLocked(l)
@@ -238,6 +257,7 @@ func (i *SharedIndexInformer[T]) Run(ctx context.Context) error {
 	i.running = false
 	i.mu.Unlock()
 	wg.Wait()
+	i.finalCheckpoint(ctx, ckpt)
 	return runErr
 }
 
@@ -276,7 +296,7 @@ func (i *SharedIndexInformer[T]) checkSynced() bool {
 	if i.synced.Load() {
 		return true
 	}
-	if !i.queue.HasSynced() {
+	if !i.queue.HasSynced() || !i.warmSynced() {
 		return false
 	}
 	if i.synced.CompareAndSwap(false, true) {
@@ -440,6 +460,9 @@ func (i *SharedIndexInformer[T]) SyncStatus() SyncStatus {
 		r.status(&st)
 	}
 	st.Synced = i.checkSynced()
+	if ws := i.warm.Load(); ws != nil {
+		st.Checkpoint = ws.from
+	}
 	st.AppliedVersion = i.queue.AppliedVersion()
 	return st
 }

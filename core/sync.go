@@ -156,6 +156,10 @@ type SyncStatus struct {
 	// batch received; AppliedVersion, the version up to which the cache
 	// is applied.
 	LastSyncResourceVersion, AppliedVersion ResourceVersion
+	// Checkpoint is the version of the checkpoint the current (or last)
+	// run started from (InformerOptions.Checkpoint); 0 when it listed. While
+	// not Synced, the cache serves that checkpoint and catches up.
+	Checkpoint ResourceVersion
 }
 
 // Failures describes consecutive failed attempts (to list, or to watch).
@@ -192,6 +196,8 @@ func (s SyncStatus) String() string {
 		return "synced; " + why
 	case why != "":
 		return "not synced: " + why
+	case s.Running && s.Checkpoint > 0:
+		return fmt.Sprintf("not synced: serving checkpoint at version %d, catching up (applied %d)", s.Checkpoint, s.AppliedVersion)
 	case s.Running:
 		return "not synced: the list has not finished"
 	}

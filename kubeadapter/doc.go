@@ -73,6 +73,18 @@
 // apiserver answers again (after a restart, a network outage), instead of
 // letting the informer finish a sleep of up to 30 seconds.
 //
+// # Partial sync
+//
+// Resource.Where (package filter) returns a Resource that syncs only what a
+// filter matches. Top-level Eq and In on labels ("metadata.labels.tier")
+// are added to the label selector, Eq on metadata.name and
+// metadata.namespace to the field selector; the apiserver evaluates those.
+// The rest is evaluated here on each object. An object that starts
+// matching reaches handlers as an add, one that stops as a delete carrying
+// its last matching state (the apiserver reports an object whose labels
+// left the selector as deleted with its new state; the informer hands
+// handlers the cached one instead).
+//
 // # Setup and permissions
 //
 // The client's identity needs list and watch on the resource (RBAC verbs

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/filter"
 )
 
 // Object is what a Resource produces: a Kubernetes object with metadata,
@@ -76,6 +77,9 @@ type Resource[T Object] struct {
 	opts   Options
 	source string
 	log    *slog.Logger
+	// residue is the part of a Where filter evaluated here; nil:
+	// unfiltered.
+	residue *filter.Filter[T]
 }
 
 var (
@@ -238,6 +242,9 @@ func (r *Resource[T]) List(ctx context.Context, sink core.ListSink[T]) (core.Res
 			ev, err := r.event(core.Added, o)
 			if err != nil {
 				return err
+			}
+			if !r.residue.Keep(&ev) {
+				return nil
 			}
 			return sink.Emit(ev)
 		})

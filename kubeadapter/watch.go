@@ -233,6 +233,7 @@ drain:
 		w.answered = false
 	}
 	w.buf = batch
+	w.r.residue.RewriteBatch(batch)
 	if len(batch) > 0 {
 		if err := w.opts.Emit(batch); err != nil {
 			return err

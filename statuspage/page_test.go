@@ -363,10 +363,10 @@ func TestRedact(t *testing.T) {
 	}
 }
 
-// The work queue's metrics reach the page.
+// The work queue's metrics reach every page a TeeQueues feeds.
 func TestWorkQueue(t *testing.T) {
-	page := statuspage.New(statuspage.Options{})
-	q := workqueue.New(workqueue.Options[string]{Name: "reconcile", MetricsProvider: statuspage.TeeQueues(page, nil)})
+	page, other := statuspage.New(statuspage.Options{}), statuspage.New(statuspage.Options{})
+	q := workqueue.New(workqueue.Options[string]{Name: "reconcile", MetricsProvider: statuspage.TeeQueues(page, nil, other)})
 	defer q.ShutDown()
 	q.Add("a")
 	q.Add("b")
@@ -374,17 +374,22 @@ func TestWorkQueue(t *testing.T) {
 	q.AddRateLimited("c")
 	item, _ := q.Get()
 	q.Done(item)
-	st := page.Snapshot(context.Background())
-	if len(st.Queues) != 1 {
-		t.Fatalf("queues = %+v", st.Queues)
-	}
-	qs := st.Queues[0]
-	if qs.Name != "reconcile" || qs.Depth != 1 || qs.Adds != 2 || qs.Retries != 1 || qs.Processed != 1 {
-		t.Errorf("queue = %+v", qs)
+	for _, p := range []*statuspage.Page{page, other} {
+		st := p.Snapshot(context.Background())
+		if len(st.Queues) != 1 {
+			t.Fatalf("queues = %+v", st.Queues)
+		}
+		qs := st.Queues[0]
+		if qs.Name != "reconcile" || qs.Depth != 1 || qs.Adds != 2 || qs.Retries != 1 || qs.Processed != 1 {
+			t.Errorf("queue = %+v", qs)
+		}
 	}
 	_, html := get(t, page, "/debug/informers/")
 	if !strings.Contains(html, `data-queue="reconcile"`) {
 		t.Error("HTML lacks the queue")
+	}
+	if statuspage.TeeQueues(nil) != nil || statuspage.TeeQueues(page, nil) != workqueue.MetricsProvider(page) {
+		t.Error("TeeQueues of one or none")
 	}
 }
 

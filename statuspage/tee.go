@@ -10,12 +10,7 @@ import (
 // (metrics/prometheus) both see them. nil providers are skipped; Tee of a
 // single provider is that provider, and Tee of none is nil (no metrics).
 func Tee(providers ...core.MetricsProvider) core.MetricsProvider {
-	var ps []core.MetricsProvider
-	for _, p := range providers {
-		if p != nil {
-			ps = append(ps, p)
-		}
-	}
+	ps := nonNil(providers)
 	switch len(ps) {
 	case 0:
 		return nil
@@ -86,12 +81,7 @@ func (t teeMetrics) DecodeFailed() {
 // TeeQueues is Tee for work queues: a workqueue.MetricsProvider reporting
 // each queue's metrics to every one of providers (nil ones skipped).
 func TeeQueues(providers ...workqueue.MetricsProvider) workqueue.MetricsProvider {
-	var ps []workqueue.MetricsProvider
-	for _, p := range providers {
-		if p != nil {
-			ps = append(ps, p)
-		}
-	}
+	ps := nonNil(providers)
 	switch len(ps) {
 	case 0:
 		return nil
@@ -143,57 +133,54 @@ func (t teeSettable) Set(v float64) {
 }
 
 func (t teeQueues) NewDepthMetric(name string) workqueue.GaugeMetric {
-	out := make(teeGauge, len(t))
-	for i, p := range t {
-		out[i] = p.NewDepthMetric(name)
-	}
-	return out
+	return teeGauge(fanOut(t, func(p workqueue.MetricsProvider) workqueue.GaugeMetric { return p.NewDepthMetric(name) }))
 }
 
 func (t teeQueues) NewAddsMetric(name string) workqueue.CounterMetric {
-	out := make(teeCounter, len(t))
-	for i, p := range t {
-		out[i] = p.NewAddsMetric(name)
-	}
-	return out
+	return teeCounter(fanOut(t, func(p workqueue.MetricsProvider) workqueue.CounterMetric { return p.NewAddsMetric(name) }))
 }
 
 func (t teeQueues) NewLatencyMetric(name string) workqueue.HistogramMetric {
-	out := make(teeHist, len(t))
-	for i, p := range t {
-		out[i] = p.NewLatencyMetric(name)
-	}
-	return out
+	return teeHist(fanOut(t, func(p workqueue.MetricsProvider) workqueue.HistogramMetric { return p.NewLatencyMetric(name) }))
 }
 
 func (t teeQueues) NewWorkDurationMetric(name string) workqueue.HistogramMetric {
-	out := make(teeHist, len(t))
-	for i, p := range t {
-		out[i] = p.NewWorkDurationMetric(name)
-	}
-	return out
+	return teeHist(fanOut(t, func(p workqueue.MetricsProvider) workqueue.HistogramMetric { return p.NewWorkDurationMetric(name) }))
 }
 
 func (t teeQueues) NewUnfinishedWorkSecondsMetric(name string) workqueue.SettableGaugeMetric {
-	out := make(teeSettable, len(t))
-	for i, p := range t {
-		out[i] = p.NewUnfinishedWorkSecondsMetric(name)
-	}
-	return out
+	return teeSettable(fanOut(t, func(p workqueue.MetricsProvider) workqueue.SettableGaugeMetric {
+		return p.NewUnfinishedWorkSecondsMetric(name)
+	}))
 }
 
 func (t teeQueues) NewLongestRunningProcessorSecondsMetric(name string) workqueue.SettableGaugeMetric {
-	out := make(teeSettable, len(t))
-	for i, p := range t {
-		out[i] = p.NewLongestRunningProcessorSecondsMetric(name)
-	}
-	return out
+	return teeSettable(fanOut(t, func(p workqueue.MetricsProvider) workqueue.SettableGaugeMetric {
+		return p.NewLongestRunningProcessorSecondsMetric(name)
+	}))
 }
 
 func (t teeQueues) NewRetriesMetric(name string) workqueue.CounterMetric {
-	out := make(teeCounter, len(t))
+	return teeCounter(fanOut(t, func(p workqueue.MetricsProvider) workqueue.CounterMetric { return p.NewRetriesMetric(name) }))
+}
+
+// nonNil returns providers without the nil ones.
+func nonNil[P comparable](providers []P) []P {
+	var zero P
+	var ps []P
+	for _, p := range providers {
+		if p != zero {
+			ps = append(ps, p)
+		}
+	}
+	return ps
+}
+
+// fanOut asks every provider for its metric of one kind.
+func fanOut[M any](t teeQueues, metric func(workqueue.MetricsProvider) M) []M {
+	out := make([]M, len(t))
 	for i, p := range t {
-		out[i] = p.NewRetriesMetric(name)
+		out[i] = metric(p)
 	}
 	return out
 }

@@ -48,6 +48,22 @@
 // messages (empty data, a Nats-Marker-Reason header) if the stream is
 // configured to leave them.
 //
+// # Partial sync
+//
+// KVOptions.Where and EventStreamOptions.Where (package filter) sync only
+// part of a bucket or of the folded entities. One condition on filter.Key
+// is pushed down as the consumers' subject filter, so the server sends only
+// those subjects: for a KV, filter.Eq(filter.Key, k) or a whole-token
+// filter.Prefix(filter.Key, "eu.") (when KVOptions.Filter is empty); for an
+// event stream, filter.Eq(filter.Key, id) filling the "*" key token of
+// EventStreamOptions.Filter. The rest of the filter is evaluated here, on
+// each decoded value or folded state: those messages are still sent and
+// decoded (or folded; an event stream keeps every entity's state, since a
+// later event may make it match). A key that starts matching reaches
+// handlers as an add, one that stops as a delete carrying its last matching
+// state. A condition marked filter.Server that cannot be pushed down is
+// refused by the constructor.
+//
 // # Watches
 //
 // Watch pushes batches to WatchOptions.Emit until its context ends (it

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/filter"
 )
 
 // KVOptions configures a KV ListerWatcher. The zero value watches every key
@@ -29,6 +30,12 @@ type KVOptions[T any] struct {
 	// Reported keys are the full key below Prefix, not just the wildcard
 	// part.
 	Filter string
+	// Where, when set, makes the watch a partial sync (package filter):
+	// one condition on filter.Key becomes the subject filter (see
+	// filter.go), the rest is evaluated on each decoded value; handlers see
+	// a key that starts matching as an add and one that stops as a delete
+	// carrying its last matching value.
+	Where *filter.Filter[T]
 	// Codec decodes values; nil means core.JSON[T]. Its Decode is called
 	// through core.Decode (a panic becomes a *core.DecodeError).
 	Codec core.Codec[T]
@@ -56,6 +63,7 @@ type KV[T any] struct {
 	bucket  string
 	subject string // "$KV.<bucket>.<Prefix>"
 	codec   core.Codec[T]
+	residue *filter.Filter[T] // nil: unfiltered
 
 	mu     sync.Mutex
 	parked *kvPark
@@ -91,11 +99,17 @@ func NewKV[T any](ctx context.Context, js jetstream.JetStream, bucket string, op
 			return nil, fmt.Errorf("%s: %w", source, err)
 		}
 	}
-	filter := opts.Filter
-	if filter == "" {
-		filter = ">"
-	} else if err := checkPattern("KVOptions.Filter", filter, true); err != nil {
-		return nil, fmt.Errorf("%s: %w", source, err)
+	if opts.Filter != "" {
+		if err := checkPattern("KVOptions.Filter", opts.Filter, true); err != nil {
+			return nil, fmt.Errorf("%s: %w", source, err)
+		}
+	}
+	pattern, residue, err := kvWhere(source, opts.Filter, opts.Where)
+	if err != nil {
+		return nil, err
+	}
+	if pattern == "" {
+		pattern = ">"
 	}
 	if _, err := js.KeyValue(ctx, bucket); err != nil {
 		if errors.Is(err, jetstream.ErrBucketNotFound) {
@@ -119,8 +133,8 @@ func NewKV[T any](ctx context.Context, js jetstream.JetStream, bucket string, op
 	if idle == 0 {
 		idle = 5 * time.Second
 	}
-	k := &KV[T]{bucket: bucket, subject: subject + opts.Prefix, codec: opts.Codec}
-	k.init(js, stream, source, subject+opts.Prefix+filter, batch, idle, opts.Logger)
+	k := &KV[T]{bucket: bucket, subject: subject + opts.Prefix, codec: opts.Codec, residue: residue}
+	k.init(js, stream, source, subject+opts.Prefix+pattern, batch, idle, opts.Logger)
 	if k.codec == nil {
 		k.codec = core.JSON[T]{}
 	}
@@ -193,7 +207,12 @@ func (k *KV[T]) List(ctx context.Context, sink core.ListSink[T]) (core.ResourceV
 	clear(latest)
 	slices.SortFunc(items, func(a, b item) int { return cmp.Compare(a.rev, b.rev) })
 	for i, it := range items {
-		if err := sink.Emit(k.event(core.Added, it.key, it.rev, it.data)); err != nil {
+		ev := k.event(core.Added, it.key, it.rev, it.data)
+		if !k.residue.Keep(&ev) {
+			items[i] = item{}
+			continue
+		}
+		if err := sink.Emit(ev); err != nil {
 			return 0, err
 		}
 		items[i] = item{} // let the raw value go
@@ -327,7 +346,7 @@ func (a *kvApplier[T]) apply(m jetstream.Msg, seq uint64, out []core.Event[T]) [
 		typ = core.Modified
 	}
 	a.revs[key] = seq
-	return append(out, a.kv.event(typ, key, seq, m.Data()))
+	return rewriteLast(a.kv.residue, append(out, a.kv.event(typ, key, seq, m.Data())), len(out))
 }
 
 // lost finds a live key whose value is older than the stream's first

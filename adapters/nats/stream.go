@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/filter"
 )
 
 // Message is one event of an event stream, as a Reducer sees it. Data and
@@ -45,6 +46,12 @@ type EventStreamOptions[S any] struct {
 	// Filter is a subject pattern within the stream ("orders.*.events");
 	// empty means every subject of the stream.
 	Filter string
+	// Where, when set, makes the informer a partial sync over the folded
+	// entities (package filter): an Eq on filter.Key can narrow Filter
+	// (see filter.go), the rest is evaluated on each folded state; an
+	// entity that starts matching reaches handlers as an add, one that
+	// stops as a delete carrying its last matching state.
+	Where *filter.Filter[S]
 	// KeyToken is the position of the subject token that names the entity:
 	// 1 is the first token, -1 (and 0, the default) the last.
 	KeyToken int
@@ -69,7 +76,8 @@ type EventStreamOptions[S any] struct {
 // events. The resource version is the stream sequence.
 type EventStream[S any] struct {
 	reader
-	opts EventStreamOptions[S]
+	opts    EventStreamOptions[S]
+	residue *filter.Filter[S] // nil: unfiltered
 
 	mu     sync.Mutex
 	parked *streamPark[S]
@@ -97,11 +105,15 @@ func NewEventStream[S any](ctx context.Context, js jetstream.JetStream, stream s
 	if err := checkPattern("stream name", stream, false); err != nil || strings.Contains(stream, ".") {
 		return nil, fmt.Errorf("%s: invalid stream name", source)
 	}
-	filter := opts.Filter
-	if filter == "" {
-		filter = ">"
-	} else if err := checkPattern("EventStreamOptions.Filter", filter, true); err != nil {
+	pattern := opts.Filter
+	if pattern == "" {
+		pattern = ">"
+	} else if err := checkPattern("EventStreamOptions.Filter", pattern, true); err != nil {
 		return nil, fmt.Errorf("%s: %w", source, err)
+	}
+	pattern, residue, err := streamWhere(source, pattern, &opts)
+	if err != nil {
+		return nil, err
 	}
 	st, err := js.Stream(ctx, stream)
 	if err != nil {
@@ -117,8 +129,8 @@ func NewEventStream[S any](ctx context.Context, js jetstream.JetStream, stream s
 		opts.IdleCheck = 5 * time.Second
 	}
 	opts.Snapshot = maps.Clone(opts.Snapshot)
-	s := &EventStream[S]{opts: opts}
-	s.init(js, st, source, filter, opts.BatchSize, opts.IdleCheck, opts.Logger)
+	s := &EventStream[S]{opts: opts, residue: residue}
+	s.init(js, st, source, pattern, opts.BatchSize, opts.IdleCheck, opts.Logger)
 	return s, nil
 }
 
@@ -157,7 +169,11 @@ func (s *EventStream[S]) List(ctx context.Context, sink core.ListSink[S]) (core.
 		}
 	}
 	for _, key := range slices.Sorted(maps.Keys(f.state)) {
-		if err := sink.Emit(core.Event[S]{Type: core.Added, Key: key, Object: f.state[key], HasObject: true, RV: core.ResourceVersion(top)}); err != nil {
+		ev := core.Event[S]{Type: core.Added, Key: key, Object: f.state[key], HasObject: true, RV: core.ResourceVersion(top)}
+		if !s.residue.Keep(&ev) {
+			continue
+		}
+		if err := sink.Emit(ev); err != nil {
 			return 0, err
 		}
 	}
@@ -359,7 +375,7 @@ func (f *folder[S]) fold(m jetstream.Msg, seq uint64, out []core.Event[S], event
 }
 
 func (f *folder[S]) apply(m jetstream.Msg, seq uint64, out []core.Event[S]) []core.Event[S] {
-	return f.fold(m, seq, out, true)
+	return rewriteLast(f.es.residue, f.fold(m, seq, out, true), len(out))
 }
 
 // lost: the folded state does not depend on old events staying in the

@@ -97,6 +97,26 @@
 // and fills them in. REPLICA IDENTITY FULL tables fill in from the old row
 // instead and keep only the keys.
 //
+// # Partial sync
+//
+// TableOptions.Where (package filter) caches only the rows a filter
+// matches. The conditions Postgres evaluates exactly as Go does (Eq, In
+// and ranges on integer columns, Eq and In on boolean columns, Eq, In and
+// Prefix on text and varchar columns, at the top level of the filter) go
+// into the WHERE of the List's snapshot query, on a table with REPLICA
+// IDENTITY FULL or whose mapped columns are all fixed-length (otherwise an
+// update that brings a row into the filter could leave an unchanged
+// TOASTed value out of the stream with nothing to fill it from). The rest
+// of the filter, and the whole filter on the stream, is evaluated on each
+// decoded row: the stream still sends and decodes the rows outside the
+// filter (publication row filters and column lists are not used yet). A
+// row that starts matching reaches handlers as an add, one that stops as
+// a delete carrying its last matching state. Several Tables of one table
+// on one Source, each with its own filter, share the slot. A condition
+// marked filter.Server that cannot go into the query is refused by
+// NewTable, naming REPLICA IDENTITY FULL when that is what stands in the
+// way.
+//
 // # Protocol
 //
 // pgoutput proto_version 1: transactions are applied whole, so streaming

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"unsafe"
 
 	"github.com/jackc/pgx/v5/pgtype"
 )
@@ -22,12 +23,10 @@ type mapper struct {
 	src   *Source
 	mu    sync.Mutex
 	plans map[*relation]*rowPlan
-	maps  sync.Pool // *pgtype.Map: not safe for concurrent use
 }
 
 func newMapper(src *Source, st *tableState, typ reflect.Type, omit map[string]bool) *mapper {
 	m := &mapper{st: st, typ: typ, omit: omit, src: src, plans: map[*relation]*rowPlan{}}
-	m.maps.New = func() any { return src.typeMap() }
 	return m
 }
 
@@ -63,6 +62,11 @@ type rowPlan struct {
 	fields [][]int // per column: the struct field index, nil when unmapped
 	used   []bool  // per column: decoded into T (mapped, or any column of a map)
 	key    []int   // column positions of the primary key
+
+	textMu sync.Mutex
+	text   *scanPlan // compiled for text values, on first decode
+	toast  []uint8   // per column: toastNever, toastIfLong or toastAlways (see toast.go)
+	toastG uint64    // the table's toast generation toast was computed at
 }
 
 func normalizeName(s string) string {
@@ -162,48 +166,42 @@ func encodeKey(p *rowPlan, vals []rawValue) (string, error) {
 	return b.String(), nil
 }
 
-// decode fills dst (a *T) from a row's text values.
+// decode fills dst (a *T) from a row's text values, through the plan's
+// compiled text scan plan (see plan.go).
 func (m *mapper) decode(p *rowPlan, vals []rawValue, dst any) error {
-	tm := m.maps.Get().(*pgtype.Map)
-	defer m.maps.Put(tm)
-	if m.typ == nil {
-		row := make(map[string]any, len(vals))
-		for c, v := range vals {
-			if c >= len(p.rel.names) || !p.used[c] {
-				continue
-			}
-			name := p.rel.names[c]
-			if v.kind != 't' {
-				row[name] = nil
-				continue
-			}
-			oid := p.rel.oids[c]
-			typ, ok := tm.TypeForOID(oid)
-			if !ok {
-				row[name] = string(v.data)
-				continue
-			}
-			val, err := typ.Codec.DecodeValue(tm, oid, pgtype.TextFormatCode, v.data)
-			if err != nil {
-				return fmt.Errorf("column %q: %w", name, err)
-			}
-			row[name] = val
+	p.textMu.Lock()
+	defer p.textMu.Unlock()
+	if p.text == nil {
+		formats := make([]int16, len(p.rel.names))
+		for i := range formats {
+			formats[i] = pgtype.TextFormatCode
 		}
-		*dst.(*map[string]any) = row
-		return nil
+		p.text = m.compile(p, formats, m.src.typeMap())
 	}
-	rv := reflect.ValueOf(dst).Elem()
-	for c, f := range p.fields {
-		if f == nil || c >= len(vals) {
-			continue
+	var obj unsafe.Pointer
+	var row map[string]any
+	if m.typ == nil {
+		row = make(map[string]any, len(vals))
+	} else {
+		obj = reflect.ValueOf(dst).UnsafePointer()
+	}
+	for c, v := range vals {
+		if c >= len(p.text.cols) {
+			break
 		}
-		var src []byte
-		if vals[c].kind == 't' {
-			src = vals[c].data
+		var data []byte
+		if v.kind == 't' {
+			data = v.data
+			if data == nil {
+				data = []byte{}
+			}
 		}
-		if err := tm.Scan(p.rel.oids[c], pgtype.TextFormatCode, src, rv.FieldByIndex(f).Addr().Interface()); err != nil {
-			return fmt.Errorf("column %q: %w", p.rel.names[c], err)
+		if err := p.text.decodeColumn(obj, row, c, data); err != nil {
+			return err
 		}
+	}
+	if m.typ == nil {
+		*dst.(*map[string]any) = row
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/dbinformer/dbinformer/core"
@@ -33,62 +34,74 @@ type session struct {
 	done      chan struct{}
 }
 
-// snapshot is a slot's exported snapshot, imported in a REPEATABLE READ
-// transaction on a normal connection to the same server.
+// snapshot is a slot's exported snapshot: importable by any number of
+// transactions (SET TRANSACTION SNAPSHOT) until the next command on the
+// replication connection that exported it, or its end. release marks it
+// gone once no import is under way.
 type snapshot struct {
 	cp   core.ResourceVersion // the slot's consistent point: the snapshot's version
-	conn *pgx.Conn
-	tx   pgx.Tx
+	name string
+	mu   sync.RWMutex // held for reading by imports, for writing by release
+	gone bool
 }
 
 func (sn *snapshot) release() {
-	sn.tx.Rollback(context.Background())
-	sn.conn.Close(context.Background())
+	sn.mu.Lock()
+	sn.gone = true
+	sn.mu.Unlock()
 }
 
-// exportSnapshot creates slot on repl with an exported snapshot and imports
-// that snapshot before anything else is sent on repl (any command there
-// would destroy it).
+// exportSnapshot creates slot on repl with an exported snapshot. Nothing
+// may be sent on repl while the snapshot is to be imported.
 func (s *Source) exportSnapshot(ctx context.Context, repl *pgconn.PgConn, slot string, temporary bool) (*snapshot, error) {
-	conn, err := s.connect(ctx)
-	if err != nil {
-		return nil, err
-	}
 	res, err := pglogrepl.CreateReplicationSlot(ctx, repl, pgx.Identifier{slot}.Sanitize(), "pgoutput", pglogrepl.CreateReplicationSlotOptions{
 		Temporary:      temporary,
 		SnapshotAction: "EXPORT_SNAPSHOT",
 		Mode:           pglogrepl.LogicalReplication,
 	})
 	if err != nil {
-		conn.Close(context.Background())
 		return nil, s.wrap(fmt.Sprintf("create replication slot %q", slot), err)
 	}
 	cp, err := pglogrepl.ParseLSN(res.ConsistentPoint)
 	if err != nil {
-		conn.Close(context.Background())
 		return nil, fmt.Errorf("postgres %s: slot consistent point %q: %w", s.where(), res.ConsistentPoint, err)
 	}
-	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
-	if err == nil {
-		_, err = tx.Exec(ctx, "SET TRANSACTION SNAPSHOT "+quoteLiteral(res.SnapshotName))
-	}
-	if err != nil {
-		conn.Close(context.Background())
-		return nil, s.wrap("import the slot's snapshot", err)
-	}
-	return &snapshot{cp: core.ResourceVersion(cp), conn: conn, tx: tx}, nil
+	return &snapshot{cp: core.ResourceVersion(cp), name: res.SnapshotName}, nil
 }
 
 // snapshotFor runs read inside a snapshot that matches a position of the
 // stream, and returns that position, from which st's changes are kept.
 // fresh tells read that the table had no state: it builds the known keys
-// and values, parked at the snapshot's version. The
-// first Lists of a session read inside the slot's own exported snapshot; a
-// later one inside the snapshot of a short-lived temporary helper slot.
-// The first call freezes the table set.
-func (s *Source) snapshotFor(ctx context.Context, st *tableState, read func(tx pgx.Tx, rv core.ResourceVersion, fresh bool) error) (core.ResourceVersion, error) {
+// and values, parked at the snapshot's version. The first Lists of a
+// session read inside the slot's own exported snapshot; a later one inside
+// the snapshot of a short-lived temporary helper slot. Either way read
+// gets readers that imported the snapshot on their own connections, and
+// runs without setupMu: Lists of several tables read at once, bounded by
+// Options.SnapshotReaders. The first call freezes the table set.
+func (s *Source) snapshotFor(ctx context.Context, st *tableState, read func(r *snapReaders, rv core.ResourceVersion, fresh bool) error) (core.ResourceVersion, error) {
+	// Close cancels reads under way.
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	unwatch := context.AfterFunc(s.readCtx, stop)
+	defer unwatch()
+	// This List's own reader slot, taken before setupMu: slots are given
+	// back without it.
+	select {
+	case s.readers <- struct{}{}:
+	case <-ctx.Done():
+		if s.readCtx.Err() != nil {
+			return 0, errClosed
+		}
+		return 0, ctx.Err()
+	}
+	defer func() { <-s.readers }()
 	s.setupMu.Lock()
-	defer s.setupMu.Unlock()
+	locked := true
+	defer func() {
+		if locked {
+			s.setupMu.Unlock()
+		}
+	}()
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -119,18 +132,34 @@ func (s *Source) snapshotFor(ctx context.Context, st *tableState, read func(tx p
 		s.notifyLocked()
 		s.mu.Unlock()
 	}
-	if sess.snap != nil {
+	if sn := sess.snap; sn != nil {
 		s.mu.Lock()
 		fresh := !st.active
 		if fresh {
 			st.reset(sess.cp)
 		}
 		s.mu.Unlock()
-		if err := read(sess.snap.tx, sess.cp, fresh); err != nil {
+		first, err := s.importSnapshot(ctx, sn)
+		if err != nil {
+			return 0, err
+		}
+		s.setupMu.Unlock()
+		locked = false
+		err = read(&snapReaders{s: s, sn: sn, first: first}, sess.cp, fresh)
+		first.close(s)
+		s.setupMu.Lock()
+		locked = true
+		if err != nil {
+			if s.readCtx.Err() != nil {
+				return 0, errClosed
+			}
 			return 0, err
 		}
 		sess.listed[st] = true
-		if len(sess.listed) == len(s.tables) {
+		s.mu.Lock()
+		current := s.sess == sess && !s.closed
+		s.mu.Unlock()
+		if current && len(sess.listed) == len(s.tables) {
 			// Every table has its snapshot: stream.
 			if err := s.startStream(ctx, sess); err != nil {
 				return 0, err
@@ -155,8 +184,20 @@ func (s *Source) snapshotFor(ctx context.Context, st *tableState, read func(tx p
 	if err != nil {
 		return 0, err
 	}
-	defer sn.release()
-	if err := read(sn.tx, sn.cp, fresh); err != nil {
+	first, err := s.importSnapshot(ctx, sn)
+	if err != nil {
+		return 0, err
+	}
+	// The helper's snapshot is this List's alone: other Lists and stream
+	// starts need not wait for it.
+	s.setupMu.Unlock()
+	locked = false
+	err = read(&snapReaders{s: s, sn: sn, first: first}, sn.cp, fresh)
+	first.close(s)
+	if err != nil {
+		if s.readCtx.Err() != nil {
+			return 0, errClosed
+		}
 		return 0, err
 	}
 	s.mu.Lock()

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"sync"
 	"time"
 
@@ -71,6 +72,17 @@ type Options struct {
 	History int
 	// Logger receives connection-level events. Default: discard.
 	Logger *slog.Logger
+	// SnapshotReaders bounds the connections that read tables for Lists,
+	// all Lists of the Source together: tables list side by side, and a
+	// large table is split into block ranges read at once, every reader
+	// inside the same snapshot. Default min(4, GOMAXPROCS); 1 reads one
+	// table at a time.
+	SnapshotReaders int
+	// SyncProgress, when set, is told how far each List has read its
+	// table: about once a second while it reads (rows, the planner's
+	// estimate, rate and time left), and once when it ends. It is called
+	// from the List's goroutine and must not block.
+	SyncProgress func(SyncProgress)
 }
 
 // Source streams a set of tables over one logical replication slot and one
@@ -88,8 +100,11 @@ type Source struct {
 	interval time.Duration
 	history  int
 
-	setupMu    sync.Mutex // serialises session setup, snapshot reads and stream starts
-	pubCreated bool       // this Source created the publication: Close drops it (temporary slot)
+	setupMu    sync.Mutex      // serialises session setup, snapshot imports and stream starts
+	readers    chan struct{}   // a slot per snapshot reader connection (Options.SnapshotReaders)
+	readCtx    context.Context // cancelled by Close: ends the Lists under way
+	stopReads  context.CancelFunc
+	pubCreated bool // this Source created the publication: Close drops it (temporary slot)
 
 	mu          sync.Mutex
 	tables      []*tableState
@@ -162,6 +177,11 @@ func NewSource(ctx context.Context, connString string, opts Options) (*Source, e
 	if s.interval <= 0 {
 		s.interval = defaultEvery
 	}
+	if opts.SnapshotReaders <= 0 {
+		opts.SnapshotReaders = min(4, runtime.GOMAXPROCS(0))
+	}
+	s.readers = make(chan struct{}, opts.SnapshotReaders)
+	s.readCtx, s.stopReads = context.WithCancel(context.Background())
 	if s.slot == "" {
 		s.slot = "dbinformer_" + randomHex(8)
 	}
@@ -302,6 +322,7 @@ func (s *Source) Close() error {
 		return nil
 	}
 	s.closed = true
+	s.stopReads()
 	sess := s.sess
 	s.sess = nil
 	s.failLocked(errClosed, true)

@@ -2,15 +2,14 @@ package pginformer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"reflect"
 	"strings"
 	"sync/atomic"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/filter"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
@@ -32,6 +31,13 @@ type TableOptions[T any] struct {
 	// naming how many rows failed and why, and a watch that meets one
 	// fails the same way.
 	SkipUndecodable bool
+	// Where, when set, makes the Table a partial sync (package filter):
+	// conditions Postgres evaluates exactly go into the List's snapshot
+	// query, the rest (and the whole filter on the stream) is evaluated on
+	// each decoded row; see filter.go. Handlers see a row that starts
+	// matching as an add and one that stops as a delete carrying its last
+	// matching state.
+	Where *filter.Filter[T]
 }
 
 // Table is one table of a Source as a core.ListerWatcher[T]. T is a struct
@@ -44,6 +50,7 @@ type Table[T any] struct {
 	m       *mapper
 	opts    TableOptions[T]
 	skipped atomic.Int64
+	filter  *tableFilter[T] // nil: unfiltered
 }
 
 var (
@@ -138,16 +145,20 @@ func NewTable[T any](ctx context.Context, src *Source, table string, opts TableO
 			return nil, err
 		}
 	}
+	tf, err := tableFilterFor(m, opts.Where, cols)
+	if err != nil {
+		return nil, err
+	}
 	for _, c := range cols {
 		if c.generated {
 			omit[c.name] = true
 		}
 	}
-	st.known = map[string][]knownValue{}
+	st.resetKnown()
 	if err := src.register(st, loaded); err != nil {
 		return nil, err
 	}
-	return &Table[T]{src: src, st: st, m: m, opts: opts}, nil
+	return &Table[T]{src: src, st: st, m: m, opts: opts, filter: tf}, nil
 }
 
 // checkFields checks that every field of the struct has a column that is
@@ -206,8 +217,17 @@ func (t *Table[T]) Skipped() int64 { return t.skipped.Load() }
 // snapshot of a short-lived temporary helper slot (RV = its consistent
 // point).
 func (t *Table[T]) List(ctx context.Context, sink core.ListSink[T]) (core.ResourceVersion, error) {
-	return t.src.snapshotFor(ctx, t.st, func(tx pgx.Tx, rv core.ResourceVersion, fresh bool) error {
-		return t.read(ctx, tx, rv, fresh, sink)
+	if t.filter != nil {
+		emit := sink.Emit
+		sink.Emit = func(ev core.Event[T]) error {
+			if !t.filter.keep(&ev) {
+				return nil
+			}
+			return emit(ev)
+		}
+	}
+	return t.src.snapshotFor(ctx, t.st, func(r *snapReaders, rv core.ResourceVersion, fresh bool) error {
+		return t.read(ctx, r, rv, fresh, sink)
 	})
 }
 
@@ -233,114 +253,4 @@ func (u *undecodable) err(what string) error {
 		reasons[i] = e.Error()
 	}
 	return core.Permanent(fmt.Errorf("%s: %d could not be decoded (first: %s); fix the data or the mapping, or set TableOptions.SkipUndecodable to leave such rows out: %w", what, u.n, strings.Join(reasons, "; "), u.first[0]))
-}
-
-// read emits every row of the table as seen by tx. When fresh it parks the
-// table's known keys and values at rv; otherwise the stream keeps them.
-func (t *Table[T]) read(ctx context.Context, tx pgx.Tx, rv core.ResourceVersion, fresh bool, sink core.ListSink[T]) error {
-	s, st := t.src, t.st
-	ident := st.ident.Sanitize()
-	// The columns as of the snapshot, less those left out.
-	rows, _ := tx.Query(ctx, `SELECT attname FROM pg_attribute WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped AND attgenerated = '' ORDER BY attnum`, st.oid)
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return s.wrap("read columns of "+ident, err)
-	}
-	if len(names) == 0 {
-		return core.Permanent(fmt.Errorf("postgres %s: table %s was dropped: its relation (oid %d) is gone; a table created again under the name needs a new Table", s.where(), ident, st.oid))
-	}
-	var sel []string
-	for _, n := range names {
-		if !t.m.omit[n] {
-			sel = append(sel, pgx.Identifier{n}.Sanitize())
-		}
-	}
-	if sink.Estimate != nil {
-		var n float64
-		if err := tx.QueryRow(ctx, "SELECT reltuples FROM pg_class WHERE oid = $1", st.oid).Scan(&n); err == nil && n >= 0 {
-			sink.Estimate(int64(n))
-		}
-	}
-	if fresh {
-		st.knownMu.Lock()
-		st.known = map[string][]knownValue{}
-		st.knownMu.Unlock()
-	}
-	// Text format on both paths: the walsender prints values as text, and
-	// decoding the same text with the same pgtype.Map gives equal values.
-	rr := tx.Conn().PgConn().ExecParams(ctx, "SELECT "+strings.Join(sel, ", ")+" FROM "+ident, nil, nil, nil, nil)
-	fds := rr.FieldDescriptions()
-	rel := &relation{}
-	for _, fd := range fds {
-		rel.names = append(rel.names, fd.Name)
-		rel.oids = append(rel.oids, fd.DataTypeOID)
-	}
-	p, err := t.m.plan(rel)
-	if err != nil {
-		rr.Close()
-		return fmt.Errorf("%s: %w", st.sourceName(), err)
-	}
-	defer t.m.forget(rel)
-	var bad undecodable
-	var emitErr error
-	for rr.NextRow() {
-		// rr.Values is reused by the next row: copy the row into one buffer.
-		raw := rr.Values()
-		size := 0
-		for _, v := range raw {
-			size += len(v)
-		}
-		buf := make([]byte, 0, size)
-		vals := make([]rawValue, len(raw))
-		for i, v := range raw {
-			if v == nil {
-				vals[i] = rawValue{kind: 'n'}
-			} else {
-				buf = append(buf, v...)
-				vals[i] = rawValue{kind: 't', data: buf[len(buf)-len(v) : len(buf) : len(buf)]}
-			}
-		}
-		ev := core.Event[T]{Type: core.Added, RV: rv}
-		key, err := encodeKey(p, vals)
-		if err == nil {
-			ev.Key = key
-			if fresh {
-				st.knownMu.Lock()
-				st.remember(p, key, vals)
-				st.knownMu.Unlock()
-			}
-			err = t.m.decode(p, vals, &ev.Object)
-		}
-		if err != nil {
-			de := &core.DecodeError{Source: st.sourceName(), Key: key, RV: rv, Err: err}
-			bad.add(de)
-			if !t.opts.SkipUndecodable {
-				continue
-			}
-			t.skipped.Add(1)
-			ev.Err, ev.Object = de, *new(T)
-		} else {
-			ev.HasObject = true
-		}
-		if emitErr = sink.Emit(ev); emitErr != nil {
-			break
-		}
-	}
-	if _, err := rr.Close(); err != nil && emitErr == nil {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
-			return core.Permanent(s.wrap("read table "+ident, err))
-		}
-		return s.wrap("read table "+ident, err)
-	}
-	if emitErr != nil {
-		return emitErr
-	}
-	if !t.opts.SkipUndecodable {
-		return bad.err(fmt.Sprintf("%s: of the rows listed at %s", st.sourceName(), lsn(rv)))
-	}
-	if bad.n > 0 {
-		s.log.Warn("rows left out of the cache: they do not decode", "table", ident, "rows", bad.n, "first", bad.first[0])
-	}
-	return nil
 }

@@ -37,13 +37,22 @@ type tableState struct {
 	ackedChanges int
 	batches      []*batch // streamed: unacknowledged ones, and some history before them
 
+	// gated: a checkpointing informer watches the table; the slot's
+	// confirmed position stays at or below durable, its last durable
+	// checkpoint (restore.go).
+	gated   bool
+	durable core.ResourceVersion
+
 	// The state parked between watches (see core's contract): every key of
-	// the table as of decoded, with the values of its variable-length
-	// columns, so that an unchanged TOASTed value ('u') is filled in and
-	// TRUNCATE deletes every key. Guarded by knownMu, taken before src.mu
-	// when both are needed.
-	knownMu sync.Mutex
-	known   map[string][]knownValue
+	// the table as of decoded, and the values that can come back as
+	// unchanged TOASTed ('u', see toast.go), so that such a value is filled
+	// in and TRUNCATE deletes every key. Guarded by knownMu, taken before
+	// src.mu when both are needed.
+	knownMu   sync.Mutex
+	keys      map[string]struct{}
+	vals      map[string][]knownValue
+	toastCols map[string]uint8 // per column name: toastAlways, toastNever, toastIfLong
+	toastGen  uint64           // bumped when toastCols changes
 }
 
 func newTableState(schema, name string) *tableState {
@@ -139,6 +148,9 @@ func (s *Source) ackLocked() core.ResourceVersion {
 	for _, t := range s.tables {
 		if b := t.pending(); b != nil && b.commitLSN < ack {
 			ack = b.commitLSN
+		}
+		if t.gated && t.durable < ack {
+			ack = t.durable
 		}
 	}
 	return ack

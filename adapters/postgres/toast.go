@@ -8,45 +8,148 @@ import (
 
 // TOAST memory. pgoutput leaves out a TOASTed value that an update did not
 // change ('u'); under REPLICA IDENTITY DEFAULT the old row is not sent
-// either, so the table keeps, per key, the last value of each
-// variable-length column. Every function here is called with knownMu held.
+// either, so the table keeps, per key, the last value of each column that
+// can come back as 'u'. Every function here is called with knownMu held.
+//
+// Only a value stored out of line (external) is ever sent as 'u', and
+// Postgres moves a value out of line only if its stored form is longer
+// than a TOAST pointer (MAXALIGN(TOAST_POINTER_SIZE) = 24 bytes,
+// toast_tuple_find_biggest_attribute in heaptoast.c). So:
+//   - fixed-length types (attlen > 0: integers, timestamps, uuid, enums...)
+//     and columns with STORAGE PLAIN are never TOASTed: nothing is kept;
+//   - for text-like types the stored form is the text plus a 1- or 4-byte
+//     header (or less, compressed): a value of at most 20 bytes is never
+//     external and is not kept;
+//   - other variable-length types (numeric, jsonb, arrays...) are kept
+//     from the stream, where their stored size is unknown; List asks the
+//     server (pg_column_size) and keeps only values stored in more than
+//     20 bytes (an external value's pg_column_size is its data size, more
+//     than 24 bytes less a 4-byte header).
 
-// knownValue is one variable-length column's last value.
+// knownValue is one column's last value, as text.
 type knownValue struct {
 	col  string
 	data []byte
 }
 
-// fixedLength are types whose values are never TOASTed.
+// What a column's values may need (tableState.toastCols, rowPlan.toast).
+const (
+	toastAlways uint8 = iota // keep every value
+	toastNever               // never TOASTed: keep nothing
+	toastIfLong              // text-like: keep values over maxInline bytes
+)
+
+// maxInline is the longest text-like value that can never be stored out of
+// line: 20 bytes of text and a 4-byte header fit a TOAST pointer's 24.
+const maxInline = 20
+
+// fixedLength are types whose values are never TOASTed (used for a column
+// the catalog has not been read for yet).
 var fixedLength = map[uint32]bool{
 	pgtype.BoolOID: true, pgtype.Int2OID: true, pgtype.Int4OID: true, pgtype.Int8OID: true,
 	pgtype.Float4OID: true, pgtype.Float8OID: true, pgtype.DateOID: true, pgtype.TimeOID: true,
 	pgtype.TimestampOID: true, pgtype.TimestamptzOID: true, pgtype.UUIDOID: true, pgtype.OIDOID: true,
 }
 
-// remember records the variable-length values of a row under its key.
+// toastKind classifies a column from the catalog: attlen and attstorage.
+func toastKind(oid uint32, attlen int16, storage byte) uint8 {
+	switch {
+	case attlen != -1 || storage == 'p':
+		return toastNever
+	case textLike(oid):
+		return toastIfLong
+	}
+	return toastAlways
+}
+
+// setToastCols records the table's columns as a snapshot saw them.
+func (t *tableState) setToastCols(kinds map[string]uint8) {
+	t.toastCols = kinds
+	t.toastGen++
+}
+
+// toastOf returns p's per-column kinds, computed once per generation.
+func (t *tableState) toastOf(p *rowPlan) []uint8 {
+	if p.toast != nil && p.toastG == t.toastGen {
+		return p.toast
+	}
+	k := make([]uint8, len(p.rel.names))
+	for c, name := range p.rel.names {
+		kind, ok := t.toastCols[name]
+		switch {
+		case ok:
+		case fixedLength[p.rel.oids[c]]:
+			kind = toastNever
+		case textLike(p.rel.oids[c]):
+			kind = toastIfLong
+		default:
+			kind = toastAlways
+		}
+		k[c] = kind
+	}
+	p.toast, p.toastG = k, t.toastGen
+	return k
+}
+
+// resetKnown forgets every key and value.
+func (t *tableState) resetKnown() {
+	t.keys = map[string]struct{}{}
+	t.vals = map[string][]knownValue{}
+}
+
+// remember records a row's key and the values that may come back as 'u'.
+// It keeps vals' bytes.
 func (t *tableState) remember(p *rowPlan, key string, vals []rawValue) {
+	t.keys[key] = struct{}{}
 	var vl []knownValue
 	if !t.full { // FULL: 'u' is filled from the old row instead
+		kinds := t.toastOf(p)
 		for c, v := range vals {
-			if v.kind == 't' && p.used[c] && !fixedLength[p.rel.oids[c]] {
-				vl = append(vl, knownValue{p.rel.names[c], v.data})
+			if v.kind != 't' || !p.used[c] || c >= len(kinds) {
+				continue
 			}
+			switch kinds[c] {
+			case toastNever:
+				continue
+			case toastIfLong:
+				if len(v.data) <= maxInline {
+					continue
+				}
+			}
+			vl = append(vl, knownValue{p.rel.names[c], v.data})
 		}
 	}
-	t.known[key] = vl
+	t.setVals(key, vl)
+}
+
+// rememberListed records a listed row's key and the values List found
+// could be TOASTed (already copied).
+func (t *tableState) rememberListed(key string, vl []knownValue) {
+	t.keys[key] = struct{}{}
+	t.setVals(key, vl)
+}
+
+func (t *tableState) setVals(key string, vl []knownValue) {
+	if vl == nil {
+		delete(t.vals, key)
+	} else {
+		t.vals[key] = vl
+	}
 }
 
 // forget drops a deleted key.
-func (t *tableState) forget(key string) { delete(t.known, key) }
+func (t *tableState) forget(key string) {
+	delete(t.keys, key)
+	delete(t.vals, key)
+}
 
 // truncate empties the table and returns its keys, sorted.
 func (t *tableState) truncate() []string {
-	keys := make([]string, 0, len(t.known))
-	for k := range t.known {
+	keys := make([]string, 0, len(t.keys))
+	for k := range t.keys {
 		keys = append(keys, k)
 	}
-	t.known = map[string][]knownValue{}
+	t.resetKnown()
 	sort.Strings(keys)
 	return keys
 }
@@ -67,7 +170,7 @@ func (t *tableState) fillToast(p *rowPlan, key string, vals, old []rawValue) []r
 			out[i] = old[i]
 			continue
 		}
-		for _, kv := range t.known[key] {
+		for _, kv := range t.vals[key] {
 			if kv.col == p.rel.names[i] {
 				out[i] = rawValue{kind: 't', data: kv.data}
 				break

@@ -338,5 +338,6 @@ func (t *Table[T]) decode(b *batch) {
 	if failed > 0 && t.opts.SkipUndecodable {
 		t.skipped.Add(int64(failed))
 	}
+	t.filter.rewrite(out)
 	b.events, b.failed, b.changes, b.decoded = out, failed, nil, true
 }

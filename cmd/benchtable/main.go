@@ -45,6 +45,13 @@ var rows = []row{
 	{"3 Initial sync of 1M objects: peak heap, informer vs decoding into a plain map", "InitialSync", "ours-peak-heap-MB", "", "map-peak-heap-MB", "≤", 1.3},
 	{"3 Initial sync of 1M objects: peak heap, informer with one handler vs plain map", "InitialSync", "ours-handler-peak-heap-MB", "", "map-peak-heap-MB", "", 0},
 	{"4 Postgres initial sync (List) vs raw COPY TO STDOUT: time", "Postgres/InitialSync", "ours-s", "", "copy-s", "≤", 1.5},
+	{"4 Postgres initial sync (List) of 1M mixed rows (int, text, numeric, timestamptz, jsonb, 1 in 50 TOASTed) vs COPY (SELECT …) TO STDOUT, text: time", "PostgresScale/InitialSync", "ours-s", "", "copytext-s", "≤", 1.5},
+	{"4 Postgres initial sync (List) of 1M mixed rows vs binary COPY (SELECT …) TO STDOUT: time", "PostgresScale/InitialSync", "ours-s", "", "copybinary-s", "", 0},
+	{"4 Postgres initial sync of 1M mixed rows: steady heap, informer vs plain pgx scan into map[key]T", "PostgresScale/Heap", "ours-steady-heap-MB", "", "map-steady-heap-MB", "≤", 1.3},
+	{"4 Postgres initial sync of 1M mixed rows: peak heap, informer vs plain pgx scan into map[key]T", "PostgresScale/Heap", "ours-peak-heap-MB", "", "map-peak-heap-MB", "≤", 1.5},
+	{"4 Postgres initial sync of 1M mixed rows: RSS after sync, informer vs plain pgx scan into map[key]T", "PostgresScale/Heap", "ours-rss-MB", "", "map-rss-MB", "", 0},
+	{"4 Postgres initial sync of 1M mixed rows: time, informer vs plain pgx scan into map[key]T", "PostgresScale/Heap", "ours-s", "", "map-s", "", 0},
+	{"4 Postgres Source of three tables (1M, 500k, 250k rows): sync time vs its largest table alone", "PostgresScale/ThreeTables", "three-s", "", "largest-s", "≤", 1.3},
 	{"5 Postgres streaming, writers unpaced: applied vs committed rows/s", "Postgres/Streaming/max/ours", "applied-rows/s", "", "committed-rows/s", "≥", 0.99},
 	{"5 Postgres streaming, writers unpaced: lag p99, ms (from send)", "Postgres/Streaming/max/ours", "lag-from-send-p99-ms", "", "", "", 0},
 	{"5 Postgres streaming at 20k rows/s: applied vs committed rows/s", "Postgres/Streaming/paced/ours", "applied-rows/s", "", "committed-rows/s", "≥", 0.99},
@@ -128,8 +135,33 @@ func format(v float64, metric string) string {
 	return fmt.Sprintf("%.3g %s", v, metric)
 }
 
+// ratios pairs the k-th run of ours with the k-th run of the reference
+// (both sides of a run are measured in the same process, one after the
+// other), so a row's spread is the spread of what each run measured, not of
+// medians taken apart. With no reference the values are ours alone.
+func ratios(ours, ref []float64) []float64 {
+	if ref == nil {
+		return slices.Clone(ours)
+	}
+	n := min(len(ours), len(ref))
+	out := make([]float64, 0, n)
+	for k := 0; k < n; k++ {
+		if ref[k] != 0 {
+			out = append(out, ours[k]/ref[k])
+		}
+	}
+	return out
+}
+
+// meets says whether v meets the row's target.
+func (r row) meets(v float64) bool {
+	return (r.Op == "≥" && v >= r.Target) || (r.Op == "≤" && v <= r.Target)
+}
+
 // table renders the rows found in res as Markdown, and how many targets
-// were met out of those measured.
+// were met out of those measured. A row with several runs shows the median
+// ratio and the spread (lowest–highest run), and counts as met only when
+// every run meets its target.
 func table(res results) (string, int, int) {
 	var b strings.Builder
 	b.WriteString("| Comparison | Ours | Reference | Ratio ours/ref | Target | Met |\n")
@@ -146,16 +178,28 @@ func table(res results) (string, int, int) {
 			refName = r.Ours
 		}
 		refCell, ratioCell := "—", "—"
-		value := ours // what the target is checked against
+		var refRuns []float64
 		if r.RefMetric != "" {
 			ref, ok := res.get(refName, r.RefMetric)
 			if !ok || ref == 0 {
 				fmt.Fprintf(&b, "| %s | %s | not run | | | |\n", r.Title, format(ours, r.OursMetric))
 				continue
 			}
-			value = ours / ref
+			refRuns = res[refName][r.RefMetric]
 			refCell = format(ref, r.RefMetric)
-			ratioCell = fmt.Sprintf("**%.2f×**", value)
+		}
+		runs := ratios(res[r.Ours][r.OursMetric], refRuns)
+		if len(runs) == 0 {
+			fmt.Fprintf(&b, "| %s | %s | %s | no paired run | | |\n", r.Title, format(ours, r.OursMetric), refCell)
+			continue
+		}
+		if r.RefMetric != "" {
+			ratioCell = fmt.Sprintf("**%.2f×**", median(runs))
+			if len(runs) > 1 {
+				ratioCell += fmt.Sprintf(" (%.2f–%.2f)", slices.Min(runs), slices.Max(runs))
+			}
+		} else if len(runs) > 1 {
+			ratioCell = fmt.Sprintf("(%.3g–%.3g)", slices.Min(runs), slices.Max(runs))
 		}
 		targetCell, metCell := "—", "—"
 		if r.Op != "" {
@@ -165,11 +209,21 @@ func table(res results) (string, int, int) {
 				unit = ""
 			}
 			targetCell = fmt.Sprintf("%s %g%s", r.Op, r.Target, unit)
-			if (r.Op == "≥" && value >= r.Target) || (r.Op == "≤" && value <= r.Target) {
+			good := 0
+			for _, v := range runs {
+				if r.meets(v) {
+					good++
+				}
+			}
+			switch {
+			case good == len(runs):
 				metCell = "yes"
 				met++
-			} else {
+			default:
 				metCell = "**no**"
+			}
+			if len(runs) > 1 {
+				metCell += fmt.Sprintf(" (%d/%d runs)", good, len(runs))
 			}
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", r.Title, format(ours, r.OursMetric), refCell, ratioCell, targetCell, metCell)
@@ -215,10 +269,10 @@ func keptNotes(path string) string {
 func main() {
 	var (
 		bench   = flag.String("bench", ".", "benchmarks to run (go test -bench)")
-		count   = flag.Int("count", 1, "runs of each benchmark; figures are medians")
+		count   = flag.Int("count", 3, "runs of each benchmark; figures are medians, a target is met only when every run meets it")
 		short   = flag.Bool("short", false, "small sizes (the smoke run)")
 		out     = flag.String("out", "BENCHMARKS.md", `file to write, "-" for none`)
-		from    = flag.String("from", "", "parse this saved go test output instead of running")
+		from    = flag.String("from", "", "parse this saved go test output instead of running (comma-separated files: one full run each)")
 		pkg     = flag.String("pkg", "./bench/", "package holding the benchmarks")
 		timeout = flag.String("timeout", "90m", "go test -timeout")
 		only    = flag.String("rows", "", "print only the rows whose title contains this (with -bench, e.g. WorkQueue)")
@@ -237,11 +291,13 @@ func main() {
 
 	var output []byte
 	if *from != "" {
-		data, err := os.ReadFile(*from)
-		if err != nil {
-			fatal(err)
+		for _, f := range strings.Split(*from, ",") {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				fatal(err)
+			}
+			output = append(output, data...)
 		}
-		output = data
 		command = "(parsed from " + *from + ")"
 	} else {
 		fmt.Fprintln(os.Stderr, "running:", command)
@@ -275,6 +331,7 @@ func main() {
 	fmt.Fprintf(&doc, "- Command: `%s`\n", command)
 	fmt.Fprintf(&doc, "- Machine: %s\n", machine(goVersion))
 	fmt.Fprintf(&doc, "- Date: %s\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"))
+	fmt.Fprintf(&doc, "- Runs: %d of each benchmark; a ratio is the median run, with the lowest–highest run in brackets; a target is met only when every run meets it\n", *count)
 	fmt.Fprintf(&doc, "- Targets met: %d of %d\n\n", met, measured)
 	doc.WriteString(tbl)
 	doc.WriteString("\n<details><summary>Raw go test output</summary>\n\n```\n")

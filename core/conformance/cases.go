@@ -27,6 +27,7 @@ func cases[T any]() []testCase[T] {
 		{"Cancel", cancelCase[T]},
 		{"EmitError", emitError[T]},
 		{"Dropped", dropped[T]},
+		{"WarmRestart", warmRestart[T]},
 	}
 }
 

@@ -297,8 +297,9 @@ type progressPrinter struct {
 	name string
 	out  io.Writer
 
-	mu   sync.Mutex
-	last time.Time
+	mu    sync.Mutex
+	start time.Time // the list in progress started; zero between lists
+	last  time.Time
 }
 
 func (p *progressPrinter) ListProgress(received, estimated int64) {
@@ -308,24 +309,38 @@ func (p *progressPrinter) ListProgress(received, estimated int64) {
 	// A line a second, none for a list that finishes within the first
 	// second, and none for the final count (Listed prints it).
 	now := time.Now()
-	if p.last.IsZero() {
-		p.last = now
+	if p.start.IsZero() {
+		p.start, p.last = now, now
 	}
 	if now.Sub(p.last) < time.Second {
 		return
 	}
 	p.last = now
+	fmt.Fprintln(p.out, progressLine(p.name, received, estimated, now.Sub(p.start)))
+}
+
+// progressLine reads e.g. "orders: initial sync 120000 of ~1000000 rows
+// (12%), 40000 rows/s, about 22s left".
+func progressLine(name string, received, estimated int64, elapsed time.Duration) string {
+	line := fmt.Sprintf("%s: initial sync %d rows", name, received)
 	if estimated > 0 {
-		fmt.Fprintf(p.out, "%s: initial sync %d of ~%d rows\n", p.name, received, estimated)
-	} else {
-		fmt.Fprintf(p.out, "%s: initial sync %d rows\n", p.name, received)
+		line = fmt.Sprintf("%s: initial sync %d of ~%d rows (%d%%)", name, received, estimated, min(100, received*100/estimated))
 	}
+	if elapsed <= 0 || received == 0 {
+		return line
+	}
+	rate := float64(received) / elapsed.Seconds()
+	line += fmt.Sprintf(", %.0f rows/s", rate)
+	if estimated > received {
+		line += fmt.Sprintf(", about %v left", time.Duration(float64(estimated-received)/rate*float64(time.Second)).Round(time.Second))
+	}
+	return line
 }
 
 func (p *progressPrinter) Listed(relist bool, items int, err error) {
 	p.InformerMetrics.Listed(relist, items, err)
 	p.mu.Lock()
-	p.last = time.Now()
+	p.start, p.last = time.Time{}, time.Time{}
 	p.mu.Unlock()
 	what := "listed"
 	if relist {

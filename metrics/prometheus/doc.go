@@ -25,6 +25,8 @@
 //	dbinformer_informer_listed_objects            objects in the last successful list
 //	dbinformer_informer_list_received_objects     objects received by the list in progress (or the last)
 //	dbinformer_informer_list_estimated_objects    the source's estimate for that list, 0 if unknown
+//	dbinformer_informer_list_objects_per_second   that list's rate since it started
+//	dbinformer_informer_list_remaining_seconds    time left at that rate to reach the estimate, 0 when done or unknown
 //	dbinformer_informer_watch_restarts_total{reason="timeout|expired|stuck|error"}
 //	dbinformer_informer_applied_resource_version  the version up to which the cache is applied
 //	dbinformer_informer_pending_notifications{handler}

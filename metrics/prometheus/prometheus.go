@@ -35,6 +35,8 @@ type Provider struct {
 	listed         *prometheus.GaugeVec
 	listReceived   *prometheus.GaugeVec
 	listEstimated  *prometheus.GaugeVec
+	listRate       *prometheus.GaugeVec
+	listETA        *prometheus.GaugeVec
 	watchRestarts  *prometheus.CounterVec
 	applied        *prometheus.GaugeVec
 	pending        *prometheus.GaugeVec
@@ -111,6 +113,8 @@ func New(reg prometheus.Registerer, opts Options) (*Provider, error) {
 	p.listed = gauge(inf("listed_objects", "Objects in the last successful list."), "informer")
 	p.listReceived = gauge(inf("list_received_objects", "Objects received so far by the list in progress, or by the last list."), "informer")
 	p.listEstimated = gauge(inf("list_estimated_objects", "The source's estimate of the objects in the list in progress; 0 when unknown."), "informer")
+	p.listRate = gauge(inf("list_objects_per_second", "Objects per second received by the list in progress, or by the last list, since it started."), "informer")
+	p.listETA = gauge(inf("list_remaining_seconds", "Time left for the list in progress at its rate to reach the source's estimate; 0 when done or unknown."), "informer")
 	p.watchRestarts = counter(inf("watch_restarts_total", "Watches that ended and were reopened; reason is timeout (planned), expired (relist), stuck (no progress for several progress intervals: reopened) or error (backoff, resume)."), "informer", "reason")
 	p.applied = gauge(inf("applied_resource_version", "The source version up to which the cache is applied."), "informer")
 	p.pending = gauge(inf("pending_notifications", "Notifications waiting for a handler; a slow handler shows here."), "informer", "handler")
@@ -131,7 +135,7 @@ func New(reg prometheus.Registerer, opts Options) (*Provider, error) {
 	p.retries = counter(wq("retries_total", "Rate-limited and delayed re-adds."), "name")
 
 	for _, c := range []prometheus.Collector{
-		p.lists, p.listed, p.listReceived, p.listEstimated, p.watchRestarts, p.applied,
+		p.lists, p.listed, p.listReceived, p.listEstimated, p.listRate, p.listETA, p.watchRestarts, p.applied,
 		p.pending, p.panics, p.decodeErrors, p.headErrors, &lagCollector{p},
 		p.depth, p.adds, p.latency, p.workDuration, p.unfinished, p.longestRunning, p.retries,
 	} {
@@ -164,6 +168,8 @@ func (p *Provider) informer(name string) *informerMetrics {
 		listed:        p.listed.WithLabelValues(name),
 		received:      p.listReceived.WithLabelValues(name),
 		estimated:     p.listEstimated.WithLabelValues(name),
+		rate:          p.listRate.WithLabelValues(name),
+		eta:           p.listETA.WithLabelValues(name),
 		restartTimout: p.watchRestarts.WithLabelValues(name, "timeout"),
 		restartExpire: p.watchRestarts.WithLabelValues(name, "expired"),
 		restartError:  p.watchRestarts.WithLabelValues(name, "error"),
@@ -195,6 +201,9 @@ type informerMetrics struct {
 	name                                       string
 	listOK, listErr, relistOK, relistErr       prometheus.Counter
 	listed, received, estimated                prometheus.Gauge
+	rate, eta                                  prometheus.Gauge
+	listMu                                     sync.Mutex
+	listStart                                  time.Time // the list in progress started; zero between lists
 	restartTimout, restartExpire, restartError prometheus.Counter
 	restartStuck                               prometheus.Counter
 	appliedG                                   prometheus.Gauge
@@ -216,11 +225,32 @@ func (m *informerMetrics) Listed(relist bool, items int, err error) {
 	if err == nil {
 		m.listed.Set(float64(items))
 	}
+	m.listMu.Lock()
+	m.listStart = time.Time{}
+	m.listMu.Unlock()
+	m.eta.Set(0)
 }
 
 func (m *informerMetrics) ListProgress(received, estimated int64) {
 	m.received.Set(float64(received))
 	m.estimated.Set(float64(estimated))
+	now := time.Now()
+	m.listMu.Lock()
+	if m.listStart.IsZero() {
+		m.listStart = now
+	}
+	elapsed := now.Sub(m.listStart).Seconds()
+	m.listMu.Unlock()
+	if elapsed <= 0 || received == 0 {
+		return
+	}
+	rate := float64(received) / elapsed
+	m.rate.Set(rate)
+	if estimated > received {
+		m.eta.Set(float64(estimated-received) / rate)
+	} else {
+		m.eta.Set(0)
+	}
 }
 
 func (m *informerMetrics) WatchRestarted(reason error) {

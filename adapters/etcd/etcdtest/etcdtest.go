@@ -17,6 +17,7 @@ import (
 	etcdinformer "github.com/dbinformer/dbinformer/adapters/etcd"
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/conformance"
+	"github.com/dbinformer/dbinformer/filter"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	"github.com/dbinformer/dbinformer/integration/proxy"
 )
@@ -45,6 +46,9 @@ type Options struct {
 	// cut it off, and enables the Restart fault, which stops and restarts
 	// the server: give a Harness with Faults a server of its own.
 	Faults bool
+	// Where is the Prefix's partial-sync filter (etcdinformer.Options.Where);
+	// Truth then reports only the keys it matches.
+	Where *filter.Filter[Item]
 }
 
 // Harness is one prefix of a real etcd server and a Prefix watching it.
@@ -57,6 +61,7 @@ type Harness struct {
 	prefix   string
 	lw       *etcdinformer.Prefix[Item]
 	payload  string
+	where    *filter.Filter[Item]
 	fillerMu sync.Mutex
 	filler   int
 }
@@ -76,7 +81,7 @@ var prefixSeq atomic.Int64
 // closed when the test ends.
 func New(tb testing.TB, srv *harness.Etcd, opts Options) *Harness {
 	tb.Helper()
-	h := &Harness{srv: srv, prefix: opts.Prefix, payload: opts.Payload}
+	h := &Harness{srv: srv, prefix: opts.Prefix, payload: opts.Payload, where: opts.Where}
 	if h.prefix == "" {
 		h.prefix = fmt.Sprintf("/etcdtest/%d/", prefixSeq.Add(1))
 	}
@@ -103,7 +108,7 @@ func New(tb testing.TB, srv *harness.Etcd, opts Options) *Harness {
 		tb.Cleanup(func() { _ = h.client.Close() })
 	}
 	var err error
-	h.lw, err = etcdinformer.NewPrefix(context.Background(), h.client, h.prefix, etcdinformer.Options[Item]{PageSize: opts.PageSize})
+	h.lw, err = etcdinformer.NewPrefix(context.Background(), h.client, h.prefix, etcdinformer.Options[Item]{PageSize: opts.PageSize, Where: opts.Where})
 	if err != nil {
 		tb.Fatalf("etcdtest: NewPrefix: %v", err)
 	}
@@ -203,7 +208,8 @@ func (h *Harness) Expire(ctx context.Context) error {
 	return err
 }
 
-// Truth reads the prefix from etcd: key -> Version.
+// Truth reads the prefix from etcd: key -> Version, of the keys
+// Options.Where matches.
 func (h *Harness) Truth(ctx context.Context) (map[string]int64, error) {
 	resp, err := h.direct.Get(ctx, h.prefix, clientv3.WithPrefix())
 	if err != nil {
@@ -215,7 +221,9 @@ func (h *Harness) Truth(ctx context.Context) (map[string]int64, error) {
 		if err := json.Unmarshal(kv.Value, &it); err != nil {
 			return nil, fmt.Errorf("etcdtest: %s: %w", kv.Key, err)
 		}
-		out[strings.TrimPrefix(string(kv.Key), h.prefix)] = it.Version
+		if k := strings.TrimPrefix(string(kv.Key), h.prefix); h.where.Match(k, it) {
+			out[k] = it.Version
+		}
 	}
 	return out, nil
 }

@@ -19,6 +19,7 @@ import (
 	natsinformer "github.com/dbinformer/dbinformer/adapters/nats"
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/conformance"
+	"github.com/dbinformer/dbinformer/filter"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	"github.com/dbinformer/dbinformer/integration/proxy"
 )
@@ -54,6 +55,9 @@ type Config struct {
 	IdleCheck time.Duration
 	// BatchSize is passed to the ListerWatcher's options.
 	BatchSize int
+	// KVWhere is the KV ListerWatcher's partial-sync filter
+	// (KVOptions.Where); Truth then reports only the keys it matches.
+	KVWhere *filter.Filter[Obj]
 }
 
 // StepDown is a fault of a harness on a cluster: the stream's leader
@@ -333,8 +337,9 @@ func (b *base) Stream() jetstream.Stream { return b.stream }
 // the keys below "w." (Put's keys), PutUnwatched writes "u.other".
 type KV struct {
 	base
-	kv jetstream.KeyValue
-	lw *natsinformer.KV[Obj]
+	kv    jetstream.KeyValue
+	lw    *natsinformer.KV[Obj]
+	where *filter.Filter[Obj]
 }
 
 var (
@@ -369,8 +374,9 @@ func NewKV(t testing.TB, cfg Config) *KV {
 		cfg.Cluster.WaitStreamLeader(t, h.name)
 	}
 	h.lw, err = natsinformer.NewKV(ctx, h.lwJS, bucket, natsinformer.KVOptions[Obj]{
-		Prefix: "w.", IdleCheck: cfg.IdleCheck, BatchSize: cfg.BatchSize,
+		Prefix: "w.", IdleCheck: cfg.IdleCheck, BatchSize: cfg.BatchSize, Where: cfg.KVWhere,
 	})
+	h.where = cfg.KVWhere
 	if err != nil {
 		t.Fatalf("natstest: NewKV: %v", err)
 	}
@@ -419,7 +425,8 @@ func (h *KV) Truth(ctx context.Context) (map[string]int64, error) {
 		}
 		var o Obj
 		err := json.Unmarshal(m.Data, &o)
-		return o.V, err == nil, err
+		key := strings.TrimPrefix(m.Subject, "$KV."+h.kv.Bucket()+".w.")
+		return o.V, err == nil && h.where.Match(key, o), err
 	})
 }
 

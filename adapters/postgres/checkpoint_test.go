@@ -1,0 +1,170 @@
+package pginformer_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+
+	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
+	"github.com/dbinformer/dbinformer/adapters/postgres/pgtest"
+	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/informertest"
+	"github.com/dbinformer/dbinformer/integration/harness"
+	"github.com/jackc/pgx/v5"
+)
+
+var warmSeq atomic.Int64
+
+func seqNo() int64 { return warmSeq.Add(1) }
+
+type vrow struct {
+	ID   int64  `db:"id"`
+	V    int64  `db:"v"`
+	Note string `db:"note"`
+}
+
+// runWarm runs one "process": a Source on the permanent slot, a Table and a
+// checkpointing informer wrapped in a Spy, until stop (which waits for Run,
+// and with it the final checkpoint, then closes the Source).
+func runWarm(t *testing.T, pg *harness.Postgres, table, dir string, rec core.ResourceEventHandler[vrow]) (*core.SharedIndexInformer[vrow], *informertest.Spy[vrow], *informertest.Errors, func()) {
+	t.Helper()
+	src := newSource(t, pg, pginformer.Options{PermanentSlot: true, Slot: "warm_" + table})
+	spy := informertest.Wrap[vrow](newTable[vrow](t, src, table))
+	store, err := core.NewDirCheckpointStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := &informertest.Errors{}
+	inf := core.NewSharedIndexInformer[vrow](spy, core.InformerOptions[vrow]{
+		Name:         table,
+		ErrorHandler: errs.Add,
+		Backoff:      core.Backoff{Initial: 50e6, Max: 1e9},
+		Checkpoint:   &core.CheckpointOptions[vrow]{Store: store, Interval: -1},
+	})
+	if _, err := inf.AddEventHandler(rec); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- inf.Run(ctx) }()
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+		src.Close()
+	}
+	t.Cleanup(stop)
+	sctx, scancel := context.WithTimeout(ctx, waitLong)
+	defer scancel()
+	if err := inf.WaitForCacheSync(sctx); err != nil {
+		t.Fatalf("WaitForCacheSync: %v (errors: %v)", err, errs.All())
+	}
+	return inf, spy, errs, stop
+}
+
+func vrowCacheMatches(t *testing.T, conn *pgx.Conn, table string, inf *core.SharedIndexInformer[vrow]) {
+	t.Helper()
+	rows, _ := conn.Query(ctxFor(t), "SELECT id, v, note FROM "+pgx.Identifier{table}.Sanitize())
+	want, err := pgx.CollectRows(rows, pgx.RowToStructByName[vrow])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := inf.Indexer().Len(); n != len(want) {
+		t.Fatalf("cache has %d rows, table %d", n, len(want))
+	}
+	for _, w := range want {
+		if got, ok := inf.Lister().Get(fmt.Sprint(w.ID)); !ok || got != w {
+			t.Fatalf("key %d: cache %+v (present %v), table %+v", w.ID, got, ok, w)
+		}
+	}
+}
+
+// A restart from a checkpoint over a permanent slot reads no row: the
+// informer restores the table's keys, watches from the checkpoint's
+// version, and hands handlers the loaded rows as initial adds, then exactly
+// the changes made while it was down. When the checkpoint cannot be
+// watched from (the slot was dropped; a DEFAULT-identity table with a text
+// column), it relists, and handlers get only the real differences.
+func TestWarmRestart(t *testing.T) {
+	pg := harness.StartPostgres(t)
+	for _, c := range []struct {
+		name     string
+		full     bool
+		dropSlot bool
+		warm     bool // watched from the checkpoint, no list
+	}{
+		{"full identity", true, false, true},
+		{"slot dropped", true, true, false},
+		{"default identity with a text column", false, false, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			table := fmt.Sprintf("warm_%d", seqNo())
+			ident := pgx.Identifier{table}.Sanitize()
+			pg.Exec(t, "CREATE TABLE "+ident+" (id bigint PRIMARY KEY, v bigint NOT NULL, note text NOT NULL)")
+			if c.full {
+				pg.Exec(t, "ALTER TABLE "+ident+" REPLICA IDENTITY FULL")
+			}
+			conn := pg.Conn(t)
+			write(t, conn, "INSERT INTO "+ident+" SELECT g, 1, 'n' || g FROM generate_series(1, 50) g")
+			dir := t.TempDir()
+
+			rec1 := informertest.NewRecorder[vrow](t, func(r vrow) int64 { return r.V })
+			inf1, spy1, _, stop1 := runWarm(t, pg, table, dir, rec1)
+			rv := write(t, conn, "UPDATE "+ident+" SET v = 2 WHERE id <= 5")
+			waitFor(t, inf1, rv)
+			if spy1.Lists() != 1 {
+				t.Errorf("first start: %d lists, want 1", spy1.Lists())
+			}
+			stop1()
+
+			// While no informer runs.
+			write(t, conn, "UPDATE "+ident+" SET v = 3, note = 'changed' WHERE id IN (1, 10)")
+			write(t, conn, "DELETE FROM "+ident+" WHERE id = 20")
+			write(t, conn, "INSERT INTO "+ident+" VALUES (51, 3, 'new')")
+			if c.dropSlot {
+				if err := pgtest.DropSlot(ctxFor(t), pg.ConnString(), "warm_"+table); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			rec2 := informertest.NewRecorder[vrow](t, func(r vrow) int64 { return r.V })
+			inf2, spy2, errs2, _ := runWarm(t, pg, table, dir, rec2)
+			head := currentLSN(t, conn)
+			waitFor(t, inf2, head)
+			vrowCacheMatches(t, conn, table, inf2)
+			if st := inf2.SyncStatus(); st.Checkpoint == 0 {
+				t.Errorf("SyncStatus.Checkpoint is 0: the second start did not load the checkpoint (errors: %v)", errs2.All())
+			}
+			lists := spy2.Lists()
+			if c.warm && lists != 0 {
+				t.Errorf("warm start listed %d times, want 0 (errors: %v)", lists, errs2.All())
+			}
+			if !c.warm && lists != 1 {
+				t.Errorf("start from an unusable checkpoint listed %d times, want 1 (errors: %v)", lists, errs2.All())
+			}
+			// 50 loaded rows as initial adds, then only what changed.
+			initial := make([]string, 0, 50)
+			for id := 1; id <= 50; id++ {
+				v := 1
+				if id <= 5 {
+					v = 2
+				}
+				initial = append(initial, fmt.Sprintf("add %d v=%d initial", id, v))
+			}
+			rec2.ExpectSet(initial...)
+			if c.warm {
+				rec2.Expect("update 1 2->3", "update 10 1->3", "delete 20 v=1", "add 51 v=3")
+			} else {
+				rec2.ExpectSet("update 1 2->3", "update 10 1->3", "delete 20 v=1 unknown", "add 51 v=3")
+			}
+			rec2.ExpectNone()
+		})
+	}
+}

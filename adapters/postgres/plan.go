@@ -1,0 +1,162 @@
+package pginformer
+
+import (
+	"fmt"
+	"reflect"
+	"time"
+	"unsafe"
+
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// Compiled scan plans: a row layout is compiled once, per wire format of
+// each column, into pgtype scan plans that decode a column's bytes straight
+// into the field of T (or into a value of a map[string]any row), with no
+// intermediate map, []any or copy of the row.
+//
+// Entry point for both paths (List reads binary COPY, the stream reads
+// pgoutput's text): compile a plan for a rowPlan and the formats its
+// columns come in, then for each row call decodeColumn for every column,
+// giving the column's bytes (nil for NULL) and a pointer to the object:
+//
+//	sp := m.compile(p, formats, tm) // once per layout; not for concurrent use
+//	for c := range row { err = sp.decodeColumn(obj, c, row[c]) }
+//
+// mapper.decode wraps this for rows of text values (rawValue).
+
+// colScan decodes one column.
+type colScan struct {
+	name   string
+	oid    uint32
+	format int16
+	// Struct rows: the field's type and offset in T, and pgtype's plan for
+	// a pointer to that type.
+	field  reflect.Type
+	offset uintptr
+	plan   pgtype.ScanPlan
+	// Map rows: the column's codec (nil: unknown type, kept as text).
+	typ *pgtype.Type
+}
+
+// scanPlan decodes the rows of one layout. It holds its own pgtype.Map
+// (not safe for concurrent use): one scanPlan per goroutine.
+type scanPlan struct {
+	tm    *pgtype.Map
+	isMap bool
+	cols  []*colScan // per row position; nil: not decoded
+}
+
+// compile builds the scan plan of p for columns arriving in formats (one
+// per column of p.rel; pgtype.TextFormatCode or BinaryFormatCode).
+func (m *mapper) compile(p *rowPlan, formats []int16, tm *pgtype.Map) *scanPlan {
+	sp := &scanPlan{tm: tm, isMap: m.typ == nil, cols: make([]*colScan, len(p.rel.names))}
+	for c := range p.rel.names {
+		if !p.used[c] {
+			continue
+		}
+		cs := &colScan{name: p.rel.names[c], oid: p.rel.oids[c], format: formats[c]}
+		if m.typ == nil {
+			cs.typ, _ = tm.TypeForOID(cs.oid)
+		} else {
+			t := m.typ
+			for _, i := range p.fields[c] {
+				f := t.Field(i)
+				cs.offset += f.Offset
+				t = f.Type
+			}
+			cs.field = t
+			cs.plan = tm.PlanScan(cs.oid, cs.format, reflect.New(t).Interface())
+		}
+		sp.cols[c] = cs
+	}
+	return sp
+}
+
+// decodeColumn decodes column c's bytes (nil: NULL) into obj: a *T for a
+// struct T, or a map[string]any row. It does not retain data.
+func (sp *scanPlan) decodeColumn(obj unsafe.Pointer, row map[string]any, c int, data []byte) error {
+	cs := sp.cols[c]
+	if cs == nil {
+		return nil
+	}
+	if sp.isMap {
+		if data == nil {
+			row[cs.name] = nil
+			return nil
+		}
+		if cs.typ == nil {
+			row[cs.name] = string(data)
+			return nil
+		}
+		v, err := cs.typ.Codec.DecodeValue(sp.tm, cs.oid, cs.format, data)
+		if err != nil {
+			return fmt.Errorf("column %q: %w", cs.name, err)
+		}
+		row[cs.name] = v
+		return nil
+	}
+	// A pointer-shaped interface: no allocation.
+	target := reflect.NewAt(cs.field, unsafe.Add(obj, cs.offset)).Interface()
+	if err := cs.plan.Scan(data, target); err != nil {
+		return fmt.Errorf("column %q: %w", cs.name, err)
+	}
+	return nil
+}
+
+var (
+	timeType  = reflect.TypeFor[time.Time]()
+	bytesType = reflect.TypeFor[[]byte]()
+)
+
+// binarySafe tells whether a column of type oid decodes into a field of
+// type field (nil: a map[string]any value) to the same Go value from
+// Postgres's binary format as from its text format (what pgoutput sends).
+// Only then may List read it in binary: a listed object and the same row
+// from the stream must be equal. Everything else is read as text.
+func binarySafe(oid uint32, field reflect.Type) bool {
+	for field != nil && field.Kind() == reflect.Pointer {
+		field = field.Elem()
+	}
+	kind := reflect.Invalid
+	if field != nil {
+		kind = field.Kind()
+	}
+	switch oid {
+	case pgtype.Int2OID, pgtype.Int4OID, pgtype.Int8OID:
+		switch kind {
+		case reflect.Invalid, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+			reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+			return true
+		}
+		return field == reflect.TypeFor[pgtype.Int2]() || field == reflect.TypeFor[pgtype.Int4]() || field == reflect.TypeFor[pgtype.Int8]()
+	case pgtype.Float4OID, pgtype.Float8OID:
+		return kind == reflect.Invalid || kind == reflect.Float32 || kind == reflect.Float64
+	case pgtype.BoolOID:
+		return kind == reflect.Invalid || kind == reflect.Bool
+	case pgtype.TextOID, pgtype.VarcharOID, pgtype.BPCharOID, pgtype.NameOID:
+		// The binary form is the text itself.
+		return kind == reflect.Invalid || kind == reflect.String || field == bytesType || field == reflect.TypeFor[pgtype.Text]()
+	case pgtype.JSONOID, pgtype.JSONBOID:
+		// json's binary form is its text; jsonb's is a version byte and the
+		// same text as jsonb_out. Either is then unmarshalled alike.
+		return true
+	case pgtype.UUIDOID:
+		return kind == reflect.Invalid || kind == reflect.String || field == reflect.TypeFor[[16]byte]() || field == reflect.TypeFor[pgtype.UUID]()
+	case pgtype.ByteaOID:
+		return kind == reflect.Invalid || field == bytesType
+	case pgtype.DateOID, pgtype.TimestampOID, pgtype.TimestamptzOID:
+		// pgx builds both in time.Local (timestamptz) or UTC alike.
+		return kind == reflect.Invalid || field == timeType
+	}
+	return false
+}
+
+// textLike are the types whose binary form is their text form: the value
+// can serve both as text (TOAST memory, keys) and binary.
+func textLike(oid uint32) bool {
+	switch oid {
+	case pgtype.TextOID, pgtype.VarcharOID, pgtype.BPCharOID, pgtype.NameOID, pgtype.JSONOID:
+		return true
+	}
+	return false
+}

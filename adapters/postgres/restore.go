@@ -1,0 +1,160 @@
+package pginformer
+
+import (
+	"context"
+	"fmt"
+	"iter"
+
+	"github.com/dbinformer/dbinformer/core"
+)
+
+// Warm restarts (core.CheckpointOptions). A Table is a core.Restorer: an
+// informer that starts from a checkpoint hands it the checkpoint's keys,
+// and the table watches from the checkpoint's version over the permanent
+// slot, without reading a row. It is a core.DurableAcknowledger: with
+// checkpoints on, the slot's confirmed position never passes the last
+// durable checkpoint of any gated table, so the server keeps every change a
+// warm start needs.
+
+var (
+	_ core.Restorer[map[string]any]      = (*Table[map[string]any])(nil)
+	_ core.DurableAcknowledger           = (*Table[map[string]any])(nil)
+	_ core.CodecProvider[map[string]any] = (*Table[map[string]any])(nil)
+)
+
+// Codec implements core.CodecProvider: checkpoints of a struct T encode
+// it as JSON (its fields must round-trip through encoding/json, as the
+// pgtype types do). For map[string]any rows it returns nil, and an informer
+// with checkpoints asks for a codec: JSON would bring numbers back as
+// float64, not as the types the table decodes.
+func (t *Table[T]) Codec() core.Codec[T] {
+	if t.m.typ == nil {
+		return nil
+	}
+	return core.JSON[T]{}
+}
+
+// GateAcknowledgements implements core.DurableAcknowledger: while gated,
+// the slot's confirmed position stays at or below the version last passed
+// to AcknowledgeDurable.
+func (t *Table[T]) GateAcknowledgements(gated bool) {
+	s := t.src
+	s.mu.Lock()
+	t.st.gated = gated
+	s.mu.Unlock()
+}
+
+// AcknowledgeDurable implements core.DurableAcknowledger.
+func (t *Table[T]) AcknowledgeDurable(rv core.ResourceVersion) {
+	s := t.src
+	s.mu.Lock()
+	t.st.durable = max(t.st.durable, rv)
+	s.mu.Unlock()
+}
+
+// Restore implements core.Restorer: it makes the table watchable from rv,
+// the version of a checkpoint holding keys, in a process that never listed
+// it. It needs Options.PermanentSlot, a slot whose confirmed position is
+// at or below rv (acknowledgements gated by checkpoints), and, under
+// REPLICA IDENTITY DEFAULT, no variable-length column beside the primary
+// key: pgoutput leaves an unchanged TOASTed value out of an update and the
+// table fills it in from the last value it saw, which a checkpoint of
+// decoded rows does not hold (REPLICA IDENTITY FULL sends the old row
+// instead). Otherwise it returns an error matching core.ErrExpired and the
+// informer relists, handing its handlers only the differences.
+func (t *Table[T]) Restore(ctx context.Context, rv core.ResourceVersion, objects iter.Seq2[string, T]) error {
+	s, st := t.src, t.st
+	s.mu.Lock()
+	active := st.active
+	s.mu.Unlock()
+	if active {
+		// This process keeps the table's state: Watch(from) decides.
+		return nil
+	}
+	if !s.opts.PermanentSlot {
+		return fmt.Errorf("postgres %s: table %s: a warm start needs Options.PermanentSlot (a temporary slot ended with the process that made it): %w", s.where(), st.ident.Sanitize(), core.ErrExpired)
+	}
+	if !st.full {
+		if err := t.checkRestorable(ctx); err != nil {
+			return err
+		}
+	}
+	s.setupMu.Lock()
+	defer s.setupMu.Unlock()
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return errClosed
+	}
+	if st.active {
+		s.mu.Unlock()
+		return nil
+	}
+	s.frozen = true
+	sess := s.sess
+	s.mu.Unlock()
+	if sess == nil {
+		var err error
+		if sess, err = s.newSession(ctx); err != nil {
+			return err
+		}
+		s.mu.Lock()
+		s.sess = sess
+		s.pos, s.lastTxn = sess.cp, sess.cp
+		for _, x := range s.tables {
+			x.expire()
+		}
+		s.notifyLocked()
+		s.mu.Unlock()
+	}
+	if sess.snap != nil {
+		return fmt.Errorf("postgres %s: replication slot %q was created anew: the changes since the checkpoint at %s are not in it: %w", s.where(), s.slot, lsn(rv), core.ErrExpired)
+	}
+	keys := map[string]struct{}{}
+	for k := range objects {
+		keys[k] = struct{}{}
+	}
+	st.knownMu.Lock()
+	defer st.knownMu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lastTxn > rv {
+		return fmt.Errorf("postgres %s: replication slot %q is at %s, past the checkpoint at %s: the changes between are gone (checkpoints gate the slot's acknowledgements only when the informer has InformerOptions.Checkpoint): %w", s.where(), s.slot, lsn(s.lastTxn), lsn(rv), core.ErrExpired)
+	}
+	// The stream starts at the slot's confirmed position, at or before rv:
+	// its transactions up to rv are covered by the checkpoint.
+	st.reset(rv)
+	st.resetKnown()
+	st.keys = keys
+	st.durable = max(st.durable, rv)
+	s.log.Info("table restored from a checkpoint", "table", st.ident.Sanitize(), "rv", lsn(rv), "keys", len(keys))
+	return nil
+}
+
+// checkRestorable refuses a REPLICA IDENTITY DEFAULT table with a
+// variable-length column outside the primary key (see Restore). It reads
+// the catalog only.
+func (t *Table[T]) checkRestorable(ctx context.Context) error {
+	s, st := t.src, t.st
+	conn, err := s.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	cols, err := columns(ctx, conn, st.oid)
+	if err != nil {
+		return s.wrap("read the table's columns", err)
+	}
+	pk := map[string]bool{}
+	for _, k := range st.pk {
+		pk[k] = true
+	}
+	for _, c := range cols {
+		if c.generated || pk[c.name] || t.m.omit[c.name] || fixedLength[c.base] {
+			continue
+		}
+		return fmt.Errorf("postgres %s: table %s: column %q (%s) may hold TOASTed values, which a checkpoint cannot restore under REPLICA IDENTITY DEFAULT; for warm restarts set ALTER TABLE %s REPLICA IDENTITY FULL (or omit the column): %w",
+			s.where(), st.ident.Sanitize(), c.name, c.typname, st.ident.Sanitize(), core.ErrExpired)
+	}
+	return nil
+}

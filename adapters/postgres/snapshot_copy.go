@@ -1,0 +1,303 @@
+package pginformer
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"reflect"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// Reading a table for List: COPY (SELECT ...) TO STDOUT in binary format,
+// parsed as it arrives and decoded straight into T (plan.go). Columns whose
+// binary form would not decode to the same value as pgoutput's text are
+// sent as text by the server (format('%s', c) calls the type's output
+// function, as pgoutput does). Next to the table's columns the statement
+// asks for what TOAST memory needs (toast.go).
+
+// snapColumn is one live column as the List's snapshot sees it.
+type snapColumn struct {
+	name    string
+	oid     uint32
+	attlen  int16
+	storage byte
+}
+
+// copyLayout is the statement one List reads with, and how to read its rows.
+type copyLayout struct {
+	rel      *relation // the selected table columns, in statement order
+	formats  []int16   // per column of rel
+	exprs    []string  // select list: rel's columns, then the TOAST flags
+	keyCols  []int     // per primary key column: position in rel
+	keyInt   []int     // per primary key column: byte size of a binary integer, 0 for text bytes
+	keep     []bool    // per column of rel: its values may have to be kept (TOAST memory)
+	flag     []int     // per column of rel: position of its "may be external" flag, -1 none
+	stripVer []bool    // per column of rel: binary jsonb, whose text follows a version byte
+}
+
+// layout plans the statement for the table's columns cols (omitted and
+// generated ones already left out). chunkID: the server has
+// pg_column_toast_chunk_id (Postgres 17), which tells exactly whether a
+// value is stored out of line.
+func (t *Table[T]) layout(cols []snapColumn, chunkID bool) (*copyLayout, *rowPlan, error) {
+	st := t.st
+	all := &relation{}
+	for _, c := range cols {
+		all.names = append(all.names, c.name)
+		all.oids = append(all.oids, c.oid)
+	}
+	p, err := t.m.plan(all)
+	if err != nil {
+		return nil, nil, err
+	}
+	t.m.forget(all)
+	isKey := map[string]bool{}
+	for _, k := range st.pk {
+		isKey[k] = true
+	}
+	l := &copyLayout{rel: &relation{}}
+	var sel []snapColumn
+	var fields []fieldInfo
+	for i, c := range cols {
+		if !p.used[i] && !isKey[c.name] {
+			continue // read neither into T nor for the key
+		}
+		sel = append(sel, c)
+		l.rel.names = append(l.rel.names, c.name)
+		l.rel.oids = append(l.rel.oids, c.oid)
+		fi := fieldInfo{used: p.used[i]}
+		if t.m.typ != nil && p.fields[i] != nil {
+			fi.typ = t.m.typ.FieldByIndex(p.fields[i]).Type
+		}
+		fields = append(fields, fi)
+	}
+	for i, c := range sel {
+		kind := toastKind(c.oid, c.attlen, c.storage)
+		keep := fields[i].used && !st.full && kind != toastNever
+		binaryOK := !fields[i].used || binarySafe(c.oid, fields[i].typ)
+		if keep && !textLike(c.oid) && c.oid != pgtype.JSONBOID {
+			binaryOK = false // TOAST memory keeps text
+		}
+		keyInt := 0
+		if isKey[c.name] {
+			switch c.oid {
+			case pgtype.Int2OID:
+				keyInt = 2
+			case pgtype.Int4OID:
+				keyInt = 4
+			case pgtype.Int8OID:
+				keyInt = 8
+			default:
+				if !textLike(c.oid) {
+					binaryOK = false // keys are the text of the key columns
+				}
+			}
+			if !binaryOK {
+				keyInt = 0
+			}
+		}
+		ident := pgx.Identifier{c.name}.Sanitize()
+		format := int16(pgtype.BinaryFormatCode)
+		expr := ident
+		if !binaryOK {
+			format = pgtype.TextFormatCode
+			expr = "CASE WHEN " + ident + " IS NULL THEN NULL ELSE format('%s', " + ident + ") END"
+		}
+		l.formats = append(l.formats, format)
+		l.exprs = append(l.exprs, expr)
+		l.keep = append(l.keep, keep)
+		l.stripVer = append(l.stripVer, format == pgtype.BinaryFormatCode && c.oid == pgtype.JSONBOID)
+		l.flag = append(l.flag, -1)
+		fields[i].keyInt = keyInt
+	}
+	for _, k := range st.pk {
+		found := false
+		for i, c := range sel {
+			if c.name == k {
+				l.keyCols = append(l.keyCols, i)
+				l.keyInt = append(l.keyInt, fields[i].keyInt)
+				found = true
+				break
+			}
+		}
+		if !found {
+			return nil, nil, fmt.Errorf("primary key column %q is not among the table's columns", k)
+		}
+	}
+	for i, c := range sel {
+		if !l.keep[i] {
+			continue
+		}
+		ident := pgx.Identifier{c.name}.Sanitize()
+		l.flag[i] = len(l.exprs)
+		if chunkID {
+			l.exprs = append(l.exprs, "pg_column_toast_chunk_id("+ident+") IS NOT NULL")
+		} else {
+			l.exprs = append(l.exprs, "COALESCE(pg_column_size("+ident+") > "+strconv.Itoa(maxInline)+", false)")
+		}
+	}
+	rp, err := t.m.plan(l.rel)
+	if err != nil {
+		return nil, nil, err
+	}
+	return l, rp, nil
+}
+
+// fieldInfo is what layout knows of a selected column's destination.
+type fieldInfo struct {
+	used   bool         // decoded into T
+	typ    reflect.Type // the struct field's type; nil for map rows or unmapped
+	keyInt int          // see copyLayout.keyInt
+}
+
+// key encodes a listed row's key as encodeKey does the stream's text.
+func (l *copyLayout) key(fields [][]byte) (string, error) {
+	var num [20]byte
+	part := func(i int) ([]byte, error) {
+		c := l.keyCols[i]
+		v := fields[c]
+		if v == nil {
+			return nil, fmt.Errorf("primary key column %q is NULL", l.rel.names[c])
+		}
+		switch l.keyInt[i] {
+		case 2:
+			if len(v) != 2 {
+				return nil, fmt.Errorf("primary key column %q: %d bytes for an int2", l.rel.names[c], len(v))
+			}
+			return strconv.AppendInt(num[:0], int64(int16(binary.BigEndian.Uint16(v))), 10), nil
+		case 4:
+			if len(v) != 4 {
+				return nil, fmt.Errorf("primary key column %q: %d bytes for an int4", l.rel.names[c], len(v))
+			}
+			return strconv.AppendInt(num[:0], int64(int32(binary.BigEndian.Uint32(v))), 10), nil
+		case 8:
+			if len(v) != 8 {
+				return nil, fmt.Errorf("primary key column %q: %d bytes for an int8", l.rel.names[c], len(v))
+			}
+			return strconv.AppendInt(num[:0], int64(binary.BigEndian.Uint64(v)), 10), nil
+		}
+		return v, nil
+	}
+	if len(l.keyCols) == 1 {
+		v, err := part(0)
+		if err != nil {
+			return "", err
+		}
+		if len(v) == 0 {
+			return "", errEmptyKey
+		}
+		return string(v), nil
+	}
+	var b strings.Builder
+	for i := range l.keyCols {
+		v, err := part(i)
+		if err != nil {
+			return "", err
+		}
+		if i > 0 {
+			b.WriteByte('/')
+		}
+		for _, ch := range v {
+			if ch == '\\' || ch == '/' {
+				b.WriteByte('\\')
+			}
+			b.WriteByte(ch)
+		}
+	}
+	return b.String(), nil
+}
+
+// copySignature starts every binary COPY stream.
+var copySignature = []byte("PGCOPY\n\377\r\n\x00")
+
+// copyParser is the io.Writer a binary COPY is read into: it cuts the
+// stream into rows (whatever the CopyData boundaries) and hands each row's
+// fields to row, valid only during the call (nil: NULL).
+type copyParser struct {
+	ncols  int
+	row    func(fields [][]byte) error
+	buf    []byte
+	header bool
+	done   bool
+	fields [][]byte
+	rows   int64
+}
+
+func (cp *copyParser) Write(p []byte) (int, error) {
+	data := p
+	if len(cp.buf) > 0 {
+		cp.buf = append(cp.buf, p...)
+		data = cp.buf
+	}
+	n, err := cp.parse(data)
+	if err != nil {
+		return 0, err
+	}
+	rest := data[n:]
+	cp.buf = append(cp.buf[:0], rest...)
+	return len(p), nil
+}
+
+var errCopyFormat = errors.New("malformed binary COPY stream")
+
+// parse consumes the complete rows at the start of data and returns how
+// many bytes it used.
+func (cp *copyParser) parse(data []byte) (int, error) {
+	off := 0
+	if !cp.header {
+		if len(data) < len(copySignature)+8 {
+			return 0, nil
+		}
+		if !bytes.Equal(data[:len(copySignature)], copySignature) {
+			return 0, errCopyFormat
+		}
+		ext := int(binary.BigEndian.Uint32(data[len(copySignature)+4:]))
+		off = len(copySignature) + 8 + ext
+		if len(data) < off {
+			return 0, nil
+		}
+		cp.header = true
+	}
+	for !cp.done {
+		start := off
+		if len(data)-off < 2 {
+			return start, nil
+		}
+		n := int(int16(binary.BigEndian.Uint16(data[off:])))
+		off += 2
+		if n == -1 {
+			cp.done = true
+			return off, nil
+		}
+		if n != cp.ncols {
+			return 0, fmt.Errorf("%w: a row of %d fields, want %d", errCopyFormat, n, cp.ncols)
+		}
+		cp.fields = cp.fields[:0]
+		for range n {
+			if len(data)-off < 4 {
+				return start, nil
+			}
+			size := int(int32(binary.BigEndian.Uint32(data[off:])))
+			off += 4
+			if size < 0 {
+				cp.fields = append(cp.fields, nil)
+				continue
+			}
+			if len(data)-off < size {
+				return start, nil
+			}
+			cp.fields = append(cp.fields, data[off:off+size:off+size])
+			off += size
+		}
+		cp.rows++
+		if err := cp.row(cp.fields); err != nil {
+			return 0, err
+		}
+	}
+	return off, nil
+}

@@ -1,0 +1,389 @@
+package pginformer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strconv"
+	"sync"
+	"unsafe"
+
+	"github.com/dbinformer/dbinformer/core"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Parallel snapshot readers. A List reads its table through connections
+// that each imported the same exported snapshot (SET TRANSACTION SNAPSHOT),
+// so every row they see is at the one version the List returns. A large
+// table is split into ranges of blocks (ctid ranges: no index needed,
+// Postgres 14+ scans only the range), which the readers take in turn.
+// Options.SnapshotReaders bounds the connections of every List of the
+// Source together; a List always has its first reader and takes more only
+// while slots are free.
+
+// rangeBlocks is the fewest 8 kB blocks (64 MB) worth a range of its own
+// (a variable for tests).
+var rangeBlocks int64 = 8192
+
+// testHookReaders, when set (by tests), is told how many readers a List
+// used and how many ranges it read.
+var testHookReaders func(table string, readers, ranges int)
+
+// snapReader is one connection inside the snapshot.
+type snapReader struct {
+	conn  *pgx.Conn
+	tx    pgx.Tx
+	extra bool // holds a reader slot of its own (not the List's)
+}
+
+func (r *snapReader) close(s *Source) {
+	r.tx.Rollback(context.Background())
+	r.conn.Close(context.Background())
+	if r.extra {
+		<-s.readers
+	}
+}
+
+var errSnapshotGone = errors.New("the exported snapshot is no longer importable")
+
+// importSnapshot opens a connection and imports sn into a read-only
+// REPEATABLE READ transaction.
+func (s *Source) importSnapshot(ctx context.Context, sn *snapshot) (*snapReader, error) {
+	sn.mu.RLock()
+	defer sn.mu.RUnlock()
+	if sn.gone {
+		return nil, errSnapshotGone
+	}
+	conn, err := s.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err == nil {
+		_, err = tx.Exec(ctx, "SET TRANSACTION SNAPSHOT "+quoteLiteral(sn.name))
+	}
+	if err != nil {
+		conn.Close(context.Background())
+		return nil, s.wrap("import the slot's snapshot", err)
+	}
+	return &snapReader{conn: conn, tx: tx}, nil
+}
+
+// snapReaders are the readers of one List: the first, and more on demand.
+type snapReaders struct {
+	s     *Source
+	sn    *snapshot
+	first *snapReader
+}
+
+// more returns another reader if a reader slot is free and the snapshot can
+// still be imported, else nil.
+func (r *snapReaders) more(ctx context.Context) *snapReader {
+	select {
+	case r.s.readers <- struct{}{}:
+	default:
+		return nil
+	}
+	rd, err := r.s.importSnapshot(ctx, r.sn)
+	if err != nil {
+		<-r.s.readers
+		if !errors.Is(err, errSnapshotGone) {
+			r.s.log.Debug("no extra snapshot reader", "err", err)
+		}
+		return nil
+	}
+	rd.extra = true
+	return rd
+}
+
+// read emits every row of the table as seen by the snapshot of r. When
+// fresh it parks the table's known keys and values at rv; otherwise the
+// stream keeps them.
+func (t *Table[T]) read(ctx context.Context, r *snapReaders, rv core.ResourceVersion, fresh bool, sink core.ListSink[T]) error {
+	s, st := t.src, t.st
+	ident := st.ident.Sanitize()
+	tx := r.first.tx
+	// The columns as of the snapshot, less those left out.
+	rows, _ := tx.Query(ctx, `SELECT attname, atttypid, attlen, attstorage FROM pg_attribute
+		WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped AND attgenerated = '' ORDER BY attnum`, st.oid)
+	cols, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (snapColumn, error) {
+		var c snapColumn
+		var storage string
+		err := row.Scan(&c.name, &c.oid, &c.attlen, &storage)
+		if len(storage) > 0 {
+			c.storage = storage[0]
+		}
+		return c, err
+	})
+	if err != nil {
+		return s.wrap("read columns of "+ident, err)
+	}
+	if len(cols) == 0 {
+		return core.Permanent(fmt.Errorf("postgres %s: table %s was dropped: its relation (oid %d) is gone; a table created again under the name needs a new Table", s.where(), ident, st.oid))
+	}
+	var version int
+	var reltuples float64
+	var blocks int64
+	if err := tx.QueryRow(ctx, `SELECT current_setting('server_version_num')::int, c.reltuples,
+			pg_relation_size(c.oid) / current_setting('block_size')::int
+		FROM pg_class c WHERE c.oid = $1`, st.oid).Scan(&version, &reltuples, &blocks); err != nil {
+		return s.wrap("read the size of "+ident, err)
+	}
+	if sink.Estimate != nil && reltuples >= 0 {
+		sink.Estimate(int64(reltuples))
+	}
+	var used []snapColumn
+	kinds := map[string]uint8{}
+	for _, c := range cols {
+		kinds[c.name] = toastKind(c.oid, c.attlen, c.storage)
+		if !t.m.omit[c.name] {
+			used = append(used, c)
+		}
+	}
+	l, p, err := t.layout(used, version >= 170000)
+	if err != nil {
+		return fmt.Errorf("%s: %w", st.sourceName(), err)
+	}
+	defer t.m.forget(p.rel)
+	st.knownMu.Lock()
+	if fresh {
+		st.resetKnown()
+		if reltuples > 0 {
+			st.keys = make(map[string]struct{}, int(min(reltuples*1.05, 1<<30)))
+		}
+	}
+	st.setToastCols(kinds)
+	st.knownMu.Unlock()
+
+	// Ranges of blocks, open-ended at the end (rows of blocks past the
+	// size read above are not in the snapshot, but need no proof of it).
+	sel := "SELECT " + joinComma(l.exprs) + " FROM " + ident
+	// A partial sync's pushed-down conditions (TableOptions.Where) narrow
+	// every range; what Postgres cannot evaluate exactly is checked on
+	// each decoded row by List's filter.
+	where := t.filter.snapshotWhere()
+	if where != "" {
+		sel += " WHERE (" + where + ")"
+	}
+	var queries []string
+	n := 1
+	if !st.partitioned && version >= 140000 && blocks >= 2*rangeBlocks {
+		n = int(min(blocks/rangeBlocks, int64(4*cap(s.readers))))
+	}
+	if n <= 1 {
+		queries = []string{sel}
+	} else {
+		step := (blocks + int64(n) - 1) / int64(n)
+		for i := range n {
+			lo, hi := int64(i)*step, int64(i+1)*step
+			q := sel + " WHERE ctid >= '(" + strconv.FormatInt(lo, 10) + ",0)'::tid"
+			if where != "" {
+				q = sel + " AND ctid >= '(" + strconv.FormatInt(lo, 10) + ",0)'::tid"
+			}
+			if i < n-1 {
+				q += " AND ctid < '(" + strconv.FormatInt(hi, 10) + ",0)'::tid"
+			}
+			queries = append(queries, q)
+		}
+	}
+
+	lr := &listRead[T]{t: t, l: l, p: p, rv: rv, fresh: fresh, sink: sink}
+	if fn := s.opts.SyncProgress; fn != nil {
+		est := int64(-1)
+		if reltuples >= 0 {
+			est = int64(reltuples)
+		}
+		lr.progress = newSyncProgress(fn, ident, est)
+		defer lr.progress.done()
+	}
+	work := make(chan string, len(queries))
+	for _, q := range queries {
+		work <- q
+	}
+	close(work)
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	run := func(rd *snapReader) {
+		for q := range work {
+			if err := lr.copy(rctx, rd, q); err != nil {
+				lr.fail(err)
+				cancel()
+				return
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	readers := 1
+	for range len(queries) - 1 {
+		rd := r.more(rctx)
+		if rd == nil {
+			break
+		}
+		readers++
+		wg.Go(func() {
+			defer rd.close(s)
+			run(rd)
+		})
+	}
+	run(r.first)
+	wg.Wait()
+	if testHookReaders != nil {
+		testHookReaders(st.name, readers, len(queries))
+	}
+	if lr.err != nil {
+		var pgErr *pgconn.PgError
+		switch {
+		case lr.emitErr:
+			return lr.err
+		case errors.As(lr.err, &pgErr) && pgErr.Code == "42P01": // undefined_table
+			return core.Permanent(s.wrap("read table "+ident, lr.err))
+		}
+		return s.wrap("read table "+ident, lr.err)
+	}
+	if !t.opts.SkipUndecodable {
+		return lr.bad.err(fmt.Sprintf("%s: of the rows listed at %s", st.sourceName(), lsn(rv)))
+	}
+	if lr.bad.n > 0 {
+		s.log.Warn("rows left out of the cache: they do not decode", "table", ident, "rows", lr.bad.n, "first", lr.bad.first[0])
+	}
+	return nil
+}
+
+func joinComma(ss []string) string {
+	n := 0
+	for _, s := range ss {
+		n += len(s) + 2
+	}
+	b := make([]byte, 0, n)
+	for i, s := range ss {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = append(b, s...)
+	}
+	return string(b)
+}
+
+// listRead is one List's state shared by its readers.
+type listRead[T any] struct {
+	t     *Table[T]
+	l     *copyLayout
+	p     *rowPlan
+	rv    core.ResourceVersion
+	fresh bool
+	sink  core.ListSink[T]
+
+	mu       sync.Mutex // serialises Emit and guards what follows
+	bad      undecodable
+	err      error
+	emitErr  bool // err came from the sink: return it as is
+	progress *syncProgress
+}
+
+func (lr *listRead[T]) fail(err error) {
+	lr.mu.Lock()
+	if lr.err == nil {
+		lr.err = err
+	}
+	lr.mu.Unlock()
+}
+
+// errEmitted marks a sink's error passed through a COPY.
+type errEmitted struct{ err error }
+
+func (e errEmitted) Error() string { return e.err.Error() }
+
+// copy reads the rows of one statement through rd.
+func (lr *listRead[T]) copy(ctx context.Context, rd *snapReader, query string) error {
+	t, st, l := lr.t, lr.t.st, lr.l
+	sp := t.m.compile(lr.p, l.formats, t.src.typeMap())
+	isMap := t.m.typ == nil
+	ncols := len(l.rel.names)
+	var vl []knownValue
+	cp := &copyParser{ncols: len(l.exprs)}
+	cp.row = func(fields [][]byte) error {
+		ev := core.Event[T]{Type: core.Added, RV: lr.rv}
+		key, err := l.key(fields)
+		if err == nil {
+			ev.Key = key
+			var row map[string]any
+			obj := unsafe.Pointer(&ev.Object)
+			if isMap {
+				row = make(map[string]any, ncols)
+				*(*map[string]any)(obj) = row
+			}
+			for c := range ncols {
+				if err = sp.decodeColumn(obj, row, c, fields[c]); err != nil {
+					break
+				}
+			}
+			if err == nil && lr.fresh {
+				vl = nil
+				for c := range ncols {
+					if f := l.flag[c]; f >= 0 && len(fields[f]) == 1 && fields[f][0] == 1 && fields[c] != nil {
+						vl = append(vl, knownValue{l.rel.names[c], sp.keepText(obj, row, c, fields[c], l.stripVer[c])})
+					}
+				}
+				st.knownMu.Lock()
+				st.rememberListed(key, vl)
+				st.knownMu.Unlock()
+			}
+		}
+		lr.mu.Lock()
+		defer lr.mu.Unlock()
+		if lr.err != nil {
+			return lr.err
+		}
+		if err != nil {
+			de := &core.DecodeError{Source: st.sourceName(), Key: key, RV: lr.rv, Err: err}
+			lr.bad.add(de)
+			if !t.opts.SkipUndecodable {
+				return nil
+			}
+			t.skipped.Add(1)
+			ev.Err, ev.Object, ev.HasObject = de, *new(T), false
+		} else {
+			ev.HasObject = true
+		}
+		if err := lr.sink.Emit(ev); err != nil {
+			lr.err, lr.emitErr = err, true
+			return errEmitted{err}
+		}
+		lr.progress.add(1)
+		return nil
+	}
+	_, err := rd.conn.PgConn().CopyTo(ctx, cp, "COPY ("+query+") TO STDOUT (FORMAT binary)")
+	var emitted errEmitted
+	if errors.As(err, &emitted) {
+		return emitted.err
+	}
+	if err == nil && !cp.done {
+		err = fmt.Errorf("%w: it ended before its trailer", errCopyFormat)
+	}
+	return err
+}
+
+// keepText returns the text of column c for TOAST memory without copying
+// it where T already holds it: a text-like value decoded into a string
+// shares that string's bytes (never written to). Otherwise it copies.
+func (sp *scanPlan) keepText(obj unsafe.Pointer, row map[string]any, c int, data []byte, stripVer bool) []byte {
+	cs := sp.cols[c]
+	if cs != nil && textLike(cs.oid) {
+		var s string
+		ok := false
+		if sp.isMap {
+			s, ok = row[cs.name].(string)
+		} else if cs.field.Kind() == reflect.String {
+			s, ok = *(*string)(unsafe.Add(obj, cs.offset)), true
+		}
+		if ok && len(s) == len(data) {
+			return unsafe.Slice(unsafe.StringData(s), len(s))
+		}
+	}
+	if stripVer && len(data) > 0 {
+		data = data[1:]
+	}
+	return append([]byte(nil), data...)
+}

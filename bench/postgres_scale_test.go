@@ -1,0 +1,272 @@
+package bench_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
+	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/integration/harness"
+)
+
+// scaleRow is a row of the Postgres-at-scale table: an int key, a short
+// text, an int, a numeric, a timestamptz, a small jsonb document and a body
+// that is 32 characters on most rows and 3.2 kB, stored out of line
+// (STORAGE EXTERNAL: TOAST), on one row in 50.
+type scaleRow struct {
+	ID     int64           `db:"id"`
+	Org    string          `db:"org"`
+	N      int32           `db:"n"`
+	Amount pgtype.Numeric  `db:"amount"`
+	At     time.Time       `db:"at"`
+	Attrs  json.RawMessage `db:"attrs"`
+	Body   string          `db:"body"`
+}
+
+const scaleCols = "id bigint PRIMARY KEY, org text NOT NULL, n int NOT NULL, amount numeric NOT NULL, at timestamptz NOT NULL, attrs jsonb NOT NULL, body text NOT NULL"
+
+const scaleSelect = "id, org, n, amount, at, attrs, body"
+
+// scaleRowsFrom is a SELECT producing scaleRow values for ids lo..hi.
+func scaleRowsFrom(lo, hi int) string {
+	return "SELECT g, 'org-' || (g % 100), g % 1000000, (g % 100000) * 1.25, timestamptz '2026-01-01 00:00:00+00' + g * interval '1 second', " +
+		"jsonb_build_object('team', g % 1000, 'tag', left(md5(g::text), 8)), " +
+		"CASE WHEN g % 50 = 0 THEN repeat(md5(g::text), 100) ELSE md5(g::text) END FROM generate_series(" +
+		strconv.Itoa(lo) + ", " + strconv.Itoa(hi) + ") g"
+}
+
+func createScaleTable(b *testing.B, pg *harness.Postgres, name string, rows int) {
+	b.Helper()
+	pg.Exec(b, "CREATE TABLE "+name+" ("+scaleCols+"); ALTER TABLE "+name+" ALTER COLUMN body SET STORAGE EXTERNAL")
+	for lo := 1; lo <= rows; lo += 250_000 {
+		pg.Exec(b, "INSERT INTO "+name+" "+scaleRowsFrom(lo, min(lo+250_000-1, rows)))
+	}
+	pg.Exec(b, "VACUUM ANALYZE "+name)
+}
+
+// rssMB is the process's resident set after returning freed memory to the
+// OS (Linux; 0 elsewhere).
+func rssMB() float64 {
+	debug.FreeOSMemory()
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+// BenchmarkPostgresScale is issue 20's Postgres at scale, on one server
+// (the machine is shared: only the ratios of one run are claims):
+//   - InitialSync: our List of 1,000,000 scaleRows (fresh Source: slot,
+//     exported snapshot, rows decoded into structs; default
+//     SnapshotReaders) against COPY (SELECT the same columns) TO STDOUT
+//     read through pgx and thrown away, in text and in binary format;
+//     alternating, 3 rounds, medians.
+//   - Heap: an informer's initial sync of the same rows (fresh Source)
+//     against a plain pgx query of the same rows scanned into
+//     map[key]scaleRow: the peak heap above the start during each, the
+//     steady heap each holds after it (the informer's cache and the
+//     Source's state, or the map), and the process's RSS then; the same
+//     GC settings, alternating, 3 rounds, medians.
+//   - ThreeTables: informers of three tables (1M, 500k, 250k rows) on one
+//     fresh Source until all three synced, against the largest one alone
+//     on a fresh Source.
+func BenchmarkPostgresScale(b *testing.B) {
+	pg := harness.StartPostgres(b)
+	rows := size(1_000_000, 10_000)
+	createScaleTable(b, pg, "scale_rows", rows)
+	ctx := context.Background()
+	rounds := size(3, 1)
+
+	b.Run("InitialSync", func(b *testing.B) {
+		conn := pg.Conn(b)
+		copyAll := func(format string) func() {
+			return func() {
+				res, err := conn.PgConn().CopyTo(ctx, io.Discard, "COPY (SELECT "+scaleSelect+" FROM scale_rows) TO STDOUT"+format)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if res.RowsAffected() != int64(rows) {
+					b.Fatalf("copied %d rows, want %d", res.RowsAffected(), rows)
+				}
+			}
+		}
+		copyAll("")() // warm the buffer cache for every side
+		var (
+			src    *pginformer.Source
+			tbl    *pginformer.Table[scaleRow]
+			listed int
+		)
+		ours := side{name: "ours", n: rows, unit: "row",
+			prepare: func() { src, tbl = newPGTable[scaleRow](b, pg, "scale_rows") },
+			run: func() {
+				listed = 0
+				if _, err := tbl.List(ctx, core.ListSink[scaleRow]{Emit: func(ev core.Event[scaleRow]) error {
+					if ev.Err != nil {
+						return ev.Err
+					}
+					listed++
+					return nil
+				}}); err != nil {
+					b.Fatal(err)
+				}
+			},
+			finish: func() {
+				src.Close()
+				src, tbl = nil, nil
+				if listed != rows {
+					b.Fatalf("listed %d rows, want %d", listed, rows)
+				}
+			}}
+		alternate(b, rounds, ours,
+			side{name: "copytext", n: rows, unit: "row", run: copyAll("")},
+			side{name: "copybinary", n: rows, unit: "row", run: copyAll(" (FORMAT binary)")})
+	})
+
+	b.Run("Heap", func(b *testing.B) {
+		var (
+			src    *pginformer.Source
+			inf    *core.SharedIndexInformer[scaleRow]
+			cancel context.CancelFunc
+			done   chan struct{}
+			m      map[string]scaleRow
+			base   uint64
+		)
+		var oursSteady, mapSteady, oursRSS, mapRSS []float64
+		ours := side{name: "ours", peak: true,
+			prepare: func() {
+				base = liveHeap()
+				var tbl *pginformer.Table[scaleRow]
+				src, tbl = newPGTable[scaleRow](b, pg, "scale_rows")
+				inf = core.NewSharedIndexInformer[scaleRow](tbl, core.InformerOptions[scaleRow]{})
+			},
+			run: func() {
+				var ictx context.Context
+				ictx, cancel = context.WithCancel(ctx)
+				done = make(chan struct{})
+				go func() { inf.Run(ictx); close(done) }()
+				if err := inf.WaitForCacheSync(ictx); err != nil {
+					b.Fatal(err)
+				}
+			},
+			finish: func() {
+				if n := inf.Lister().Len(); n != rows {
+					b.Fatalf("informer holds %d rows, want %d", n, rows)
+				}
+				oursSteady = append(oursSteady, float64(liveHeap()-base)/(1<<20))
+				oursRSS = append(oursRSS, rssMB())
+				cancel()
+				<-done
+				src.Close()
+				src, inf = nil, nil
+			}}
+		plain := side{name: "map", peak: true,
+			prepare: func() { base = liveHeap() },
+			run: func() {
+				conn, err := pgx.Connect(ctx, pg.ConnString())
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer conn.Close(ctx)
+				m = map[string]scaleRow{}
+				q, _ := conn.Query(ctx, "SELECT "+scaleSelect+" FROM scale_rows")
+				for q.Next() {
+					var r scaleRow
+					if err := q.Scan(&r.ID, &r.Org, &r.N, &r.Amount, &r.At, &r.Attrs, &r.Body); err != nil {
+						b.Fatal(err)
+					}
+					m[strconv.FormatInt(r.ID, 10)] = r
+				}
+				if err := q.Err(); err != nil {
+					b.Fatal(err)
+				}
+			},
+			finish: func() {
+				if len(m) != rows {
+					b.Fatalf("map holds %d rows, want %d", len(m), rows)
+				}
+				mapSteady = append(mapSteady, float64(liveHeap()-base)/(1<<20))
+				mapRSS = append(mapRSS, rssMB())
+				m = nil
+			}}
+		alternate(b, rounds, ours, plain)
+		median := func(v []float64) float64 {
+			s := slices.Clone(v)
+			slices.Sort(s)
+			return s[len(s)/2]
+		}
+		b.ReportMetric(median(oursSteady), "ours-steady-heap-MB")
+		b.ReportMetric(median(mapSteady), "map-steady-heap-MB")
+		b.ReportMetric(median(oursRSS), "ours-rss-MB")
+		b.ReportMetric(median(mapRSS), "map-rss-MB")
+	})
+
+	b.Run("ThreeTables", func(b *testing.B) {
+		createScaleTable(b, pg, "scale_b", rows/2)
+		createScaleTable(b, pg, "scale_c", rows/4)
+		var (
+			src  *pginformer.Source
+			infs []*core.SharedIndexInformer[scaleRow]
+			stop []func()
+		)
+		setup := func(tables ...string) func() {
+			return func() {
+				var err error
+				if src, err = pginformer.NewSource(ctx, pg.ConnString(), pginformer.Options{}); err != nil {
+					b.Fatal(err)
+				}
+				infs = nil
+				for _, name := range tables {
+					tbl, err := pginformer.NewTable[scaleRow](ctx, src, name, pginformer.TableOptions[scaleRow]{})
+					if err != nil {
+						b.Fatal(err)
+					}
+					infs = append(infs, core.NewSharedIndexInformer[scaleRow](tbl, core.InformerOptions[scaleRow]{}))
+				}
+			}
+		}
+		run := func() {
+			stop = nil
+			for _, inf := range infs {
+				ictx, cancel := context.WithCancel(ctx)
+				done := make(chan struct{})
+				go func() { inf.Run(ictx); close(done) }()
+				stop = append(stop, func() { cancel(); <-done })
+			}
+			for _, inf := range infs {
+				if err := inf.WaitForCacheSync(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		finish := func() {
+			for _, s := range stop {
+				s()
+			}
+			src.Close()
+			src, infs = nil, nil
+			runtime.GC()
+		}
+		alternate(b, rounds,
+			side{name: "three", prepare: setup("scale_rows", "scale_b", "scale_c"), run: run, finish: finish},
+			side{name: "largest", prepare: setup("scale_rows"), run: run, finish: finish})
+	})
+}

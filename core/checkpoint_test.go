@@ -1,0 +1,327 @@
+package core_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/informertest"
+	"github.com/dbinformer/dbinformer/core/memory"
+)
+
+func versionOf(o versioned) int64 { return int64(o.V) }
+
+func ckptOptions(t *testing.T, dir string) core.InformerOptions[versioned] {
+	t.Helper()
+	store, err := core.NewDirCheckpointStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return core.InformerOptions[versioned]{
+		Name:       "users",
+		Checkpoint: &core.CheckpointOptions[versioned]{Store: store, Codec: core.JSON[versioned]{}, Interval: -1},
+	}
+}
+
+// runUntilStopped runs inf until the returned stop is called; stop waits
+// for Run (and with it the final checkpoint).
+func runUntilStopped(t *testing.T, inf *core.SharedIndexInformer[versioned]) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- inf.Run(ctx) }()
+	stopped := false
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+func syncOrFail(t *testing.T, inf *core.SharedIndexInformer[versioned]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), informertest.Timeout)
+	defer cancel()
+	if err := inf.WaitForCacheSync(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func cacheState(inf *core.SharedIndexInformer[versioned]) map[string]int64 {
+	m := map[string]int64{}
+	inf.Indexer().Range(func(k string, o versioned) bool { m[k] = int64(o.V); return true })
+	return m
+}
+
+func truth(src *memory.Source[versioned]) map[string]int64 {
+	m := map[string]int64{}
+	ctx := context.Background()
+	src.List(ctx, core.ListSink[versioned]{Emit: func(ev core.Event[versioned]) error {
+		m[ev.Key] = int64(ev.Object.V)
+		return nil
+	}})
+	return m
+}
+
+// A restarted informer serves its checkpoint at once, not synced, watches
+// from the checkpoint's version without listing, hands handlers the loaded
+// objects as initial adds and then the changes made while it was stopped.
+func TestCheckpointWarmRestart(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ckpt")
+	src := memory.New[versioned](memory.Options{})
+	src.Put("a", versioned{"a", 1})
+	src.Put("b", versioned{"b", 2})
+	src.Put("c", versioned{"c", 3})
+
+	inf1 := core.NewSharedIndexInformer[versioned](src, ckptOptions(t, dir))
+	stop1 := runUntilStopped(t, inf1)
+	syncOrFail(t, inf1)
+	if _, serving := inf1.ServingCheckpoint(); serving {
+		t.Error("a cold start reports serving a checkpoint")
+	}
+	stop1()
+	saved := src.HeadRV()
+
+	// Checkpoints hold user data: owner only.
+	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("checkpoint directory: %v, mode %v; want 0700", err, fi.Mode().Perm())
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "users.ckpt")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("checkpoint file: %v; want mode 0600", err)
+	}
+
+	// Written while the informer is down.
+	src.Put("b", versioned{"b", 4})
+	src.Delete("c")
+	src.Put("d", versioned{"d", 5})
+
+	spy := informertest.Wrap[versioned](src)
+	gate := spy.HoldWatches()
+	inf2 := core.NewSharedIndexInformer[versioned](spy, ckptOptions(t, dir))
+	rec := informertest.NewRecorder[versioned](t, versionOf)
+	if _, err := inf2.AddEventHandler(rec); err != nil {
+		t.Fatal(err)
+	}
+	runUntilStopped(t, inf2)
+	ctx, cancel := context.WithTimeout(context.Background(), informertest.Timeout)
+	defer cancel()
+	if err := gate.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The watch is held: the cache is the checkpoint, readers see it, and
+	// the informer says it is not synced yet.
+	informertest.Eventually(t, "checkpoint loaded", func() bool { return len(cacheState(inf2)) == 3 })
+	if got, want := cacheState(inf2), map[string]int64{"a": 1, "b": 2, "c": 3}; !mapsEqual(got, want) {
+		t.Errorf("cache while serving the checkpoint: %v, want %v", got, want)
+	}
+	if inf2.HasSynced() {
+		t.Error("HasSynced is true before the informer caught up with the source")
+	}
+	if v, ok := inf2.ServingCheckpoint(); !ok || v != saved {
+		t.Errorf("ServingCheckpoint() = %d, %v; want %d, true", v, ok, saved)
+	}
+	st := inf2.SyncStatus()
+	if st.Checkpoint != saved || !strings.Contains(st.String(), "serving checkpoint") {
+		t.Errorf("SyncStatus: Checkpoint %d, %q; want version %d and 'serving checkpoint'", st.Checkpoint, st, saved)
+	}
+	gate.Release()
+	syncOrFail(t, inf2)
+	if _, ok := inf2.ServingCheckpoint(); ok {
+		t.Error("ServingCheckpoint still true after sync")
+	}
+	if n := spy.Lists(); n != 0 {
+		t.Errorf("a warm start listed %d times, want 0", n)
+	}
+	if calls := spy.Calls(); len(calls) == 0 || calls[0].From != saved {
+		t.Errorf("first call %v, want a watch from the checkpoint's version %d", calls, saved)
+	}
+	rec.ExpectSet("add a v=1 initial", "add b v=2 initial", "add c v=3 initial")
+	rec.Expect("update b 2->4", "delete c v=3", "add d v=5")
+	if got, want := cacheState(inf2), truth(src); !mapsEqual(got, want) {
+		t.Errorf("cache %v, source %v", got, want)
+	}
+}
+
+// When the checkpoint's version has expired, the informer relists and
+// handlers get only the real differences against the loaded state.
+func TestCheckpointExpiredRelistsDifferencesOnly(t *testing.T) {
+	dir := t.TempDir()
+	src := memory.New[versioned](memory.Options{})
+	for _, k := range []string{"a", "b", "c", "d", "e"} {
+		src.Put(k, versioned{k, 1})
+	}
+	inf1 := core.NewSharedIndexInformer[versioned](src, ckptOptions(t, dir))
+	stop1 := runUntilStopped(t, inf1)
+	syncOrFail(t, inf1)
+	stop1()
+
+	src.Put("b", versioned{"b", 2})
+	src.Delete("c")
+	src.Put("f", versioned{"f", 3})
+	if err := src.Compact(src.HeadRV()); err != nil {
+		t.Fatal(err)
+	}
+
+	spy := informertest.Wrap[versioned](src)
+	rec := informertest.NewRecorder[versioned](t, versionOf)
+	inf2, errs := informertest.Run[versioned](t, spy, ckptOptions(t, dir), rec)
+	if errs.Is(core.ErrExpired) == nil {
+		t.Error("no expired watch reported: the test did not take the expired path")
+	}
+	if n := spy.Lists(); n != 1 {
+		t.Errorf("lists: %d, want 1", n)
+	}
+	rec.ExpectSet("add a v=1 initial", "add b v=1 initial", "add c v=1 initial", "add d v=1 initial", "add e v=1 initial")
+	rec.ExpectSet("update b 1->2", "delete c v=1 unknown", "add f v=3")
+	rec.ExpectNone()
+	if got, want := cacheState(inf2), truth(src); !mapsEqual(got, want) {
+		t.Errorf("cache %v, source %v", got, want)
+	}
+}
+
+// A corrupt, truncated or foreign checkpoint is reported and ignored: the
+// informer lists, and the error holds nothing of the checkpoint's content.
+func TestCheckpointUnusableIsIgnored(t *testing.T) {
+	const secret = "hunter2-secret"
+	type damage struct {
+		name string
+		do   func(t *testing.T, path string, opts *core.InformerOptions[versioned])
+		want string
+	}
+	rewrite := func(f func([]byte) []byte) func(*testing.T, string, *core.InformerOptions[versioned]) {
+		return func(t *testing.T, path string, _ *core.InformerOptions[versioned]) {
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, f(b), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	cases := []damage{
+		{"flipped byte", rewrite(func(b []byte) []byte { b[len(b)/2] ^= 0x40; return b }), "corrupt"},
+		{"truncated", rewrite(func(b []byte) []byte { return b[:len(b)-7] }), "truncated"},
+		{"not a checkpoint", rewrite(func(b []byte) []byte { return []byte("{\"hello\": \"" + secret + "\"}") }), "bad magic"},
+		{"format version", rewrite(func(b []byte) []byte { b[9] = 9; return b }), "format version"},
+		{"another informer", func(t *testing.T, path string, _ *core.InformerOptions[versioned]) {
+			if err := os.Rename(path, filepath.Join(filepath.Dir(path), "other.ckpt")); err != nil {
+				t.Fatal(err)
+			}
+		}, "written by informer"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			src := memory.New[versioned](memory.Options{})
+			src.Put(secret, versioned{secret, 1})
+			opts := ckptOptions(t, dir)
+			inf1 := core.NewSharedIndexInformer[versioned](src, opts)
+			stop := runUntilStopped(t, inf1)
+			syncOrFail(t, inf1)
+			stop()
+			path := filepath.Join(dir, "users.ckpt")
+			c.do(t, path, &opts)
+			if c.name == "another informer" {
+				opts.Name = "other"
+			}
+			spy := informertest.Wrap[versioned](src)
+			inf2, errs := informertest.Run[versioned](t, spy, opts)
+			var ce *core.CheckpointError
+			if err := errs.Find(func(err error) bool { return errors.As(err, &ce) }); err == nil {
+				t.Fatalf("no *core.CheckpointError reported; errors: %v", errs.All())
+			}
+			if ce.Op != "load" || !strings.Contains(ce.Error(), c.want) || !strings.Contains(ce.Error(), "ignored") {
+				t.Errorf("error %q, want a load error saying %q and that it was ignored", ce, c.want)
+			}
+			if strings.Contains(ce.Error(), secret) {
+				t.Errorf("error %q holds the checkpoint's content", ce)
+			}
+			if n := spy.Lists(); n != 1 {
+				t.Errorf("lists: %d, want 1 (a cold start)", n)
+			}
+			if got, want := cacheState(inf2), truth(src); !mapsEqual(got, want) {
+				t.Errorf("cache %v, source %v", got, want)
+			}
+		})
+	}
+}
+
+// A Save whose write fails (a crash during a write is the same on disk:
+// a temporary file) leaves the previous checkpoint loadable.
+func TestDirCheckpointStoreFailedSaveKeepsPrevious(t *testing.T) {
+	store, err := core.NewDirCheckpointStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := store.Save(ctx, "x", func(w io.Writer) error { _, err := w.Write([]byte("one")); return err }); err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("boom")
+	if err := store.Save(ctx, "x", func(w io.Writer) error { w.Write([]byte("tw")); return boom }); !errors.Is(err, boom) {
+		t.Fatalf("Save: %v, want boom", err)
+	}
+	// A temporary file as a kill -9 during a Save leaves it.
+	if err := os.WriteFile(filepath.Join(store.Dir(), "x.ckpt.tmp123"), []byte("half"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rc, err := store.Load(ctx, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(rc)
+	rc.Close()
+	if string(b) != "one" {
+		t.Errorf("loaded %q, want the previous checkpoint", b)
+	}
+	left, _ := filepath.Glob(filepath.Join(store.Dir(), "*"))
+	if !slices.Equal(left, []string{store.Path("x")}) {
+		t.Errorf("files left: %v", left)
+	}
+	if _, err := store.Load(ctx, "y"); !errors.Is(err, core.ErrNoCheckpoint) {
+		t.Errorf("Load of a missing checkpoint: %v, want ErrNoCheckpoint", err)
+	}
+	if err := store.Save(ctx, "../escape", func(io.Writer) error { return nil }); err == nil || !strings.Contains(err.Error(), "plain file name") {
+		t.Errorf("Save of a path-like name: %v", err)
+	}
+}
+
+// An informer without a codec cannot checkpoint and says how to fix it.
+func TestCheckpointNeedsCodec(t *testing.T) {
+	store, err := core.NewDirCheckpointStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := memory.New[versioned](memory.Options{})
+	inf := core.NewSharedIndexInformer[versioned](src, core.InformerOptions[versioned]{Checkpoint: &core.CheckpointOptions[versioned]{Store: store}})
+	err = inf.Run(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "Checkpoint.Codec") {
+		t.Errorf("Run: %v, want an error naming Checkpoint.Codec", err)
+	}
+}
+
+func mapsEqual(a, b map[string]int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,272 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"iter"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// checkpointer is an informer's checkpoint state (InformerOptions.Checkpoint).
+type checkpointer[T any] struct {
+	opts  CheckpointOptions[T]
+	name  string
+	codec Codec[T]
+	ack   DurableAcknowledger // nil when the source acknowledges nothing
+
+	mu    sync.Mutex // one save at a time
+	saved ResourceVersion
+	wrote bool
+}
+
+// warmState is one run's warm start: the checkpoint's version, and the
+// source's head the cache must reach before it counts as synced.
+type warmState struct {
+	from   ResourceVersion
+	target atomic.Uint64
+	known  atomic.Bool // target is set
+}
+
+func (w *warmState) caughtUp(applied ResourceVersion) bool {
+	return w.known.Load() && uint64(applied) >= w.target.Load()
+}
+
+// listedAt: a list (the checkpoint expired) replaced the checkpoint; the
+// cache is synced once that list is applied, as after a cold start.
+func (w *warmState) listedAt(rv ResourceVersion) {
+	w.target.Store(uint64(rv))
+	w.known.Store(true)
+}
+
+// setupCheckpoint checks the checkpoint options at Run.
+func (i *SharedIndexInformer[T]) setupCheckpoint() error {
+	o := i.opts.Checkpoint
+	if o == nil || i.ckpt != nil {
+		return nil
+	}
+	if o.Store == nil {
+		return fmt.Errorf("%s: InformerOptions.Checkpoint.Store is nil (use core.NewDirCheckpointStore(dir))", i.name)
+	}
+	c := &checkpointer[T]{opts: *o, name: o.Name, codec: o.Codec}
+	if c.name == "" {
+		c.name = i.name
+	}
+	if err := checkName(c.name); err != nil {
+		return err
+	}
+	if c.codec == nil {
+		if p, ok := i.lw.(CodecProvider[T]); ok {
+			c.codec = p.Codec()
+		}
+	}
+	if c.codec == nil {
+		return fmt.Errorf("%s: checkpoints need a codec and the source does not provide one: set InformerOptions.Checkpoint.Codec (core.JSON[T]{} for JSON)", i.name)
+	}
+	if a, ok := i.lw.(DurableAcknowledger); ok {
+		c.ack = a
+		a.GateAcknowledgements(true)
+	}
+	if i.opts.Equal == nil {
+		i.opts.Equal = codecEqual(c.codec)
+	}
+	i.ckpt = c
+	return nil
+}
+
+// Checkpoint saves a checkpoint now, if the cache is synced and has moved
+// since the last one. Without InformerOptions.Checkpoint it returns an
+// error.
+func (i *SharedIndexInformer[T]) Checkpoint(ctx context.Context) error {
+	i.mu.Lock()
+	err := i.setupCheckpoint()
+	c := i.ckpt
+	i.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if c == nil {
+		return fmt.Errorf("%s: no checkpoint store (set InformerOptions.Checkpoint)", i.name)
+	}
+	return i.saveCheckpoint(ctx, c)
+}
+
+func (i *SharedIndexInformer[T]) saveCheckpoint(ctx context.Context, c *checkpointer[T]) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !i.checkSynced() {
+		return nil
+	}
+	// Everything up to rv is in the cache; the snapshot taken after it may
+	// hold later changes too, which a watch from rv replays onto it: each
+	// change carries the key's whole state, so replaying is harmless.
+	rv := i.queue.AppliedVersion()
+	if c.wrote && rv == c.saved {
+		return nil
+	}
+	var keys []string
+	var objs []T
+	i.indexer.snapshot(func(items map[string]T) {
+		keys, objs = make([]string, 0, len(items)), make([]T, 0, len(items))
+		for k, o := range items {
+			keys = append(keys, k)
+			objs = append(objs, o)
+		}
+	})
+	err := c.opts.Store.Save(ctx, c.name, func(w io.Writer) error {
+		return encodeCheckpoint(w, c.codec, c.name, rv, keys, objs)
+	})
+	if err != nil {
+		return &CheckpointError{Name: c.name, Op: "save", Err: err}
+	}
+	c.saved, c.wrote = rv, true
+	if c.ack != nil {
+		c.ack.AcknowledgeDurable(rv)
+	}
+	return nil
+}
+
+// checkpointLoop saves checkpoints every Interval until ctx ends.
+func (i *SharedIndexInformer[T]) checkpointLoop(ctx context.Context, c *checkpointer[T]) {
+	every := c.opts.Interval
+	if every == 0 {
+		every = time.Minute
+	}
+	if every < 0 {
+		return
+	}
+	t := i.clk.NewTimer(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+		if err := i.saveCheckpoint(ctx, c); err != nil && ctx.Err() == nil {
+			i.rep.report(ctx, err)
+		}
+		t.Reset(every)
+	}
+}
+
+// finalCheckpoint saves the checkpoint of a run that ended.
+func (i *SharedIndexInformer[T]) finalCheckpoint(ctx context.Context, c *checkpointer[T]) {
+	if c == nil {
+		return
+	}
+	if err := i.saveCheckpoint(context.WithoutCancel(ctx), c); err != nil {
+		i.rep.report(ctx, err)
+	}
+}
+
+// warmStart is the reflector's start hook: it loads the last checkpoint
+// into the queue (handlers get its objects as initial adds) and returns its
+// version, and whether the reflector may watch from it (false: the source
+// could not take the checkpoint's state, relist). ok is false when there is
+// no usable checkpoint.
+func (i *SharedIndexInformer[T]) warmStart(ctx context.Context, c *checkpointer[T], ws *warmState) (rv ResourceVersion, watch, ok bool) {
+	rc, err := c.opts.Store.Load(ctx, c.name)
+	if err != nil {
+		if !errors.Is(err, ErrNoCheckpoint) && ctx.Err() == nil {
+			i.rep.report(ctx, &CheckpointError{Name: c.name, Op: "load", Err: err})
+		}
+		return 0, false, false
+	}
+	rv, deltas, err := decodeCheckpoint(rc, c.codec, c.name)
+	rc.Close()
+	if err != nil {
+		if ctx.Err() == nil {
+			i.rep.report(ctx, &CheckpointError{Name: c.name, Op: "load", Err: err})
+		}
+		return 0, false, false
+	}
+	ws.from = rv
+	i.warm.Store(ws)
+	err = i.queue.Replace(ctx, func(put func(Delta[T]) error) (ResourceVersion, error) {
+		for k := range deltas {
+			if err := put(deltas[k]); err != nil {
+				return 0, err
+			}
+		}
+		return rv, nil
+	})
+	if err != nil {
+		// Only ctx ends a Replace that lists from memory.
+		return 0, false, false
+	}
+	c.mu.Lock()
+	c.saved, c.wrote = rv, true
+	c.mu.Unlock()
+	watch = true
+	if r, ok := i.lw.(Restorer[T]); ok {
+		objects := iter.Seq2[string, T](func(yield func(string, T) bool) {
+			for k := range deltas {
+				if !yield(deltas[k].Key, deltas[k].Object) {
+					return
+				}
+			}
+		})
+		if err := r.Restore(ctx, rv, objects); err != nil {
+			watch = false
+			if ctx.Err() == nil {
+				i.rep.report(ctx, fmt.Errorf("%s: restore the source's state at checkpoint version %d (relisting instead): %w", i.name, rv, err))
+			}
+		}
+	}
+	clear(deltas)
+	if watch {
+		i.readHead(ctx, ws)
+	}
+	return rv, watch, true
+}
+
+// readHead sets the version a warm start must reach to be synced: the
+// source's head (HeadReader), or the checkpoint's own version for a source
+// that cannot tell its head.
+func (i *SharedIndexInformer[T]) readHead(ctx context.Context, ws *warmState) {
+	h, ok := i.lw.(HeadReader)
+	if !ok {
+		ws.target.Store(uint64(ws.from))
+		ws.known.Store(true)
+		return
+	}
+	bo := newBackoffState(i.opts.Backoff, i.clk)
+	for ctx.Err() == nil {
+		head, err := h.Head(ctx)
+		if err == nil {
+			ws.target.Store(uint64(max(head, ws.from)))
+			ws.known.Store(true)
+			return
+		}
+		if ctx.Err() == nil {
+			i.rep.report(ctx, fmt.Errorf("%s: read the source's head after loading checkpoint version %d: %w", i.name, ws.from, err))
+		}
+		t := i.clk.NewTimer(bo.next())
+		select {
+		case <-ctx.Done():
+		case <-t.C():
+		}
+		t.Stop()
+	}
+}
+
+// ServingCheckpoint reports whether the cache serves a loaded checkpoint
+// that has not caught up with the source yet, and the checkpoint's
+// version. Once the informer has synced it reports false.
+func (i *SharedIndexInformer[T]) ServingCheckpoint() (ResourceVersion, bool) {
+	ws := i.warm.Load()
+	if ws == nil || i.checkSynced() {
+		return 0, false
+	}
+	return ws.from, true
+}
+
+// warmSynced is checkSynced's extra condition during a warm start.
+func (i *SharedIndexInformer[T]) warmSynced() bool {
+	ws := i.warm.Load()
+	return ws == nil || ws.caughtUp(i.queue.AppliedVersion())
+}

@@ -1,0 +1,169 @@
+package core
+
+import (
+	"maps"
+	"slices"
+)
+
+// The Indexer's write path: every index value is computed before anything
+// changes, so that a failing index function leaves the store as it was.
+
+// putLocked stores obj and returns the previous object. Every index value
+// is computed before anything changes, so a failing index function leaves
+// the store as it was.
+func (s *Indexer[T]) putLocked(key string, obj T) (old T, existed bool, err error) {
+	old, existed = s.items[key]
+	if len(s.indexers) == 0 {
+		s.items[key] = obj
+		return old, existed, nil
+	}
+	// Up to four indexes keep their values on the stack.
+	var buf [4]indexValues
+	vals := buf[:0]
+	for _, fn := range s.fns {
+		nv, err := indexValuesOf(fn.f, obj)
+		if err != nil {
+			return old, existed, &IndexError{Index: fn.name, Key: key, Err: err}
+		}
+		var ov []string
+		if existed {
+			if ov, err = indexValuesOf(fn.f, old); err != nil {
+				return old, existed, &IndexError{Index: fn.name, Key: key, Err: err}
+			}
+		}
+		vals = append(vals, indexValues{name: fn.name, idx: fn.idx, old: ov, new: nv})
+	}
+	changed := false
+	for _, iv := range vals {
+		changed = changed || !sameValues(iv.old, iv.new)
+	}
+	if changed {
+		h := keyHash(key)
+		id, hasID, stale := uint32(0), false, false
+		if existed {
+			id, hasID, stale = s.findIDLocked(h, key, vals, false)
+		}
+		if stale {
+			// The old object was changed in place since it was indexed:
+			// its recomputed values are not where the key is filed.
+			// Unfile it everywhere and file it anew in every index.
+			for _, idx := range s.indices {
+				idx.purge(id, s.keys)
+			}
+		}
+		for _, iv := range vals {
+			if !stale && sameValues(iv.old, iv.new) {
+				continue
+			}
+			idx := iv.idx
+			if hasID && !stale {
+				for _, v := range iv.old {
+					idx.remove(v, h, id, s.keys)
+				}
+			}
+			for _, v := range iv.new {
+				if !hasID {
+					id, hasID = s.keys.alloc(key, h), true
+				}
+				idx.add(v, h, id, s.keys)
+			}
+		}
+		if hasID {
+			s.keys.release(id)
+		}
+	}
+	s.items[key] = obj
+	return old, existed, nil
+}
+
+// findIDLocked returns the id of key, whose object had the old values in
+// vals: probed in the set of one of them. If there are old values but none
+// holds the key (the object was changed in place since it was indexed), or
+// if search is set (an index function failed), every set is searched, and
+// stale reports that it had to be.
+func (s *Indexer[T]) findIDLocked(h uint32, key string, vals []indexValues, search bool) (id uint32, ok, stale bool) {
+	for _, iv := range vals {
+		for _, v := range iv.old {
+			search = true
+			if id, ok := iv.idx.lookup(v, h, key, s.keys); ok {
+				return id, true, false
+			}
+		}
+	}
+	if !search {
+		return 0, false, false
+	}
+	for _, idx := range s.indices {
+		for _, vs := range idx {
+			found, hit := uint32(0), false
+			vs.each(func(id uint32) {
+				if !hit && s.keys.key(id) == key {
+					found, hit = id, true
+				}
+			})
+			if hit {
+				return found, true, true
+			}
+		}
+	}
+	return 0, false, false
+}
+
+type indexValues struct {
+	name     string
+	idx      index
+	old, new []string
+}
+
+func (s *Indexer[T]) deleteLocked(key string) (old T, existed bool, err error) {
+	old, existed = s.items[key]
+	if !existed {
+		return old, false, nil
+	}
+	var buf [4]indexValues
+	vals := buf[:0]
+	var failed []string
+	for _, fn := range s.fns {
+		ov, ferr := indexValuesOf(fn.f, old)
+		if ferr != nil {
+			failed = append(failed, fn.name)
+			err = &IndexError{Index: fn.name, Key: key, Err: ferr}
+			continue
+		}
+		vals = append(vals, indexValues{name: fn.name, idx: fn.idx, old: ov})
+	}
+	if len(s.indexers) > 0 {
+		h := keyHash(key)
+		if id, ok, stale := s.findIDLocked(h, key, vals, len(failed) > 0); ok {
+			for _, iv := range vals {
+				for _, v := range iv.old {
+					iv.idx.remove(v, h, id, s.keys)
+				}
+			}
+			// The object was indexed once, so its values were
+			// computable; a failure now, or an object changed in place
+			// since, must not leave a dangling key behind.
+			if stale {
+				failed = slices.Collect(maps.Keys(s.indices))
+			}
+			for _, name := range failed {
+				s.indices[name].purge(id, s.keys)
+			}
+			s.keys.release(id)
+		}
+	}
+	delete(s.items, key)
+	return old, true, err
+}
+
+func sameValues(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

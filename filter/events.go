@@ -1,0 +1,130 @@
+package filter
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/dbinformer/dbinformer/core"
+)
+
+// What an adapter does with its residue (see Split), so that handlers see
+// enter/leave semantics with the core's existing rules: the informer drops
+// a delete for a key it does not hold, fills in a delete without object
+// from its cache (the last state that matched), and turns a change of a key
+// it does not hold into an add.
+
+// Keep reports whether a listed event stays in the list: it does when it
+// matches f, and when it carries a decode error (the informer reports it).
+// A nil f keeps everything.
+func (f *Filter[T]) Keep(ev *core.Event[T]) bool {
+	if f == nil || ev.Err != nil || !ev.HasObject {
+		return true
+	}
+	return f.Match(ev.Key, ev.Object)
+}
+
+// Rewrite turns one watch event of a filtered source into what the
+// informer must see. An Added or Modified object that does not match f
+// becomes a Deleted without object: if the informer held the key, the
+// object left the filter and handlers get a delete carrying its last
+// matching state (the cached one); if not, the delete is dropped. Every
+// Deleted loses its object for the same reason: what the source says
+// about a deleted row may not match (a Kubernetes object deleted because
+// its labels left the selector), the cached state does. Events with Err
+// and Bookmarks pass unchanged, and so does everything when f is nil (an
+// unfiltered source).
+func (f *Filter[T]) Rewrite(ev *core.Event[T]) {
+	if f == nil || ev.Err != nil {
+		return
+	}
+	var zero T
+	switch ev.Type {
+	case core.Added, core.Modified:
+		if ev.HasObject && !f.Match(ev.Key, ev.Object) {
+			ev.Type, ev.Object, ev.HasObject = core.Deleted, zero, false
+		}
+	case core.Deleted:
+		ev.Object, ev.HasObject = zero, false
+	}
+}
+
+// RewriteBatch is Rewrite for each event of batch.
+func (f *Filter[T]) RewriteBatch(batch []core.Event[T]) {
+	if f == nil {
+		return
+	}
+	for i := range batch {
+		f.Rewrite(&batch[i])
+	}
+}
+
+// Wrap returns a ListerWatcher that evaluates f on this side for any
+// ListerWatcher: its List keeps only matching objects, its Watch rewrites
+// events (Rewrite). Adapters that push part of a filter down take it in
+// their options instead; Wrap is for sources that cannot, such as one of
+// your own. It forwards core.ProgressReporter, core.ProgressIntervaler,
+// core.HealWaiter and core.HeadReader when lw implements them.
+func Wrap[T any](lw core.ListerWatcher[T], f *Filter[T]) core.ListerWatcher[T] {
+	return &wrapped[T]{lw: lw, f: f}
+}
+
+type wrapped[T any] struct {
+	lw core.ListerWatcher[T]
+	f  *Filter[T]
+}
+
+var (
+	_ core.ProgressReporter   = (*wrapped[int])(nil)
+	_ core.ProgressIntervaler = (*wrapped[int])(nil)
+	_ core.HealWaiter         = (*wrapped[int])(nil)
+	_ core.HeadReader         = (*wrapped[int])(nil)
+)
+
+func (w *wrapped[T]) List(ctx context.Context, sink core.ListSink[T]) (core.ResourceVersion, error) {
+	emit := sink.Emit
+	sink.Emit = func(ev core.Event[T]) error {
+		if !w.f.Keep(&ev) {
+			return nil
+		}
+		return emit(ev)
+	}
+	return w.lw.List(ctx, sink)
+}
+
+func (w *wrapped[T]) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[T]) error {
+	emit := opts.Emit
+	opts.Emit = func(batch []core.Event[T]) error {
+		w.f.RewriteBatch(batch)
+		return emit(batch)
+	}
+	return w.lw.Watch(ctx, from, opts)
+}
+
+func (w *wrapped[T]) ReportsProgress() bool {
+	p, ok := w.lw.(core.ProgressReporter)
+	return ok && p.ReportsProgress()
+}
+
+func (w *wrapped[T]) ProgressInterval() time.Duration {
+	if p, ok := w.lw.(core.ProgressIntervaler); ok {
+		return p.ProgressInterval()
+	}
+	return 0
+}
+
+var errNotForwarded = errors.New("filter: the wrapped ListerWatcher does not implement it")
+
+func (w *wrapped[T]) WaitHealed(ctx context.Context) error {
+	if h, ok := w.lw.(core.HealWaiter); ok {
+		return h.WaitHealed(ctx)
+	}
+	return errNotForwarded
+}
+
+func (w *wrapped[T]) Head(ctx context.Context) (core.ResourceVersion, error) {
+	if h, ok := w.lw.(core.HeadReader); ok {
+		return h.Head(ctx)
+	}
+	return 0, errNotForwarded
+}

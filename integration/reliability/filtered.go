@@ -1,0 +1,46 @@
+package reliability
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/dbinformer/dbinformer/adapters/etcd/etcdtest"
+	"github.com/dbinformer/dbinformer/adapters/nats/natstest"
+	"github.com/dbinformer/dbinformer/core/conformance"
+	"github.com/dbinformer/dbinformer/filter"
+	"github.com/dbinformer/dbinformer/integration/harness"
+)
+
+// Partial sync (issue 22): the same workload and faults through a filter,
+// so that keys keep entering and leaving it (a version that is a multiple
+// of 3 is out, and every write changes the version); the harness's Truth
+// reports only what the filter matches, and the handlers' view must equal
+// it. etcd-filtered pushes a key range down (keys below "k12") and
+// evaluates the predicate in the adapter; nats-filtered evaluates both in
+// the adapter.
+func init() {
+	Register("etcd-filtered", func(t testing.TB, _ *rand.Rand) (conformance.Harness[etcdtest.Item], string) {
+		f, err := filter.New[etcdtest.Item](filter.And(
+			filter.Lt(filter.Key, "k12"),
+			filter.Where("version not a multiple of 3", func(it etcdtest.Item) bool { return it.Version%3 != 0 }),
+		))
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := harness.StartEtcd(t)
+		return etcdtest.New(t, srv, etcdtest.Options{Prefix: "/reliability/", Faults: true, Where: f}), fmt.Sprintf("embedded etcd, filter %s", f)
+	})
+	Register("nats-filtered", func(t testing.TB, rnd *rand.Rand) (conformance.Harness[natstest.Obj], string) {
+		f, err := filter.New[natstest.Obj](filter.And(
+			filter.Lt(filter.Key, "k12"),
+			filter.Where("version not a multiple of 3", func(o natstest.Obj) bool { return o.V%3 != 0 }),
+		))
+		if err != nil {
+			t.Fatal(err)
+		}
+		history := uint8(1 + 4*rnd.IntN(2))
+		h := natstest.NewKV(t, natstest.Config{Server: harness.StartNATS(t), History: history, Proxy: true, KVWhere: f})
+		return h, fmt.Sprintf("KV history %d, filter %s", history, f)
+	})
+}
