@@ -1,0 +1,62 @@
+package core
+
+import (
+	"context"
+	"fmt"
+)
+
+// apply checks and queues one watch batch. Nothing of a batch that breaks
+// the version order is queued: a transaction is applied whole or not at
+// all, and the watch restarts from the last version fully applied.
+func (r *Reflector[T]) apply(ctx context.Context, batch []Event[T]) error {
+	last := r.LastSyncResourceVersion()
+	prev, top := last, last
+	for i := range batch {
+		ev := &batch[i]
+		top = max(top, ev.RV)
+		if ev.Type == Bookmark {
+			// A stale bookmark says nothing new; the queue keeps the
+			// highest version it saw.
+			continue
+		}
+		if ev.RV <= last || ev.RV < prev {
+			return &OrderError{Source: r.cfg.name, Key: ev.Key, RV: ev.RV, After: prev}
+		}
+		prev = ev.RV
+	}
+	// Back-pressure: wait while the queue is far ahead of its consumer.
+	if w, ok := r.q.(roomWaiter); ok {
+		if err := w.waitRoom(ctx); err != nil {
+			return err
+		}
+	}
+	// Only the watch's goroutine calls apply; the lock keeps the scratch
+	// slice's owner plain to the race detector.
+	r.mu.Lock()
+	deltas := r.deltas[:0]
+	if r.watchFail.count > 0 {
+		// The watch works again: earlier failures no longer say why a
+		// wait waits.
+		r.watchFail = failures{}
+	}
+	r.mu.Unlock()
+	for i := range batch {
+		if batch[i].Type == Bookmark {
+			continue
+		}
+		// A change that does not decode keeps its version and drops: the
+		// key keeps its last good state and the watch moves on.
+		if d, ok := r.admit(ctx, &batch[i]); ok {
+			deltas = append(deltas, d)
+		}
+	}
+	if err := r.q.Add(deltas, top); err != nil {
+		r.cfg.rep.report(ctx, fmt.Errorf("%s: %w", r.cfg.name, err))
+	}
+	clear(deltas)
+	r.mu.Lock()
+	r.deltas = deltas[:0]
+	r.mu.Unlock()
+	r.lastRV.Store(uint64(top))
+	return nil
+}
