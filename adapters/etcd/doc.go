@@ -6,7 +6,8 @@
 //	inf := core.NewSharedIndexInformer[User](users, core.InformerOptions[User]{Name: "users"})
 //
 // A Prefix is a core.ListerWatcher[T] whose resource version is the etcd
-// revision; it also implements core.ProgressReporter and core.HeadReader.
+// revision; it also implements core.ProgressReporter, core.ProgressIntervaler,
+// core.HealWaiter and core.HeadReader.
 // The directory is adapters/etcd; the package is etcdinformer.
 //
 // # The client is yours
@@ -17,18 +18,22 @@
 // can share it. Closing it ends the informer: a list or watch on a closed
 // client fails with an error matching core.ErrPermanent.
 //
-// Give the client gRPC keepalives: without them a watch on a member that
-// stops answering (frozen, or behind a connection that went half-open) waits
-// for the operating system to give up on the connection, which can take many
-// minutes, and says nothing meanwhile. With keepalives the client notices
-// within the timeout and moves to another endpoint:
+// Give the client gRPC keepalives, so that it gives up a connection to a
+// member that stopped answering (frozen, or behind a connection that went
+// half-open) and moves to another endpoint; without them that takes as long
+// as the operating system takes to give up on the connection, many minutes.
+// gRPC pings no more often than every 10s, whatever DialKeepAliveTime says:
 //
 //	cli, err := clientv3.New(clientv3.Config{
 //		Endpoints:            endpoints,
 //		DialTimeout:          5 * time.Second,
-//		DialKeepAliveTime:    5 * time.Second, // ping an idle connection this often
-//		DialKeepAliveTimeout: 3 * time.Second, // and give it up after this long without an answer
+//		DialKeepAliveTime:    10 * time.Second, // ping an idle connection this often (10s at the least)
+//		DialKeepAliveTimeout: 3 * time.Second,  // and give it up after this long without an answer
 //	})
+//
+// A watch does not wait for that (see "Stuck watches" below): it notices a
+// silent member within about two progress intervals and is reopened on a
+// stream of its own, which the client balances onto another member.
 //
 // # Keys and prefixes
 //
@@ -89,12 +94,38 @@
 // value, one that makes it match as an add. A condition marked
 // filter.Server that is not a key range is refused by NewPrefix.
 //
+// # Stuck watches and waits that say why
+//
+// A Prefix declares a progress interval (core.ProgressIntervaler,
+// Options.ProgressInterval, DefaultProgressInterval = 1s): after each
+// interval in which a watch delivered nothing, the informer asks it for
+// progress, which a live member answers with a Bookmark at once. A watch
+// that has heard nothing at all from etcd for 1s with a request unanswered
+// reads the head revision (with RequireLeader, bounded to 1s) to find out
+// why, and ends: with that read's error when it fails (etcdserver: no
+// leader, connection refused, context deadline exceeded), or, when the
+// cluster answers, as a watch whose member is silent. Either way the
+// informer reports the error through its error handler and its sync status
+// and watches again from the last revision it applied, without relisting;
+// each Watch has a gRPC stream of its own, so a reopened watch is not held
+// by the silent stream of another. If it is not answered for
+// core.StuckIntervals intervals, the informer ends it itself
+// (core.ErrWatchStuck). A negative Options.ProgressInterval turns this off.
+//
+// List and Head read with RequireLeader: a member without a leader (cut off
+// from its cluster) refuses at once with "etcdserver: no leader", which the
+// client retries on another member, or returns after its retries when it
+// has no other; the informer's sync status, and WaitForCacheSync's timeout,
+// then name that cause. A Prefix is a core.HealWaiter: while the informer
+// backs off after a failure, it reads the head revision (every 100ms,
+// growing to 1s) and retries as soon as etcd answers again.
+//
 // # Server settings and permissions
 //
 // The user needs read access to the prefix's range (etcd role permission
 // READ on [prefix, range end)). etcd sends unrequested progress
 // notifications every --watch-progress-notify-interval (10 minutes by
-// default); WaitFor does not depend on them. Keep enough history
+// default); neither WaitFor nor stuck-watch detection depends on them. Keep enough history
 // (--auto-compaction-retention) for a watch to resume after the outages you
 // expect; a compacted position costs a full relist, nothing more.
 //

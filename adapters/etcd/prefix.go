@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -41,12 +43,25 @@ type Options[T any] struct {
 	// object that starts matching as an add and one that stops as a
 	// delete carrying its last matching state.
 	Where *filter.Filter[T]
+	// ProgressInterval is how often an open watch is expected to show a
+	// sign of life (core.ProgressIntervaler): after one interval without
+	// events the informer asks for a progress notification, and a watch
+	// that answers none for core.StuckIntervals intervals is reopened
+	// (a frozen member, a half-open connection). Zero means
+	// DefaultProgressInterval; negative turns stuck-watch detection off.
+	ProgressInterval time.Duration
 }
+
+// DefaultProgressInterval is Options.ProgressInterval when zero: an idle
+// watch is asked for a progress notification (one small request on its
+// gRPC stream) after each second without events.
+const DefaultProgressInterval = time.Second
 
 // Prefix lists and watches the keys under one etcd prefix: it is a
 // core.ListerWatcher[T] whose resource version is the etcd revision, and it
-// implements core.ProgressReporter and core.HeadReader. It is safe for
-// concurrent use; several informers may share one.
+// implements core.ProgressReporter, core.ProgressIntervaler, core.HealWaiter
+// and core.HeadReader. It is safe for concurrent use; several informers may
+// share one.
 type Prefix[T any] struct {
 	client   *clientv3.Client
 	prefix   string // as completed, used to cut keys
@@ -57,12 +72,16 @@ type Prefix[T any] struct {
 	pageSize int64
 	log      *slog.Logger
 	residue  *filter.Filter[T] // nil: unfiltered
+	progress time.Duration     // ProgressInterval; 0: off
+	answered atomic.Int64      // UnixNano of a watch's probe that the cluster answered
 }
 
 var (
 	_ core.ListerWatcher[struct{}] = (*Prefix[struct{}])(nil)
 	_ core.HeadReader              = (*Prefix[struct{}])(nil)
 	_ core.ProgressReporter        = (*Prefix[struct{}])(nil)
+	_ core.ProgressIntervaler      = (*Prefix[struct{}])(nil)
+	_ core.HealWaiter              = (*Prefix[struct{}])(nil)
 )
 
 // NewPrefix returns a Prefix that reads the keys under prefix with client.
@@ -103,6 +122,12 @@ func NewPrefix[T any](ctx context.Context, client *clientv3.Client, prefix strin
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
 	}
+	switch {
+	case opts.ProgressInterval == 0:
+		p.progress = DefaultProgressInterval
+	case opts.ProgressInterval > 0:
+		p.progress = opts.ProgressInterval
+	}
 	p.prefix = prefix
 	if !opts.LiteralPrefix && p.prefix != "" && !strings.HasSuffix(p.prefix, "/") {
 		p.prefix += "/"
@@ -128,6 +153,11 @@ func (p *Prefix[T]) Prefix() string { return p.prefix }
 // ReportsProgress reports true: a watch answers each request on
 // WatchOptions.Progress with etcd's RequestProgress.
 func (p *Prefix[T]) ReportsProgress() bool { return true }
+
+// ProgressInterval implements core.ProgressIntervaler with
+// Options.ProgressInterval (DefaultProgressInterval when zero, 0 when
+// negative): a watch answers each progress request with a Bookmark.
+func (p *Prefix[T]) ProgressInterval() time.Duration { return p.progress }
 
 // key returns the object key of an etcd key.
 func (p *Prefix[T]) key(k []byte) string {
@@ -170,6 +200,11 @@ func (p *Prefix[T]) failed(op string, err error) error {
 // pinned read carries the current revision, not R), so the pages form one
 // snapshot at R, which List returns. Each item's RV is its ModRevision.
 func (p *Prefix[T]) List(ctx context.Context, sink core.ListSink[T]) (core.ResourceVersion, error) {
+	// RequireLeader: a member cut off from its cluster refuses the read
+	// at once (etcdserver: no leader), and the client retries it on
+	// another member, instead of waiting out a linearizable read that
+	// cannot complete.
+	lctx := clientv3.WithRequireLeader(ctx)
 	var rev int64
 	key := p.start
 	for page := 0; ; page++ {
@@ -177,7 +212,7 @@ func (p *Prefix[T]) List(ctx context.Context, sink core.ListSink[T]) (core.Resou
 		if rev != 0 {
 			ops = append(ops, clientv3.WithRev(rev))
 		}
-		resp, err := p.client.Get(ctx, key, ops...)
+		resp, err := p.client.Get(lctx, key, ops...)
 		if err != nil {
 			if errors.Is(err, rpctypes.ErrCompacted) {
 				// Compacted past R between two pages.
@@ -216,7 +251,7 @@ func (p *Prefix[T]) List(ctx context.Context, sink core.ListSink[T]) (core.Resou
 // count-only read of the prefix's own range, which a user allowed to read
 // just that range may make.
 func (p *Prefix[T]) Head(ctx context.Context) (core.ResourceVersion, error) {
-	resp, err := p.client.Get(ctx, p.start, clientv3.WithRange(p.end), clientv3.WithCountOnly())
+	resp, err := p.client.Get(clientv3.WithRequireLeader(ctx), p.start, clientv3.WithRange(p.end), clientv3.WithCountOnly())
 	if err != nil {
 		return 0, p.failed("read head revision", err)
 	}
@@ -243,17 +278,26 @@ func (p *Prefix[T]) Watch(ctx context.Context, from core.ResourceVersion, opts c
 	}
 	// The metadata WithRequireLeader adds to wctx selects the gRPC stream
 	// of the watch; RequestProgress must use a context carrying it.
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
+	wctx, cancel := context.WithCancel(ownStream(clientv3.WithRequireLeader(ctx)))
 	w := &watch[T]{p: p, ctx: wctx, from: from, last: from}
-	ch := p.client.Watch(wctx, p.start,
-		clientv3.WithRange(p.end),
-		clientv3.WithRev(int64(from)+1),
-		clientv3.WithPrevKV(),
-		clientv3.WithProgressNotify(),
-	)
+	defer func() {
+		cancel()
+		w.probes.Wait()
+	}()
+	// The client's Watch returns once its stream took the request, which
+	// a stream on a member that stopped answering may never do: opened
+	// beside the loop, so that the loop can notice the silence.
+	opened := make(chan clientv3.WatchChan, 1)
+	w.probes.Go(func() {
+		opened <- p.client.Watch(wctx, p.start,
+			clientv3.WithRange(p.end),
+			clientv3.WithRev(int64(from)+1),
+			clientv3.WithPrevKV(),
+			clientv3.WithProgressNotify(),
+		)
+	})
 	p.log.DebugContext(ctx, "etcd watch", "prefix", p.prefix, "from", from)
-	err := w.run(ch, opts)
+	err := w.run(opened, opts)
 	if ctx.Err() != nil {
 		// Whatever the watch was doing when ctx ended (a failed progress
 		// request, a channel closed by the cancel, Emit seeing the
@@ -271,6 +315,13 @@ type watch[T any] struct {
 	from  core.ResourceVersion
 	last  core.ResourceVersion // newest revision emitted (from until then)
 	batch []core.Event[T]      // reused: Emit does not keep it
+
+	// heard is when the watch last received anything from etcd (or
+	// started); asked when the oldest unanswered progress request was
+	// made (zero: none). probes runs the client's Watch call and the
+	// liveness probes (see probe).
+	heard, asked time.Time
+	probes       sync.WaitGroup
 }
 
 // progressRetry is how long a watch waits for the answer to a progress
@@ -281,8 +332,9 @@ type watch[T any] struct {
 const progressRetry = 250 * time.Millisecond
 
 // run delivers the responses of ch until it fails; it never returns nil.
-func (w *watch[T]) run(ch clientv3.WatchChan, opts core.WatchOptions[T]) error {
+func (w *watch[T]) run(opened <-chan clientv3.WatchChan, opts core.WatchOptions[T]) error {
 	p := w.p
+	var ch clientv3.WatchChan // nil until opened
 	progress := opts.Progress // nil: no requests
 	// While a request is unanswered, retry fires to ask again; a progress
 	// notification received after the request answers it.
@@ -293,12 +345,23 @@ func (w *watch[T]) run(ch clientv3.WatchChan, opts core.WatchOptions[T]) error {
 			retry.Stop()
 		}
 	}()
+	w.heard = time.Now()
+	var probeC <-chan probeResult // a probe is running
 	request := func() error {
+		if w.asked.IsZero() {
+			w.asked = time.Now()
+		}
 		// On the watch's own context, so that the request goes to its
-		// gRPC stream; it waits while the client reconnects, and ends
-		// with the watch.
-		if err := p.client.RequestProgress(w.ctx); err != nil {
+		// gRPC stream. While the client reconnects the stream takes no
+		// request: that is silence, which the probe below looks into.
+		rctx, cancel := context.WithTimeout(w.ctx, progressRetry)
+		err := p.client.RequestProgress(rctx)
+		cancel()
+		if err != nil && w.ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
 			return p.failed(fmt.Sprintf("request progress on the watch from revision %d", w.last+1), err)
+		}
+		if probeC == nil && w.silent() {
+			probeC = w.probe()
 		}
 		if retry == nil {
 			retry = time.NewTimer(progressRetry)
@@ -329,8 +392,18 @@ func (w *watch[T]) run(ch clientv3.WatchChan, opts core.WatchOptions[T]) error {
 				return err
 			}
 			continue
+		case ch = <-opened:
+			opened = nil
+			continue
+		case res := <-probeC:
+			probeC = nil
+			if err := w.probed(res); err != nil {
+				return err
+			}
+			continue
 		case resp, ok = <-ch:
 		}
+		w.heard = time.Now()
 		if !ok {
 			return p.failed(fmt.Sprintf("watch from revision %d", w.last+1), errors.New("watch channel closed"))
 		}
@@ -344,9 +417,10 @@ func (w *watch[T]) run(ch clientv3.WatchChan, opts core.WatchOptions[T]) error {
 			return p.failed(fmt.Sprintf("watch from revision %d", w.last+1), err)
 		}
 		if resp.IsProgressNotify() {
+			w.asked = time.Time{} // answered
 			if retryC != nil {
 				retry.Stop()
-				retryC = nil // answered
+				retryC = nil
 			}
 			rv := core.ResourceVersion(resp.Header.Revision)
 			if rv < w.last {

@@ -52,6 +52,8 @@ var rows = []row{
 	{"4 Postgres initial sync of 1M mixed rows: RSS after sync, informer vs plain pgx scan into map[key]T", "PostgresScale/Heap", "ours-rss-MB", "", "map-rss-MB", "", 0},
 	{"4 Postgres initial sync of 1M mixed rows: time, informer vs plain pgx scan into map[key]T", "PostgresScale/Heap", "ours-s", "", "map-s", "", 0},
 	{"4 Postgres Source of three tables (1M, 500k, 250k rows): sync time vs its largest table alone", "PostgresScale/ThreeTables", "three-s", "", "largest-s", "≤", 1.3},
+	{"4 Postgres WAL retained by the slot at the end of the initial sync of 1M rows under 2k rows/s of writes: default snapshot readers vs one", "PostgresSyncWAL", "parallel-retained-WAL-MB", "", "one-retained-WAL-MB", "", 0},
+	{"4 Postgres initial sync of 1M rows under 2k rows/s of writes: time, default snapshot readers vs one", "PostgresSyncWAL", "parallel-s", "", "one-s", "", 0},
 	{"5 Postgres streaming, writers unpaced: applied vs committed rows/s", "Postgres/Streaming/max/ours", "applied-rows/s", "", "committed-rows/s", "≥", 0.99},
 	{"5 Postgres streaming, writers unpaced: lag p99, ms (from send)", "Postgres/Streaming/max/ours", "lag-from-send-p99-ms", "", "", "", 0},
 	{"5 Postgres streaming at 20k rows/s: applied vs committed rows/s", "Postgres/Streaming/paced/ours", "applied-rows/s", "", "committed-rows/s", "≥", 0.99},

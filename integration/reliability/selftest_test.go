@@ -116,8 +116,12 @@ func TestSuiteCatchesLostDeletes(t *testing.T) {
 		if len(res.Divergences) > 0 {
 			t.Errorf("faithful source: %s", res.Failure())
 		}
-		if n := len(res.Converge[conformance.Cut]) + len(res.Converge[conformance.Expire]); n != 4 {
-			t.Errorf("seed %d: %d convergence times for 4 faults: %v", seed, n, res.Converge)
+		n := 0
+		for _, f := range []conformance.Fault{conformance.Cut, conformance.Expire} {
+			n += len(res.Converge[f]) + len(res.Overlapped[f])
+		}
+		if n != 4 {
+			t.Errorf("seed %d: %d convergence times for 4 faults: %v, overlapped %v", seed, n, res.Converge, res.Overlapped)
 		}
 		res = reliability.Run(t, "memory", newMemHarness(true), seed, cfg)
 		if len(res.Divergences) == 0 {

@@ -1,0 +1,155 @@
+package etcdinformer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/dbinformer/dbinformer/core"
+)
+
+const (
+	// probeAfter is how long a watch with an unanswered progress request
+	// may stay silent (nothing at all from etcd) before it reads the head
+	// revision to find out why: a member that answers nothing while the
+	// cluster answers reads is frozen or behind a half-open connection
+	// (gRPC keepalives notice that only after 10s or more), and a read
+	// that fails says what the client's own retries are running into.
+	probeAfter = time.Second
+	// probeTimeout bounds that read (and each of WaitHealed's): a read
+	// balanced onto the same silent member ends the watch too, and the
+	// reopened watch goes to the next member.
+	probeTimeout = time.Second
+	// healFirstProbe and healMaxProbe pace WaitHealed's reads: often at
+	// first, then every second.
+	healFirstProbe = 100 * time.Millisecond
+	healMaxProbe   = time.Second
+)
+
+// streamKey is the gRPC metadata entry that gives each Watch a stream of
+// its own.
+const streamKey = "dbinformer-watch"
+
+var streamSeq atomic.Uint64
+
+// ownStream marks ctx so that the etcd client opens a gRPC stream for this
+// watch alone. The client groups the watches whose contexts carry the same
+// metadata on one stream; a watch reopened because its member stopped
+// answering would otherwise join the same silent stream (the others on it
+// are as stuck), while a new stream is balanced onto another member.
+func ownStream(ctx context.Context) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, streamKey, strconv.FormatUint(streamSeq.Add(1), 10))
+}
+
+// probeResult is what a liveness probe found.
+type probeResult struct {
+	started time.Time
+	rev     int64
+	err     error
+}
+
+// silent reports that the watch has heard nothing from etcd for
+// probeAfter and that a progress request has gone unanswered for at least
+// progressRetry (long enough for a live member to answer it).
+func (w *watch[T]) silent() bool {
+	now := time.Now()
+	return !w.asked.IsZero() && now.Sub(w.asked) >= progressRetry && now.Sub(w.heard) >= probeAfter
+}
+
+// probe reads the head revision beside the watch, with RequireLeader, and
+// delivers the outcome on the returned channel.
+func (w *watch[T]) probe() <-chan probeResult {
+	c := make(chan probeResult, 1)
+	started := time.Now()
+	w.probes.Go(func() {
+		ctx, cancel := context.WithTimeout(w.ctx, probeTimeout)
+		defer cancel()
+		resp, err := w.p.client.Get(ctx, w.p.start, clientv3.WithRange(w.p.end), clientv3.WithCountOnly())
+		res := probeResult{started: started, err: err}
+		if err == nil {
+			res.rev = resp.Header.Revision
+		}
+		c <- res
+	})
+	return c
+}
+
+// probed decides what a probe's outcome means for a watch that was
+// silent when it started: nothing if etcd spoke on the watch meanwhile or
+// the request was answered; else the watch ends, with the read's error
+// (no leader, connection refused: the cause of the silence), or, when the
+// cluster answered the read, as stuck on its member, so that the caller
+// reopens it (on a stream of its own, which the client balances onto
+// another member).
+func (w *watch[T]) probed(res probeResult) error {
+	if w.ctx.Err() != nil || w.asked.IsZero() || w.heard.After(res.started) {
+		return nil
+	}
+	silent := time.Since(w.heard).Round(time.Millisecond)
+	op := fmt.Sprintf("watch from revision %d", w.last+1)
+	if res.err != nil {
+		return w.p.failed(op, fmt.Errorf("etcd sent nothing for %v after a progress request, and a read of the head revision failed: %w", silent, res.err))
+	}
+	w.p.answered.Store(time.Now().UnixNano())
+	w.p.log.WarnContext(w.ctx, "etcd watch silent while the cluster answers: reopening it", "prefix", w.p.prefix, "after", w.last, "silent", silent, "head", res.rev)
+	return fmt.Errorf("%s: %s: etcd sent nothing for %v after a progress request while the cluster answers reads (head revision %d): the member serving the watch is frozen or unreachable", w.p.source, op, silent, res.rev)
+}
+
+// errNotDown is what WaitHealed returns when etcd answered its first read:
+// the failure being waited out was not an outage.
+var errNotDown = errors.New("etcdinformer: etcd answers: no outage to wait out")
+
+// WaitHealed implements core.HealWaiter: an informer backing off after a
+// failed List or Watch runs it beside its sleep and retries at once when it
+// returns nil, instead of finishing its sleep after etcd is back.
+//
+// It reads the head revision (as Head does, with RequireLeader, each read
+// bounded to 1s) at once, then after 100ms, growing to every second. It
+// returns nil when a read succeeds after at least one failed: etcd (or the
+// path to it, or a leader) was missing and is back. It returns an error
+// when the first read succeeds (retrying at once after failures the server
+// answers is what a backoff prevents; also, without a read, right after a
+// watch found the cluster answering while its own member was silent), an
+// error matching core.ErrPermanent
+// when the client was closed, and core.Stopped(ctx) when ctx ends first.
+func (p *Prefix[T]) WaitHealed(ctx context.Context) error {
+	if time.Since(time.Unix(0, p.answered.Load())) < probeTimeout {
+		// A watch just ended because its member was silent while the
+		// cluster answered its probe: no outage. Not read again, so that
+		// the reopened watch's stream is not balanced back onto the
+		// silent member by a round robin that counts this read.
+		return errNotDown
+	}
+	delay := healFirstProbe
+	for reads := 0; ; reads++ {
+		rctx, cancel := context.WithTimeout(ctx, probeTimeout)
+		_, err := p.Head(rctx)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return core.Stopped(ctx)
+		case err == nil && reads == 0:
+			return errNotDown
+		case err == nil:
+			p.log.DebugContext(ctx, "etcd answers again", "prefix", p.prefix, "reads", reads+1)
+			return nil
+		case errors.Is(err, core.ErrPermanent):
+			return err
+		}
+		p.log.DebugContext(ctx, "etcd does not answer yet", "prefix", p.prefix, "error", err)
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return core.Stopped(ctx)
+		case <-t.C:
+		}
+		delay = min(delay*3/2, healMaxProbe)
+	}
+}

@@ -1,0 +1,433 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	natsinformer "github.com/dbinformer/dbinformer/adapters/nats"
+	"github.com/dbinformer/dbinformer/core"
+)
+
+// DownstreamOptions configures a Downstream.
+type DownstreamOptions[T any] struct {
+	// Codec decodes the relayed objects; it must be the relay's. Nil means
+	// core.JSON.
+	Codec core.Codec[T]
+	// Logger receives debug lines; nil discards them.
+	Logger *slog.Logger
+	// IdleCheck is how often an idle watch reads the stream's head to
+	// send a Bookmark (natsinformer.EventStreamOptions.IdleCheck); zero
+	// means 5s.
+	IdleCheck time.Duration
+}
+
+// Downstream is a core.ListerWatcher over a relay's stream whose resource
+// version is the source's own version (the Postgres commit LSN, the etcd
+// revision, the Kubernetes resourceVersion): WaitFor(ctx, v) after a write
+// at v to the source means the same thing here as next to the source.
+type Downstream[T any] struct {
+	es     *natsinformer.EventStream[entry]
+	stream jetstream.Stream
+	prefix string
+	source string
+	codec  core.Codec[T]
+	log    *slog.Logger
+
+	mu     sync.Mutex
+	parked *downPark
+}
+
+// downPark remembers the stream sequence of the commit point at which
+// the last List or watch ended, so that Watch(version) starts there
+// without searching.
+type downPark struct{ version, seq uint64 }
+
+var (
+	_ core.ListerWatcher[int]     = (*Downstream[int])(nil)
+	_ core.HeadReader             = (*Downstream[int])(nil)
+	_ core.ProgressReporter       = (*Downstream[int])(nil)
+	_ core.ProgressIntervaler     = (*Downstream[int])(nil)
+	_ natsinformer.Reducer[entry] = (*Downstream[int])(nil).reduce
+)
+
+// NewDownstream reads the relay stream (I/O) and returns its
+// ListerWatcher. A stream that does not exist or cannot hold a relay is
+// refused with the fix. The connection behind js is the caller's.
+func NewDownstream[T any](ctx context.Context, js jetstream.JetStream, stream, prefix string, opts DownstreamOptions[T]) (*Downstream[T], error) {
+	st, err := checkStream(ctx, js, stream, prefix)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Codec == nil {
+		opts.Codec = core.JSON[T]{}
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	d := &Downstream[T]{stream: st, prefix: prefix, codec: opts.Codec, log: log,
+		source: fmt.Sprintf("relay stream %q", stream)}
+	d.es, err = natsinformer.NewEventStream(ctx, js, stream, natsinformer.EventStreamOptions[entry]{
+		Reduce:    d.reduce,
+		Filter:    prefix + ".>",
+		Key:       func(subject string) (string, error) { return subject, nil },
+		Logger:    opts.Logger,
+		IdleCheck: opts.IdleCheck,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// reduce keeps every message as the state of its subject: the relay stream
+// is already the per-key state, this only parses it.
+func (d *Downstream[T]) reduce(_ entry, _ bool, m natsinformer.Message) (entry, bool, error) {
+	e, err := parse(d.prefix, m.Subject, m.Sequence, m.Header, m.Data)
+	return e, err == nil, err
+}
+
+// ReportsProgress is true: a progress request is answered with a Bookmark
+// at the last version the relay completed, once the watch has read the
+// stream up to its head. WaitFor of a source version that touched no
+// relayed key returns once the relay has published the source's head as
+// progress (Options.ProgressInterval).
+func (d *Downstream[T]) ReportsProgress() bool { return true }
+
+// ProgressInterval is the idle check's: see natsinformer.
+func (d *Downstream[T]) ProgressInterval() time.Duration { return d.es.ProgressInterval() }
+
+// Head returns the last source version the stream holds completely.
+func (d *Downstream[T]) Head(ctx context.Context) (core.ResourceVersion, error) {
+	e, ok, err := d.last(ctx)
+	if err != nil || !ok {
+		return 0, err
+	}
+	return core.ResourceVersion(e.committed()), nil
+}
+
+// last reads the stream's last message.
+func (d *Downstream[T]) last(ctx context.Context) (entry, bool, error) {
+	m, err := d.stream.GetLastMsgForSubject(ctx, d.prefix+".>")
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return entry{}, false, nil
+	}
+	if err != nil {
+		return entry{}, false, fmt.Errorf("%s: read the last message: %w", d.source, err)
+	}
+	e, err := parse(d.prefix, m.Subject, m.Sequence, m.Header, nil)
+	return e, err == nil, err
+}
+
+// List reads the stream (one pass: it keeps one message per key), goes on
+// reading what was appended meanwhile until it has caught up at a point
+// where the relay completed a group (a later change of a key removes its
+// earlier message, so a read that stopped at an older head could miss
+// it), and emits every key whose last change is a put, at that version.
+func (d *Downstream[T]) List(ctx context.Context, sink core.ListSink[T]) (core.ResourceVersion, error) {
+	state := map[string]entry{}
+	var bad []core.Event[entry]
+	var last entry
+	fold := func(ev core.Event[entry]) {
+		if ev.Err != nil {
+			bad = append(bad, ev)
+			return
+		}
+		state[ev.Key] = ev.Object
+		if ev.Object.seq > last.seq {
+			last = ev.Object
+		}
+	}
+	top, err := d.es.List(ctx, core.ListSink[entry]{Emit: func(ev core.Event[entry]) error {
+		fold(ev)
+		return nil
+	}})
+	if err != nil {
+		return 0, err
+	}
+	pos := uint64(top)
+	if pos > 0 {
+		// Catch up: a watch from top, asked for a bookmark, which it sends
+		// once it has read up to the stream's head.
+		cctx, cancel := context.WithTimeoutCause(ctx, listCatchUp, errCatchUp)
+		progress := make(chan struct{}, 1)
+		progress <- struct{}{}
+		caught := false
+		err := d.es.Watch(cctx, top, core.WatchOptions[entry]{Progress: progress, Emit: func(batch []core.Event[entry]) error {
+			for _, ev := range batch {
+				if ev.Type == core.Bookmark {
+					pos = uint64(ev.RV)
+					if last.seq == 0 || last.commitPoint() {
+						caught = true
+						cancel()
+					} else {
+						// The relay is inside a group: wait for its end.
+						select {
+						case progress <- struct{}{}:
+						default:
+						}
+					}
+					continue
+				}
+				fold(ev)
+				pos = max(pos, uint64(ev.RV))
+			}
+			return nil
+		}})
+		cancel()
+		if !caught {
+			if ctx.Err() != nil {
+				return 0, ctx.Err()
+			}
+			if errors.Is(context.Cause(cctx), errCatchUp) {
+				return 0, fmt.Errorf("%s ends inside the changes of source version %d (sequence %d) and stayed so for %v: is a relay leader running? A new one closes the group", d.source, last.version, last.seq, listCatchUp)
+			}
+			return 0, fmt.Errorf("%s: read up to the head: %w", d.source, err)
+		}
+	}
+	v := last.version
+	rv := core.ResourceVersion(v)
+	for _, ev := range bad {
+		if err := sink.Emit(core.Event[T]{Type: core.Added, Key: ev.Key, RV: rv, Err: ev.Err}); err != nil {
+			return 0, err
+		}
+	}
+	for _, e := range state {
+		if e.kind != kindKey || e.op == opDel {
+			continue
+		}
+		if err := sink.Emit(d.event(core.Added, e, rv)); err != nil {
+			return 0, err
+		}
+	}
+	d.park(v, pos)
+	return rv, nil
+}
+
+// listCatchUp bounds how long a List waits for the relay to complete the
+// group the stream ends in.
+const listCatchUp = 30 * time.Second
+
+var errCatchUp = errors.New("relay group not completed")
+
+// event turns a key message into an event at rv.
+func (d *Downstream[T]) event(typ core.EventType, e entry, rv core.ResourceVersion) core.Event[T] {
+	ev := core.Event[T]{Type: typ, Key: e.key, RV: rv}
+	switch e.op {
+	case opDel:
+		ev.Type = core.Deleted
+	case opErr:
+		ev.Err = &core.DecodeError{Source: d.source + " (relayed)", Key: e.key, RV: rv, Err: errors.New(e.errText)}
+	default:
+		obj, err := core.Decode(d.codec, e.data)
+		if err != nil {
+			ev.Err = &core.DecodeError{Source: d.source, Key: e.key, RV: rv, Err: err}
+		} else {
+			ev.Object, ev.HasObject = obj, true
+		}
+	}
+	return ev
+}
+
+func (d *Downstream[T]) park(version, seq uint64) {
+	d.mu.Lock()
+	d.parked = &downPark{version: version, seq: seq}
+	d.mu.Unlock()
+}
+
+// Watch delivers the changes after source version from, one batch per
+// source transaction (or several), in source order. A position the stream
+// no longer holds is core.ErrExpired (the informer relists from the
+// stream, never from the source).
+func (d *Downstream[T]) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[T]) error {
+	if opts.Emit == nil {
+		return fmt.Errorf("%s: WatchOptions.Emit is required", d.source)
+	}
+	seq, err := d.seqFor(ctx, uint64(from))
+	if err != nil {
+		if ctx.Err() != nil {
+			return core.Stopped(ctx)
+		}
+		return err
+	}
+	t := &translator[T]{d: d, emit: opts.Emit, lastV: uint64(from), lastSeq: seq, lastChange: uint64(from),
+		takenV: uint64(from), takenSeq: seq, takenChange: uint64(from)}
+	err = d.es.Watch(ctx, core.ResourceVersion(seq), core.WatchOptions[entry]{Emit: t.take, Progress: opts.Progress})
+	d.park(t.lastV, t.lastSeq)
+	return err
+}
+
+// seqFor returns the stream sequence after which the changes past source
+// version from begin.
+func (d *Downstream[T]) seqFor(ctx context.Context, from uint64) (uint64, error) {
+	d.mu.Lock()
+	p := d.parked
+	if p != nil && p.version == from {
+		d.parked = nil
+	}
+	d.mu.Unlock()
+	if p != nil && p.version == from {
+		return p.seq, nil
+	}
+	if from == 0 {
+		return 0, nil
+	}
+	last, ok, err := d.last(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if !ok || last.committed() < from {
+		return 0, fmt.Errorf("%s: source version %d is past the last version the stream holds (was the stream purged or recreated?): %w", d.source, from, core.ErrExpired)
+	}
+	if last.version <= from {
+		return last.seq, nil
+	}
+	// The first message whose version is past from: the versions rise
+	// with the sequence, so search; GetMsg with a subject returns the
+	// first message at or after a sequence (skipping removed ones).
+	info, err := d.stream.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", d.source, err)
+	}
+	lo, hi := info.State.FirstSeq, last.seq // pred(hi) holds
+	var found entry
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		e, err := d.at(ctx, mid)
+		if err != nil {
+			return 0, err
+		}
+		if e.version > from {
+			hi, found = mid, e
+		} else {
+			lo = e.seq + 1
+		}
+	}
+	if found.seq == 0 || found.seq > hi {
+		if found, err = d.at(ctx, hi); err != nil {
+			return 0, err
+		}
+	}
+	return found.seq - 1, nil
+}
+
+// at reads the first message at or after seq.
+func (d *Downstream[T]) at(ctx context.Context, seq uint64) (entry, error) {
+	m, err := d.stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(d.prefix+".>"))
+	if err != nil {
+		return entry{}, fmt.Errorf("%s: read the message at or after sequence %d: %w", d.source, seq, err)
+	}
+	return parse(d.prefix, m.Subject, m.Sequence, m.Header, nil)
+}
+
+// translator turns the stream's messages into source-version batches:
+// the changes of one source version are held until the group is complete
+// (its Dbi-Count messages have arrived) and dropped if the relay aborted
+// the group. A group that lost a message (a later change of its key
+// removed it before this watch read it) or a group missing altogether is
+// expiry: the informer relists from the stream.
+type translator[T any] struct {
+	d    *Downstream[T]
+	emit func([]core.Event[T]) error
+
+	lastV      uint64 // last version emitted
+	lastSeq    uint64 // stream sequence of the message that completed lastV
+	lastChange uint64 // version of the last group of changes emitted (or from)
+
+	takenV, takenSeq, takenChange uint64 // as of the last batch the consumer took
+
+	pending    []core.Event[T]
+	pendingV   uint64
+	pendingSeq uint64
+	out        []core.Event[T]
+}
+
+func (t *translator[T]) flush() {
+	t.out = append(t.out, t.pending...)
+	clear(t.pending)
+	t.pending = t.pending[:0]
+	t.lastV, t.lastSeq, t.lastChange = t.pendingV, t.pendingSeq, t.pendingV
+}
+
+func (t *translator[T]) drop() {
+	clear(t.pending)
+	t.pending = t.pending[:0]
+}
+
+func (t *translator[T]) expired(format string, args ...any) error {
+	return fmt.Errorf("%s: %s; the stream keeps one message per key, so the informer relists from it: %w", t.d.source, fmt.Sprintf(format, args...), core.ErrExpired)
+}
+
+func (t *translator[T]) take(batch []core.Event[entry]) error {
+	t.out = t.out[:0]
+	for _, ev := range batch {
+		if ev.Type == core.Bookmark {
+			// Caught up with the stream: only a completed version can be
+			// confirmed.
+			if len(t.pending) == 0 && t.lastV > 0 {
+				t.out = append(t.out, core.Event[T]{Type: core.Bookmark, RV: core.ResourceVersion(t.lastV)})
+			}
+			continue
+		}
+		if ev.Err != nil {
+			t.out = append(t.out, core.Event[T]{Type: core.Modified, Key: ev.Key, RV: core.ResourceVersion(max(t.lastV, 1)), Err: ev.Err})
+			continue
+		}
+		e := ev.Object
+		switch e.kind {
+		case kindProgress:
+			if len(t.pending) > 0 {
+				return t.expired("the changes of source version %d are incomplete (%d of %d) at progress %d", t.pendingV, len(t.pending), e.count, e.version)
+			}
+			if e.version > t.lastV {
+				t.lastV = e.version
+				t.out = append(t.out, core.Event[T]{Type: core.Bookmark, RV: core.ResourceVersion(e.version)})
+			}
+			t.lastSeq = e.seq
+		case kindAbort:
+			if len(t.pending) > 0 && t.pendingV == e.version {
+				t.drop()
+			}
+		case kindKey:
+			if e.version <= t.lastV {
+				continue // already delivered: a resume inside a group
+			}
+			if len(t.pending) > 0 && e.version != t.pendingV {
+				return t.expired("the changes of source version %d are incomplete (%d of %d) when version %d begins", t.pendingV, len(t.pending), e.count, e.version)
+			}
+			if len(t.pending) == 0 && e.prev > t.lastChange {
+				return t.expired("the changes of source version %d are missing (the next group, at %d, follows them)", e.prev, e.version)
+			}
+			if e.index != uint64(len(t.pending)) {
+				return t.expired("change %d of %d of source version %d is missing", len(t.pending), e.count, e.version)
+			}
+			typ := core.Added
+			if ev.Type == core.Modified {
+				typ = core.Modified
+			}
+			t.pending = append(t.pending, t.d.event(typ, e, core.ResourceVersion(e.version)))
+			t.pendingV, t.pendingSeq = e.version, e.seq
+			if uint64(len(t.pending)) == e.count {
+				t.flush()
+			}
+		}
+	}
+	if len(t.out) == 0 {
+		return nil
+	}
+	err := t.emit(t.out)
+	clear(t.out)
+	if err != nil {
+		// Not taken: the next Watch starts before this batch.
+		t.lastV, t.lastSeq, t.lastChange = t.takenV, t.takenSeq, t.takenChange
+		return err
+	}
+	t.takenV, t.takenSeq, t.takenChange = t.lastV, t.lastSeq, t.lastChange
+	return nil
+}

@@ -1,0 +1,484 @@
+package relay
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/leader"
+)
+
+// Options configures a Relay.
+type Options[T any] struct {
+	// Stream is the JetStream stream the relay writes; it must exist with
+	// StreamConfig's shape. Required.
+	Stream string
+	// Prefix is the subject prefix (the stream's subjects are Prefix.>).
+	// Required.
+	Prefix string
+	// Codec encodes the objects; downstreams decode with the same. Nil
+	// means core.JSON.
+	Codec core.Codec[T]
+	// Elector decides which relay reads the source. Required.
+	Elector leader.Elector
+	// ProgressInterval is how often the relay asks the source for its head
+	// and publishes it as progress, so that a downstream WaitFor of a
+	// version that touched no relayed key returns. Zero means 1s; negative
+	// turns it off.
+	ProgressInterval time.Duration
+	// Logger receives the relay's transitions and errors; nil discards
+	// them.
+	Logger *slog.Logger
+}
+
+// Relay reads one source ListerWatcher while its process is the leader
+// and publishes every change, in source order, into a JetStream stream.
+type Relay[T any] struct {
+	js     jetstream.JetStream
+	src    core.ListerWatcher[T]
+	opts   Options[T]
+	down   *Downstream[T] // reads the stream back at the start of a term
+	source string
+	log    *slog.Logger
+
+	published atomic.Uint64 // messages published, for tests and metrics
+	relists   atomic.Uint64 // source relists published
+}
+
+// New checks the options and the stream (I/O) and returns the relay; Run
+// starts it.
+func New[T any](ctx context.Context, js jetstream.JetStream, src core.ListerWatcher[T], opts Options[T]) (*Relay[T], error) {
+	if src == nil {
+		return nil, errors.New("relay: New needs a source ListerWatcher")
+	}
+	if opts.Elector == nil {
+		return nil, errors.New("relay: Options.Elector is required (leader.NewEtcd, leader.NewPostgres or leader.NewKube): exactly one relay may read the source")
+	}
+	if opts.Codec == nil {
+		opts.Codec = core.JSON[T]{}
+	}
+	if opts.ProgressInterval == 0 {
+		opts.ProgressInterval = time.Second
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	down, err := NewDownstream(ctx, js, opts.Stream, opts.Prefix, DownstreamOptions[T]{Codec: opts.Codec, Logger: opts.Logger})
+	if err != nil {
+		return nil, err
+	}
+	return &Relay[T]{js: js, src: src, opts: opts, down: down, log: log,
+		source: fmt.Sprintf("relay to stream %q", opts.Stream)}, nil
+}
+
+// Published returns how many messages this relay has published.
+func (r *Relay[T]) Published() uint64 { return r.published.Load() }
+
+// Relists returns how many relists of the source this relay has published.
+func (r *Relay[T]) Relists() uint64 { return r.relists.Load() }
+
+// Run campaigns through the Elector and relays while leader, until ctx
+// ends (then nil) or the source fails permanently (that error).
+func (r *Relay[T]) Run(ctx context.Context) error {
+	return r.opts.Elector.Run(ctx, r.lead)
+}
+
+var (
+	errDeposed = errors.New("a relay with a later term has written to the stream")
+	errFenced  = errors.New("another relay published to the stream meanwhile")
+)
+
+// publishError is a failed publish: what landed is unknown until the
+// stream is read again.
+type publishError struct{ err error }
+
+func (e *publishError) Error() string { return "publish: " + e.err.Error() }
+func (e *publishError) Unwrap() error { return e.err }
+
+func (r *Relay[T]) lead(ctx context.Context, t leader.Term) error {
+	backoff := 100 * time.Millisecond
+	for {
+		err := r.term(ctx, t)
+		if ctx.Err() != nil {
+			return nil
+		}
+		switch {
+		case errors.Is(err, core.ErrPermanent):
+			r.log.Error("relay source failed permanently", "relay", r.source, "err", err)
+			return err
+		case errors.Is(err, errDeposed):
+			// The election has granted a later term: ours ends soon.
+			r.log.Warn("relay deposed; waiting for the election to notice", "relay", r.source, "epoch", t.Epoch)
+			<-ctx.Done()
+			return nil
+		}
+		r.log.Warn("relay restarts from the stream", "relay", r.source, "err", err, "retry_in", backoff)
+		tm := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			tm.Stop()
+			return nil
+		case <-tm.C:
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+// state is what the stream holds, as a term starts, and what the relay
+// has published since.
+type state struct {
+	epoch      uint64
+	lastSeq    uint64              // the stream's last sequence: the next publish expects it
+	committed  uint64              // the last source version relayed completely (progress included)
+	lastChange uint64              // the version of the last complete group of changes
+	hashes     map[string][32]byte // key -> hash of its last put (absent: deleted or never)
+}
+
+// read rebuilds the state from the stream; it reports the unfinished group
+// at its end (version, keys) if any.
+func (r *Relay[T]) read(ctx context.Context, epoch uint64) (*state, uint64, map[string]bool, error) {
+	var entries []entry
+	top, err := r.down.es.List(ctx, core.ListSink[entry]{Emit: func(ev core.Event[entry]) error {
+		if ev.Err != nil {
+			return fmt.Errorf("read the stream back: %w", ev.Err)
+		}
+		entries = append(entries, ev.Object)
+		return nil
+	}})
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	st := &state{epoch: epoch, lastSeq: uint64(top), hashes: make(map[string][32]byte, len(entries))}
+	var last entry
+	for _, e := range entries {
+		if e.seq > last.seq {
+			last = e
+		}
+		if e.kind == kindKey && e.op == opPut {
+			st.hashes[e.key] = sha256.Sum256(e.data)
+		}
+	}
+	if last.epoch > epoch {
+		return nil, 0, nil, fmt.Errorf("%w (epoch %d, ours %d)", errDeposed, last.epoch, epoch)
+	}
+	st.committed, st.lastChange = last.committed(), last.lastChange()
+	if last.seq == 0 || last.commitPoint() {
+		return st, 0, nil, nil
+	}
+	if last.kind == kindAbort {
+		// A previous term aborted a group and died before relisting.
+		return st, last.version, map[string]bool{}, nil
+	}
+	// An unfinished group (a relay died while publishing it): its keys
+	// are republished from a relist, after an abort message that tells
+	// downstreams to drop what they hold of it.
+	partial := map[string]bool{}
+	for _, e := range entries {
+		if e.kind == kindKey && e.version == last.version && e.prev == last.prev {
+			partial[e.key] = true
+		}
+	}
+	return st, last.version, partial, nil
+}
+
+// term relays from what the stream holds until something fails.
+func (r *Relay[T]) term(ctx context.Context, t leader.Term) error {
+	st, partialV, partial, err := r.read(ctx, t.Epoch)
+	if err != nil {
+		return err
+	}
+	relist := st.committed == 0
+	first := r.progress(st, st.committed)
+	if partial != nil {
+		relist = true
+		first = message(r.opts.Prefix+"."+tokAbort+"."+strconv.FormatUint(partialV, 10), partialV, st.lastChange, st.epoch)
+	}
+	// The term's first message: from here on a relay of an earlier term
+	// finds a later epoch in the stream and stops.
+	if err := r.publish(ctx, st, []*nats.Msg{first}); err != nil {
+		return err
+	}
+	r.log.Info("relay term starts", "relay", r.source, "epoch", t.Epoch, "from", st.committed, "relist", relist)
+	for {
+		if relist {
+			if err := r.relist(ctx, st, partial); err != nil {
+				return err
+			}
+			partial, relist = nil, false
+		}
+		err := r.watch(ctx, st)
+		if ctx.Err() != nil {
+			return err
+		}
+		if errors.Is(err, core.ErrExpired) {
+			r.log.Info("relay source expired; relisting", "relay", r.source, "from", st.committed, "err", err)
+			relist = true
+			continue
+		}
+		var pe *publishError
+		if errors.Is(err, errFenced) || errors.As(err, &pe) || errors.Is(err, core.ErrPermanent) {
+			return err
+		}
+		// The source failed; the stream is as we left it.
+		r.log.Warn("relay source watch failed; watching again", "relay", r.source, "from", st.committed, "err", err)
+		tm := time.NewTimer(200 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			tm.Stop()
+			return err
+		case <-tm.C:
+		}
+	}
+}
+
+func (r *Relay[T]) progress(st *state, v uint64) *nats.Msg {
+	return message(r.opts.Prefix+"."+tokProgress, v, st.lastChange, st.epoch)
+}
+
+// change is one key's change in a group.
+type change struct {
+	key  string
+	op   string
+	data []byte
+	err  string
+}
+
+// group builds the messages of one group of changes at version v, the last
+// change of each key only (a message per key: the stream keeps one per
+// subject, and an earlier one of the same group would be removed).
+func (r *Relay[T]) group(st *state, v uint64, changes []change) []*nats.Msg {
+	last := make(map[string]int, len(changes))
+	for i, c := range changes {
+		last[c.key] = i
+	}
+	n := len(last)
+	msgs := make([]*nats.Msg, 0, n)
+	for i, c := range changes {
+		if last[c.key] != i {
+			continue
+		}
+		tok := encodeKey(c.key)
+		m := message(r.opts.Prefix+"."+tokKey+"."+tok, v, st.lastChange, st.epoch)
+		idx := len(msgs)
+		// (version, position, key, term): a retry of the same publish is
+		// stored once; the term keeps a later term's republish of a version
+		// (after an aborted group) from being taken for a duplicate, which
+		// publish also refuses to accept silently.
+		m.Header.Set(jetstream.MsgIDHeader, strconv.FormatUint(v, 10)+"-"+strconv.Itoa(idx)+"-"+tok+"-"+strconv.FormatUint(st.epoch, 10))
+		m.Header.Set(hdrIndex, strconv.Itoa(idx))
+		m.Header.Set(hdrCount, strconv.Itoa(n))
+		m.Header.Set(hdrOp, c.op)
+		switch c.op {
+		case opPut:
+			m.Data = c.data
+		case opErr:
+			m.Header.Set(hdrError, c.err)
+		}
+		if idx == n-1 {
+			m.Header.Set(hdrCommit, "1")
+		}
+		msgs = append(msgs, m)
+	}
+	return msgs
+}
+
+// applied records a published group in the state.
+func (st *state) applied(v uint64, changes []change) {
+	for _, c := range changes {
+		if c.op == opPut {
+			st.hashes[c.key] = sha256.Sum256(c.data)
+		} else {
+			delete(st.hashes, c.key)
+		}
+	}
+	st.committed, st.lastChange = v, v
+}
+
+// relist lists the source and publishes what differs from the stream as
+// one group at the list's version: puts for new and changed keys, deletes
+// for keys gone, and every key of an aborted group.
+func (r *Relay[T]) relist(ctx context.Context, st *state, force map[string]bool) error {
+	objs := map[string]change{}
+	v, err := r.src.List(ctx, core.ListSink[T]{Emit: func(ev core.Event[T]) error {
+		objs[ev.Key] = r.change(ev)
+		return nil
+	}})
+	if err != nil {
+		return fmt.Errorf("list the source: %w", err)
+	}
+	ver := uint64(v)
+	if ver < st.committed {
+		return fmt.Errorf("the source listed at version %d, before version %d the stream already holds", ver, st.committed)
+	}
+	var changes []change
+	for _, key := range slices.Sorted(maps.Keys(objs)) {
+		c := objs[key]
+		if old, had := st.hashes[key]; c.op == opPut && had && old == sha256.Sum256(c.data) && !force[key] {
+			continue
+		}
+		changes = append(changes, c)
+	}
+	gone := map[string]bool{}
+	for key := range st.hashes {
+		if _, ok := objs[key]; !ok {
+			gone[key] = true
+		}
+	}
+	for key := range force {
+		if _, ok := objs[key]; !ok {
+			gone[key] = true
+		}
+	}
+	for _, key := range slices.Sorted(maps.Keys(gone)) {
+		changes = append(changes, change{key: key, op: opDel})
+	}
+	msgs := r.group(st, ver, changes)
+	if len(msgs) == 0 {
+		msgs = append(msgs, r.progress(st, ver))
+	}
+	if err := r.publish(ctx, st, msgs); err != nil {
+		return err
+	}
+	if len(changes) > 0 {
+		st.applied(ver, changes)
+	} else {
+		st.committed = ver
+	}
+	r.relists.Add(1)
+	r.log.Info("relay published a relist of the source", "relay", r.source, "version", ver, "changed", len(changes), "listed", len(objs))
+	return nil
+}
+
+// change turns a source event into a change.
+func (r *Relay[T]) change(ev core.Event[T]) change {
+	c := change{key: ev.Key}
+	switch {
+	case ev.Err != nil:
+		c.op, c.err = opErr, ev.Err.Error()
+	case ev.Type == core.Deleted:
+		c.op = opDel
+	default:
+		data, err := core.Encode(r.opts.Codec, ev.Object)
+		if err != nil {
+			c.op, c.err = opErr, fmt.Sprintf("relay: encode: %v", err)
+		} else {
+			c.op, c.data = opPut, data
+		}
+	}
+	return c
+}
+
+// watch relays the source's changes after st.committed.
+func (r *Relay[T]) watch(ctx context.Context, st *state) error {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var progress chan struct{}
+	if pr, ok := r.src.(core.ProgressReporter); ok && pr.ReportsProgress() && r.opts.ProgressInterval > 0 {
+		progress = make(chan struct{}, 1)
+		go func() {
+			tk := time.NewTicker(r.opts.ProgressInterval)
+			defer tk.Stop()
+			for {
+				select {
+				case <-wctx.Done():
+					return
+				case <-tk.C:
+					select {
+					case progress <- struct{}{}:
+					default:
+					}
+				}
+			}
+		}()
+	}
+	return r.src.Watch(wctx, core.ResourceVersion(st.committed), core.WatchOptions[T]{
+		Progress: progress,
+		Emit: func(batch []core.Event[T]) error {
+			for i := 0; i < len(batch); {
+				v := uint64(batch[i].RV)
+				j := i
+				var changes []change
+				for ; j < len(batch) && uint64(batch[j].RV) == v; j++ {
+					if batch[j].Type != core.Bookmark {
+						changes = append(changes, r.change(batch[j]))
+					}
+				}
+				i = j
+				if len(changes) == 0 {
+					// A bookmark: the source's head, published as progress
+					// when it moved.
+					if v > st.committed {
+						if err := r.publish(ctx, st, []*nats.Msg{r.progress(st, v)}); err != nil {
+							return err
+						}
+						st.committed = v
+					}
+					continue
+				}
+				if v <= st.committed {
+					return fmt.Errorf("the source delivered a change of %q at version %d, not after version %d", changes[0].key, v, st.committed)
+				}
+				if err := r.publish(ctx, st, r.group(st, v, changes)); err != nil {
+					return err
+				}
+				st.applied(v, changes)
+			}
+			return nil
+		},
+	})
+}
+
+// publish sends msgs in order, each expecting the stream's last sequence
+// to be the one before it (fencing: a publish of another relay in between
+// makes every later one fail), and returns once JetStream acknowledged
+// them all.
+func (r *Relay[T]) publish(ctx context.Context, st *state, msgs []*nats.Msg) error {
+	futs := make([]jetstream.PubAckFuture, 0, len(msgs))
+	for i, m := range msgs {
+		f, err := r.js.PublishMsgAsync(m, jetstream.WithExpectLastSequence(st.lastSeq+uint64(i)))
+		if err != nil {
+			return &publishError{fmt.Errorf("%s: %w", r.source, err)}
+		}
+		futs = append(futs, f)
+	}
+	var first error
+	last := st.lastSeq
+	for _, f := range futs {
+		select {
+		case ack := <-f.Ok():
+			if first == nil && ack.Duplicate {
+				first = fmt.Errorf("message %s was taken for a duplicate of sequence %d", f.Msg().Header.Get(jetstream.MsgIDHeader), ack.Sequence)
+			}
+			if first == nil {
+				last = ack.Sequence
+			}
+		case err := <-f.Err():
+			if first == nil {
+				first = err
+			}
+		case <-ctx.Done():
+			return &publishError{ctx.Err()}
+		}
+	}
+	if first != nil {
+		if isFenced(first) {
+			return fmt.Errorf("%s: %w: %v", r.source, errFenced, first)
+		}
+		return &publishError{fmt.Errorf("%s: %w", r.source, first)}
+	}
+	st.lastSeq = last
+	r.published.Add(uint64(len(msgs)))
+	return nil
+}
