@@ -146,8 +146,13 @@
 // update that brings a row into the filter could leave an unchanged
 // TOASTed value out of the stream with nothing to fill it from). The rest
 // of the filter, and the whole filter on the stream, is evaluated on each
-// decoded row: the stream still sends and decodes the rows outside the
-// filter (publication row filters and column lists are not used yet). A
+// decoded row. On Postgres 15 and later the publication the Source creates
+// also gets a row filter with those conditions that are on replica
+// identity columns (any column under FULL, the primary key otherwise:
+// Postgres evaluates row filters on UPDATE and DELETE only over those), so
+// that changes of rows that neither matched nor match are not sent at all
+// (Table.StreamedChanges counts what is); with several filtered Tables of
+// one table it is the union of theirs. Column lists are not used yet. A
 // row that starts matching reaches handlers as an add, one that stops as
 // a delete carrying its last matching state. Several Tables of one table
 // on one Source, each with its own filter, share the slot. A condition

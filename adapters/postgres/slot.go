@@ -232,6 +232,10 @@ func (s *Source) ensurePublication(ctx context.Context, conn *pgx.Conn) error {
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return s.wrap("look up publication", err)
 	}
+	var serverVersion int
+	if err := conn.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&serverVersion); err != nil {
+		return s.wrap("read the server version", err)
+	}
 	seen := map[uint32]bool{}
 	list := ""
 	for _, t := range s.tables {
@@ -252,6 +256,9 @@ func (s *Source) ensurePublication(ctx context.Context, conn *pgx.Conn) error {
 			list += ", "
 		}
 		list += t.ident.Sanitize()
+		if rf := s.rowFilter(t.oid, serverVersion); rf != "" {
+			list += " WHERE (" + rf + ")"
+		}
 	}
 	var sql string
 	switch {

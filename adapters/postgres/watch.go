@@ -340,6 +340,7 @@ func (t *Table[T]) decodeUpTo(b *batch) ([]core.Event[T], int) {
 // known keys and TOAST values current. Called with knownMu held.
 func (t *Table[T]) decode(b *batch) {
 	st := t.st
+	t.changes.Add(int64(len(b.changes)))
 	out := make([]core.Event[T], 0, len(b.changes)) // one per change, mostly
 	src := st.sourceName()
 	failed := 0
