@@ -121,6 +121,9 @@ type Source struct {
 	lastTxn     core.ResourceVersion
 	progressReq bool
 	wake        context.CancelFunc // wakes the stream loop's receive; nil when none runs
+	// The positions of each table's open watches (watch.go): a table is
+	// applied up to the lowest.
+	watching map[*tableState][]*core.ResourceVersion
 	// Progress requests: numbered when made, sent to the server, answered
 	// by the next keepalive.
 	progressSeq, progressSent, progressDone uint64

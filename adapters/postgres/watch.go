@@ -33,13 +33,15 @@ func (t *Table[T]) Watch(ctx context.Context, from core.ResourceVersion, opts co
 	}
 	s.mu.Lock()
 	err := check()
+	var at *core.ResourceVersion // this watch's applied position
 	if err == nil {
-		st.advance(from, s.history)
+		at = s.openWatch(st, from)
 	}
 	s.mu.Unlock()
 	if err != nil {
 		return stopped(ctx, err)
 	}
+	defer s.closeWatch(st, at)
 	if err := s.ensureStreaming(ctx); err != nil {
 		return stopped(ctx, err)
 	}
@@ -118,7 +120,7 @@ func (t *Table[T]) Watch(ctx context.Context, from core.ResourceVersion, opts co
 						if err := opts.Emit(buf); err != nil {
 							return stopped(ctx, err)
 						}
-						t.ack(top)
+						t.ack(at, top)
 					}
 					var bad undecodable
 					for _, ev := range evs {
@@ -139,7 +141,7 @@ func (t *Table[T]) Watch(ctx context.Context, from core.ResourceVersion, opts co
 				return stopped(ctx, err)
 			}
 			pos = top
-			t.ack(pos)
+			t.ack(at, pos)
 			continue
 		}
 		// Every change received before the stream ended is emitted (above)
@@ -163,7 +165,7 @@ func (t *Table[T]) Watch(ctx context.Context, from core.ResourceVersion, opts co
 			if err := opts.Emit(buf); err != nil {
 				return stopped(ctx, err)
 			}
-			t.ack(pos)
+			t.ack(at, pos)
 			continue
 		}
 		ch := s.changed
@@ -246,14 +248,63 @@ func (s *Source) checkDropped(ctx context.Context, st *tableState) error {
 	return core.Permanent(fmt.Errorf("postgres %s: table %s was dropped: its relation (oid %d) is gone; a table created again under the name needs a new Table", s.where(), st.ident.Sanitize(), st.oid))
 }
 
-// ack records that the consumer applied everything up to pos.
-func (t *Table[T]) ack(pos core.ResourceVersion) {
+// ack records that the consumer of the watch at applied everything up to
+// pos.
+func (t *Table[T]) ack(at *core.ResourceVersion, pos core.ResourceVersion) {
 	s := t.src
 	s.mu.Lock()
-	if t.st.active {
-		t.st.advance(pos, s.history)
-	}
+	*at = pos
+	s.advanceLocked(t.st)
 	s.mu.Unlock()
+}
+
+// openWatch registers a watch of st from version from and returns its
+// position, which the watch moves as its consumer applies (ack). The
+// table counts as applied up to the lowest position of its open watches:
+// a watch that is ahead (from a later List) must not acknowledge what a
+// slower one has yet to apply. Called with s.mu held.
+func (s *Source) openWatch(st *tableState, from core.ResourceVersion) *core.ResourceVersion {
+	at := new(core.ResourceVersion)
+	*at = from
+	if s.watching == nil {
+		s.watching = map[*tableState][]*core.ResourceVersion{}
+	}
+	s.watching[st] = append(s.watching[st], at)
+	s.advanceLocked(st)
+	return at
+}
+
+// closeWatch unregisters a watch; the others may now count as applied.
+func (s *Source) closeWatch(st *tableState, at *core.ResourceVersion) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ws := s.watching[st]
+	for i, w := range ws {
+		if w == at {
+			ws = append(ws[:i], ws[i+1:]...)
+			break
+		}
+	}
+	if len(ws) == 0 {
+		delete(s.watching, st) // applied stays where the last watch left it
+		return
+	}
+	s.watching[st] = ws
+	s.advanceLocked(st)
+}
+
+// advanceLocked moves st's applied position to the lowest of its open
+// watches'. Called with s.mu held.
+func (s *Source) advanceLocked(st *tableState) {
+	ws := s.watching[st]
+	if len(ws) == 0 || !st.active {
+		return
+	}
+	low := *ws[0]
+	for _, w := range ws[1:] {
+		low = min(low, *w)
+	}
+	st.advance(low, s.history)
 }
 
 // decodeUpTo decodes, in version order, every batch up to b that is not
