@@ -27,7 +27,11 @@
 // from a relist of the source. A source watch that expires (etcd
 // compaction, a lost slot) is a relist too, published as a diff against
 // the stream (changed keys put, vanished keys deleted) at the list's
-// version, so downstream caches converge without reloading. The relay
+// version, so downstream caches converge without reloading. A relist's
+// changes happened at versions up to the list's, not at it: a Downstream
+// delivers them at the version right after the last one it delivered,
+// followed by a Bookmark at the list's version, so that WaitFor of a
+// version before the list's cannot return before they are applied. The relay
 // acknowledges a source batch (its Emit returns, which for Postgres lets
 // the slot advance) only after JetStream acknowledged every message of it.
 //

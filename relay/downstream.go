@@ -345,10 +345,27 @@ type translator[T any] struct {
 	pending    []core.Event[T]
 	pendingV   uint64
 	pendingSeq uint64
-	out        []core.Event[T]
+	// pendingRelist: the pending group is a relist's (Dbi-Relist).
+	pendingRelist bool
+	out           []core.Event[T]
 }
 
 func (t *translator[T]) flush() {
+	if t.pendingRelist && t.pendingV > t.lastV+1 {
+		// A relist's changes happened at versions up to the list's, not
+		// all at it: they go out right after the last version delivered,
+		// then a bookmark at the list's version, so that nothing waiting
+		// for a version before the list's returns before they are applied.
+		for i := range t.pending {
+			t.pending[i].RV = core.ResourceVersion(t.lastV + 1)
+		}
+		t.out = append(t.out, t.pending...)
+		t.out = append(t.out, core.Event[T]{Type: core.Bookmark, RV: core.ResourceVersion(t.pendingV)})
+		clear(t.pending)
+		t.pending = t.pending[:0]
+		t.lastV, t.lastSeq, t.lastChange = t.pendingV, t.pendingSeq, t.pendingV
+		return
+	}
 	t.out = append(t.out, t.pending...)
 	clear(t.pending)
 	t.pending = t.pending[:0]
@@ -412,7 +429,7 @@ func (t *translator[T]) take(batch []core.Event[entry]) error {
 				typ = core.Modified
 			}
 			t.pending = append(t.pending, t.d.event(typ, e, core.ResourceVersion(e.version)))
-			t.pendingV, t.pendingSeq = e.version, e.seq
+			t.pendingV, t.pendingSeq, t.pendingRelist = e.version, e.seq, e.relist
 			if uint64(len(t.pending)) == e.count {
 				t.flush()
 			}

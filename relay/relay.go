@@ -52,6 +52,7 @@ type Relay[T any] struct {
 	source string
 	log    *slog.Logger
 
+	leading   atomic.Bool
 	published atomic.Uint64 // messages published, for tests and metrics
 	relists   atomic.Uint64 // source relists published
 }
@@ -83,6 +84,9 @@ func New[T any](ctx context.Context, js jetstream.JetStream, src core.ListerWatc
 		source: fmt.Sprintf("relay to stream %q", opts.Stream)}, nil
 }
 
+// Leading reports whether this relay is the elected leader now.
+func (r *Relay[T]) Leading() bool { return r.leading.Load() }
+
 // Published returns how many messages this relay has published.
 func (r *Relay[T]) Published() uint64 { return r.published.Load() }
 
@@ -94,6 +98,9 @@ func (r *Relay[T]) Relists() uint64 { return r.relists.Load() }
 func (r *Relay[T]) Run(ctx context.Context) error {
 	return r.opts.Elector.Run(ctx, r.lead)
 }
+
+// ackTimeout bounds the wait for each acknowledgement of a publish.
+const ackTimeout = 10 * time.Second
 
 var (
 	errDeposed = errors.New("a relay with a later term has written to the stream")
@@ -108,6 +115,8 @@ func (e *publishError) Error() string { return "publish: " + e.err.Error() }
 func (e *publishError) Unwrap() error { return e.err }
 
 func (r *Relay[T]) lead(ctx context.Context, t leader.Term) error {
+	r.leading.Store(true)
+	defer r.leading.Store(false)
 	backoff := 100 * time.Millisecond
 	for {
 		err := r.term(ctx, t)
@@ -345,6 +354,9 @@ func (r *Relay[T]) relist(ctx context.Context, st *state, force map[string]bool)
 		changes = append(changes, change{key: key, op: opDel})
 	}
 	msgs := r.group(st, ver, changes)
+	for _, m := range msgs {
+		m.Header.Set(hdrRelist, "1")
+	}
 	if len(msgs) == 0 {
 		msgs = append(msgs, r.progress(st, ver))
 	}
@@ -455,8 +467,16 @@ func (r *Relay[T]) publish(ctx context.Context, st *state, msgs []*nats.Msg) err
 	}
 	var first error
 	last := st.lastSeq
+	// An acknowledgement lost with a node (the stream's leader died with
+	// the message in flight) never comes: give up after ackTimeout without
+	// one, and read the stream back to learn what landed.
+	timer := time.NewTimer(ackTimeout)
+	defer timer.Stop()
 	for _, f := range futs {
+		timer.Reset(ackTimeout)
 		select {
+		case <-timer.C:
+			return &publishError{fmt.Errorf("%s: no acknowledgement from JetStream within %v", r.source, ackTimeout)}
 		case ack := <-f.Ok():
 			if first == nil && ack.Duplicate {
 				first = fmt.Errorf("message %s was taken for a duplicate of sequence %d", f.Msg().Header.Get(jetstream.MsgIDHeader), ack.Sequence)

@@ -25,8 +25,9 @@ const (
 	hdrEpoch   = "Dbi-Epoch"
 	hdrOp      = "Dbi-Op"
 	hdrCommit  = "Dbi-Commit"
-	hdrIndex   = "Dbi-Index" // position of a key message in its group, from 0
-	hdrCount   = "Dbi-Count" // number of key messages in its group
+	hdrRelist  = "Dbi-Relist" // "1" on the messages of a relist's group
+	hdrIndex   = "Dbi-Index"  // position of a key message in its group, from 0
+	hdrCount   = "Dbi-Count"  // number of key messages in its group
 	hdrError   = "Dbi-Error"
 )
 
@@ -81,6 +82,7 @@ type entry struct {
 	prev    uint64
 	epoch   uint64
 	commit  bool
+	relist  bool
 	index   uint64
 	count   uint64
 	errText string
@@ -160,6 +162,7 @@ func parse(prefix, subject string, seq uint64, h nats.Header, data []byte) (entr
 			return e, fmt.Errorf("subject %q sequence %d: unknown %s %q", subject, seq, hdrOp, e.op)
 		}
 		e.commit = h.Get(hdrCommit) == "1"
+		e.relist = h.Get(hdrRelist) == "1"
 		if e.index, err = headerUint(h, hdrIndex); err != nil {
 			return e, fmt.Errorf("subject %q sequence %d: %w", subject, seq, err)
 		}

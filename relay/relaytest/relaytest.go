@@ -32,6 +32,11 @@ type Options struct {
 	// relay.StreamConfig's 1. The conformance suite watches from old
 	// versions and wants every change since, so it keeps all (-1).
 	History int64
+	// NoWait makes writes return as soon as the source took them, with
+	// the source's version, without waiting for the relay: for the
+	// reliability suite, whose writes go on while faults keep the relay
+	// from the source.
+	NoWait bool
 	// ProgressInterval of the relays; zero means 100ms.
 	ProgressInterval time.Duration
 }
@@ -43,6 +48,8 @@ type Harness[T any] struct {
 	stream string
 	prefix string
 	js     jetstream.JetStream
+
+	noWait bool
 
 	mu      sync.Mutex
 	relays  []*runner[T]
@@ -75,7 +82,7 @@ func New[T any](tb testing.TB, src conformance.Harness[T], js jetstream.JetStrea
 		opts.ProgressInterval = 100 * time.Millisecond
 	}
 	n := seq.Add(1)
-	h := &Harness[T]{src: src, js: js, stream: fmt.Sprintf("RELAY%d", n), prefix: fmt.Sprintf("relay.t%d", n)}
+	h := &Harness[T]{src: src, js: js, noWait: opts.NoWait, stream: fmt.Sprintf("RELAY%d", n), prefix: fmt.Sprintf("relay.t%d", n)}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cfg := relay.StreamConfig(h.stream, h.prefix)
@@ -91,7 +98,9 @@ func New[T any](tb testing.TB, src conformance.Harness[T], js jetstream.JetStrea
 		if opts.RelayJS != nil {
 			rjs = opts.RelayJS(i)
 		}
-		r, err := relay.New(ctx, rjs, src.ListerWatcher(), relay.Options[T]{
+		nctx, ncancel := context.WithTimeout(context.Background(), time.Minute)
+		defer ncancel()
+		r, err := relay.New(nctx, rjs, src.ListerWatcher(), relay.Options[T]{
 			Stream: h.stream, Prefix: h.prefix, Elector: opts.NewElector(i), ProgressInterval: opts.ProgressInterval,
 		})
 		if err != nil {
@@ -136,7 +145,9 @@ func New[T any](tb testing.TB, src conformance.Harness[T], js jetstream.JetStrea
 // downstream cannot know of a source write the relay has not read yet.
 func (h *Harness[T]) relayed(ctx context.Context, rv core.ResourceVersion) error {
 	for {
-		head, err := h.down.Head(ctx)
+		hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		head, err := h.down.Head(hctx)
+		cancel()
 		if err == nil && head >= rv {
 			return nil
 		}
@@ -151,7 +162,7 @@ func (h *Harness[T]) relayed(ctx context.Context, rv core.ResourceVersion) error
 }
 
 func (h *Harness[T]) wait(ctx context.Context, rv core.ResourceVersion, err error) (core.ResourceVersion, error) {
-	if err != nil {
+	if err != nil || h.noWait {
 		return rv, err
 	}
 	return rv, h.relayed(ctx, rv)
@@ -163,7 +174,7 @@ func (h *Harness[T]) wait(ctx context.Context, rv core.ResourceVersion, err erro
 // commit, the relay the commit's LSN). Each key has one writer at a time
 // in the suites.
 func (h *Harness[T]) waitKey(ctx context.Context, key string, rv core.ResourceVersion, err error) (core.ResourceVersion, error) {
-	if rv, err = h.wait(ctx, rv, err); err != nil {
+	if rv, err = h.wait(ctx, rv, err); err != nil || h.noWait {
 		return rv, err
 	}
 	st, err := h.js.Stream(ctx, h.stream)
@@ -192,11 +203,27 @@ func (h *Harness[T]) Restart(i int) {
 	h.mu.Unlock()
 	ru.cancel()
 	<-ru.done
+	next := h.newRun(i)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if !h.stopped {
-		h.relays[i] = h.newRun(i)
+	if h.stopped {
+		next.cancel()
+		<-next.done
+		return
 	}
+	h.relays[i] = next
+}
+
+// Leader returns the index of the relay that leads now, or -1.
+func (h *Harness[T]) Leader() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i, ru := range h.relays {
+		if ru.r.Leading() {
+			return i
+		}
+	}
+	return -1
 }
 
 // Relay returns relay i.
@@ -286,3 +313,35 @@ func (h *Harness[T]) Head(ctx context.Context) (core.ResourceVersion, error) {
 	}
 	return tr.Head(ctx)
 }
+
+// Faults forwards the source harness's faults: they break the relay's path
+// to the source (the downstreams' path to the stream is not touched).
+// Restart also stops the relay leader, as a crash of its process would,
+// and starts it again.
+func (h *Harness[T]) Faults() []conformance.Fault {
+	if f, ok := h.src.(conformance.Faults); ok {
+		return f.Faults()
+	}
+	return nil
+}
+
+// Inject starts fault f at the source (and, for Restart, restarts the
+// relay leader).
+func (h *Harness[T]) Inject(t testing.TB, ctx context.Context, f conformance.Fault) (end func(), writable bool) {
+	t.Helper()
+	end, writable = h.src.(conformance.Faults).Inject(t, ctx, f)
+	if f == conformance.Restart {
+		if l := h.Leader(); l >= 0 {
+			h.Restart(l)
+		}
+	}
+	return end, writable
+}
+
+// Heal ends the source's outage.
+func (h *Harness[T]) Heal(t testing.TB) {
+	t.Helper()
+	h.src.(conformance.Faults).Heal(t)
+}
+
+var _ conformance.Faults = (*Harness[int])(nil)

@@ -1,0 +1,334 @@
+// Command relay shows one reader of a Postgres table re-served to other
+// processes over NATS JetStream, and the commit LSN of a write used as a
+// consistency token across processes:
+//
+//	go run ./examples/relay
+//
+// starts an embedded Postgres and nats-server (or uses yours: -conn and
+// -nats), creates the table items and the relay stream, and runs three
+// processes of this same binary: a relay (reads the table over one
+// replication slot, elected by a Postgres advisory lock, publishes into the
+// stream) and two downstream processes (an informer over the stream, served
+// over HTTP). It then writes a row, reads the commit LSN, and asks each
+// downstream over HTTP for the row "as of" that LSN: the downstream calls
+// WaitFor(lsn) and answers from its cache, so it reads the write even
+// though it never talked to Postgres.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
+	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/integration/harness"
+	"github.com/dbinformer/dbinformer/leader"
+	"github.com/dbinformer/dbinformer/relay"
+)
+
+// Item is a row of public.items.
+type Item struct {
+	ID    string `db:"id" json:"id"`
+	Value int64  `db:"value" json:"value"`
+}
+
+const (
+	streamName = "ITEMS"
+	prefix     = "relay.items"
+)
+
+func main() {
+	role := flag.String("role", "", "internal: relay or downstream (the command starts them itself)")
+	conn := flag.String("conn", os.Getenv("DATABASE_URL"), "Postgres connection string of a role with REPLICATION that may create tables (default: $DATABASE_URL, else an embedded server)")
+	natsURL := flag.String("nats", "", "NATS URL with JetStream (default: an embedded server)")
+	replicas := flag.Int("replicas", 1, "replicas of the relay stream (3 on a cluster)")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	switch *role {
+	case "relay":
+		err = runRelay(ctx, *conn, *natsURL)
+	case "downstream":
+		err = runDownstream(ctx, *natsURL)
+	case "":
+		err = run(ctx, *conn, *natsURL, *replicas, os.Stdout)
+	default:
+		err = fmt.Errorf("unknown -role %q", *role)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "relay example:", err)
+		os.Exit(1)
+	}
+}
+
+// run is the demo: servers, table, stream, three processes, writes, reads.
+func run(ctx context.Context, conn, natsURL string, replicas int, out io.Writer) error {
+	if conn == "" {
+		pg, err := harness.StartPostgresMain()
+		if err != nil {
+			return fmt.Errorf("embedded Postgres: %w (or pass -conn)", err)
+		}
+		defer pg.Close()
+		conn = pg.ConnString()
+		fmt.Fprintln(out, "embedded Postgres started")
+	}
+	if natsURL == "" {
+		dir, err := os.MkdirTemp("", "relay-example-nats")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoSigs: true, NoLog: true})
+		if err != nil {
+			return err
+		}
+		ns.Start()
+		defer ns.WaitForShutdown()
+		defer ns.Shutdown()
+		if !ns.ReadyForConnections(30 * time.Second) {
+			return errors.New("embedded nats-server not ready")
+		}
+		natsURL = ns.ClientURL()
+		fmt.Fprintln(out, "embedded nats-server started")
+	}
+	db, err := pgx.Connect(ctx, conn)
+	if err != nil {
+		return fmt.Errorf("connect to Postgres: %w", err)
+	}
+	defer db.Close(context.Background())
+	if _, err := db.Exec(ctx, `CREATE TABLE IF NOT EXISTS public.items (id text PRIMARY KEY, value bigint NOT NULL)`); err != nil {
+		return fmt.Errorf("create table: %w", err)
+	}
+	nc, err := nats.Connect(natsURL)
+	if err != nil {
+		return fmt.Errorf("connect to NATS: %w", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	cfg := relay.StreamConfig(streamName, prefix)
+	cfg.Replicas = replicas
+	if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("create the relay stream: %w", err)
+	}
+
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	relayProc, _, err := start(ctx, self, out, "relay", "-role", "relay", "-conn", conn, "-nats", natsURL)
+	if err != nil {
+		return err
+	}
+	defer relayProc.stop()
+	var downs []string
+	for i := range 2 {
+		p, addr, err := start(ctx, self, out, fmt.Sprintf("downstream-%d", i+1), "-role", "downstream", "-nats", natsURL)
+		if err != nil {
+			return err
+		}
+		defer p.stop()
+		downs = append(downs, addr)
+	}
+
+	for i, v := range []int64{1, 2} {
+		// The write, and its commit LSN: at or after the commit.
+		var lsn pglogrepl.LSN
+		if _, err := db.Exec(ctx, `INSERT INTO public.items (id, value) VALUES ('answer', $1) ON CONFLICT (id) DO UPDATE SET value = EXCLUDED.value`, v*21); err != nil {
+			return err
+		}
+		if err := db.QueryRow(ctx, `SELECT pg_current_wal_lsn()`).Scan(&lsn); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "wrote answer=%d, commit LSN %s (%d)\n", v*21, lsn, uint64(lsn))
+		// Another process reads its own write: the LSN goes over HTTP.
+		addr := downs[i%len(downs)]
+		body, err := get(ctx, fmt.Sprintf("http://%s/items/answer?after=%d", addr, uint64(lsn)))
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "downstream-%d read after WaitFor(%d): %s\n", i%len(downs)+1, uint64(lsn), body)
+	}
+	return nil
+}
+
+type proc struct {
+	cmd  *exec.Cmd
+	done chan error
+}
+
+func (p *proc) stop() {
+	_ = p.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-p.done:
+	case <-time.After(20 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// start runs this binary with args; its stdout lines are printed with
+// name, and a line "listening on ADDR" gives its HTTP address.
+func start(ctx context.Context, self string, out io.Writer, name string, args ...string) (*proc, string, error) {
+	cmd := exec.Command(self, args...)
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, "", err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, "", err
+	}
+	p := &proc{cmd: cmd, done: make(chan error, 1)}
+	addrC := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			line := sc.Text()
+			if a, ok := strings.CutPrefix(line, "listening on "); ok {
+				addrC <- a
+			}
+			fmt.Fprintf(out, "[%s] %s\n", name, line)
+		}
+		p.done <- cmd.Wait()
+	}()
+	if !strings.Contains(strings.Join(args, " "), "downstream") {
+		return p, "", nil
+	}
+	select {
+	case a := <-addrC:
+		return p, a, nil
+	case err := <-p.done:
+		return nil, "", fmt.Errorf("%s exited: %v", name, err)
+	case <-ctx.Done():
+		p.stop()
+		return nil, "", ctx.Err()
+	}
+}
+
+func get(ctx context.Context, u string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET %s: %s: %s", u, resp.Status, b)
+	}
+	return strings.TrimSpace(string(b)), err
+}
+
+// runRelay is the relay process: one replication slot, one walsender.
+func runRelay(ctx context.Context, conn, natsURL string) error {
+	log := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	src, err := pginformer.NewSource(ctx, conn, pginformer.Options{})
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	table, err := pginformer.NewTable[Item](ctx, src, "items", pginformer.TableOptions[Item]{})
+	if err != nil {
+		return err
+	}
+	nc, err := nats.Connect(natsURL)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	el, err := leader.NewPostgres(conn, "relay-example", leader.PostgresOptions{Logger: log})
+	if err != nil {
+		return err
+	}
+	r, err := relay.New(ctx, js, table, relay.Options[Item]{Stream: streamName, Prefix: prefix, Elector: el, Logger: log})
+	if err != nil {
+		return err
+	}
+	return r.Run(ctx)
+}
+
+// runDownstream is a downstream process: an informer over the stream and
+// GET /items/{id}?after=LSN, which waits for the LSN first.
+func runDownstream(ctx context.Context, natsURL string) error {
+	nc, err := nats.Connect(natsURL)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	down, err := relay.NewDownstream(ctx, js, streamName, prefix, relay.DownstreamOptions[Item]{})
+	if err != nil {
+		return err
+	}
+	inf := core.NewSharedIndexInformer[Item](down, core.InformerOptions[Item]{Name: "items"})
+	done := make(chan error, 1)
+	go func() { done <- inf.Run(ctx) }()
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /items/{id}", func(w http.ResponseWriter, r *http.Request) {
+		if after := r.URL.Query().Get("after"); after != "" {
+			n, err := strconv.ParseUint(after, 10, 64)
+			if err != nil {
+				http.Error(w, "after: not an LSN as a number", http.StatusBadRequest)
+				return
+			}
+			if err := inf.WaitFor(r.Context(), core.ResourceVersion(n)); err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+		}
+		for _, it := range inf.Indexer().List() {
+			if it.ID == r.PathValue("id") {
+				_ = json.NewEncoder(w).Encode(it)
+				return
+			}
+		}
+		http.Error(w, fmt.Sprintf("no item %q in the cache at version %d", r.PathValue("id"), inf.AppliedVersion()), http.StatusNotFound)
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: mux}
+	fmt.Printf("listening on %s\n", ln.Addr())
+	go func() { _ = srv.Serve(ln) }()
+	<-ctx.Done()
+	_ = srv.Close()
+	return <-done
+}
