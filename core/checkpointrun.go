@@ -270,3 +270,17 @@ func (i *SharedIndexInformer[T]) warmSynced() bool {
 	ws := i.warm.Load()
 	return ws == nil || ws.caughtUp(i.queue.AppliedVersion())
 }
+
+// startWarm runs the reflector's warm-start hook: the checkpoint is loaded
+// and the next watch starts from its version (watch) or a list replaces it.
+func (r *Reflector[T]) startWarm(ctx context.Context) (watch, ok bool) {
+	if r.cfg.warm == nil {
+		return false, false
+	}
+	rv, watch, ok := r.cfg.warm(ctx)
+	if ok {
+		r.lastRV.Store(uint64(rv))
+		r.catchUp.Store(watch)
+	}
+	return watch, ok
+}

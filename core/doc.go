@@ -127,6 +127,22 @@
 // the reasons of every informer that did not sync, Shutdown stops them and
 // waits for every goroutine.
 //
+// # Warm restarts
+//
+// InformerOptions.Checkpoint saves the cache and the version it is
+// consistent at through a CheckpointStore (NewDirCheckpointStore: write,
+// fsync, rename; a checksum and a format version; owner-only files),
+// periodically and when a run ends. The next run, in this process or the
+// next, loads the last checkpoint, serves it at once (HasSynced false,
+// ServingCheckpoint and SyncStatus.Checkpoint say so), hands handlers its
+// objects as initial adds, and watches from its version; a source that
+// parks state between watches rebuilds it from the loaded objects
+// (Restorer). When the version has expired it relists and handlers get only
+// the real differences. A source that acknowledges positions to its server
+// acknowledges only what a durable checkpoint covers (DurableAcknowledger).
+// A corrupt or foreign checkpoint is reported (*CheckpointError) and
+// ignored.
+//
 // # Metrics and errors
 //
 // Nothing is global: InformerOptions.Metrics (a MetricsProvider) receives

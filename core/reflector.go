@@ -23,10 +23,8 @@ type Reflector[T any] struct {
 	q   Queue[T]
 	cfg reflectorConfig[T]
 
-	lastRV atomic.Uint64
-	// catchUp: a warm start asks the first watch for a bookmark at once,
-	// so that it is synced without waiting for the source's own.
-	catchUp atomic.Bool
+	lastRV  atomic.Uint64
+	catchUp atomic.Bool // a warm start asks its first watch for a bookmark
 
 	mu          sync.Mutex
 	progress    chan struct{} // the open watch's Progress; nil when none can answer
@@ -50,9 +48,7 @@ type reflectorConfig[T any] struct {
 	rep              reporter
 	met              InformerMetrics
 	clk              clock.Clock
-	// warm, when set, starts the run from a checkpoint: it returns the
-	// checkpoint's version, whether to watch from it (rather than relist)
-	// and whether one was loaded. listed is told of each successful list.
+	// warm and listed: a warm start's hooks (checkpointrun.go).
 	warm   func(ctx context.Context) (rv ResourceVersion, watch, ok bool)
 	listed func(rv ResourceVersion)
 }
@@ -149,13 +145,8 @@ func (r *Reflector[T]) Run(ctx context.Context) error {
 	// resumed: the next watch continues from a version an earlier watch
 	// reached, not from a list's version.
 	resumed := false
-	if r.cfg.warm != nil {
-		if rv, watch, ok := r.cfg.warm(ctx); ok {
-			// Like a resumed watch: an expired checkpoint relists at once.
-			r.lastRV.Store(uint64(rv))
-			needList, relist, resumed = !watch, true, true
-			r.catchUp.Store(watch)
-		}
+	if watch, ok := r.startWarm(ctx); ok { // resumed: an expired checkpoint relists at once
+		needList, relist, resumed = !watch, true, true
 	}
 	for ctx.Err() == nil {
 		if needList {

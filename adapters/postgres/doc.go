@@ -194,6 +194,19 @@
 // create it. NewTable checks that it carries the table and names the
 // ALTER PUBLICATION that adds it.
 //
+// # Warm restarts
+//
+// With core.CheckpointOptions and Options.PermanentSlot, a Table restarts
+// warm (restore.go): the informer hands it the checkpoint's keys
+// (core.Restorer), the table watches from the checkpoint's version and no
+// row is read; while checkpoints are on, the slot's confirmed position
+// never passes the last durable checkpoint (core.DurableAcknowledger), so
+// the server keeps every change the next start needs. A table under
+// REPLICA IDENTITY DEFAULT with a variable-length column besides its key
+// relists instead (an unchanged TOAST value could not be filled in), as
+// does a start whose slot was lost or is past the checkpoint; the informer
+// then tells handlers only what changed.
+//
 // # Slots
 //
 // Temporary slots (the default) disappear with the replication connection;
