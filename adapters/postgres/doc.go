@@ -152,7 +152,8 @@
 // Postgres evaluates row filters on UPDATE and DELETE only over those), so
 // that changes of rows that neither matched nor match are not sent at all
 // (Table.StreamedChanges counts what is); with several filtered Tables of
-// one table it is the union of theirs. Column lists are not used yet. A
+// one table it is the union of theirs. A permanent slot's publication,
+// which outlives the process, gets no row filter. Column lists are not used yet. A
 // row that starts matching reaches handlers as an add, one that stops as
 // a delete carrying its last matching state. Several Tables of one table
 // on one Source, each with its own filter, share the slot. A condition

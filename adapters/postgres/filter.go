@@ -33,8 +33,8 @@ import (
 //     delete and one that enters it into an insert. Several Tables on one
 //     table share the publication: its row filter is the union (OR) of
 //     theirs, and none when one of them has none. A publication the
-//     Source did not create, or one that already carried the table
-//     (a permanent slot's, from an earlier run), is left as it is.
+//     Source did not create, or a permanent slot's (which outlives the
+//     process, while the next run's filter may differ), gets none.
 //   - Everything else, and the whole filter on the stream, is evaluated
 //     here on each decoded row.
 //
@@ -235,8 +235,13 @@ func (tf *tableFilter[T]) snapshotWhere() string {
 // union of the row filters of every Table of it, "" when one of them needs
 // every row (no filter, or no condition Postgres may evaluate on UPDATE and
 // DELETE), or when the server predates row filters (Postgres 15).
+//
+// A permanent slot's publication outlives the process, and its row filter
+// would apply to the WAL the slot keeps for the next run, whose filter may
+// be wider: such a publication gets no row filter (the filter is evaluated
+// here on every change instead).
 func (s *Source) rowFilter(oid uint32, serverVersion int) string {
-	if serverVersion < 150000 {
+	if serverVersion < 150000 || s.opts.PermanentSlot {
 		return ""
 	}
 	var terms []string

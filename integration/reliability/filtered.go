@@ -20,9 +20,9 @@ import (
 // it. etcd-filtered pushes a key range down (keys below "k12") and
 // evaluates the predicate in the adapter; nats-filtered evaluates both in
 // the adapter; postgres-filtered (keys k00..k11 with In) pushes the key
-// condition into the List's query and the publication's row filter under
-// REPLICA IDENTITY FULL, and evaluates everything in the adapter under
-// DEFAULT (the seed picks).
+// condition into the List's query and (with a temporary slot) the
+// publication's row filter under REPLICA IDENTITY FULL, and evaluates
+// everything in the adapter under DEFAULT (the seed picks).
 func init() {
 	Register("postgres-filtered", func(t testing.TB, rnd *rand.Rand) (conformance.Harness[pgtest.Row], string) {
 		var keys []any
@@ -43,7 +43,11 @@ func init() {
 			opts.Full, variant = true, "identity full (key condition in the query and the row filter)"
 		}
 		if rnd.IntN(2) == 0 {
-			opts.Slot, variant = "reliability_slot", variant+", permanent slot"
+			opts.Slot = "reliability_slot"
+			variant += ", permanent slot"
+			if opts.Full {
+				variant = "identity full (key condition in the query, no row filter: permanent slot)"
+			}
 		}
 		return pgtest.New(t, srv, opts), variant
 	})
