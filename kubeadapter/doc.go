@@ -11,7 +11,8 @@
 // kubeadapter.
 //
 // A Resource is a core.ListerWatcher (and core.HeadReader,
-// core.ProgressReporter and core.HealWaiter) for any resource:
+// core.ProgressReporter, core.ProgressIntervaler and core.HealWaiter) for any
+// resource:
 //
 //   - typed resources, through anything with client-go's List/Watch shape
 //     (clientset.CoreV1().ConfigMaps(ns), .Pods(ns), generated CRD
@@ -73,6 +74,16 @@
 // apiserver answers again (after a restart, a network outage), instead of
 // letting the informer finish a sleep of up to 30 seconds.
 //
+// A Resource declares a progress interval (core.ProgressIntervaler,
+// Options.ProgressInterval, DefaultProgressInterval = 10s): after each
+// interval without events the informer makes the progress request above,
+// and reopens a watch that answers none for core.StuckIntervals intervals
+// (an apiserver that stopped answering, a connection gone half-open),
+// reporting it (core.ErrWatchStuck). The request's head read is bounded to
+// 5s, so a silent apiserver usually ends the watch sooner, with that read's
+// error. A negative Options.ProgressInterval turns this off, and saves the
+// idle watch its one small list per interval.
+//
 // # Partial sync
 //
 // Resource.Where (package filter) returns a Resource that syncs only what a
@@ -93,6 +104,16 @@
 // TLS and authentication options pass through client-go untouched. Raise
 // rest.Config.QPS/Burst if many informers share one config: progress requests
 // and relists are ordinary requests.
+//
+// Timeouts: leave rest.Config.Timeout at zero on the config of the clients
+// you pass in (it bounds whole requests, watches included, so a watch would
+// end every Timeout); a Resource bounds its own short requests (the progress
+// request's head read, WaitHealed's probes). A dead connection is found by
+// client-go's HTTP/2 health check (a ping after 30s without a frame, given
+// 15s to answer; the HTTP2_READ_IDLE_TIMEOUT_SECONDS and
+// HTTP2_PING_TIMEOUT_SECONDS environment variables change them) and, sooner,
+// by the progress interval above. rest.Config.Dial (a net.Dialer with a
+// Timeout and KeepAlive) bounds connecting to an apiserver that is gone.
 //
 // The package is named kubeinformer, like the other adapters
 // (etcdinformer, pginformer, natsinformer); its directory is kubeadapter.

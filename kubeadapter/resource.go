@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"reflect"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -63,7 +64,18 @@ type Options struct {
 	// Logger receives debug logs about watch restarts and progress
 	// requests. nil discards them.
 	Logger *slog.Logger
+	// ProgressInterval is how often an open watch is expected to show a
+	// sign of life (core.ProgressIntervaler): after each interval without
+	// events the informer asks it for a bookmark (see Watch; it costs a
+	// one-object list, and a short watch when the version moved), and a
+	// watch that answers none for core.StuckIntervals intervals is
+	// reopened. Zero means DefaultProgressInterval; negative turns
+	// stuck-watch detection off.
+	ProgressInterval time.Duration
 }
+
+// DefaultProgressInterval is Options.ProgressInterval when zero.
+const DefaultProgressInterval = 10 * time.Second
 
 // Resource is a core.ListerWatcher over one Kubernetes resource, in one
 // namespace or all. Keys are "namespace/name", or "name" for cluster-scoped
@@ -87,6 +99,7 @@ var (
 	_ core.HeadReader                                = (*Resource[*unstructured.Unstructured])(nil)
 	_ core.ProgressReporter                          = (*Resource[*unstructured.Unstructured])(nil)
 	_ core.HealWaiter                                = (*Resource[*unstructured.Unstructured])(nil)
+	_ core.ProgressIntervaler                        = (*Resource[*unstructured.Unstructured])(nil)
 )
 
 // NewResource returns a Resource over a typed client-go resource interface.
@@ -115,6 +128,9 @@ func NewResource[T Object, L runtime.Object](ctx context.Context, client Client[
 	}
 	if opts.PageSize == 0 {
 		opts.PageSize = 500
+	}
+	if opts.ProgressInterval == 0 {
+		opts.ProgressInterval = DefaultProgressInterval
 	}
 	log := opts.Logger
 	if log == nil {
@@ -186,6 +202,11 @@ func Key(obj metav1.Object) string {
 	}
 	return obj.GetName()
 }
+
+// ProgressInterval implements core.ProgressIntervaler with
+// Options.ProgressInterval (DefaultProgressInterval when zero, 0 when
+// negative).
+func (r *Resource[T]) ProgressInterval() time.Duration { return max(r.opts.ProgressInterval, 0) }
 
 // ReportsProgress reports true: a watch answers every request on
 // core.WatchOptions.Progress with a bookmark from the server (see Watch).

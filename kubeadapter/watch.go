@@ -27,6 +27,12 @@ const (
 	// the version belongs to a watched write in flight) before the stream is
 	// replaced by a short one.
 	progressGrace = 300 * time.Millisecond
+	// progressHeadTimeout bounds the read of the head version that a
+	// progress request starts with.
+	progressHeadTimeout = 5 * time.Second
+	// openTimeout bounds the wait for the apiserver's answer to a watch
+	// request (its headers; the stream itself is not bounded).
+	openTimeout = 5 * time.Second
 )
 
 // Watch delivers every change after from through opts.Emit, with
@@ -89,12 +95,13 @@ type watcher[T Object] struct {
 	ctx  context.Context
 	opts core.WatchOptions[T]
 
-	stream    watch.Interface
-	probing   bool                 // stream is a short watch opened for a bookmark
-	delivered bool                 // stream has sent at least one event
-	emptyEnds int                  // streams in a row that ended having sent nothing
-	from      core.ResourceVersion // the version Watch was called with
-	last      core.ResourceVersion // the last version emitted (or from)
+	stream     watch.Interface
+	stopStream context.CancelFunc   // ends stream's context
+	probing    bool                 // stream is a short watch opened for a bookmark
+	delivered  bool                 // stream has sent at least one event
+	emptyEnds  int                  // streams in a row that ended having sent nothing
+	from       core.ResourceVersion // the version Watch was called with
+	last       core.ResourceVersion // the last version emitted (or from)
 
 	want      core.ResourceVersion // a bookmark at or after this was requested; 0: none
 	wantSince time.Time            // when want was set
@@ -107,6 +114,7 @@ type watcher[T Object] struct {
 func (w *watcher[T]) close() {
 	if w.stream != nil {
 		w.stream.Stop()
+		w.stopStream()
 	}
 	if w.timer != nil {
 		w.timer.Stop()
@@ -118,6 +126,7 @@ func (w *watcher[T]) close() {
 func (w *watcher[T]) open(probe bool) error {
 	if w.stream != nil {
 		w.stream.Stop()
+		w.stopStream()
 		w.stream = nil
 	}
 	lo := metav1.ListOptions{
@@ -130,15 +139,28 @@ func (w *watcher[T]) open(probe bool) error {
 		t := progressWatchTimeout
 		lo.TimeoutSeconds = &t
 	}
-	s, err := w.r.watch(w.ctx, lo)
+	// The stream lives in a context of its own, so that a server that
+	// does not answer the request (frozen, a connection gone half-open)
+	// can be given up after openTimeout without ending the watch's ctx.
+	sctx, stop := context.WithCancel(w.ctx)
+	late := time.AfterFunc(openTimeout, stop)
+	s, err := w.r.watch(sctx, lo)
+	if !late.Stop() && w.ctx.Err() == nil {
+		if s != nil {
+			s.Stop()
+		}
+		stop()
+		return fmt.Errorf("%s: open watch from version %d: the apiserver did not answer within %v", w.r.source, w.last, openTimeout)
+	}
 	if err != nil {
+		stop()
 		what := "open watch" // the caller knows from which version
 		if w.last != w.from {
 			what = fmt.Sprintf("reopen watch from version %d", w.last)
 		}
 		return w.r.apiError(what, err)
 	}
-	w.stream, w.probing, w.delivered = s, probe, false
+	w.stream, w.stopStream, w.probing, w.delivered = s, stop, probe, false
 	if probe {
 		w.r.log.Debug("kubeinformer: short watch opened for a bookmark", "from", w.last, "want", w.want)
 	}
@@ -194,7 +216,12 @@ func (w *watcher[T]) run() error {
 // requestProgress learns the server's head and either answers at once (the
 // head was emitted already) or records it as wanted.
 func (w *watcher[T]) requestProgress() error {
-	head, err := w.r.Head(w.ctx)
+	// Bounded, so that an apiserver that stopped answering (frozen, a
+	// half-open connection) ends the watch with that said, well before
+	// HTTP/2's health check (30s + 15s by default) would.
+	hctx, cancel := context.WithTimeout(w.ctx, progressHeadTimeout)
+	head, err := w.r.Head(hctx)
+	cancel()
 	if err != nil {
 		return fmt.Errorf("progress request: %w", err)
 	}

@@ -142,10 +142,16 @@ func TestClusterIsolatedMemberNamesCause(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = only0.Close() })
 	informertest.Eventually(t, "member 0 to lose its leader", func() bool {
-		rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		// Long enough for the client's own retries of "no leader" (100,
+		// 25ms apart) to end on a loaded machine and return it.
+		rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		defer cancel()
 		_, err := only0.Get(clientv3.WithRequireLeader(rctx), prefix+"k")
-		return err != nil && strings.Contains(err.Error(), "no leader")
+		if err == nil || !strings.Contains(err.Error(), "no leader") {
+			t.Logf("member 0 still answers a read that requires a leader with %v", err)
+			return false
+		}
+		return true
 	})
 
 	// Not informertest.Run, which waits for the sync.

@@ -156,12 +156,6 @@ func (k *KV[T]) Head(ctx context.Context) (core.ResourceVersion, error) {
 // it watches is pending there.
 func (k *KV[T]) ReportsProgress() bool { return true }
 
-type kvEntry struct {
-	rev  uint64
-	data []byte
-	del  bool
-}
-
 // maxListAttempts bounds how many times a List starts over when its
 // consumer is lost (a node restarted, the consumer moved).
 const maxListAttempts = 4
@@ -173,16 +167,16 @@ const maxListAttempts = 4
 // has delivered its initial set and the leader holds no watched message
 // between the last one delivered and the head. The set folded from those
 // messages is the bucket as of the head or the highest sequence delivered,
-// whichever is higher, which is the version returned. Values are held raw
-// until the fold is complete, then decoded and emitted in revision order.
+// whichever is higher, which is the version returned. Values are decoded as
+// they arrive and emitted in revision order once the fold is complete.
 func (k *KV[T]) List(ctx context.Context, sink core.ListSink[T]) (core.ResourceVersion, error) {
 	var (
-		rv     uint64
-		latest map[string]kvEntry
-		err    error
+		rv   uint64
+		fold *kvFold[T]
+		err  error
 	)
 	for attempt := 1; ; attempt++ {
-		rv, latest, err = k.read(ctx, sink.Estimate)
+		rv, fold, err = k.read(ctx, sink.Estimate)
 		var fe *feedError
 		if err == nil || ctx.Err() != nil || !errors.As(err, &fe) || errors.Is(err, core.ErrPermanent) || attempt == maxListAttempts {
 			break
@@ -192,68 +186,98 @@ func (k *KV[T]) List(ctx context.Context, sink core.ListSink[T]) (core.ResourceV
 	if err != nil {
 		return 0, err
 	}
-	type item struct {
-		key string
-		kvEntry
-	}
-	items := make([]item, 0, len(latest))
-	revs := make(map[string]uint64, len(latest))
-	for key, e := range latest {
-		if !e.del {
-			items = append(items, item{key, e})
-			revs[key] = e.rev
+	for i := range fold.events {
+		if fold.events[i].Key == "" {
+			continue // superseded or deleted during the list
 		}
-	}
-	clear(latest)
-	slices.SortFunc(items, func(a, b item) int { return cmp.Compare(a.rev, b.rev) })
-	for i, it := range items {
-		ev := k.event(core.Added, it.key, it.rev, it.data)
-		if !k.residue.Keep(&ev) {
-			items[i] = item{}
+		if !k.residue.Keep(&fold.events[i]) {
+			fold.events[i] = core.Event[T]{}
 			continue
 		}
-		if err := sink.Emit(ev); err != nil {
+		if err := sink.Emit(fold.events[i]); err != nil {
 			return 0, err
 		}
-		items[i] = item{} // let the raw value go
+		fold.events[i] = core.Event[T]{} // let the object go
 	}
-	k.park(rv, revs)
-	k.log.Debug("nats kv listed", "bucket", k.bucket, "keys", len(revs), "rv", rv)
+	k.park(rv, fold.revs)
+	k.log.Debug("nats kv listed", "bucket", k.bucket, "keys", len(fold.revs), "rv", rv)
 	return core.ResourceVersion(rv), nil
 }
 
+// kvFold is a list's fold of the bucket: the live keys' latest values,
+// decoded as they arrive (the decoding then runs beside the network
+// receive instead of in a pass after it; measured on
+// bench.BenchmarkNATSKV, that pass and the re-sort behind it were most of
+// List's gap to the raw KV watcher, which decodes as it receives). The
+// consumer delivers in stream sequence order, so events is in revision
+// order already; a value superseded or deleted later in the list is
+// blanked (Key "", RV kept), found by binary search on its revision.
+type kvFold[T any] struct {
+	events []core.Event[T]
+	revs   map[string]uint64 // live keys and the revision of their value
+}
+
+func (f *kvFold[T]) drop(key string) {
+	rev, ok := f.revs[key]
+	if !ok {
+		return
+	}
+	delete(f.revs, key)
+	if i, ok := slices.BinarySearchFunc(f.events, rev, func(e core.Event[T], rev uint64) int {
+		return cmp.Compare(uint64(e.RV), rev)
+	}); ok {
+		// Blanked, keeping its revision: the search needs events sorted.
+		f.events[i] = core.Event[T]{RV: f.events[i].RV}
+	}
+}
+
 // read folds the bucket's watched keys: see List.
-func (k *KV[T]) read(ctx context.Context, estimate func(int64)) (uint64, map[string]kvEntry, error) {
+func (k *KV[T]) read(ctx context.Context, estimate func(int64)) (uint64, *kvFold[T], error) {
 	info, err := k.info(ctx)
 	if err != nil {
 		return 0, nil, fmt.Errorf("%s: read stream state: %w", k.source, err)
 	}
 	k.id.reset(info)
 	top := info.State.LastSeq
-	latest := make(map[string]kvEntry)
+	fold := &kvFold[T]{revs: map[string]uint64{}}
 	if top == 0 {
-		return 0, latest, nil
+		return 0, fold, nil
 	}
 	f, err := k.openFeed(ctx, jetstream.ConsumerConfig{DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy})
 	if err != nil {
 		return 0, nil, fmt.Errorf("%s: create list consumer: %w", k.source, err)
 	}
 	defer f.close()
-	if pending := f.info().NumPending; pending > 0 && estimate != nil {
-		estimate(int64(pending))
+	if pending := f.info().NumPending; pending > 0 {
+		if estimate != nil {
+			estimate(int64(pending))
+		}
+		// Sized for the initial set; what arrives meanwhile grows them.
+		n := int(min(pending, 1<<20))
+		fold.events = make([]core.Event[T], 0, n)
+		fold.revs = make(map[string]uint64, n)
 	}
 	last, err := f.drain(ctx, 0, top, true, false, func(m jetstream.Msg, seq uint64) error {
 		key, ok := k.key(m.Subject())
 		if !ok {
 			return fmt.Errorf("%s: list: message %d on unexpected subject %q", k.source, seq, m.Subject())
 		}
-		latest[key] = kvEntry{rev: seq, data: m.Data(), del: isDelete(m)}
+		if n := len(fold.events); n > 0 && uint64(fold.events[n-1].RV) >= seq {
+			// The fold relies on delivery in stream order; a consumer
+			// that breaks it is not trusted (the list starts over).
+			return &feedError{fmt.Errorf("message %d delivered after message %d: out of stream order", seq, fold.events[n-1].RV)}
+		}
+		fold.drop(key)
+		if !isDelete(m) {
+			fold.events = append(fold.events, k.event(core.Added, key, seq, m.Data()))
+			fold.revs[key] = seq
+		}
 		return nil
 	})
 	if err != nil {
 		return 0, nil, fmt.Errorf("list: %w", err)
 	}
-	return max(top, last), latest, nil
+	return max(top, last), fold, nil
 }
 
 // Watch delivers every put, delete and purge of a watched key after from,

@@ -72,8 +72,13 @@ func apiPrefix(o jetstream.JetStreamOptions) string {
 const (
 	// requestTimeout bounds one request: a request lost with a dropped
 	// connection gets no answer, and the caller's context may have a far
-	// deadline or none.
-	requestTimeout = 5 * time.Second
+	// deadline or none. retry gives a first attempt firstRequestTimeout,
+	// doubling up to requestTimeout: a request lost while the connection
+	// or the stream's leader changed is repeated within a second (with 5s
+	// for every attempt, a restart or a step-down cost 5s of staleness
+	// each time), while a server that is slow to answer still gets 5s.
+	requestTimeout      = 5 * time.Second
+	firstRequestTimeout = time.Second
 	// clusterRetry bounds how long a request that fails for a reason a
 	// cluster recovers from on its own (no leader yet, no responders while
 	// a consumer is placed, a timeout across a step-down) is retried before
@@ -141,14 +146,17 @@ func (r *reader) fatal(err error) error {
 	return err
 }
 
-// retry runs op, each attempt bounded by requestTimeout, until it succeeds,
-// fails with an error that is not transient, ctx ends, or clusterRetry has
-// passed since the first attempt; then it returns op's last result.
+// retry runs op, each attempt bounded by firstRequestTimeout doubling up to
+// requestTimeout, until it succeeds, fails with an error that is not
+// transient, ctx ends, or clusterRetry has passed since the first attempt;
+// then it returns op's last result.
 func retry[R any](ctx context.Context, op func(context.Context) (R, error)) (R, error) {
 	start := time.Now()
 	wait := 25 * time.Millisecond
+	timeout := firstRequestTimeout
 	for {
-		rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+		rctx, cancel := context.WithTimeout(ctx, timeout)
+		timeout = min(2*timeout, requestTimeout)
 		r, err := op(rctx)
 		cancel()
 		if err == nil || ctx.Err() != nil || !transient(err) || time.Since(start) > clusterRetry {

@@ -24,9 +24,19 @@ import (
 //     row into the filter may leave an unchanged TOASTed value out of the
 //     stream ('u'), which only the old row (FULL) or the listed value can
 //     fill, and a row left out of the list has no listed value.
+//   - The publication the Source creates gets a row filter (Postgres 15
+//     and later) with those of the conditions that are on replica identity
+//     columns (the primary key under REPLICA IDENTITY DEFAULT, any column
+//     under FULL; Postgres refuses others for UPDATE and DELETE): the
+//     server then sends no change of a row that neither matched before
+//     nor matches after, turns an update that leaves the filter into a
+//     delete and one that enters it into an insert. Several Tables on one
+//     table share the publication: its row filter is the union (OR) of
+//     theirs, and none when one of them has none. A publication the
+//     Source did not create, or one that already carried the table
+//     (a permanent slot's, from an earlier run), is left as it is.
 //   - Everything else, and the whole filter on the stream, is evaluated
-//     here on each decoded row: rows outside the filter are still sent by
-//     the server and decoded (publication row filters are not used yet).
+//     here on each decoded row.
 //
 // Handlers see a row that starts matching as an add and one that stops as
 // a delete carrying its last matching state. Several Tables on one table
@@ -70,7 +80,8 @@ func newTableFilter[T any](st *tableState, f *filter.Filter[T], p *rowPlan, cols
 			}
 		}
 	}
-	var sql []string
+	var sql, pub []string
+	var identErr error
 	_, residue, err := f.Split("postgres table "+ident, pgPushdown, func(e filter.Expr) bool {
 		if !safe {
 			return false
@@ -82,6 +93,13 @@ func newTableFilter[T any](st *tableState, f *filter.Filter[T], p *rowPlan, cols
 		s, ok := conditionSQL(e, c)
 		if ok {
 			sql = append(sql, s)
+			// Postgres allows a row filter on UPDATE and DELETE only
+			// over the replica identity's columns.
+			if st.full || slices.Contains(st.pk, c.name) {
+				pub = append(pub, s)
+			} else if e.Server && identErr == nil {
+				identErr = fmt.Errorf("pginformer: table %s: condition %s is marked filter.Server, but column %q is not in the table's replica identity (its primary key), and Postgres evaluates a publication row filter on UPDATE and DELETE only over replica identity columns: ALTER TABLE %s REPLICA IDENTITY FULL, or filter on key columns", ident, e, c.name, ident)
+			}
 		}
 		return ok
 	})
@@ -91,10 +109,17 @@ func newTableFilter[T any](st *tableState, f *filter.Filter[T], p *rowPlan, cols
 		}
 		return nil, fmt.Errorf("pginformer: %w", err)
 	}
+	if identErr != nil {
+		return nil, identErr
+	}
 	tf := &tableFilter[T]{full: f, residue: residue}
 	if len(sql) > 0 {
 		tf.where = strings.Join(sql, " AND ")
 	}
+	if len(pub) > 0 {
+		st.rowFilter = strings.Join(pub, " AND ")
+	}
+	st.filtered = true
 	return tf, nil
 }
 
@@ -204,6 +229,25 @@ func (tf *tableFilter[T]) snapshotWhere() string {
 		return ""
 	}
 	return tf.where
+}
+
+// rowFilter returns the publication row filter for the table with oid: the
+// union of the row filters of every Table of it, "" when one of them needs
+// every row (no filter, or no condition Postgres may evaluate on UPDATE and
+// DELETE), or when the server predates row filters (Postgres 15).
+func (s *Source) rowFilter(oid uint32, serverVersion int) string {
+	if serverVersion < 150000 {
+		return ""
+	}
+	var terms []string
+	for _, t := range s.byOID[oid] {
+		if !t.filtered || t.rowFilter == "" {
+			return ""
+		}
+		terms = append(terms, "("+t.rowFilter+")")
+	}
+	slices.Sort(terms)
+	return strings.Join(slices.Compact(terms), " OR ")
 }
 
 // tableFilterFor splits f against the table's columns (NewTable's hook).

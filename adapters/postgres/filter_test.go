@@ -17,6 +17,12 @@ import (
 	"github.com/dbinformer/dbinformer/integration/harness"
 )
 
+type keyOrder struct {
+	ID     int64 `db:"id"`
+	Amount int64 `db:"amount"`
+	V      int64 `db:"v"`
+}
+
 type order struct {
 	ID     int64  `db:"id"`
 	Tenant string `db:"tenant"`
@@ -232,4 +238,125 @@ func TestWhereRefused(t *testing.T) {
 	if _, err := pginformer.NewTable[order](ctx, src, "orders", pginformer.TableOptions[order]{Where: f}); err != nil {
 		t.Errorf("a Server condition on a FULL table: %v", err)
 	}
+}
+
+// TestWherePublicationRowFilter: on Postgres 15+, a Table whose filter has
+// conditions on replica identity columns gets them as the publication's
+// row filter, and writes that touch only rows outside it reach no Table
+// (StreamedChanges does not move) while WaitFor still reaches their LSN.
+// A condition on another column of a DEFAULT-identity table stays
+// client-side (every change is streamed and decoded); marked
+// filter.Server it is refused, naming the fix.
+func TestWherePublicationRowFilter(t *testing.T) {
+	pg := harness.StartPostgres(t)
+	pg.Exec(t, `CREATE TABLE full_orders (id bigint PRIMARY KEY, tenant text NOT NULL, status text NOT NULL, amount bigint NOT NULL, v bigint NOT NULL);
+		ALTER TABLE full_orders REPLICA IDENTITY FULL;
+		CREATE TABLE key_orders (id bigint PRIMARY KEY, amount bigint NOT NULL, v bigint NOT NULL);
+		CREATE TABLE plain_orders (id bigint PRIMARY KEY, tenant text NOT NULL, status text NOT NULL, amount bigint NOT NULL, v bigint NOT NULL)`)
+	conn := pg.Conn(t)
+	ctx := ctxFor(t)
+	for _, tbl := range []string{"full_orders", "plain_orders"} {
+		write(t, conn, `INSERT INTO `+tbl+` SELECT i, CASE WHEN i % 10 = 0 THEN 'acme' ELSE 'other' END, 'open', i, 1 FROM generate_series(1, 100) i`)
+	}
+	write(t, conn, `INSERT INTO key_orders SELECT i, i, 1 FROM generate_series(1, 100) i`)
+	src := newSource(t, pg, pginformer.Options{})
+	tenant := filter.MustNew[order](filter.Eq("tenant", "acme"))
+	full, err := pginformer.NewTable[order](ctx, src, "full_orders", pginformer.TableOptions[order]{Where: tenant})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Only fixed-length columns: conditions may go into the List's query
+	// under REPLICA IDENTITY DEFAULT; of them only the one on the key into
+	// the row filter.
+	byKey, err := pginformer.NewTable[keyOrder](ctx, src, "key_orders", pginformer.TableOptions[keyOrder]{Where: filter.MustNew[keyOrder](filter.And(filter.Le("id", 10), filter.Ge("amount", 0)))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := pginformer.NewTable[order](ctx, src, "plain_orders", pginformer.TableOptions[order]{Where: tenant})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = pginformer.NewTable[order](ctx, src, "plain_orders", pginformer.TableOptions[order]{Where: filter.MustNew[order](filter.Server(filter.Eq("tenant", "acme")))})
+	if err == nil || !strings.Contains(err.Error(), "REPLICA IDENTITY FULL") {
+		t.Errorf("a Server condition on a non-key column of a DEFAULT table: %v", err)
+	}
+	_, err = pginformer.NewTable[keyOrder](ctx, src, "key_orders", pginformer.TableOptions[keyOrder]{Where: filter.MustNew[keyOrder](filter.Server(filter.Ge("amount", 0)))})
+	if err == nil || !strings.Contains(err.Error(), "REPLICA IDENTITY FULL, or filter on key columns") {
+		t.Errorf("a Server condition on a non-key column of a DEFAULT table: %v", err)
+	}
+	type tc struct {
+		name   string
+		other  string
+		synced func() (cached int, streamed func() int64, waitFor func(core.ResourceVersion))
+	}
+	run := func(tbl *pginformer.Table[order]) func() (int, func() int64, func(core.ResourceVersion)) {
+		return func() (int, func() int64, func(core.ResourceVersion)) {
+			inf, _ := informertest.Run[order](t, tbl, core.InformerOptions[order]{})
+			return inf.Lister().Len(), tbl.StreamedChanges, func(rv core.ResourceVersion) { informertest.WaitFor(t, inf, rv) }
+		}
+	}
+	var fullInf *core.SharedIndexInformer[order]
+	cases := []tc{
+		{"full_orders", "tenant = 'other'", func() (int, func() int64, func(core.ResourceVersion)) {
+			inf, _ := informertest.Run[order](t, full, core.InformerOptions[order]{})
+			fullInf = inf
+			return inf.Lister().Len(), full.StreamedChanges, func(rv core.ResourceVersion) { informertest.WaitFor(t, inf, rv) }
+		}},
+		{"key_orders", "id > 10", func() (int, func() int64, func(core.ResourceVersion)) {
+			inf, _ := informertest.Run[keyOrder](t, byKey, core.InformerOptions[keyOrder]{})
+			return inf.Lister().Len(), byKey.StreamedChanges, func(rv core.ResourceVersion) { informertest.WaitFor(t, inf, rv) }
+		}},
+		{"plain_orders", "tenant = 'other'", run(plain)},
+	}
+	streamed := make([]func() int64, len(cases))
+	waits := make([]func(core.ResourceVersion), len(cases))
+	for i, c := range cases {
+		var n int
+		n, streamed[i], waits[i] = c.synced()
+		if n != 10 {
+			t.Errorf("%s: %d rows cached, want 10", c.name, n)
+		}
+	}
+	var filters map[string]string = map[string]string{}
+	rows, _ := conn.Query(ctx, `SELECT tablename, coalesce(rowfilter, '') FROM pg_publication_tables WHERE pubname = $1`, src.PublicationName())
+	for rows.Next() {
+		var n, f string
+		if err := rows.Scan(&n, &f); err != nil {
+			t.Fatal(err)
+		}
+		filters[n] = f
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if filters["full_orders"] == "" || filters["key_orders"] == "" || filters["plain_orders"] != "" {
+		t.Errorf("publication row filters %q: want full_orders and key_orders filtered, plain_orders not", filters)
+	}
+	for i, c := range cases {
+		before := streamed[i]()
+		lsn := write(t, conn, `UPDATE `+c.name+` SET v = v + 1, amount = amount + 1 WHERE `+c.other)
+		waits[i](lsn)
+		got := streamed[i]() - before
+		if c.name == "plain_orders" {
+			if got != 90 {
+				t.Errorf("%s (no row filter): %d changes streamed, want all 90", c.name, got)
+			}
+		} else if got != 0 {
+			t.Errorf("%s: %d changes of rows outside the row filter were streamed, want 0", c.name, got)
+		}
+		t.Logf("%s: row filter %q, changes streamed for 90 non-matching updates: %d", c.name, filters[c.name], got)
+	}
+	// A row that enters and one that leaves the row filter arrive as an
+	// add and a delete.
+	rec := informertest.NewRecorder(t, func(o order) int64 { return o.V })
+	if _, err := fullInf.AddEventHandler(rec); err != nil {
+		t.Fatal(err)
+	}
+	rec.Wait("the replay", func(log []string, _ map[string]int64) bool { return len(log) == 10 })
+	write(t, conn, `UPDATE full_orders SET tenant = 'acme', v = 7 WHERE id = 11`)
+	lsn := write(t, conn, `UPDATE full_orders SET tenant = 'other', v = 8 WHERE id = 10`)
+	informertest.WaitFor(t, fullInf, lsn)
+	rec.Wait("enter and leave", func(log []string, _ map[string]int64) bool {
+		return slices.Contains(log, "add 11 v=7") && slices.Contains(log, "delete 10 v=1")
+	})
 }

@@ -84,17 +84,6 @@ func (s *Source) snapshotFor(ctx context.Context, st *tableState, read func(r *s
 	defer stop()
 	unwatch := context.AfterFunc(s.readCtx, stop)
 	defer unwatch()
-	// This List's own reader slot, taken before setupMu: slots are given
-	// back without it.
-	select {
-	case s.readers <- struct{}{}:
-	case <-ctx.Done():
-		if s.readCtx.Err() != nil {
-			return 0, errClosed
-		}
-		return 0, ctx.Err()
-	}
-	defer func() { <-s.readers }()
 	s.setupMu.Lock()
 	locked := true
 	defer func() {
@@ -139,13 +128,18 @@ func (s *Source) snapshotFor(ctx context.Context, st *tableState, read func(r *s
 			st.reset(sess.cp)
 		}
 		s.mu.Unlock()
+		// Import first, then wait for a reader slot: every table whose List
+		// started before the stream reads in the slot's own snapshot.
 		first, err := s.importSnapshot(ctx, sn)
 		if err != nil {
 			return 0, err
 		}
 		s.setupMu.Unlock()
 		locked = false
-		err = read(&snapReaders{s: s, sn: sn, first: first}, sess.cp, fresh)
+		if err = s.takeReader(ctx); err == nil {
+			err = read(&snapReaders{s: s, sn: sn, first: first}, sess.cp, fresh)
+			<-s.readers
+		}
 		first.close(s)
 		s.setupMu.Lock()
 		locked = true
@@ -175,6 +169,14 @@ func (s *Source) snapshotFor(ctx context.Context, st *tableState, read func(r *s
 		st.reset(s.pos)
 	}
 	s.mu.Unlock()
+	// The helper's snapshot is this List's alone: other Lists and stream
+	// starts need not wait for it.
+	s.setupMu.Unlock()
+	locked = false
+	if err := s.takeReader(ctx); err != nil {
+		return 0, err
+	}
+	defer func() { <-s.readers }()
 	repl, err := s.connectRepl(ctx)
 	if err != nil {
 		return 0, err
@@ -188,10 +190,6 @@ func (s *Source) snapshotFor(ctx context.Context, st *tableState, read func(r *s
 	if err != nil {
 		return 0, err
 	}
-	// The helper's snapshot is this List's alone: other Lists and stream
-	// starts need not wait for it.
-	s.setupMu.Unlock()
-	locked = false
 	err = read(&snapReaders{s: s, sn: sn, first: first}, sn.cp, fresh)
 	first.close(s)
 	if err != nil {
@@ -234,6 +232,10 @@ func (s *Source) ensurePublication(ctx context.Context, conn *pgx.Conn) error {
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return s.wrap("look up publication", err)
 	}
+	var serverVersion int
+	if err := conn.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&serverVersion); err != nil {
+		return s.wrap("read the server version", err)
+	}
 	seen := map[uint32]bool{}
 	list := ""
 	for _, t := range s.tables {
@@ -254,6 +256,9 @@ func (s *Source) ensurePublication(ctx context.Context, conn *pgx.Conn) error {
 			list += ", "
 		}
 		list += t.ident.Sanitize()
+		if rf := s.rowFilter(t.oid, serverVersion); rf != "" {
+			list += " WHERE (" + rf + ")"
+		}
 	}
 	var sql string
 	switch {

@@ -71,6 +71,21 @@ func (s *Source) importSnapshot(ctx context.Context, sn *snapshot) (*snapReader,
 	return &snapReader{conn: conn, tx: tx}, nil
 }
 
+// takeReader waits for a reader slot (Options.SnapshotReaders) for a
+// List's first reader; the caller gives it back with <-s.readers. Slots are
+// given back without setupMu.
+func (s *Source) takeReader(ctx context.Context) error {
+	select {
+	case s.readers <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		if s.readCtx.Err() != nil {
+			return errClosed
+		}
+		return ctx.Err()
+	}
+}
+
 // snapReaders are the readers of one List: the first, and more on demand.
 type snapReaders struct {
 	s     *Source

@@ -99,6 +99,9 @@ type Source struct {
 	pubOwned bool // the Source creates (or completes) the publication
 	interval time.Duration
 	history  int
+	// silence is how long a stream may hear nothing from the server
+	// before it ends as half-open (see silenceLimit).
+	silence time.Duration
 
 	setupMu    sync.Mutex      // serialises session setup, snapshot imports and stream starts
 	readers    chan struct{}   // a slot per snapshot reader connection (Options.SnapshotReaders)
@@ -117,6 +120,7 @@ type Source struct {
 	pos         core.ResourceVersion
 	lastTxn     core.ResourceVersion
 	progressReq bool
+	wake        context.CancelFunc // wakes the stream loop's receive; nil when none runs
 	// Progress requests: numbered when made, sent to the server, answered
 	// by the next keepalive.
 	progressSeq, progressSent, progressDone uint64
@@ -218,13 +222,15 @@ func NewSource(ctx context.Context, connString string, opts Options) (*Source, e
 	defer conn.Close(context.Background())
 	var walLevel string
 	var repl, super bool
-	err = conn.QueryRow(ctx, `SELECT current_setting('wal_level'), rolreplication, rolsuper FROM pg_roles WHERE rolname = current_user`).Scan(&walLevel, &repl, &super)
+	var senderTimeout int64 // ms
+	err = conn.QueryRow(ctx, `SELECT current_setting('wal_level'), rolreplication, rolsuper, (SELECT setting::bigint FROM pg_settings WHERE name = 'wal_sender_timeout') FROM pg_roles WHERE rolname = current_user`).Scan(&walLevel, &repl, &super, &senderTimeout)
 	if err != nil {
 		return nil, s.wrap("check server settings", err)
 	}
 	if walLevel != "logical" {
 		return nil, fmt.Errorf("postgres %s: wal_level is %q, logical replication needs wal_level = logical (ALTER SYSTEM SET wal_level = logical; then restart the server)", s.where(), walLevel)
 	}
+	s.silence = silenceLimit(s.interval, time.Duration(senderTimeout)*time.Millisecond)
 	if !repl && !super {
 		return nil, fmt.Errorf("postgres %s: role %q lacks the REPLICATION attribute needed for a replication slot (ALTER ROLE %s REPLICATION)", s.where(), s.connCfg.User, pgx.Identifier{s.connCfg.User}.Sanitize())
 	}
@@ -241,6 +247,23 @@ func NewSource(ctx context.Context, connString string, opts Options) (*Source, e
 		}
 	}
 	return s, nil
+}
+
+// silenceLimit is how long a replication stream may receive nothing at all
+// before it is taken for half-open. A live, idle server answers at once the
+// keepalive the stream requests after one quiet status interval, so
+// silentIntervals intervals would do; but a walsender busy decoding a large
+// transaction that sends us nothing (its changes are to other tables)
+// reads our requests only once wal_sender_timeout/2 has passed since it
+// last did, so the limit is at least that plus two intervals. It stays
+// below wal_sender_timeout as long as StatusInterval is below a quarter of
+// it, so that a stream cut off in silence ends on our side first. A
+// disabled (0) or unknown wal_sender_timeout counts as its default, 60s.
+func silenceLimit(interval, senderTimeout time.Duration) time.Duration {
+	if senderTimeout <= 0 {
+		senderTimeout = time.Minute
+	}
+	return max(silentIntervals*interval, senderTimeout/2+2*interval)
 }
 
 // snapshotHold bounds how long the first List's snapshot is held for the

@@ -15,15 +15,25 @@ import (
 // The walsender loop: receive pgoutput, report the applied position, and
 // hand each committed transaction to the tables it touched.
 
-// pendingTxn collects one transaction's changes per table.
+// pendingTxn collects one transaction's changes per table. A transaction
+// touches few tables: a short list beats a map looked up per row.
 type pendingTxn struct {
 	commit  core.ResourceVersion // commit record start (Begin.FinalLSN)
-	changes map[*tableState][]change
+	tables  []*tableState
+	changes [][]change // per entry of tables
 }
 
 func (p *pendingTxn) add(ts []*tableState, c change) {
+next:
 	for _, t := range ts {
-		p.changes[t] = append(p.changes[t], c)
+		for i, have := range p.tables {
+			if have == t {
+				p.changes[i] = append(p.changes[i], c)
+				continue next
+			}
+		}
+		p.tables = append(p.tables, t)
+		p.changes = append(p.changes, []change{c})
 	}
 }
 
@@ -54,50 +64,114 @@ func (s *Source) stream(ctx context.Context, sess *session, gen uint64) {
 	s.failLocked(err, temporary)
 }
 
+// relEntry is what the stream knows of a relation id: its column layout
+// (nil until its Relation message) and the tables registered for it. The
+// table set is frozen before any stream starts, so the entry is built once
+// per Relation message instead of looked up under the lock per row.
+type relEntry struct {
+	rel    *relation
+	tables []*tableState
+}
+
+// Receive and status cadence of the stream loop.
+const (
+	// statusCheckEvery bounds how often the loop looks at the applied
+	// position and the progress requests while messages keep coming.
+	statusCheckEvery = 10 * time.Millisecond
+	// ackEvery: a moved applied position is reported at most this often.
+	ackEvery = 100 * time.Millisecond
+	// silentIntervals: a stream that received nothing at all (no change,
+	// no keepalive) for this many status intervals, though a keepalive
+	// was requested after the first, ends as half-open (but see
+	// silenceLimit).
+	silentIntervals = core.StuckIntervals
+)
+
+// errHalfOpen is matched by the error with which a stream that heard
+// nothing from the server ends.
+var errHalfOpen = errors.New("the replication connection looks half-open")
+
 func (s *Source) streamLoop(ctx context.Context, sess *session) error {
-	relations := map[uint32]*relation{}
+	relations := map[uint32]*relEntry{}
 	var txn *pendingTxn
+	var arena valueArena
 	var lastSent core.ResourceVersion
-	lastSentAt := time.Time{}
-	for {
+	var lastSentAt, checkAt time.Time
+	lastRecv := time.Now()
+	probed := false // a keepalive was requested since lastRecv
+	// One receive context serves many messages: a fresh one per message
+	// costs a timer, an AfterFunc and their allocations on every row. It
+	// expires every ackEvery so that the loop reports the applied position
+	// and looks for silence; a progress request cancels it (s.wake).
+	var rctx context.Context
+	rcancel := context.CancelFunc(func() {})
+	defer func() {
 		s.mu.Lock()
-		ack := s.ackLocked()
-		reply, req := s.progressReq, s.progressSeq
-		s.progressReq = false
+		s.wake = nil
 		s.mu.Unlock()
-		// Report a moved position promptly but at most every 100ms, and
-		// the same position every interval (it is also our keepalive).
-		since := time.Since(lastSentAt)
-		if reply || since >= s.interval || ack != lastSent && since >= 100*time.Millisecond {
-			err := pglogrepl.SendStandbyStatusUpdate(ctx, sess.repl, pglogrepl.StandbyStatusUpdate{
-				WALWritePosition: pglogrepl.LSN(ack),
-				WALFlushPosition: pglogrepl.LSN(ack),
-				WALApplyPosition: pglogrepl.LSN(ack),
-				ClientTime:       time.Now(),
-				ReplyRequested:   reply,
-			})
-			if err != nil {
-				return fmt.Errorf("send standby status: %w", err)
-			}
-			lastSent, lastSentAt = ack, time.Now()
-			if reply {
+		rcancel()
+	}()
+	for {
+		now := time.Now()
+		woken := rctx == nil || rctx.Err() != nil
+		if woken || !now.Before(checkAt) {
+			checkAt = now.Add(statusCheckEvery)
+			if silent := now.Sub(lastRecv); silent >= s.silence {
+				return fmt.Errorf("%w: nothing received from the server for %v though a keepalive was requested (limit %v: %d status intervals of %v, and at least half the server's wal_sender_timeout plus two); ending the session to reconnect", errHalfOpen, silent.Round(time.Millisecond), s.silence, silentIntervals, s.interval)
+			} else if silent >= s.interval && !probed {
+				// Quiet for a whole interval: ask for a keepalive, which a
+				// live server answers at once.
 				s.mu.Lock()
-				s.progressSent = req
+				s.progressReq = true
 				s.mu.Unlock()
+				probed = true
+			}
+			s.mu.Lock()
+			ack := s.ackLocked()
+			reply, req := s.progressReq, s.progressSeq
+			s.progressReq = false
+			s.mu.Unlock()
+			// Report a moved position promptly but at most every ackEvery,
+			// and the same position every interval (it is also our
+			// keepalive).
+			since := now.Sub(lastSentAt)
+			if reply || since >= s.interval || ack != lastSent && since >= ackEvery {
+				err := pglogrepl.SendStandbyStatusUpdate(ctx, sess.repl, pglogrepl.StandbyStatusUpdate{
+					WALWritePosition: pglogrepl.LSN(ack),
+					WALFlushPosition: pglogrepl.LSN(ack),
+					WALApplyPosition: pglogrepl.LSN(ack),
+					ClientTime:       now,
+					ReplyRequested:   reply,
+				})
+				if err != nil {
+					return fmt.Errorf("send standby status: %w", err)
+				}
+				lastSent, lastSentAt = ack, now
+				if reply {
+					s.mu.Lock()
+					s.progressSent = req
+					s.mu.Unlock()
+				}
 			}
 		}
-		rctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		if woken {
+			rcancel()
+			rctx, rcancel = context.WithTimeout(ctx, ackEvery)
+			s.mu.Lock()
+			s.wake = rcancel
+			s.mu.Unlock()
+		}
 		msg, err := sess.repl.ReceiveMessage(rctx)
-		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
-			if pgconn.Timeout(err) {
+			if rctx.Err() != nil || pgconn.Timeout(err) {
 				continue
 			}
 			return err
 		}
+		lastRecv, probed = time.Now(), false
 		switch msg := msg.(type) {
 		case *pgproto3.ErrorResponse:
 			return pgconn.ErrorResponseToPgError(msg)
@@ -114,7 +188,7 @@ func (s *Source) streamLoop(ctx context.Context, sess *session) error {
 					return err
 				}
 				if ka.ReplyRequested {
-					lastSentAt = time.Time{}
+					lastSentAt, checkAt = time.Time{}, time.Time{}
 				}
 				if txn == nil {
 					// Everything before the server's WAL end has been sent
@@ -135,7 +209,7 @@ func (s *Source) streamLoop(ctx context.Context, sess *session) error {
 				if err != nil {
 					return err
 				}
-				txn, err = s.handle(xld.WALData, relations, txn)
+				txn, err = s.handle(xld.WALData, relations, txn, &arena)
 				if err != nil {
 					return err
 				}
@@ -145,37 +219,38 @@ func (s *Source) streamLoop(ctx context.Context, sess *session) error {
 }
 
 // handle applies one pgoutput message.
-func (s *Source) handle(data []byte, relations map[uint32]*relation, txn *pendingTxn) (*pendingTxn, error) {
+func (s *Source) handle(data []byte, relations map[uint32]*relEntry, txn *pendingTxn, arena *valueArena) (*pendingTxn, error) {
+	if len(data) == 0 {
+		return txn, errors.New("empty pgoutput message")
+	}
+	switch data[0] {
+	case 'I', 'U', 'D':
+		// The rows: parsed here, without pglogrepl's per-column objects.
+		id, c, err := parseChange(data, arena)
+		if err != nil {
+			return txn, fmt.Errorf("parse pgoutput message: %w", err)
+		}
+		if txn != nil {
+			e := s.relationEntry(relations, id)
+			c.rel = e.rel
+			txn.add(e.tables, c)
+		}
+		return txn, nil
+	}
 	m, err := pglogrepl.Parse(data)
 	if err != nil {
 		return txn, fmt.Errorf("parse pgoutput message: %w", err)
 	}
 	switch m := m.(type) {
 	case *pglogrepl.BeginMessage:
-		return &pendingTxn{commit: core.ResourceVersion(m.FinalLSN), changes: map[*tableState][]change{}}, nil
+		return &pendingTxn{commit: core.ResourceVersion(m.FinalLSN)}, nil
 	case *pglogrepl.RelationMessage:
-		relations[m.RelationID] = newRelation(m)
-	case *pglogrepl.InsertMessage:
-		if ts, rel := s.lookup(relations, m.RelationID); txn != nil {
-			txn.add(ts, change{kind: changeInsert, rel: rel, new: tupleOf(m.Tuple)})
-		}
-	case *pglogrepl.UpdateMessage:
-		if ts, rel := s.lookup(relations, m.RelationID); txn != nil {
-			c := change{kind: changeUpdate, rel: rel, new: tupleOf(m.NewTuple)}
-			if m.OldTuple != nil {
-				c.old, c.oldKind = tupleOf(m.OldTuple), m.OldTupleType
-			}
-			txn.add(ts, c)
-		}
-	case *pglogrepl.DeleteMessage:
-		if ts, rel := s.lookup(relations, m.RelationID); txn != nil {
-			txn.add(ts, change{kind: changeDelete, rel: rel, old: tupleOf(m.OldTuple), oldKind: m.OldTupleType})
-		}
+		e := s.relationEntry(relations, m.RelationID)
+		relations[m.RelationID] = &relEntry{rel: newRelation(m), tables: e.tables}
 	case *pglogrepl.TruncateMessage:
 		if txn != nil {
 			for _, id := range m.RelationIDs {
-				ts, _ := s.lookup(relations, id)
-				txn.add(ts, change{kind: changeTruncate})
+				txn.add(s.relationEntry(relations, id).tables, change{kind: changeTruncate})
 			}
 		}
 	case *pglogrepl.CommitMessage:
@@ -185,7 +260,8 @@ func (s *Source) handle(data []byte, relations map[uint32]*relation, txn *pendin
 		rv := core.ResourceVersion(m.TransactionEndLSN)
 		s.mu.Lock()
 		if rv > s.lastTxn { // on a resumed stream, skip what we had
-			for t, cs := range txn.changes {
+			for i, t := range txn.tables {
+				cs := txn.changes[i]
 				switch {
 				case !t.active:
 				case rv <= t.covered:
@@ -208,17 +284,17 @@ func (s *Source) handle(data []byte, relations map[uint32]*relation, txn *pendin
 	return txn, nil
 }
 
-// lookup finds the registered tables of a relation. Whether a table is
-// active (listed) is decided at commit, under the lock that also moves pos,
-// so a table activated mid-transaction still gets that transaction.
-func (s *Source) lookup(relations map[uint32]*relation, id uint32) ([]*tableState, *relation) {
-	s.mu.Lock()
-	ts := s.byOID[id]
-	s.mu.Unlock()
-	if ts == nil {
-		return nil, nil
+// relationEntry returns what the stream knows of a relation id, looking
+// its tables up once.
+func (s *Source) relationEntry(relations map[uint32]*relEntry, id uint32) *relEntry {
+	if e := relations[id]; e != nil {
+		return e
 	}
-	return ts, relations[id]
+	s.mu.Lock()
+	e := &relEntry{tables: s.byOID[id]}
+	s.mu.Unlock()
+	relations[id] = e
+	return e
 }
 
 // requestProgress asks the server for a keepalive carrying its WAL end,
@@ -229,5 +305,8 @@ func (s *Source) requestProgress() uint64 {
 	defer s.mu.Unlock()
 	s.progressReq = true
 	s.progressSeq++
+	if s.wake != nil {
+		s.wake() // the stream loop sends the request now, not at its next tick
+	}
 	return s.progressSeq
 }

@@ -51,6 +51,7 @@ type Table[T any] struct {
 	opts    TableOptions[T]
 	skipped atomic.Int64
 	filter  *tableFilter[T] // nil: unfiltered
+	changes atomic.Int64    // row changes the stream delivered
 }
 
 var (
@@ -205,6 +206,12 @@ func (t *Table[T]) Head(ctx context.Context) (core.ResourceVersion, error) {
 // ReportsProgress reports true: a watch answers progress requests with a
 // Bookmark at the WAL position of the server's next keepalive.
 func (t *Table[T]) ReportsProgress() bool { return true }
+
+// StreamedChanges is how many row changes (inserts, updates, deletes) of
+// the table the stream has delivered to this Table so far: with a
+// publication row filter (TableOptions.Where), changes outside it are not
+// sent and not counted.
+func (t *Table[T]) StreamedChanges() int64 { return t.changes.Load() }
 
 // Skipped is how many rows and changes were left out of the cache because
 // they did not decode (with TableOptions.SkipUndecodable).

@@ -21,6 +21,10 @@ type tableState struct {
 	pk           []string
 	full         bool // REPLICA IDENTITY FULL
 	partitioned  bool
+	// filtered: the Table has a TableOptions.Where; rowFilter is what of
+	// it the publication may evaluate (SQL, "" for nothing). See filter.go.
+	filtered  bool
+	rowFilter string
 
 	// guarded by src.mu
 	active  bool                 // listed in the current slot's lifetime

@@ -61,6 +61,7 @@ func (t *Table[T]) Watch(ctx context.Context, from core.ResourceVersion, opts co
 	defer dropCheck.Stop()
 	pos := from
 	var buf []core.Event[T]
+	var todo []*batch
 	var asked uint64 // the progress request to answer; 0: none
 	var lastDropCheck time.Time
 	// The drop check opens a connection (an authentication round trip):
@@ -102,23 +103,42 @@ func (t *Table[T]) Watch(ctx context.Context, from core.ResourceVersion, opts co
 			return err
 		}
 		if i := st.firstAfter(pos); i < len(st.batches) {
-			b := st.batches[i]
+			// Every transaction ready goes out in one Emit (up to
+			// emitMax events): a consumer that fell behind catches up
+			// without paying the hand-over once per transaction.
+			todo = append(todo[:0], st.batches[i:min(len(st.batches), i+emitMaxBatches)]...)
 			s.mu.Unlock()
-			evs, failed := t.decodeUpTo(b)
-			if failed > 0 && !t.opts.SkipUndecodable {
-				var bad undecodable
-				for _, ev := range evs {
-					if ev.Err != nil {
-						bad.add(ev.Err)
+			buf = buf[:0]
+			top := pos
+			for _, b := range todo {
+				evs, failed := t.decodeUpTo(b)
+				if failed > 0 && !t.opts.SkipUndecodable {
+					// What precedes the bad transaction is delivered first.
+					if len(buf) > 0 {
+						if err := opts.Emit(buf); err != nil {
+							return stopped(ctx, err)
+						}
+						t.ack(top)
 					}
+					var bad undecodable
+					for _, ev := range evs {
+						if ev.Err != nil {
+							bad.add(ev.Err)
+						}
+					}
+					return bad.err(fmt.Sprintf("%s: of the changes of the transaction at %s", st.sourceName(), lsn(b.rv)))
 				}
-				return bad.err(fmt.Sprintf("%s: of the changes of the transaction at %s", st.sourceName(), lsn(b.rv)))
+				buf = append(buf, evs...)
+				top = b.rv
+				if len(buf) >= emitMax {
+					break
+				}
 			}
-			buf = append(buf[:0], evs...)
+			clear(todo)
 			if err := opts.Emit(buf); err != nil {
 				return stopped(ctx, err)
 			}
-			pos = b.rv
+			pos = top
 			t.ack(pos)
 			continue
 		}
@@ -168,6 +188,31 @@ func (t *Table[T]) Watch(ctx context.Context, from core.ResourceVersion, opts co
 		}
 	}
 }
+
+// ProgressInterval implements core.ProgressIntervaler: an open watch emits
+// a Bookmark whenever the stream moves on without touching the table, and
+// answers a progress request within one round trip to the server (a
+// status update asking for a keepalive). The stream hears from a live
+// server at least once per status interval (it asks for a keepalive after
+// one quiet interval) and ends its session after the Source's silence
+// limit (see silenceLimit: 3 status intervals, at least half the server's
+// wal_sender_timeout plus two). The interval is that limit divided by
+// core.StuckIntervals, so that the reflector's stuck-watch detection and
+// the stream's half-open detection agree, and neither takes a walsender
+// busy with a large transaction for a dead one.
+func (t *Table[T]) ProgressInterval() time.Duration {
+	return t.src.silence / core.StuckIntervals
+}
+
+var _ core.ProgressIntervaler = (*Table[int])(nil)
+
+// A watch hands every transaction it has ready to one Emit, up to
+// emitMaxBatches transactions or, past emitMax events, the transaction
+// that crossed it.
+const (
+	emitMaxBatches = 256
+	emitMax        = 4096
+)
 
 // dropCheckEvery is how often an idle watch checks that its table still
 // exists; it also checks at a progress request, at most every
@@ -244,7 +289,8 @@ func (t *Table[T]) decodeUpTo(b *batch) ([]core.Event[T], int) {
 // known keys and TOAST values current. Called with knownMu held.
 func (t *Table[T]) decode(b *batch) {
 	st := t.st
-	var out []core.Event[T]
+	t.changes.Add(int64(len(b.changes)))
+	out := make([]core.Event[T], 0, len(b.changes)) // one per change, mostly
 	src := st.sourceName()
 	failed := 0
 	fail := func(typ core.EventType, key string, err error) {
@@ -263,6 +309,9 @@ func (t *Table[T]) decode(b *batch) {
 		}
 		return ev
 	}
+	var lastRel *relation
+	var lastPlan *rowPlan
+	var lastErr error
 	for _, c := range b.changes {
 		if c.kind == changeTruncate {
 			for _, k := range st.truncate() {
@@ -274,7 +323,11 @@ func (t *Table[T]) decode(b *batch) {
 			fail(core.Modified, "", errors.New("change before its Relation message"))
 			continue
 		}
-		p, err := t.m.plan(c.rel)
+		if c.rel != lastRel { // a transaction's rows mostly share a layout
+			lastRel = c.rel
+			lastPlan, lastErr = t.m.plan(c.rel)
+		}
+		p, err := lastPlan, lastErr
 		if err != nil {
 			fail(core.Modified, "", err)
 			continue

@@ -69,6 +69,8 @@ type config struct {
 	init        bool          // create and fill the tables when missing or empty
 	customers   int           // demo rows written by -init
 	orders      int
+	checkpoint  string // directory of checkpoints; "" lists at every start
+	slot        string // permanent slot used with checkpoint
 }
 
 func main() {
@@ -80,6 +82,8 @@ func main() {
 	flag.BoolVar(&cfg.init, "init", false, "create public.customers and public.orders if missing and fill them with demo rows if empty")
 	flag.IntVar(&cfg.customers, "customers", 1000, "demo customers written by -init")
 	flag.IntVar(&cfg.orders, "orders", 20000, "demo orders written by -init")
+	flag.StringVar(&cfg.checkpoint, "checkpoint", "", "directory for checkpoints: restart warm from the last one over a permanent slot instead of listing (tables need REPLICA IDENTITY FULL; -init sets it)")
+	flag.StringVar(&cfg.slot, "slot", "dbinformer_example", "the permanent replication slot used with -checkpoint (drop it with pg_drop_replication_slot when done)")
 	flag.Parse()
 	if cfg.conn == "" {
 		fmt.Fprintln(os.Stderr, "postgres: -conn (or $DATABASE_URL) is required")
@@ -104,10 +108,15 @@ func run(ctx context.Context, cfg config, out io.Writer) (err error) {
 
 	// One Source: one slot, one walsender and one publication for both
 	// tables. Register every table before the informers start.
-	src, err := pginformer.NewSource(ctx, cfg.conn, pginformer.Options{
+	srcOpts := pginformer.Options{
 		Publication: cfg.pub,
 		Logger:      slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
+	}
+	ckpt, err := checkpoints(cfg, &srcOpts)
+	if err != nil {
+		return err
+	}
+	src, err := pginformer.NewSource(ctx, cfg.conn, srcOpts)
 	if err != nil {
 		return err // names host, port and user only, never the password
 	}
@@ -117,7 +126,9 @@ func run(ctx context.Context, cfg config, out io.Writer) (err error) {
 		if cerr := src.Close(); cerr != nil && err == nil {
 			err = cerr
 		}
-		if cfg.pub == "" {
+		if ckpt != nil {
+			fmt.Fprintf(out, "closed the source: permanent replication slot %q and publication %q kept for the next warm start\n", src.SlotName(), src.PublicationName())
+		} else if cfg.pub == "" {
 			fmt.Fprintf(out, "closed the source: temporary replication slot %q and publication %q gone\n", src.SlotName(), src.PublicationName())
 		} else {
 			fmt.Fprintf(out, "closed the source: replication slot %q dropped, publication %q kept\n", src.SlotName(), src.PublicationName())
@@ -146,6 +157,7 @@ func run(ctx context.Context, cfg config, out io.Writer) (err error) {
 		Name:         "customers",
 		Metrics:      statuspage.Tee(page, progressMetrics{pm, out}),
 		ErrorHandler: page.ErrorHandler("customers", errorHandler),
+		Checkpoint:   checkpointFor[Customer](ckpt),
 	})
 	orders := core.NewSharedIndexInformer[Order](ordersTable, core.InformerOptions[Order]{
 		Name: "orders",
@@ -154,6 +166,7 @@ func run(ctx context.Context, cfg config, out io.Writer) (err error) {
 		},
 		Metrics:      statuspage.Tee(page, progressMetrics{pm, out}),
 		ErrorHandler: page.ErrorHandler("orders", errorHandler),
+		Checkpoint:   checkpointFor[Order](ckpt),
 	})
 	page.Add(customers, customersTable)
 	page.Add(orders, ordersTable)
@@ -194,6 +207,7 @@ func run(ctx context.Context, cfg config, out io.Writer) (err error) {
 	}
 	fmt.Fprintf(out, "synced %d customers and %d orders in %v over replication slot %q\n",
 		customers.Indexer().Len(), orders.Indexer().Len(), time.Since(start).Round(time.Millisecond), src.SlotName())
+	printWarm(out, "customers", customers.SyncStatus(), "orders", orders.SyncStatus())
 
 	fmt.Fprintf(out, "serving http://%s (/customers, /customers/{id}, /orders/{id}, /orders?customer={id}, /metrics, /debug/informers/); Ctrl-C stops\n", ln.Addr())
 
@@ -378,6 +392,14 @@ func initTables(ctx context.Context, cfg config) error {
 			created_at  timestamptz NOT NULL DEFAULT now())`,
 	} {
 		if _, err := tx.Exec(ctx, stmt); err != nil {
+			return fmt.Errorf("-init: %w", err)
+		}
+	}
+	if cfg.checkpoint != "" {
+		// A warm start restores each table's keys; under REPLICA
+		// IDENTITY DEFAULT a text column's unchanged TOAST value could not
+		// be filled in, so the informer would relist.
+		if _, err := tx.Exec(ctx, `ALTER TABLE public.customers REPLICA IDENTITY FULL; ALTER TABLE public.orders REPLICA IDENTITY FULL`); err != nil {
 			return fmt.Errorf("-init: %w", err)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/dbinformer/dbinformer/adapters/etcd/etcdtest"
 	"github.com/dbinformer/dbinformer/adapters/nats/natstest"
+	"github.com/dbinformer/dbinformer/adapters/postgres/pgtest"
 	"github.com/dbinformer/dbinformer/core/conformance"
 	"github.com/dbinformer/dbinformer/filter"
 	"github.com/dbinformer/dbinformer/integration/harness"
@@ -18,8 +19,34 @@ import (
 // reports only what the filter matches, and the handlers' view must equal
 // it. etcd-filtered pushes a key range down (keys below "k12") and
 // evaluates the predicate in the adapter; nats-filtered evaluates both in
-// the adapter.
+// the adapter; postgres-filtered (keys k00..k11 with In) pushes the key
+// condition into the List's query and the publication's row filter under
+// REPLICA IDENTITY FULL, and evaluates everything in the adapter under
+// DEFAULT (the seed picks).
 func init() {
+	Register("postgres-filtered", func(t testing.TB, rnd *rand.Rand) (conformance.Harness[pgtest.Row], string) {
+		var keys []any
+		for i := range 12 {
+			keys = append(keys, fmt.Sprintf("k%02d", i))
+		}
+		f, err := filter.New[pgtest.Row](filter.And(
+			filter.In("k", keys...),
+			filter.Where("version not a multiple of 3", func(r pgtest.Row) bool { return r.V%3 != 0 }),
+		))
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := harness.StartPostgres(t)
+		opts := pgtest.Options{Proxy: true, Table: "reliability", Where: f}
+		variant := "identity default (filter in the adapter)"
+		if rnd.IntN(2) == 0 {
+			opts.Full, variant = true, "identity full (key condition in the query and the row filter)"
+		}
+		if rnd.IntN(2) == 0 {
+			opts.Slot, variant = "reliability_slot", variant+", permanent slot"
+		}
+		return pgtest.New(t, srv, opts), variant
+	})
 	Register("etcd-filtered", func(t testing.TB, _ *rand.Rand) (conformance.Harness[etcdtest.Item], string) {
 		f, err := filter.New[etcdtest.Item](filter.And(
 			filter.Lt(filter.Key, "k12"),

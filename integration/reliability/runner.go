@@ -356,7 +356,11 @@ func Run[T any](t testing.TB, name string, makeHarness MakeHarness[T], seed uint
 		healed := time.Now()
 		epoch := injected.Load()
 		var head core.ResourceVersion
-		retry(t, ctx, "read head", func(ctx context.Context) error {
+		// Each attempt bounded to a second: the harness's own connection
+		// may have lost the request in the fault (a NATS restart), and
+		// waiting out its client's 5s timeout would be counted as the
+		// informer's time.
+		retryEach(t, ctx, "read head", time.Second, func(ctx context.Context) error {
 			var err error
 			head, err = h.Head(ctx)
 			return err
@@ -544,10 +548,16 @@ func (p *prefixed) Errorf(format string, args ...any) { p.add(p.prefix + fmt.Spr
 // (the direct connection broken by a restart). It gives up after a minute.
 func retry(t testing.TB, ctx context.Context, what string, f func(context.Context) error) {
 	t.Helper()
+	retryEach(t, ctx, what, 10*time.Second, f)
+}
+
+// retryEach is retry with each attempt bounded by attempt.
+func retryEach(t testing.TB, ctx context.Context, what string, attempt time.Duration, f func(context.Context) error) {
+	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	var err error
 	for time.Now().Before(deadline) {
-		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		cctx, cancel := context.WithTimeout(ctx, attempt)
 		err = f(cctx)
 		cancel()
 		if err == nil || errors.Is(err, context.Canceled) && ctx.Err() != nil {

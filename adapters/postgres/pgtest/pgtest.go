@@ -22,6 +22,7 @@ import (
 	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/conformance"
+	"github.com/dbinformer/dbinformer/filter"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	"github.com/dbinformer/dbinformer/integration/proxy"
 )
@@ -50,6 +51,9 @@ type Options struct {
 	// Source holds the Source's other options (Slot and StatusInterval
 	// above take precedence).
 	Source pginformer.Options
+	// Where is the Table's partial-sync filter (TableOptions.Where); Truth
+	// then reports only the rows it matches.
+	Where *filter.Filter[Row]
 }
 
 // Harness is one fresh table on a real Postgres, watched by its own Source.
@@ -61,6 +65,7 @@ type Harness struct {
 	name  string
 	slot  string
 	perm  bool
+	where *filter.Filter[Row]
 
 	conns chan *pgx.Conn // direct connections for writes and reads; nil entries reconnect
 }
@@ -82,7 +87,7 @@ var seq atomic.Int64
 // closed when tb ends.
 func New(tb testing.TB, srv *harness.Postgres, opts Options) *Harness {
 	tb.Helper()
-	h := &Harness{srv: srv, name: opts.Table, slot: opts.Slot, perm: opts.Slot != "", conns: make(chan *pgx.Conn, 4)}
+	h := &Harness{srv: srv, name: opts.Table, slot: opts.Slot, perm: opts.Slot != "", where: opts.Where, conns: make(chan *pgx.Conn, 4)}
 	for range cap(h.conns) {
 		h.conns <- nil
 	}
@@ -121,7 +126,7 @@ func New(tb testing.TB, srv *harness.Postgres, opts Options) *Harness {
 		tb.Fatal(err)
 	}
 	h.slot = h.src.SlotName()
-	if h.table, err = pginformer.NewTable[Row](ctx, h.src, h.name, pginformer.TableOptions[Row]{}); err != nil {
+	if h.table, err = pginformer.NewTable[Row](ctx, h.src, h.name, pginformer.TableOptions[Row]{Where: opts.Where}); err != nil {
 		tb.Fatal(err)
 	}
 	if _, err := h.table.List(ctx, core.ListSink[Row]{Emit: func(core.Event[Row]) error { return nil }}); err != nil {
@@ -221,7 +226,7 @@ func (h *Harness) PutUnwatched(ctx context.Context) (core.ResourceVersion, error
 	return h.exec(ctx, "INSERT INTO pgtest_unwatched (v) VALUES ('x')")
 }
 
-// Truth reads the table directly.
+// Truth reads the table directly: the rows Options.Where matches.
 func (h *Harness) Truth(ctx context.Context) (map[string]int64, error) {
 	out := map[string]int64{}
 	err := h.with(ctx, func(c *pgx.Conn) error {
@@ -229,7 +234,9 @@ func (h *Harness) Truth(ctx context.Context) (map[string]int64, error) {
 		rows, _ := c.Query(ctx, "SELECT k, v FROM "+pgx.Identifier{h.name}.Sanitize())
 		var r Row
 		_, err := pgx.ForEachRow(rows, []any{&r.K, &r.V}, func() error {
-			out[r.K] = r.V
+			if h.where.Match(r.K, r) {
+				out[r.K] = r.V
+			}
 			return nil
 		})
 		return err
