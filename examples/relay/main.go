@@ -31,6 +31,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -83,8 +84,21 @@ func main() {
 	}
 }
 
+// lockedWriter serialises the lines of the demo and of its processes.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
 // run is the demo: servers, table, stream, three processes, writes, reads.
-func run(ctx context.Context, conn, natsURL string, replicas int, out io.Writer) error {
+func run(ctx context.Context, conn, natsURL string, replicas int, w io.Writer) error {
+	out := &lockedWriter{w: w}
 	if conn == "" {
 		pg, err := harness.StartPostgresMain()
 		if err != nil {
