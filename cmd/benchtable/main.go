@@ -73,6 +73,14 @@ var rows = []row{
 	{"7 NATS KV 100k changes vs raw KV watcher: time", "NATSKV/Watch", "ours-s", "", "raw-s", "≤", 1.2},
 	{"7 NATS KV on a 3-node cluster (R3): initial sync of 100k keys vs raw KV watcher: time", "NATSKVCluster/List", "ours-s", "", "raw-s", "≤", 1.2},
 	{"7 NATS KV on a 3-node cluster (R3): 100k changes vs raw KV watcher: time", "NATSKVCluster/Watch", "ours-s", "", "raw-s", "≤", 1.2},
+	{"10 Postgres restart over 1M rows: time to synced, warm (checkpoint, permanent slot) vs cold (list)", "WarmStart", "warm-s", "", "cold-s", "≤", 0.1},
+	{"10 Postgres warm restart: rows read from Postgres (seq_tup_read + idx_tup_fetch)", "WarmStart", "warm-rows-read", "", "", "≤", 0},
+	{"10 Postgres restart from an expired checkpoint, 1% of rows changed: notifications, % of keys", "WarmStart", "expired-notified-pct", "", "", "≤", 2},
+	{"10 Checkpoint write time per million objects, s", "WarmStart", "checkpoint-write-s-per-M", "", "", "", 0},
+	{"10 Checkpoint size per million objects, MB", "WarmStart", "checkpoint-MB-per-M", "", "", "", 0},
+	{"11 Partial sync (#22), NATS KV of 1M keys, filter matching 1% pushed down: initial sync time, filtered vs whole", "PartialSync", "filtered-s", "", "all-s", "≤", 0.05},
+	{"11 Partial sync, NATS KV of 1M keys, 1% filter: steady heap, filtered vs whole (the in-process nats-server shares the heap)", "PartialSync", "filtered-MB", "", "all-MB", "≤", 0.05},
+	{"11 Partial sync: values decoded by the adapter during writes that touch only non-matching keys", "PartialSync", "decoded-nonmatching", "", "", "≤", 0},
 }
 
 // results maps a sub-benchmark to its metrics, each the values of every run.
