@@ -38,8 +38,10 @@ type Options struct {
 	Slot string
 	// PermanentSlot keeps the slot across connections and restarts of
 	// either side, so a broken stream (a terminated walsender, a server
-	// restart) resumes without a relist. A restart of this process still
-	// lists every table again. The server retains WAL for the slot while
+	// restart) resumes without a relist. A restart of this process lists
+	// every table again unless its informers start from a checkpoint
+	// (core.InformerOptions.Checkpoint; see "Warm restarts" in the package
+	// doc), which needs this permanent slot. The server retains WAL for the slot while
 	// this process is down: set max_slot_wal_keep_size so that a forgotten
 	// slot cannot fill the disk, and drop the slot
 	// (pg_drop_replication_slot) when the application goes away for good.
