@@ -2,9 +2,11 @@ package harness
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -27,17 +29,58 @@ func Unavailable(tb testing.TB, format string, args ...any) {
 	tb.Skipf("server unavailable: %s", msg)
 }
 
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago. The
-// caller binds it soon after; a race with another process is possible but
-// rare, and the servers started here report a clear error if it happens.
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago, for
+// a server the caller starts soon after. It is drawn at random from below
+// the kernel's ephemeral range (ip_local_port_range): a port handed out by
+// binding port 0 is an ephemeral one, which any outgoing connection of any
+// process (a route between two nodes, a client) may take as its local port
+// before the server binds it — a 3-node NATS cluster in CI failed with
+// "listen tcp 127.0.0.1:41661: bind: address already in use" that way.
+// Below that range only another explicit bind can collide, and a random
+// draw out of ~20,000 ports makes that rare.
 func FreePort(tb testing.TB) int {
 	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freePort()
 	if err != nil {
 		tb.Fatalf("harness: pick a free port: %v", err)
 	}
+	return port
+}
+
+// freePort is FreePort for callers without a testing.TB.
+func freePort() (int, error) {
+	lo, hi := 10000, ephemeralLow()-1
+	for range 200 {
+		if hi <= lo {
+			break
+		}
+		port := lo + rand.IntN(hi-lo+1)
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err == nil {
+			l.Close()
+			return port, nil
+		}
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
 	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// ephemeralLow is the lowest port of the kernel's ephemeral range, 32768
+// (Linux's default) where it cannot be read.
+func ephemeralLow() int {
+	data, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err == nil {
+		if f := strings.Fields(string(data)); len(f) == 2 {
+			if v, err := strconv.Atoi(f[0]); err == nil && v > 10000 {
+				return v
+			}
+		}
+	}
+	return 32768
 }
 
 // LogBuffer collects a server's log lines and prints them through the test's

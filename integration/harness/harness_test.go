@@ -13,6 +13,11 @@ func TestFreePortIsBindable(t *testing.T) {
 		t.Fatalf("port %d from FreePort cannot be bound: %v", p, err)
 	}
 	l.Close()
+	// Outside the ephemeral range, where outgoing connections take their
+	// local ports.
+	if p >= ephemeralLow() {
+		t.Fatalf("port %d is in the ephemeral range (from %d)", p, ephemeralLow())
+	}
 }
 
 func TestInCI(t *testing.T) {
