@@ -175,10 +175,10 @@ func (k *KV[T]) List(ctx context.Context, sink core.ListSink[T]) (core.ResourceV
 		fold *kvFold[T]
 		err  error
 	)
+	start := time.Now()
 	for attempt := 1; ; attempt++ {
 		rv, fold, err = k.read(ctx, sink.Estimate)
-		var fe *feedError
-		if err == nil || ctx.Err() != nil || !errors.As(err, &fe) || errors.Is(err, core.ErrPermanent) || attempt == maxListAttempts {
+		if err == nil || !startOver(ctx, start, attempt, err) {
 			break
 		}
 		k.log.Debug("nats kv list starts over", "bucket", k.bucket, "err", err)

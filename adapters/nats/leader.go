@@ -173,6 +173,34 @@ func retry[R any](ctx context.Context, op func(context.Context) (R, error)) (R, 
 	}
 }
 
+// startOver says whether a List (or replay) whose consumer failed with
+// err starts over. A transient cluster condition (no responders while the
+// consumer is placed on a node that is catching up, a leader change) is
+// retried, with a growing pause, for as long as a single request would be
+// (clusterRetry): a lagging replica answered a list's pull requests with
+// "no responders" four times within a few seconds in CI, and a List that
+// gave up after four quick attempts failed on a healthy cluster. Any other
+// lost consumer starts over at most maxListAttempts times.
+func startOver(ctx context.Context, start time.Time, attempt int, err error) bool {
+	var fe *feedError
+	if ctx.Err() != nil || !errors.As(err, &fe) || errors.Is(err, core.ErrPermanent) {
+		return false
+	}
+	if attempt >= maxListAttempts && (!transient(err) || time.Since(start) > clusterRetry) {
+		return false
+	}
+	if transient(err) {
+		t := time.NewTimer(min(time.Duration(attempt)*100*time.Millisecond, time.Second))
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+	}
+	return true
+}
+
 // info reads the stream's state from its leader.
 func (r *reader) info(ctx context.Context) (*jetstream.StreamInfo, error) {
 	info, err := retry(ctx, func(ctx context.Context) (*jetstream.StreamInfo, error) {

@@ -213,13 +213,13 @@ func (s *EventStream[S]) replay(ctx context.Context, after, upTo uint64, fn func
 	// A consumer lost midway (a node restarted, the consumer moved) is
 	// replaced from the last message handed over.
 	pos := after
+	start := time.Now()
 	for attempt := 1; ; attempt++ {
 		last, err := s.replayFrom(ctx, pos, to, upTo > 0, fn)
 		if err == nil {
 			return max(to, last), nil
 		}
-		var fe *feedError
-		if ctx.Err() != nil || !errors.As(err, &fe) || errors.Is(err, core.ErrPermanent) || attempt == maxListAttempts {
+		if !startOver(ctx, start, attempt, err) {
 			return 0, fmt.Errorf("replay: %w", err)
 		}
 		s.log.Debug("nats event stream replay reopens its consumer", "stream", s.name, "after", last, "err", err)
