@@ -50,9 +50,10 @@ reliability: deps
 
 # Side by side with client-go, a plain map, a raw Postgres COPY and the raw
 # etcd and NATS clients, as ratios measured in one process; every benchmark
-# runs BENCH_COUNT times and a target counts as met only when every run meets
-# it. Rewrites BENCHMARKS.md.
-BENCH_COUNT ?= 3
+# runs BENCH_COUNT times (make bench BENCH_COUNT=3 for the three runs a
+# target needs) and a target counts as met only when every run meets it.
+# Rewrites BENCHMARKS.md.
+BENCH_COUNT ?= 1
 bench:
 	$(GO) run ./cmd/benchtable -count $(BENCH_COUNT)
 

@@ -285,7 +285,7 @@ func keptNotes(path string) string {
 func main() {
 	var (
 		bench   = flag.String("bench", ".", "benchmarks to run (go test -bench)")
-		count   = flag.Int("count", 3, "runs of each benchmark; figures are medians, a target is met only when every run meets it")
+		count   = flag.Int("count", 1, "runs of each benchmark; figures are medians, a target is met only when every run meets it")
 		short   = flag.Bool("short", false, "small sizes (the smoke run)")
 		out     = flag.String("out", "BENCHMARKS.md", `file to write, "-" for none`)
 		from    = flag.String("from", "", "parse this saved go test output instead of running (comma-separated files: one full run each)")
