@@ -180,7 +180,8 @@ func retry[R any](ctx context.Context, op func(context.Context) (R, error)) (R, 
 // (clusterRetry): a lagging replica answered a list's pull requests with
 // "no responders" four times within a few seconds in CI, and a List that
 // gave up after four quick attempts failed on a healthy cluster. Any other
-// lost consumer starts over at most maxListAttempts times.
+// lost consumer starts over at most maxListAttempts times. Either way it
+// pauses first, longer with each attempt.
 func startOver(ctx context.Context, start time.Time, attempt int, err error) bool {
 	var fe *feedError
 	if ctx.Err() != nil || !errors.As(err, &fe) || errors.Is(err, core.ErrPermanent) {
@@ -189,16 +190,14 @@ func startOver(ctx context.Context, start time.Time, attempt int, err error) boo
 	if attempt >= maxListAttempts && (!transient(err) || time.Since(start) > clusterRetry) {
 		return false
 	}
-	if transient(err) {
-		t := time.NewTimer(min(time.Duration(attempt)*100*time.Millisecond, time.Second))
-		defer t.Stop()
-		select {
-		case <-ctx.Done():
-			return false
-		case <-t.C:
-		}
+	t := time.NewTimer(min(time.Duration(attempt)*100*time.Millisecond, time.Second))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
-	return true
 }
 
 // info reads the stream's state from its leader.

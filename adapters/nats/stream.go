@@ -224,13 +224,6 @@ func (s *EventStream[S]) replay(ctx context.Context, after, upTo uint64, fn func
 		}
 		s.log.Debug("nats event stream replay reopens its consumer", "stream", s.name, "after", last, "err", err)
 		pos = last
-		t := time.NewTimer(time.Duration(attempt) * 100 * time.Millisecond)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return 0, ctx.Err()
-		case <-t.C:
-		}
 	}
 }
 
