@@ -112,6 +112,21 @@ func TestKVServerDownNamesCause(t *testing.T) {
 			}
 			srv.Restart(t)
 			converge(t, inf, itemVersion, func() map[string]int { return bucketState(t, kv, "") })
+
+			// The watch too: with the server stopped again, the watch
+			// ends (at the latest at its next idle check) naming the cause.
+			srv.Stop()
+			informertest.Eventually(t, "the sync status to name the watch's "+c.cause, func() bool {
+				st := inf.SyncStatus()
+				return st.WatchFailures.Count > 0 && strings.Contains(st.String(), c.cause)
+			})
+			t.Logf("sync status: %s", inf.SyncStatus())
+			srv.Restart(t)
+			rev, err := put(ctx, kv, "k2", 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, inf, rev)
 		})
 	}
 }
