@@ -103,4 +103,16 @@ func TestListNamesCause(t *testing.T) {
 	if o, ok := inf.Indexer().Get("1"); !ok || o.V != "a" {
 		t.Errorf("cache holds %v %v for key 1", o, ok)
 	}
+
+	// The watch too: with the server stopped, the watch failure in the
+	// sync status names the cause.
+	pg.Stop(t, "fast")
+	informertest.Eventually(t, "the sync status to name the watch's connection refused", func() bool {
+		st := inf.SyncStatus()
+		return st.WatchFailures.Count > 0 && strings.Contains(st.String(), "connection refused")
+	})
+	t.Logf("sync status: %s", inf.SyncStatus())
+	pg.Start(t)
+	conn := pg.Conn(t)
+	waitFor(t, inf, write(t, conn, `INSERT INTO cause VALUES (2, 'b')`))
 }
