@@ -153,6 +153,7 @@ func connError(nc *nats.Conn, err error) error {
 	default:
 		return nil
 	}
+	last := nc.LastError()
 	s := stateOf(nc)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -179,7 +180,7 @@ func connError(nc *nats.Conn, err error) error {
 	// refusal, then why the connection dropped.
 	add("the latest reconnect attempt failed", s.reconnect)
 	add("the server refused it", s.async)
-	if last := nc.LastError(); last != nil {
+	if last != nil {
 		add("its last error", timedErr{err: last})
 	}
 	add("it dropped", s.disconnect)
@@ -188,6 +189,22 @@ func connError(nc *nats.Conn, err error) error {
 	}
 	msg := fmt.Sprintf("the NATS connection is %s%s (request: %v)", statusText(status), why, err)
 	return &connDownError{err: err, causes: causes, msg: msg}
+}
+
+// refusedSince returns the latest permissions violation the server sent
+// on nc at or after t (nil if none): a request whose publish the server
+// refuses gets no answer, only this asynchronous error, and times out.
+func refusedSince(nc *nats.Conn, t time.Time) error {
+	if nc == nil {
+		return nil
+	}
+	s := stateOf(nc)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.async.err == nil || s.async.at.Before(t) || !errors.Is(s.async.err, nats.ErrPermissionViolation) {
+		return nil
+	}
+	return s.async.err
 }
 
 func statusText(s nats.Status) string {

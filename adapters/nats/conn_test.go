@@ -135,6 +135,7 @@ func TestKVServerDownNamesCause(t *testing.T) {
 type authServer struct {
 	opts natsserver.Options
 	srv  *natsserver.Server
+	deny map[string][]string // user -> subjects it may not publish to
 }
 
 func startAuthServer(t *testing.T, users map[string]string) *authServer {
@@ -169,7 +170,11 @@ func startAuthServer(t *testing.T, users map[string]string) *authServer {
 func (a *authServer) setUsers(users map[string]string) {
 	a.opts.Users = nil
 	for u, p := range users {
-		a.opts.Users = append(a.opts.Users, &natsserver.User{Username: u, Password: p})
+		user := &natsserver.User{Username: u, Password: p}
+		if d := a.deny[u]; len(d) > 0 {
+			user.Permissions = &natsserver.Permissions{Publish: &natsserver.SubjectPermission{Allow: []string{">"}, Deny: d}}
+		}
+		a.opts.Users = append(a.opts.Users, user)
 	}
 }
 
@@ -252,4 +257,50 @@ func TestKVAuthorizationViolationNamesCause(t *testing.T) {
 			converge(t, inf, itemVersion, func() map[string]int { return bucketState(t, kv, "") })
 		})
 	}
+}
+
+// The informer's user loses the right to read stream info (its
+// permissions are reloaded) during its first sync: the server refuses the
+// request's publish with an asynchronous permissions violation and never
+// answers it; the List does not time out silently for 30s but names the
+// violation (and the subject) at once in the sync status, the error
+// handler and WaitForCacheSyncTimeout. Once the right is back, it syncs.
+func TestKVPermissionsViolationNamesCause(t *testing.T) {
+	users := map[string]string{"admin": "admin-pw", "app": "app-pw"}
+	a := startAuthServer(t, users)
+	admin, err := nats.Connect(a.url(), nats.UserInfo("admin", "admin-pw"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(admin.Close)
+	js, err := jetstream.New(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv := newBucket(t, js, jetstream.KeyValueConfig{})
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	if _, err := put(ctx, kv, "k1", 1); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(a.url(), nats.UserInfo("app", "app-pw"), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	ijs, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lw := newKVLW(t, ijs, kv.Bucket(), natsinformer.KVOptions[item]{})
+	a.deny = map[string][]string{"app": {"$JS.API.STREAM.INFO.>"}}
+	a.reload(t, users)
+	inf, errs := runUnsynced(t, lw)
+	saysWhy(t, inf, errs, "Permissions Violation for Publish to \"$JS.API.STREAM.INFO.KV_"+kv.Bucket(), "")
+	if errs.Find(func(err error) bool { return errors.Is(err, nats.ErrPermissionViolation) }) == nil {
+		t.Errorf("no reported error matches nats.ErrPermissionViolation: %v", errs.All())
+	}
+	a.deny = nil
+	a.reload(t, users)
+	converge(t, inf, itemVersion, func() map[string]int { return bucketState(t, kv, "") })
 }

@@ -165,7 +165,11 @@
 // latest reconnect attempt failed: connection refused, a TLS failure), so
 // the informer reports it through its error handler and sync status and
 // WaitForCacheSync's error names it. The error matches (errors.Is) the
-// reasons, such as nats.ErrAuthorization. The informer backs off and tries
+// reasons, such as nats.ErrAuthorization. Likewise a request whose publish
+// the server refuses (a permissions violation, sent asynchronously; the
+// request itself just times out) ends the List or watch at once with the
+// violation, which names the subject, and matches
+// nats.ErrPermissionViolation. The informer backs off and tries
 // again as soon as the connection is back (KV and EventStream are
 // core.HealWaiters). A closed connection is a permanent failure whose
 // error says why it closed (nats.go closes a connection the server

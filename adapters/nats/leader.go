@@ -164,7 +164,8 @@ func (r *reader) fatal(err error) error {
 // connection is down (see connError): nats.go is already reconnecting,
 // repeating the request would only hide the reason, and the informer
 // reports it, backs off and tries again when the connection is back
-// (WaitHealed).
+// (WaitHealed). So does an attempt during which the server sent a
+// permissions violation (the request's publish was refused).
 func retry[R any](ctx context.Context, nc *nats.Conn, op func(context.Context) (R, error)) (R, error) {
 	start := time.Now()
 	wait := 25 * time.Millisecond
@@ -172,6 +173,7 @@ func retry[R any](ctx context.Context, nc *nats.Conn, op func(context.Context) (
 	for {
 		rctx, cancel := context.WithTimeout(ctx, timeout)
 		timeout = min(2*timeout, requestTimeout)
+		began := time.Now()
 		r, err := op(rctx)
 		cancel()
 		if err == nil || ctx.Err() != nil {
@@ -179,6 +181,12 @@ func retry[R any](ctx context.Context, nc *nats.Conn, op func(context.Context) (
 		}
 		if ce := connError(nc, err); ce != nil {
 			return r, ce
+		}
+		if pe := refusedSince(nc, began); pe != nil {
+			// Repeating it would be refused again: the informer reports
+			// it and retries after its backoff (permissions may be
+			// granted meanwhile).
+			return r, fmt.Errorf("%w; the server refused a request on this connection meanwhile: %w", err, pe)
 		}
 		if !transient(err) || time.Since(start) > clusterRetry {
 			return r, err
