@@ -23,9 +23,10 @@ import (
 // returns at once with that reason instead of retrying silently, and the
 // informer reports it (error handler, SyncStatus, WaitForCacheSync).
 //
-// The adapter chains, on first use of a connection, the disconnect and
-// async error handlers the connection already has (nats.go lets them be
-// read and replaced): a handler the caller sets later replaces the chain.
+// The adapter chains, on first use of a connection, the disconnect,
+// reconnect and async error handlers the connection already has (nats.go
+// lets them be read and replaced): a handler the caller sets later
+// replaces the chain.
 // The reconnect error handler, which alone sees a failed dial, cannot be
 // read back from a nats.Conn: ReconnectErrors is the option that records
 // it.
@@ -72,8 +73,9 @@ func (s *connState) record(which *timedErr, err error) {
 	s.mu.Unlock()
 }
 
-// chain installs, once per connection, the adapter's disconnect and async
-// error handlers in front of those nc has.
+// chain installs, once per connection, the adapter's disconnect, reconnect
+// and async error handlers in front of those nc has. A reconnect clears
+// what the outage recorded.
 func (s *connState) chain(nc *nats.Conn) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -86,6 +88,16 @@ func (s *connState) chain(nc *nats.Conn) {
 		s.record(&s.disconnect, err)
 		if prevDisc != nil {
 			prevDisc(c, err)
+		}
+	})
+	prevRecon := nc.ReconnectHandler()
+	nc.SetReconnectHandler(func(c *nats.Conn) {
+		// Back: the reasons of this outage are no reason for the next.
+		s.mu.Lock()
+		s.disconnect, s.reconnect, s.async = timedErr{}, timedErr{}, timedErr{}
+		s.mu.Unlock()
+		if prevRecon != nil {
+			prevRecon(c)
 		}
 	})
 	prevAsync := nc.ErrorHandler()

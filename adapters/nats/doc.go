@@ -178,10 +178,11 @@
 // errors name the server's host and port only.
 //
 // To learn the reasons, the adapter chains handlers in front of the
-// connection's disconnect and async error handlers (nats.Conn lets them be
-// read and replaced) the first time a KV or EventStream is made on it; a
-// handler set on the connection later (SetDisconnectErrHandler,
-// SetErrorHandler) replaces that chain, so set yours before. The reconnect
+// connection's disconnect, reconnect and async error handlers (nats.Conn
+// lets them be read and replaced) the first time a KV or EventStream is
+// made on it; a handler set on the connection later
+// (SetDisconnectErrHandler, SetReconnectHandler, SetErrorHandler) replaces
+// that chain, so set yours before. The reconnect
 // error handler cannot be read back from a nats.Conn: pass
 // ReconnectErrors() to nats.Connect, after a nats.ReconnectErrHandler of
 // your own, which it calls.
