@@ -142,7 +142,8 @@
 // What a cluster recovers from on its own is retried inside the adapter
 // with a bound: a request that gets no responders, times out, or meets a
 // stream without a leader (during an election, a step-down, a route
-// hiccup) is repeated for up to 30 seconds; a consumer that is lost or
+// hiccup) is repeated for up to 30 seconds, as long as the connection is
+// up (see "A connection that is down" below); a consumer that is lost or
 // stops delivering (its node restarted, missed heartbeats, no responders
 // while it is placed, a leadership change) is replaced from the last
 // version emitted, after the same checks as at the start of the watch, up
