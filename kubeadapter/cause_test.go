@@ -171,4 +171,20 @@ func TestApiserverPathCutNamesCause(t *testing.T) {
 	if err := inf.WaitForCacheSync(ctx); err != nil {
 		t.Fatalf("after the path is back: %v", err)
 	}
+
+	// The watch too: its reopen is retried by client-go until the watch
+	// gives it up (5s), and the error then carries what the retries met.
+	h.Proxy().Pause()
+	h.Proxy().Cut()
+	informertest.Eventually(t, "the sync status to name the watch's EOF", func() bool {
+		st := inf.SyncStatus()
+		return st.WatchFailures.Count > 0 && strings.Contains(st.WatchFailures.Last.Error(), "EOF")
+	})
+	t.Logf("sync status: %s", inf.SyncStatus())
+	h.Proxy().Resume()
+	r, err := h.Put(ctx, "bravo", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	informertest.WaitFor(t, inf, r)
 }
