@@ -42,19 +42,25 @@ func runUnsynced(t *testing.T, lw core.ListerWatcher[item]) (*core.SharedIndexIn
 	return inf, errs
 }
 
+// containsFold is strings.Contains ignoring case (nats.go spells the same
+// server error "authorization violation" and "Authorization Violation").
+func containsFold(s, sub string) bool {
+	return strings.Contains(strings.ToLower(s), strings.ToLower(sub))
+}
+
 // saysWhy checks that the informer names cause in its sync status, through
 // its error handler and in WaitForCacheSyncTimeout's error, and that none
 // of them holds secret.
 func saysWhy(t *testing.T, inf *core.SharedIndexInformer[item], errs *informertest.Errors, cause, secret string) {
 	t.Helper()
 	informertest.Eventually(t, "the sync status to name "+cause, func() bool {
-		return strings.Contains(inf.SyncStatus().String(), cause)
+		return containsFold(inf.SyncStatus().String(), cause)
 	})
-	if errs.Find(func(err error) bool { return strings.Contains(err.Error(), cause) }) == nil {
+	if errs.Find(func(err error) bool { return containsFold(err.Error(), cause) }) == nil {
 		t.Errorf("the error handler got %v, none naming %q", errs.All(), cause)
 	}
 	err := core.WaitForCacheSyncTimeout(context.Background(), 100*time.Millisecond, inf)
-	if err == nil || !strings.Contains(err.Error(), cause) {
+	if err == nil || !containsFold(err.Error(), cause) {
 		t.Errorf("WaitForCacheSyncTimeout = %v, want an error naming %q", err, cause)
 	}
 	t.Logf("sync status: %s", inf.SyncStatus())
