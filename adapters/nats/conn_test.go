@@ -21,10 +21,10 @@ import (
 
 // runUnsynced runs an informer over lw without waiting for its sync, until
 // the test ends; it returns the informer and the errors it reports.
-func runUnsynced(t *testing.T, lw core.ListerWatcher[item]) (*core.SharedIndexInformer[item], *informertest.Errors) {
+func runUnsynced[T any](t *testing.T, lw core.ListerWatcher[T]) (*core.SharedIndexInformer[T], *informertest.Errors) {
 	t.Helper()
 	errs := &informertest.Errors{}
-	inf := core.NewSharedIndexInformer(lw, core.InformerOptions[item]{
+	inf := core.NewSharedIndexInformer(lw, core.InformerOptions[T]{
 		Name:            t.Name(),
 		MinWatchTimeout: time.Hour,
 		Backoff:         core.Backoff{Initial: 50 * time.Millisecond, Max: time.Second},
@@ -51,7 +51,7 @@ func containsFold(s, sub string) bool {
 // saysWhy checks that the informer names cause in its sync status, through
 // its error handler and in WaitForCacheSyncTimeout's error, and that none
 // of them holds secret.
-func saysWhy(t *testing.T, inf *core.SharedIndexInformer[item], errs *informertest.Errors, cause, secret string) {
+func saysWhy[T any](t *testing.T, inf *core.SharedIndexInformer[T], errs *informertest.Errors, cause, secret string) {
 	t.Helper()
 	informertest.Eventually(t, "the sync status to name "+cause, func() bool {
 		return containsFold(inf.SyncStatus().String(), cause)
@@ -309,4 +309,43 @@ func TestKVPermissionsViolationNamesCause(t *testing.T) {
 	a.deny = nil
 	a.reload(t, users)
 	converge(t, inf, itemVersion, func() map[string]int { return bucketState(t, kv, "") })
+}
+
+// An event stream's List (its replay) whose server is down names the
+// cause too: the reader is the same as a bucket's.
+func TestEventStreamServerDownNamesCause(t *testing.T) {
+	srv := harness.StartNATS(t)
+	js := srv.JetStream(t)
+	st, root := newStream(t, js, jetstream.StreamConfig{})
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	if _, err := js.Publish(ctx, root+".acct.a1", []byte(`{"type":"open"}`)); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(srv.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), natsinformer.ReconnectErrors())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	ijs, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lw, err := natsinformer.NewEventStream(ctx, ijs, st.CachedInfo().Config.Name, natsinformer.EventStreamOptions[Account]{
+		Filter: root + ".acct.*",
+		Reduce: reduceAccount,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	inf, errs := runUnsynced[Account](t, lw)
+	saysWhy(t, inf, errs, "connection refused", "")
+	srv.Restart(t)
+	if err := inf.WaitForCacheSync(ctx); err != nil {
+		t.Fatalf("after the server is back: %v", err)
+	}
+	if a, ok := inf.Indexer().Get("a1"); !ok || a.Events != 1 {
+		t.Errorf("cache holds %v %v for a1", a, ok)
+	}
 }
