@@ -115,6 +115,23 @@
 // by the progress interval above. rest.Config.Dial (a net.Dialer with a
 // Timeout and KeepAlive) bounds connecting to an apiserver that is gone.
 //
+// # Failures that say why
+//
+// A List or Watch that fails returns client-go's error, wrapped with the
+// source and what was asked, so the informer's error handler, sync status
+// and WaitForCacheSync name it: connection refused, 401 (the credentials
+// were not accepted) and 403 (the user lacks the RBAC verbs; the
+// apiserver's message names user, verb and resource) are retried, since
+// tokens rotate and roles get granted. client-go itself repeats a GET cut
+// short (EOF, connection reset) and a request answered with Retry-After
+// (429, a 5xx while the apiserver starts), up to ten times about a second
+// apart, before it returns the last error: for those ten seconds the list
+// reports nothing yet. A watch request client-go gives up on that way
+// comes back as a watch that ends at once without its error; a Resource
+// reopens it once, then ends the watch with the error of a read of the
+// head, and a watch open that gets no answer within 5s ends with the error
+// client-go's retries ran into.
+//
 // The package is named kubeinformer, like the other adapters
 // (etcdinformer, pginformer, natsinformer); its directory is kubeadapter.
 // Import it as

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -54,10 +55,14 @@ func TestAPIError(t *testing.T) {
 		{"410", apierrors.NewResourceExpired("too old resource version: 5 (9)"), true, false},
 		{"404: resource not served", notFound, false, true},
 		{"403", apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, "", errors.New("no")), false, false},
+		{"401", apierrors.NewUnauthorized("Unauthorized"), false, false},
 		{"503 while starting", apierrors.NewServiceUnavailable("apiserver is starting"), false, false},
 		{"network", errors.New("connection refused"), false, false},
 	} {
 		err := r.apiError("watch", tc.err)
+		if want := map[string]string{"401": "(401: ", "403": "(403: "}[tc.name]; want != "" && !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v does not say %q", tc.name, err, want)
+		}
 		if errors.Is(err, core.ErrExpired) != tc.expired || errors.Is(err, core.ErrPermanent) != tc.permanent || !errors.Is(err, tc.err) {
 			t.Errorf("%s: %v: expired %t, permanent %t; want %t, %t, wrapping the original", tc.name, err,
 				errors.Is(err, core.ErrExpired), errors.Is(err, core.ErrPermanent), tc.expired, tc.permanent)

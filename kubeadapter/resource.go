@@ -342,6 +342,14 @@ func (r *Resource[T]) apiError(what string, err error) error {
 		return fmt.Errorf("%s: %s: %w: %w", r.source, what, core.ErrExpired, err)
 	case isNotServed(err):
 		return core.Permanent(fmt.Errorf("%s: %s: the server does not serve this resource (is its CustomResourceDefinition installed?): %w", r.source, what, err))
+	case apierrors.IsUnauthorized(err):
+		// The apiserver says only "Unauthorized". Retried: credentials
+		// are rotated (exec plugins, projected tokens).
+		return fmt.Errorf("%s: %s: the apiserver does not accept the client's credentials (401: an expired, revoked or wrong token or client certificate): %w", r.source, what, err)
+	case apierrors.IsForbidden(err):
+		// The message names the user, verb and resource. Retried: a
+		// role may be granted later.
+		return fmt.Errorf("%s: %s: the client's user may not do this (403: grant it list and watch on the resource with RBAC): %w", r.source, what, err)
 	}
 	return fmt.Errorf("%s: %s: %w", r.source, what, err)
 }

@@ -150,6 +150,12 @@ func (w *watcher[T]) open(probe bool) error {
 			s.Stop()
 		}
 		stop()
+		if err != nil {
+			// client-go was retrying a request cut short (EOF, a
+			// reset): err is "context canceled - error from a previous
+			// attempt: ...", what its retries ran into.
+			return fmt.Errorf("%s: open watch from version %d: the apiserver did not answer within %v: %w", w.r.source, w.last, openTimeout, err)
+		}
 		return fmt.Errorf("%s: open watch from version %d: the apiserver did not answer within %v", w.r.source, w.last, openTimeout)
 	}
 	if err != nil {
@@ -287,6 +293,15 @@ func (w *watcher[T]) streamEnded() error {
 		w.r.log.Debug("kubeinformer: the server ended the watch without sending anything; reopening once", "from", w.last)
 		return w.open(false)
 	default:
+		// client-go hands back a watch that ends at once, and drops the
+		// error, when its retries of a request cut short (EOF, a
+		// timeout) run out: a read says what the requests run into.
+		hctx, cancel := context.WithTimeout(w.ctx, progressHeadTimeout)
+		_, err := w.r.Head(hctx)
+		cancel()
+		if err != nil && w.ctx.Err() == nil {
+			return fmt.Errorf("%s: the server ended the watch from version %d twice without sending anything, and a read to find out why failed: %w", w.r.source, w.last, err)
+		}
 		return fmt.Errorf("%s: the server ended the watch from version %d twice without sending anything", w.r.source, w.last)
 	}
 }

@@ -142,7 +142,8 @@
 // What a cluster recovers from on its own is retried inside the adapter
 // with a bound: a request that gets no responders, times out, or meets a
 // stream without a leader (during an election, a step-down, a route
-// hiccup) is repeated for up to 30 seconds; a consumer that is lost or
+// hiccup) is repeated for up to 30 seconds, as long as the connection is
+// up (see "A connection that is down" below); a consumer that is lost or
 // stops delivering (its node restarted, missed heartbeats, no responders
 // while it is placed, a leadership change) is replaced from the last
 // version emitted, after the same checks as at the start of the watch, up
@@ -152,6 +153,40 @@
 // the cause: the bucket or stream was deleted, the nats.Conn was closed,
 // or an event stream's snapshot is older than the stream's first
 // sequence.
+//
+// # A connection that is down
+//
+// While nats.go reconnects, requests are buffered and time out; the reason
+// the server cannot be reached reaches only nats.go's callbacks. A request
+// of a List or watch that fails while the connection is not connected is
+// therefore not repeated: the List or watch returns at once with an error
+// that says how the connection stands and the latest reasons (why it
+// dropped, an authorization violation the server answered a reconnect
+// with, and, when the connection was made with ReconnectErrors, why the
+// latest reconnect attempt failed: connection refused, a TLS failure), so
+// the informer reports it through its error handler and sync status and
+// WaitForCacheSync's error names it. The error matches (errors.Is) the
+// reasons, such as nats.ErrAuthorization. Likewise a request whose publish
+// the server refuses (a permissions violation, sent asynchronously; the
+// request itself just times out) ends the List or watch at once with the
+// violation, which names the subject, and matches
+// nats.ErrPermissionViolation. The informer backs off and tries
+// again as soon as the connection is back (KV and EventStream are
+// core.HealWaiters). A closed connection is a permanent failure whose
+// error says why it closed (nats.go closes a connection the server
+// refuses twice in a row for the same authorization reason, unless
+// nats.IgnoreAuthErrorAbort is set). Credentials never appear: nats.go's
+// errors name the server's host and port only.
+//
+// To learn the reasons, the adapter chains handlers in front of the
+// connection's disconnect, reconnect and async error handlers (nats.Conn
+// lets them be read and replaced) the first time a KV or EventStream is
+// made on it; a handler set on the connection later
+// (SetDisconnectErrHandler, SetReconnectHandler, SetErrorHandler) replaces
+// that chain, so set yours before. The reconnect
+// error handler cannot be read back from a nats.Conn: pass
+// ReconnectErrors() to nats.Connect, after a nats.ReconnectErrHandler of
+// your own, which it calls.
 //
 // # Setup
 //

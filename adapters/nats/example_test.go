@@ -39,7 +39,9 @@ func Example() {
 	if !srv.ReadyForConnections(30 * time.Second) {
 		panic("nats-server not ready")
 	}
-	nc, err := nats.Connect(srv.ClientURL())
+	// ReconnectErrors lets the informer say why a reconnect fails
+	// (connection refused, TLS) while it waits for the server.
+	nc, err := nats.Connect(srv.ClientURL(), nats.MaxReconnects(-1), natsinformer.ReconnectErrors())
 	if err != nil {
 		panic(err)
 	}

@@ -53,7 +53,7 @@ func (r *reader) openFeed(ctx context.Context, cfg jetstream.ConsumerConfig) (*f
 	if cfg.FilterSubject == "" {
 		cfg.FilterSubject = r.filter
 	}
-	cons, err := retry(ctx, func(ctx context.Context) (jetstream.Consumer, error) { return r.stream.CreateConsumer(ctx, cfg) })
+	cons, err := retry(ctx, r.nc, func(ctx context.Context) (jetstream.Consumer, error) { return r.stream.CreateConsumer(ctx, cfg) })
 	if err != nil {
 		return nil, r.fatal(err)
 	}
@@ -146,7 +146,7 @@ const feedStall = 2 * time.Second
 // vanish before delivery (a purge), and then no message would ever carry
 // NumPending 0.
 func (f *feed) drained(ctx context.Context) (bool, error) {
-	ci, err := retry(ctx, func(ctx context.Context) (*jetstream.ConsumerInfo, error) { return f.cons.Info(ctx) })
+	ci, err := retry(ctx, f.r.nc, func(ctx context.Context) (*jetstream.ConsumerInfo, error) { return f.cons.Info(ctx) })
 	if err != nil {
 		return false, f.r.fatal(err)
 	}

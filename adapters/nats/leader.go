@@ -49,6 +49,9 @@ type reader struct {
 func (r *reader) init(js jetstream.JetStream, stream jetstream.Stream, source, filter string, batch int, idle time.Duration, log *slog.Logger) {
 	r.source, r.name, r.stream, r.nc, r.filter = source, stream.CachedInfo().Config.Name, stream, js.Conn(), filter
 	r.api = apiPrefix(js.Options())
+	if r.nc != nil {
+		stateOf(r.nc).chain(r.nc)
+	}
 	r.batch, r.idle, r.log = batch, idle, log
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
@@ -141,6 +144,13 @@ func (r *reader) fatal(err error) error {
 		return core.Permanent(fmt.Errorf("%s was deleted: %w", r.source, err))
 	}
 	if errors.Is(err, nats.ErrConnectionClosed) {
+		var ce *connDownError
+		if errors.As(err, &ce) { // says why it was closed
+			return core.Permanent(fmt.Errorf("%s: %w", r.source, err))
+		}
+		if ce := connError(r.nc, err); ce != nil {
+			return core.Permanent(fmt.Errorf("%s: %w", r.source, ce))
+		}
 		return core.Permanent(fmt.Errorf("%s: the NATS connection was closed: %w", r.source, err))
 	}
 	return err
@@ -149,17 +159,36 @@ func (r *reader) fatal(err error) error {
 // retry runs op, each attempt bounded by firstRequestTimeout doubling up to
 // requestTimeout, until it succeeds, fails with an error that is not
 // transient, ctx ends, or clusterRetry has passed since the first attempt;
-// then it returns op's last result.
-func retry[R any](ctx context.Context, op func(context.Context) (R, error)) (R, error) {
+// then it returns op's last result. An attempt that fails while nc is not
+// connected ends the retries at once with an error that says why the
+// connection is down (see connError): nats.go is already reconnecting,
+// repeating the request would only hide the reason, and the informer
+// reports it, backs off and tries again when the connection is back
+// (WaitHealed). So does an attempt during which the server sent a
+// permissions violation (the request's publish was refused).
+func retry[R any](ctx context.Context, nc *nats.Conn, op func(context.Context) (R, error)) (R, error) {
 	start := time.Now()
 	wait := 25 * time.Millisecond
 	timeout := firstRequestTimeout
 	for {
 		rctx, cancel := context.WithTimeout(ctx, timeout)
 		timeout = min(2*timeout, requestTimeout)
+		began := time.Now()
 		r, err := op(rctx)
 		cancel()
-		if err == nil || ctx.Err() != nil || !transient(err) || time.Since(start) > clusterRetry {
+		if err == nil || ctx.Err() != nil {
+			return r, err
+		}
+		if ce := connError(nc, err); ce != nil {
+			return r, ce
+		}
+		if pe := refusedSince(nc, began); pe != nil {
+			// Repeating it would be refused again: the informer reports
+			// it and retries after its backoff (permissions may be
+			// granted meanwhile).
+			return r, fmt.Errorf("%w; the server refused a request on this connection meanwhile: %w", err, pe)
+		}
+		if !transient(err) || time.Since(start) > clusterRetry {
 			return r, err
 		}
 		t := time.NewTimer(wait)
@@ -202,7 +231,7 @@ func startOver(ctx context.Context, start time.Time, attempt int, err error) boo
 
 // info reads the stream's state from its leader.
 func (r *reader) info(ctx context.Context) (*jetstream.StreamInfo, error) {
-	info, err := retry(ctx, func(ctx context.Context) (*jetstream.StreamInfo, error) {
+	info, err := retry(ctx, r.nc, func(ctx context.Context) (*jetstream.StreamInfo, error) {
 		info, err := r.stream.Info(ctx)
 		if err != nil {
 			return nil, err
@@ -246,7 +275,7 @@ func (r *reader) get(ctx context.Context, req msgGetRequest) (seq uint64, found 
 		seq   uint64
 		found bool
 	}
-	res, err := retry(ctx, func(ctx context.Context) (result, error) {
+	res, err := retry(ctx, r.nc, func(ctx context.Context) (result, error) {
 		m, err := r.nc.RequestWithContext(ctx, subject, body)
 		if err != nil {
 			return result{}, err
