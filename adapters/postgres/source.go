@@ -104,6 +104,8 @@ type Source struct {
 	// silence is how long a stream may hear nothing from the server
 	// before it ends as half-open (see silenceLimit).
 	silence time.Duration
+	// version is the server's server_version_num as NewSource saw it.
+	version int
 
 	setupMu    sync.Mutex      // serialises session setup, snapshot imports and stream starts
 	readers    chan struct{}   // a slot per snapshot reader connection (Options.SnapshotReaders)
@@ -228,7 +230,7 @@ func NewSource(ctx context.Context, connString string, opts Options) (*Source, e
 	var walLevel string
 	var repl, super bool
 	var senderTimeout int64 // ms
-	err = conn.QueryRow(ctx, `SELECT current_setting('wal_level'), rolreplication, rolsuper, (SELECT setting::bigint FROM pg_settings WHERE name = 'wal_sender_timeout') FROM pg_roles WHERE rolname = current_user`).Scan(&walLevel, &repl, &super, &senderTimeout)
+	err = conn.QueryRow(ctx, `SELECT current_setting('wal_level'), rolreplication, rolsuper, (SELECT setting::bigint FROM pg_settings WHERE name = 'wal_sender_timeout'), current_setting('server_version_num')::int FROM pg_roles WHERE rolname = current_user`).Scan(&walLevel, &repl, &super, &senderTimeout, &s.version)
 	if err != nil {
 		return nil, s.wrap("check server settings", err)
 	}
