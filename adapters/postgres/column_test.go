@@ -249,3 +249,44 @@ func TestColumnListRefused(t *testing.T) {
 		t.Errorf("List with a publication narrowed after NewTable: %v", err)
 	}
 }
+
+// TestColumnListPartitioned: a partitioned table synced through its root
+// (publish_via_partition_root) by a struct of some of its columns gets the
+// column list too, and changes of every partition arrive with them.
+func TestColumnListPartitioned(t *testing.T) {
+	pg := harness.StartPostgres(t)
+	conn := pg.Conn(t)
+	pg.Exec(t, `CREATE TABLE pwide (id bigint NOT NULL, region text NOT NULL, v bigint NOT NULL, note text, PRIMARY KEY (id, region)) PARTITION BY LIST (region);
+		CREATE TABLE pwide_eu PARTITION OF pwide FOR VALUES IN ('eu');
+		CREATE TABLE pwide_us PARTITION OF pwide FOR VALUES IN ('us');
+		INSERT INTO pwide SELECT i, CASE WHEN i % 2 = 0 THEN 'eu' ELSE 'us' END, 1, 'note' FROM generate_series(1, 10) i`)
+	type regionRow struct {
+		ID     int64  `db:"id"`
+		Region string `db:"region"`
+		V      int64  `db:"v"`
+	}
+	src := newSource(t, pg, pginformer.Options{})
+	tbl := newTable[regionRow](t, src, "pwide")
+	inf, _ := informertest.Run[regionRow](t, tbl, core.InformerOptions[regionRow]{})
+	write(t, conn, `UPDATE pwide SET v = 2, note = 'changed' WHERE id IN (1, 2)`)
+	write(t, conn, `UPDATE pwide SET region = 'us' WHERE id = 4`) // moves between partitions
+	informertest.WaitFor(t, inf, write(t, conn, `INSERT INTO pwide VALUES (11, 'eu', 3, 'new')`))
+	got := map[int64]string{}
+	for _, r := range inf.Lister().List(nil) {
+		got[r.ID] = r.Region + " " + fmt.Sprint(r.V)
+	}
+	if want := truthOf(t, conn, `SELECT id, region || ' ' || v FROM pwide`); !maps.Equal(got, want) {
+		t.Errorf("cache differs from SELECT id, region, v FROM pwide:\n cache %v\n truth %v", got, want)
+	}
+	want := []string{"id", "region", "v"}
+	if serverVersion(t, conn) >= 150000 {
+		if cols := publishedColumns(t, conn, src.PublicationName(), "pwide"); !slices.Equal(cols, want) {
+			t.Errorf("the publication sends columns %q of pwide, want %q", cols, want)
+		}
+	} else {
+		want = []string{"id", "note", "region", "v"}
+	}
+	if cols := pginformer.StreamedColumns(tbl); !slices.Equal(cols, want) {
+		t.Errorf("the stream's row layouts carry columns %q, want %q", cols, want)
+	}
+}
