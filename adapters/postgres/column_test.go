@@ -290,3 +290,32 @@ func TestColumnListPartitioned(t *testing.T) {
 		t.Errorf("the stream's row layouts carry columns %q, want %q", cols, want)
 	}
 }
+
+// TestPublishAllColumns: with Options.PublishAllColumns the publication
+// has no column list, the stream carries every column (those no Table
+// decodes are stepped over) and the table's DDL stays free: under
+// REPLICA IDENTITY FULL, set while the Source runs, its UPDATEs go on.
+func TestPublishAllColumns(t *testing.T) {
+	pg := harness.StartPostgres(t)
+	conn := pg.Conn(t)
+	wideTable(t, pg, conn)
+	src := newSource(t, pg, pginformer.Options{PublishAllColumns: true})
+	tbl := newTable[narrowRow](t, src, "wide")
+	inf, _ := informertest.Run[narrowRow](t, tbl, core.InformerOptions[narrowRow]{})
+	write(t, conn, `UPDATE wide SET v = 2, note = 'short' WHERE id = 1`)
+	pg.Exec(t, `ALTER TABLE wide REPLICA IDENTITY FULL`)
+	informertest.WaitFor(t, inf, write(t, conn, `UPDATE wide SET v = 3 WHERE id = 2`))
+	one, _ := inf.Lister().Get("1")
+	two, _ := inf.Lister().Get("2")
+	if one.V != 2 || two.V != 3 {
+		t.Errorf("rows 1 and 2: %+v %+v, want v = 2 and 3", one, two)
+	}
+	if serverVersion(t, conn) >= 150000 {
+		if cols := publishedColumns(t, conn, src.PublicationName(), "wide"); !slices.Contains(cols, "note") {
+			t.Errorf("the publication sends columns %q of wide, want every column", cols)
+		}
+	}
+	if cols := pginformer.StreamedColumns(tbl); !slices.Equal(cols, []string{"extra", "id", "note", "tenant", "v"}) {
+		t.Errorf("the stream's row layouts carry columns %q, want every column but the generated one", cols)
+	}
+}

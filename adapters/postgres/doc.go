@@ -135,7 +135,8 @@
 // cover the replica identity") until the Source is closed (or the table
 // republished without the list: ALTER PUBLICATION ... DROP TABLE, then
 // ADD TABLE), and a listed column cannot be dropped without CASCADE, which
-// takes the table out of the publication. A publication the Source did
+// takes the table out of the publication. Options.PublishAllColumns keeps
+// such DDL free, at the cost of the server sending every column. A publication the Source did
 // not create, or an existing one it reuses, must send every column a
 // Table decodes: NewTable (and the first List) refuse a column list that
 // leaves one out, naming it.

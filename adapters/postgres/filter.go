@@ -336,8 +336,8 @@ func relationOf(cols []column) *relation {
 // decodes, the primary key among them; nil to publish every column, when
 // they need all of them, the server predates column lists, the table has
 // REPLICA IDENTITY FULL (Postgres then refuses the table's UPDATEs and
-// DELETEs under a column list that leaves a column out), or the slot is
-// permanent. A permanent slot's publication outlives the process, and the
+// DELETEs under a column list that leaves a column out), the slot is
+// permanent, or Options.PublishAllColumns is set. A permanent slot's publication outlives the process, and the
 // WAL the slot keeps is decoded with it: a later run whose struct maps
 // another column would find that column missing from every change
 // streamed before it could widen the list.
@@ -346,7 +346,7 @@ func relationOf(cols []column) *relation {
 // replica identity columns (see newTableFilter), which under DEFAULT are
 // the primary key.
 func (s *Source) columnList(oid uint32, serverVersion int) []string {
-	if serverVersion < 150000 || s.opts.PermanentSlot {
+	if serverVersion < 150000 || s.opts.PermanentSlot || s.opts.PublishAllColumns {
 		return nil
 	}
 	ts := s.byOID[oid]

@@ -59,6 +59,15 @@ type Options struct {
 	// not exist, instead of failing NewSource with "publication ... does
 	// not exist". The role must own the tables.
 	CreatePublication bool
+	// PublishAllColumns gives the publication the Source creates no column
+	// list: the server sends every column, and the adapter steps over
+	// those no Table decodes. By default (Postgres 15+, temporary slot,
+	// REPLICA IDENTITY DEFAULT) it lists only the decoded columns, and
+	// while it does, Postgres refuses to drop a listed column without
+	// CASCADE and, after ALTER TABLE ... REPLICA IDENTITY FULL, refuses
+	// the table's UPDATEs and DELETEs; set this where such DDL must stay
+	// free while the Source runs.
+	PublishAllColumns bool
 	// ApplicationName is the application_name of the Source's connections,
 	// shown in pg_stat_replication and pg_stat_activity. Default: the
 	// program's name and the slot's.
