@@ -121,9 +121,11 @@
 //
 // Only the columns a Table decodes are read: List selects the mapped
 // columns and the key; on Postgres 15 and later the publication the Source
-// creates has a column list, the union of those of every Table of the
-// table (the key among them), so the server does not send the others at
-// all. Before 15, or when no column list applies, the stream carries every
+// creates has a column list, the union of those of every struct Table of
+// the table (the key among them), so the server does not send the others
+// at all. (A map[string]any Table gets columns added later, so its table
+// gets no column list; the columns TableOptions.Omit names are stepped
+// over.) Before 15, or when no column list applies, the stream carries every
 // column and the others are only stepped over: never decoded, and never
 // kept (TOAST memory copies what it keeps of such a row). No column list
 // is set on a table with REPLICA IDENTITY FULL (Postgres would then refuse

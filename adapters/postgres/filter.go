@@ -308,7 +308,7 @@ func (st *tableState) setColumns(m *mapper, cols []column) error {
 		return err
 	}
 	m.forget(rel)
-	st.cols, st.pubCols = nil, nil
+	st.cols, st.pubCols, st.anyColumn = nil, nil, m.typ == nil
 	for i, c := range cols {
 		if c.generated {
 			continue
@@ -337,7 +337,9 @@ func relationOf(cols []column) *relation {
 // they need all of them, the server predates column lists, the table has
 // REPLICA IDENTITY FULL (Postgres then refuses the table's UPDATEs and
 // DELETEs under a column list that leaves a column out), the slot is
-// permanent, or Options.PublishAllColumns is set. A permanent slot's publication outlives the process, and the
+// permanent, or Options.PublishAllColumns is set; nor when a Table of it
+// is a map[string]any, which decodes columns added later (that a column
+// list would leave out of the stream while a List reads them). A permanent slot's publication outlives the process, and the
 // WAL the slot keeps is decoded with it: a later run whose struct maps
 // another column would find that column missing from every change
 // streamed before it could widen the list.
@@ -352,7 +354,7 @@ func (s *Source) columnList(oid uint32, serverVersion int) []string {
 	ts := s.byOID[oid]
 	need := map[string]bool{}
 	for _, t := range ts {
-		if t.full {
+		if t.full || t.anyColumn {
 			return nil
 		}
 		for _, c := range t.cols {

@@ -30,6 +30,7 @@ type tableState struct {
 	// columns less generated ones) when NewTable read the catalog. See
 	// columnList in filter.go.
 	cols, pubCols []string
+	anyColumn     bool // a map[string]any Table: it decodes columns added later too
 
 	// guarded by src.mu
 	active  bool                 // listed in the current slot's lifetime
