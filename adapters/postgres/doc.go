@@ -117,7 +117,33 @@
 // Generated columns are not streamed by pgoutput before Postgres 18: they
 // are left out of List too (a map has no entry for them), and a struct
 // field mapped to one is refused; tag it `db:"-"`. TableOptions.Omit leaves
-// out other columns the same way. A table dropped while it is synced is a
+// out other columns the same way.
+//
+// Only the columns a Table decodes are read: List selects the mapped
+// columns and the key; on Postgres 15 and later the publication the Source
+// creates has a column list, the union of those of every struct Table of
+// the table (the key among them), so the server does not send the others
+// at all. (A map[string]any Table gets columns added later, so its table
+// gets no column list; the columns TableOptions.Omit names are stepped
+// over.) Before 15, or when no column list applies, the stream carries every
+// column and the others are only stepped over: never decoded, and never
+// kept (TOAST memory copies what it keeps of such a row). No column list
+// is set on a table with REPLICA IDENTITY FULL (Postgres would then refuse
+// the table's UPDATEs and DELETEs, the whole row being its identity), nor
+// on a permanent slot's publication, which outlives the process while the
+// next run's struct may map more columns. While a column list is in place,
+// ALTER TABLE ... REPLICA IDENTITY FULL on the table makes Postgres refuse
+// its UPDATEs and DELETEs ("column list used by the publication does not
+// cover the replica identity") until the Source is closed (or the table
+// republished without the list: ALTER PUBLICATION ... DROP TABLE, then
+// ADD TABLE), and a listed column cannot be dropped without CASCADE, which
+// takes the table out of the publication. Options.PublishAllColumns keeps
+// such DDL free, at the cost of the server sending every column. A publication the Source did
+// not create, or an existing one it reuses, must send every column a
+// Table decodes: NewTable (and the first List) refuse a column list that
+// leaves one out, naming it.
+//
+// A table dropped while it is synced is a
 // core.ErrPermanent error (seen by List, and by a watch at its next
 // progress request or within 30s).
 //
@@ -153,13 +179,15 @@
 // that changes of rows that neither matched nor match are not sent at all
 // (Table.StreamedChanges counts what is); with several filtered Tables of
 // one table it is the union of theirs. A permanent slot's publication,
-// which outlives the process, gets no row filter. Column lists are not used yet. A
-// row that starts matching reaches handlers as an add, one that stops as
-// a delete carrying its last matching state. Several Tables of one table
-// on one Source, each with its own filter, share the slot. A condition
-// marked filter.Server that cannot go into the query is refused by
-// NewTable, naming REPLICA IDENTITY FULL when that is what stands in the
-// way.
+// which outlives the process, gets no row filter. A row that starts
+// matching reaches handlers as an add, one that stops as a delete carrying
+// its last matching state. Several Tables of one table on one Source, each
+// with its own filter, share the slot. A condition marked filter.Server
+// that cannot go into the query is refused by NewTable, naming REPLICA
+// IDENTITY FULL when that is what stands in the way; so is one the
+// publication would have to evaluate but cannot: before Postgres 15 (no
+// row filters), on a permanent slot, or with a publication the Source did
+// not create.
 //
 // # Protocol
 //

@@ -7,6 +7,7 @@ import (
 
 	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/filter"
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 )
@@ -72,4 +73,63 @@ func Example() {
 	admins, _ := users.Lister().ByIndex("admin", "true")
 	fmt.Println(ada.Name, len(admins))
 	// Output: Ada Lovelace 1
+}
+
+// Balance maps two of the columns of table accounts: List reads only
+// those, and on Postgres 15 and later the Source's publication sends only
+// those (a column list), so the large notes column never reaches the
+// process.
+type Balance struct {
+	ID    int64 `db:"id"`
+	Cents int64 `db:"cents"`
+}
+
+// ExampleNewTable_partial syncs a column subset of the rows in a key
+// range: the range goes into the List's query and (Postgres 15+) the
+// publication's row filter, so changes of other rows are not sent at all.
+func ExampleNewTable_partial() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	connString := examplePG.ConnString()
+	db, err := pgx.Connect(ctx, connString)
+	if err != nil {
+		panic(err)
+	}
+	defer db.Close(ctx)
+	if _, err := db.Exec(ctx, `CREATE TABLE accounts (id bigint PRIMARY KEY, owner text NOT NULL, cents bigint NOT NULL, notes text);
+		INSERT INTO accounts SELECT i, 'owner ' || i, i * 100, repeat('n', 10000) FROM generate_series(1, 1000) i`); err != nil {
+		panic(err)
+	}
+	src, err := pginformer.NewSource(ctx, connString, pginformer.Options{})
+	if err != nil {
+		panic(err)
+	}
+	defer src.Close()
+	firstTen, err := pginformer.NewTable[Balance](ctx, src, "accounts", pginformer.TableOptions[Balance]{
+		Where: filter.MustNew[Balance](filter.Le("id", 10)),
+	})
+	if err != nil {
+		panic(err)
+	}
+	balances := core.NewSharedIndexInformer[Balance](firstTen, core.InformerOptions[Balance]{Name: "balances"})
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { _ = balances.Run(runCtx); close(done) }()
+	defer func() { stop(); <-done }()
+	if err := balances.WaitForCacheSync(ctx); err != nil {
+		panic(err)
+	}
+	if _, err := db.Exec(ctx, `UPDATE accounts SET cents = cents + 1 WHERE id IN (3, 500)`); err != nil {
+		panic(err)
+	}
+	var lsn pglogrepl.LSN
+	if err := db.QueryRow(ctx, `SELECT pg_current_wal_lsn()`).Scan(&lsn); err != nil {
+		panic(err)
+	}
+	if err := balances.WaitFor(ctx, core.ResourceVersion(lsn)); err != nil {
+		panic(err)
+	}
+	three, _ := balances.Lister().Get("3")
+	fmt.Println(balances.Lister().Len(), three.Cents)
+	// Output: 10 301
 }

@@ -1,6 +1,8 @@
 package pginformer
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -34,7 +36,11 @@ import (
 //     table share the publication: its row filter is the union (OR) of
 //     theirs, and none when one of them has none. A publication the
 //     Source did not create, or a permanent slot's (which outlives the
-//     process, while the next run's filter may differ), gets none.
+//     process, while the next run's filter may differ), gets none; nor
+//     does one before Postgres 15. A condition marked filter.Server that
+//     the publication would have to evaluate is refused there.
+//   - The same publication gets a column list (15+): the columns the
+//     Tables of the table decode (columnList).
 //   - Everything else, and the whole filter on the stream, is evaluated
 //     here on each decoded row.
 //
@@ -52,8 +58,11 @@ type tableFilter[T any] struct {
 }
 
 // newTableFilter splits f for table st. p maps the table's columns (cols,
-// in the same order) onto T.
-func newTableFilter[T any](st *tableState, f *filter.Filter[T], p *rowPlan, cols []column) (*tableFilter[T], error) {
+// in the same order) onto T. noRowFilter says why the publication gets no
+// row filter, with the fix ("" when it may get one): a condition marked
+// filter.Server, which the source must evaluate on the stream too, is then
+// refused.
+func newTableFilter[T any](st *tableState, f *filter.Filter[T], p *rowPlan, cols []column, noRowFilter string) (*tableFilter[T], error) {
 	if f == nil {
 		return nil, nil
 	}
@@ -97,6 +106,9 @@ func newTableFilter[T any](st *tableState, f *filter.Filter[T], p *rowPlan, cols
 			// over the replica identity's columns.
 			if st.full || slices.Contains(st.pk, c.name) {
 				pub = append(pub, s)
+				if e.Server && noRowFilter != "" && identErr == nil {
+					identErr = fmt.Errorf("pginformer: table %s: condition %s is marked filter.Server, but %s, or drop filter.Server to have the adapter evaluate it on each decoded change (the List's query still does)", ident, e, noRowFilter)
+				}
 			} else if e.Server && identErr == nil {
 				identErr = fmt.Errorf("pginformer: table %s: condition %s is marked filter.Server, but column %q is not in the table's replica identity (its primary key), and Postgres evaluates a publication row filter on UPDATE and DELETE only over replica identity columns: ALTER TABLE %s REPLICA IDENTITY FULL, or filter on key columns", ident, e, c.name, ident)
 			}
@@ -270,5 +282,129 @@ func tableFilterFor[T any](m *mapper, f *filter.Filter[T], cols []column) (*tabl
 		return nil, err
 	}
 	m.forget(rel)
-	return newTableFilter(m.st, f, p, cols)
+	return newTableFilter(m.st, f, p, cols, m.src.noRowFilter())
+}
+
+// noRowFilter says why the Source's publication gets no row filter (and
+// how to get one), or "" when it gets one (see rowFilter).
+func (s *Source) noRowFilter() string {
+	switch {
+	case s.version < 150000:
+		return fmt.Sprintf("the server runs Postgres %d.%d, and publication row filters (which evaluate a condition before a change is sent) came with Postgres 15: upgrade the server to 15 or later", s.version/10000, s.version%10000)
+	case s.opts.PermanentSlot:
+		return "a permanent slot's publication gets no row filter (it outlives the process, and a later run with a wider filter would never see the changes the old one left out): use a temporary slot"
+	case !s.pubOwned:
+		return fmt.Sprintf("publication %q is not the Source's own, so the Source does not set its row filter: leave Options.Publication empty so that the Source creates its own", s.pub)
+	}
+	return ""
+}
+
+// setColumns records which of the table's columns (cols, from the
+// catalog) the Table decodes, for the publication's column list.
+func (st *tableState) setColumns(m *mapper, cols []column) error {
+	rel := relationOf(cols)
+	p, err := m.plan(rel)
+	if err != nil {
+		return err
+	}
+	m.forget(rel)
+	st.cols, st.pubCols, st.anyColumn = nil, nil, m.typ == nil
+	for i, c := range cols {
+		if c.generated {
+			continue
+		}
+		st.pubCols = append(st.pubCols, c.name)
+		if p.used[i] || slices.Contains(st.pk, c.name) {
+			st.cols = append(st.cols, c.name)
+		}
+	}
+	return nil
+}
+
+// relationOf is the column layout of cols.
+func relationOf(cols []column) *relation {
+	rel := &relation{}
+	for _, c := range cols {
+		rel.names = append(rel.names, c.name)
+		rel.oids = append(rel.oids, c.oid)
+	}
+	return rel
+}
+
+// columnList returns the publication's column list for the table with
+// oid (Postgres 15 and later): the union of the columns every Table of it
+// decodes, the primary key among them; nil to publish every column, when
+// they need all of them, the server predates column lists, the table has
+// REPLICA IDENTITY FULL (Postgres then refuses the table's UPDATEs and
+// DELETEs under a column list that leaves a column out), the slot is
+// permanent, or Options.PublishAllColumns is set; nor when a Table of it
+// is a map[string]any, which decodes columns added later (that a column
+// list would leave out of the stream while a List reads them). A permanent slot's publication outlives the process, and the
+// WAL the slot keeps is decoded with it: a later run whose struct maps
+// another column would find that column missing from every change
+// streamed before it could widen the list.
+//
+// Row filter columns need no entry of their own: a row filter is only on
+// replica identity columns (see newTableFilter), which under DEFAULT are
+// the primary key.
+func (s *Source) columnList(oid uint32, serverVersion int) []string {
+	if serverVersion < 150000 || s.opts.PermanentSlot || s.opts.PublishAllColumns {
+		return nil
+	}
+	ts := s.byOID[oid]
+	need := map[string]bool{}
+	for _, t := range ts {
+		if t.full || t.anyColumn {
+			return nil
+		}
+		for _, c := range t.cols {
+			need[c] = true
+		}
+	}
+	var list []string
+	all := map[string]bool{}
+	for _, t := range ts {
+		for _, c := range t.pubCols {
+			if !all[c] {
+				all[c] = true
+				if need[c] {
+					list = append(list, c)
+				}
+			}
+		}
+	}
+	if len(list) == len(all) {
+		return nil
+	}
+	return list
+}
+
+// checkPublishedColumns checks that publication pub sends every column the
+// Table decodes: a column list of a publication the Source did not make
+// (or a permanent one's from an older run) may leave out a column the
+// struct maps, whose field would then be zero in every streamed change.
+// Before Postgres 15 a publication sends every column.
+func (s *Source) checkPublishedColumns(ctx context.Context, conn *pgx.Conn, st *tableState) error {
+	if s.version < 150000 {
+		return nil
+	}
+	var names []string
+	err := conn.QueryRow(ctx, "SELECT attnames::text[] FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3", s.pub, st.schema, st.name).Scan(&names)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil // published through its root, or not at all: checked elsewhere
+	}
+	if err != nil {
+		return s.wrap("look up the published columns of "+st.ident.Sanitize(), err)
+	}
+	var missing []string
+	for _, c := range st.cols {
+		if !slices.Contains(names, c) {
+			missing = append(missing, strconv.Quote(c))
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	ident := st.ident.Sanitize()
+	return fmt.Errorf("postgres %s: publication %q has a column list for table %s that leaves out column %[5]s, which the Table decodes: its changes would arrive without it. Publish every column (ALTER PUBLICATION %[4]s DROP TABLE %[3]s; ALTER PUBLICATION %[4]s ADD TABLE %[3]s), or map fewer columns", s.where(), s.pub, ident, pgx.Identifier{s.pub}.Sanitize(), strings.Join(missing, ", "))
 }

@@ -62,6 +62,10 @@ type rowPlan struct {
 	fields [][]int // per column: the struct field index, nil when unmapped
 	used   []bool  // per column: decoded into T (mapped, or any column of a map)
 	key    []int   // column positions of the primary key
+	// partial: some column is not decoded. A streamed row's values slice
+	// one copy of its whole message, so what TOAST memory keeps of such a
+	// row is copied out, not to hold the columns T leaves out.
+	partial bool
 
 	textMu sync.Mutex
 	text   *scanPlan // compiled for text values, on first decode
@@ -105,6 +109,9 @@ func (m *mapper) plan(rel *relation) (*rowPlan, error) {
 		for c, name := range rel.names {
 			p.used[c] = !m.omit[name]
 		}
+	}
+	for _, u := range p.used {
+		p.partial = p.partial || !u
 	}
 	for _, k := range m.st.pk {
 		found := false

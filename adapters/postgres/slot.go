@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -223,6 +224,9 @@ func (s *Source) ensurePublication(ctx context.Context, conn *pgx.Conn) error {
 			if err := s.checkPublication(ctx, conn, t); err != nil {
 				return err
 			}
+			if err := s.checkPublishedColumns(ctx, conn, t); err != nil {
+				return err
+			}
 		}
 		return nil
 	}
@@ -249,6 +253,14 @@ func (s *Source) ensurePublication(ctx context.Context, conn *pgx.Conn) error {
 				return s.wrap("look up publication tables", err)
 			}
 			if member {
+				// A publication of an earlier run (a permanent slot's, or
+				// a named one a crash left): it must still send every
+				// column of every Table of the table.
+				for _, u := range s.byOID[t.oid] {
+					if err := s.checkPublishedColumns(ctx, conn, u); err != nil {
+						return err
+					}
+				}
 				continue
 			}
 		}
@@ -256,6 +268,13 @@ func (s *Source) ensurePublication(ctx context.Context, conn *pgx.Conn) error {
 			list += ", "
 		}
 		list += t.ident.Sanitize()
+		if cl := s.columnList(t.oid, serverVersion); cl != nil {
+			ids := make([]string, len(cl))
+			for i, c := range cl {
+				ids[i] = pgx.Identifier{c}.Sanitize()
+			}
+			list += " (" + strings.Join(ids, ", ") + ")"
+		}
 		if rf := s.rowFilter(t.oid, serverVersion); rf != "" {
 			list += " WHERE (" + rf + ")"
 		}

@@ -59,6 +59,15 @@ type Options struct {
 	// not exist, instead of failing NewSource with "publication ... does
 	// not exist". The role must own the tables.
 	CreatePublication bool
+	// PublishAllColumns gives the publication the Source creates no column
+	// list: the server sends every column, and the adapter steps over
+	// those no Table decodes. By default (Postgres 15+, temporary slot,
+	// REPLICA IDENTITY DEFAULT) it lists only the decoded columns, and
+	// while it does, Postgres refuses to drop a listed column without
+	// CASCADE and, after ALTER TABLE ... REPLICA IDENTITY FULL, refuses
+	// the table's UPDATEs and DELETEs; set this where such DDL must stay
+	// free while the Source runs.
+	PublishAllColumns bool
 	// ApplicationName is the application_name of the Source's connections,
 	// shown in pg_stat_replication and pg_stat_activity. Default: the
 	// program's name and the slot's.
@@ -104,6 +113,8 @@ type Source struct {
 	// silence is how long a stream may hear nothing from the server
 	// before it ends as half-open (see silenceLimit).
 	silence time.Duration
+	// version is the server's server_version_num as NewSource saw it.
+	version int
 
 	setupMu    sync.Mutex      // serialises session setup, snapshot imports and stream starts
 	readers    chan struct{}   // a slot per snapshot reader connection (Options.SnapshotReaders)
@@ -228,7 +239,7 @@ func NewSource(ctx context.Context, connString string, opts Options) (*Source, e
 	var walLevel string
 	var repl, super bool
 	var senderTimeout int64 // ms
-	err = conn.QueryRow(ctx, `SELECT current_setting('wal_level'), rolreplication, rolsuper, (SELECT setting::bigint FROM pg_settings WHERE name = 'wal_sender_timeout') FROM pg_roles WHERE rolname = current_user`).Scan(&walLevel, &repl, &super, &senderTimeout)
+	err = conn.QueryRow(ctx, `SELECT current_setting('wal_level'), rolreplication, rolsuper, (SELECT setting::bigint FROM pg_settings WHERE name = 'wal_sender_timeout'), current_setting('server_version_num')::int FROM pg_roles WHERE rolname = current_user`).Scan(&walLevel, &repl, &super, &senderTimeout, &s.version)
 	if err != nil {
 		return nil, s.wrap("check server settings", err)
 	}

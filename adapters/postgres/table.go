@@ -155,6 +155,14 @@ func NewTable[T any](ctx context.Context, src *Source, table string, opts TableO
 			omit[c.name] = true
 		}
 	}
+	if err := st.setColumns(m, cols); err != nil {
+		return nil, err
+	}
+	if !src.pubOwned {
+		if err := src.checkPublishedColumns(ctx, conn, st); err != nil {
+			return nil, err
+		}
+	}
 	st.resetKnown()
 	if err := src.register(st, loaded); err != nil {
 		return nil, err

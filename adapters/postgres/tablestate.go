@@ -25,6 +25,12 @@ type tableState struct {
 	// it the publication may evaluate (SQL, "" for nothing). See filter.go.
 	filtered  bool
 	rowFilter string
+	// cols are the columns the Table decodes (mapped, and the key), in
+	// table order; pubCols every column pgoutput can send (the table's
+	// columns less generated ones) when NewTable read the catalog. See
+	// columnList in filter.go.
+	cols, pubCols []string
+	anyColumn     bool // a map[string]any Table: it decodes columns added later too
 
 	// guarded by src.mu
 	active  bool                 // listed in the current slot's lifetime

@@ -1,6 +1,7 @@
 package pginformer
 
 import (
+	"bytes"
 	"sort"
 
 	"github.com/jackc/pgx/v5/pgtype"
@@ -98,7 +99,8 @@ func (t *tableState) resetKnown() {
 }
 
 // remember records a row's key and the values that may come back as 'u'.
-// It keeps vals' bytes.
+// It keeps vals' bytes, or copies of them when the row has columns p does
+// not decode (its bytes share one buffer with theirs).
 func (t *tableState) remember(p *rowPlan, key string, vals []rawValue) {
 	t.keys[key] = struct{}{}
 	var vl []knownValue
@@ -116,7 +118,11 @@ func (t *tableState) remember(p *rowPlan, key string, vals []rawValue) {
 					continue
 				}
 			}
-			vl = append(vl, knownValue{p.rel.names[c], v.data})
+			data := v.data
+			if p.partial {
+				data = bytes.Clone(data)
+			}
+			vl = append(vl, knownValue{p.rel.names[c], data})
 		}
 	}
 	t.setVals(key, vl)

@@ -78,9 +78,12 @@ var rows = []row{
 	{"10 Postgres restart from an expired checkpoint, 1% of rows changed: notifications, % of keys", "WarmStart", "expired-notified-pct", "", "", "≤", 2},
 	{"10 Checkpoint write time per million objects, s", "WarmStart", "checkpoint-write-s-per-M", "", "", "", 0},
 	{"10 Checkpoint size per million objects, MB", "WarmStart", "checkpoint-MB-per-M", "", "", "", 0},
-	{"11 Partial sync (#22), NATS KV of 1M keys, filter matching 1% pushed down: initial sync time, filtered vs whole", "PartialSync", "filtered-s", "", "all-s", "≤", 0.05},
-	{"11 Partial sync, NATS KV of 1M keys, 1% filter: steady heap, filtered vs whole (the in-process nats-server shares the heap)", "PartialSync", "filtered-MB", "", "all-MB", "≤", 0.05},
-	{"11 Partial sync: values decoded by the adapter during writes that touch only non-matching keys", "PartialSync", "decoded-nonmatching", "", "", "≤", 0},
+	{"11 Partial sync (#22), NATS KV of 1M keys, filter matching 1% pushed down: initial sync time, filtered vs whole", "PartialSync/nats", "filtered-s", "", "all-s", "≤", 0.05},
+	{"11 Partial sync, NATS KV of 1M keys, 1% filter: steady heap, filtered vs whole (the in-process nats-server shares the heap)", "PartialSync/nats", "filtered-MB", "", "all-MB", "≤", 0.05},
+	{"11 Partial sync: values decoded by the adapter during writes that touch only non-matching keys", "PartialSync/nats", "decoded-nonmatching", "", "", "≤", 0},
+	{"11 Partial sync, Postgres table of 1M rows, key range matching 1% pushed down (List query, PG15+ row filter and column list): initial sync time, filtered vs whole", "PartialSync/postgres", "filtered-s", "", "all-s", "≤", 0.05},
+	{"11 Partial sync, Postgres table of 1M rows, 1% key range: steady heap, filtered vs whole (Postgres runs out of process)", "PartialSync/postgres", "filtered-MB", "", "all-MB", "≤", 0.05},
+	{"11 Partial sync, Postgres: rows decoded by the adapter during 10,000 updates of non-matching rows", "PartialSync/postgres", "decoded-nonmatching", "", "", "≤", 0},
 }
 
 // results maps a sub-benchmark to its metrics, each the values of every run.

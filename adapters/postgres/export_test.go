@@ -1,0 +1,24 @@
+package pginformer
+
+import (
+	"slices"
+	"sort"
+)
+
+// StreamedColumns returns, sorted, the columns of every row layout the
+// stream sent for t's table (pgoutput's Relation messages): the layouts
+// t's decode plans are cached for. Snapshot layouts are not cached.
+func StreamedColumns[T any](t *Table[T]) []string {
+	t.m.mu.Lock()
+	defer t.m.mu.Unlock()
+	var out []string
+	for rel := range t.m.plans {
+		for _, n := range rel.names {
+			if !slices.Contains(out, n) {
+				out = append(out, n)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
