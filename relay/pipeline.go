@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,15 +21,18 @@ const DefaultMaxInFlight = 1024
 // JetStream) instead of waiting for each group's acknowledgements before
 // the next group.
 //
-// Fencing composes with the window because the relay is the stream's only
-// writer: message n+1 expects the stream's last sequence to be the one
-// message n gets, known before n is acknowledged (the term's first message
-// expects the last sequence the term read, and each one after it that plus
-// one). JetStream stores a message only when its expectation holds, so the
-// stream always holds a prefix of what the term sent: a message that fails
-// (another relay wrote in between, a node lost it, the stream leader
-// changed) makes every later one fail too. Messages go out on one
-// connection in order, so no message overtakes another.
+// Fencing has to chain the messages of the window: each one must be
+// stored right after the one sent before it, or not at all. The term's
+// first message expects the stream's last sequence to be the one the term
+// read (Nats-Expected-Last-Sequence); every later one expects the stream's
+// last message to be the one sent before it, by its Nats-Msg-Id
+// (Nats-Expected-Last-Msg-Id; every relay message has an id). A position
+// alone does not chain: if another writer's message takes the sequence
+// message n expected to get, n fails, but n+1, which expects the stream to
+// end at that same sequence, would be stored. An id cannot be taken that
+// way: once n is not stored, no later message of the term is. So the
+// stream always holds a prefix of what the term sent, and the sequence of
+// each message, computed ahead, is checked against its acknowledgement.
 //
 // An acknowledgement is awaited in order, by one goroutine; once the last
 // message of a source version is acknowledged, so is every message before
@@ -49,6 +53,8 @@ type pipeline struct {
 	cancel context.CancelCauseFunc //
 	queue  chan inflight           // published, in order; closed by close
 	done   chan struct{}           // closed when ack has returned
+
+	lastID string // Nats-Msg-Id of the last message sent; "" before the first
 
 	mu  sync.Mutex
 	err error // the first failure
@@ -88,17 +94,31 @@ func (p *pipeline) fail(err error) {
 	p.cancel(err)
 }
 
-// send publishes msgs after everything sent before, the first expecting
-// the stream's last sequence to be st.lastSeq, and advances st.lastSeq as
-// if they were stored; version is the source version complete once the
-// last of them is (0: none). It blocks while the window is full and
-// returns the pipeline's failure, if there is one, without sending.
+// send publishes msgs after everything sent before, each expecting the
+// stream to end with the one before it (see pipeline), and advances
+// st.lastSeq as if they were stored; version is the source version
+// complete once the last of them is (0: none). A message without a
+// Nats-Msg-Id gets one from its sequence and the term's epoch. It blocks
+// while the window is full and returns the pipeline's failure, if there
+// is one, without sending.
 func (p *pipeline) send(st *state, msgs []*nats.Msg, version uint64) error {
 	for i, m := range msgs {
 		if err := p.failure(); err != nil {
 			return err
 		}
-		f, err := p.js.PublishMsgAsync(m, jetstream.WithExpectLastSequence(st.lastSeq))
+		id := m.Header.Get(jetstream.MsgIDHeader)
+		if id == "" {
+			// Unique: a later term (or a later attempt of this one)
+			// reads a stream whose last sequence is at least this one.
+			id = "s" + strconv.FormatUint(st.lastSeq+1, 10) + "-" + strconv.FormatUint(st.epoch, 10)
+			m.Header.Set(jetstream.MsgIDHeader, id)
+		}
+		expect := []jetstream.PublishOpt{jetstream.WithExpectLastSequence(st.lastSeq)}
+		if p.lastID != "" {
+			expect = append(expect, jetstream.WithExpectLastMsgID(p.lastID))
+		}
+		p.lastID = id
+		f, err := p.js.PublishMsgAsync(m, expect...)
 		if err != nil {
 			err = &publishError{fmt.Errorf("%s: %w", p.source, err)}
 			p.fail(err)

@@ -128,7 +128,7 @@ const ackTimeout = 10 * time.Second
 
 var (
 	errDeposed = errors.New("a relay with a later term has written to the stream")
-	errFenced  = errors.New("another relay published to the stream meanwhile")
+	errFenced  = errors.New("the stream did not end where the relay expected: another relay published meanwhile, or an earlier message of this relay was not stored")
 )
 
 // publishError is a failed publish: what landed is unknown until the
