@@ -98,10 +98,6 @@ func New[T any](ctx context.Context, js jetstream.JetStream, src core.ListerWatc
 	r := &Relay[T]{js: js, src: src, opts: opts, down: down, log: log,
 		source: fmt.Sprintf("relay to stream %q", opts.Stream)}
 	if a, ok := src.(core.DurableAcknowledger); ok {
-		// Emit's return no longer means the batch is in the stream (the
-		// pipeline keeps it in flight): the source may discard only what
-		// JetStream has acknowledged.
-		a.GateAcknowledgements(true)
 		r.durable = a
 	}
 	return r, nil
@@ -139,6 +135,14 @@ func (e *publishError) Error() string { return "publish: " + e.err.Error() }
 func (e *publishError) Unwrap() error { return e.err }
 
 func (r *Relay[T]) lead(ctx context.Context, t leader.Term) error {
+	if r.durable != nil {
+		// Emit's return no longer means the batch is in the stream (the
+		// pipeline keeps it in flight): from the first term on, the source
+		// may discard only what JetStream has acknowledged. (Not before:
+		// a relay that never leads must not hold back a source that other
+		// tables of the same slot share.)
+		r.durable.GateAcknowledgements(true)
+	}
 	r.leading.Store(true)
 	defer r.leading.Store(false)
 	backoff := 100 * time.Millisecond
