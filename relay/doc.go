@@ -12,12 +12,12 @@
 //
 // Run several relays; a leader.Elector (etcd, Postgres advisory lock or a
 // Kubernetes Lease) picks the one that reads the source. Every publish
-// carries Nats-Expected-Last-Sequence, the stream's last sequence as the
-// relay knows it, so that while two relays believe they lead (a deposed
-// leader has not noticed yet) at most one of them can write: the other's
-// publish fails, it reads the stream again and, finding a message of a later
-// term (the Dbi-Epoch header, the leader.Term's epoch), stops until its
-// election notices. Each term starts with one message of its own.
+// says where the stream must end for it to be stored (see Pipelining), so
+// that while two relays believe they lead (a deposed leader has not
+// noticed yet) at most one of them can write: the other's publish fails,
+// it reads the stream again and, finding a message of a later term (the
+// Dbi-Epoch header, the leader.Term's epoch), stops until its election
+// notices. Each term starts with one message of its own.
 //
 // A new leader reads the stream back (one pass: the stream keeps one
 // message per key) and resumes the source's watch from the last version
@@ -31,9 +31,40 @@
 // changes happened at versions up to the list's, not at it: a Downstream
 // delivers them at the version right after the last one it delivered,
 // followed by a Bookmark at the list's version, so that WaitFor of a
-// version before the list's cannot return before they are applied. The relay
-// acknowledges a source batch (its Emit returns, which for Postgres lets
-// the slot advance) only after JetStream acknowledged every message of it.
+// version before the list's cannot return before they are applied.
+//
+// # Pipelining
+//
+// The relay does not wait for one source transaction's messages to be
+// acknowledged before it publishes the next: up to Options.MaxInFlight
+// messages (DefaultMaxInFlight) are in flight, published in source order
+// on one connection, and one goroutine awaits their acknowledgements in
+// the same order. The fencing chains them: a term's first message expects
+// the stream's last sequence to be the one the term read
+// (Nats-Expected-Last-Sequence), and every later one also expects the
+// stream's last message to be the one sent before it, by its Nats-Msg-Id
+// (Nats-Expected-Last-Msg-Id). A position alone would not do: a message
+// another relay slipped in takes the sequence one of ours expected, and
+// the next of ours, expecting the stream to end at that very sequence,
+// would be stored behind it. With the id, once one message is not stored
+// (fenced, lost with a node, refused) none after it is: the stream always
+// holds a prefix of what the term sent, and each acknowledgement must name
+// the sequence computed for it. A duplicate acknowledgement is an error.
+//
+// The source is acknowledged only up to what JetStream has stored: a
+// source that acknowledges positions to its server (the Postgres slot:
+// core.DurableAcknowledger) is gated by New and told each source version
+// once the last message of it, and so every message before, is
+// acknowledged; Emit's return no longer vouches for it. The first failure
+// ends the term: the source watch is cancelled, what is still in flight
+// is awaited (up to the acknowledgement timeout) so that nothing more of
+// the term lands afterwards, and the next term reads the stream and
+// resumes from the last version it holds completely, as after a crash. A
+// window holds at most MaxInFlight changes, so a Postgres source resumes
+// from its in-memory History (pginformer.Options.History, 10000 changes by
+// default) rather than relisting, when the window is smaller. MaxInFlight
+// must not exceed the JetStream context's own bound on pending
+// asynchronous publishes (jetstream.WithPublishAsyncMaxPending).
 //
 // # The stream
 //
@@ -60,6 +91,12 @@
 // A Downstream lists the stream in one pass (then reads on to the head, so
 // that a key rewritten meanwhile is not missed) at the version of the last
 // complete group, and watches from there, one batch per source transaction.
+// It keeps no copy of the keys' states beside the informer's cache (its
+// event stream is natsinformer's Stateless mode): a watch holds only the
+// group it is assembling, and a Watch from a version starts at the stream
+// sequence of that version without replaying the stream before it. Puts
+// reach the informer as Added events; the informer tells adds from updates
+// by its cache.
 // Watch(v) for a v it did not just return searches the stream for v. A
 // watch that finds a group incomplete or missing (a later change of a key
 // removed its message before the watch read it: it fell behind a busy

@@ -74,6 +74,10 @@ func NewDownstream[T any](ctx context.Context, js jetstream.JetStream, stream, p
 	d := &Downstream[T]{stream: st, prefix: prefix, codec: opts.Codec, log: log,
 		source: fmt.Sprintf("relay stream %q", stream)}
 	d.es, err = natsinformer.NewEventStream(ctx, js, stream, natsinformer.EventStreamOptions[entry]{
+		// The stream holds each key's last change: the informer's cache
+		// is the only copy of the state a Downstream needs, and a Watch
+		// starts at its sequence without replaying the stream.
+		Stateless: true,
 		Reduce:    d.reduce,
 		Filter:    prefix + ".>",
 		Key:       func(subject string) (string, error) { return subject, nil },
@@ -86,8 +90,8 @@ func NewDownstream[T any](ctx context.Context, js jetstream.JetStream, stream, p
 	return d, nil
 }
 
-// reduce keeps every message as the state of its subject: the relay stream
-// is already the per-key state, this only parses it.
+// reduce parses every message as the state of its subject: the relay
+// stream is already the per-key state (the event stream is Stateless).
 func (d *Downstream[T]) reduce(_ entry, _ bool, m natsinformer.Message) (entry, bool, error) {
 	e, err := parse(d.prefix, m.Subject, m.Sequence, m.Header, m.Data)
 	return e, err == nil, err
@@ -424,11 +428,8 @@ func (t *translator[T]) take(batch []core.Event[entry]) error {
 			if e.index != uint64(len(t.pending)) {
 				return t.expired("change %d of %d of source version %d is missing", len(t.pending), e.count, e.version)
 			}
-			typ := core.Added
-			if ev.Type == core.Modified {
-				typ = core.Modified
-			}
-			t.pending = append(t.pending, t.d.event(typ, e, core.ResourceVersion(e.version)))
+			// Added: the informer tells an add from an update by its cache.
+			t.pending = append(t.pending, t.d.event(core.Added, e, core.ResourceVersion(e.version)))
 			t.pendingV, t.pendingSeq, t.pendingRelist = e.version, e.seq, e.relist
 			if uint64(len(t.pending)) == e.count {
 				t.flush()

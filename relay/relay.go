@@ -37,6 +37,13 @@ type Options[T any] struct {
 	// version that touched no relayed key returns. Zero means 1s; negative
 	// turns it off.
 	ProgressInterval time.Duration
+	// MaxInFlight bounds the messages published and not yet acknowledged
+	// by JetStream: the relay keeps publishing the next source changes
+	// while earlier ones await their acknowledgements, in order, up to
+	// this many. Zero means DefaultMaxInFlight. It must not exceed the
+	// JetStream context's own bound (jetstream.WithPublishAsyncMaxPending,
+	// 4000 by default), or publishes stall and fail.
+	MaxInFlight int
 	// Logger receives the relay's transitions and errors; nil discards
 	// them.
 	Logger *slog.Logger
@@ -52,8 +59,10 @@ type Relay[T any] struct {
 	source string
 	log    *slog.Logger
 
+	durable core.DurableAcknowledger // src, when it acknowledges positions to its server
+
 	leading   atomic.Bool
-	published atomic.Uint64 // messages published, for tests and metrics
+	published atomic.Uint64 // messages published and acknowledged, for tests and metrics
 	relists   atomic.Uint64 // source relists published
 }
 
@@ -72,6 +81,12 @@ func New[T any](ctx context.Context, js jetstream.JetStream, src core.ListerWatc
 	if opts.ProgressInterval == 0 {
 		opts.ProgressInterval = time.Second
 	}
+	if opts.MaxInFlight < 0 {
+		return nil, fmt.Errorf("relay: Options.MaxInFlight is %d; use zero for the default (%d) or a positive bound", opts.MaxInFlight, DefaultMaxInFlight)
+	}
+	if opts.MaxInFlight == 0 {
+		opts.MaxInFlight = DefaultMaxInFlight
+	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -80,14 +95,19 @@ func New[T any](ctx context.Context, js jetstream.JetStream, src core.ListerWatc
 	if err != nil {
 		return nil, err
 	}
-	return &Relay[T]{js: js, src: src, opts: opts, down: down, log: log,
-		source: fmt.Sprintf("relay to stream %q", opts.Stream)}, nil
+	r := &Relay[T]{js: js, src: src, opts: opts, down: down, log: log,
+		source: fmt.Sprintf("relay to stream %q", opts.Stream)}
+	if a, ok := src.(core.DurableAcknowledger); ok {
+		r.durable = a
+	}
+	return r, nil
 }
 
 // Leading reports whether this relay is the elected leader now.
 func (r *Relay[T]) Leading() bool { return r.leading.Load() }
 
-// Published returns how many messages this relay has published.
+// Published returns how many messages this relay has published and
+// JetStream has acknowledged.
 func (r *Relay[T]) Published() uint64 { return r.published.Load() }
 
 // Relists returns how many relists of the source this relay has published.
@@ -104,7 +124,7 @@ const ackTimeout = 10 * time.Second
 
 var (
 	errDeposed = errors.New("a relay with a later term has written to the stream")
-	errFenced  = errors.New("another relay published to the stream meanwhile")
+	errFenced  = errors.New("the stream did not end where the relay expected: another relay published meanwhile, or an earlier message of this relay was not stored")
 )
 
 // publishError is a failed publish: what landed is unknown until the
@@ -115,6 +135,14 @@ func (e *publishError) Error() string { return "publish: " + e.err.Error() }
 func (e *publishError) Unwrap() error { return e.err }
 
 func (r *Relay[T]) lead(ctx context.Context, t leader.Term) error {
+	if r.durable != nil {
+		// Emit's return no longer means the batch is in the stream (the
+		// pipeline keeps it in flight): from the first term on, the source
+		// may discard only what JetStream has acknowledged. (Not before:
+		// a relay that never leads must not hold back a source that other
+		// tables of the same slot share.)
+		r.durable.GateAcknowledgements(true)
+	}
 	r.leading.Store(true)
 	defer r.leading.Store(false)
 	backoff := 100 * time.Millisecond
@@ -146,12 +174,13 @@ func (r *Relay[T]) lead(ctx context.Context, t leader.Term) error {
 }
 
 // state is what the stream holds, as a term starts, and what the relay
-// has published since.
+// has sent since (the pipeline may not have them acknowledged yet: a
+// failure ends the term, and the next one reads the stream again).
 type state struct {
 	epoch      uint64
-	lastSeq    uint64              // the stream's last sequence: the next publish expects it
-	committed  uint64              // the last source version relayed completely (progress included)
-	lastChange uint64              // the version of the last complete group of changes
+	lastSeq    uint64              // the stream's last sequence after what was sent: the next publish expects it
+	committed  uint64              // the last source version sent completely (progress included)
+	lastChange uint64              // the version of the last complete group of changes sent
 	hashes     map[string][32]byte // key -> hash of its last put (absent: deleted or never)
 }
 
@@ -203,11 +232,20 @@ func (r *Relay[T]) read(ctx context.Context, epoch uint64) (*state, uint64, map[
 }
 
 // term relays from what the stream holds until something fails.
-func (r *Relay[T]) term(ctx context.Context, t leader.Term) error {
+func (r *Relay[T]) term(ctx context.Context, t leader.Term) (err error) {
 	st, partialV, partial, err := r.read(ctx, t.Epoch)
 	if err != nil {
 		return err
 	}
+	p := newPipeline(ctx, r.js, r.source, r.opts.MaxInFlight, &r.published, r.acknowledge)
+	defer func() {
+		// Whatever ended the term, what is in flight is settled first;
+		// a publish failure explains the end better than the watch's
+		// stop it caused.
+		if perr := p.close(); perr != nil && ctx.Err() == nil {
+			err = perr
+		}
+	}()
 	relist := st.committed == 0
 	first := r.progress(st, st.committed)
 	if partial != nil {
@@ -216,20 +254,23 @@ func (r *Relay[T]) term(ctx context.Context, t leader.Term) error {
 	}
 	// The term's first message: from here on a relay of an earlier term
 	// finds a later epoch in the stream and stops.
-	if err := r.publish(ctx, st, []*nats.Msg{first}); err != nil {
+	if err := p.send(st, []*nats.Msg{first}, st.committed); err != nil {
 		return err
 	}
 	r.log.Info("relay term starts", "relay", r.source, "epoch", t.Epoch, "from", st.committed, "relist", relist)
 	for {
 		if relist {
-			if err := r.relist(ctx, st, partial); err != nil {
+			if err := r.relist(p.ctx, p, st, partial); err != nil {
 				return err
 			}
 			partial, relist = nil, false
 		}
-		err := r.watch(ctx, st)
+		err := r.watch(p.ctx, p, st)
 		if ctx.Err() != nil {
 			return err
+		}
+		if perr := p.failure(); perr != nil {
+			return perr
 		}
 		if errors.Is(err, core.ErrExpired) {
 			r.log.Info("relay source expired; relisting", "relay", r.source, "from", st.committed, "err", err)
@@ -318,7 +359,7 @@ func (st *state) applied(v uint64, changes []change) {
 // relist lists the source and publishes what differs from the stream as
 // one group at the list's version: puts for new and changed keys, deletes
 // for keys gone, and every key of an aborted group.
-func (r *Relay[T]) relist(ctx context.Context, st *state, force map[string]bool) error {
+func (r *Relay[T]) relist(ctx context.Context, p *pipeline, st *state, force map[string]bool) error {
 	objs := map[string]change{}
 	v, err := r.src.List(ctx, core.ListSink[T]{Emit: func(ev core.Event[T]) error {
 		objs[ev.Key] = r.change(ev)
@@ -360,13 +401,17 @@ func (r *Relay[T]) relist(ctx context.Context, st *state, force map[string]bool)
 	if len(msgs) == 0 {
 		msgs = append(msgs, r.progress(st, ver))
 	}
-	if err := r.publish(ctx, st, msgs); err != nil {
+	if err := p.send(st, msgs, ver); err != nil {
 		return err
 	}
 	if len(changes) > 0 {
 		st.applied(ver, changes)
 	} else {
 		st.committed = ver
+	}
+	// A relist is rare and may be large: it counts once it is stored.
+	if err := p.sync(); err != nil {
+		return err
 	}
 	r.relists.Add(1)
 	r.log.Info("relay published a relist of the source", "relay", r.source, "version", ver, "changed", len(changes), "listed", len(objs))
@@ -393,7 +438,7 @@ func (r *Relay[T]) change(ev core.Event[T]) change {
 }
 
 // watch relays the source's changes after st.committed.
-func (r *Relay[T]) watch(ctx context.Context, st *state) error {
+func (r *Relay[T]) watch(ctx context.Context, p *pipeline, st *state) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var progress chan struct{}
@@ -432,7 +477,7 @@ func (r *Relay[T]) watch(ctx context.Context, st *state) error {
 					// A bookmark: the source's head, published as progress
 					// when it moved.
 					if v > st.committed {
-						if err := r.publish(ctx, st, []*nats.Msg{r.progress(st, v)}); err != nil {
+						if err := p.send(st, []*nats.Msg{r.progress(st, v)}, v); err != nil {
 							return err
 						}
 						st.committed = v
@@ -442,7 +487,7 @@ func (r *Relay[T]) watch(ctx context.Context, st *state) error {
 				if v <= st.committed {
 					return fmt.Errorf("the source delivered a change of %q at version %d, not after version %d", changes[0].key, v, st.committed)
 				}
-				if err := r.publish(ctx, st, r.group(st, v, changes)); err != nil {
+				if err := p.send(st, r.group(st, v, changes), v); err != nil {
 					return err
 				}
 				st.applied(v, changes)
@@ -452,53 +497,10 @@ func (r *Relay[T]) watch(ctx context.Context, st *state) error {
 	})
 }
 
-// publish sends msgs in order, each expecting the stream's last sequence
-// to be the one before it (fencing: a publish of another relay in between
-// makes every later one fail), and returns once JetStream acknowledged
-// them all.
-func (r *Relay[T]) publish(ctx context.Context, st *state, msgs []*nats.Msg) error {
-	futs := make([]jetstream.PubAckFuture, 0, len(msgs))
-	for i, m := range msgs {
-		f, err := r.js.PublishMsgAsync(m, jetstream.WithExpectLastSequence(st.lastSeq+uint64(i)))
-		if err != nil {
-			return &publishError{fmt.Errorf("%s: %w", r.source, err)}
-		}
-		futs = append(futs, f)
+// acknowledge is the pipeline's report that JetStream stored everything
+// up to source version v: only now may the source discard it.
+func (r *Relay[T]) acknowledge(v uint64) {
+	if r.durable != nil {
+		r.durable.AcknowledgeDurable(core.ResourceVersion(v))
 	}
-	var first error
-	last := st.lastSeq
-	// An acknowledgement lost with a node (the stream's leader died with
-	// the message in flight) never comes: give up after ackTimeout without
-	// one, and read the stream back to learn what landed.
-	timer := time.NewTimer(ackTimeout)
-	defer timer.Stop()
-	for _, f := range futs {
-		timer.Reset(ackTimeout)
-		select {
-		case <-timer.C:
-			return &publishError{fmt.Errorf("%s: no acknowledgement from JetStream within %v", r.source, ackTimeout)}
-		case ack := <-f.Ok():
-			if first == nil && ack.Duplicate {
-				first = fmt.Errorf("message %s was taken for a duplicate of sequence %d", f.Msg().Header.Get(jetstream.MsgIDHeader), ack.Sequence)
-			}
-			if first == nil {
-				last = ack.Sequence
-			}
-		case err := <-f.Err():
-			if first == nil {
-				first = err
-			}
-		case <-ctx.Done():
-			return &publishError{ctx.Err()}
-		}
-	}
-	if first != nil {
-		if isFenced(first) {
-			return fmt.Errorf("%s: %w: %v", r.source, errFenced, first)
-		}
-		return &publishError{fmt.Errorf("%s: %w", r.source, first)}
-	}
-	st.lastSeq = last
-	r.published.Add(uint64(len(msgs)))
-	return nil
 }

@@ -187,12 +187,21 @@ func message(subject string, version, prev, epoch uint64) *nats.Msg {
 	return m
 }
 
-// isFenced reports a publish refused because the stream's last sequence
-// was not the one expected: another relay published meanwhile.
+// jsErrCodeWrongLastMsgID is JetStream's "wrong last msg ID" (the server's
+// JSStreamWrongLastMsgIDErrF); nats.go has no constant for it.
+const jsErrCodeWrongLastMsgID jetstream.ErrorCode = 10070
+
+// isFenced reports a publish refused because the stream did not end where
+// the relay expected (its last sequence or its last message's id): another
+// relay published meanwhile, or an earlier message of the relay's window
+// was not stored.
 func isFenced(err error) bool {
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) {
-		return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+		switch apiErr.ErrorCode {
+		case jetstream.JSErrCodeStreamWrongLastSequence, jetstream.JSErrCodeStreamWrongLastSequenceConstant, jsErrCodeWrongLastMsgID:
+			return true
+		}
 	}
 	return false
 }

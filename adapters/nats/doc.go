@@ -48,6 +48,14 @@
 // messages (empty data, a Nats-Marker-Reason header) if the stream is
 // configured to leave them.
 //
+// A stream whose every message already is its entity's whole state (one
+// message kept per subject, as a relay stream) needs no fold:
+// EventStreamOptions.Stateless keeps none. Its reducer only parses (it is
+// never given a previous state), a watch starts at its version without
+// replaying anything before it and reports puts as Added (the informer
+// tells adds from updates by its cache), and a List keeps each entity's
+// last state only while it lists.
+//
 // # Partial sync
 //
 // KVOptions.Where and EventStreamOptions.Where (package filter) sync only

@@ -2,6 +2,7 @@ package natsinformer_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"time"
@@ -87,4 +88,64 @@ func Example() {
 	// added alice free initial=true
 	// Bob pro at revision 2
 	// added bob pro initial=false
+}
+
+// An event stream whose every message is its entity's whole state (one
+// message kept per subject) needs no fold: Stateless keeps no copy beside
+// the informer's cache, and the reducer only decodes.
+func ExampleNewEventStream_stateless() {
+	dir, err := os.MkdirTemp("", "natsinformer-example")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+	srv, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoSigs: true, NoLog: true})
+	if err != nil {
+		panic(err)
+	}
+	srv.Start()
+	defer srv.WaitForShutdown()
+	defer srv.Shutdown()
+	if !srv.ReadyForConnections(30 * time.Second) {
+		panic("nats-server not ready")
+	}
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		panic(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "PROFILES", Subjects: []string{"profiles.*"}, MaxMsgsPerSubject: 1}); err != nil {
+		panic(err)
+	}
+	js.Publish(ctx, "profiles.alice", []byte(`{"name":"Alice","plan":"free"}`))
+
+	lw, err := natsinformer.NewEventStream(ctx, js, "PROFILES", natsinformer.EventStreamOptions[User]{
+		Stateless: true,
+		Reduce: func(_ User, _ bool, m natsinformer.Message) (User, bool, error) {
+			var u User
+			err := json.Unmarshal(m.Data, &u)
+			return u, err == nil, err
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	informer := core.NewSharedIndexInformer(lw, core.InformerOptions[User]{Name: "profiles"})
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); informer.Run(runCtx) }()
+	defer func() { stop(); <-done }()
+
+	ack, _ := js.Publish(ctx, "profiles.alice", []byte(`{"name":"Alice","plan":"pro"}`))
+	if err := informer.WaitFor(ctx, core.ResourceVersion(ack.Sequence)); err != nil {
+		panic(err)
+	}
+	alice, _ := informer.Lister().Get("alice")
+	fmt.Println(alice.Name, alice.Plan, "at sequence", ack.Sequence)
+	// Output:
+	// Alice pro at sequence 2
 }

@@ -63,6 +63,17 @@ type EventStreamOptions[S any] struct {
 	// is copied. The stream must still hold SnapshotSeq+1.
 	Snapshot    map[string]S
 	SnapshotSeq uint64
+	// Stateless is for streams whose every message already is its
+	// entity's whole state (one message kept per subject, as in a KV
+	// bucket or a relay stream): Reduce only parses, and the informer's
+	// cache is the only copy of the state. Reduce then sees every event
+	// with exists false and the zero prev; a Watch keeps nothing per
+	// entity and starts at its version without replaying the stream
+	// before it; its puts are reported Added (the informer tells adds from
+	// updates by its cache) and a keep=false result is a Deleted carrying
+	// only the key; a List keeps each entity's last state only while it
+	// lists. Not with Where or Snapshot, which need the folded state.
+	Stateless bool
 	// Logger receives debug lines; nil discards them.
 	Logger *slog.Logger
 	// BatchSize bounds buffered messages and events per batch; zero (or
@@ -110,6 +121,9 @@ func NewEventStream[S any](ctx context.Context, js jetstream.JetStream, stream s
 		pattern = ">"
 	} else if err := checkPattern("EventStreamOptions.Filter", pattern, true); err != nil {
 		return nil, fmt.Errorf("%s: %w", source, err)
+	}
+	if opts.Stateless && (opts.Where != nil || opts.Snapshot != nil) {
+		return nil, fmt.Errorf("%s: EventStreamOptions.Stateless keeps no folded state, which Where and Snapshot need: set one or the other", source)
 	}
 	pattern, residue, err := streamWhere(source, pattern, &opts)
 	if err != nil {
@@ -177,7 +191,9 @@ func (s *EventStream[S]) List(ctx context.Context, sink core.ListSink[S]) (core.
 			return 0, err
 		}
 	}
-	s.park(top, f.state)
+	if !s.opts.Stateless {
+		s.park(top, f.state)
+	}
 	s.log.Debug("nats event stream listed", "stream", s.name, "entities", len(f.state), "rv", top)
 	return core.ResourceVersion(top), nil
 }
@@ -257,6 +273,10 @@ func (s *EventStream[S]) replayFrom(ctx context.Context, after, to uint64, stric
 // that ended there; otherwise Watch replays up to from first.
 func (s *EventStream[S]) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[S]) error {
 	f := &folder[S]{es: s}
+	if s.opts.Stateless {
+		// Nothing to rebuild: the watch starts at from.
+		return watch[S](ctx, &s.reader, uint64(from), f, opts)
+	}
 	s.mu.Lock()
 	if p := s.parked; p != nil && p.rv == uint64(from) {
 		f.state = p.state
@@ -316,7 +336,8 @@ func (s *EventStream[S]) key(subject string) (string, error) {
 	return toks[i], nil
 }
 
-// folder is the per-entity state of one List or watch.
+// folder is the per-entity state of one List or watch; a stateless
+// stream's watch has none (state nil).
 type folder[S any] struct {
 	es    *EventStream[S]
 	state map[string]S
@@ -332,7 +353,11 @@ func (f *folder[S]) fold(m jetstream.Msg, seq uint64, out []core.Event[S], event
 		return append(out, core.Event[S]{Type: core.Modified, Key: subject, RV: rv,
 			Err: &core.DecodeError{Source: f.es.source, Key: subject, RV: rv, Err: err}})
 	}
-	prev, exists := f.state[key]
+	var prev S
+	var exists bool
+	if !f.es.opts.Stateless {
+		prev, exists = f.state[key]
+	}
 	msg := Message{Subject: subject, Sequence: seq, Header: m.Headers(), Data: m.Data()}
 	if meta, err := m.Metadata(); err == nil {
 		msg.Time = meta.Timestamp
@@ -350,13 +375,22 @@ func (f *folder[S]) fold(m jetstream.Msg, seq uint64, out []core.Event[S], event
 	}
 	switch {
 	case keep:
-		f.state[key] = next
+		if f.state != nil {
+			f.state[key] = next
+		}
 		if events {
 			typ := core.Added
 			if exists {
 				typ = core.Modified
 			}
 			out = append(out, core.Event[S]{Type: typ, Key: key, Object: next, HasObject: true, RV: rv})
+		}
+	case f.es.opts.Stateless:
+		if f.state != nil {
+			delete(f.state, key)
+		}
+		if events {
+			out = append(out, core.Event[S]{Type: core.Deleted, Key: key, RV: rv})
 		}
 	case exists:
 		delete(f.state, key)
@@ -375,7 +409,11 @@ func (f *folder[S]) apply(m jetstream.Msg, seq uint64, out []core.Event[S]) []co
 // stream, so nothing is lost once it has been read.
 func (f *folder[S]) lost(context.Context, uint64) (string, error) { return "", nil }
 
-func (f *folder[S]) park(rv uint64) { f.es.park(rv, f.state) }
+func (f *folder[S]) park(rv uint64) {
+	if f.state != nil {
+		f.es.park(rv, f.state)
+	}
+}
 
 // complete is false: a replayed fold needs every event after from.
 func (f *folder[S]) complete() bool { return false }
