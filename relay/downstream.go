@@ -53,6 +53,7 @@ var (
 	_ core.HeadReader             = (*Downstream[int])(nil)
 	_ core.ProgressReporter       = (*Downstream[int])(nil)
 	_ core.ProgressIntervaler     = (*Downstream[int])(nil)
+	_ core.HealWaiter             = (*Downstream[int])(nil)
 	_ natsinformer.Reducer[entry] = (*Downstream[int])(nil).reduce
 )
 
@@ -106,6 +107,11 @@ func (d *Downstream[T]) ReportsProgress() bool { return true }
 
 // ProgressInterval is the idle check's: see natsinformer.
 func (d *Downstream[T]) ProgressInterval() time.Duration { return d.es.ProgressInterval() }
+
+// WaitHealed is the event stream's: an informer backing off after the NATS
+// connection dropped retries as soon as it is back, not at the end of its
+// sleep.
+func (d *Downstream[T]) WaitHealed(ctx context.Context) error { return d.es.WaitHealed(ctx) }
 
 // Head returns the last source version the stream holds completely.
 func (d *Downstream[T]) Head(ctx context.Context) (core.ResourceVersion, error) {
