@@ -18,8 +18,9 @@ import (
 // written in declaration order without names: a checkpoint written with
 // it records Schema and is refused when T's shape changed. Measured on a
 // checkpoint of 100,000 five-field rows (BenchmarkCheckpoint, CPU time) it
-// decodes about three times faster than JSON, encodes about twice as fast,
-// and is 40% smaller.
+// decodes about five times faster than JSON (the strings of one object
+// share one allocation, unless T holds a byte slice), encodes about twice
+// as fast, and is 40% smaller.
 //
 // Maps, interfaces, channels, functions, complex numbers and structs with
 // unexported fields (without a marshaler) are refused by NewBinary: use
@@ -27,6 +28,10 @@ import (
 type Binary[T any] struct {
 	op     *binOp
 	schema string
+	// arena: the strings of a decoded object share one allocation, a
+	// copy of its encoding (T holds no byte slice, whose bytes the copy
+	// would hold twice). An object's strings live and die with it.
+	arena bool
 }
 
 // NewBinary returns the Binary codec of T, or an error naming the first
@@ -38,7 +43,7 @@ func NewBinary[T any]() (*Binary[T], error) {
 	if err != nil {
 		return nil, fmt.Errorf("dbinformer: binary codec of %s: %w", t, err)
 	}
-	return &Binary[T]{op: op, schema: c.schema.String()}, nil
+	return &Binary[T]{op: op, schema: c.schema.String(), arena: !c.bytes}, nil
 }
 
 // Schema describes the encoding's layout (field names and kinds); two
@@ -56,14 +61,23 @@ func (b *Binary[T]) AppendEncode(dst []byte, obj T) ([]byte, error) {
 // Decode implements Codec. It never retains data.
 func (b *Binary[T]) Decode(data []byte) (T, error) {
 	var obj T
-	d := binDecoder{buf: data}
-	if err := b.op.dec(&d, reflect.ValueOf(&obj).Elem()); err != nil {
-		return obj, err
+	err := b.decodeInto(data, &obj)
+	return obj, err
+}
+
+// decodeInto decodes data into *dst, which must hold T's zero value.
+func (b *Binary[T]) decodeInto(data []byte, dst *T) error {
+	d := binDecoder{buf: data, size: len(data)}
+	if b.arena {
+		d.arena = string(data)
+	}
+	if err := b.op.dec(&d, reflect.ValueOf(dst).Elem()); err != nil {
+		return err
 	}
 	if len(d.buf) != 0 {
-		return obj, fmt.Errorf("dbinformer: binary codec: %d bytes left after the object", len(d.buf))
+		return fmt.Errorf("dbinformer: binary codec: %d bytes left after the object", len(d.buf))
 	}
-	return obj, nil
+	return nil
 }
 
 var _ Codec[int] = (*Binary[int])(nil)
@@ -73,7 +87,11 @@ type binOp struct {
 	dec func(d *binDecoder, v reflect.Value) error
 }
 
-type binDecoder struct{ buf []byte }
+type binDecoder struct {
+	buf   []byte
+	size  int    // of the whole encoding
+	arena string // a copy of it, for strings; "" allocates each
+}
 
 var errBinShort = errors.New("dbinformer: binary codec: truncated")
 
@@ -136,6 +154,7 @@ var (
 type binCompiler struct {
 	busy   map[reflect.Type]bool
 	schema strings.Builder
+	bytes  bool // T holds a byte slice
 }
 
 func (c *binCompiler) compile(t reflect.Type, path string) (*binOp, error) {
@@ -228,7 +247,12 @@ func (c *binCompiler) compile(t reflect.Type, path string) (*binOp, error) {
 			},
 			dec: func(d *binDecoder, v reflect.Value) error {
 				p, err := d.bytes()
-				if err == nil {
+				switch {
+				case err != nil:
+				case d.arena != "":
+					end := d.size - len(d.buf)
+					v.SetString(d.arena[end-len(p) : end])
+				default:
 					v.SetString(string(p))
 				}
 				return err
@@ -326,6 +350,7 @@ func marshalerOp(m func(p reflect.Value) ([]byte, error), u func(p reflect.Value
 func (c *binCompiler) sliceOp(t reflect.Type, path string) (*binOp, error) {
 	if t.Elem().Kind() == reflect.Uint8 && !reflect.PointerTo(t.Elem()).Implements(binMarshalerType) && !reflect.PointerTo(t.Elem()).Implements(gobCoderType) {
 		c.schema.WriteString("bytes;")
+		c.bytes = true
 		return &binOp{
 			enc: func(dst []byte, v reflect.Value) ([]byte, error) {
 				if v.IsNil() {

@@ -135,3 +135,38 @@ func TestBinaryRefusesWhatItCannotEncode(t *testing.T) {
 	check(err, "recursive")
 	_ = withHidden{}.b
 }
+
+// A type without byte slices decodes its strings into one allocation per
+// object; they are still the right strings, and nothing aliases data.
+func TestBinaryStringsShareOneAllocation(t *testing.T) {
+	type row struct {
+		A, B string
+		N    int
+		P    *string
+		S    []string
+	}
+	c, err := core.NewBinary[row]()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := "pointed"
+	in := row{A: "alpha", B: "", N: -7, P: &p, S: []string{"x", "yy", ""}}
+	data, err := c.Encode(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := c.Decode(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clear(data) // Decode must not have kept it
+	if !reflect.DeepEqual(out, in) {
+		t.Errorf("round trip: got %+v, want %+v", out, in)
+	}
+	data, _ = c.Encode(in)
+	for n := range len(data) {
+		if _, err := c.Decode(data[:n]); err == nil {
+			t.Fatalf("decoding the first %d of %d bytes succeeded", n, len(data))
+		}
+	}
+}
