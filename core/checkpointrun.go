@@ -185,6 +185,20 @@ func (i *SharedIndexInformer[T]) warmStart(ctx context.Context, c *checkpointer[
 	}
 	ws.from = rv
 	i.warm.Store(ws)
+	// The source restores its state from the objects while the cache
+	// loads them: both only read them, and a source's restore (the
+	// Postgres replication session) waits on the network.
+	var restoreErr error
+	restored := make(chan struct{})
+	r, restorer := i.lw.(Restorer[T])
+	if restorer {
+		go func() {
+			defer close(restored)
+			restoreErr = r.Restore(ctx, rv, objs.all)
+		}()
+	} else {
+		close(restored)
+	}
 	if !i.loadCheckpoint(ctx, rv, objs) {
 		// The cache holds a previous run's objects: the checkpoint
 		// replaces them like a list, which tells handlers the
@@ -199,19 +213,19 @@ func (i *SharedIndexInformer[T]) warmStart(ctx context.Context, c *checkpointer[
 		})
 		if err != nil {
 			// Only ctx ends a Replace that lists from memory.
+			<-restored
 			return 0, false, false
 		}
 	}
 	c.mu.Lock()
 	c.saved, c.wrote = rv, true
 	c.mu.Unlock()
+	<-restored
 	watch = true
-	if r, ok := i.lw.(Restorer[T]); ok {
-		if err := r.Restore(ctx, rv, objs.all); err != nil {
-			watch = false
-			if ctx.Err() == nil {
-				i.rep.report(ctx, fmt.Errorf("%s: restore the source's state at checkpoint version %d (relisting instead): %w", i.name, rv, err))
-			}
+	if restoreErr != nil {
+		watch = false
+		if ctx.Err() == nil {
+			i.rep.report(ctx, fmt.Errorf("%s: restore the source's state at checkpoint version %d (relisting instead): %w", i.name, rv, restoreErr))
 		}
 	}
 	if watch {
