@@ -119,6 +119,9 @@ func encodeCheckpoint[T any](w io.Writer, codec Codec[T], name string, rv Resour
 	// at most 2×workers chunks are encoded ahead of the writer.
 	results := make(chan chan result, 2*workers)
 	stop := make(chan struct{})
+	// Chunk buffers are reused once written: fresh memory for each chunk
+	// cost more (page faults) than encoding into it.
+	var bufs sync.Pool
 	var wg sync.WaitGroup
 	go func() {
 		defer close(results)
@@ -134,7 +137,8 @@ func encodeCheckpoint[T any](w io.Writer, codec Codec[T], name string, rv Resour
 			wg.Go(func() {
 				defer func() { <-sem }()
 				lo, hi := c*checkpointChunk, min((c+1)*checkpointChunk, len(keys))
-				data, err := encodeChunk(make([]byte, 0, 64*(hi-lo)), codec, lo, len(keys), keys[lo:hi], objs[lo:hi])
+				buf, _ := bufs.Get().([]byte)
+				data, err := encodeChunk(buf[:0], codec, lo, len(keys), keys[lo:hi], objs[lo:hi])
 				ch <- result{data, hi - lo, err}
 			})
 		}
@@ -160,6 +164,7 @@ func encodeCheckpoint[T any](w io.Writer, codec Codec[T], name string, rv Resour
 		if _, err := out.Write(r.data); err != nil {
 			return fail(err)
 		}
+		bufs.Put(r.data[:0]) // boxing the slice header costs little next to a chunk
 	}
 	wg.Wait()
 	tail := append([]byte{0}, checkpointEnd...)
