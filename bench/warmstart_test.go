@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -123,6 +124,10 @@ func rowsRead(b *testing.B, pg *harness.Postgres) int64 {
 func BenchmarkWarmStart(b *testing.B) {
 	pg := harness.StartPostgres(b)
 	rows := size(1_000_000, 10_000)
+	// DBINFORMER_WARM_ROWS sets another size, for profiling (100000).
+	if v, _ := strconv.Atoi(os.Getenv("DBINFORMER_WARM_ROWS")); v > 0 {
+		rows = v
+	}
 	pg.Exec(b, "CREATE TABLE warm_rows ("+pgRowCols+"); ALTER TABLE warm_rows REPLICA IDENTITY FULL; INSERT INTO warm_rows "+pgRowsFrom(1, rows))
 	pg.Exec(b, "VACUUM ANALYZE warm_rows")
 	dir := b.TempDir()

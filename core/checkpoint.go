@@ -1,15 +1,9 @@
 package core
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/binary"
-	"errors"
 	"fmt"
-	"hash"
-	"hash/crc32"
-	"io"
 	"iter"
 	"time"
 )
@@ -38,7 +32,10 @@ type CheckpointOptions[T any] struct {
 	// Name names the checkpoint in Store; empty means the informer's Name.
 	Name string
 	// Codec encodes the cached objects. nil means the ListerWatcher's own
-	// (CodecProvider); Run fails when it has none.
+	// (CodecProvider); Run fails when it has none. A checkpoint records
+	// the codec's type (and Binary's Schema): one written with another
+	// codec is ignored, and the informer lists. Binary is the fastest for
+	// plain structs.
 	Codec Codec[T]
 	// Interval is how often a checkpoint is saved while the informer runs
 	// (only when the applied version moved); 0 means one minute, negative
@@ -96,213 +93,6 @@ func (e *CheckpointError) Error() string {
 }
 
 func (e *CheckpointError) Unwrap() error { return e.Err }
-
-// The checkpoint format, version 1: magic, format version (uint16), the
-// object type, the checkpoint's name, the version and the count of
-// objects; then per object the key and the encoded object, each preceded
-// by its length (uvarint); then the end magic, the count again and a
-// CRC-32C of every byte before it. Integers are big-endian.
-const (
-	checkpointMagic   = "DBINFCKP"
-	checkpointEnd     = "DBINFEND"
-	checkpointFormat  = 1
-	checkpointMaxItem = 1 << 30
-)
-
-var crcTable = crc32.MakeTable(crc32.Castagnoli)
-
-// typeName names T in a checkpoint, so that a checkpoint of another type is
-// refused rather than decoded into the wrong one.
-func typeName[T any]() string { return fmt.Sprintf("%T", *new(T)) }
-
-type checkpointWriter struct {
-	w   *bufio.Writer
-	crc hash.Hash32
-	buf [binary.MaxVarintLen64]byte
-}
-
-func (c *checkpointWriter) write(p []byte) error {
-	c.crc.Write(p)
-	_, err := c.w.Write(p)
-	return err
-}
-
-func (c *checkpointWriter) uvarint(n uint64) error {
-	return c.write(binary.AppendUvarint(c.buf[:0], n))
-}
-
-func (c *checkpointWriter) bytes(p []byte) error {
-	if err := c.uvarint(uint64(len(p))); err != nil {
-		return err
-	}
-	return c.write(p)
-}
-
-// encodeCheckpoint writes the objects in keys/objs (at rv) to w.
-func encodeCheckpoint[T any](w io.Writer, codec Codec[T], name string, rv ResourceVersion, keys []string, objs []T) error {
-	c := &checkpointWriter{w: bufio.NewWriterSize(w, 1<<16), crc: crc32.New(crcTable)}
-	head := append([]byte(checkpointMagic), 0, 0)
-	binary.BigEndian.PutUint16(head[len(checkpointMagic):], checkpointFormat)
-	if err := c.write(head); err != nil {
-		return err
-	}
-	c.bytes([]byte(typeName[T]()))
-	c.bytes([]byte(name))
-	c.write(binary.BigEndian.AppendUint64(nil, uint64(rv)))
-	if err := c.write(binary.BigEndian.AppendUint64(nil, uint64(len(keys)))); err != nil {
-		return err
-	}
-	for n, key := range keys {
-		data, err := Encode(codec, objs[n])
-		if err != nil {
-			// The codec's message may quote the object: name only its type.
-			return fmt.Errorf("object %d of %d does not encode with the codec (%T)", n+1, len(keys), err)
-		}
-		if err := c.bytes([]byte(key)); err != nil {
-			return err
-		}
-		if err := c.bytes(data); err != nil {
-			return err
-		}
-	}
-	c.write([]byte(checkpointEnd))
-	c.write(binary.BigEndian.AppendUint64(nil, uint64(len(keys))))
-	if _, err := c.w.Write(binary.BigEndian.AppendUint32(nil, c.crc.Sum32())); err != nil {
-		return err
-	}
-	return c.w.Flush()
-}
-
-type checkpointReader struct {
-	r   *bufio.Reader
-	crc hash.Hash32
-	buf []byte
-}
-
-func (c *checkpointReader) read(n int) ([]byte, error) {
-	if cap(c.buf) < n {
-		c.buf = make([]byte, n)
-	}
-	p := c.buf[:n]
-	if _, err := io.ReadFull(c.r, p); err != nil {
-		if errors.Is(err, io.EOF) {
-			err = io.ErrUnexpectedEOF
-		}
-		return nil, fmt.Errorf("truncated: %w", err)
-	}
-	c.crc.Write(p)
-	return p, nil
-}
-
-func (c *checkpointReader) uint64() (uint64, error) {
-	p, err := c.read(8)
-	if err != nil {
-		return 0, err
-	}
-	return binary.BigEndian.Uint64(p), nil
-}
-
-func (c *checkpointReader) bytes() ([]byte, error) {
-	n, err := binary.ReadUvarint(byteCounter{c})
-	if err != nil {
-		return nil, fmt.Errorf("truncated or corrupt length: %w", err)
-	}
-	if n > checkpointMaxItem {
-		return nil, fmt.Errorf("corrupt: a length of %d bytes", n)
-	}
-	return c.read(int(n))
-}
-
-// byteCounter reads single bytes through the checksum.
-type byteCounter struct{ c *checkpointReader }
-
-func (b byteCounter) ReadByte() (byte, error) {
-	x, err := b.c.r.ReadByte()
-	if err == nil {
-		b.c.crc.Write([]byte{x})
-	}
-	return x, err
-}
-
-// decodeCheckpoint reads a whole checkpoint into deltas; it returns the
-// checkpoint's version only when every byte checked out, so that a bad
-// checkpoint is never half-loaded.
-func decodeCheckpoint[T any](r io.Reader, codec Codec[T], name string) (ResourceVersion, []Delta[T], error) {
-	c := &checkpointReader{r: bufio.NewReaderSize(r, 1<<16), crc: crc32.New(crcTable)}
-	head, err := c.read(len(checkpointMagic) + 2)
-	if err != nil {
-		return 0, nil, err
-	}
-	if string(head[:len(checkpointMagic)]) != checkpointMagic {
-		return 0, nil, errors.New("not a dbinformer checkpoint (bad magic)")
-	}
-	if f := binary.BigEndian.Uint16(head[len(checkpointMagic):]); f != checkpointFormat {
-		return 0, nil, fmt.Errorf("format version %d, this build reads version %d", f, checkpointFormat)
-	}
-	typ, err := c.bytes()
-	if err != nil {
-		return 0, nil, err
-	}
-	if want := typeName[T](); string(typ) != want {
-		return 0, nil, fmt.Errorf("it holds objects of type %s, this informer's are %s", typ, want)
-	}
-	who, err := c.bytes()
-	if err != nil {
-		return 0, nil, err
-	}
-	if string(who) != name {
-		return 0, nil, fmt.Errorf("it was written by informer %q", who)
-	}
-	rv, err := c.uint64()
-	if err != nil {
-		return 0, nil, err
-	}
-	count, err := c.uint64()
-	if err != nil {
-		return 0, nil, err
-	}
-	deltas := make([]Delta[T], 0, min(count, 1<<20))
-	var decodeErr error
-	for n := uint64(0); n < count; n++ {
-		key, err := c.bytes()
-		if err != nil {
-			return 0, nil, err
-		}
-		k := string(key)
-		data, err := c.bytes()
-		if err != nil {
-			return 0, nil, err
-		}
-		obj, err := Decode(codec, data)
-		if err != nil && decodeErr == nil {
-			// Keep reading: a checksum failure says more than the codec.
-			decodeErr = fmt.Errorf("object %d of %d does not decode with the codec (%T)", n+1, count, err)
-		}
-		deltas = append(deltas, Delta[T]{Type: DeltaReplaced, Key: k, Object: obj, HasObject: true})
-	}
-	end, err := c.read(len(checkpointEnd) + 8)
-	if err != nil {
-		return 0, nil, err
-	}
-	if string(end[:len(checkpointEnd)]) != checkpointEnd || binary.BigEndian.Uint64(end[len(checkpointEnd):]) != count {
-		return 0, nil, errors.New("corrupt: bad end marker")
-	}
-	sum := c.crc.Sum32()
-	tail := make([]byte, 4)
-	if _, err := io.ReadFull(c.r, tail); err != nil {
-		return 0, nil, fmt.Errorf("truncated: %w", io.ErrUnexpectedEOF)
-	}
-	if binary.BigEndian.Uint32(tail) != sum {
-		return 0, nil, errors.New("corrupt: checksum mismatch")
-	}
-	if _, err := c.r.ReadByte(); err != io.EOF {
-		return 0, nil, errors.New("corrupt: bytes after the end")
-	}
-	if decodeErr != nil {
-		return 0, nil, decodeErr
-	}
-	return ResourceVersion(rv), deltas, nil
-}
 
 // codecEqual is the Equal a checkpointing informer uses by default, so
 // that a relist after an expired checkpoint tells a changed object from

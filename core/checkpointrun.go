@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"iter"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -164,7 +163,7 @@ func (i *SharedIndexInformer[T]) finalCheckpoint(ctx context.Context, c *checkpo
 }
 
 // warmStart is the reflector's start hook: it loads the last checkpoint
-// into the queue (handlers get its objects as initial adds) and returns its
+// into the cache (handlers get its objects as initial adds) and returns its
 // version, and whether the reflector may watch from it (false: the source
 // could not take the checkpoint's state, relist). ok is false when there is
 // no usable checkpoint.
@@ -176,7 +175,7 @@ func (i *SharedIndexInformer[T]) warmStart(ctx context.Context, c *checkpointer[
 		}
 		return 0, false, false
 	}
-	rv, deltas, err := decodeCheckpoint(rc, c.codec, c.name)
+	rv, objs, err := decodeCheckpoint(rc, c.codec, c.name)
 	rc.Close()
 	if err != nil {
 		if ctx.Err() == nil {
@@ -186,42 +185,102 @@ func (i *SharedIndexInformer[T]) warmStart(ctx context.Context, c *checkpointer[
 	}
 	ws.from = rv
 	i.warm.Store(ws)
-	err = i.queue.Replace(ctx, func(put func(Delta[T]) error) (ResourceVersion, error) {
-		for k := range deltas {
-			if err := put(deltas[k]); err != nil {
-				return 0, err
+	// The source restores its state from the objects while the cache
+	// loads them: both only read them, and a source's restore (the
+	// Postgres replication session) waits on the network.
+	var restoreErr error
+	restored := make(chan struct{})
+	r, restorer := i.lw.(Restorer[T])
+	if restorer {
+		go func() {
+			defer close(restored)
+			restoreErr = r.Restore(ctx, rv, objs.all)
+		}()
+	} else {
+		close(restored)
+	}
+	if !i.loadCheckpoint(ctx, rv, objs) {
+		// The cache holds a previous run's objects: the checkpoint
+		// replaces them like a list, which tells handlers the
+		// differences.
+		err = i.queue.Replace(ctx, func(put func(Delta[T]) error) (ResourceVersion, error) {
+			for k, o := range objs.all {
+				if err := put(Delta[T]{Type: DeltaReplaced, Key: k, Object: o, HasObject: true}); err != nil {
+					return 0, err
+				}
 			}
+			return rv, nil
+		})
+		if err != nil {
+			// Only ctx ends a Replace that lists from memory.
+			<-restored
+			return 0, false, false
 		}
-		return rv, nil
-	})
-	if err != nil {
-		// Only ctx ends a Replace that lists from memory.
-		return 0, false, false
 	}
 	c.mu.Lock()
 	c.saved, c.wrote = rv, true
 	c.mu.Unlock()
+	<-restored
 	watch = true
-	if r, ok := i.lw.(Restorer[T]); ok {
-		objects := iter.Seq2[string, T](func(yield func(string, T) bool) {
-			for k := range deltas {
-				if !yield(deltas[k].Key, deltas[k].Object) {
-					return
-				}
-			}
-		})
-		if err := r.Restore(ctx, rv, objects); err != nil {
-			watch = false
-			if ctx.Err() == nil {
-				i.rep.report(ctx, fmt.Errorf("%s: restore the source's state at checkpoint version %d (relisting instead): %w", i.name, rv, err))
-			}
+	if restoreErr != nil {
+		watch = false
+		if ctx.Err() == nil {
+			i.rep.report(ctx, fmt.Errorf("%s: restore the source's state at checkpoint version %d (relisting instead): %w", i.name, rv, restoreErr))
 		}
 	}
-	clear(deltas)
 	if watch {
 		i.readHead(ctx, ws)
 	}
 	return rv, watch, true
+}
+
+// loadCheckpoint puts a checkpoint's objects into an empty cache in one
+// pass (Indexer.loadEmpty), marks the queue populated at rv as a processed
+// list would, and hands every handler the objects as initial adds, through
+// the same buffers as a list's. It returns false, changing nothing, when
+// the cache or the queue is not empty.
+func (i *SharedIndexInformer[T]) loadCheckpoint(ctx context.Context, rv ResourceVersion, objs *loaded[T]) bool {
+	q, ok := i.queue.(listLoader)
+	if !ok {
+		return false
+	}
+	// No handler is added meanwhile (it would replay the loaded cache and
+	// then get the adds again).
+	i.handleMu.RLock()
+	defer i.handleMu.RUnlock()
+	var skipped map[string]error
+	if !q.loadList(rv, func() bool {
+		var ok bool
+		ok, skipped = i.indexer.loadEmpty(objs.n, objs.all)
+		return ok
+	}) {
+		return false
+	}
+	for _, err := range skipped {
+		i.rep.report(ctx, fmt.Errorf("%s: checkpoint version %d: %w", i.name, rv, err))
+	}
+	if len(i.listeners) == 0 {
+		return true
+	}
+	notes := make([]notification[T], 0, 256)
+	flush := func() {
+		for _, l := range i.listeners {
+			l.add(notes)
+		}
+		clear(notes)
+		notes = notes[:0]
+	}
+	for k, o := range objs.all {
+		if _, bad := skipped[k]; bad {
+			continue
+		}
+		notes = append(notes, notification[T]{kind: noteAdd, flag: true, key: k, obj: o})
+		if len(notes) == 256 {
+			flush()
+		}
+	}
+	flush()
+	return true
 }
 
 // readHead sets the version a warm start must reach to be synced: the

@@ -135,7 +135,12 @@
 // periodically and when a run ends. The next run, in this process or the
 // next, loads the last checkpoint, serves it at once (HasSynced false,
 // ServingCheckpoint and SyncStatus.Checkpoint say so), hands handlers its
-// objects as initial adds, and watches from its version; a source that
+// objects as initial adds, and watches from its version. Objects are
+// encoded and decoded in chunks on every CPU, and a checkpoint loaded into
+// an empty cache fills the map and the indexes in one pass instead of
+// queueing a delta per object. Binary, a compact codec compiled from T's
+// shape, is several times faster than JSON for plain structs (the
+// Postgres adapter uses it when its row type allows). A source that
 // parks state between watches rebuilds it from the loaded objects
 // (Restorer). When the version has expired it relists and handlers get only
 // the real differences. A source that acknowledges positions to its server

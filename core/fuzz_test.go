@@ -60,7 +60,14 @@ func FuzzIndexer(f *testing.F) {
 				for k := range int(val % 4) {
 					m["k"+strconv.Itoa(k)] = groups(val + byte(k))
 				}
-				must(t, s.replace(m))
+				if s.Len() == 0 && val%2 == 0 {
+					// A warm start's one-pass load into an empty cache.
+					if ok, skipped := s.loadEmpty(len(m), maps.All(m)); !ok || skipped != nil {
+						t.Fatalf("loadEmpty into an empty indexer: %v, %v", ok, skipped)
+					}
+				} else {
+					must(t, s.replace(m))
+				}
 				model = m
 			}
 			checkIndexer(t, s, model)

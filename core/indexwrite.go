@@ -1,6 +1,7 @@
 package core
 
 import (
+	"iter"
 	"maps"
 	"slices"
 )
@@ -166,4 +167,76 @@ func sameValues(a, b []string) bool {
 		}
 	}
 	return true
+}
+
+// loadEmpty fills an empty indexer with the n objects of all in one pass:
+// the map and the indexes are built aside, pre-sized, and swapped in under
+// the write lock, so readers see nothing or everything. It returns false,
+// changing nothing, when the indexer is not empty or all repeats a key. An
+// object whose index function fails is left out, its error in skipped
+// (keyed by its key), as a listed object would be.
+func (s *Indexer[T]) loadEmpty(n int, all iter.Seq2[string, T]) (ok bool, skipped map[string]error) {
+	for {
+		s.mu.RLock()
+		fns, empty := slices.Clone(s.fns), len(s.items) == 0
+		s.mu.RUnlock()
+		if !empty {
+			return false, nil
+		}
+		items := make(map[string]T, n)
+		kt := &keyTable{}
+		indices := make(map[string]index, len(fns))
+		for k := range fns {
+			fns[k].idx = index{}
+			indices[fns[k].name] = fns[k].idx
+		}
+		skipped = nil
+		vals := make([][]string, len(fns))
+	objects:
+		for key, obj := range all {
+			for k, fn := range fns {
+				v, err := indexValuesOf(fn.f, obj)
+				if err != nil {
+					if skipped == nil {
+						skipped = map[string]error{}
+					}
+					skipped[key] = &IndexError{Index: fn.name, Key: key, Err: err}
+					continue objects
+				}
+				vals[k] = v
+			}
+			if _, dup := items[key]; dup {
+				return false, nil
+			}
+			h, id, hasID := uint32(0), uint32(0), false
+			for k, fn := range fns {
+				for _, x := range vals[k] {
+					if !hasID {
+						h = keyHash(key)
+						id, hasID = kt.alloc(key, h), true
+					}
+					fn.idx.add(x, h, id, kt)
+				}
+			}
+			if hasID {
+				kt.release(id)
+			}
+			items[key] = obj
+		}
+		clear(vals)
+		s.mu.Lock()
+		if len(s.items) != 0 {
+			s.mu.Unlock()
+			return false, nil
+		}
+		if len(s.fns) != len(fns) {
+			// AddIndexers ran meanwhile: build again with every index.
+			s.mu.Unlock()
+			continue
+		}
+		s.items, s.indices, s.keys = items, indices, kt
+		s.refreshFns()
+		s.mu.Unlock()
+		return true, skipped
+	}
 }

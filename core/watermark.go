@@ -247,3 +247,35 @@ func knownEmpty[T any](known KeyLister[T]) bool {
 	}
 	return empty
 }
+
+// loadListLocked stands for a list at rv whose objects load put straight
+// into the consumer's cache, without queueing a delta each (a warm start's
+// checkpoint): with the queue idle and empty, and when load reports that
+// it did, the queue is populated at rv, as after a Replace that the
+// consumer has processed. Entered and left with q.mu held.
+func (q *queueBase) loadListLocked(rv ResourceVersion, empty bool, load func() bool) bool {
+	if !empty || q.inflight || !load() {
+		return false
+	}
+	q.wm.advance(rv)
+	q.populated = true
+	q.changedLocked()
+	return true
+}
+
+// listLoader is implemented by both queues (see loadListLocked).
+type listLoader interface {
+	loadList(rv ResourceVersion, load func() bool) bool
+}
+
+func (f *FIFO[T]) loadList(rv ResourceVersion, load func() bool) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.loadListLocked(rv, len(f.pending()) == 0, load)
+}
+
+func (f *DeltaFIFO[T]) loadList(rv ResourceVersion, load func() bool) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.loadListLocked(rv, len(f.queue) == 0, load)
+}

@@ -23,15 +23,26 @@ var (
 )
 
 // Codec implements core.CodecProvider: checkpoints of a struct T encode
-// it as JSON (its fields must round-trip through encoding/json, as the
-// pgtype types do). For map[string]any rows it returns nil, and an informer
-// with checkpoints asks for a codec: JSON would bring numbers back as
-// float64, not as the types the table decodes.
+// it with core.Binary when T's fields allow it (pgtype values, time.Time,
+// slices and pointers of plain types do; a map or interface field, such as
+// a jsonb column decoded into map[string]any, does not), else as JSON (its
+// fields must round-trip through encoding/json, as the pgtype types do).
+// Binary decodes a checkpoint many times faster than JSON, which makes a
+// warm start's load cost a fraction of a list's. For map[string]any rows it
+// returns nil, and an informer with checkpoints asks for a codec: JSON
+// would bring numbers back as float64, not as the types the table decodes.
 func (t *Table[T]) Codec() core.Codec[T] {
 	if t.m.typ == nil {
 		return nil
 	}
-	return core.JSON[T]{}
+	t.codecOnce.Do(func() {
+		if b, err := core.NewBinary[T](); err == nil {
+			t.codec = b
+		} else {
+			t.codec = core.JSON[T]{}
+		}
+	})
+	return t.codec
 }
 
 // GateAcknowledgements implements core.DurableAcknowledger: while gated,
@@ -110,7 +121,13 @@ func (t *Table[T]) Restore(ctx context.Context, rv core.ResourceVersion, objects
 	if sess.snap != nil {
 		return fmt.Errorf("postgres %s: replication slot %q was created anew: the changes since the checkpoint at %s are not in it: %w", s.where(), s.slot, lsn(rv), core.ErrExpired)
 	}
-	keys := map[string]struct{}{}
+	// Counted first, so that the set is made at its size: growing a map of
+	// a million keys costs as much as loading them into the cache.
+	n := 0
+	for range objects {
+		n++
+	}
+	keys := make(map[string]struct{}, n)
 	for k := range objects {
 		keys[k] = struct{}{}
 	}

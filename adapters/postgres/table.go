@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/dbinformer/dbinformer/core"
@@ -52,6 +53,9 @@ type Table[T any] struct {
 	skipped atomic.Int64
 	filter  *tableFilter[T] // nil: unfiltered
 	changes atomic.Int64    // row changes the stream delivered
+
+	codecOnce sync.Once // Codec
+	codec     core.Codec[T]
 }
 
 var (

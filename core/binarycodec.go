@@ -1,0 +1,455 @@
+package core
+
+import (
+	"encoding"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"reflect"
+	"strings"
+)
+
+// Binary is a compact binary Codec for plain Go data, compiled once per
+// type from T's shape: booleans, integers, floats, strings, byte slices,
+// slices, arrays, pointers and structs of exported fields, and any type
+// that implements encoding.BinaryMarshaler and BinaryUnmarshaler (time.Time,
+// netip.Addr) or GobEncode and GobDecode (math/big's Int). Fields are
+// written in declaration order without names: a checkpoint written with
+// it records Schema and is refused when T's shape changed. Measured on a
+// checkpoint of 100,000 five-field rows (BenchmarkCheckpoint, CPU time) it
+// decodes three to five times faster than JSON (the strings of one object
+// share one allocation, unless T holds a byte slice), encodes about three
+// times as fast, and is 40% smaller.
+//
+// Maps, interfaces, channels, functions, complex numbers and structs with
+// unexported fields (without a marshaler) are refused by NewBinary: use
+// JSON for such types.
+type Binary[T any] struct {
+	op     *binOp
+	schema string
+	// arena: the strings of a decoded object share one allocation, a
+	// copy of its encoding (T holds no byte slice, whose bytes the copy
+	// would hold twice). An object's strings live and die with it.
+	arena bool
+}
+
+// NewBinary returns the Binary codec of T, or an error naming the first
+// part of T it cannot encode.
+func NewBinary[T any]() (*Binary[T], error) {
+	t := reflect.TypeFor[T]()
+	c := &binCompiler{busy: map[reflect.Type]bool{}}
+	op, err := c.compile(t, t.String())
+	if err != nil {
+		return nil, fmt.Errorf("dbinformer: binary codec of %s: %w", t, err)
+	}
+	return &Binary[T]{op: op, schema: c.schema.String(), arena: !c.bytes}, nil
+}
+
+// Schema describes the encoding's layout (field names and kinds); two
+// builds whose T have the same Schema read each other's encodings.
+func (b *Binary[T]) Schema() string { return b.schema }
+
+// Encode implements Codec.
+func (b *Binary[T]) Encode(obj T) ([]byte, error) { return b.AppendEncode(nil, obj) }
+
+// AppendEncode appends the encoding of obj to dst.
+func (b *Binary[T]) AppendEncode(dst []byte, obj T) ([]byte, error) {
+	return b.op.enc(dst, reflect.ValueOf(&obj).Elem())
+}
+
+// Decode implements Codec. It never retains data.
+func (b *Binary[T]) Decode(data []byte) (T, error) {
+	var obj T
+	err := b.decodeInto(data, &obj)
+	return obj, err
+}
+
+// decodeInto decodes data into *dst, which must hold T's zero value.
+func (b *Binary[T]) decodeInto(data []byte, dst *T) error {
+	d := binDecoder{buf: data, size: len(data)}
+	if b.arena {
+		d.arena = string(data)
+	}
+	if err := b.op.dec(&d, reflect.ValueOf(dst).Elem()); err != nil {
+		return err
+	}
+	if len(d.buf) != 0 {
+		return fmt.Errorf("dbinformer: binary codec: %d bytes left after the object", len(d.buf))
+	}
+	return nil
+}
+
+var _ Codec[int] = (*Binary[int])(nil)
+
+type binOp struct {
+	enc func(dst []byte, v reflect.Value) ([]byte, error)
+	dec func(d *binDecoder, v reflect.Value) error
+}
+
+type binDecoder struct {
+	buf   []byte
+	size  int    // of the whole encoding
+	arena string // a copy of it, for strings; "" allocates each
+}
+
+var errBinShort = errors.New("dbinformer: binary codec: truncated")
+
+func (d *binDecoder) uvarint() (uint64, error) {
+	x, n := binary.Uvarint(d.buf)
+	if n <= 0 {
+		return 0, errBinShort
+	}
+	d.buf = d.buf[n:]
+	return x, nil
+}
+
+func (d *binDecoder) varint() (int64, error) {
+	x, n := binary.Varint(d.buf)
+	if n <= 0 {
+		return 0, errBinShort
+	}
+	d.buf = d.buf[n:]
+	return x, nil
+}
+
+// bytes returns the next length-prefixed bytes (not copied).
+func (d *binDecoder) bytes() ([]byte, error) {
+	n, err := d.uvarint()
+	if err != nil {
+		return nil, err
+	}
+	if n > uint64(len(d.buf)) {
+		return nil, errBinShort
+	}
+	p := d.buf[:n]
+	d.buf = d.buf[n:]
+	return p, nil
+}
+
+// length reads a count of elements, each at least one byte long (for
+// nilable kinds n+1, 0 meaning nil).
+func (d *binDecoder) length() (int, error) {
+	n, err := d.uvarint()
+	if err != nil {
+		return 0, err
+	}
+	if n > uint64(len(d.buf))+1 {
+		return 0, errBinShort
+	}
+	return int(n), nil
+}
+
+type gobCoder interface {
+	GobEncode() ([]byte, error)
+	GobDecode([]byte) error
+}
+
+var (
+	binMarshalerType = reflect.TypeFor[encoding.BinaryMarshaler]()
+	binUnmarshalType = reflect.TypeFor[encoding.BinaryUnmarshaler]()
+	gobCoderType     = reflect.TypeFor[gobCoder]()
+)
+
+type binCompiler struct {
+	busy   map[reflect.Type]bool
+	schema strings.Builder
+	bytes  bool // T holds a byte slice
+}
+
+func (c *binCompiler) compile(t reflect.Type, path string) (*binOp, error) {
+	if c.busy[t] {
+		return nil, fmt.Errorf("%s: recursive type %s", path, t)
+	}
+	pt := reflect.PointerTo(t)
+	switch {
+	case pt.Implements(binMarshalerType) && pt.Implements(binUnmarshalType):
+		c.schema.WriteString(t.String() + ":bin;")
+		return marshalerOp(func(p reflect.Value) ([]byte, error) {
+			return p.Interface().(encoding.BinaryMarshaler).MarshalBinary()
+		}, func(p reflect.Value, b []byte) error {
+			return p.Interface().(encoding.BinaryUnmarshaler).UnmarshalBinary(b)
+		}), nil
+	case pt.Implements(gobCoderType):
+		c.schema.WriteString(t.String() + ":gob;")
+		return marshalerOp(func(p reflect.Value) ([]byte, error) {
+			return p.Interface().(gobCoder).GobEncode()
+		}, func(p reflect.Value, b []byte) error {
+			return p.Interface().(gobCoder).GobDecode(b)
+		}), nil
+	}
+	fmt.Fprintf(&c.schema, "%s;", t.Kind())
+	switch t.Kind() {
+	case reflect.Bool:
+		return &binOp{
+			enc: func(dst []byte, v reflect.Value) ([]byte, error) {
+				if v.Bool() {
+					return append(dst, 1), nil
+				}
+				return append(dst, 0), nil
+			},
+			dec: func(d *binDecoder, v reflect.Value) error {
+				if len(d.buf) == 0 || d.buf[0] > 1 {
+					return errBinShort
+				}
+				v.SetBool(d.buf[0] == 1)
+				d.buf = d.buf[1:]
+				return nil
+			},
+		}, nil
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return &binOp{
+			enc: func(dst []byte, v reflect.Value) ([]byte, error) { return binary.AppendVarint(dst, v.Int()), nil },
+			dec: func(d *binDecoder, v reflect.Value) error {
+				x, err := d.varint()
+				if err == nil && v.OverflowInt(x) {
+					err = fmt.Errorf("dbinformer: binary codec: %d overflows %s", x, v.Type())
+				}
+				if err == nil {
+					v.SetInt(x)
+				}
+				return err
+			},
+		}, nil
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return &binOp{
+			enc: func(dst []byte, v reflect.Value) ([]byte, error) { return binary.AppendUvarint(dst, v.Uint()), nil },
+			dec: func(d *binDecoder, v reflect.Value) error {
+				x, err := d.uvarint()
+				if err == nil && v.OverflowUint(x) {
+					err = fmt.Errorf("dbinformer: binary codec: %d overflows %s", x, v.Type())
+				}
+				if err == nil {
+					v.SetUint(x)
+				}
+				return err
+			},
+		}, nil
+	case reflect.Float32, reflect.Float64:
+		return &binOp{
+			enc: func(dst []byte, v reflect.Value) ([]byte, error) {
+				return binary.LittleEndian.AppendUint64(dst, math.Float64bits(v.Float())), nil
+			},
+			dec: func(d *binDecoder, v reflect.Value) error {
+				if len(d.buf) < 8 {
+					return errBinShort
+				}
+				v.SetFloat(math.Float64frombits(binary.LittleEndian.Uint64(d.buf)))
+				d.buf = d.buf[8:]
+				return nil
+			},
+		}, nil
+	case reflect.String:
+		return &binOp{
+			enc: func(dst []byte, v reflect.Value) ([]byte, error) {
+				s := v.String()
+				return append(binary.AppendUvarint(dst, uint64(len(s))), s...), nil
+			},
+			dec: func(d *binDecoder, v reflect.Value) error {
+				p, err := d.bytes()
+				switch {
+				case err != nil:
+				case d.arena != "":
+					end := d.size - len(d.buf)
+					v.SetString(d.arena[end-len(p) : end])
+				default:
+					v.SetString(string(p))
+				}
+				return err
+			},
+		}, nil
+	case reflect.Pointer:
+		c.busy[t] = true
+		elem, err := c.compile(t.Elem(), path)
+		delete(c.busy, t)
+		if err != nil {
+			return nil, err
+		}
+		return &binOp{
+			enc: func(dst []byte, v reflect.Value) ([]byte, error) {
+				if v.IsNil() {
+					return append(dst, 0), nil
+				}
+				return elem.enc(append(dst, 1), v.Elem())
+			},
+			dec: func(d *binDecoder, v reflect.Value) error {
+				if len(d.buf) == 0 || d.buf[0] > 1 {
+					return errBinShort
+				}
+				nonNil := d.buf[0] == 1
+				d.buf = d.buf[1:]
+				if !nonNil {
+					return nil
+				}
+				p := reflect.New(v.Type().Elem())
+				if err := elem.dec(d, p.Elem()); err != nil {
+					return err
+				}
+				v.Set(p)
+				return nil
+			},
+		}, nil
+	case reflect.Slice:
+		return c.sliceOp(t, path)
+	case reflect.Array:
+		elem, err := c.compile(t.Elem(), path+"[]")
+		if err != nil {
+			return nil, err
+		}
+		n := t.Len()
+		fmt.Fprintf(&c.schema, "len %d;", n)
+		return &binOp{
+			enc: func(dst []byte, v reflect.Value) (out []byte, err error) {
+				for i := range n {
+					if dst, err = elem.enc(dst, v.Index(i)); err != nil {
+						return nil, err
+					}
+				}
+				return dst, nil
+			},
+			dec: func(d *binDecoder, v reflect.Value) error {
+				for i := range n {
+					if err := elem.dec(d, v.Index(i)); err != nil {
+						return err
+					}
+				}
+				return nil
+			},
+		}, nil
+	case reflect.Struct:
+		return c.structOp(t, path)
+	}
+	return nil, fmt.Errorf("%s: %s values (%s) are not supported", path, t.Kind(), t)
+}
+
+// marshalerOp encodes through a type's own methods, called on its address.
+func marshalerOp(m func(p reflect.Value) ([]byte, error), u func(p reflect.Value, b []byte) error) *binOp {
+	return &binOp{
+		enc: func(dst []byte, v reflect.Value) ([]byte, error) {
+			if !v.CanAddr() {
+				c := reflect.New(v.Type()).Elem()
+				c.Set(v)
+				v = c
+			}
+			b, err := m(v.Addr())
+			if err != nil {
+				return nil, err
+			}
+			return append(binary.AppendUvarint(dst, uint64(len(b))), b...), nil
+		},
+		dec: func(d *binDecoder, v reflect.Value) error {
+			p, err := d.bytes()
+			if err != nil {
+				return err
+			}
+			return u(v.Addr(), p)
+		},
+	}
+}
+
+func (c *binCompiler) sliceOp(t reflect.Type, path string) (*binOp, error) {
+	if t.Elem().Kind() == reflect.Uint8 && !reflect.PointerTo(t.Elem()).Implements(binMarshalerType) && !reflect.PointerTo(t.Elem()).Implements(gobCoderType) {
+		c.schema.WriteString("bytes;")
+		c.bytes = true
+		return &binOp{
+			enc: func(dst []byte, v reflect.Value) ([]byte, error) {
+				if v.IsNil() {
+					return append(dst, 0), nil
+				}
+				b := v.Bytes()
+				return append(binary.AppendUvarint(dst, uint64(len(b))+1), b...), nil
+			},
+			dec: func(d *binDecoder, v reflect.Value) error {
+				n, err := d.length()
+				if err != nil || n == 0 {
+					return err
+				}
+				if n-1 > len(d.buf) {
+					return errBinShort
+				}
+				b := reflect.MakeSlice(v.Type(), n-1, n-1)
+				copy(b.Bytes(), d.buf[:n-1])
+				d.buf = d.buf[n-1:]
+				v.Set(b)
+				return nil
+			},
+		}, nil
+	}
+	c.busy[t] = true
+	elem, err := c.compile(t.Elem(), path+"[]")
+	delete(c.busy, t)
+	if err != nil {
+		return nil, err
+	}
+	return &binOp{
+		enc: func(dst []byte, v reflect.Value) (out []byte, err error) {
+			if v.IsNil() {
+				return append(dst, 0), nil
+			}
+			n := v.Len()
+			dst = binary.AppendUvarint(dst, uint64(n)+1)
+			for i := range n {
+				if dst, err = elem.enc(dst, v.Index(i)); err != nil {
+					return nil, err
+				}
+			}
+			return dst, nil
+		},
+		dec: func(d *binDecoder, v reflect.Value) error {
+			n, err := d.length()
+			if err != nil || n == 0 {
+				return err
+			}
+			s := reflect.MakeSlice(v.Type(), n-1, n-1)
+			for i := range n - 1 {
+				if err := elem.dec(d, s.Index(i)); err != nil {
+					return err
+				}
+			}
+			v.Set(s)
+			return nil
+		},
+	}, nil
+}
+
+func (c *binCompiler) structOp(t reflect.Type, path string) (*binOp, error) {
+	type field struct {
+		index int
+		op    *binOp
+	}
+	c.busy[t] = true
+	defer delete(c.busy, t)
+	fields := make([]field, 0, t.NumField())
+	c.schema.WriteString("{")
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if !f.IsExported() {
+			return nil, fmt.Errorf("%s.%s: unexported field of %s (give %s MarshalBinary and UnmarshalBinary, or use JSON)", path, f.Name, t, t)
+		}
+		c.schema.WriteString(f.Name + ":")
+		op, err := c.compile(f.Type, path+"."+f.Name)
+		if err != nil {
+			return nil, err
+		}
+		fields = append(fields, field{i, op})
+	}
+	c.schema.WriteString("};")
+	return &binOp{
+		enc: func(dst []byte, v reflect.Value) (out []byte, err error) {
+			for _, f := range fields {
+				if dst, err = f.op.enc(dst, v.Field(f.index)); err != nil {
+					return nil, err
+				}
+			}
+			return dst, nil
+		},
+		dec: func(d *binDecoder, v reflect.Value) error {
+			for _, f := range fields {
+				if err := f.op.dec(d, v.Field(f.index)); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}, nil
+}

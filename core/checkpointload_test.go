@@ -1,0 +1,160 @@
+package core
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// loadEmpty builds the same cache, indexes included, as adding the objects
+// one by one; an object whose index function fails is left out.
+func TestIndexerLoadEmptyMatchesAdd(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 1))
+	type obj struct {
+		Groups []string
+		Owner  string
+	}
+	bad := errors.New("bad object")
+	indexers := Indexers[obj]{
+		"group": func(o obj) ([]string, error) { return o.Groups, nil },
+		"owner": func(o obj) ([]string, error) {
+			if o.Owner == "fail" {
+				return nil, bad
+			}
+			if o.Owner == "" {
+				return nil, nil
+			}
+			return []string{o.Owner}, nil
+		},
+	}
+	var keys []string
+	var objs []obj
+	for i := range 3000 {
+		o := obj{Owner: fmt.Sprintf("u%d", rng.IntN(50))}
+		switch rng.IntN(20) {
+		case 0:
+			o.Owner = ""
+		case 1:
+			o.Owner = "fail"
+		}
+		for range rng.IntN(4) {
+			o.Groups = append(o.Groups, fmt.Sprintf("g%d", rng.IntN(30)))
+		}
+		keys, objs = append(keys, fmt.Sprintf("k%d", i)), append(objs, o)
+	}
+	all := func(yield func(string, obj) bool) {
+		for i := range keys {
+			if !yield(keys[i], objs[i]) {
+				return
+			}
+		}
+	}
+	want := NewIndexer(indexers)
+	wantSkipped := 0
+	for i := range keys {
+		if err := want.Add(keys[i], objs[i]); err != nil {
+			wantSkipped++
+		}
+	}
+	got := NewIndexer(indexers)
+	ok, skipped := got.loadEmpty(len(keys), all)
+	if !ok {
+		t.Fatal("loadEmpty refused an empty indexer")
+	}
+	if len(skipped) != wantSkipped {
+		t.Errorf("skipped %d objects, want %d", len(skipped), wantSkipped)
+	}
+	for k, err := range skipped {
+		var ie *IndexError
+		if !errors.As(err, &ie) || ie.Key != k || ie.Index != "owner" || !errors.Is(err, bad) {
+			t.Errorf("skipped %s: %v", k, err)
+		}
+	}
+	if g, w := got.Len(), want.Len(); g != w {
+		t.Fatalf("%d keys, want %d", g, w)
+	}
+	for _, name := range []string{"group", "owner"} {
+		gv, wv := got.ListIndexFuncValues(name), want.ListIndexFuncValues(name)
+		if !slices.Equal(gv, wv) {
+			t.Fatalf("index %s values %v, want %v", name, gv, wv)
+		}
+		for _, v := range wv {
+			gk, _ := got.IndexKeys(name, v)
+			wk, _ := want.IndexKeys(name, v)
+			if !slices.Equal(gk, wk) {
+				t.Fatalf("index %s value %s: keys %v, want %v", name, v, gk, wk)
+			}
+		}
+	}
+	// The loaded indexer takes later writes like any other.
+	for i := range 500 {
+		k := keys[rng.IntN(len(keys))]
+		o := obj{Owner: fmt.Sprintf("u%d", i%7), Groups: []string{"g1"}}
+		if i%3 == 0 {
+			got.Delete(k)
+			want.Delete(k)
+			continue
+		}
+		got.Add(k, o)
+		want.Add(k, o)
+	}
+	for _, v := range want.ListIndexFuncValues("owner") {
+		gk, _ := got.IndexKeys("owner", v)
+		wk, _ := want.IndexKeys("owner", v)
+		if !slices.Equal(gk, wk) {
+			t.Fatalf("after writes, owner %s: keys %v, want %v", v, gk, wk)
+		}
+	}
+
+	// Not empty: nothing changes.
+	if ok, _ := got.loadEmpty(1, func(yield func(string, obj) bool) { yield("new", obj{}) }); ok {
+		t.Error("loadEmpty loaded into a non-empty indexer")
+	}
+	if _, ok := got.Get("new"); ok {
+		t.Error("a refused load changed the indexer")
+	}
+	// A repeated key is refused (the caller falls back to Replace).
+	dup := func(yield func(string, obj) bool) { _ = yield("a", obj{}) && yield("a", obj{}) }
+	if ok, _ := NewIndexer(indexers).loadEmpty(2, dup); ok {
+		t.Error("loadEmpty took a repeated key")
+	}
+}
+
+// A checkpoint written with one codec is refused by another, before any
+// object is decoded, and a checkpoint round-trips through the chunked
+// format with either codec.
+func TestCheckpointFormatCodecs(t *testing.T) {
+	keys, objs := ckptRows(2*checkpointChunk + 3)
+	bin, err := NewBinary[ckptRow]()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []Codec[ckptRow]{JSON[ckptRow]{}, bin} {
+		var buf bytes.Buffer
+		if err := encodeCheckpoint(&buf, c, "x", 9, keys, objs); err != nil {
+			t.Fatal(err)
+		}
+		rv, l, err := decodeCheckpoint(bytes.NewReader(buf.Bytes()), c, "x")
+		if err != nil || rv != 9 || l.n != len(keys) {
+			t.Fatalf("%T: rv %d, %v objects, %v", c, rv, l, err)
+		}
+		n := 0
+		for k, o := range l.all {
+			if k != keys[n] || o != objs[n] {
+				t.Fatalf("%T: object %d: %s %+v, want %s %+v", c, n, k, o, keys[n], objs[n])
+			}
+			n++
+		}
+		var other Codec[ckptRow] = bin
+		if c == other {
+			other = JSON[ckptRow]{}
+		}
+		if _, _, err := decodeCheckpoint(bytes.NewReader(buf.Bytes()), other, "x"); err == nil || !strings.Contains(err.Error(), "written with codec") {
+			t.Errorf("%T checkpoint read with %T: %v, want a codec mismatch", c, other, err)
+		}
+	}
+}
