@@ -183,7 +183,17 @@ func (k keyMapped) Truth(ctx context.Context) (map[string]int64, error) {
 // holds what a checkpoint needs (the slot, etcd's uncompacted history, the
 // stream, the apiserver's watch cache), so the last start must not list at
 // all, to its end. Seeds (the -seed and -seeds flags) decide the writes
-// and the kill instants.
+// and the kill instants (the instants are wall-clock: a replay repeats the
+// writes and delays, not always which start had saved a checkpoint).
+//
+// "No list" counts the informer's Lists through an informertest.Spy, so an
+// expired position (etcd compaction, 410 Gone, a purged stream, a lost
+// slot), which makes the informer relist, fails the last start. It does
+// not see what an adapter's Watch(from) reads on its own: the NATS event
+// stream has no parked fold state on a warm start (no core.Restorer) and
+// rebuilds it by replaying the stream up to the checkpoint, which reads as
+// much as a List without emitting anything; the NATS KV resumes with only
+// the keys its watch sees as known.
 func TestKillRestart(t *testing.T) {
 	bin, err := buildKillChild()
 	if err != nil {
