@@ -397,6 +397,22 @@ func (w *watch[T]) run(opened <-chan clientv3.WatchChan, opts core.WatchOptions[
 			continue
 		case res := <-probeC:
 			probeC = nil
+			if w.atHead(res) {
+				// Nothing was written since the watch's start: etcd
+				// (3.6) answers no progress request on a watch that
+				// starts past its revision, so the silence is not a
+				// frozen member. The watch has all there is.
+				w.asked = time.Time{}
+				if retryC != nil {
+					retry.Stop()
+					retryC = nil
+				}
+				w.batch = append(w.batch[:0], core.Event[T]{Type: core.Bookmark, RV: w.last})
+				if err := opts.Emit(w.batch); err != nil {
+					return err
+				}
+				continue
+			}
 			if err := w.probed(res); err != nil {
 				return err
 			}

@@ -80,6 +80,18 @@ func (w *watch[T]) probe() <-chan probeResult {
 	return c
 }
 
+// atHead reports that a probe found the cluster's head revision at or
+// below the watch's start (from): nothing was written since, and etcd
+// sends no progress notification to a watch whose start revision (from+1)
+// is past its own (server/storage/mvcc progressIfSync), however long it
+// is asked. That happens to a watch opened at the head of an idle cluster:
+// after a List, or from a checkpoint whose warm start asks for a bookmark
+// to count as synced. The caller answers the request with a Bookmark at
+// from instead of ending the watch as frozen.
+func (w *watch[T]) atHead(res probeResult) bool {
+	return w.ctx.Err() == nil && !w.asked.IsZero() && res.err == nil && res.rev <= int64(w.from)
+}
+
 // probed decides what a probe's outcome means for a watch that was
 // silent when it started: nothing if etcd spoke on the watch meanwhile or
 // the request was answered; else the watch ends, with the read's error

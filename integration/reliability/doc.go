@@ -43,11 +43,13 @@
 // divergence found is kept as a regression test that always runs.
 //
 // TestKillRestart is the kill fault of warm restarts (core.CheckpointOptions):
-// the informer runs as a child process (internal/killchild, over Postgres
-// on a permanent slot) that is killed with SIGKILL at a seeded instant,
-// also during its checkpoint writes, and restarted from its checkpoint;
-// the last start must not list, and its cache must equal the table. It
-// takes the same -seed and -seeds flags, and make reliability runs it.
+// for every adapter (subtests postgres, etcd, nats-kv, nats-stream, kube,
+// each over its own harness from etcdtest, natstest, kubetest, pgtest), the
+// informer runs as a child process (internal/killchild; Postgres on a
+// permanent slot) that is killed with SIGKILL at a seeded instant, also
+// during its checkpoint writes, and restarted from its checkpoint; the last
+// start must not list, and its cache must equal the source. It takes the
+// same -seed and -seeds flags, and make reliability runs it.
 //
 // The package's other tests cover bad inputs and hostile names that the
 // adapters' own tests do not: empty and huge keys and values, bucket,

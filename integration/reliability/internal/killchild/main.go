@@ -6,21 +6,39 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	etcdinformer "github.com/dbinformer/dbinformer/adapters/etcd"
+	"github.com/dbinformer/dbinformer/adapters/etcd/etcdtest"
+	natsinformer "github.com/dbinformer/dbinformer/adapters/nats"
+	"github.com/dbinformer/dbinformer/adapters/nats/natstest"
 	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/adapters/postgres/pgtest"
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/informertest"
+	kubeinformer "github.com/dbinformer/dbinformer/kubeadapter"
+	"github.com/dbinformer/dbinformer/kubeadapter/kubetest"
 )
 
-type versions struct {
-	mu  sync.Mutex
-	top map[string]int64
+// versions is the handler that watches for a key's version going
+// backwards.
+type versions[T any] struct {
+	version func(T) int64
+	mu      sync.Mutex
+	top     map[string]int64
 }
 
-func (v *versions) see(what, key string, n int64) {
+func (v *versions[T]) see(what, key string, obj T) {
+	n := v.version(obj)
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if prev, ok := v.top[key]; ok && n < prev {
@@ -29,46 +47,146 @@ func (v *versions) see(what, key string, n int64) {
 	v.top[key] = max(v.top[key], n)
 }
 
-func (v *versions) OnAdd(key string, r pgtest.Row, _ bool)    { v.see("add", key, r.V) }
-func (v *versions) OnUpdate(key string, _, r pgtest.Row)      { v.see("update", key, r.V) }
-func (v *versions) OnDelete(key string, r pgtest.Row, _ bool) { v.see("delete", key, r.V) }
+func (v *versions[T]) OnAdd(key string, obj T, _ bool)    { v.see("add", key, obj) }
+func (v *versions[T]) OnUpdate(key string, _, obj T)      { v.see("update", key, obj) }
+func (v *versions[T]) OnDelete(key string, obj T, _ bool) { v.see("delete", key, obj) }
+
+// target is one adapter's ListerWatcher and what the child needs of it.
+type target[T any] struct {
+	lw      core.ListerWatcher[T]
+	head    func(context.Context) (core.ResourceVersion, error)
+	version func(T) int64
+	codec   core.Codec[T] // nil: the ListerWatcher's own
+}
+
+type flags struct {
+	adapter, dir   string
+	table, slot    string // postgres
+	prefix         string // etcd
+	bucket         string // nats-kv
+	stream, filter string // nats-stream
+	namespace      string // kube
+	final          bool
+}
 
 func main() {
-	table := flag.String("table", "", "table")
-	slot := flag.String("slot", "", "permanent slot")
-	dir := flag.String("dir", "", "checkpoint directory")
-	final := flag.Bool("final", false, "sync, print the cache and exit")
+	var f flags
+	flag.StringVar(&f.adapter, "adapter", "postgres", "postgres, etcd, nats-kv, nats-stream or kube")
+	flag.StringVar(&f.dir, "dir", "", "checkpoint directory")
+	flag.StringVar(&f.table, "table", "", "postgres: table")
+	flag.StringVar(&f.slot, "slot", "", "postgres: permanent slot")
+	flag.StringVar(&f.prefix, "prefix", "", "etcd: watched prefix")
+	flag.StringVar(&f.bucket, "bucket", "", "nats-kv: bucket (keys below \"w.\")")
+	flag.StringVar(&f.stream, "stream", "", "nats-stream: stream")
+	flag.StringVar(&f.filter, "filter", "", "nats-stream: subject filter")
+	flag.StringVar(&f.namespace, "namespace", "", "kube: namespace of the ConfigMaps")
+	flag.BoolVar(&f.final, "final", false, "sync, print the cache and exit")
 	flag.Parse()
-	if err := run(*table, *slot, *dir, *final); err != nil {
+	if err := start(f); err != nil {
 		fmt.Fprintln(os.Stderr, "killchild:", err)
 		os.Exit(1)
 	}
 }
 
-func run(table, slot, dir string, final bool) error {
+func start(f flags) error {
 	ctx := context.Background()
-	src, err := pginformer.NewSource(ctx, os.Getenv("KILLCHILD_CONN"), pginformer.Options{PermanentSlot: true, Slot: slot, StatusInterval: 200 * time.Millisecond})
+	conn := os.Getenv("KILLCHILD_CONN")
+	switch f.adapter {
+	case "postgres":
+		src, err := pginformer.NewSource(ctx, conn, pginformer.Options{PermanentSlot: true, Slot: f.slot, StatusInterval: 200 * time.Millisecond})
+		if err != nil {
+			return err
+		}
+		defer src.Close()
+		tbl, err := pginformer.NewTable[pgtest.Row](ctx, src, f.table, pginformer.TableOptions[pgtest.Row]{})
+		if err != nil {
+			return err
+		}
+		return run(target[pgtest.Row]{lw: tbl, head: tbl.Head, version: func(r pgtest.Row) int64 { return r.V }}, f)
+	case "etcd":
+		client, err := clientv3.New(clientv3.Config{Endpoints: []string{conn}, DialTimeout: 10 * time.Second})
+		if err != nil {
+			return err
+		}
+		defer client.Close()
+		p, err := etcdinformer.NewPrefix(ctx, client, f.prefix, etcdinformer.Options[etcdtest.Item]{})
+		if err != nil {
+			return err
+		}
+		return run(target[etcdtest.Item]{lw: p, head: p.Head, version: func(it etcdtest.Item) int64 { return it.Version }, codec: core.JSON[etcdtest.Item]{}}, f)
+	case "nats-kv", "nats-stream":
+		nc, err := nats.Connect(conn, nats.Name("killchild"), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return err
+		}
+		version := func(o natstest.Obj) int64 { return o.V }
+		if f.adapter == "nats-kv" {
+			kv, err := natsinformer.NewKV(ctx, js, f.bucket, natsinformer.KVOptions[natstest.Obj]{Prefix: "w."})
+			if err != nil {
+				return err
+			}
+			return run(target[natstest.Obj]{lw: kv, head: kv.Head, version: version, codec: core.JSON[natstest.Obj]{}}, f)
+		}
+		es, err := natsinformer.NewEventStream(ctx, js, f.stream, natsinformer.EventStreamOptions[natstest.Obj]{Filter: f.filter, Reduce: natstest.Reduce})
+		if err != nil {
+			return err
+		}
+		return run(target[natstest.Obj]{lw: es, head: es.Head, version: version, codec: core.JSON[natstest.Obj]{}}, f)
+	case "kube":
+		cfg, err := clientcmd.BuildConfigFromFlags("", conn)
+		if err != nil {
+			return fmt.Errorf("kubeconfig: %w", err) // names the file, never its token
+		}
+		cfg.QPS, cfg.Burst = 1000, 2000
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return err
+		}
+		res, err := kubeinformer.NewResource[*corev1.ConfigMap](ctx, cs.CoreV1().ConfigMaps(f.namespace), kubeinformer.Options{Namespace: f.namespace})
+		if err != nil {
+			return err
+		}
+		version := func(cm *corev1.ConfigMap) int64 {
+			n, err := strconv.ParseInt(cm.Data[kubetest.VersionKey], 10, 64)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "ConfigMap %s/%s has no version: %v\n", cm.Namespace, cm.Name, err)
+				return -1
+			}
+			return n
+		}
+		return run(target[*corev1.ConfigMap]{lw: res, head: res.Head, version: version, codec: core.JSON[*corev1.ConfigMap]{}}, f)
+	}
+	return fmt.Errorf("unknown -adapter %q", f.adapter)
+}
+
+func run[T any](tg target[T], f flags) error {
+	ctx := context.Background()
+	store, err := core.NewDirCheckpointStore(f.dir)
 	if err != nil {
 		return err
 	}
-	defer src.Close()
-	tbl, err := pginformer.NewTable[pgtest.Row](ctx, src, table, pginformer.TableOptions[pgtest.Row]{})
-	if err != nil {
-		return err
+	spy := informertest.Wrap[T](tg.lw)
+	// The Spy forwards no core.ProgressIntervaler: without this the informer
+	// would run without the stuck-watch watchdog it has over the bare
+	// ListerWatcher.
+	var interval time.Duration
+	if pi, ok := tg.lw.(core.ProgressIntervaler); ok {
+		interval = pi.ProgressInterval()
 	}
-	store, err := core.NewDirCheckpointStore(dir)
-	if err != nil {
-		return err
-	}
-	spy := informertest.Wrap[pgtest.Row](tbl)
-	inf := core.NewSharedIndexInformer[pgtest.Row](spy, core.InformerOptions[pgtest.Row]{
-		Name:         "killchild",
-		Backoff:      core.Backoff{Initial: 20 * time.Millisecond, Max: 500 * time.Millisecond},
-		ErrorHandler: func(err error) { fmt.Fprintln(os.Stderr, "informer:", err) },
+	inf := core.NewSharedIndexInformer[T](spy, core.InformerOptions[T]{
+		Name:             "killchild",
+		ProgressInterval: interval,
+		Backoff:          core.Backoff{Initial: 20 * time.Millisecond, Max: 500 * time.Millisecond},
+		ErrorHandler:     func(err error) { fmt.Fprintln(os.Stderr, "informer:", err) },
 		// Often, so that kills land during writes of checkpoints too.
-		Checkpoint: &core.CheckpointOptions[pgtest.Row]{Store: store, Interval: 20 * time.Millisecond},
+		Checkpoint: &core.CheckpointOptions[T]{Store: store, Codec: tg.codec, Interval: 20 * time.Millisecond},
 	})
-	if _, err := inf.AddEventHandler(&versions{top: map[string]int64{}}); err != nil {
+	if _, err := inf.AddEventHandler(&versions[T]{version: tg.version, top: map[string]int64{}}); err != nil {
 		return err
 	}
 	rctx, cancel := context.WithCancel(ctx)
@@ -83,10 +201,10 @@ func run(table, slot, dir string, final bool) error {
 	}
 	fmt.Printf("lists %d\n", spy.Lists())
 	fmt.Println("synced")
-	if !final {
+	if !f.final {
 		select {} // until killed
 	}
-	head, err := tbl.Head(ctx)
+	head, err := tg.head(ctx)
 	if err != nil {
 		return err
 	}
@@ -95,8 +213,9 @@ func run(table, slot, dir string, final bool) error {
 	if err := inf.WaitFor(wctx, head); err != nil {
 		return err
 	}
+	fmt.Printf("lists %d\n", spy.Lists())
 	state := map[string]int64{}
-	inf.Indexer().Range(func(k string, r pgtest.Row) bool { state[k] = r.V; return true })
+	inf.Indexer().Range(func(k string, obj T) bool { state[k] = tg.version(obj); return true })
 	b, err := json.Marshal(state)
 	if err != nil {
 		return err
