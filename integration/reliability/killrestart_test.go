@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -55,6 +56,9 @@ func startChild(t *testing.T, bin string, run killRun, dir string, final bool) *
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), "KILLCHILD_CONN="+run.conn)
+	// A test binary that dies (a timeout's panic, a kill) takes its child
+	// with it: an orphaned informer would go on writing checkpoints.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
