@@ -2,8 +2,6 @@ package kubeinformer_test
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -19,53 +17,14 @@ import (
 )
 
 // runUnsynced runs an informer over lw without waiting for its sync, until
-// the test ends; it returns the informer and the errors it reports.
+// the test ends, retrying quickly; it returns the informer and the errors
+// it reports.
 func runUnsynced(t *testing.T, lw core.ListerWatcher[*corev1.ConfigMap]) (*core.SharedIndexInformer[*corev1.ConfigMap], *informertest.Errors) {
 	t.Helper()
-	errs := &informertest.Errors{}
-	inf := core.NewSharedIndexInformer(lw, core.InformerOptions[*corev1.ConfigMap]{
-		Name:            t.Name(),
+	return informertest.Start(t, lw, core.InformerOptions[*corev1.ConfigMap]{
 		MinWatchTimeout: time.Hour,
 		Backoff:         core.Backoff{Initial: 50 * time.Millisecond, Max: time.Second},
-		ErrorHandler:    errs.Add,
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := inf.Run(ctx); err != nil && ctx.Err() == nil {
-			errs.Add(fmt.Errorf("Run returned: %w", err))
-		}
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	return inf, errs
-}
-
-// saysWhy checks that the informer names cause in its sync status, through
-// its error handler and in WaitForCacheSyncTimeout's error, and that none
-// of them holds secret.
-func saysWhy(t *testing.T, inf *core.SharedIndexInformer[*corev1.ConfigMap], errs *informertest.Errors, cause, secret string) {
-	t.Helper()
-	informertest.Eventually(t, "the sync status to name "+cause, func() bool {
-		return strings.Contains(inf.SyncStatus().String(), cause)
-	})
-	if errs.Find(func(err error) bool { return strings.Contains(err.Error(), cause) }) == nil {
-		t.Errorf("the error handler got %v, none naming %q", errs.All(), cause)
-	}
-	err := core.WaitForCacheSyncTimeout(context.Background(), 100*time.Millisecond, inf)
-	if err == nil || !strings.Contains(err.Error(), cause) {
-		t.Errorf("WaitForCacheSyncTimeout = %v, want an error naming %q", err, cause)
-	}
-	t.Logf("sync status: %s", inf.SyncStatus())
-	t.Logf("WaitForCacheSyncTimeout: %v", err)
-	if secret == "" {
-		return
-	}
-	for _, e := range append(errs.All(), err, errors.New(inf.SyncStatus().String())) {
-		if e != nil && strings.Contains(e.Error(), secret) {
-			t.Errorf("the token appears in %q", e)
-		}
-	}
 }
 
 // An apiserver that is stopped while the informer makes its first sync:
@@ -88,7 +47,7 @@ func TestApiserverDownNamesCause(t *testing.T) {
 	}
 	kube.Stop()
 	inf, errs := runUnsynced(t, res)
-	saysWhy(t, inf, errs, "connection refused", "")
+	informertest.SaysWhy(t, inf, errs, "connection refused", "")
 	kube.Restart(t)
 	if err := inf.WaitForCacheSync(ctx); err != nil {
 		t.Fatalf("after the apiserver is back: %v", err)
@@ -139,7 +98,7 @@ func TestUnauthorizedNamesCause(t *testing.T) {
 		t.Fatal(err)
 	}
 	inf, errs := runUnsynced(t, res)
-	saysWhy(t, inf, errs, "the apiserver does not accept the client's credentials (401", token)
+	informertest.SaysWhy(t, inf, errs, "the apiserver does not accept the client's credentials (401", token)
 }
 
 // A path to the apiserver that ends every connection at once (a proxy
@@ -166,7 +125,7 @@ func TestApiserverPathCutNamesCause(t *testing.T) {
 	h.Proxy().Pause()
 	h.Proxy().Cut()
 	inf, errs := runUnsynced(t, res)
-	saysWhy(t, inf, errs, "EOF", "")
+	informertest.SaysWhy(t, inf, errs, "EOF", "")
 	h.Proxy().Resume()
 	if err := inf.WaitForCacheSync(ctx); err != nil {
 		t.Fatalf("after the path is back: %v", err)

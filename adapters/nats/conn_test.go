@@ -20,59 +20,14 @@ import (
 )
 
 // runUnsynced runs an informer over lw without waiting for its sync, until
-// the test ends; it returns the informer and the errors it reports.
+// the test ends, retrying quickly; it returns the informer and the errors
+// it reports.
 func runUnsynced[T any](t *testing.T, lw core.ListerWatcher[T]) (*core.SharedIndexInformer[T], *informertest.Errors) {
 	t.Helper()
-	errs := &informertest.Errors{}
-	inf := core.NewSharedIndexInformer(lw, core.InformerOptions[T]{
-		Name:            t.Name(),
+	return informertest.Start(t, lw, core.InformerOptions[T]{
 		MinWatchTimeout: time.Hour,
 		Backoff:         core.Backoff{Initial: 50 * time.Millisecond, Max: time.Second},
-		ErrorHandler:    errs.Add,
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := inf.Run(ctx); err != nil && ctx.Err() == nil {
-			errs.Add(fmt.Errorf("Run returned: %w", err))
-		}
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	return inf, errs
-}
-
-// containsFold is strings.Contains ignoring case (nats.go spells the same
-// server error "authorization violation" and "Authorization Violation").
-func containsFold(s, sub string) bool {
-	return strings.Contains(strings.ToLower(s), strings.ToLower(sub))
-}
-
-// saysWhy checks that the informer names cause in its sync status, through
-// its error handler and in WaitForCacheSyncTimeout's error, and that none
-// of them holds secret.
-func saysWhy[T any](t *testing.T, inf *core.SharedIndexInformer[T], errs *informertest.Errors, cause, secret string) {
-	t.Helper()
-	informertest.Eventually(t, "the sync status to name "+cause, func() bool {
-		return containsFold(inf.SyncStatus().String(), cause)
-	})
-	if errs.Find(func(err error) bool { return containsFold(err.Error(), cause) }) == nil {
-		t.Errorf("the error handler got %v, none naming %q", errs.All(), cause)
-	}
-	err := core.WaitForCacheSyncTimeout(context.Background(), 100*time.Millisecond, inf)
-	if err == nil || !containsFold(err.Error(), cause) {
-		t.Errorf("WaitForCacheSyncTimeout = %v, want an error naming %q", err, cause)
-	}
-	t.Logf("sync status: %s", inf.SyncStatus())
-	t.Logf("WaitForCacheSyncTimeout: %v", err)
-	if secret == "" {
-		return
-	}
-	for _, e := range append(errs.All(), err, errors.New(inf.SyncStatus().String())) {
-		if e != nil && strings.Contains(e.Error(), secret) {
-			t.Errorf("the password appears in %q", e)
-		}
-	}
 }
 
 // A server that is down while the informer makes its first sync: the List
@@ -112,7 +67,7 @@ func TestKVServerDownNamesCause(t *testing.T) {
 			lw := newKVLW(t, ijs, kv.Bucket(), natsinformer.KVOptions[item]{})
 			srv.Stop()
 			inf, errs := runUnsynced(t, lw)
-			saysWhy(t, inf, errs, c.cause, "")
+			informertest.SaysWhy(t, inf, errs, c.cause, "")
 			if inf.HasSynced() {
 				t.Fatal("synced while the server was down")
 			}
@@ -248,7 +203,7 @@ func TestKVAuthorizationViolationNamesCause(t *testing.T) {
 				return nc.Status() != nats.CONNECTED
 			})
 			inf, errs := runUnsynced(t, lw)
-			saysWhy(t, inf, errs, "authorization violation", "s3cret")
+			informertest.SaysWhy(t, inf, errs, "authorization violation", "s3cret")
 			if c.abort {
 				err := errs.Wait(t, "the informer to stop", func(err error) bool { return errors.Is(err, core.ErrPermanent) })
 				if !strings.Contains(err.Error(), "closed") || !errors.Is(err, nats.ErrAuthorization) {
@@ -302,7 +257,7 @@ func TestKVPermissionsViolationNamesCause(t *testing.T) {
 	a.deny = map[string][]string{"app": {"$JS.API.STREAM.INFO.>"}}
 	a.reload(t, users)
 	inf, errs := runUnsynced(t, lw)
-	saysWhy(t, inf, errs, "Permissions Violation for Publish to \"$JS.API.STREAM.INFO.KV_"+kv.Bucket(), "")
+	informertest.SaysWhy(t, inf, errs, "Permissions Violation for Publish to \"$JS.API.STREAM.INFO.KV_"+kv.Bucket(), "")
 	if errs.Find(func(err error) bool { return errors.Is(err, nats.ErrPermissionViolation) }) == nil {
 		t.Errorf("no reported error matches nats.ErrPermissionViolation: %v", errs.All())
 	}
@@ -340,7 +295,7 @@ func TestEventStreamServerDownNamesCause(t *testing.T) {
 	}
 	srv.Stop()
 	inf, errs := runUnsynced[Account](t, lw)
-	saysWhy(t, inf, errs, "connection refused", "")
+	informertest.SaysWhy(t, inf, errs, "connection refused", "")
 	srv.Restart(t)
 	if err := inf.WaitForCacheSync(ctx); err != nil {
 		t.Fatalf("after the server is back: %v", err)

@@ -7,23 +7,37 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/dbinformer/dbinformer/core"
 )
 
-// Run starts an informer over lw for the length of the test: it registers
-// handlers before the informer starts (so they see the initial list as
-// initial adds), runs it in its own goroutine, and waits for its cache to
-// sync, failing the test (Fatalf) with WaitForCacheSync's reason when it
-// does not within Timeout. The informer is stopped, and its Run waited
-// for, by t's cleanup; an error Run returns then (a permanent failure) is
-// among the reported errors.
+// Run starts an informer over lw for the length of the test (Start) and
+// waits for its cache to sync, failing the test (Fatalf) with
+// WaitForCacheSync's reason when it does not within Timeout.
+func Run[T any](t TB, lw core.ListerWatcher[T], opts core.InformerOptions[T], handlers ...core.ResourceEventHandler[T]) (*core.SharedIndexInformer[T], *Errors) {
+	t.Helper()
+	inf, errs := Start(t, lw, opts, handlers...)
+	sctx, scancel := waitContext(t)
+	defer scancel()
+	if err := inf.WaitForCacheSync(sctx); err != nil {
+		t.Fatalf("informertest: %v (reported errors: %v)", err, errs.All())
+	}
+	return inf, errs
+}
+
+// Start starts an informer over lw for the length of the test without
+// waiting for it to sync (for a test of a sync that cannot finish yet): it
+// registers handlers before the informer starts (so they see the initial
+// list as initial adds) and runs it in its own goroutine. The informer is
+// stopped, and its Run waited for, by t's cleanup; an error Run returns
+// then (a permanent failure) is among the reported errors.
 //
 // Every error the informer reports is collected in the returned Errors
-// (and still passed to opts.ErrorHandler when set); Run never fails the
+// (and still passed to opts.ErrorHandler when set); Start never fails the
 // test for them, since faults are what many tests inject. opts.Name
 // defaults to the test's name.
-func Run[T any](t TB, lw core.ListerWatcher[T], opts core.InformerOptions[T], handlers ...core.ResourceEventHandler[T]) (*core.SharedIndexInformer[T], *Errors) {
+func Start[T any](t TB, lw core.ListerWatcher[T], opts core.InformerOptions[T], handlers ...core.ResourceEventHandler[T]) (*core.SharedIndexInformer[T], *Errors) {
 	t.Helper()
 	errs := &Errors{}
 	if opts.Name == "" {
@@ -54,12 +68,37 @@ func Run[T any](t TB, lw core.ListerWatcher[T], opts core.InformerOptions[T], ha
 		cancel()
 		<-done
 	})
-	sctx, scancel := waitContext(t)
-	defer scancel()
-	if err := inf.WaitForCacheSync(sctx); err != nil {
-		t.Fatalf("informertest: %v (reported errors: %v)", err, errs.All())
-	}
 	return inf, errs
+}
+
+// SaysWhy waits until inf's sync status names cause (ignoring case, as
+// clients spell one error differently), then checks that the error
+// handler got an error naming it and that WaitForCacheSyncTimeout's error
+// names it too: a wait that says why. When secret is not empty, none of
+// them may contain it (a password, a token).
+func SaysWhy[T any](t TB, inf *core.SharedIndexInformer[T], errs *Errors, cause, secret string) {
+	t.Helper()
+	names := func(s string) bool { return strings.Contains(strings.ToLower(s), strings.ToLower(cause)) }
+	ctx, cancel := waitContext(t)
+	defer cancel()
+	if !poll(ctx, func() bool { return names(inf.SyncStatus().String()) }) {
+		t.Fatalf("informertest: gave up after %s waiting for the sync status to name %q; it says: %s (reported errors: %v)", budget(ctx), cause, inf.SyncStatus(), errs.All())
+	}
+	if errs.Find(func(err error) bool { return names(err.Error()) }) == nil {
+		t.Errorf("the error handler got %v, none naming %q (sync status: %s)", errs.All(), cause, inf.SyncStatus())
+	}
+	err := core.WaitForCacheSyncTimeout(context.Background(), 100*time.Millisecond, inf)
+	if err == nil || !names(err.Error()) {
+		t.Errorf("WaitForCacheSyncTimeout = %v, want an error naming %q", err, cause)
+	}
+	if secret == "" {
+		return
+	}
+	for _, e := range append(errs.All(), err, errors.New(inf.SyncStatus().String())) {
+		if e != nil && strings.Contains(e.Error(), secret) {
+			t.Errorf("a secret appears in %q", e)
+		}
+	}
 }
 
 // WaitFor waits until inf has applied every change up to rv
