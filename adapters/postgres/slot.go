@@ -133,6 +133,11 @@ func (s *Source) snapshotFor(ctx context.Context, st *tableState, read func(r *s
 		// started before the stream reads in the slot's own snapshot.
 		first, err := s.importSnapshot(ctx, sn)
 		if err != nil {
+			if snapshotInvalid(err) {
+				// Retrying the import cannot work until the snapshot
+				// hold ends (snapshotHold): start over with a new session.
+				return 0, s.abandonSession(sess, fmt.Errorf("the slot's exported snapshot is gone with its replication connection: %w", err))
+			}
 			return 0, err
 		}
 		s.setupMu.Unlock()
@@ -400,20 +405,7 @@ func (s *Source) startStream(ctx context.Context, sess *session) error {
 		// The connection is in an unknown state: give it up. A temporary
 		// slot goes with it (every table relists); a permanent one is
 		// resumed by the next Watch.
-		err = s.wrap(fmt.Sprintf("start replication on slot %q at %s", s.slot, lsn(start)), err)
-		s.mu.Lock()
-		if s.sess == sess {
-			s.sess = nil
-		}
-		if s.opts.PermanentSlot {
-			s.resumable = true
-			s.failLocked(err, false)
-		} else {
-			s.failLocked(fmt.Errorf("%w: %w", err, core.ErrExpired), true)
-		}
-		s.mu.Unlock()
-		s.endSession(sess)
-		return err
+		return s.abandonSession(sess, s.wrap(fmt.Sprintf("start replication on slot %q at %s", s.slot, lsn(start)), err))
 	}
 	sctx, cancel := context.WithCancel(context.Background())
 	s.mu.Lock()
@@ -493,6 +485,35 @@ func (s *Source) resume(ctx context.Context) error {
 	}
 	s.log.Info("replication stream resumed", "slot", s.slot, "from", lsn(ns.cp))
 	return nil
+}
+
+// abandonSession gives up sess, whose replication connection is gone or
+// in an unknown state, and returns err as its watches see it: a temporary
+// slot goes with the connection (every table relists), a permanent one is
+// resumed by the next List or Watch. Called with s.mu not held.
+func (s *Source) abandonSession(sess *session, err error) error {
+	s.mu.Lock()
+	if s.sess == sess {
+		s.sess = nil
+	}
+	if s.opts.PermanentSlot {
+		s.resumable = true
+		s.failLocked(err, false)
+	} else {
+		err = fmt.Errorf("%w: %w", err, core.ErrExpired)
+		s.failLocked(err, true)
+	}
+	s.mu.Unlock()
+	s.endSession(sess)
+	return err
+}
+
+// snapshotInvalid reports whether err says that an exported snapshot no
+// longer exists: the connection that exported it ended (a server restart,
+// a cut connection), though nothing has been read on it to notice.
+func snapshotInvalid(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "22023" && strings.Contains(pgErr.Message, "snapshot")
 }
 
 func (s *Source) endSession(sess *session) {
