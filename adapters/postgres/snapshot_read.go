@@ -2,6 +2,7 @@ package pginformer
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
@@ -165,7 +166,10 @@ func (t *Table[T]) read(ctx context.Context, r *snapReaders, rv core.ResourceVer
 	st.knownMu.Lock()
 	if fresh {
 		st.resetKnown()
-		if reltuples > 0 {
+		// Sized for the whole table only when the whole table is kept: a
+		// partial sync's keys are a fraction of it (a map sized for a
+		// million keys costs tens of MB).
+		if reltuples > 0 && t.filter == nil {
 			st.keys = make(map[string]struct{}, int(min(reltuples*1.05, 1<<30)))
 		}
 	}
@@ -182,9 +186,21 @@ func (t *Table[T]) read(ctx context.Context, r *snapReaders, rv core.ResourceVer
 	if where != "" {
 		sel += " WHERE (" + where + ")"
 	}
+	if where != "" {
+		// The planner's estimate of the rows the condition keeps: a
+		// selective one reads through an index in one query (block ranges
+		// would each scan their blocks whole), and progress counts
+		// towards what is kept, not the whole table.
+		if est, ok := s.planRows(ctx, tx, sel); ok {
+			reltuples = est
+			if sink.Estimate != nil {
+				sink.Estimate(int64(est))
+			}
+		}
+	}
 	var queries []string
 	n := 1
-	if !st.partitioned && version >= 140000 && blocks >= 2*rangeBlocks {
+	if !st.partitioned && version >= 140000 && blocks >= 2*rangeBlocks && (where == "" || reltuples*4 >= float64(blocks)*rowsPerBlockFloor) {
 		n = int(min(blocks/rangeBlocks, int64(4*cap(s.readers))))
 	}
 	if n <= 1 {
@@ -401,4 +417,27 @@ func (sp *scanPlan) keepText(obj unsafe.Pointer, row map[string]any, c int, data
 		data = data[1:]
 	}
 	return append([]byte(nil), data...)
+}
+
+// rowsPerBlockFloor: a condition expected to keep fewer rows than a
+// quarter of this many per block of the table is read in one query.
+const rowsPerBlockFloor = 20
+
+// planRows asks the planner how many rows query returns; ok is false when
+// it cannot say (the List goes on without the estimate).
+func (s *Source) planRows(ctx context.Context, tx pgx.Tx, query string) (rows float64, ok bool) {
+	var out []byte
+	if err := tx.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+query).Scan(&out); err != nil {
+		s.log.Debug("no row estimate for a filtered List", "err", err)
+		return 0, false
+	}
+	var plan []struct {
+		Plan struct {
+			Rows float64 `json:"Plan Rows"`
+		}
+	}
+	if err := json.Unmarshal(out, &plan); err != nil || len(plan) == 0 {
+		return 0, false
+	}
+	return plan[0].Plan.Rows, true
 }
