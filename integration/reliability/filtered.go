@@ -3,7 +3,10 @@ package reliability
 import (
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/dbinformer/dbinformer/adapters/etcd/etcdtest"
 	"github.com/dbinformer/dbinformer/adapters/nats/natstest"
@@ -11,6 +14,7 @@ import (
 	"github.com/dbinformer/dbinformer/core/conformance"
 	"github.com/dbinformer/dbinformer/filter"
 	"github.com/dbinformer/dbinformer/integration/harness"
+	"github.com/dbinformer/dbinformer/kubeadapter/kubetest"
 )
 
 // Partial sync (issue 22): the same workload and faults through a filter,
@@ -22,8 +26,26 @@ import (
 // the adapter; postgres-filtered (keys k00..k11 with In) pushes the key
 // condition into the List's query and (with a temporary slot) the
 // publication's row filter under REPLICA IDENTITY FULL, and evaluates
-// everything in the adapter under DEFAULT (the seed picks).
+// everything in the adapter under DEFAULT (the seed picks);
+// kube-filtered pushes a label condition down as a label selector (each
+// write labels its ConfigMap with its version modulo 3, so a write moves
+// the key in or out on the server's side) and evaluates a name condition
+// in the adapter.
 func init() {
+	Register("kube-filtered", func(t testing.TB, _ *rand.Rand) (conformance.Harness[*corev1.ConfigMap], string) {
+		f, err := filter.New[*corev1.ConfigMap](filter.And(
+			filter.In("metadata.labels.mod3", "1", "2"),
+			filter.Where("name below k12", func(cm *corev1.ConfigMap) bool { return cm.Name < "k12" }),
+		))
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := kubetest.NewConfigMaps(t, harness.StartKube(t), kubetest.Options{
+			Where:  f,
+			Labels: func(n int64) map[string]string { return map[string]string{"mod3": strconv.FormatInt(n%3, 10)} },
+		})
+		return h, fmt.Sprintf("kube-apiserver + etcd, ConfigMaps of one namespace, filter %s", f)
+	})
 	Register("postgres-filtered", func(t testing.TB, rnd *rand.Rand) (conformance.Harness[pgtest.Row], string) {
 		var keys []any
 		for i := range 12 {

@@ -48,6 +48,7 @@ import (
 
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/conformance"
+	"github.com/dbinformer/dbinformer/filter"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	"github.com/dbinformer/dbinformer/integration/proxy"
 	kubeinformer "github.com/dbinformer/dbinformer/kubeadapter"
@@ -64,6 +65,12 @@ type Options struct {
 	PageSize int64
 	// Logger receives the Resource's debug logs; nil discards them.
 	Logger *slog.Logger
+	// Where is the ConfigMaps Resource's partial-sync filter
+	// (Resource.Where); Truth then reports only what it matches.
+	Where *filter.Filter[*corev1.ConfigMap]
+	// Labels, when set, gives the labels Put writes with version n, so
+	// that a label condition of Where can move a key in and out.
+	Labels func(n int64) map[string]string
 }
 
 // RandomSuffix returns 8 random hex digits, for names unique to a test.
@@ -328,7 +335,9 @@ func (b *base) Heal(t testing.TB) {
 // implements conformance.Expirer, Unwatched, KeyMapper, Truth and Faults.
 type ConfigMaps struct {
 	*base
-	res *kubeinformer.Resource[*corev1.ConfigMap]
+	res    *kubeinformer.Resource[*corev1.ConfigMap]
+	where  *filter.Filter[*corev1.ConfigMap]
+	labels func(n int64) map[string]string
 }
 
 // NewConfigMaps creates a namespace on kube and returns a harness over its
@@ -349,7 +358,12 @@ func NewConfigMaps(tb testing.TB, kube *harness.Kube, opts Options) *ConfigMaps 
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return &ConfigMaps{base: b, res: res}
+	if opts.Where != nil {
+		if res, err = res.Where(opts.Where); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return &ConfigMaps{base: b, res: res, where: opts.Where, labels: opts.Labels}
 }
 
 // ListerWatcher is the Resource under test.
@@ -360,7 +374,11 @@ func (h *ConfigMaps) Resource() *kubeinformer.Resource[*corev1.ConfigMap] { retu
 
 // Put creates or updates the ConfigMap key with version n.
 func (h *ConfigMaps) Put(ctx context.Context, key string, n int64) (core.ResourceVersion, error) {
-	cm, err := PutConfigMap(ctx, h.direct, h.ns, key, n, nil)
+	var labels map[string]string
+	if h.labels != nil {
+		labels = h.labels(n)
+	}
+	cm, err := PutConfigMap(ctx, h.direct, h.ns, key, n, labels)
 	if err != nil {
 		return 0, err
 	}
@@ -383,7 +401,8 @@ func (h *ConfigMaps) Version(cm *corev1.ConfigMap) int64 {
 	return n
 }
 
-// Truth lists the namespace directly: name -> version.
+// Truth lists the namespace directly: name -> version, of the ConfigMaps
+// Options.Where matches.
 func (h *ConfigMaps) Truth(ctx context.Context) (map[string]int64, error) {
 	l, err := h.direct.CoreV1().ConfigMaps(h.ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -391,7 +410,11 @@ func (h *ConfigMaps) Truth(ctx context.Context) (map[string]int64, error) {
 	}
 	out := make(map[string]int64, len(l.Items))
 	for i := range l.Items {
-		out[l.Items[i].Name] = h.Version(&l.Items[i])
+		cm := &l.Items[i]
+		if h.where != nil && !h.where.Match(h.EventKey(cm.Name), cm) {
+			continue
+		}
+		out[cm.Name] = h.Version(cm)
 	}
 	return out, nil
 }
