@@ -123,9 +123,31 @@ func startAuthServer(t *testing.T, users map[string]string) *authServer {
 		harness.Unavailable(t, "embedded nats-server with users on 127.0.0.1:%d not ready", a.opts.Port)
 		return nil
 	}
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
 	a.srv = srv
+	t.Cleanup(func() { a.srv.Shutdown(); a.srv.WaitForShutdown() })
 	return a
+}
+
+// restart stops the server and starts it again, on the same port and
+// store, with these users: every client reconnects and meets the new
+// passwords. (ReloadOptions would do it without a restart, but
+// nats-server's auth-error event races with connections being accepted,
+// which the race detector reports while a client reconnects every 50ms.)
+func (a *authServer) restart(t *testing.T, users map[string]string) {
+	t.Helper()
+	a.srv.Shutdown()
+	a.srv.WaitForShutdown()
+	a.setUsers(users)
+	opts := a.opts
+	srv, err := natsserver.NewServer(&opts)
+	if err != nil {
+		t.Fatalf("restart nats-server with new users: %v", err)
+	}
+	srv.Start()
+	a.srv = srv
+	if !srv.ReadyForConnections(30 * time.Second) {
+		t.Fatalf("nats-server on 127.0.0.1:%d not ready after its restart", a.opts.Port)
+	}
 }
 
 func (a *authServer) setUsers(users map[string]string) {
@@ -152,8 +174,8 @@ func (a *authServer) reload(t *testing.T, users map[string]string) {
 
 func (a *authServer) url() string { return fmt.Sprintf("nats://127.0.0.1:%d", a.opts.Port) }
 
-// The informer's user loses its password (the server's users are reloaded)
-// during its first sync: the authorization violation the server answers
+// The informer's user loses its password (the server restarts with new
+// users) during its first sync: the authorization violation the server answers
 // each reconnect with is named by the sync status, the error handler and
 // WaitForCacheSyncTimeout, never the password. With nats.go's default, the
 // connection closes after the second violation and the informer stops
@@ -183,7 +205,7 @@ func TestKVAuthorizationViolationNamesCause(t *testing.T) {
 		abort bool
 	}{{"Closed", true}, {"Reconnecting", false}} {
 		t.Run(c.name, func(t *testing.T) {
-			a.reload(t, map[string]string{"admin": "admin-pw", "app": oldPW})
+			a.restart(t, map[string]string{"admin": "admin-pw", "app": oldPW})
 			opts := []nats.Option{nats.UserInfo("app", oldPW), nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond), nats.ReconnectJitter(0, 0)}
 			if !c.abort {
 				opts = append(opts, nats.IgnoreAuthErrorAbort())
@@ -198,7 +220,7 @@ func TestKVAuthorizationViolationNamesCause(t *testing.T) {
 				t.Fatal(err)
 			}
 			lw := newKVLW(t, ijs, kv.Bucket(), natsinformer.KVOptions[item]{})
-			a.reload(t, map[string]string{"admin": "admin-pw", "app": newPW})
+			a.restart(t, map[string]string{"admin": "admin-pw", "app": newPW})
 			informertest.Eventually(t, "the server to refuse the old password", func() bool {
 				return nc.Status() != nats.CONNECTED
 			})
@@ -214,7 +236,7 @@ func TestKVAuthorizationViolationNamesCause(t *testing.T) {
 			if errs.Find(func(err error) bool { return errors.Is(err, nats.ErrAuthorization) }) == nil {
 				t.Errorf("no reported error matches nats.ErrAuthorization: %v", errs.All())
 			}
-			a.reload(t, map[string]string{"admin": "admin-pw", "app": oldPW})
+			a.restart(t, map[string]string{"admin": "admin-pw", "app": oldPW})
 			converge(t, inf, itemVersion, func() map[string]int { return bucketState(t, kv, "") })
 		})
 	}
