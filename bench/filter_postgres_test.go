@@ -2,7 +2,6 @@ package bench_test
 
 import (
 	"context"
-	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -74,8 +73,7 @@ func partialSyncPostgres(b *testing.B) {
 		}
 		return tbl, inf, func() { stop(); <-done; src.Close() }
 	}
-	type sample struct{ secs, heapMB float64 }
-	run := func(where *filter.Filter[partialRow], want int) sample {
+	run := func(where *filter.Filter[partialRow], want int) syncSample {
 		base := liveHeap()
 		t0 := time.Now()
 		_, inf, stop := sync(where, want)
@@ -83,30 +81,10 @@ func partialSyncPostgres(b *testing.B) {
 		heap := liveHeap()
 		_ = inf.Lister().Len() // the informer is live while the heap is read
 		stop()
-		return sample{secs: d.Seconds(), heapMB: (float64(heap) - float64(base)) / (1 << 20)}
+		return syncSample{secs: d.Seconds(), heapMB: (float64(heap) - float64(base)) / (1 << 20)}
 	}
 	for range b.N {
-		var all, part []sample
-		for range rounds {
-			all = append(all, run(nil, rows))
-			part = append(part, run(f, matching))
-		}
-		med := func(xs []sample, g func(sample) float64) float64 {
-			v := make([]float64, len(xs))
-			for i, x := range xs {
-				v[i] = g(x)
-			}
-			slices.Sort(v)
-			return v[len(v)/2]
-		}
-		secs := func(s sample) float64 { return s.secs }
-		mb := func(s sample) float64 { return s.heapMB }
-		b.ReportMetric(med(all, secs), "all-s")
-		b.ReportMetric(med(part, secs), "filtered-s")
-		b.ReportMetric(med(part, secs)/med(all, secs), "time-ratio")
-		b.ReportMetric(med(all, mb), "all-MB")
-		b.ReportMetric(med(part, mb), "filtered-MB")
-		b.ReportMetric(med(part, mb)/med(all, mb), "heap-ratio")
+		reportPartialSync(b, rounds, func() syncSample { return run(nil, rows) }, func() syncSample { return run(f, matching) })
 	}
 
 	// Writes that touch only non-matching rows: the filtered Table decodes

@@ -114,11 +114,10 @@ func partialSyncNATS(b *testing.B) {
 		}
 		return inf, func() { stop(); <-done }
 	}
-	type sample struct{ secs, heapMB float64 }
 	// The server runs in this process: its caches of the stream's blocks
 	// are in the heap too. What the informer holds is the heap with the
 	// synced informer less the heap once it is stopped and dropped.
-	run := func(where *filter.Filter[item], want int) sample {
+	run := func(where *filter.Filter[item], want int) syncSample {
 		lw := newLW(where)
 		t0 := time.Now()
 		inf, stop := sync(lw, want)
@@ -128,30 +127,10 @@ func partialSyncNATS(b *testing.B) {
 		stop()
 		inf, lw = nil, nil
 		after := liveHeap()
-		return sample{secs: d.Seconds(), heapMB: (float64(heap) - float64(after)) / (1 << 20)}
+		return syncSample{secs: d.Seconds(), heapMB: (float64(heap) - float64(after)) / (1 << 20)}
 	}
 	for range b.N {
-		var all, part []sample
-		for range rounds {
-			all = append(all, run(nil, keys))
-			part = append(part, run(f, matching))
-		}
-		med := func(xs []sample, g func(sample) float64) float64 {
-			v := make([]float64, len(xs))
-			for i, x := range xs {
-				v[i] = g(x)
-			}
-			slices.Sort(v)
-			return v[len(v)/2]
-		}
-		secs := func(s sample) float64 { return s.secs }
-		mb := func(s sample) float64 { return s.heapMB }
-		b.ReportMetric(med(all, secs), "all-s")
-		b.ReportMetric(med(part, secs), "filtered-s")
-		b.ReportMetric(med(part, secs)/med(all, secs), "time-ratio")
-		b.ReportMetric(med(all, mb), "all-MB")
-		b.ReportMetric(med(part, mb), "filtered-MB")
-		b.ReportMetric(med(part, mb)/med(all, mb), "heap-ratio")
+		reportPartialSync(b, rounds, func() syncSample { return run(nil, keys) }, func() syncSample { return run(f, matching) })
 	}
 
 	// Writes that touch only non-matching keys: nothing reaches the codec.
@@ -176,4 +155,34 @@ func partialSyncNATS(b *testing.B) {
 	}
 	b.ReportMetric(float64(decoded.Load()), "decoded-nonmatching")
 	b.ReportMetric(writes, "writes-nonmatching")
+}
+
+// syncSample is one partial-sync run: time to synced and steady heap.
+type syncSample struct{ secs, heapMB float64 }
+
+// reportPartialSync runs the whole and the filtered sync rounds times each,
+// alternating, and reports each side's median time and heap and their
+// ratios filtered/whole.
+func reportPartialSync(b *testing.B, rounds int, whole, filtered func() syncSample) {
+	var all, part []syncSample
+	for range rounds {
+		all = append(all, whole())
+		part = append(part, filtered())
+	}
+	med := func(xs []syncSample, g func(syncSample) float64) float64 {
+		v := make([]float64, len(xs))
+		for i, x := range xs {
+			v[i] = g(x)
+		}
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	secs := func(s syncSample) float64 { return s.secs }
+	mb := func(s syncSample) float64 { return s.heapMB }
+	b.ReportMetric(med(all, secs), "all-s")
+	b.ReportMetric(med(part, secs), "filtered-s")
+	b.ReportMetric(med(part, secs)/med(all, secs), "time-ratio")
+	b.ReportMetric(med(all, mb), "all-MB")
+	b.ReportMetric(med(part, mb), "filtered-MB")
+	b.ReportMetric(med(part, mb)/med(all, mb), "heap-ratio")
 }
