@@ -147,9 +147,6 @@ func (t *Table[T]) read(ctx context.Context, r *snapReaders, rv core.ResourceVer
 		FROM pg_class c WHERE c.oid = $1`, st.oid).Scan(&version, &reltuples, &blocks); err != nil {
 		return s.wrap("read the size of "+ident, err)
 	}
-	if sink.Estimate != nil && reltuples >= 0 {
-		sink.Estimate(int64(reltuples))
-	}
 	var used []snapColumn
 	kinds := map[string]uint8{}
 	for _, c := range cols {
@@ -193,10 +190,10 @@ func (t *Table[T]) read(ctx context.Context, r *snapReaders, rv core.ResourceVer
 		// towards what is kept, not the whole table.
 		if est, ok := s.planRows(ctx, tx, sel); ok {
 			reltuples = est
-			if sink.Estimate != nil {
-				sink.Estimate(int64(est))
-			}
 		}
+	}
+	if sink.Estimate != nil && reltuples >= 0 {
+		sink.Estimate(int64(reltuples))
 	}
 	var queries []string
 	n := 1
