@@ -55,6 +55,7 @@ var rows = []row{
 	{"4 Postgres WAL retained by the slot at the end of the initial sync of 1M rows under 2k rows/s of writes: default snapshot readers vs one", "PostgresSyncWAL", "parallel-retained-WAL-MB", "", "one-retained-WAL-MB", "", 0},
 	{"4 Postgres initial sync of 1M rows under 2k rows/s of writes: time, default snapshot readers vs one", "PostgresSyncWAL", "parallel-s", "", "one-s", "", 0},
 	{"5 Postgres streaming, writers unpaced: applied vs committed rows/s", "Postgres/Streaming/max/ours", "applied-rows/s", "", "committed-rows/s", "≥", 0.99},
+	{"5 Postgres streaming, writers unpaced, the floor: a bare receive loop that decodes nothing, applied vs committed rows/s", "Postgres/Streaming/max/bare", "applied-rows/s", "", "committed-rows/s", "", 0},
 	{"5 Postgres streaming, writers unpaced: lag p99, ms (from send)", "Postgres/Streaming/max/ours", "lag-from-send-p99-ms", "", "", "", 0},
 	{"5 Postgres streaming at 20k rows/s: applied vs committed rows/s", "Postgres/Streaming/paced/ours", "applied-rows/s", "", "committed-rows/s", "≥", 0.99},
 	{"5 Postgres streaming at 20k rows/s: lag p50, ms (commit returned → handler)", "Postgres/Streaming/paced/ours", "lag-p50-ms", "", "", "", 0},
