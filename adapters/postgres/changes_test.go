@@ -10,6 +10,7 @@ import (
 
 	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
@@ -438,5 +439,68 @@ func TestExistingPublication(t *testing.T) {
 	var n int
 	if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_publication WHERE pubname = 'mine'").Scan(&n); err != nil || n != 1 {
 		t.Errorf("the user's publication was dropped by Close: %d, %v", n, err)
+	}
+}
+
+// TestTruncateRelists: a TRUNCATE ends the watch for one List (the Source
+// keeps no set of every key to delete from the stream); the rows the
+// truncating transaction writes arrive with that List, and an update of
+// such a row beside its TOASTed value is filled in afterwards.
+func TestTruncateRelists(t *testing.T) {
+	pg := harness.StartPostgres(t)
+	pg.Exec(t, `CREATE TABLE tr (id int PRIMARY KEY, big text NOT NULL, n int NOT NULL);
+		ALTER TABLE tr ALTER COLUMN big SET STORAGE EXTERNAL;
+		INSERT INTO tr SELECT g, 'small ' || g, 0 FROM generate_series(1, 20) g`)
+	conn := pg.Conn(t)
+	src := newSource(t, pg, pginformer.Options{})
+	spy := informertest.Wrap[toastRow](newTable[toastRow](t, src, "tr"))
+	var mu sync.Mutex
+	deleted := map[string]bool{}
+	inf, _ := informer[toastRow](t, spy, core.ResourceEventHandlerFuncs[toastRow]{
+		DeleteFunc: func(key string, _ toastRow, _ bool) {
+			mu.Lock()
+			deleted[key] = true
+			mu.Unlock()
+		},
+	})
+	if n := spy.Lists(); n != 1 {
+		t.Fatalf("%d Lists before the TRUNCATE, want 1", n)
+	}
+	big := strings.Repeat("0123456789abcdef", 1000)
+	write(t, conn, "UPDATE tr SET n = 1 WHERE id = 1") // a change before it, delivered first
+	tx, err := conn.Begin(ctxFor(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctxFor(t), "TRUNCATE tr"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctxFor(t), "INSERT INTO tr VALUES (7, $1, 0)", big); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctxFor(t)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, inf, currentLSN(t, conn))
+	if keys := inf.Indexer().ListKeys(); len(keys) != 1 || keys[0] != "7" {
+		t.Fatalf("after TRUNCATE and INSERT in one transaction the cache holds %q, want [7]", keys)
+	}
+	if n := spy.Lists(); n != 2 {
+		t.Errorf("%d Lists after the TRUNCATE, want 2 (one to learn what it removed)", n)
+	}
+	eventually(t, "handlers see a delete for every truncated key but 7", func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		for id := 1; id <= 20; id++ {
+			if k := fmt.Sprint(id); k != "7" && !deleted[k] {
+				return fmt.Errorf("no delete for %s", k)
+			}
+		}
+		return nil
+	})
+	rv := write(t, conn, "UPDATE tr SET n = 2 WHERE id = 7") // big arrives as unchanged TOAST
+	waitFor(t, inf, rv)
+	if got, _ := inf.Lister().Get("7"); got.N != 2 || got.Big != big {
+		t.Errorf("after an update beside the TOASTed value: n=%d, big of %d bytes (want 2, %d)", got.N, len(got.Big), len(big))
 	}
 }

@@ -68,7 +68,7 @@ func TestRememberPartialRow(t *testing.T) {
 			vals = append(vals, rawValue{kind: 't', data: msg[31:]})
 		}
 		st.remember(p, "1", vals)
-		kept := st.vals["1"]
+		kept := st.known("1")
 		if len(kept) != 1 || kept[0].col != "body" || !bytes.Equal(kept[0].data, msg[1:31]) {
 			t.Fatalf("partial %v: kept %q, want body only", partial, kept)
 		}

@@ -150,16 +150,31 @@
 // # Unchanged TOAST
 //
 // Unchanged TOASTed values arrive as "unchanged" in updates: the Source
-// keeps, per key, the values T uses that can be stored out of line (and the
-// set of keys, for TRUNCATE) as of the last applied change, and fills them
-// in. Only a value longer than a TOAST pointer (more than 20 bytes of data)
-// is ever stored out of line, and never one of a fixed-length type or a
-// STORAGE PLAIN column: List keeps a value only if the server says it may
-// be out of line (pg_column_toast_chunk_id on Postgres 17, else
-// pg_column_size over 20 bytes), the stream keeps text longer than 20 bytes
-// and every value of other variable-length types. A kept text value that T
-// holds as a string shares the string's memory. REPLICA IDENTITY FULL
-// tables fill in from the old row instead and keep only the keys.
+// keeps, per key, the values T uses that can be stored out of line as of
+// the last applied change, and fills them in. Only a value longer than a
+// TOAST pointer (more than 20 bytes of data) is ever stored out of line,
+// and never one of a fixed-length type or a STORAGE PLAIN column: List
+// keeps a value only if the server says it may be out of line
+// (pg_column_toast_chunk_id on Postgres 17; on 14-16, for text, varchar,
+// char and bytea, a compressed value or one whose pg_column_size is its
+// octet_length, that is one without an inline header; else pg_column_size
+// over 20 bytes), the stream keeps text longer than 20 bytes and every
+// value of other variable-length types. A kept value that T holds as a
+// string, or as a byte slice with the same bytes (json.RawMessage), shares
+// T's memory. REPLICA IDENTITY FULL tables fill in from the old row instead
+// and keep nothing.
+//
+// # TRUNCATE
+//
+// A TRUNCATE of a synced table ends its watches with core.ErrExpired after
+// the changes before it, and the informer lists the table again: handlers
+// get deletes for the keys that are gone (and adds for rows the truncating
+// transaction wrote), as after any relist. Keeping every key in memory to
+// delete them from the stream would cost a set of every key and a map
+// write on every change. Postgres sends nothing for a TRUNCATE of one
+// partition of a table published through its root
+// (publish_via_partition_root): truncate the partitioned table, or delete
+// the rows, so that the informer hears of it.
 //
 // # Partial sync
 //

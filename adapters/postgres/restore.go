@@ -121,16 +121,6 @@ func (t *Table[T]) Restore(ctx context.Context, rv core.ResourceVersion, objects
 	if sess.snap != nil {
 		return fmt.Errorf("postgres %s: replication slot %q was created anew: the changes since the checkpoint at %s are not in it: %w", s.where(), s.slot, lsn(rv), core.ErrExpired)
 	}
-	// Counted first, so that the set is made at its size: growing a map of
-	// a million keys costs as much as loading them into the cache.
-	n := 0
-	for range objects {
-		n++
-	}
-	keys := make(map[string]struct{}, n)
-	for k := range objects {
-		keys[k] = struct{}{}
-	}
 	st.knownMu.Lock()
 	defer st.knownMu.Unlock()
 	s.mu.Lock()
@@ -142,9 +132,8 @@ func (t *Table[T]) Restore(ctx context.Context, rv core.ResourceVersion, objects
 	// its transactions up to rv are covered by the checkpoint.
 	st.reset(rv)
 	st.resetKnown()
-	st.keys = keys
 	st.durable = max(st.durable, rv)
-	s.log.Info("table restored from a checkpoint", "table", st.ident.Sanitize(), "rv", lsn(rv), "keys", len(keys))
+	s.log.Info("table restored from a checkpoint", "table", st.ident.Sanitize(), "rv", lsn(rv))
 	return nil
 }
 

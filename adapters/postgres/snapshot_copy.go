@@ -41,10 +41,10 @@ type copyLayout struct {
 }
 
 // layout plans the statement for the table's columns cols (omitted and
-// generated ones already left out). chunkID: the server has
-// pg_column_toast_chunk_id (Postgres 17), which tells exactly whether a
-// value is stored out of line.
-func (t *Table[T]) layout(cols []snapColumn, chunkID bool) (*copyLayout, *rowPlan, error) {
+// generated ones already left out) on a server of the given
+// server_version_num, which decides how the statement asks whether a value
+// is stored out of line (outOfLine).
+func (t *Table[T]) layout(cols []snapColumn, version int) (*copyLayout, *rowPlan, error) {
 	st := t.st
 	all := &relation{}
 	for _, c := range cols {
@@ -133,13 +133,8 @@ func (t *Table[T]) layout(cols []snapColumn, chunkID bool) (*copyLayout, *rowPla
 		if !l.keep[i] {
 			continue
 		}
-		ident := pgx.Identifier{c.name}.Sanitize()
 		l.flag[i] = len(l.exprs)
-		if chunkID {
-			l.exprs = append(l.exprs, "pg_column_toast_chunk_id("+ident+") IS NOT NULL")
-		} else {
-			l.exprs = append(l.exprs, "COALESCE(pg_column_size("+ident+") > "+strconv.Itoa(maxInline)+", false)")
-		}
+		l.exprs = append(l.exprs, outOfLine(pgx.Identifier{c.name}.Sanitize(), c.oid, version))
 	}
 	rp, err := t.m.plan(l.rel)
 	if err != nil {
@@ -300,4 +295,38 @@ func (cp *copyParser) parse(data []byte) (int, error) {
 		}
 	}
 	return off, nil
+}
+
+// outOfLine is a SQL condition that is true for a value of the column
+// (ident, of type oid) that may be stored out of line, the only kind
+// pgoutput sends as unchanged ('u'), and false for one that cannot be:
+//   - Postgres 17 tells exactly (pg_column_toast_chunk_id);
+//   - before, for types with an octet_length that reads the stored header
+//     without fetching the value (text, varchar, bpchar, bytea): an
+//     uncompressed inline value's pg_column_size is its length plus a 1-
+//     or 4-byte header, an out-of-line one's its length exactly; a
+//     compressed value (Postgres 14+: pg_column_compression) may be either
+//     and counts as out of line;
+//   - otherwise, only a value stored in more than maxInline bytes can be
+//     out of line (the toaster moves only values longer than a TOAST
+//     pointer).
+func outOfLine(ident string, oid uint32, version int) string {
+	long := "pg_column_size(" + ident + ") > " + strconv.Itoa(maxInline)
+	switch {
+	case version >= 170000:
+		return "pg_column_toast_chunk_id(" + ident + ") IS NOT NULL"
+	case version >= 140000 && octetLength(oid):
+		return "COALESCE(" + long + " AND (pg_column_compression(" + ident + ") IS NOT NULL OR pg_column_size(" + ident + ") = octet_length(" + ident + ")), false)"
+	}
+	return "COALESCE(" + long + ", false)"
+}
+
+// octetLength: the type's octet_length reports the stored length from the
+// value's header (toast_raw_datum_size), without detoasting it.
+func octetLength(oid uint32) bool {
+	switch oid {
+	case pgtype.TextOID, pgtype.VarcharOID, pgtype.BPCharOID, pgtype.ByteaOID:
+		return true
+	}
+	return false
 }

@@ -1,6 +1,7 @@
 package pginformer
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -155,7 +156,7 @@ func (t *Table[T]) read(ctx context.Context, r *snapReaders, rv core.ResourceVer
 			used = append(used, c)
 		}
 	}
-	l, p, err := t.layout(used, version >= 170000)
+	l, p, err := t.layout(used, version)
 	if err != nil {
 		return fmt.Errorf("%s: %w", st.sourceName(), err)
 	}
@@ -163,12 +164,6 @@ func (t *Table[T]) read(ctx context.Context, r *snapReaders, rv core.ResourceVer
 	st.knownMu.Lock()
 	if fresh {
 		st.resetKnown()
-		// Sized for the whole table only when the whole table is kept: a
-		// partial sync's keys are a fraction of it (a map sized for a
-		// million keys costs tens of MB).
-		if reltuples > 0 && t.filter == nil {
-			st.keys = make(map[string]struct{}, int(min(reltuples*1.05, 1<<30)))
-		}
 	}
 	st.setToastCols(kinds)
 	st.knownMu.Unlock()
@@ -348,7 +343,7 @@ func (lr *listRead[T]) copy(ctx context.Context, rd *snapReader, query string) e
 				}
 			}
 			if err == nil && lr.fresh {
-				vl = nil
+				vl = vl[:0] // rememberListed keeps the values, not the slice
 				for c := range ncols {
 					if f := l.flag[c]; f >= 0 && len(fields[f]) == 1 && fields[f][0] == 1 && fields[c] != nil {
 						vl = append(vl, knownValue{l.rel.names[c], sp.keepText(obj, row, c, fields[c], l.stripVer[c])})
@@ -395,7 +390,10 @@ func (lr *listRead[T]) copy(ctx context.Context, rd *snapReader, query string) e
 
 // keepText returns the text of column c for TOAST memory without copying
 // it where T already holds it: a text-like value decoded into a string
-// shares that string's bytes (never written to). Otherwise it copies.
+// shares that string's bytes (never written to), and a value decoded into
+// a byte slice with the same bytes (json or jsonb into json.RawMessage)
+// shares the slice (the cache's objects are read-only, as in client-go).
+// Otherwise it copies.
 func (sp *scanPlan) keepText(obj unsafe.Pointer, row map[string]any, c int, data []byte, stripVer bool) []byte {
 	cs := sp.cols[c]
 	if cs != nil && textLike(cs.oid) {
@@ -412,6 +410,11 @@ func (sp *scanPlan) keepText(obj unsafe.Pointer, row map[string]any, c int, data
 	}
 	if stripVer && len(data) > 0 {
 		data = data[1:]
+	}
+	if cs != nil && !sp.isMap && cs.field.Kind() == reflect.Slice && cs.field.Elem().Kind() == reflect.Uint8 {
+		if b := *(*[]byte)(unsafe.Add(obj, cs.offset)); len(b) > 0 && bytes.Equal(b, data) {
+			return b[:len(b):len(b)]
+		}
 	}
 	return append([]byte(nil), data...)
 }

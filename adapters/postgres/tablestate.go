@@ -53,14 +53,15 @@ type tableState struct {
 	gated   bool
 	durable core.ResourceVersion
 
-	// The state parked between watches (see core's contract): every key of
-	// the table as of decoded, and the values that can come back as
-	// unchanged TOASTed ('u', see toast.go), so that such a value is filled
-	// in and TRUNCATE deletes every key. Guarded by knownMu, taken before
-	// src.mu when both are needed.
+	// The state parked between watches (see core's contract): the values
+	// that can come back as unchanged TOASTed ('u', see toast.go) as of
+	// decoded, per column name and key (a map per column: no per-row
+	// allocation), so that such a value is filled in. No key set is kept: a
+	// TRUNCATE ends the watch for a new List (batch.truncated), which
+	// costs less than a set of every key in memory and on every change.
+	// Guarded by knownMu, taken before src.mu when both are needed.
 	knownMu   sync.Mutex
-	keys      map[string]struct{}
-	vals      map[string][]knownValue
+	vals      map[string]map[string][]byte
 	toastCols map[string]uint8 // per column name: toastAlways, toastNever, toastIfLong
 	toastGen  uint64           // bumped when toastCols changes
 }

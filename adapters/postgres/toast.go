@@ -2,7 +2,8 @@ package pginformer
 
 import (
 	"bytes"
-	"sort"
+	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgtype"
 )
@@ -92,72 +93,73 @@ func (t *tableState) toastOf(p *rowPlan) []uint8 {
 	return k
 }
 
-// resetKnown forgets every key and value.
+// resetKnown forgets every value.
 func (t *tableState) resetKnown() {
-	t.keys = map[string]struct{}{}
-	t.vals = map[string][]knownValue{}
+	t.vals = map[string]map[string][]byte{}
 }
 
-// remember records a row's key and the values that may come back as 'u'.
-// It keeps vals' bytes, or copies of them when the row has columns p does
-// not decode (its bytes share one buffer with theirs).
+// remember records the values of a row that may come back as 'u', and
+// forgets the row's earlier ones that cannot any more. It keeps vals'
+// bytes, or copies of them when the row has columns p does not decode (its
+// bytes share one buffer with theirs).
 func (t *tableState) remember(p *rowPlan, key string, vals []rawValue) {
-	t.keys[key] = struct{}{}
+	if t.full { // FULL: 'u' is filled from the old row instead
+		return
+	}
+	kinds := t.toastOf(p)
+	for c, v := range vals {
+		if !p.used[c] || c >= len(kinds) || kinds[c] == toastNever {
+			continue
+		}
+		col := p.rel.names[c]
+		if v.kind != 't' || kinds[c] == toastIfLong && len(v.data) <= maxInline {
+			if m := t.vals[col]; len(m) > 0 {
+				delete(m, key)
+			}
+			continue
+		}
+		data := v.data
+		if p.partial {
+			data = bytes.Clone(data)
+		}
+		t.keep(col, key, data)
+	}
+}
+
+// rememberListed records the values of a listed row that List found could
+// be TOASTed (already copied).
+func (t *tableState) rememberListed(key string, vl []knownValue) {
+	for _, kv := range vl {
+		t.keep(kv.col, key, kv.data)
+	}
+}
+
+func (t *tableState) keep(col, key string, data []byte) {
+	m := t.vals[col]
+	if m == nil {
+		m = map[string][]byte{}
+		t.vals[col] = m
+	}
+	m[key] = data
+}
+
+// forget drops a deleted key's values.
+func (t *tableState) forget(key string) {
+	for _, m := range t.vals {
+		delete(m, key)
+	}
+}
+
+// known returns key's kept values, by column name.
+func (t *tableState) known(key string) []knownValue {
 	var vl []knownValue
-	if !t.full { // FULL: 'u' is filled from the old row instead
-		kinds := t.toastOf(p)
-		for c, v := range vals {
-			if v.kind != 't' || !p.used[c] || c >= len(kinds) {
-				continue
-			}
-			switch kinds[c] {
-			case toastNever:
-				continue
-			case toastIfLong:
-				if len(v.data) <= maxInline {
-					continue
-				}
-			}
-			data := v.data
-			if p.partial {
-				data = bytes.Clone(data)
-			}
-			vl = append(vl, knownValue{p.rel.names[c], data})
+	for col, m := range t.vals {
+		if data, ok := m[key]; ok {
+			vl = append(vl, knownValue{col, data})
 		}
 	}
-	t.setVals(key, vl)
-}
-
-// rememberListed records a listed row's key and the values List found
-// could be TOASTed (already copied).
-func (t *tableState) rememberListed(key string, vl []knownValue) {
-	t.keys[key] = struct{}{}
-	t.setVals(key, vl)
-}
-
-func (t *tableState) setVals(key string, vl []knownValue) {
-	if vl == nil {
-		delete(t.vals, key)
-	} else {
-		t.vals[key] = vl
-	}
-}
-
-// forget drops a deleted key.
-func (t *tableState) forget(key string) {
-	delete(t.keys, key)
-	delete(t.vals, key)
-}
-
-// truncate empties the table and returns its keys, sorted.
-func (t *tableState) truncate() []string {
-	keys := make([]string, 0, len(t.keys))
-	for k := range t.keys {
-		keys = append(keys, k)
-	}
-	t.resetKnown()
-	sort.Strings(keys)
-	return keys
+	slices.SortFunc(vl, func(a, b knownValue) int { return strings.Compare(a.col, b.col) })
+	return vl
 }
 
 // fillToast replaces unchanged TOASTed values ('u') with the old tuple's
@@ -176,11 +178,8 @@ func (t *tableState) fillToast(p *rowPlan, key string, vals, old []rawValue) []r
 			out[i] = old[i]
 			continue
 		}
-		for _, kv := range t.vals[key] {
-			if kv.col == p.rel.names[i] {
-				out[i] = rawValue{kind: 't', data: kv.data}
-				break
-			}
+		if data, ok := t.vals[p.rel.names[i]][key]; ok {
+			out[i] = rawValue{kind: 't', data: data}
 		}
 	}
 	if out == nil {

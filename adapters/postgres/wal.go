@@ -50,6 +50,10 @@ type batch struct {
 	decoded bool
 	events  any // []core.Event[T] of the Table that decoded it
 	failed  int // events with Err
+	// truncated: the transaction truncated the table. Its events are not
+	// delivered: a watch reaching it ends with core.ErrExpired and the
+	// consumer lists again (what else the table held is not known here).
+	truncated bool
 }
 
 // relation is a column layout: from a Relation message, or from the columns

@@ -114,6 +114,16 @@ func (t *Table[T]) Watch(ctx context.Context, from core.ResourceVersion, opts co
 			top := pos
 			for _, b := range todo {
 				evs, failed := t.decodeUpTo(b)
+				if b.truncated {
+					// What precedes the TRUNCATE is delivered first.
+					if len(buf) > 0 {
+						if err := opts.Emit(buf); err != nil {
+							return stopped(ctx, err)
+						}
+						t.ack(at, top)
+					}
+					return fmt.Errorf("%s: truncated by the transaction at %s, so its keys are gone; list again: %w", st.sourceName(), lsn(b.rv), core.ErrExpired)
+				}
 				if failed > 0 && !t.opts.SkipUndecodable {
 					// What precedes the bad transaction is delivered first.
 					if len(buf) > 0 {
@@ -365,9 +375,11 @@ func (t *Table[T]) decode(b *batch) {
 	var lastErr error
 	for _, c := range b.changes {
 		if c.kind == changeTruncate {
-			for _, k := range st.truncate() {
-				out = append(out, core.Event[T]{Type: core.Deleted, Key: k, RV: b.rv})
-			}
+			// The rows are gone; the watch ends at this transaction and
+			// the consumer lists again (see batch.truncated). Rows the
+			// transaction writes after it are remembered below.
+			st.resetKnown()
+			b.truncated = true
 			continue
 		}
 		if c.rel == nil {
