@@ -2,12 +2,15 @@ package bench_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,8 +19,97 @@ import (
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	"github.com/dbinformer/dbinformer/leader"
+	"github.com/dbinformer/dbinformer/relay"
 	"github.com/dbinformer/dbinformer/relay/relaytest"
+	"github.com/nats-io/nats.go/jetstream"
 )
+
+// TRACE (temporary): per-stage lags.
+type stages struct {
+	mu sync.Mutex
+	m  map[string][]float64
+}
+
+func (s *stages) add(name string, v int64, now time.Time) {
+	if v < 1e18 {
+		return
+	}
+	l := float64(now.UnixNano()-v) / 1e6
+	s.mu.Lock()
+	if s.m == nil {
+		s.m = map[string][]float64{}
+	}
+	s.m[name] = append(s.m[name], l)
+	s.mu.Unlock()
+}
+
+func (s *stages) report(b *testing.B) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, k := range slices.Sorted(func(yield func(string) bool) {
+		for k := range s.m {
+			if !yield(k) {
+				return
+			}
+		}
+	}) {
+		l := s.m[k]
+		slices.Sort(l)
+		b.ReportMetric(l[len(l)/2], k+"-p50-ms")
+		b.ReportMetric(l[min(len(l)-1, len(l)*99/100)], k+"-p99-ms")
+	}
+}
+
+type tracedTable struct {
+	*pginformer.Table[pgtest.Row]
+	st *stages
+}
+
+func (t tracedTable) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[pgtest.Row]) error {
+	emit := opts.Emit
+	opts.Emit = func(b []core.Event[pgtest.Row]) error {
+		now := time.Now()
+		for _, ev := range b {
+			if ev.HasObject {
+				t.st.add("src", ev.Object.V, now)
+			}
+		}
+		err := emit(b)
+		now = time.Now()
+		for _, ev := range b {
+			if ev.HasObject {
+				t.st.add("srcret", ev.Object.V, now)
+			}
+		}
+		return err
+	}
+	return t.Table.Watch(ctx, from, opts)
+}
+
+type tracedDown struct {
+	*relay.Downstream[pgtest.Row]
+	st    *stages
+	lists *atomic.Int64
+}
+
+func (t tracedDown) List(ctx context.Context, sink core.ListSink[pgtest.Row]) (core.ResourceVersion, error) {
+	t.lists.Add(1)
+	return t.Downstream.List(ctx, sink)
+}
+
+func (t tracedDown) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[pgtest.Row]) error {
+	emit := opts.Emit
+	opts.Emit = func(b []core.Event[pgtest.Row]) error {
+		now := time.Now()
+		for _, ev := range b {
+			if ev.HasObject {
+				t.st.add("down", ev.Object.V, now)
+			}
+		}
+		return emit(b)
+	}
+	return t.Downstream.Watch(ctx, from, opts)
+}
 
 // BenchmarkRelay (#23): 8 informers on one Postgres table, either each
 // with its own Source (a replication slot and a walsender each: "direct")
@@ -45,12 +137,18 @@ func runRelayBench(b *testing.B, pg *harness.Postgres, nsrv *harness.NATS, mode 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	src := pgtest.New(b, pg, pgtest.Options{})
-	const n = 8
+	n := 8
+	if v, _ := strconv.Atoi(os.Getenv("RELAY_N")); v > 0 {
+		n = v
+	}
+	st := &stages{}
+	var lists atomic.Int64
+	hist, _ := strconv.Atoi(os.Getenv("RELAY_HIST"))
 	var lws []core.ListerWatcher[pgtest.Row]
 	switch mode {
 	case "direct":
 		// The harness's own Source is the first of the eight.
-		lws = append(lws, src.Table())
+		lws = append(lws, tracedTable{src.Table(), st})
 		for range n - 1 {
 			s, err := pginformer.NewSource(ctx, pg.ConnString(), pginformer.Options{})
 			if err != nil {
@@ -61,10 +159,10 @@ func runRelayBench(b *testing.B, pg *harness.Postgres, nsrv *harness.NATS, mode 
 			if err != nil {
 				b.Fatal(err)
 			}
-			lws = append(lws, t)
+			lws = append(lws, tracedTable{t, st})
 		}
 	case "relay":
-		h := relaytest.New(b, src, nsrv.JetStream(b), relaytest.Options{NoWait: true, NewElector: func(int) leader.Elector {
+		h := relaytest.New(b, tracedSrc{Harness: src, lw: tracedTable{src.Table(), st}}, nsrv.JetStream(b), relaytest.Options{History: int64(hist), NoWait: true, NewElector: func(int) leader.Elector {
 			el, err := leader.NewPostgres(pg.ConnString(), "bench-"+src.TableName(), leader.PostgresOptions{})
 			if err != nil {
 				b.Fatal(err)
@@ -76,8 +174,28 @@ func runRelayBench(b *testing.B, pg *harness.Postgres, nsrv *harness.NATS, mode 
 			if err != nil {
 				b.Fatal(err)
 			}
-			lws = append(lws, d)
+			lws = append(lws, tracedDown{d, st, &lists})
 		}
+		js := nsrv.JetStream(b)
+		oc, err := js.OrderedConsumer(ctx, h.Stream(), jetstream.OrderedConsumerConfig{FilterSubjects: []string{h.Prefix() + ".k.>"}, DeliverPolicy: jetstream.DeliverNewPolicy})
+		if err != nil {
+			b.Fatal(err)
+		}
+		cc, err := oc.Consume(func(m jetstream.Msg) {
+			now := time.Now()
+			var r pgtest.Row
+			if json.Unmarshal(m.Data(), &r) != nil {
+				return
+			}
+			if md, err := m.Metadata(); err == nil {
+				st.add("stored", r.V, md.Timestamp)
+			}
+			st.add("raw", r.V, now)
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer cc.Stop()
 	}
 	// Each row's V is the time its transaction was sent (unix ns).
 	var mu sync.Mutex
@@ -108,6 +226,7 @@ func runRelayBench(b *testing.B, pg *harness.Postgres, nsrv *harness.NATS, mode 
 	}
 	slots, senders, pids := replicationUse(b, ctx, pg)
 	cpu0 := procCPU(pids)
+	self0 := selfCPU()
 
 	const perTx = 100
 	txs := rate * int(dur/time.Second) / perTx
@@ -137,6 +256,7 @@ func runRelayBench(b *testing.B, pg *harness.Postgres, nsrv *harness.NATS, mode 
 	wcancel()
 	elapsed := time.Since(start)
 	cpu := procCPU(pids) - cpu0
+	b.ReportMetric(selfCPU()-self0, "proc-cpu-ms")
 	cancel()
 	wg.Wait()
 
@@ -146,6 +266,10 @@ func runRelayBench(b *testing.B, pg *harness.Postgres, nsrv *harness.NATS, mode 
 			return 0
 		}
 		return lags[min(len(lags)-1, int(p*float64(len(lags))))]
+	}
+	st.report(b)
+	if mode == "relay" {
+		b.ReportMetric(float64(lists.Load()-int64(n)), "relists")
 	}
 	b.ReportMetric(float64(slots), "slots")
 	b.ReportMetric(float64(senders), "walsenders")
@@ -193,4 +317,17 @@ func procCPU(pids []int) float64 {
 		}
 	}
 	return ticks * 10 // USER_HZ 100
+}
+
+type tracedSrc struct {
+	*pgtest.Harness
+	lw core.ListerWatcher[pgtest.Row]
+}
+
+func (t tracedSrc) ListerWatcher() core.ListerWatcher[pgtest.Row] { return t.lw }
+
+func selfCPU() float64 {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e6
 }
