@@ -101,8 +101,16 @@
 // Watch(v) for a v it did not just return searches the stream for v. A
 // watch that finds a group incomplete or missing (a later change of a key
 // removed its message before the watch read it: it fell behind a busy
-// key) returns core.ErrExpired and the informer relists from the stream,
-// never from the source. WaitFor of a source version that touched no
+// key) catches up instead of expiring: it reads on, keeping each key's
+// last change, to a commit point at or past the stream's last sequence
+// as read after the last gap it saw (every message that removed one it
+// missed is then read), and delivers those changes as one batch at that
+// point's version, as a relist's group is delivered. It reads what a
+// relist would read after the gap, without reading the whole stream or
+// having the informer compare its whole cache. A position the stream no
+// longer holds at all (a Watch from a version whose messages are gone,
+// the stream purged) is core.ErrExpired: the informer relists from the
+// stream, never from the source. WaitFor of a source version that touched no
 // relayed key returns once the relay has published the source's head
 // (Options.ProgressInterval). The relay and every Downstream must use the
 // same Codec.
