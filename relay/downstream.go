@@ -609,7 +609,16 @@ func (t *translator[T]) take(batch []core.Event[entry]) error {
 		}
 	}
 	if len(t.out) == 0 {
-		return nil
+		if t.cu == nil || t.lastV == 0 {
+			return nil
+		}
+		// A catch-up delivers nothing until it ends, and the stream sends
+		// no bookmark while the watch is behind: a bookmark at the last
+		// version delivered tells the informer the watch is reading, or
+		// it would take a catch-up longer than its stuck-watch limit for
+		// a stuck watch and reopen it, which from a position whose
+		// messages are gone is expiry (a relist).
+		t.out = append(t.out, core.Event[T]{Type: core.Bookmark, RV: core.ResourceVersion(t.lastV)})
 	}
 	err := t.emit(t.out)
 	clear(t.out)
