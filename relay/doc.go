@@ -16,7 +16,7 @@
 // that while two relays believe they lead (a deposed leader has not
 // noticed yet) at most one of them can write: the other's publish fails,
 // it reads the stream again and, finding a message of a later term (the
-// Dbi-Epoch header, the leader.Term's epoch), stops until its election
+// epoch in its Dbi header, the leader.Term's epoch), stops until its election
 // notices. Each term starts with one message of its own.
 //
 // A new leader reads the stream back (one pass: the stream keeps one
@@ -74,15 +74,16 @@
 // does not exist, has another retention, other subjects or limits that
 // could remove a key's only message, and say how to fix it. Messages:
 //
-//	<prefix>.k.<key>         a change: Dbi-Op put|del|err, data = Codec bytes
+//	<prefix>.k.<key>         a change: op put|del|err, data = Codec bytes
 //	<prefix>.progress        the source's head: nothing changed up to it
 //	<prefix>.abort.<version> drop the unfinished group at version
 //
 // Keys are encoded into one subject token (KeySubject). Every message
-// carries Dbi-Version (source version), Dbi-Prev (the version of the
-// group of changes before it) and Dbi-Epoch; key messages carry Dbi-Index
-// and Dbi-Count (position in and size of the source transaction's group)
-// and Nats-Msg-Id (version, position, key, term), so that a repeated
+// carries one Dbi header: the source version, the version of the group of
+// changes before it and the epoch, then, on a key message, its op, its
+// position in and the size of the source transaction's group, and the
+// flags commit (the group's last) and relist; key messages also carry a
+// Nats-Msg-Id (version, position, key, term), so that a repeated
 // publish is stored once. A transaction that changes one key twice is
 // published as its last change of that key.
 //
@@ -100,8 +101,16 @@
 // Watch(v) for a v it did not just return searches the stream for v. A
 // watch that finds a group incomplete or missing (a later change of a key
 // removed its message before the watch read it: it fell behind a busy
-// key) returns core.ErrExpired and the informer relists from the stream,
-// never from the source. WaitFor of a source version that touched no
+// key) catches up instead of expiring: it reads on, keeping each key's
+// last change, to a commit point at or past the stream's last sequence
+// as read after the last gap it saw (every message that removed one it
+// missed is then read), and delivers those changes as one batch at that
+// point's version, as a relist's group is delivered. It reads what a
+// relist would read after the gap, without reading the whole stream or
+// having the informer compare its whole cache. A position the stream no
+// longer holds at all (a Watch from a version whose messages are gone,
+// the stream purged) is core.ErrExpired: the informer relists from the
+// stream, never from the source. WaitFor of a source version that touched no
 // relayed key returns once the relay has published the source's head
 // (Options.ProgressInterval). The relay and every Downstream must use the
 // same Codec.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -69,17 +70,22 @@ func (s *ackSource) AcknowledgeDurable(v core.ResourceVersion) {
 
 // committedIn returns the source version the stream holds completely: that
 // of its last message if it ends a group or is progress, else the group
-// before it (Dbi-Prev).
+// before it (the prev field).
 func committedIn(ctx context.Context, st jetstream.Stream, prefix string) (uint64, error) {
 	m, err := st.GetLastMsgForSubject(ctx, prefix+".>")
 	if err != nil {
 		return 0, err
 	}
-	h := func(name string) uint64 { n, _ := strconv.ParseUint(m.Header.Get(name), 10, 64); return n }
-	if m.Subject == prefix+".progress" || (m.Header.Get("Dbi-Op") != "" && h("Dbi-Index")+1 == h("Dbi-Count")) {
-		return h("Dbi-Version"), nil
+	// Dbi: <version> <prev> <epoch>[ <op> <index> <count>[ flags]]
+	f := strings.Fields(m.Header.Get("Dbi"))
+	if len(f) < 3 {
+		return 0, fmt.Errorf("the stream's last message (%s) has no relay header: %v", m.Subject, m.Header)
 	}
-	return h("Dbi-Prev"), nil
+	n := func(i int) uint64 { v, _ := strconv.ParseUint(f[i], 10, 64); return v }
+	if m.Subject == prefix+".progress" || (len(f) >= 6 && n(4)+1 == n(5)) {
+		return n(0), nil
+	}
+	return n(1), nil
 }
 
 // With many changes in flight, the source is acknowledged (gated first)
@@ -200,9 +206,7 @@ func TestPipelineFencedByAnotherWriter(t *testing.T) {
 		}
 	})
 	foreign := nats.NewMsg("f.progress")
-	foreign.Header.Set("Dbi-Version", strconv.FormatUint(uint64(src.HeadRV()), 10))
-	foreign.Header.Set("Dbi-Prev", "0")
-	foreign.Header.Set("Dbi-Epoch", "2")
+	foreign.Header.Set("Dbi", strconv.FormatUint(uint64(src.HeadRV()), 10)+" 0 2")
 	ack, err := js.PublishMsg(ctx, foreign)
 	if err != nil {
 		t.Fatal(err)

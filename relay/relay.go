@@ -250,7 +250,7 @@ func (r *Relay[T]) term(ctx context.Context, t leader.Term) (err error) {
 	first := r.progress(st, st.committed)
 	if partial != nil {
 		relist = true
-		first = message(r.opts.Prefix+"."+tokAbort+"."+strconv.FormatUint(partialV, 10), partialV, st.lastChange, st.epoch)
+		first = message(r.opts.Prefix+"."+tokAbort+"."+strconv.FormatUint(partialV, 10), partialV, st.lastChange, st.epoch, nil)
 	}
 	// The term's first message: from here on a relay of an earlier term
 	// finds a later epoch in the stream and stops.
@@ -294,7 +294,7 @@ func (r *Relay[T]) term(ctx context.Context, t leader.Term) (err error) {
 }
 
 func (r *Relay[T]) progress(st *state, v uint64) *nats.Msg {
-	return message(r.opts.Prefix+"."+tokProgress, v, st.lastChange, st.epoch)
+	return message(r.opts.Prefix+"."+tokProgress, v, st.lastChange, st.epoch, nil)
 }
 
 // change is one key's change in a group.
@@ -308,36 +308,31 @@ type change struct {
 // group builds the messages of one group of changes at version v, the last
 // change of each key only (a message per key: the stream keeps one per
 // subject, and an earlier one of the same group would be removed).
-func (r *Relay[T]) group(st *state, v uint64, changes []change) []*nats.Msg {
+func (r *Relay[T]) group(st *state, v uint64, changes []change, relist bool) []*nats.Msg {
 	last := make(map[string]int, len(changes))
 	for i, c := range changes {
 		last[c.key] = i
 	}
 	n := len(last)
 	msgs := make([]*nats.Msg, 0, n)
+	var kb [48]byte
 	for i, c := range changes {
 		if last[c.key] != i {
 			continue
 		}
 		tok := encodeKey(c.key)
-		m := message(r.opts.Prefix+"."+tokKey+"."+tok, v, st.lastChange, st.epoch)
 		idx := len(msgs)
+		m := message(r.opts.Prefix+"."+tokKey+"."+tok, v, st.lastChange, st.epoch, keyMeta(kb[:0], c.op, idx, n, idx == n-1, relist))
 		// (version, position, key, term): a retry of the same publish is
 		// stored once; the term keeps a later term's republish of a version
 		// (after an aborted group) from being taken for a duplicate, which
 		// publish also refuses to accept silently.
-		m.Header.Set(jetstream.MsgIDHeader, strconv.FormatUint(v, 10)+"-"+strconv.Itoa(idx)+"-"+tok+"-"+strconv.FormatUint(st.epoch, 10))
-		m.Header.Set(hdrIndex, strconv.Itoa(idx))
-		m.Header.Set(hdrCount, strconv.Itoa(n))
-		m.Header.Set(hdrOp, c.op)
+		m.Header[jetstream.MsgIDHeader] = []string{strconv.FormatUint(v, 10) + "-" + strconv.Itoa(idx) + "-" + tok + "-" + strconv.FormatUint(st.epoch, 10)}
 		switch c.op {
 		case opPut:
 			m.Data = c.data
 		case opErr:
-			m.Header.Set(hdrError, c.err)
-		}
-		if idx == n-1 {
-			m.Header.Set(hdrCommit, "1")
+			m.Header[hdrError] = []string{c.err}
 		}
 		msgs = append(msgs, m)
 	}
@@ -394,10 +389,7 @@ func (r *Relay[T]) relist(ctx context.Context, p *pipeline, st *state, force map
 	for _, key := range slices.Sorted(maps.Keys(gone)) {
 		changes = append(changes, change{key: key, op: opDel})
 	}
-	msgs := r.group(st, ver, changes)
-	for _, m := range msgs {
-		m.Header.Set(hdrRelist, "1")
-	}
+	msgs := r.group(st, ver, changes, true)
 	if len(msgs) == 0 {
 		msgs = append(msgs, r.progress(st, ver))
 	}
@@ -487,7 +479,7 @@ func (r *Relay[T]) watch(ctx context.Context, p *pipeline, st *state) error {
 				if v <= st.committed {
 					return fmt.Errorf("the source delivered a change of %q at version %d, not after version %d", changes[0].key, v, st.committed)
 				}
-				if err := p.send(st, r.group(st, v, changes), v); err != nil {
+				if err := p.send(st, r.group(st, v, changes, false), v); err != nil {
 					return err
 				}
 				st.applied(v, changes)

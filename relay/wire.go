@@ -11,27 +11,42 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Headers of a relayed message. Every message carries hdrVersion (the
-// source's version of the change), hdrPrev (the version of the last group
-// of changes the relay completed before it; progress does not count) and
-// hdrEpoch (the relay leader's term). Key messages also carry their
-// position in the group and the group's size, so that a reader tells a
-// complete group from one whose messages were removed (a later change of
-// the same key supersedes a message in a stream that keeps one per
-// subject).
+// Headers of a relayed message. Every message carries hdrMeta, one header
+// whose space-separated fields are the source's version of the change, the
+// version of the last group of changes the relay completed before it
+// (progress does not count) and the relay leader's term (epoch). Key
+// messages go on with their operation, their position in the group and the
+// group's size, so that a reader tells a complete group from one whose
+// messages were removed (a later change of the same key supersedes a
+// message in a stream that keeps one per subject), and end with the flags
+// "commit" (the group's last message) and "relist" (a relist's group):
+//
+//	Dbi: <version> <prev> <epoch>                                 progress, abort
+//	Dbi: <version> <prev> <epoch> <op> <index> <count>[ commit][ relist]  key
+//
+// One header rather than one per field: every downstream consumer parses
+// every message's headers (nats.go builds a map entry and strings for
+// each), which made them the largest cost of a downstream watch. Streams
+// written before carry the fields as the separate headers below (legacy*),
+// which parse still reads.
 const (
-	hdrVersion = "Dbi-Version"
-	hdrPrev    = "Dbi-Prev"
-	hdrEpoch   = "Dbi-Epoch"
-	hdrOp      = "Dbi-Op"
-	hdrCommit  = "Dbi-Commit"
-	hdrRelist  = "Dbi-Relist" // "1" on the messages of a relist's group
-	hdrIndex   = "Dbi-Index"  // position of a key message in its group, from 0
-	hdrCount   = "Dbi-Count"  // number of key messages in its group
-	hdrError   = "Dbi-Error"
+	hdrMeta  = "Dbi"
+	hdrError = "Dbi-Error" // on an "err" key message: why the source could not decode the object
+
+	flagCommit = "commit"
+	flagRelist = "relist"
+
+	legacyVersion = "Dbi-Version"
+	legacyPrev    = "Dbi-Prev"
+	legacyEpoch   = "Dbi-Epoch"
+	legacyOp      = "Dbi-Op"
+	legacyCommit  = "Dbi-Commit"
+	legacyRelist  = "Dbi-Relist"
+	legacyIndex   = "Dbi-Index"
+	legacyCount   = "Dbi-Count"
 )
 
-// Operations (hdrOp) of key messages.
+// Operations of key messages (hdrMeta's fourth field).
 const (
 	opPut = "put"
 	opDel = "del"
@@ -131,16 +146,6 @@ func parse(prefix, subject string, seq uint64, h nats.Header, data []byte) (entr
 	if !ok {
 		return e, fmt.Errorf("subject %q is not below the relay prefix %q", subject, prefix)
 	}
-	var err error
-	if e.version, err = headerUint(h, hdrVersion); err != nil {
-		return e, fmt.Errorf("subject %q sequence %d: %w (was it written by something other than a relay?)", subject, seq, err)
-	}
-	if e.prev, err = headerUint(h, hdrPrev); err != nil {
-		return e, fmt.Errorf("subject %q sequence %d: %w", subject, seq, err)
-	}
-	if e.epoch, err = headerUint(h, hdrEpoch); err != nil {
-		return e, fmt.Errorf("subject %q sequence %d: %w", subject, seq, err)
-	}
 	switch {
 	case rest == tokProgress:
 		e.kind = kindProgress
@@ -148,43 +153,154 @@ func parse(prefix, subject string, seq uint64, h nats.Header, data []byte) (entr
 		e.kind = kindAbort
 	case strings.HasPrefix(rest, tokKey+"."):
 		e.kind = kindKey
+		var err error
 		if e.key, err = decodeKey(strings.TrimPrefix(rest, tokKey+".")); err != nil {
 			return e, fmt.Errorf("subject %q sequence %d: %w", subject, seq, err)
-		}
-		e.op = h.Get(hdrOp)
-		switch e.op {
-		case opPut:
-			e.data = append([]byte(nil), data...)
-		case opDel:
-		case opErr:
-			e.errText = h.Get(hdrError)
-		default:
-			return e, fmt.Errorf("subject %q sequence %d: unknown %s %q", subject, seq, hdrOp, e.op)
-		}
-		e.commit = h.Get(hdrCommit) == "1"
-		e.relist = h.Get(hdrRelist) == "1"
-		if e.index, err = headerUint(h, hdrIndex); err != nil {
-			return e, fmt.Errorf("subject %q sequence %d: %w", subject, seq, err)
-		}
-		if e.count, err = headerUint(h, hdrCount); err != nil {
-			return e, fmt.Errorf("subject %q sequence %d: %w", subject, seq, err)
-		}
-		if e.index >= e.count {
-			return e, fmt.Errorf("subject %q sequence %d: %s %d is not below %s %d", subject, seq, hdrIndex, e.index, hdrCount, e.count)
 		}
 	default:
 		return e, fmt.Errorf("subject %q sequence %d: not a relay subject", subject, seq)
 	}
+	var err error
+	if meta := h.Get(hdrMeta); meta != "" {
+		err = e.parseMeta(meta)
+	} else {
+		err = e.parseLegacy(h)
+	}
+	if err != nil {
+		return e, fmt.Errorf("subject %q sequence %d: %w", subject, seq, err)
+	}
+	if e.kind != kindKey {
+		return e, nil
+	}
+	switch e.op {
+	case opPut:
+		e.data = append([]byte(nil), data...)
+	case opDel:
+	case opErr:
+		e.errText = h.Get(hdrError)
+	default:
+		return e, fmt.Errorf("subject %q sequence %d: unknown operation %q", subject, seq, e.op)
+	}
+	if e.index >= e.count {
+		return e, fmt.Errorf("subject %q sequence %d: index %d is not below count %d", subject, seq, e.index, e.count)
+	}
 	return e, nil
 }
 
-// message builds one relayed message. msgID is the Nats-Msg-Id.
-func message(subject string, version, prev, epoch uint64) *nats.Msg {
-	m := nats.NewMsg(subject)
-	m.Header.Set(hdrVersion, strconv.FormatUint(version, 10))
-	m.Header.Set(hdrPrev, strconv.FormatUint(prev, 10))
-	m.Header.Set(hdrEpoch, strconv.FormatUint(epoch, 10))
-	return m
+// parseMeta reads hdrMeta's fields into e, whose kind is set.
+func (e *entry) parseMeta(meta string) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("header %s=%q: %s (was it written by something other than a relay?)", hdrMeta, meta, fmt.Sprintf(format, args...))
+	}
+	rest := meta
+	field := func() string {
+		f, r, _ := strings.Cut(rest, " ")
+		rest = r
+		return f
+	}
+	number := func(name string) (uint64, error) {
+		f := field()
+		n, err := strconv.ParseUint(f, 10, 64)
+		if err != nil {
+			return 0, bad("%s %q is not a number", name, f)
+		}
+		return n, nil
+	}
+	var err error
+	if e.version, err = number("version"); err != nil {
+		return err
+	}
+	if e.prev, err = number("prev"); err != nil {
+		return err
+	}
+	if e.epoch, err = number("epoch"); err != nil {
+		return err
+	}
+	if e.kind != kindKey {
+		if rest != "" {
+			return bad("unexpected fields %q after the epoch", rest)
+		}
+		return nil
+	}
+	if e.op = field(); e.op == "" {
+		return bad("the operation is missing")
+	}
+	if e.index, err = number("index"); err != nil {
+		return err
+	}
+	if e.count, err = number("count"); err != nil {
+		return err
+	}
+	for rest != "" {
+		switch f := field(); f {
+		case flagCommit:
+			e.commit = true
+		case flagRelist:
+			e.relist = true
+		default:
+			return bad("unknown flag %q", f)
+		}
+	}
+	return nil
+}
+
+// parseLegacy reads the separate headers of streams written before
+// hdrMeta into e, whose kind is set.
+func (e *entry) parseLegacy(h nats.Header) error {
+	var err error
+	if e.version, err = headerUint(h, legacyVersion); err != nil {
+		return fmt.Errorf("%w (header %s is missing too: was it written by something other than a relay?)", err, hdrMeta)
+	}
+	if e.prev, err = headerUint(h, legacyPrev); err != nil {
+		return err
+	}
+	if e.epoch, err = headerUint(h, legacyEpoch); err != nil {
+		return err
+	}
+	if e.kind != kindKey {
+		return nil
+	}
+	e.op = h.Get(legacyOp)
+	e.commit = h.Get(legacyCommit) == "1"
+	e.relist = h.Get(legacyRelist) == "1"
+	if e.index, err = headerUint(h, legacyIndex); err != nil {
+		return err
+	}
+	if e.count, err = headerUint(h, legacyCount); err != nil {
+		return err
+	}
+	return nil
+}
+
+// message builds one relayed message whose hdrMeta holds version, prev
+// and epoch, then the key fields, if any (appendKeyMeta).
+func message(subject string, version, prev, epoch uint64, key []byte) *nats.Msg {
+	b := make([]byte, 0, 64)
+	b = strconv.AppendUint(b, version, 10)
+	b = append(b, ' ')
+	b = strconv.AppendUint(b, prev, 10)
+	b = append(b, ' ')
+	b = strconv.AppendUint(b, epoch, 10)
+	b = append(b, key...)
+	return &nats.Msg{Subject: subject, Header: nats.Header{hdrMeta: []string{string(b)}}}
+}
+
+// keyMeta returns the key fields of hdrMeta (with their leading space)
+// appended to b.
+func keyMeta(b []byte, op string, index, count int, commit, relist bool) []byte {
+	b = append(b, ' ')
+	b = append(b, op...)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, int64(index), 10)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, int64(count), 10)
+	if commit {
+		b = append(b, " "+flagCommit...)
+	}
+	if relist {
+		b = append(b, " "+flagRelist...)
+	}
+	return b
 }
 
 // jsErrCodeWrongLastMsgID is JetStream's "wrong last msg ID" (the server's

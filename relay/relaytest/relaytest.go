@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -188,7 +189,9 @@ func (h *Harness[T]) waitKey(ctx context.Context, key string, rv core.ResourceVe
 	if err != nil {
 		return 0, err
 	}
-	v, err := core.ParseResourceVersion(m.Header.Get("Dbi-Version"))
+	// The relay's "Dbi" header starts with the source version.
+	version, _, _ := strings.Cut(m.Header.Get("Dbi"), " ")
+	v, err := core.ParseResourceVersion(version)
 	if err != nil {
 		return 0, err
 	}
