@@ -1,0 +1,4 @@
+package etcdinformer
+
+// MaxBatch exposes maxBatch to the tests.
+const MaxBatch = maxBatch
