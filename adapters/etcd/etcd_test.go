@@ -621,8 +621,9 @@ func TestAuthPassesThrough(t *testing.T) {
 // TestWatchCutsLargeResponses: a watch catching up on history gets one
 // etcd response of many revisions; it hands it to Emit in batches cut at
 // the first revision boundary after etcdinformer.MaxBatch events, never
-// splitting a revision (here a delete of 3000 keys at one revision), in
-// revision order, none missing, deletes with their previous values.
+// splitting a revision (here a delete of 5000 keys at one revision, more
+// than a watch keeps room for), in revision order, none missing, deletes
+// with their previous values.
 func TestWatchCutsLargeResponses(t *testing.T) {
 	srv := harness.StartEtcd(t)
 	c := srv.Client(t)
@@ -645,15 +646,18 @@ func TestWatchCutsLargeResponses(t *testing.T) {
 			want[core.ResourceVersion(resp.Header.Revision)] = 100
 		}
 	}
-	putAll("a", 3000)
+	if etcdinformer.KeptBatch >= 5000 {
+		t.Fatalf("the delete of 5000 keys no longer exceeds the %d events a watch keeps room for: make it larger", etcdinformer.KeptBatch)
+	}
+	putAll("a", 5000)
 	del, err := c.Delete(ctx, prefix+"a-", clientv3.WithPrefix())
-	if err != nil || del.Deleted != 3000 {
-		t.Fatalf("delete a-*: deleted %v, %v; want 3000", del, err)
+	if err != nil || del.Deleted != 5000 {
+		t.Fatalf("delete a-*: deleted %v, %v; want 5000", del, err)
 	}
 	delRV := core.ResourceVersion(del.Header.Revision)
-	want[delRV] = 3000
+	want[delRV] = 5000
 	putAll("b", 1500)
-	total := 3000 + 3000 + 1500
+	total := 5000 + 5000 + 1500
 
 	w := startWatch[[]byte](t, lw, from)
 	got := map[core.ResourceVersion]int{}

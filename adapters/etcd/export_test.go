@@ -1,4 +1,7 @@
 package etcdinformer
 
-// MaxBatch exposes maxBatch to the tests.
-const MaxBatch = maxBatch
+// MaxBatch and KeptBatch expose maxBatch and keptBatch to the tests.
+const (
+	MaxBatch  = maxBatch
+	KeptBatch = keptBatch
+)

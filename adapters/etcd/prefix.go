@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -169,9 +170,9 @@ func (p *Prefix[T]) key(k []byte) string {
 	return string(k)
 }
 
-// decodeInto fills ev, a zero Event, with the event of type typ for kv.
+// decodeInto sets *ev to the event of type typ for kv.
 func (p *Prefix[T]) decodeInto(ev *core.Event[T], typ core.EventType, kv *mvccpb.KeyValue) {
-	ev.Type, ev.Key, ev.RV = typ, p.key(kv.Key), core.ResourceVersion(kv.ModRevision)
+	*ev = core.Event[T]{Type: typ, Key: p.key(kv.Key), RV: core.ResourceVersion(kv.ModRevision)}
 	obj, err := core.Decode(p.codec, kv.Value)
 	if err != nil {
 		ev.Err = &core.DecodeError{Source: p.source, Key: ev.Key, RV: ev.RV, Err: err}
@@ -477,12 +478,18 @@ func (w *watch[T]) run(opened <-chan clientv3.WatchChan, opts core.WatchOptions[
 // decoded object at once before the consumer saw the first.
 const maxBatch = 1024
 
+// keptBatch is the largest capacity of batch slice a watch keeps for the
+// next response: a batch ends at the first revision boundary after
+// maxBatch events, so it usually holds a little more (1100 for
+// transactions of 100), and only one revision of thousands of events (a
+// delete of a whole range) makes it larger than this.
+const keptBatch = 4 * maxBatch
+
 // emitEvents decodes evs, the events of one etcd response, and hands them
 // to emit in batches of about maxBatch events, each ending at a revision
 // boundary, so that the events of one transaction (one revision) stay in
-// one batch as core.WatchOptions.Emit requires. w.batch is reused: its
-// capacity is that of the largest batch, maxBatch unless one revision
-// held more events (a delete of a whole range), which is dropped after
+// one batch as core.WatchOptions.Emit requires. w.batch is reused, unless
+// one revision made it larger than keptBatch: that one is dropped after
 // use instead of being held for the watch's lifetime.
 func (w *watch[T]) emitEvents(evs []*clientv3.Event, emit func([]core.Event[T]) error) error {
 	for len(evs) > 0 {
@@ -490,10 +497,7 @@ func (w *watch[T]) emitEvents(evs []*clientv3.Event, emit func([]core.Event[T]) 
 		for n < len(evs) && evs[n].Kv.ModRevision == evs[n-1].Kv.ModRevision {
 			n++
 		}
-		if cap(w.batch) < n {
-			w.batch = make([]core.Event[T], 0, n)
-		}
-		w.batch = w.batch[:n]
+		w.batch = slices.Grow(w.batch[:0], n)[:n]
 		for i, e := range evs[:n] {
 			w.event(&w.batch[i], e)
 		}
@@ -503,7 +507,7 @@ func (w *watch[T]) emitEvents(evs []*clientv3.Event, emit func([]core.Event[T]) 
 		}
 		w.last = w.batch[n-1].RV
 		clear(w.batch) // drop the objects: the consumer has them
-		if cap(w.batch) > maxBatch {
+		if cap(w.batch) > keptBatch {
 			w.batch = nil
 		}
 		evs = evs[n:]
@@ -511,7 +515,7 @@ func (w *watch[T]) emitEvents(evs []*clientv3.Event, emit func([]core.Event[T]) 
 	return nil
 }
 
-// event decodes e into ev, which must be the zero Event.
+// event sets *ev to the event of e.
 func (w *watch[T]) event(ev *core.Event[T], e *clientv3.Event) {
 	p := w.p
 	switch e.Type {
@@ -522,7 +526,7 @@ func (w *watch[T]) event(ev *core.Event[T], e *clientv3.Event) {
 		}
 		p.decodeInto(ev, typ, e.Kv)
 	default: // clientv3.EventTypeDelete
-		ev.Type, ev.Key, ev.RV = core.Deleted, p.key(e.Kv.Key), core.ResourceVersion(e.Kv.ModRevision)
+		*ev = core.Event[T]{Type: core.Deleted, Key: p.key(e.Kv.Key), RV: core.ResourceVersion(e.Kv.ModRevision)}
 		if e.PrevKv == nil {
 			// Compacted away, or the watch was resumed on a member
 			// without it: the informer fills in its cached object.
