@@ -149,35 +149,28 @@ func processCPU(b *testing.B) time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// cpuSides records the wall and process CPU time of each run of the sides
-// it wraps and reports, per side, the median CPU time as "<side>-cpu-s"
-// and the shortest wall time as "<side>-min-s". On a machine shared with
-// other work the wall time of a run counts the time it waited for a core:
-// the same watch took 1.2 s to 3.3 s in one process under load 10. Its CPU
-// time (server and client: both run here) counts only the work, and the
-// shortest run is the one least disturbed; both show what the code costs
-// when the median wall times straddle a target by more than the code can
-// explain.
-type cpuSides map[string][][2]float64
+// cpuSides records the process CPU time of each run of the sides it
+// wraps and reports the median per side as "<side>-cpu-s". On a machine
+// shared with other work the wall time of a run counts the time it waited
+// for a core: the same watch took 1.2 s to 3.3 s in one process under load
+// 10, and neither the median nor the shortest of five runs per side kept
+// the ratio of the two sides within 10%. Its CPU time (server and client:
+// both run here) counts only the work, and shows what the code costs when
+// the wall times straddle a target by more than the code can explain.
+type cpuSides map[string][]float64
 
 func (c cpuSides) wrap(b *testing.B, name string, run func()) func() {
 	return func() {
-		c0, t0 := processCPU(b), time.Now()
+		c0 := processCPU(b)
 		run()
-		c[name] = append(c[name], [2]float64{time.Since(t0).Seconds(), (processCPU(b) - c0).Seconds()})
+		c[name] = append(c[name], (processCPU(b) - c0).Seconds())
 	}
 }
 
 func (c cpuSides) report(b *testing.B) {
-	for name, runs := range c {
-		wall := make([]float64, len(runs))
-		cpu := make([]float64, len(runs))
-		for i, r := range runs {
-			wall[i], cpu[i] = r[0], r[1]
-		}
-		slices.Sort(cpu)
-		b.ReportMetric(cpu[len(cpu)/2], name+"-cpu-s")
-		b.ReportMetric(slices.Min(wall), name+"-min-s")
+	for name, xs := range c {
+		slices.Sort(xs)
+		b.ReportMetric(xs[len(xs)/2], name+"-cpu-s")
 	}
 }
 
