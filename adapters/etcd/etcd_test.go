@@ -617,3 +617,107 @@ func TestAuthPassesThrough(t *testing.T) {
 		t.Fatalf("error shows a password: %v", err)
 	}
 }
+
+// TestWatchCutsLargeResponses: a watch catching up on history gets one
+// etcd response of many revisions; it hands it to Emit in batches cut at
+// the first revision boundary after etcdinformer.MaxBatch events, never
+// splitting a revision (here a delete of 5000 keys at one revision, more
+// than a watch keeps room for), in revision order, none missing, deletes
+// with their previous values.
+func TestWatchCutsLargeResponses(t *testing.T) {
+	srv := harness.StartEtcd(t)
+	c := srv.Client(t)
+	prefix := uniquePrefix("cut")
+	lw := rawLW(t, c, prefix, false)
+	_, from := list(t, lw)
+	ctx, cancel := context.WithTimeout(context.Background(), converge)
+	defer cancel()
+	want := map[core.ResourceVersion]int{} // events per revision
+	putAll := func(name string, n int) {
+		for i := 0; i < n; i += 100 {
+			ops := make([]clientv3.Op, 0, 100)
+			for j := i; j < i+100; j++ {
+				ops = append(ops, clientv3.OpPut(fmt.Sprintf("%s%s-%04d", prefix, name, j), name))
+			}
+			resp, err := c.Txn(ctx).Then(ops...).Commit()
+			if err != nil {
+				t.Fatalf("put %s: %v", name, err)
+			}
+			want[core.ResourceVersion(resp.Header.Revision)] = 100
+		}
+	}
+	if etcdinformer.KeptBatch >= 5000 {
+		t.Fatalf("the delete of 5000 keys no longer exceeds the %d events a watch keeps room for: make it larger", etcdinformer.KeptBatch)
+	}
+	putAll("a", 5000)
+	del, err := c.Delete(ctx, prefix+"a-", clientv3.WithPrefix())
+	if err != nil || del.Deleted != 5000 {
+		t.Fatalf("delete a-*: deleted %v, %v; want 5000", del, err)
+	}
+	delRV := core.ResourceVersion(del.Header.Revision)
+	want[delRV] = 5000
+	putAll("b", 1500)
+	total := 5000 + 5000 + 1500
+
+	w := startWatch[[]byte](t, lw, from)
+	got := map[core.ResourceVersion]int{}
+	var last core.ResourceVersion
+	batches := 0
+	for n := 0; n < total; {
+		b := w.next(t)
+		var revs []core.ResourceVersion // of this batch, in order
+		for _, ev := range b {
+			if ev.Type == core.Bookmark {
+				continue
+			}
+			n++
+			if ev.RV < last {
+				t.Fatalf("event %+v after revision %d", ev, last)
+			}
+			if got[ev.RV] > 0 && ev.RV != last {
+				t.Fatalf("revision %d resumes after revision %d", ev.RV, last)
+			}
+			if len(revs) == 0 && got[ev.RV] > 0 {
+				t.Fatalf("revision %d split across two batches", ev.RV)
+			}
+			if len(revs) == 0 || revs[len(revs)-1] != ev.RV {
+				revs = append(revs, ev.RV)
+			}
+			last = ev.RV
+			got[ev.RV]++
+			wantType, wantObj := core.Added, ev.Key[:1]
+			if ev.RV == delRV {
+				wantType = core.Deleted
+			}
+			if ev.Type != wantType || !ev.HasObject || string(ev.Object) != wantObj || ev.Err != nil {
+				t.Fatalf("event %+v at revision %d: want %v with object %q", ev, ev.RV, wantType, wantObj)
+			}
+		}
+		if len(revs) == 0 {
+			continue // a bookmark
+		}
+		batches++
+		// The events before the batch's last revision number fewer than
+		// MaxBatch: the batch was cut at the first boundary after it.
+		if before := len(b) - got[revs[len(revs)-1]]; len(revs) > 1 && before >= etcdinformer.MaxBatch {
+			t.Errorf("batch of %d events over revisions %d..%d has %d before its last revision, want fewer than %d", len(b), revs[0], revs[len(revs)-1], before, etcdinformer.MaxBatch)
+		}
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("events per revision: got %v, want %v", got, want)
+	}
+	// One response cut as described makes cuts batches; etcd may have sent
+	// several responses, each cut on its own: never fewer.
+	cuts, acc := 0, 0
+	for _, rv := range slices.Sorted(maps.Keys(want)) {
+		if acc += want[rv]; acc >= etcdinformer.MaxBatch {
+			cuts, acc = cuts+1, 0
+		}
+	}
+	if acc > 0 {
+		cuts++
+	}
+	if batches < cuts {
+		t.Errorf("%d events in %d batches, want at least %d (batches of about %d events)", total, batches, cuts, etcdinformer.MaxBatch)
+	}
+}

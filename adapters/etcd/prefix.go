@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -159,21 +160,25 @@ func (p *Prefix[T]) ReportsProgress() bool { return true }
 // negative): a watch answers each progress request with a Bookmark.
 func (p *Prefix[T]) ProgressInterval() time.Duration { return p.progress }
 
-// key returns the object key of an etcd key.
+// key returns the object key of an etcd key. Only the part below the
+// prefix is copied: the key is held by the cache for the object's life,
+// and a substring would keep the prefix's bytes alive with it.
 func (p *Prefix[T]) key(k []byte) string {
-	return strings.TrimPrefix(string(k), p.prefix)
+	if len(k) >= len(p.prefix) && string(k[:len(p.prefix)]) == p.prefix {
+		return string(k[len(p.prefix):])
+	}
+	return string(k)
 }
 
-// decode turns a key-value into an event of type typ.
-func (p *Prefix[T]) decode(typ core.EventType, kv *mvccpb.KeyValue) core.Event[T] {
-	ev := core.Event[T]{Type: typ, Key: p.key(kv.Key), RV: core.ResourceVersion(kv.ModRevision)}
+// decodeInto sets *ev to the event of type typ for kv.
+func (p *Prefix[T]) decodeInto(ev *core.Event[T], typ core.EventType, kv *mvccpb.KeyValue) {
+	*ev = core.Event[T]{Type: typ, Key: p.key(kv.Key), RV: core.ResourceVersion(kv.ModRevision)}
 	obj, err := core.Decode(p.codec, kv.Value)
 	if err != nil {
 		ev.Err = &core.DecodeError{Source: p.source, Key: ev.Key, RV: ev.RV, Err: err}
-		return ev
+		return
 	}
 	ev.Object, ev.HasObject = obj, true
-	return ev
 }
 
 // expired reports that etcd compacted the revisions an operation needed,
@@ -230,7 +235,8 @@ func (p *Prefix[T]) List(ctx context.Context, sink core.ListSink[T]) (core.Resou
 			}
 		}
 		for _, kv := range resp.Kvs {
-			ev := p.decode(core.Added, kv)
+			var ev core.Event[T]
+			p.decodeInto(&ev, core.Added, kv)
 			if !p.residue.Keep(&ev) {
 				continue
 			}
@@ -258,9 +264,11 @@ func (p *Prefix[T]) Head(ctx context.Context) (core.ResourceVersion, error) {
 	return core.ResourceVersion(resp.Header.Revision), nil
 }
 
-// Watch watches the prefix from revision from+1 and hands each etcd watch
-// response to opts.Emit as one batch, until ctx is done (core.Stopped), etcd
-// compacted the revisions it needs (core.ErrExpired), Emit fails (its
+// Watch watches the prefix from revision from+1 and hands the events of
+// each etcd watch response to opts.Emit, as one batch or, for a response of
+// more than about a thousand events (history being caught up on), as
+// several cut at revision boundaries, until ctx is done (core.Stopped),
+// etcd compacted the revisions it needs (core.ErrExpired), Emit fails (its
 // error), or the etcd watch ends otherwise (that error, naming the revision
 // to resume after).
 //
@@ -448,25 +456,67 @@ func (w *watch[T]) run(opened <-chan clientv3.WatchChan, opts core.WatchOptions[
 				continue
 			}
 			w.batch = append(w.batch[:0], core.Event[T]{Type: core.Bookmark, RV: rv})
-		} else {
-			if len(resp.Events) == 0 {
-				continue // the Created response
+			if err := opts.Emit(w.batch); err != nil {
+				return err
 			}
-			w.batch = w.batch[:0]
-			for _, e := range resp.Events {
-				w.batch = append(w.batch, w.event(e))
-			}
-			p.residue.RewriteBatch(w.batch)
+			w.last = rv
+			continue
 		}
-		if err := opts.Emit(w.batch); err != nil {
+		// Nothing for the Created response (no events).
+		if err := w.emitEvents(resp.Events, opts.Emit); err != nil {
 			return err
 		}
-		w.last = w.batch[len(w.batch)-1].RV
-		clear(w.batch) // drop the objects: the consumer has them
 	}
 }
 
-func (w *watch[T]) event(e *clientv3.Event) core.Event[T] {
+// maxBatch is the number of events after which a watch hands what it has
+// decoded of one etcd response to Emit, at the next revision boundary. A
+// watch that catches up on history gets up to 1000 revisions in one
+// response (etcd's watchBatchMaxRevs), 100,000 events for transactions
+// of 100: decoded whole, that batch cost 96 bytes per event in a slice
+// grown by doubling (about twice that allocated and copied), and held every
+// decoded object at once before the consumer saw the first.
+const maxBatch = 1024
+
+// keptBatch is the largest capacity of batch slice a watch keeps for the
+// next response: a batch ends at the first revision boundary after
+// maxBatch events, so it usually holds a little more (1100 for
+// transactions of 100), and only one revision of thousands of events (a
+// delete of a whole range) makes it larger than this.
+const keptBatch = 4 * maxBatch
+
+// emitEvents decodes evs, the events of one etcd response, and hands them
+// to emit in batches of about maxBatch events, each ending at a revision
+// boundary, so that the events of one transaction (one revision) stay in
+// one batch as core.WatchOptions.Emit requires. w.batch is reused, unless
+// one revision made it larger than keptBatch: that one is dropped after
+// use instead of being held for the watch's lifetime.
+func (w *watch[T]) emitEvents(evs []*clientv3.Event, emit func([]core.Event[T]) error) error {
+	for len(evs) > 0 {
+		n := min(len(evs), maxBatch)
+		for n < len(evs) && evs[n].Kv.ModRevision == evs[n-1].Kv.ModRevision {
+			n++
+		}
+		w.batch = slices.Grow(w.batch[:0], n)[:n]
+		for i, e := range evs[:n] {
+			w.event(&w.batch[i], e)
+		}
+		w.p.residue.RewriteBatch(w.batch)
+		if err := emit(w.batch); err != nil {
+			return err
+		}
+		w.last = w.batch[n-1].RV
+		clear(w.batch) // drop the objects: the consumer has them
+		if cap(w.batch) > keptBatch {
+			w.batch = nil
+		}
+		evs = evs[n:]
+	}
+	return nil
+}
+
+// event sets *ev to the event of e.
+func (w *watch[T]) event(ev *core.Event[T], e *clientv3.Event) {
 	p := w.p
 	switch e.Type {
 	case clientv3.EventTypePut:
@@ -474,22 +524,21 @@ func (w *watch[T]) event(e *clientv3.Event) core.Event[T] {
 		if e.IsCreate() {
 			typ = core.Added
 		}
-		return p.decode(typ, e.Kv)
+		p.decodeInto(ev, typ, e.Kv)
 	default: // clientv3.EventTypeDelete
-		ev := core.Event[T]{Type: core.Deleted, Key: p.key(e.Kv.Key), RV: core.ResourceVersion(e.Kv.ModRevision)}
+		*ev = core.Event[T]{Type: core.Deleted, Key: p.key(e.Kv.Key), RV: core.ResourceVersion(e.Kv.ModRevision)}
 		if e.PrevKv == nil {
 			// Compacted away, or the watch was resumed on a member
 			// without it: the informer fills in its cached object.
-			return ev
+			return
 		}
 		obj, err := core.Decode(p.codec, e.PrevKv.Value)
 		if err != nil {
 			// The delete itself is certain; only the last value was
 			// unreadable (and was reported when it was written).
 			p.log.DebugContext(w.ctx, "etcd: previous value of deleted key does not decode", "prefix", p.prefix, "key", ev.Key, "revision", ev.RV, "error", err)
-			return ev
+			return
 		}
 		ev.Object, ev.HasObject = obj, true
-		return ev
 	}
 }
