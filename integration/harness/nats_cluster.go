@@ -115,12 +115,13 @@ func (c *NATSCluster) waitRoutes(tb testing.TB, nodes, peers int) {
 }
 
 // WaitReady waits until every running node is routed to the others and
-// the cluster has a JetStream meta leader that every node follows.
+// the cluster has a JetStream meta leader that every node follows and that
+// can place replicas on every running node.
 func (c *NATSCluster) WaitReady(tb testing.TB) {
 	tb.Helper()
 	deadline := time.Now().Add(2 * natsReadyTimeout)
 	for {
-		running, leaders, current := 0, 0, 0
+		running, leaders, current, online := 0, 0, 0, 0
 		for _, n := range c.Nodes {
 			s := n.Server()
 			if s == nil {
@@ -129,16 +130,20 @@ func (c *NATSCluster) WaitReady(tb testing.TB) {
 			running++
 			if s.JetStreamIsLeader() {
 				leaders++
+				// The peers the meta leader can place on: online, with
+				// their stats in (an R3 stream created before is refused
+				// with "no suitable peers for placement, peer offline").
+				online = len(s.JetStreamClusterPeers())
 			}
 			if s.JetStreamIsCurrent() {
 				current++
 			}
 		}
-		if leaders == 1 && current == running {
+		if leaders == 1 && current == running && online == running {
 			return
 		}
 		if time.Now().After(deadline) {
-			Unavailable(tb, "NATS cluster: %d meta leaders, %d of %d nodes current after %v (see their logs)", leaders, current, running, 2*natsReadyTimeout)
+			Unavailable(tb, "NATS cluster: %d meta leaders, %d of %d nodes current, %d online for placement after %v (see their logs)", leaders, current, running, online, 2*natsReadyTimeout)
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
