@@ -60,14 +60,20 @@
 // invented, so none can overtake an event. The cost is one small list per
 // request and one short watch every 3s while a request is outstanding.
 //
-// How soon that bookmark reaches H depends on the server: the watch cache
-// sends a new watch no bookmark at the version of the last event it replayed
-// to it, even one the watch filtered out, so when the unwatched write is the
-// newest change in the whole cluster the bookmark comes with the next change
-// of anything (lease renewals make one every few seconds in any cluster).
-// Measured against the test apiserver: 1 to 12 seconds when idle, 1 to 3
-// seconds while other writes go on. WaitFor for a version of a watched object
-// does not depend on this: its event arrives at once.
+// The watch cache sends a new watch no bookmark at the version of the last
+// event it replayed to it, even one the watch's selectors filtered out, so
+// when the unwatched write is the newest change in the whole cluster the
+// short watch ends without a bookmark (the next one comes with the next
+// change of anything: lease renewals make one every 10 seconds on the test
+// apiserver). The watch then lists the selected objects twice, at its last
+// version (an exact read) and at H or later (from the watch cache once it
+// has reached H), keys and versions only: if they are the same, nothing it
+// watches changed in between and it answers with a bookmark at the second
+// list's version, then reopens its stream from there; if not, the changes
+// are on their way and another short watch follows. So a request is
+// answered within one short watch (about 3s) plus two lists, not whenever
+// the cluster next writes something. WaitFor for a version of a watched
+// object does not depend on this: its event arrives at once.
 //
 // A Resource is also a core.HealWaiter: while the informer backs off after
 // a failure, it probes the apiserver and ends the sleep as soon as the

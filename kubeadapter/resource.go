@@ -301,6 +301,53 @@ func (r *Resource[T]) Head(ctx context.Context) (core.ResourceVersion, error) {
 	return rv, nil
 }
 
+// selected reads, page by page and bounded by progressHeadTimeout, the
+// key and version of every object the selectors match, as of lo's
+// ResourceVersion and ResourceVersionMatch, and the version the list was
+// read at. It is what a watch compares to tell that nothing it watches
+// changed (see watcher.verify).
+func (r *Resource[T]) selected(ctx context.Context, lo metav1.ListOptions) (map[string]core.ResourceVersion, core.ResourceVersion, error) {
+	ctx, cancel := context.WithTimeout(ctx, progressHeadTimeout)
+	defer cancel()
+	lo.LabelSelector, lo.FieldSelector, lo.Limit = r.opts.LabelSelector, r.opts.FieldSelector, r.opts.PageSize
+	what := fmt.Sprintf("list the selected objects at version %s (%s)", lo.ResourceVersion, lo.ResourceVersionMatch)
+	out := map[string]core.ResourceVersion{}
+	var at core.ResourceVersion
+	for {
+		obj, err := r.list(ctx, lo)
+		if err != nil {
+			return nil, 0, r.apiError(what, err)
+		}
+		lm, err := meta.ListAccessor(obj)
+		if err != nil {
+			return nil, 0, fmt.Errorf("%s: %s: %T is not a list: %w", r.source, what, obj, err)
+		}
+		if at, err = core.ParseResourceVersion(lm.GetResourceVersion()); err != nil {
+			return nil, 0, fmt.Errorf("%s: %s: %w", r.source, what, err)
+		}
+		err = meta.EachListItem(obj, func(o runtime.Object) error {
+			m, err := meta.Accessor(o)
+			if err != nil {
+				return fmt.Errorf("%s: %s: a %T without object metadata: %w", r.source, what, o, err)
+			}
+			rv, err := core.ParseResourceVersion(m.GetResourceVersion())
+			if err != nil {
+				return fmt.Errorf("%s: %s: object %q: %w", r.source, what, Key(m), err)
+			}
+			out[Key(m)] = rv
+			return nil
+		})
+		if err != nil {
+			return nil, 0, err
+		}
+		if lo.Continue = lm.GetContinue(); lo.Continue == "" {
+			return out, at, nil
+		}
+		// Later pages are pinned by the token.
+		lo.ResourceVersion, lo.ResourceVersionMatch = "", ""
+	}
+}
+
 // event turns one object from the server into an Event. An object of the
 // wrong type becomes an Event with a DecodeError; a resourceVersion that is
 // not a number fails the whole call, since no later version could be

@@ -3,6 +3,7 @@ package kubeinformer
 import (
 	"context"
 	"fmt"
+	"maps"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -60,12 +61,18 @@ const (
 // before the watch's deadline. If events at or after H do not arrive by
 // themselves within a moment, Watch reopens its stream from the last
 // delivered version as a watch of a few seconds, whose bookmark then says
-// that everything up to H was delivered; it repeats until a bookmark or an
-// event reaches H, and then goes back to a normal stream. Nothing is skipped
-// or repeated (every new stream starts strictly after the last version
-// emitted), and every bookmark carries a version the server sent: when H is
-// reached by an event, the answer is a bookmark at that event's version,
-// right after it. A request for a version already emitted is answered at
+// that everything up to H was delivered, and then goes back to a normal
+// stream. A short watch that ends without reaching H (the watch cache
+// withholds bookmarks from a new watch until its version moves past the
+// last change it replayed, even one the selectors filtered out) is followed
+// by two lists of the selected objects' keys and versions, at the last
+// delivered version and at H or later: if they agree, the answer is a
+// bookmark at the second list's version and the stream is reopened from
+// there (see verify); if not, another short watch. No event is repeated,
+// and none that changes the state is skipped (every new stream starts
+// strictly after the last version emitted), and every bookmark carries a
+// version the server sent: when H is reached by an event, the answer is a
+// bookmark at that event's version, right after it. A request for a version already emitted is answered at
 // once with a bookmark at the last emitted version. A Head that fails ends
 // the watch with its error.
 func (r *Resource[T]) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[T]) (err error) {
@@ -278,10 +285,13 @@ drain:
 // streamEnded decides what a closed result channel means.
 func (w *watcher[T]) streamEnded() error {
 	switch {
+	case w.probing && w.want > w.last:
+		// The short watch ran out without reaching the version wanted:
+		// see whether a list can show that nothing changed instead.
+		return w.verify()
 	case w.probing:
-		// The short watch ran out; go on with a normal one, or another
-		// short one if the bookmark has not come yet.
-		return w.open(w.want > w.last)
+		// The short watch answered; go on with a normal one.
+		return w.open(false)
 	case w.delivered:
 		w.emptyEnds = 0
 		w.r.log.Debug("kubeinformer: the server ended the watch; reopening", "from", w.last)
@@ -304,6 +314,51 @@ func (w *watcher[T]) streamEnded() error {
 		}
 		return fmt.Errorf("%s: the server ended the watch from version %d twice without sending anything", w.r.source, w.last)
 	}
+}
+
+// verify answers a progress request that a short watch did not: the
+// apiserver's watch cache sends a new watch a bookmark only at a version
+// after the last change it replayed to it, counting the changes the
+// selectors filtered out, so a watch reopened from w.last over changes
+// that all fall outside the selectors gets no bookmark until some later
+// write moves the cache's version again (seconds, or much longer on a quiet
+// cluster). verify lists the selected objects at w.last (an exact read) and
+// at w.want or later (a read from the watch cache once it has reached
+// w.want): if both hold the same objects at the same versions, nothing the
+// selectors match changed between the two, and a bookmark at the second
+// list's version claims no more than the consumer already has. The stream
+// is then reopened from that version; a change that entered and left the
+// selection in between, which the lists cannot show, leaves no trace in
+// the state either. If the lists differ, the changes are there for the
+// watch to deliver, and another short watch is opened. A version at w.last
+// that the server no longer has fails with core.ErrExpired, so that the
+// caller lists again.
+func (w *watcher[T]) verify() error {
+	before, _, err := w.r.selected(w.ctx, metav1.ListOptions{
+		ResourceVersion:      w.last.String(),
+		ResourceVersionMatch: metav1.ResourceVersionMatchExact,
+	})
+	if err != nil {
+		return fmt.Errorf("progress request: no bookmark reached version %d, and %w", w.want, err)
+	}
+	after, at, err := w.r.selected(w.ctx, metav1.ListOptions{
+		ResourceVersion:      w.want.String(),
+		ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan,
+	})
+	if err != nil {
+		return fmt.Errorf("progress request: no bookmark reached version %d, and %w", w.want, err)
+	}
+	if at < w.want || !maps.Equal(before, after) {
+		w.r.log.Debug("kubeinformer: the selected objects changed since the last version; waiting for the watch", "last", w.last, "want", w.want, "listed", at)
+		return w.open(true)
+	}
+	w.r.log.Debug("kubeinformer: no selected object changed; bookmark from two lists", "last", w.last, "want", w.want, "listed", at)
+	w.advance(at)
+	w.buf = append(w.buf[:0], core.Event[T]{Type: core.Bookmark, RV: at})
+	if err := w.opts.Emit(w.buf); err != nil {
+		return err
+	}
+	return w.open(false)
 }
 
 // add converts one watch event and appends it to batch.
