@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"slices"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
@@ -178,7 +177,7 @@ func (c *cpuTimes) wrap(b *testing.B, run func()) func() {
 	return func() {
 		t0 := processCPU(b)
 		run()
-		*c = append(*c, processCPU(b)-t0)
+		*c = append(*c, (processCPU(b) - t0).Seconds())
 	}
 }
 
@@ -188,14 +187,6 @@ func (c cpuTimes) report(b *testing.B, name string) {
 	}
 	s := slices.Sorted(slices.Values(c))
 	b.ReportMetric(s[len(s)/2], name+"-cpu-s")
-}
-
-func processCPU(b *testing.B) float64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatalf("getrusage: %v", err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
 
 // BenchmarkNATSKV: benchNATSKV on one embedded server.
