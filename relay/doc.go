@@ -39,17 +39,21 @@
 // acknowledged before it publishes the next: up to Options.MaxInFlight
 // messages (DefaultMaxInFlight) are in flight, published in source order
 // on one connection, and one goroutine awaits their acknowledgements in
-// the same order. The fencing chains them: a term's first message expects
-// the stream's last sequence to be the one the term read
-// (Nats-Expected-Last-Sequence), and every later one also expects the
-// stream's last message to be the one sent before it, by its Nats-Msg-Id
-// (Nats-Expected-Last-Msg-Id). A position alone would not do: a message
-// another relay slipped in takes the sequence one of ours expected, and
-// the next of ours, expecting the stream to end at that very sequence,
-// would be stored behind it. With the id, once one message is not stored
-// (fenced, lost with a node, refused) none after it is: the stream always
-// holds a prefix of what the term sent, and each acknowledgement must name
-// the sequence computed for it. A duplicate acknowledgement is an error.
+// the same order. Each expects the stream's last sequence to be the one
+// before its own (Nats-Expected-Last-Sequence), which the stream's leader
+// checks before replicating it. A position alone does not chain them: a
+// message another relay slipped in takes the sequence one of ours
+// expected, and the next of ours, expecting the stream to end at that
+// very sequence, is stored behind it. Both sides of that are caught: the
+// relay whose message failed sees a later one acknowledged and relists,
+// and a term that finds an earlier term's message stored after a later
+// one's relists too (republishing those keys, so that the next term does
+// not find them again). A relist republishes whatever the stream lacks.
+// (Chaining by message id, Nats-Expected-Last-Msg-Id, is not an option:
+// a replicated stream checks it only when its replicas apply the message,
+// and nats-server 2.15 then stops the stream on every replica.) Each
+// acknowledgement must name the sequence computed for it; a duplicate
+// acknowledgement is an error.
 //
 // The source is acknowledged only up to what JetStream has stored: a
 // source that acknowledges positions to its server (the Postgres slot:

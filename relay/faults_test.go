@@ -3,6 +3,7 @@ package relay_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -33,11 +34,13 @@ func TestFaults(t *testing.T) {
 	etcd := harness.StartEtcd(t)
 	client := etcd.Client(t)
 	src := pgtest.New(t, pg, pgtest.Options{})
+	logs := slog.New(slog.NewTextHandler(harness.NewLogBuffer(t, "relays"), &slog.HandlerOptions{Level: slog.LevelDebug}))
 	// The harness (writes, Head) is on node 2, which is never killed; the
 	// relays know every node, as a deployment's clients do.
 	h := relaytest.New(t, src, c.JetStream(t, 2), relaytest.Options{
 		Replicas: 3,
 		Relays:   3,
+		Logger:   logs,
 		RelayJS: func(i int) jetstream.JetStream {
 			nc, err := nats.Connect(c.URLs(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 			if err != nil {
@@ -107,7 +110,11 @@ func TestFaults(t *testing.T) {
 		w := writes.Load()
 		informertest.Eventually(t, what+": the writer goes on", func() bool { return writes.Load() > w+20 })
 		marker++
-		rv, err := h.Put(ctx, "marker", int64(marker))
+		// Bounded, so that a relay that never publishes again fails the
+		// test with its logs instead of hanging it.
+		mctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+		rv, err := h.Put(mctx, "marker", int64(marker))
+		cancel()
 		if err != nil {
 			t.Fatalf("%s: marker write: %v", what, err)
 		}

@@ -21,18 +21,24 @@ const DefaultMaxInFlight = 1024
 // JetStream) instead of waiting for each group's acknowledgements before
 // the next group.
 //
-// Fencing has to chain the messages of the window: each one must be
-// stored right after the one sent before it, or not at all. The term's
-// first message expects the stream's last sequence to be the one the term
-// read (Nats-Expected-Last-Sequence); every later one expects the stream's
-// last message to be the one sent before it, by its Nats-Msg-Id
-// (Nats-Expected-Last-Msg-Id; every relay message has an id). A position
-// alone does not chain: if another writer's message takes the sequence
-// message n expected to get, n fails, but n+1, which expects the stream to
-// end at that same sequence, would be stored. An id cannot be taken that
-// way: once n is not stored, no later message of the term is. So the
-// stream always holds a prefix of what the term sent, and the sequence of
-// each message, computed ahead, is checked against its acknowledgement.
+// Fencing: every message expects the stream's last sequence to be the one
+// before the sequence computed for it (Nats-Expected-Last-Sequence), a
+// check the stream's leader makes before it proposes the message to the
+// replicas, so that a message another relay slipped in makes ours fail
+// instead of landing behind it. A position alone does not chain the
+// window, though: if another writer's message takes the sequence message
+// n expected, n fails, but n+1, which expects the stream to end at that
+// very sequence, is stored. The pipeline notices (an acknowledgement after
+// a failure: brokenChain) and the relay then relists the source, which
+// republishes whatever the stream lacks.
+//
+// The chain cannot be made by message id (Nats-Expected-Last-Msg-Id): on
+// a replicated stream nats-server checks that header only when the
+// replicas apply the message, and a mismatch there is a "critical write
+// error" that takes the stream down on every replica, leaderless until an
+// operator intervenes (nats-server 2.15.2: one publish with a wrong
+// expected id is enough; a relay leader restarted in TestFaults hung the
+// suite that way, its successor retrying STREAM.INFO for good).
 //
 // An acknowledgement is awaited in order, by one goroutine; once the last
 // message of a source version is acknowledged, so is every message before
@@ -54,10 +60,9 @@ type pipeline struct {
 	queue  chan inflight           // published, in order; closed by close
 	done   chan struct{}           // closed when ack has returned
 
-	lastID string // Nats-Msg-Id of the last message sent; "" before the first
-
-	mu  sync.Mutex
-	err error // the first failure
+	mu     sync.Mutex
+	err    error // the first failure
+	broken bool  // a message sent after a failed one was stored
 }
 
 // inflight is one published message awaiting its acknowledgement.
@@ -75,6 +80,15 @@ func newPipeline(ctx context.Context, js jetstream.JetStream, source string, win
 	p.ctx, p.cancel = context.WithCancelCause(ctx)
 	go p.ack()
 	return p
+}
+
+// brokenChain reports whether a message sent after one that failed was
+// stored: the stream then lacks a message of the term but holds later
+// ones, which no reading of the stream can tell.
+func (p *pipeline) brokenChain() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.broken
 }
 
 // failure returns the first failure, if any.
@@ -95,7 +109,7 @@ func (p *pipeline) fail(err error) {
 }
 
 // send publishes msgs after everything sent before, each expecting the
-// stream to end with the one before it (see pipeline), and advances
+// stream to end at the sequence before its own (see pipeline), and advances
 // st.lastSeq as if they were stored; version is the source version
 // complete once the last of them is (0: none). A message without a
 // Nats-Msg-Id gets one from its sequence and the term's epoch. It blocks
@@ -113,12 +127,7 @@ func (p *pipeline) send(st *state, msgs []*nats.Msg, version uint64) error {
 			id = "s" + strconv.FormatUint(st.lastSeq+1, 10) + "-" + strconv.FormatUint(st.epoch, 10)
 			m.Header.Set(jetstream.MsgIDHeader, id)
 		}
-		expect := []jetstream.PublishOpt{jetstream.WithExpectLastSequence(st.lastSeq)}
-		if p.lastID != "" {
-			expect = append(expect, jetstream.WithExpectLastMsgID(p.lastID))
-		}
-		p.lastID = id
-		f, err := p.js.PublishMsgAsync(m, expect...)
+		f, err := p.js.PublishMsgAsync(m, jetstream.WithExpectLastSequence(st.lastSeq))
 		if err != nil {
 			err = &publishError{fmt.Errorf("%s: %w", p.source, err)}
 			p.fail(err)
@@ -243,6 +252,9 @@ func (p *pipeline) settle(in inflight, drainBy time.Time) {
 	defer tm.Stop()
 	select {
 	case <-in.fut.Ok():
+		p.mu.Lock()
+		p.broken = true
+		p.mu.Unlock()
 	case <-in.fut.Err():
 	case <-tm.C:
 	case <-p.parent.Done():

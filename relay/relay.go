@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -146,8 +147,9 @@ func (r *Relay[T]) lead(ctx context.Context, t leader.Term) error {
 	r.leading.Store(true)
 	defer r.leading.Store(false)
 	backoff := 100 * time.Millisecond
+	var ts termState
 	for {
-		err := r.term(ctx, t)
+		err := r.term(ctx, t, &ts)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -173,6 +175,12 @@ func (r *Relay[T]) lead(ctx context.Context, t leader.Term) error {
 	}
 }
 
+// termState is what one attempt of an election term tells the next.
+type termState struct {
+	wrote  bool // a message of the term was stored
+	relist bool // the next attempt relists (a broken chain)
+}
+
 // state is what the stream holds, as a term starts, and what the relay
 // has sent since (the pipeline may not have them acknowledged yet: a
 // failure ends the term, and the next one reads the stream again).
@@ -182,11 +190,16 @@ type state struct {
 	committed  uint64              // the last source version sent completely (progress included)
 	lastChange uint64              // the version of the last complete group of changes sent
 	hashes     map[string][32]byte // key -> hash of its last put (absent: deleted or never)
+	late       map[string]bool     // non-nil: the stream may lack a message (lateWrites); relist first, republishing these keys
 }
 
 // read rebuilds the state from the stream; it reports the unfinished group
 // at its end (version, keys) if any.
-func (r *Relay[T]) read(ctx context.Context, epoch uint64) (*state, uint64, map[string]bool, error) {
+//
+// wrote says that a message of this epoch was stored before (an earlier
+// attempt of the same term): if the stream now ends with an earlier
+// epoch's message, that one landed later.
+func (r *Relay[T]) read(ctx context.Context, epoch uint64, wrote bool) (*state, uint64, map[string]bool, error) {
 	var entries []entry
 	top, err := r.down.es.List(ctx, core.ListSink[entry]{Emit: func(ev core.Event[entry]) error {
 		if ev.Err != nil {
@@ -208,10 +221,21 @@ func (r *Relay[T]) read(ctx context.Context, epoch uint64) (*state, uint64, map[
 			st.hashes[e.key] = sha256.Sum256(e.data)
 		}
 	}
-	if last.epoch > epoch {
-		return nil, 0, nil, fmt.Errorf("%w (epoch %d, ours %d)", errDeposed, last.epoch, epoch)
+	// Any later epoch, not only the last message's: a deposed relay's
+	// late messages may follow a later term's (see lateWrites).
+	for _, e := range entries {
+		if e.epoch > epoch {
+			return nil, 0, nil, fmt.Errorf("%w (epoch %d at sequence %d, ours %d)", errDeposed, e.epoch, e.seq, epoch)
+		}
 	}
 	st.committed, st.lastChange = last.committed(), last.lastChange()
+	if late, keys := lateWrites(entries, last, wrote && last.epoch < epoch); late != "" {
+		// A deposed relay's message landed after a later term's: it
+		// was fenced by position only (see pipeline), so the message
+		// before it may be missing. A relist republishes what is.
+		r.log.Warn("relay stream holds a late write of an earlier term; relisting", "relay", r.source, "epoch", epoch, "late", late)
+		st.late = keys
+	}
 	if last.seq == 0 || last.commitPoint() {
 		return st, 0, nil, nil
 	}
@@ -231,13 +255,48 @@ func (r *Relay[T]) read(ctx context.Context, epoch uint64) (*state, uint64, map[
 	return st, last.version, partial, nil
 }
 
-// term relays from what the stream holds until something fails.
-func (r *Relay[T]) term(ctx context.Context, t leader.Term) (err error) {
-	st, partialV, partial, err := r.read(ctx, t.Epoch)
+// lateWrites finds the messages of an earlier epoch stored after one of
+// a later epoch among entries (and last, when ours says so): a deposed
+// relay's messages that landed after a later term had written. It
+// describes the first and returns the keys of those that are key
+// messages: a relist republishes them even if unchanged, so that they are
+// superseded and later terms do not find them again.
+func lateWrites(entries []entry, last entry, ours bool) (string, map[string]bool) {
+	var first string
+	keys := map[string]bool{}
+	note := func(e entry, what string) {
+		if first == "" {
+			first = what
+		}
+		if e.kind == kindKey {
+			keys[e.key] = true
+		}
+	}
+	if ours {
+		note(last, fmt.Sprintf("sequence %d of epoch %d, after this term's", last.seq, last.epoch))
+	}
+	bySeq := slices.SortedFunc(slices.Values(entries), func(a, b entry) int { return cmp.Compare(a.seq, b.seq) })
+	var top entry
+	for _, e := range bySeq {
+		switch {
+		case e.epoch < top.epoch:
+			note(e, fmt.Sprintf("sequence %d of epoch %d, after sequence %d of epoch %d", e.seq, e.epoch, top.seq, top.epoch))
+		case e.epoch > top.epoch:
+			top = e
+		}
+	}
+	return first, keys
+}
+
+// term relays from what the stream holds until something fails. state
+// carries what one attempt of an election term tells the next.
+func (r *Relay[T]) term(ctx context.Context, t leader.Term, ts *termState) (err error) {
+	st, partialV, partial, err := r.read(ctx, t.Epoch, ts.wrote)
 	if err != nil {
 		return err
 	}
 	p := newPipeline(ctx, r.js, r.source, r.opts.MaxInFlight, &r.published, r.acknowledge)
+	before := r.published.Load()
 	defer func() {
 		// Whatever ended the term, what is in flight is settled first;
 		// a publish failure explains the end better than the watch's
@@ -245,8 +304,13 @@ func (r *Relay[T]) term(ctx context.Context, t leader.Term) (err error) {
 		if perr := p.close(); perr != nil && ctx.Err() == nil {
 			err = perr
 		}
+		ts.wrote = ts.wrote || r.published.Load() > before
+		if p.brokenChain() {
+			r.log.Warn("relay message stored after one that failed; the next attempt relists", "relay", r.source, "epoch", t.Epoch)
+			ts.relist = true
+		}
 	}()
-	relist := st.committed == 0
+	relist := st.committed == 0 || st.late != nil || ts.relist
 	first := r.progress(st, st.committed)
 	if partial != nil {
 		relist = true
@@ -260,10 +324,16 @@ func (r *Relay[T]) term(ctx context.Context, t leader.Term) (err error) {
 	r.log.Info("relay term starts", "relay", r.source, "epoch", t.Epoch, "from", st.committed, "relist", relist)
 	for {
 		if relist {
-			if err := r.relist(p.ctx, p, st, partial); err != nil {
+			force := partial
+			if st.late != nil {
+				force = maps.Clone(st.late)
+				maps.Copy(force, partial)
+				st.late = nil
+			}
+			if err := r.relist(p.ctx, p, st, force); err != nil {
 				return err
 			}
-			partial, relist = nil, false
+			partial, relist, ts.relist = nil, false, false
 		}
 		err := r.watch(p.ctx, p, st)
 		if ctx.Err() != nil {

@@ -303,19 +303,14 @@ func keyMeta(b []byte, op string, index, count int, commit, relist bool) []byte 
 	return b
 }
 
-// jsErrCodeWrongLastMsgID is JetStream's "wrong last msg ID" (the server's
-// JSStreamWrongLastMsgIDErrF); nats.go has no constant for it.
-const jsErrCodeWrongLastMsgID jetstream.ErrorCode = 10070
-
-// isFenced reports a publish refused because the stream did not end where
-// the relay expected (its last sequence or its last message's id): another
-// relay published meanwhile, or an earlier message of the relay's window
-// was not stored.
+// isFenced reports a publish refused because the stream did not end at
+// the sequence the relay expected: another relay published meanwhile, or
+// an earlier message of the relay's window was not stored.
 func isFenced(err error) bool {
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) {
 		switch apiErr.ErrorCode {
-		case jetstream.JSErrCodeStreamWrongLastSequence, jetstream.JSErrCodeStreamWrongLastSequenceConstant, jsErrCodeWrongLastMsgID:
+		case jetstream.JSErrCodeStreamWrongLastSequence, jetstream.JSErrCodeStreamWrongLastSequenceConstant:
 			return true
 		}
 	}

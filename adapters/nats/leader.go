@@ -234,9 +234,11 @@ func (r *reader) info(ctx context.Context) (*jetstream.StreamInfo, error) {
 	info, err := retry(ctx, r.nc, func(ctx context.Context) (*jetstream.StreamInfo, error) {
 		info, err := r.stream.Info(ctx)
 		if err != nil {
+			r.log.Debug("nats stream info failed", "stream", r.name, "err", err)
 			return nil, err
 		}
 		if info.Cluster != nil && info.Cluster.Leader == "" {
+			r.log.Debug("nats stream info answered without a leader", "stream", r.name, "replicas", len(info.Cluster.Replicas))
 			return nil, errNoLeader
 		}
 		return info, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -40,6 +41,9 @@ type Options struct {
 	NoWait bool
 	// ProgressInterval of the relays; zero means 100ms.
 	ProgressInterval time.Duration
+	// Logger receives the relays' and the harness's downstream's logs;
+	// nil discards them.
+	Logger *slog.Logger
 }
 
 // Harness is a source harness re-served through relays.
@@ -51,6 +55,7 @@ type Harness[T any] struct {
 	js     jetstream.JetStream
 
 	noWait bool
+	log    *slog.Logger
 
 	mu      sync.Mutex
 	relays  []*runner[T]
@@ -83,7 +88,7 @@ func New[T any](tb testing.TB, src conformance.Harness[T], js jetstream.JetStrea
 		opts.ProgressInterval = 100 * time.Millisecond
 	}
 	n := seq.Add(1)
-	h := &Harness[T]{src: src, js: js, noWait: opts.NoWait, stream: fmt.Sprintf("RELAY%d", n), prefix: fmt.Sprintf("relay.t%d", n)}
+	h := &Harness[T]{src: src, js: js, noWait: opts.NoWait, log: opts.Logger, stream: fmt.Sprintf("RELAY%d", n), prefix: fmt.Sprintf("relay.t%d", n)}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cfg := relay.StreamConfig(h.stream, h.prefix)
@@ -103,6 +108,7 @@ func New[T any](tb testing.TB, src conformance.Harness[T], js jetstream.JetStrea
 		defer ncancel()
 		r, err := relay.New(nctx, rjs, src.ListerWatcher(), relay.Options[T]{
 			Stream: h.stream, Prefix: h.prefix, Elector: opts.NewElector(i), ProgressInterval: opts.ProgressInterval,
+			Logger: opts.Logger,
 		})
 		if err != nil {
 			tb.Fatalf("relaytest: relay %d: %v", i, err)
@@ -127,7 +133,7 @@ func New[T any](tb testing.TB, src conformance.Harness[T], js jetstream.JetStrea
 			}
 		}
 	})
-	down, err := relay.NewDownstream[T](ctx, js, h.stream, h.prefix, relay.DownstreamOptions[T]{IdleCheck: time.Second})
+	down, err := relay.NewDownstream[T](ctx, js, h.stream, h.prefix, relay.DownstreamOptions[T]{IdleCheck: time.Second, Logger: h.log})
 	if err != nil {
 		tb.Fatalf("relaytest: downstream: %v", err)
 	}
@@ -247,7 +253,7 @@ func (h *Harness[T]) Source() conformance.Harness[T] { return h.src }
 
 // NewDownstream returns another Downstream over the stream, through js.
 func (h *Harness[T]) NewDownstream(ctx context.Context, js jetstream.JetStream) (*relay.Downstream[T], error) {
-	return relay.NewDownstream[T](ctx, js, h.stream, h.prefix, relay.DownstreamOptions[T]{IdleCheck: time.Second})
+	return relay.NewDownstream[T](ctx, js, h.stream, h.prefix, relay.DownstreamOptions[T]{IdleCheck: time.Second, Logger: h.log})
 }
 
 // ListerWatcher is the Downstream.
