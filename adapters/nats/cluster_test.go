@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/dbinformer/dbinformer/adapters/nats/natstest"
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/informertest"
@@ -267,4 +269,49 @@ func equalVersions(a, b map[string]int64) bool {
 		}
 	}
 	return true
+}
+
+// A List right after the stream was purged (a KV bucket's messages
+// removed up to a sequence, as an age limit or `nats stream purge --seq`
+// does) holds only what the stream still holds, even when its consumer
+// reads a node that has not applied the purge yet: that node would
+// deliver removed values, and the List would claim a version at which
+// keys the bucket no longer has are present.
+func TestClusterListAfterPurgeOnLaggingReplica(t *testing.T) {
+	c := harness.StartNATSCluster(t, 3)
+	h := natstest.NewKV(t, natstest.Config{Cluster: c, WriteNode: 0, ListenNode: 2, IdleCheck: -1})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	for c.WaitStreamLeader(t, h.StreamName()) == 2 {
+		c.StepDown(h.StreamName())
+	}
+	stream, err := c.JetStream(t, 0).Stream(ctx, h.StreamName())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.LagLast(lagDelay)
+	defer c.LagLast(0)
+	lw := h.ListerWatcher()
+	n := rounds(t, 30)
+	for i := 1; i <= n; i++ {
+		// Keys written before the purge are removed by it; the one
+		// written at its sequence stays.
+		for j := range 5 {
+			if _, err := h.Put(ctx, fmt.Sprintf("old%d-%d", i, j), int64(i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		keep, err := h.Put(ctx, fmt.Sprintf("kept%d", i), int64(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := stream.Purge(ctx, jetstream.WithPurgeSequence(uint64(keep))); err != nil {
+			t.Fatal(err)
+		}
+		listed, rv := listAll(t, lw)
+		want := map[string]int64{fmt.Sprintf("kept%d", i): int64(i)}
+		if got := objVersions(listed); !equalVersions(got, want) {
+			t.Fatalf("round %d: the List at version %d after a purge up to %d holds %v, want %v", i, rv, keep, got, want)
+		}
+	}
 }

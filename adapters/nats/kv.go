@@ -262,6 +262,13 @@ func (k *KV[T]) read(ctx context.Context, estimate func(int64)) (uint64, *kvFold
 		if !ok {
 			return fmt.Errorf("%s: list: message %d on unexpected subject %q", k.source, seq, m.Subject())
 		}
+		if seq < info.State.FirstSeq {
+			// The leader had removed it (a purge, an age limit) before
+			// the list began: the consumer's node has not applied that
+			// yet, and a list from it would hold keys the bucket no
+			// longer has, at a version that claims it does not.
+			return &feedError{fmt.Errorf("message %d delivered, below the stream's first sequence %d as its leader reported it: the consumer's node lags", seq, info.State.FirstSeq)}
+		}
 		if n := len(fold.events); n > 0 && uint64(fold.events[n-1].RV) >= seq {
 			// The fold relies on delivery in stream order; a consumer
 			// that breaks it is not trusted (the list starts over).
