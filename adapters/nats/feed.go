@@ -4,27 +4,47 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
 
 // feed is one ephemeral, unacknowledged consumer whose messages are handed
-// to a single reader in stream order. Any consumer-level trouble (a gap in
-// the consumer sequence, missed heartbeats, a consumer lost with a server
-// or moved with a leader) ends the feed with a *feedError: a watch then
-// opens a new one from the last sequence it emitted, after the same checks
-// as at its start, which is cheaper to reason about than nats.go's ordered
-// consumer silently recreating itself (it could skip past a purge without
-// anyone noticing).
+// to a single reader in stream order, in batches: nats.go's consume
+// callback appends each message to buf and the reader takes all of buf at
+// once (take), so the reader pays one wake-up and one lock per batch
+// rather than a channel receive in a select per message. (On
+// bench.BenchmarkNATSKV, 100k keys: with a channel send per message the
+// List's reader spent 0.10 s of its 1.16 s in the select and the stall
+// timer's reset, decoding 0.70 s, over four Lists; batches also cut the
+// process's voluntary context switches per List from ~650 to ~250.)
+//
+// Any consumer-level trouble (a gap in the consumer sequence, missed
+// heartbeats, a consumer lost with a server or moved with a leader) ends
+// the feed with a *feedError: a watch then opens a new one from the last
+// sequence it emitted, after the same checks as at its start, which is
+// cheaper to reason about than nats.go's ordered consumer silently
+// recreating itself (it could skip past a purge without anyone noticing).
 type feed struct {
 	r    *reader
 	cons jetstream.Consumer
 	cc   jetstream.ConsumeContext
-	msgs chan jetstream.Msg
 	errs chan error
 	done chan struct{}
+
+	mu  sync.Mutex
+	buf []jetstream.Msg // delivered, not taken yet; at most r.batch
+	// spare is the batch the reader took last, reused as buf by the next
+	// take once the reader is done with it.
+	spare []jetstream.Msg
+	ready chan struct{} // a token when buf became non-empty
+	room  chan struct{} // a token when a full buf was taken
+
 	// consumer sequence of the last message read; the next must be +1.
 	cseq uint64
 }
@@ -58,18 +78,16 @@ func (r *reader) openFeed(ctx context.Context, cfg jetstream.ConsumerConfig) (*f
 		return nil, r.fatal(err)
 	}
 	f := &feed{
-		r:    r,
-		cons: cons,
-		msgs: make(chan jetstream.Msg, r.batch),
-		errs: make(chan error, 1),
-		done: make(chan struct{}),
+		r:     r,
+		cons:  cons,
+		errs:  make(chan error, 1),
+		done:  make(chan struct{}),
+		buf:   make([]jetstream.Msg, 0, r.batch),
+		spare: make([]jetstream.Msg, 0, r.batch),
+		ready: make(chan struct{}, 1),
+		room:  make(chan struct{}, 1),
 	}
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		select {
-		case f.msgs <- m:
-		case <-f.done:
-		}
-	},
+	cc, err := cons.Consume(f.put,
 		jetstream.PullMaxMessages(r.batch),
 		jetstream.PullExpiry(10*time.Second),
 		jetstream.PullHeartbeat(feedHeartbeat),
@@ -88,6 +106,57 @@ func (r *reader) openFeed(ctx context.Context, cfg jetstream.ConsumerConfig) (*f
 	return f, nil
 }
 
+// put is the consume callback: it appends m to buf, waiting while buf is
+// full (the reader is behind by a whole batch), which holds nats.go's
+// delivery back and with it the pull requests. It runs on nats.go's
+// subscription goroutine, one message at a time.
+func (f *feed) put(m jetstream.Msg) {
+	f.mu.Lock()
+	for len(f.buf) >= f.r.batch {
+		f.mu.Unlock()
+		select {
+		case <-f.room:
+		case <-f.done:
+			return
+		}
+		f.mu.Lock()
+	}
+	f.buf = append(f.buf, m)
+	first := len(f.buf) == 1
+	f.mu.Unlock()
+	if first {
+		select {
+		case f.ready <- struct{}{}:
+		default: // a token is there already
+		}
+	}
+}
+
+// take returns the messages delivered since the last take, in order,
+// possibly none (a token on ready can outlive the messages it announced).
+// The slice is the reader's until its next take.
+func (f *feed) take() []jetstream.Msg {
+	clear(f.spare) // the reader is done with the last batch: let it go
+	f.mu.Lock()
+	got := f.buf
+	f.buf, f.spare = f.spare[:0], got
+	f.mu.Unlock()
+	if len(got) >= f.r.batch {
+		select {
+		case f.room <- struct{}{}:
+		default:
+		}
+	}
+	return got
+}
+
+// pending reports whether messages wait to be taken.
+func (f *feed) pending() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.buf) > 0
+}
+
 func consumerName() string {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
@@ -99,16 +168,74 @@ func (f *feed) info() *jetstream.ConsumerInfo { return f.cons.CachedInfo() }
 
 // check validates the next message's metadata: the consumer sequence must
 // follow the previous one, or a message was lost in flight.
-func (f *feed) check(m jetstream.Msg) (*jetstream.MsgMetadata, error) {
-	meta, err := m.Metadata()
+func (f *feed) check(m jetstream.Msg) (ackMeta, error) {
+	meta, err := parseAck(m.Reply())
 	if err != nil {
-		return nil, &feedError{fmt.Errorf("message on %q without JetStream metadata: %w", m.Subject(), err)}
+		return ackMeta{}, &feedError{fmt.Errorf("message on %q without JetStream metadata: %w", m.Subject(), err)}
 	}
-	if meta.Sequence.Consumer != f.cseq+1 {
-		return nil, &feedError{fmt.Errorf("consumer sequence jumped from %d to %d (stream sequence %d): a message was lost in flight", f.cseq, meta.Sequence.Consumer, meta.Sequence.Stream)}
+	if meta.cseq != f.cseq+1 {
+		return ackMeta{}, &feedError{fmt.Errorf("consumer sequence jumped from %d to %d (stream sequence %d): a message was lost in flight", f.cseq, meta.cseq, meta.sseq)}
 	}
-	f.cseq = meta.Sequence.Consumer
+	f.cseq = meta.cseq
 	return meta, nil
+}
+
+// ackMeta is what a reader needs of a message's JetStream metadata.
+type ackMeta struct {
+	sseq, cseq uint64 // stream and consumer sequence
+	pending    uint64 // messages the consumer has yet to deliver
+}
+
+var errAckSubject = errors.New("reply subject is not a JetStream ack subject")
+
+// parseAck reads the stream and consumer sequences and the pending count
+// from a message's reply subject, as nats.go's Msg.Metadata does
+// (jetstream/internal/parser: "$JS.ACK.<stream>.<consumer>.<delivered>.
+// <sseq>.<cseq>.<time>.<pending>", or with "<domain>.<account hash>."
+// before the stream name and possibly a token after the pending count),
+// without allocating: Metadata (a MsgMetadata allocated per message, its
+// time and strings) was 0.19 s of a List reader's 1.16 s in the profile
+// above, and our allocations per key one more than the raw KV watcher's.
+func parseAck(reply string) (ackMeta, error) {
+	rest, ok := strings.CutPrefix(reply, "$JS.ACK.")
+	if !ok {
+		return ackMeta{}, errAckSubject
+	}
+	// Tokens after "$JS.ACK.": 7 in the old form, 9 or more in the new.
+	var tok [9]string
+	n := 0
+	for n < len(tok) {
+		var found bool
+		tok[n], rest, found = strings.Cut(rest, ".")
+		n++
+		if !found {
+			rest = ""
+			break
+		}
+	}
+	if rest != "" && n == len(tok) {
+		n++ // the trailing token(s) of the new form
+	}
+	switch {
+	case n == 7:
+		copy(tok[2:], tok[:7]) // no domain and account hash
+	case n >= 9:
+	default:
+		return ackMeta{}, errAckSubject
+	}
+	// tok[2..8]: stream, consumer, delivered, sseq, cseq, time, pending.
+	var m ackMeta
+	var err error
+	if m.sseq, err = strconv.ParseUint(tok[5], 10, 64); err != nil {
+		return ackMeta{}, errAckSubject
+	}
+	if m.cseq, err = strconv.ParseUint(tok[6], 10, 64); err != nil {
+		return ackMeta{}, errAckSubject
+	}
+	if m.pending, err = strconv.ParseUint(tok[8], 10, 64); err != nil {
+		return ackMeta{}, errAckSubject
+	}
+	return m, nil
 }
 
 // close stops consuming, waits for nats.go's consume goroutines to let go of
@@ -199,27 +326,34 @@ func (f *feed) drain(ctx context.Context, after, to uint64, lastPerSubject, stri
 			}
 			prove = initialDone
 			stall.Reset(feedStall)
-		case m := <-f.msgs:
+		case <-f.ready:
+			batch := f.take()
+			if len(batch) == 0 {
+				continue
+			}
 			stall.Reset(feedStall)
-			meta, err := f.check(m)
-			if err != nil {
-				return last, fmt.Errorf("%s: %w", f.r.source, err)
+			for _, m := range batch {
+				meta, err := f.check(m)
+				if err != nil {
+					return last, fmt.Errorf("%s: %w", f.r.source, err)
+				}
+				seq := meta.sseq
+				if strict && seq > to {
+					return last, nil // delivered in order: nothing matched in (last, to]
+				}
+				if err := fn(m, seq); err != nil {
+					return last, err
+				}
+				last = seq
+				if meta.pending == 0 {
+					initialDone = true
+				}
+				if initialDone && last >= to {
+					return last, nil
+				}
+				// Proved after the batch: a later position proves as much.
+				prove = meta.pending == 0
 			}
-			seq := meta.Sequence.Stream
-			if strict && seq > to {
-				return last, nil // delivered in order: nothing matched in (last, to]
-			}
-			if err := fn(m, seq); err != nil {
-				return last, err
-			}
-			last = seq
-			if meta.NumPending == 0 {
-				initialDone = true
-			}
-			if initialDone && last >= to {
-				return last, nil
-			}
-			prove = meta.NumPending == 0
 		case err := <-f.errs:
 			return last, fmt.Errorf("%s: %w", f.r.source, f.r.fatal(&feedError{err}))
 		case <-ctx.Done():

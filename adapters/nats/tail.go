@@ -54,6 +54,7 @@ type tail[T any] struct {
 	connected chan nats.Status
 	delivered bool // the current feed has delivered a message
 	out       []core.Event[T]
+	seqs      []uint64 // take's, reused
 }
 
 const (
@@ -205,13 +206,11 @@ func (w *tail[T]) consume(ctx context.Context, progress <-chan struct{}) error {
 		if w.wantProgress && retryC == nil {
 			// Messages already buffered go first: they may be what the
 			// leader would show as pending.
-			select {
-			case m := <-w.f.msgs:
-				if err := w.take(ctx, m); err != nil {
+			if w.f.pending() {
+				if err := w.take(ctx); err != nil {
 					return err
 				}
 				continue
-			default:
 			}
 			done, err := w.head(ctx, true)
 			if err != nil {
@@ -222,8 +221,8 @@ func (w *tail[T]) consume(ctx context.Context, progress <-chan struct{}) error {
 			}
 		}
 		select {
-		case m := <-w.f.msgs:
-			if err := w.take(ctx, m); err != nil {
+		case <-w.f.ready:
+			if err := w.take(ctx); err != nil {
 				return err
 			}
 			retryC = nil // look again now that the consumer moved
@@ -254,34 +253,24 @@ func (w *tail[T]) consume(ctx context.Context, progress <-chan struct{}) error {
 	}
 }
 
-// take applies m and whatever else is already buffered, up to a batch,
-// after checking the stream's state if the batch passes over messages or
-// comes after a reconnect, and emits the batch. A consumer sequence gap
-// ends the feed after what came before it is emitted.
-func (w *tail[T]) take(ctx context.Context, m jetstream.Msg) error {
-	var (
-		msgs []jetstream.Msg
-		seqs []uint64
-		bad  error
-	)
-	for {
+// take applies the messages buffered (at most a batch), after checking the
+// stream's state if they pass over messages or come after a reconnect,
+// and emits them as one batch. A consumer sequence gap ends the feed after
+// what came before it is emitted.
+func (w *tail[T]) take(ctx context.Context) error {
+	var bad error
+	batch := w.f.take()
+	msgs, seqs := batch[:0], w.seqs[:0]
+	for _, m := range batch {
 		meta, err := w.f.check(m)
 		if err != nil {
 			bad = fmt.Errorf("%s: watch after sequence %d: %w", w.r.source, w.pos, err)
 			break
 		}
 		msgs = append(msgs, m)
-		seqs = append(seqs, meta.Sequence.Stream)
-		if len(msgs) >= w.r.batch {
-			break
-		}
-		select {
-		case m = <-w.f.msgs:
-			continue
-		default:
-		}
-		break
+		seqs = append(seqs, meta.sseq)
 	}
+	w.seqs = seqs
 	if len(msgs) > 0 {
 		w.delivered = true
 		if err := w.verify(ctx, seqs); err != nil {
