@@ -4,10 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"slices"
-	"syscall"
 	"testing"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -136,41 +133,6 @@ func oursEtcdWatch(b *testing.B, lw core.ListerWatcher[etcdtest.Item], mid int64
 	}})
 	if !errors.Is(err, errSeenAll) {
 		b.Fatal(err)
-	}
-}
-
-// processCPU is the CPU time (user and system) the process has used: the
-// embedded etcd server's as well as the client's.
-func processCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatalf("getrusage: %v", err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// cpuSides records the process CPU time of each run of the sides it
-// wraps and reports the median per side as "<side>-cpu-s". On a machine
-// shared with other work the wall time of a run counts the time it waited
-// for a core: the same watch took 1.2 s to 3.3 s in one process under load
-// 10, and neither the median nor the shortest of five runs per side kept
-// the ratio of the two sides within 10%. Its CPU time (server and client:
-// both run here) counts only the work, and shows what the code costs when
-// the wall times straddle a target by more than the code can explain.
-type cpuSides map[string][]float64
-
-func (c cpuSides) wrap(b *testing.B, name string, run func()) func() {
-	return func() {
-		c0 := processCPU(b)
-		run()
-		c[name] = append(c[name], (processCPU(b) - c0).Seconds())
-	}
-}
-
-func (c cpuSides) report(b *testing.B) {
-	for name, xs := range c {
-		slices.Sort(xs)
-		b.ReportMetric(xs[len(xs)/2], name+"-cpu-s")
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -169,14 +168,7 @@ func reportPartialSync(b *testing.B, rounds int, whole, filtered func() syncSamp
 		all = append(all, whole())
 		part = append(part, filtered())
 	}
-	med := func(xs []syncSample, g func(syncSample) float64) float64 {
-		v := make([]float64, len(xs))
-		for i, x := range xs {
-			v[i] = g(x)
-		}
-		slices.Sort(v)
-		return v[len(v)/2]
-	}
+	med := median[syncSample]
 	secs := func(s syncSample) float64 { return s.secs }
 	mb := func(s syncSample) float64 { return s.heapMB }
 	b.ReportMetric(med(all, secs), "all-s")

@@ -3,7 +3,6 @@ package bench_test
 import (
 	"context"
 	"encoding/json"
-	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -155,42 +154,17 @@ func benchNATSKV(b *testing.B, cfg natstest.Config) {
 	b.Run("List", func(b *testing.B) {
 		oursList()
 		rawList()
-		var oc, rc cpuTimes
-		alternate(b, rounds, side{name: "ours", n: keys, unit: "key", run: oc.wrap(b, oursList)}, side{name: "raw", n: keys, unit: "key", run: rc.wrap(b, rawList)})
-		oc.report(b, "ours")
-		rc.report(b, "raw")
+		cpu := cpuSides{}
+		alternate(b, rounds, side{name: "ours", n: keys, unit: "key", run: cpu.wrap(b, "ours", oursList)}, side{name: "raw", n: keys, unit: "key", run: cpu.wrap(b, "raw", rawList)})
+		cpu.report(b)
 	})
 	b.Run("Watch", func(b *testing.B) {
 		oursWatch()
 		rawWatch()
-		var oc, rc cpuTimes
-		alternate(b, rounds, side{name: "ours", n: keys, unit: "change", run: oc.wrap(b, oursWatch)}, side{name: "raw", n: keys, unit: "change", run: rc.wrap(b, rawWatch)})
-		oc.report(b, "ours")
-		rc.report(b, "raw")
+		cpu := cpuSides{}
+		alternate(b, rounds, side{name: "ours", n: keys, unit: "change", run: cpu.wrap(b, "ours", oursWatch)}, side{name: "raw", n: keys, unit: "change", run: cpu.wrap(b, "raw", rawWatch)})
+		cpu.report(b)
 	})
-}
-
-// cpuTimes collects the CPU time (user and system) the process spent
-// during each run of a side: every goroutine's, the in-process server's
-// too. On a machine shared with other work, the wall time of a run
-// depends on how much of the CPU the process gets; its CPU time does much
-// less, so "<side>-cpu-s" tells work from waiting.
-type cpuTimes []float64
-
-func (c *cpuTimes) wrap(b *testing.B, run func()) func() {
-	return func() {
-		t0 := processCPU(b)
-		run()
-		*c = append(*c, (processCPU(b) - t0).Seconds())
-	}
-}
-
-func (c cpuTimes) report(b *testing.B, name string) {
-	if len(c) == 0 {
-		return
-	}
-	s := slices.Sorted(slices.Values(c))
-	b.ReportMetric(s[len(s)/2], name+"-cpu-s")
 }
 
 // BenchmarkNATSKV: benchNATSKV on one embedded server.

@@ -7,7 +7,6 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -208,15 +207,10 @@ func BenchmarkPostgresScale(b *testing.B) {
 				m = nil
 			}}
 		alternate(b, rounds, ours, plain)
-		median := func(v []float64) float64 {
-			s := slices.Clone(v)
-			slices.Sort(s)
-			return s[len(s)/2]
-		}
-		b.ReportMetric(median(oursSteady), "ours-steady-heap-MB")
-		b.ReportMetric(median(mapSteady), "map-steady-heap-MB")
-		b.ReportMetric(median(oursRSS), "ours-rss-MB")
-		b.ReportMetric(median(mapRSS), "map-rss-MB")
+		b.ReportMetric(medianOf(oursSteady), "ours-steady-heap-MB")
+		b.ReportMetric(medianOf(mapSteady), "map-steady-heap-MB")
+		b.ReportMetric(medianOf(oursRSS), "ours-rss-MB")
+		b.ReportMetric(medianOf(mapRSS), "map-rss-MB")
 	})
 
 	b.Run("ThreeTables", func(b *testing.B) {
@@ -339,9 +333,7 @@ func BenchmarkPostgresSyncWAL(b *testing.B) {
 		sideOf("one", side(0, 1)),
 		sideOf("parallel", side(1, 0)))
 	for i, name := range []string{"one", "parallel"} {
-		s := slices.Clone(retained[i])
-		slices.Sort(s)
-		b.ReportMetric(s[len(s)/2], name+"-retained-WAL-MB")
+		b.ReportMetric(medianOf(retained[i]), name+"-retained-WAL-MB")
 	}
 }
 
