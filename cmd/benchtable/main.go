@@ -63,11 +63,11 @@ var rows = []row{
 	{"5 Postgres streaming at 20k rows/s: lag p99, ms (transaction sent → handler)", "Postgres/Streaming/paced/ours", "lag-from-send-p99-ms", "", "", "≤", 100},
 	{"5 Postgres decode rate vs bare receive loop that decodes nothing", "Postgres/Decode", "ours-rows/s", "", "bare-rows/s", "≥", 0.8},
 	{"5 Postgres decode: allocations per row, ours (decoded into structs) vs bare receive loop", "Postgres/Decode", "ours-allocs/row", "", "bare-allocs/row", "", 0},
-	{"5 Relay (#23): 8 informers through one relay vs 8 direct, a slot each: replication slots in use", "Relay/relay", "slots", "Relay/direct", "slots", "", 0},
-	{"5 Relay (#23): 8 informers through one relay vs 8 direct: walsenders", "Relay/relay", "walsenders", "Relay/direct", "walsenders", "", 0},
-	{"5 Relay (#23): 8 informers through one relay vs 8 direct: walsender CPU, ms", "Relay/relay", "walsender-cpu-ms", "Relay/direct", "walsender-cpu-ms", "", 0},
-	{"5 Relay (#23): 8 informers through one relay vs 8 direct at 20k rows/s: lag p50 (send → handler)", "Relay/relay", "lag-p50-ms", "Relay/direct", "lag-p50-ms", "", 0},
-	{"5 Relay (#23): 8 informers through one relay vs 8 direct at 20k rows/s: lag p99 (send → handler)", "Relay/relay", "lag-p99-ms", "Relay/direct", "lag-p99-ms", "≤", 2},
+	{"5 Relay (#23): 8 informers through one relay vs 8 direct, a slot each: replication slots in use", "Relay", "relay-slots", "", "direct-slots", "", 0},
+	{"5 Relay (#23): 8 informers through one relay vs 8 direct: walsenders", "Relay", "relay-walsenders", "", "direct-walsenders", "", 0},
+	{"5 Relay (#23): 8 informers through one relay vs 8 direct: walsender CPU, ms", "Relay", "relay-walsender-cpu-ms", "", "direct-walsender-cpu-ms", "", 0},
+	{"5 Relay (#23): 8 informers through one relay vs 8 direct at 20k rows/s: lag p50 (send → handler)", "Relay", "relay-lag-p50-ms", "", "direct-lag-p50-ms", "", 0},
+	{"5 Relay (#23): 8 informers through one relay vs 8 direct at 20k rows/s: lag p99 (send → handler)", "Relay", "relay-lag-p99-ms", "", "direct-lag-p99-ms", "≤", 2},
 	{"6 etcd List of 100k keys vs raw clientv3: time", "Etcd/List", "ours-s", "", "raw-s", "≤", 1.1},
 	{"6 etcd watch of 100k changes vs raw clientv3: time", "Etcd/Watch", "ours-s", "", "raw-s", "≤", 1.1},
 	{"7 NATS KV initial sync of 100k keys vs raw KV watcher: time", "NATSKV/List", "ours-s", "", "raw-s", "≤", 1.2},
@@ -137,7 +137,7 @@ func (r results) get(bench, metric string) (float64, bool) {
 // format prints a figure with its unit, without the side's name that
 // prefixes the metrics of a side-by-side benchmark.
 func format(v float64, metric string) string {
-	for _, p := range []string{"ours-handler-", "ours-", "clientgo-", "raw-", "copy-", "bare-", "map-"} {
+	for _, p := range []string{"ours-handler-", "ours-", "clientgo-", "raw-", "copy-", "bare-", "map-", "relay-", "direct-"} {
 		metric = strings.TrimPrefix(metric, p)
 	}
 	switch metric {
