@@ -251,6 +251,36 @@ func table(res results) (string, int, int) {
 	return b.String(), met, measured
 }
 
+// stale names the rows whose benchmark ran but did not report what the
+// row reads: a benchmark renamed its sub-benchmarks or metrics and the
+// table went on printing "not run" over real runs (BenchmarkRelay's rows,
+// for a whole session).
+func stale(res results) []string {
+	ran := map[string]bool{}
+	for name := range res {
+		top, _, _ := strings.Cut(name, "/")
+		ran[top] = true
+	}
+	var out []string
+	for _, r := range rows {
+		top, _, _ := strings.Cut(r.Ours, "/")
+		if !ran[top] {
+			continue
+		}
+		refName := r.Ref
+		if refName == "" {
+			refName = r.Ours
+		}
+		if _, ok := res.get(r.Ours, r.OursMetric); !ok {
+			out = append(out, fmt.Sprintf("%q: Benchmark%s ran but no Benchmark%s reported %s", r.Title, top, r.Ours, r.OursMetric))
+		}
+		if _, ok := res.get(refName, r.RefMetric); r.RefMetric != "" && !ok {
+			out = append(out, fmt.Sprintf("%q: Benchmark%s ran but no Benchmark%s reported %s", r.Title, top, refName, r.RefMetric))
+		}
+	}
+	return out
+}
+
 func machine(goVersion string) string {
 	cpu := ""
 	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
@@ -296,6 +326,7 @@ func main() {
 		pkg     = flag.String("pkg", "./bench/", "package holding the benchmarks")
 		timeout = flag.String("timeout", "90m", "go test -timeout")
 		only    = flag.String("rows", "", "print only the rows whose title contains this (with -bench, e.g. WorkQueue)")
+		check   = flag.Bool("check", false, "only check that every row whose benchmark ran found its metrics (exit 1 if not); for make bench-smoke")
 	)
 	flag.Parse()
 	if *only != "" {
@@ -333,6 +364,18 @@ func main() {
 	res, err := parse(bytes.NewReader(output))
 	if err != nil {
 		fatal(err)
+	}
+	if *check {
+		bad := stale(res)
+		for _, b := range bad {
+			fmt.Fprintln(os.Stderr, "benchtable: stale row:", b)
+		}
+		if len(bad) > 0 {
+			fmt.Fprintln(os.Stderr, "benchtable: fix the row in cmd/benchtable (or the benchmark's metric names)")
+			os.Exit(1)
+		}
+		fmt.Printf("benchtable: every row whose benchmark ran found its metrics (%d benchmarks)\n", len(res))
+		return
 	}
 	goVersion := runtime.Version()
 	if v, err := exec.Command("go", "env", "GOVERSION").Output(); err == nil {

@@ -61,3 +61,32 @@ BenchmarkWorkQueue/Parallel8x8-2 1 1 ns/op 1200000 ours-items/s 1000000 clientgo
 		t.Fatalf("met %d, table:\n%s", met, tbl)
 	}
 }
+
+// A row whose benchmark ran without the metric it reads is reported; a
+// row whose benchmark did not run at all is not (a -bench filter).
+func TestStaleRows(t *testing.T) {
+	res, err := parse(strings.NewReader(`BenchmarkRelay-2   1  13 ns/op  1 relay-slots  8 direct-slots  250 relay-lag-p99-ms  66 direct-lag-p99-ms
+BenchmarkEtcd/List-2  1  2 ns/op  2.3 ours-s  2.4 raw-s
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := stale(res)
+	// The relay rows for walsenders, walsender CPU and lag p50 read
+	// metrics this output lacks; the etcd watch row's sub-benchmark did
+	// not run although BenchmarkEtcd did.
+	for _, want := range []string{"relay-walsenders", "relay-lag-p50-ms", "Etcd/Watch"} {
+		found := false
+		for _, b := range bad {
+			found = found || strings.Contains(b, want)
+		}
+		if !found {
+			t.Errorf("no stale row names %s in %q", want, bad)
+		}
+	}
+	for _, b := range bad {
+		if strings.Contains(b, "relay-slots") || strings.Contains(b, "lag-p99") || strings.Contains(b, "NATS") || strings.Contains(b, "Etcd/List") {
+			t.Errorf("reported a row whose metrics are there, or whose benchmark did not run: %s", b)
+		}
+	}
+}
