@@ -198,7 +198,7 @@ func (p *pipeline) ack() {
 			continue
 		}
 		if drainBy.IsZero() {
-			err := p.wait(in, timer)
+			settled, err := p.wait(in, timer)
 			if err == nil {
 				p.count.Add(1)
 				if in.version > 0 && p.onAck != nil {
@@ -208,13 +208,20 @@ func (p *pipeline) ack() {
 			}
 			p.fail(err)
 			drainBy = time.Now().Add(ackTimeout)
+			if settled {
+				// Its answer (or its ackTimeout) is spent: waiting on
+				// it again would only wait out drainBy.
+				continue
+			}
 		}
 		p.settle(in, drainBy)
 	}
 }
 
-// wait awaits one acknowledgement.
-func (p *pipeline) wait(in inflight, timer *time.Timer) error {
+// wait awaits one acknowledgement. settled is false when it stopped
+// waiting because the pipeline failed elsewhere or the term ended: the
+// message's fate is still open.
+func (p *pipeline) wait(in inflight, timer *time.Timer) (settled bool, err error) {
 	// An acknowledgement lost with a node (the stream's leader died with
 	// the message in flight) never comes: give up after ackTimeout
 	// without one, and read the stream back to learn what landed.
@@ -223,20 +230,20 @@ func (p *pipeline) wait(in inflight, timer *time.Timer) error {
 	case ack := <-in.fut.Ok():
 		switch {
 		case ack.Duplicate:
-			return &publishError{fmt.Errorf("%s: message %s was taken for a duplicate of sequence %d", p.source, in.fut.Msg().Header.Get(jetstream.MsgIDHeader), ack.Sequence)}
+			return true, &publishError{fmt.Errorf("%s: message %s was taken for a duplicate of sequence %d", p.source, in.fut.Msg().Header.Get(jetstream.MsgIDHeader), ack.Sequence)}
 		case ack.Sequence != in.seq:
-			return &publishError{fmt.Errorf("%s: message %s was stored at sequence %d, not %d", p.source, in.fut.Msg().Header.Get(jetstream.MsgIDHeader), ack.Sequence, in.seq)}
+			return true, &publishError{fmt.Errorf("%s: message %s was stored at sequence %d, not %d", p.source, in.fut.Msg().Header.Get(jetstream.MsgIDHeader), ack.Sequence, in.seq)}
 		}
-		return nil
+		return true, nil
 	case err := <-in.fut.Err():
 		if isFenced(err) {
-			return fmt.Errorf("%s: %w: %v", p.source, errFenced, err)
+			return true, fmt.Errorf("%s: %w: %v", p.source, errFenced, err)
 		}
-		return &publishError{fmt.Errorf("%s: %w", p.source, err)}
+		return true, &publishError{fmt.Errorf("%s: %w", p.source, err)}
 	case <-timer.C:
-		return &publishError{fmt.Errorf("%s: no acknowledgement from JetStream within %v", p.source, ackTimeout)}
+		return true, &publishError{fmt.Errorf("%s: no acknowledgement from JetStream within %v", p.source, ackTimeout)}
 	case <-p.ctx.Done():
-		return &publishError{context.Cause(p.ctx)}
+		return false, &publishError{context.Cause(p.ctx)}
 	}
 }
 
