@@ -192,6 +192,10 @@ func (p *pipeline) ack() {
 	timer := time.NewTimer(ackTimeout)
 	defer timer.Stop()
 	var drainBy time.Time // set once failed
+	// A message of this queue failed (not a publish that never entered
+	// it, nor the term's end): what follows it and is stored breaks the
+	// chain.
+	var failedInQueue bool
 	for in := range p.queue {
 		if m, ok := in.fut.(syncMark); ok {
 			close(m)
@@ -211,10 +215,11 @@ func (p *pipeline) ack() {
 			if settled {
 				// Its answer (or its ackTimeout) is spent: waiting on
 				// it again would only wait out drainBy.
+				failedInQueue = true
 				continue
 			}
 		}
-		p.settle(in, drainBy)
+		p.settle(in, drainBy, failedInQueue)
 	}
 }
 
@@ -247,10 +252,12 @@ func (p *pipeline) wait(in inflight, timer *time.Timer) (settled bool, err error
 	}
 }
 
-// settle waits, until drainBy or the term's end, for a message sent
-// before a failure to be acknowledged or to fail, so that the stream is
-// read back only once nothing more of this term can land in it.
-func (p *pipeline) settle(in inflight, drainBy time.Time) {
+// settle waits, until drainBy or the term's end, for a message still in
+// flight after a failure to be acknowledged or to fail, so that the
+// stream is read back only once nothing more of this term can land in it.
+// afterFailed: a message sent before this one failed, so this one being
+// stored breaks the chain (see brokenChain).
+func (p *pipeline) settle(in inflight, drainBy time.Time, afterFailed bool) {
 	d := time.Until(drainBy)
 	if d <= 0 || p.parent.Err() != nil {
 		return
@@ -259,9 +266,11 @@ func (p *pipeline) settle(in inflight, drainBy time.Time) {
 	defer tm.Stop()
 	select {
 	case <-in.fut.Ok():
-		p.mu.Lock()
-		p.broken = true
-		p.mu.Unlock()
+		if afterFailed {
+			p.mu.Lock()
+			p.broken = true
+			p.mu.Unlock()
+		}
 	case <-in.fut.Err():
 	case <-tm.C:
 	case <-p.parent.Done():
