@@ -301,24 +301,37 @@ func (cp *copyParser) parse(data []byte) (int, error) {
 // (ident, of type oid) that may be stored out of line, the only kind
 // pgoutput sends as unchanged ('u'), and false for one that cannot be:
 //   - Postgres 17 tells exactly (pg_column_toast_chunk_id);
-//   - before, for types with an octet_length that reads the stored header
-//     without fetching the value (text, varchar, bpchar, bytea): an
-//     uncompressed inline value's pg_column_size is its length plus a 1-
-//     or 4-byte header, an out-of-line one's its length exactly; a
-//     compressed value (Postgres 14+: pg_column_compression) may be either
-//     and counts as out of line;
-//   - otherwise, only a value stored in more than maxInline bytes can be
-//     out of line (the toaster moves only values longer than a TOAST
-//     pointer).
+//   - Postgres 14-16: an uncompressed inline value's pg_column_size is its
+//     data plus its 1- or 4-byte header, an out-of-line one's (the TOAST
+//     pointer's extsize) its data alone. The data's length comes from
+//     octet_length where the type has one that reads the stored header
+//     (text, varchar, bpchar, bytea); for any other type, from the value
+//     put in a one-column record: 24 bytes of tuple header, then the value
+//     detoasted with the header an inline value of that length would have
+//     on disk, so an inline value measures the record less 24 and an
+//     out-of-line one less. A compressed value (pg_column_compression) may
+//     be either and counts as out of line;
+//   - before, only a value stored in more than maxInline bytes can be out
+//     of line (the toaster moves only values longer than a TOAST pointer).
+//
+// TestOutOfLineMatchesTheHeap holds each of these against the heap's own
+// bytes (pageinspect).
 func outOfLine(ident string, oid uint32, version int) string {
-	long := "pg_column_size(" + ident + ") > " + strconv.Itoa(maxInline)
+	size := "pg_column_size(" + ident + ")"
 	switch {
 	case version >= 170000:
 		return "pg_column_toast_chunk_id(" + ident + ") IS NOT NULL"
-	case version >= 140000 && octetLength(oid):
-		return "COALESCE(" + long + " AND (pg_column_compression(" + ident + ") IS NOT NULL OR pg_column_size(" + ident + ") = octet_length(" + ident + ")), false)"
+	case version >= 140000:
+		data := size + " < pg_column_size(ROW(" + ident + ")) - 24"
+		if octetLength(oid) {
+			data = size + " = octet_length(" + ident + ")"
+		}
+		// CASE, not OR: the record is made only for a value that can
+		// still be either (it detoasts an out-of-line one).
+		return "CASE WHEN " + ident + " IS NULL OR " + size + " <= " + strconv.Itoa(maxInline) + " THEN false" +
+			" WHEN pg_column_compression(" + ident + ") IS NOT NULL THEN true ELSE " + data + " END"
 	}
-	return "COALESCE(" + long + ", false)"
+	return "COALESCE(" + size + " > " + strconv.Itoa(maxInline) + ", false)"
 }
 
 // octetLength: the type's octet_length reports the stored length from the

@@ -272,23 +272,24 @@ func TestListToastMemory(t *testing.T) {
 	for _, st := range []*tableState{tbl.st, mtbl.st} {
 		st.knownMu.Lock()
 		// Short text, numeric and fixed-length values are never kept, nor
-		// an inline text over 20 bytes on Postgres 14+ (before, it cannot
-		// be told from an out-of-line one); the long text and bytea only
-		// on rows 1-3; a small jsonb is stored in more than 20 bytes, which
-		// before Postgres 17 cannot be told from an out-of-line value:
-		// kept.
+		// on Postgres 14+ an inline value over 20 bytes (the text s, the
+		// small jsonb j; before, they cannot be told from out-of-line
+		// ones); the long text, jsonb and bytea only on rows 1-3.
 		for key := range 100 {
 			key := strconv.Itoa(key + 1)
 			var cols []string
 			for _, kv := range st.known(key) {
 				cols = append(cols, kv.col)
 			}
-			want := []string{"j"}
-			if key == "1" || key == "2" || key == "3" {
+			var want []string
+			switch {
+			case key == "1" || key == "2" || key == "3":
 				want = []string{"big", "bin", "j"}
-			}
-			if src.version < 140000 {
-				want = append(want, "s")
+				if src.version < 140000 {
+					want = append(want, "s")
+				}
+			case src.version < 140000:
+				want = []string{"j", "s"}
 			}
 			if strings.Join(cols, ",") != strings.Join(want, ",") {
 				t.Errorf("key %s keeps values of %v, want %s", key, cols, want)
@@ -359,4 +360,121 @@ func lsnNow(t *testing.T, conn *pgx.Conn) core.ResourceVersion {
 		t.Fatal(err)
 	}
 	return core.ResourceVersion(hi<<32 | lo)
+}
+
+// TestOutOfLineMatchesTheHeap holds outOfLine's verdict on every value of
+// a table against the heap's own bytes (pageinspect: an out-of-line value
+// is stored as a TOAST pointer, whose first byte is 0x01): it must be true
+// for every out-of-line value (TOAST memory must keep it) and, on Postgres
+// 14+, false for every uncompressed inline one, small values moved out of
+// line by a low toast_tuple_target and inline ones over 20 bytes included,
+// for text-like and other variable-length types.
+func TestOutOfLineMatchesTheHeap(t *testing.T) {
+	pg := harness.StartPostgres(t)
+	cols := []struct{ name, typ, value string }{
+		{"j", "jsonb", "jsonb_build_object('k', repeat('q', g * 5))"},
+		{"num", "numeric", "repeat('9', g)::numeric / 7"},
+		{"arr", "int[]", "ARRAY(SELECT generate_series(1, g * 2))"},
+		{"t", "text", "repeat('t', g * 4)"},
+		{"jc", "jsonb", "jsonb_build_object('k', repeat('c', g * 60))"}, // compressible (STORAGE EXTENDED)
+	}
+	ddl := "CREATE EXTENSION IF NOT EXISTS pageinspect; CREATE TABLE ool (id int PRIMARY KEY"
+	ins := "INSERT INTO ool SELECT g"
+	for _, c := range cols {
+		ddl += ", " + c.name + " " + c.typ
+		ins += ", " + c.value
+	}
+	ddl += ", pad text) WITH (toast_tuple_target = 128);"
+	ins += ", CASE WHEN g % 3 = 0 THEN repeat('p', 3000) ELSE 'p' END FROM generate_series(1, 60) g"
+	for _, c := range cols[:4] {
+		ddl += " ALTER TABLE ool ALTER COLUMN " + c.name + " SET STORAGE EXTERNAL;"
+	}
+	pg.Exec(t, ddl+" ALTER TABLE ool ALTER COLUMN pad SET STORAGE EXTERNAL; "+ins)
+	conn := pg.Conn(t)
+	var version int
+	if err := conn.QueryRow(t.Context(), "SELECT current_setting('server_version_num')::int").Scan(&version); err != nil {
+		t.Fatal(err)
+	}
+	// The stored bytes of every live row's values, by id, in column order.
+	heap := map[int][][]byte{}
+	rows, err := conn.Query(t.Context(), `SELECT (SELECT id FROM ool WHERE ool.ctid = format('(%s,%s)', b, h.lp)::tid), h.t_attrs
+		FROM generate_series(0, pg_relation_size('ool') / 8192 - 1) b, heap_page_item_attrs(get_raw_page('ool', b::int), 'ool'::regclass) h
+		WHERE h.t_attrs IS NOT NULL`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id *int
+		var attrs [][]byte
+		if err := rows.Scan(&id, &attrs); err != nil {
+			t.Fatal(err)
+		}
+		if id != nil {
+			heap[*id] = attrs
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	sel := "SELECT id"
+	for _, c := range cols {
+		sel += ", " + outOfLine(c.name, oidOf(t, conn, c.typ), version) + ", pg_column_size(" + c.name + ")"
+	}
+	rows, err = conn.Query(t.Context(), sel+" FROM ool")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type tally struct{ out, smallOut, inlineLong int }
+	seen := make([]tally, len(cols))
+	n := 0
+	for rows.Next() {
+		vals, err := rows.Values()
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := int(vals[0].(int32))
+		for i, c := range cols {
+			says, size := vals[1+2*i].(bool), vals[2+2*i].(int32)
+			stored := heap[id][1+i] // column 1 is id
+			external := stored[0] == 0x01
+			compressed := stored[0]&0x03 == 0x02
+			switch {
+			case external && !says:
+				t.Errorf("row %d column %s: out of line (%d bytes), but outOfLine says it cannot be", id, c.name, size)
+			case says && !external && !compressed && version >= 140000:
+				t.Errorf("row %d column %s: inline, uncompressed (%d bytes), but outOfLine says it may be out of line", id, c.name, size)
+			}
+			switch {
+			case external && size < 100:
+				seen[i].smallOut++
+				fallthrough
+			case external:
+				seen[i].out++
+			case !compressed && size > maxInline:
+				seen[i].inlineLong++
+			}
+		}
+		n++
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n != 60 || len(heap) != 60 {
+		t.Fatalf("read %d rows and the heap of %d, want 60", n, len(heap))
+	}
+	// The table has the cases that tell a right rule from a loose one.
+	for i, c := range cols[:4] {
+		if seen[i].out == 0 || seen[i].smallOut == 0 || seen[i].inlineLong == 0 {
+			t.Errorf("column %s: %d values out of line (%d of them under 100 bytes), %d inline over %d bytes; the table should have each", c.name, seen[i].out, seen[i].smallOut, seen[i].inlineLong, maxInline)
+		}
+	}
+}
+
+func oidOf(t *testing.T, conn *pgx.Conn, typ string) uint32 {
+	t.Helper()
+	var oid uint32
+	if err := conn.QueryRow(t.Context(), "SELECT $1::regtype::oid", typ).Scan(&oid); err != nil {
+		t.Fatal(err)
+	}
+	return oid
 }

@@ -23,10 +23,10 @@ import (
 //     header (or less, compressed): a value of at most 20 bytes is never
 //     external and is not kept;
 //   - other variable-length types (numeric, jsonb, arrays...) are kept
-//     from the stream, where their stored size is unknown; List asks the
-//     server (pg_column_size) and keeps only values stored in more than
-//     20 bytes (an external value's pg_column_size is its data size, more
-//     than 24 bytes less a 4-byte header).
+//     from the stream, where their stored size is unknown;
+//   - List asks the server which values are out of line (outOfLine: exact
+//     on Postgres 14+, before it only rules out values stored in 20 bytes
+//     or less) and keeps only those.
 
 // knownValue is one column's last value, as text.
 type knownValue struct {
