@@ -19,6 +19,7 @@ targets=(
   "./core FuzzIndexer"
   "./core FuzzQueues"
   "./core/workqueue FuzzQueue"
+  "./adapters/postgres FuzzNumericText"
 )
 # Go before 1.27 (golang/go#75804) can fail a duration-bound run with a bare
 # "context deadline exceeded" as -fuzztime expires, having found nothing: a
