@@ -259,9 +259,11 @@ func BenchmarkPostgresScale(b *testing.B) {
 			src, infs = nil, nil
 			runtime.GC()
 		}
+		cpu := cpuSides{}
 		alternate(b, rounds,
-			side{name: "three", prepare: setup("scale_rows", "scale_b", "scale_c"), run: run, finish: finish},
-			side{name: "largest", prepare: setup("scale_rows"), run: run, finish: finish})
+			side{name: "three", prepare: setup("scale_rows", "scale_b", "scale_c"), run: cpu.wrap(b, "three", run), finish: finish},
+			side{name: "largest", prepare: setup("scale_rows"), run: cpu.wrap(b, "largest", run), finish: finish})
+		cpu.report(b)
 	})
 }
 
