@@ -132,8 +132,9 @@ type ListSink[T any] struct {
 	Emit func(Event[T]) error
 	// Estimate, when non-nil, is given the source's estimate of how many
 	// objects the snapshot holds (for example planner statistics), so that
-	// a caller can show initial-sync progress. Adapters that cannot estimate
-	// never call it.
+	// a caller can show initial-sync progress; an informer also sizes its
+	// empty cache by it (up to 8M objects), so give it before the first
+	// Emit. Adapters that cannot estimate never call it.
 	Estimate func(objects int64)
 }
 

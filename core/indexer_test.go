@@ -303,3 +303,18 @@ func BenchmarkIndexerChurn(b *testing.B) {
 		i++
 	}
 }
+
+// TestReserveSizesOnlyAnEmptyCache: a list's estimate sizes an empty
+// cache and leaves a filled one (a relist's) as it is.
+func TestReserveSizesOnlyAnEmptyCache(t *testing.T) {
+	s := NewIndexer[int](nil)
+	s.reserve(1000)
+	s.reserve(-1)
+	if err := s.Add("a", 1); err != nil {
+		t.Fatal(err)
+	}
+	s.reserve(1 << 40) // capped, and the cache is not empty: no effect
+	if v, ok := s.Get("a"); !ok || v != 1 || s.Len() != 1 {
+		t.Fatalf("after reserve: Get(a) = %v, %v; Len %d; want 1, true, 1", v, ok, s.Len())
+	}
+}

@@ -224,6 +224,7 @@ func (i *SharedIndexInformer[T]) Run(ctx context.Context) error {
 		rep:              i.rep,
 		met:              i.met,
 		clk:              i.clk,
+		reserve:          i.indexer.reserve,
 	})
 	i.warm.Store(nil)
 	if ckpt != nil {

@@ -48,6 +48,9 @@ type reflectorConfig[T any] struct {
 	rep              reporter
 	met              InformerMetrics
 	clk              clock.Clock
+	// reserve, when set, is given a list's estimate of its size (the
+	// informer sizes its empty cache with it).
+	reserve func(objects int64)
 	// warm and listed: a warm start's hooks (checkpointrun.go).
 	warm   func(ctx context.Context) (rv ResourceVersion, watch, ok bool)
 	listed func(rv ResourceVersion)
@@ -329,6 +332,9 @@ func (r *Reflector[T]) list(ctx context.Context, relist bool) error {
 			},
 			Estimate: func(n int64) {
 				estimated = n
+				if r.cfg.reserve != nil {
+					r.cfg.reserve(n)
+				}
 				r.cfg.met.ListProgress(received, estimated)
 			},
 		})
