@@ -76,9 +76,10 @@ func rssMB() float64 {
 // (the machine is shared: only the ratios of one run are claims):
 //   - InitialSync: our List of 1,000,000 scaleRows (fresh Source: slot,
 //     exported snapshot, rows decoded into structs; default
-//     SnapshotReaders) against COPY (SELECT the same columns) TO STDOUT
-//     read through pgx and thrown away, in text and in binary format;
-//     alternating, 3 rounds, medians.
+//     SnapshotReaders), and an informer's initial sync of them (fresh
+//     Source, until synced), against COPY (SELECT the same columns) TO
+//     STDOUT read through pgx and thrown away, in text and in binary
+//     format; alternating, 3 rounds, medians.
 //   - Heap: an informer's initial sync of the same rows (fresh Source)
 //     against a plain pgx query of the same rows scanned into
 //     map[key]scaleRow: the peak heap above the start during each, the
@@ -135,7 +136,37 @@ func BenchmarkPostgresScale(b *testing.B) {
 					b.Fatalf("listed %d rows, want %d", listed, rows)
 				}
 			}}
-		alternate(b, rounds, ours,
+		var (
+			inf    *core.SharedIndexInformer[scaleRow]
+			cancel context.CancelFunc
+			done   chan struct{}
+		)
+		informer := side{name: "informer", n: rows, unit: "row",
+			prepare: func() {
+				var tbl *pginformer.Table[scaleRow]
+				src, tbl = newPGTable[scaleRow](b, pg, "scale_rows")
+				inf = core.NewSharedIndexInformer[scaleRow](tbl, core.InformerOptions[scaleRow]{})
+			},
+			run: func() {
+				var ictx context.Context
+				ictx, cancel = context.WithCancel(ctx)
+				done = make(chan struct{})
+				go func() { inf.Run(ictx); close(done) }()
+				if err := inf.WaitForCacheSync(ictx); err != nil {
+					b.Fatal(err)
+				}
+			},
+			finish: func() {
+				if n := inf.Lister().Len(); n != rows {
+					b.Fatalf("informer holds %d rows, want %d", n, rows)
+				}
+				cancel()
+				<-done
+				src.Close()
+				src, inf = nil, nil
+				runtime.GC()
+			}}
+		alternate(b, rounds, ours, informer,
 			side{name: "copytext", n: rows, unit: "row", run: copyAll("")},
 			side{name: "copybinary", n: rows, unit: "row", run: copyAll(" (FORMAT binary)")})
 	})

@@ -47,6 +47,7 @@ var rows = []row{
 	{"4 Postgres initial sync (List) vs raw COPY TO STDOUT: time", "Postgres/InitialSync", "ours-s", "", "copy-s", "≤", 1.5},
 	{"4 Postgres initial sync (List) of 1M mixed rows (int, text, numeric, timestamptz, jsonb, 1 in 50 TOASTed) vs COPY (SELECT …) TO STDOUT, text: time", "PostgresScale/InitialSync", "ours-s", "", "copytext-s", "≤", 1.5},
 	{"4 Postgres initial sync (List) of 1M mixed rows vs binary COPY (SELECT …) TO STDOUT: time", "PostgresScale/InitialSync", "ours-s", "", "copybinary-s", "", 0},
+	{"4 Postgres initial sync of 1M mixed rows into a synced informer vs COPY (SELECT …) TO STDOUT, text: time", "PostgresScale/InitialSync", "informer-s", "", "copytext-s", "≤", 1.5},
 	{"4 Postgres initial sync of 1M mixed rows: steady heap, informer vs plain pgx scan into map[key]T", "PostgresScale/Heap", "ours-steady-heap-MB", "", "map-steady-heap-MB", "≤", 1.3},
 	{"4 Postgres initial sync of 1M mixed rows: peak heap, informer vs plain pgx scan into map[key]T", "PostgresScale/Heap", "ours-peak-heap-MB", "", "map-peak-heap-MB", "≤", 1.5},
 	{"4 Postgres initial sync of 1M mixed rows: RSS after sync, informer vs plain pgx scan into map[key]T", "PostgresScale/Heap", "ours-rss-MB", "", "map-rss-MB", "", 0},
