@@ -326,8 +326,12 @@ func (lr *listRead[T]) copy(ctx context.Context, rd *snapReader, query string) e
 	ncols := len(l.rel.names)
 	var vl []knownValue
 	cp := &copyParser{ncols: len(l.exprs)}
+	// One event per reader, decoded into and emitted by value row after
+	// row: the decoders take its object's address, which would put a new
+	// event on the heap for every row.
+	ev := new(core.Event[T])
 	cp.row = func(fields [][]byte) error {
-		ev := core.Event[T]{Type: core.Added, RV: lr.rv}
+		*ev = core.Event[T]{Type: core.Added, RV: lr.rv}
 		key, err := l.key(fields)
 		if err == nil {
 			ev.Key = key
@@ -370,7 +374,7 @@ func (lr *listRead[T]) copy(ctx context.Context, rd *snapReader, query string) e
 		} else {
 			ev.HasObject = true
 		}
-		if err := lr.sink.Emit(ev); err != nil {
+		if err := lr.sink.Emit(*ev); err != nil {
 			lr.err, lr.emitErr = err, true
 			return errEmitted{err}
 		}
