@@ -165,6 +165,63 @@ func TestListRanges(t *testing.T) {
 	}
 }
 
+// TestListTakesUpFreedReaders: a List that starts while another List holds
+// the other reader slot reads alone at first, and takes the slot up once
+// that List ends, at its next range.
+func TestListTakesUpFreedReaders(t *testing.T) {
+	pg := harness.StartPostgres(t)
+	pg.Exec(t, `CREATE TABLE held (id bigint PRIMARY KEY, pad text NOT NULL, note text NOT NULL);
+		INSERT INTO held SELECT g, 'x', 'y' FROM generate_series(1, 10) g;
+		CREATE TABLE big (id bigint PRIMARY KEY, pad text NOT NULL, note text NOT NULL);
+		INSERT INTO big SELECT g, repeat('p', 200), 'row ' || g FROM generate_series(1, 20000) g`)
+	pg.Exec(t, "VACUUM ANALYZE big")
+	defer func(old int64) { rangeBlocks = old }(rangeBlocks)
+	rangeBlocks = 16
+	var mu sync.Mutex
+	readers := map[string]int{}
+	testHookReaders = func(table string, r, _ int) { mu.Lock(); readers[table] = r; mu.Unlock() }
+	defer func() { testHookReaders = nil }()
+	src, err := NewSource(t.Context(), pg.ConnString(), Options{SnapshotReaders: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	heldTbl, err := NewTable[wideRow](t.Context(), src, "held", TableOptions[wideRow]{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bigTbl, err := NewTable[wideRow](t.Context(), src, "big", TableOptions[wideRow]{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	holding, release, heldDone := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		var once sync.Once
+		_, err := heldTbl.List(t.Context(), core.ListSink[wideRow]{Emit: func(core.Event[wideRow]) error {
+			once.Do(func() { close(holding); <-release })
+			return nil
+		}})
+		heldDone <- err
+	}()
+	<-holding // held's List keeps its reader slot until released
+	var once sync.Once
+	n := 0
+	_, err = bigTbl.List(t.Context(), core.ListSink[wideRow]{Emit: func(ev core.Event[wideRow]) error {
+		var err error
+		once.Do(func() { close(release); err = <-heldDone })
+		n++
+		return err
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n != 20000 || readers["big"] < 2 || readers["held"] != 1 {
+		t.Fatalf("big listed %d rows with %d readers (held: %d); want 20000 rows, the freed slot taken up", n, readers["big"], readers["held"])
+	}
+}
+
 // TestListTablesSideBySide: the first Lists of three tables read inside the
 // slot's one exported snapshot at the same time: a List whose sink waits for
 // another table's first row finishes (it would deadlock if Lists ran one

@@ -23,11 +23,14 @@ import (
 // Postgres 14+ scans only the range), which the readers take in turn.
 // Options.SnapshotReaders bounds the connections of every List of the
 // Source together; a List always has its first reader and takes more only
-// while slots are free.
+// while slots are free, at its start and each time its first reader
+// takes another range.
 
-// rangeBlocks is the fewest 8 kB blocks (64 MB) worth a range of its own
-// (a variable for tests).
-var rangeBlocks int64 = 8192
+// rangeBlocks is the fewest 8 kB blocks (8 MB) worth a range of its own
+// (a variable for tests). Ranges are many more than readers (up to four
+// per reader slot) so that readers share a table evenly and a List can
+// take up slots that free up while it reads.
+var rangeBlocks int64 = 1024
 
 // testHookReaders, when set (by tests), is told how many readers a List
 // used and how many ranges it read.
@@ -228,8 +231,31 @@ func (t *Table[T]) read(ctx context.Context, r *snapReaders, rv core.ResourceVer
 	close(work)
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	run := func(rd *snapReader) {
+	var wg sync.WaitGroup
+	readers := 1 // written by the first reader's goroutine only
+	var run func(rd *snapReader, first bool)
+	// grow adds readers while ranges wait unread and reader slots are
+	// free: at the start, and again each time the first reader takes a
+	// range, so that a List that began while other Lists held the slots
+	// (a Source syncing several tables) takes them up as those finish.
+	grow := func() {
+		for len(work) > 0 {
+			rd := r.more(rctx)
+			if rd == nil {
+				return
+			}
+			readers++
+			wg.Go(func() {
+				defer rd.close(s)
+				run(rd, false)
+			})
+		}
+	}
+	run = func(rd *snapReader, first bool) {
 		for q := range work {
+			if first {
+				grow()
+			}
 			if err := lr.copy(rctx, rd, q); err != nil {
 				lr.fail(err)
 				cancel()
@@ -237,20 +263,7 @@ func (t *Table[T]) read(ctx context.Context, r *snapReaders, rv core.ResourceVer
 			}
 		}
 	}
-	var wg sync.WaitGroup
-	readers := 1
-	for range len(queries) - 1 {
-		rd := r.more(rctx)
-		if rd == nil {
-			break
-		}
-		readers++
-		wg.Go(func() {
-			defer rd.close(s)
-			run(rd)
-		})
-	}
-	run(r.first)
+	run(r.first, true)
 	wg.Wait()
 	if testHookReaders != nil {
 		testHookReaders(st.name, readers, len(queries))
