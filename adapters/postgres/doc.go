@@ -48,10 +48,12 @@
 // jsonb, uuid, bytea, date and timestamps into their natural Go types),
 // otherwise the server sends the type's output text (format('%s', c)), the
 // form pgoutput streams. Lists of different tables read side by side, and a
-// table of more than 128 MB is split into ranges of blocks (ctid ranges;
-// Postgres 14 or later) that several connections read at once, all inside
-// the same snapshot. Options.SnapshotReaders bounds these connections for
-// the whole Source (default min(4, GOMAXPROCS)). Options.SyncProgress is
+// table of more than 16 MB is split into ranges of blocks (ctid ranges;
+// Postgres 14 or later; up to four ranges per reader) that several
+// connections read at once, all inside the same snapshot.
+// Options.SnapshotReaders bounds these connections for the whole Source
+// (default min(4, GOMAXPROCS)); a List takes up a connection another List
+// gives back while it reads. Options.SyncProgress is
 // told, about once a second per List, the rows read, the planner's estimate
 // (pg_class.reltuples), the rate and the time left; metrics/prometheus
 // exports the same per informer.
