@@ -72,6 +72,51 @@ func rssMB() float64 {
 	return 0
 }
 
+// scaleSync is an informer's initial sync of the scale table on a fresh
+// Source, as a side's steps.
+type scaleSync struct {
+	b      *testing.B
+	pg     *harness.Postgres
+	rows   int
+	src    *pginformer.Source
+	inf    *core.SharedIndexInformer[scaleRow]
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (s *scaleSync) prepare() {
+	var tbl *pginformer.Table[scaleRow]
+	s.src, tbl = newPGTable[scaleRow](s.b, s.pg, "scale_rows")
+	s.inf = core.NewSharedIndexInformer[scaleRow](tbl, core.InformerOptions[scaleRow]{})
+}
+
+// run starts the informer and returns when it has synced.
+func (s *scaleSync) run() {
+	var ctx context.Context
+	ctx, s.cancel = context.WithCancel(context.Background())
+	s.done = make(chan struct{})
+	go func() { s.inf.Run(ctx); close(s.done) }()
+	if err := s.inf.WaitForCacheSync(ctx); err != nil {
+		s.b.Fatal(err)
+	}
+}
+
+// check fails the benchmark unless the cache holds every row.
+func (s *scaleSync) check() {
+	if n := s.inf.Lister().Len(); n != s.rows {
+		s.b.Fatalf("informer holds %d rows, want %d", n, s.rows)
+	}
+}
+
+// stop checks the cache, stops the informer and closes the Source.
+func (s *scaleSync) stop() {
+	s.check()
+	s.cancel()
+	<-s.done
+	s.src.Close()
+	s.src, s.inf = nil, nil
+}
+
 // BenchmarkPostgresScale is issue 20's Postgres at scale, on one server
 // (the machine is shared: only the ratios of one run are claims):
 //   - InitialSync: our List of 1,000,000 scaleRows (fresh Source: slot,
@@ -136,36 +181,9 @@ func BenchmarkPostgresScale(b *testing.B) {
 					b.Fatalf("listed %d rows, want %d", listed, rows)
 				}
 			}}
-		var (
-			inf    *core.SharedIndexInformer[scaleRow]
-			cancel context.CancelFunc
-			done   chan struct{}
-		)
-		informer := side{name: "informer", n: rows, unit: "row",
-			prepare: func() {
-				var tbl *pginformer.Table[scaleRow]
-				src, tbl = newPGTable[scaleRow](b, pg, "scale_rows")
-				inf = core.NewSharedIndexInformer[scaleRow](tbl, core.InformerOptions[scaleRow]{})
-			},
-			run: func() {
-				var ictx context.Context
-				ictx, cancel = context.WithCancel(ctx)
-				done = make(chan struct{})
-				go func() { inf.Run(ictx); close(done) }()
-				if err := inf.WaitForCacheSync(ictx); err != nil {
-					b.Fatal(err)
-				}
-			},
-			finish: func() {
-				if n := inf.Lister().Len(); n != rows {
-					b.Fatalf("informer holds %d rows, want %d", n, rows)
-				}
-				cancel()
-				<-done
-				src.Close()
-				src, inf = nil, nil
-				runtime.GC()
-			}}
+		sync := &scaleSync{b: b, pg: pg, rows: rows}
+		informer := side{name: "informer", n: rows, unit: "row", prepare: sync.prepare, run: sync.run,
+			finish: func() { sync.stop(); runtime.GC() }}
 		alternate(b, rounds, ours, informer,
 			side{name: "copytext", n: rows, unit: "row", run: copyAll("")},
 			side{name: "copybinary", n: rows, unit: "row", run: copyAll(" (FORMAT binary)")})
@@ -173,40 +191,22 @@ func BenchmarkPostgresScale(b *testing.B) {
 
 	b.Run("Heap", func(b *testing.B) {
 		var (
-			src    *pginformer.Source
-			inf    *core.SharedIndexInformer[scaleRow]
-			cancel context.CancelFunc
-			done   chan struct{}
-			m      map[string]scaleRow
-			base   uint64
+			m    map[string]scaleRow
+			base uint64
 		)
 		var oursSteady, mapSteady, oursRSS, mapRSS []float64
+		sync := &scaleSync{b: b, pg: pg, rows: rows}
 		ours := side{name: "ours", peak: true,
 			prepare: func() {
 				base = liveHeap()
-				var tbl *pginformer.Table[scaleRow]
-				src, tbl = newPGTable[scaleRow](b, pg, "scale_rows")
-				inf = core.NewSharedIndexInformer[scaleRow](tbl, core.InformerOptions[scaleRow]{})
+				sync.prepare()
 			},
-			run: func() {
-				var ictx context.Context
-				ictx, cancel = context.WithCancel(ctx)
-				done = make(chan struct{})
-				go func() { inf.Run(ictx); close(done) }()
-				if err := inf.WaitForCacheSync(ictx); err != nil {
-					b.Fatal(err)
-				}
-			},
+			run: sync.run,
 			finish: func() {
-				if n := inf.Lister().Len(); n != rows {
-					b.Fatalf("informer holds %d rows, want %d", n, rows)
-				}
+				sync.check()
 				oursSteady = append(oursSteady, float64(liveHeap()-base)/(1<<20))
 				oursRSS = append(oursRSS, rssMB())
-				cancel()
-				<-done
-				src.Close()
-				src, inf = nil, nil
+				sync.stop()
 			}}
 		plain := side{name: "map", peak: true,
 			prepare: func() { base = liveHeap() },
