@@ -417,6 +417,11 @@ func TestKVBadPayload(t *testing.T) {
 func TestKVBucketRecreated(t *testing.T) {
 	srv := harness.StartNATS(t)
 	js := srv.JetStream(t)
+	// Another bucket keeps the account's stream directory from emptying:
+	// after a stream delete nats-server 2.15.2 removes that directory, if
+	// empty, in a goroutine (stream.go, stop), which can race the new
+	// bucket's mkdir ("could not create storage directory", seen in CI).
+	newBucket(t, js, jetstream.KeyValueConfig{})
 	kv := newBucket(t, js, jetstream.KeyValueConfig{})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -359,8 +359,10 @@ func NewKV(t testing.TB, cfg Config) *KV {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var err error
-	h.kv, err = h.writer.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket: bucket, History: h.cfg.History, Storage: jetstream.FileStorage, Replicas: h.cfg.Replicas,
+	h.kv, err = retryPlacement(ctx, func() (jetstream.KeyValue, error) {
+		return h.writer.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket: bucket, History: h.cfg.History, Storage: jetstream.FileStorage, Replicas: h.cfg.Replicas,
+		})
 	})
 	if err != nil {
 		t.Fatalf("natstest: create bucket %q: %v", bucket, err)
@@ -470,6 +472,25 @@ func Reduce(prev Obj, exists bool, m natsinformer.Message) (Obj, bool, error) {
 	return prev, exists, fmt.Errorf("unknown op %q", ev.Op)
 }
 
+// retryPlacement repeats create while a cluster refuses it for want of
+// peers online (API error 10005, "no suitable peers for placement, peer
+// offline"): in CI an R3 stream was refused so right after
+// harness.NATSCluster.WaitReady had seen every peer online.
+func retryPlacement[T any](ctx context.Context, create func() (T, error)) (T, error) {
+	for {
+		v, err := create()
+		var api *jetstream.APIError
+		if err == nil || !errors.As(err, &api) || api.ErrorCode != 10005 {
+			return v, err
+		}
+		select {
+		case <-ctx.Done():
+			return v, err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
 // NewEventStream creates the stream and the ListerWatcher.
 func NewEventStream(t testing.TB, cfg Config) *EventStream {
 	t.Helper()
@@ -482,8 +503,10 @@ func NewEventStream(t testing.TB, cfg Config) *EventStream {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var err error
-	h.stream, err = h.writer.CreateStream(ctx, jetstream.StreamConfig{
-		Name: h.name, Subjects: []string{h.root + ".>"}, Storage: jetstream.FileStorage, Replicas: h.cfg.Replicas,
+	h.stream, err = retryPlacement(ctx, func() (jetstream.Stream, error) {
+		return h.writer.CreateStream(ctx, jetstream.StreamConfig{
+			Name: h.name, Subjects: []string{h.root + ".>"}, Storage: jetstream.FileStorage, Replicas: h.cfg.Replicas,
+		})
 	})
 	if err != nil {
 		t.Fatalf("natstest: create stream %q: %v", h.name, err)
