@@ -438,12 +438,14 @@ func (t *Table[T]) decode(b *batch) {
 				continue
 			}
 			st.remember(p, key, vals)
-			ev := core.Event[T]{Type: typ, Key: key, HasObject: true, RV: b.rv}
-			if err := t.m.decode(p, vals, &ev.Object); err != nil {
+			// Decoded in place: the decoder takes the object's address,
+			// which would put an event of its own on the heap per row.
+			out = append(out, core.Event[T]{Type: typ, Key: key, HasObject: true, RV: b.rv})
+			if err := t.m.decode(p, vals, &out[len(out)-1].Object); err != nil {
+				out = out[:len(out)-1]
 				fail(typ, key, err)
 				continue
 			}
-			out = append(out, ev)
 		}
 	}
 	if len(out) == 0 {
