@@ -69,8 +69,8 @@ func (m *mapper) compile(p *rowPlan, formats []int16, tm *pgtype.Map) *scanPlan 
 			if t == rawMessageType && (cs.oid == pgtype.JSONOID || cs.oid == pgtype.JSONBOID) {
 				// pgx unmarshals into a json.RawMessage, which only
 				// validates what the server sent as valid JSON and copies
-				// it: copy it as a []byte, the same value at a third of
-				// the CPU.
+				// it: copy it as a []byte, the same value (a tenth of the
+				// CPU in the 1M-row List's profile).
 				t = bytesType
 			}
 			cs.field = t

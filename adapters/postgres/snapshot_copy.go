@@ -314,8 +314,8 @@ func (cp *copyParser) parse(data []byte) (int, error) {
 //   - before, only a value stored in more than maxInline bytes can be out
 //     of line (the toaster moves only values longer than a TOAST pointer).
 //
-// TestOutOfLineMatchesTheHeap holds each of these against the heap's own
-// bytes (pageinspect).
+// TestOutOfLineMatchesTheHeap holds the rule of the server the tests run
+// on against the heap's own bytes (pageinspect).
 func outOfLine(ident string, oid uint32, version int) string {
 	size := "pg_column_size(" + ident + ")"
 	switch {
