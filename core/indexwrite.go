@@ -249,8 +249,8 @@ const maxReserve = 1 << 23
 // reserve sizes an empty indexer's map for about n objects, a list's
 // estimate of its size, so that an initial list fills a map of the right
 // size instead of growing one (growing the map of a million-row list cost
-// about a third of a cold start's CPU in BenchmarkWarmStart's profile). A
-// non-empty indexer is left alone.
+// about 0.5 s of CPU in BenchmarkWarmStart's profile). A non-empty indexer
+// is left alone.
 func (s *Indexer[T]) reserve(n int64) {
 	if n <= 0 {
 		return

@@ -231,39 +231,42 @@ func (t *Table[T]) read(ctx context.Context, r *snapReaders, rv core.ResourceVer
 	close(work)
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// copyOne reads one range through rd; false ends that reader.
+	copyOne := func(rd *snapReader, q string) bool {
+		if err := lr.copy(rctx, rd, q); err != nil {
+			lr.fail(err)
+			cancel()
+			return false
+		}
+		return true
+	}
 	var wg sync.WaitGroup
-	readers := 1 // written by the first reader's goroutine only
-	var run func(rd *snapReader, first bool)
-	// grow adds readers while ranges wait unread and reader slots are
-	// free: at the start, and again each time the first reader takes a
-	// range, so that a List that began while other Lists held the slots
-	// (a Source syncing several tables) takes them up as those finish.
-	grow := func() {
+	readers := 1
+	// The first reader adds readers while ranges wait unread and reader
+	// slots are free, before each range it takes: at the start, and
+	// again later, so that a List that began while other Lists held the
+	// slots (a Source syncing several tables) takes them up as those
+	// finish.
+	for q := range work {
 		for len(work) > 0 {
 			rd := r.more(rctx)
 			if rd == nil {
-				return
+				break
 			}
 			readers++
 			wg.Go(func() {
 				defer rd.close(s)
-				run(rd, false)
+				for q := range work {
+					if !copyOne(rd, q) {
+						return
+					}
+				}
 			})
 		}
-	}
-	run = func(rd *snapReader, first bool) {
-		for q := range work {
-			if first {
-				grow()
-			}
-			if err := lr.copy(rctx, rd, q); err != nil {
-				lr.fail(err)
-				cancel()
-				return
-			}
+		if !copyOne(r.first, q) {
+			break
 		}
 	}
-	run(r.first, true)
 	wg.Wait()
 	if testHookReaders != nil {
 		testHookReaders(st.name, readers, len(queries))
