@@ -12,6 +12,10 @@
 //
 //	go test -run '^$' -bench . -benchtime=1x -short ./bench/
 //
+// Benchmarks that alternate the sides over several rounds report medians;
+// DBINFORMER_BENCH_ROUNDS=1 prints every round to stderr as well, to see
+// the spread behind a median.
+//
 // cmd/benchtable runs them at full size, pairs each "ours" with its
 // reference and writes the ratios to BENCHMARKS.md.
 //

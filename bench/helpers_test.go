@@ -1,6 +1,7 @@
 package bench_test
 
 import (
+	"fmt"
 	"os"
 	"runtime"
 	"runtime/metrics"
@@ -95,6 +96,10 @@ type side struct {
 // median of its rounds as "<side>-s" (seconds per run) and, with a unit,
 // "<side>-<unit>s/s", "<side>-allocs/<unit>" and "<side>-B/<unit>"
 // (allocations of every goroutine of the process during the run).
+// printRounds (DBINFORMER_BENCH_ROUNDS set) prints each round of
+// alternate to stderr, for looking at the spread behind a median.
+var printRounds = os.Getenv("DBINFORMER_BENCH_ROUNDS") != ""
+
 func alternate(b *testing.B, rounds int, sides ...side) {
 	b.Helper()
 	type sample struct{ secs, rate, allocs, bytes, peak float64 }
@@ -117,6 +122,9 @@ func alternate(b *testing.B, rounds int, sides ...side) {
 				d := time.Since(t0)
 				runtime.ReadMemStats(&m1)
 				smp := sample{secs: d.Seconds()}
+				if printRounds {
+					fmt.Fprintf(os.Stderr, "round %s %s %.4f s\n", b.Name(), s.name, d.Seconds())
+				}
 				if s.n > 0 {
 					smp.rate = float64(s.n) / d.Seconds()
 					smp.allocs = float64(m1.Mallocs-m0.Mallocs) / float64(s.n)

@@ -147,6 +147,15 @@
 // between the last message delivered and the head (the List waits for a
 // lagging consumer to catch up); a Bookmark is sent under the same proof.
 //
+// The server places each R1 consumer on a random replica of the stream.
+// When a feed has many messages to deliver at once (an initial list, a
+// watch far behind: 10,000 or more) and the server the client is
+// connected to holds a current replica, the adapter creates the consumer
+// again, a few times at most, until it runs there: otherwise every
+// message crosses a route between servers first (measured in one process
+// on a 3-node cluster: a 100k-key List took 0.62 s from a consumer on
+// another node, 0.42 s from one on the connected node).
+//
 // What a cluster recovers from on its own is retried inside the adapter
 // with a bound: a request that gets no responders, times out, or meets a
 // stream without a leader (during an election, a step-down, a route

@@ -176,6 +176,27 @@ func put(ctx context.Context, kv jetstream.KeyValue, key string, n int) (uint64,
 	return kv.Put(ctx, key, b)
 }
 
+// putAfterRestart is put for a write right after the server restarted:
+// a publish written to the old connection just as the server went away is
+// lost, and its request would wait for the whole of ctx for an ack; each
+// try waits 5s at most. A retried put whose first try did land writes the
+// value twice, which no caller minds.
+func putAfterRestart(t testing.TB, ctx context.Context, kv jetstream.KeyValue, key string, n int) uint64 {
+	t.Helper()
+	for {
+		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		rev, err := put(tctx, kv, key, n)
+		cancel()
+		if err == nil {
+			return rev
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("put %q after the restart: %v", key, err)
+		}
+		t.Logf("put %q after the restart, trying again: %v", key, err)
+	}
+}
+
 var streamSeq atomic.Int64
 
 // newStream creates a fresh file-backed stream "T<n>" on subjects "t<n>.>"

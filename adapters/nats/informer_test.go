@@ -217,9 +217,7 @@ func TestKVInformerServerRestart(t *testing.T) {
 
 	srv.Restart(t)
 	for i := range 20 {
-		if rev, err := put(ctx, kv, fmt.Sprintf("k%d", i), 3); err != nil {
-			t.Fatalf("put after restart: %v", err)
-		} else if i == 19 {
+		if rev := putAfterRestart(t, ctx, kv, fmt.Sprintf("k%d", i), 3); i == 19 {
 			waitFor(t, inf, rev)
 		}
 	}
@@ -559,7 +557,7 @@ func TestKVHistoryOneResumesWithoutRelist(t *testing.T) {
 	srv.Restart(t)
 	for n := 2; n <= 4; n++ {
 		for i := range 5 {
-			put(ctx, kv, fmt.Sprintf("k%d", i), n)
+			putAfterRestart(t, ctx, kv, fmt.Sprintf("k%d", i), n)
 		}
 	}
 	st, _ := js.Stream(ctx, "KV_"+kv.Bucket())

@@ -275,7 +275,10 @@ func (k *KV[T]) read(ctx context.Context, estimate func(int64)) (uint64, *kvFold
 		}
 		fold.drop(key)
 		if !isDelete(m) {
-			fold.events = append(fold.events, k.event(core.Added, key, seq, m.Data()))
+			// Decoded in its slot: an event returned by value and then
+			// appended was a second copy per key on the reader's path.
+			fold.events = append(fold.events, core.Event[T]{})
+			k.fill(&fold.events[len(fold.events)-1], core.Added, key, seq, m.Data())
 			fold.revs[key] = seq
 		}
 		return nil
@@ -321,15 +324,16 @@ func (k *KV[T]) key(subject string) (string, bool) {
 	return key, ok && key != ""
 }
 
-func (k *KV[T]) event(typ core.EventType, key string, rev uint64, data []byte) core.Event[T] {
-	ev := core.Event[T]{Type: typ, Key: key, RV: core.ResourceVersion(rev)}
+// fill decodes data into *ev, a zero event, as an event of typ for key at
+// rev.
+func (k *KV[T]) fill(ev *core.Event[T], typ core.EventType, key string, rev uint64, data []byte) {
+	ev.Type, ev.Key, ev.RV = typ, key, core.ResourceVersion(rev)
 	obj, err := core.Decode(k.codec, data)
 	if err != nil {
 		ev.Err = &core.DecodeError{Source: k.source, Key: key, RV: ev.RV, Err: err}
-		return ev
+		return
 	}
 	ev.Object, ev.HasObject = obj, true
-	return ev
 }
 
 // isDelete: a KV delete or purge marker, or a marker the server leaves when
@@ -376,7 +380,9 @@ func (a *kvApplier[T]) apply(m jetstream.Msg, seq uint64, out []core.Event[T]) [
 		typ = core.Modified
 	}
 	a.revs[key] = seq
-	return rewriteLast(a.kv.residue, append(out, a.kv.event(typ, key, seq, m.Data())), len(out))
+	out = append(out, core.Event[T]{})
+	a.kv.fill(&out[len(out)-1], typ, key, seq, m.Data())
+	return rewriteLast(a.kv.residue, out, len(out)-1)
 }
 
 // lost finds a live key whose value is older than the stream's first

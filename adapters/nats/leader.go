@@ -44,6 +44,8 @@ type reader struct {
 	idle   time.Duration // <= 0: no idle checks
 	log    *slog.Logger
 	id     identity
+	// relocateAt overrides relocateMin (tests).
+	relocateAt uint64
 }
 
 func (r *reader) init(js jetstream.JetStream, stream jetstream.Stream, source, filter string, batch int, idle time.Duration, log *slog.Logger) {
