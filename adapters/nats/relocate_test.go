@@ -55,11 +55,20 @@ func TestFeedMovesConsumerToConnectedServer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	consumers := func() int {
+	// consumers waits for the stream's consumer list to show want
+	// consumers and returns what it last showed: on a cluster the list
+	// follows creates and deletes a moment later.
+	consumers := func(want int) int {
 		t.Helper()
-		n := 0
-		for range st.ListConsumers(ctx).Info() {
-			n++
+		n := -1
+		for end := time.Now().Add(10 * time.Second); n != want && time.Now().Before(end); {
+			if n >= 0 {
+				time.Sleep(20 * time.Millisecond)
+			}
+			n = 0
+			for range st.ListConsumers(ctx).Info() {
+				n++
+			}
 		}
 		return n
 	}
@@ -69,7 +78,7 @@ func TestFeedMovesConsumerToConnectedServer(t *testing.T) {
 		if err != nil {
 			t.Fatalf("feed %d: %v", i, err)
 		}
-		if n := consumers(); n != 1 {
+		if n := consumers(1); n != 1 {
 			t.Errorf("feed %d: the stream has %d consumers, want 1 (the ones given up are deleted)", i, n)
 		}
 		if r.local(f.info()) {
@@ -80,7 +89,7 @@ func TestFeedMovesConsumerToConnectedServer(t *testing.T) {
 	if local < 12 {
 		t.Errorf("%d of 20 feeds had their consumer on the connected server, want at least 12", local)
 	}
-	if n := consumers(); n != 0 {
+	if n := consumers(0); n != 0 {
 		t.Errorf("%d consumers left after every feed closed", n)
 	}
 
