@@ -91,15 +91,15 @@ type side struct {
 	prepare, run, finish func()
 }
 
+// printRounds (DBINFORMER_BENCH_ROUNDS set) prints each round of
+// alternate to stderr, for looking at the spread behind a median.
+var printRounds = os.Getenv("DBINFORMER_BENCH_ROUNDS") != ""
+
 // alternate runs the sides in turn, rounds times (A B A B …), so that a
 // slowdown of the shared machine hits both, and reports for each side the
 // median of its rounds as "<side>-s" (seconds per run) and, with a unit,
 // "<side>-<unit>s/s", "<side>-allocs/<unit>" and "<side>-B/<unit>"
 // (allocations of every goroutine of the process during the run).
-// printRounds (DBINFORMER_BENCH_ROUNDS set) prints each round of
-// alternate to stderr, for looking at the spread behind a median.
-var printRounds = os.Getenv("DBINFORMER_BENCH_ROUNDS") != ""
-
 func alternate(b *testing.B, rounds int, sides ...side) {
 	b.Helper()
 	type sample struct{ secs, rate, allocs, bytes, peak float64 }

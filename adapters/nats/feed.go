@@ -337,17 +337,10 @@ const (
 // it already, the feed is short, or the connected server holds no current
 // replica of the stream.
 func (r *reader) relocations(ci *jetstream.ConsumerInfo) int {
-	if ci.NumPending < r.relocateMin() || r.local(ci) || !r.localReplica() {
+	if ci.NumPending < r.relocateAt || r.local(ci) || !r.localReplica() {
 		return 0
 	}
 	return maxRelocations
-}
-
-func (r *reader) relocateMin() uint64 {
-	if r.relocateAt > 0 {
-		return r.relocateAt
-	}
-	return relocateMin
 }
 
 // local reports whether the consumer runs on the connected server (or

@@ -44,7 +44,7 @@ type reader struct {
 	idle   time.Duration // <= 0: no idle checks
 	log    *slog.Logger
 	id     identity
-	// relocateAt overrides relocateMin (tests).
+	// relocateAt is relocateMin, lowered by tests.
 	relocateAt uint64
 }
 
@@ -55,6 +55,7 @@ func (r *reader) init(js jetstream.JetStream, stream jetstream.Stream, source, f
 		stateOf(r.nc).chain(r.nc)
 	}
 	r.batch, r.idle, r.log = batch, idle, log
+	r.relocateAt = relocateMin
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}
