@@ -99,10 +99,12 @@ func (s *Source) streamLoop(ctx context.Context, sess *session) error {
 	var lastSentAt, checkAt time.Time
 	lastRecv := time.Now()
 	probed := false // a keepalive was requested since lastRecv
+	batch := newReadBatcher(sess.repl.Conn(), lastRecv)
 	// One receive context serves many messages: a fresh one per message
 	// costs a timer, an AfterFunc and their allocations on every row. It
 	// expires every ackEvery so that the loop reports the applied position
-	// and looks for silence; a progress request cancels it (s.wake).
+	// and looks for silence (every batchWait while reads are batched: see
+	// readbatch.go); a progress request cancels it (s.wake).
 	var rctx context.Context
 	rcancel := context.CancelFunc(func() {})
 	defer func() {
@@ -116,6 +118,10 @@ func (s *Source) streamLoop(ctx context.Context, sess *session) error {
 		woken := rctx == nil || rctx.Err() != nil
 		if woken || !now.Before(checkAt) {
 			checkAt = now.Add(statusCheckEvery)
+			if batch.adjust(now) {
+				// The receive bound changed: the next receive takes it.
+				woken = true
+			}
 			if silent := now.Sub(lastRecv); silent >= s.silence {
 				return fmt.Errorf("%w: nothing received from the server for %v though a keepalive was requested (limit %v: %d status intervals of %v, and at least half the server's wal_sender_timeout plus two); ending the session to reconnect", errHalfOpen, silent.Round(time.Millisecond), s.silence, silentIntervals, s.interval)
 			} else if silent >= s.interval && !probed {
@@ -156,7 +162,7 @@ func (s *Source) streamLoop(ctx context.Context, sess *session) error {
 		}
 		if woken {
 			rcancel()
-			rctx, rcancel = context.WithTimeout(ctx, ackEvery)
+			rctx, rcancel = context.WithTimeout(ctx, batch.receiveWait(ackEvery))
 			s.mu.Lock()
 			s.wake = rcancel
 			s.mu.Unlock()
@@ -178,6 +184,7 @@ func (s *Source) streamLoop(ctx context.Context, sess *session) error {
 		case *pgproto3.CopyDone:
 			return errors.New("server ended the replication stream")
 		case *pgproto3.CopyData:
+			batch.received(len(msg.Data))
 			if len(msg.Data) == 0 {
 				continue
 			}
