@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -77,6 +78,16 @@ func newPGTable[T any](b *testing.B, pg *harness.Postgres, table string) (*pginf
 //     Streaming/max/bare runs the same unpaced writers with a bare
 //     pglogrepl receive loop following instead: how much of the unpaced
 //     writers' rate any pgoutput consumer keeps up with on this machine.
+//     On 2 cores that row measures how the CPU is split between the
+//     writers, the walsender and the consumer more than the consumer:
+//     a consumer that spends less CPU lets the writers commit more, and
+//     the walsender, not the consumer, falls behind.
+//   - Streaming/backlog: the walsender is held (SIGSTOP) while the
+//     writers commit 400,000 row changes, then let go; the rate at which
+//     the follower gets through the backlog, ours against the bare
+//     receive loop, with the walsender's and the process's CPU. No
+//     writer competes for the CPU: what it measures is whether the
+//     follower keeps up with what Postgres can send.
 //   - Decode: one 200,000-row transaction, from its commit to the last
 //     row: our Watch (decoded into structs) against a bare pglogrepl
 //     receive loop that decodes nothing, the floor; both have the
@@ -151,6 +162,17 @@ func BenchmarkPostgres(b *testing.B) {
 	b.Run("Streaming/paced/ours", func(b *testing.B) {
 		for range b.N {
 			pgStreaming(b, pg, time.Duration(size(10, 1))*time.Second, 20_000, false)
+		}
+	})
+	backlog := size(400_000, 10_000)
+	b.Run("Streaming/backlog/ours", func(b *testing.B) {
+		for range b.N {
+			pgBacklog(b, pg, backlog, false)
+		}
+	})
+	b.Run("Streaming/backlog/bare", func(b *testing.B) {
+		for range b.N {
+			pgBacklog(b, pg, backlog, true)
 		}
 	})
 
@@ -278,16 +300,100 @@ func bareReceive(b *testing.B, repl *pgconn.PgConn, pos pglogrepl.LSN, want int)
 	}
 }
 
+// The Streaming rows' writers: writerConns connections upsert
+// transactions of perTx rows, each into its own range of keysPerWriter
+// keys, cycling through it.
+const writerConns, perTx, keysPerWriter = 4, 100, 25_000
+
+// maxBatches bounds the batch numbers a run may use; generously sized for
+// any machine.
+const maxBatches = 1 << 20
+
+// writeLog records, per batch (one writer transaction), when the writer
+// sent it and when its commit returned (unix ns; 0: not committed).
+type writeLog struct {
+	sent, committed []atomic.Int64
+	batches         atomic.Int64 // batch numbers handed out, from 1
+}
+
+func newWriteLog() *writeLog {
+	return &writeLog{sent: make([]atomic.Int64, maxBatches), committed: make([]atomic.Int64, maxBatches)}
+}
+
+// write runs the writers from start until deadline or until they have
+// used lastBatch batch numbers, one transaction every every per writer
+// (0: as fast as they can).
+func (l *writeLog) write(b *testing.B, conns []*pgx.Conn, start, deadline time.Time, lastBatch int64, every time.Duration) {
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	var writeErr atomic.Value
+	for w, conn := range conns {
+		wg.Go(func() {
+			lo := w * keysPerWriter
+			next := start
+			for off := 0; time.Now().Before(deadline); off = (off + perTx) % keysPerWriter {
+				if every > 0 {
+					next = next.Add(every)
+					time.Sleep(time.Until(next))
+				}
+				batch := l.batches.Add(1)
+				if batch > lastBatch || batch >= maxBatches {
+					return
+				}
+				sql := "INSERT INTO stream_rows (id, batch, v) SELECT g, " + strconv.FormatInt(batch, 10) +
+					", md5(random()::text) FROM generate_series(" + strconv.Itoa(lo+off) + ", " + strconv.Itoa(lo+off+perTx-1) +
+					") g ON CONFLICT (id) DO UPDATE SET batch = EXCLUDED.batch, v = EXCLUDED.v"
+				l.sent[batch].Store(time.Now().UnixNano())
+				if _, err := conn.Exec(ctx, sql); err != nil {
+					writeErr.Store(err)
+					return
+				}
+				l.committed[batch].Store(time.Now().UnixNano())
+			}
+		})
+	}
+	wg.Wait()
+	if err, _ := writeErr.Load().(error); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// rows is how many row changes the writers committed.
+func (l *writeLog) rows() int64 {
+	var total int64
+	for i := int64(1); i <= l.batches.Load() && i < maxBatches; i++ {
+		if l.committed[i].Load() != 0 {
+			total += perTx
+		}
+	}
+	return total
+}
+
+// openWriters opens the writers' connections.
+func openWriters(b *testing.B, pg *harness.Postgres) []*pgx.Conn {
+	conns := make([]*pgx.Conn, writerConns)
+	for w := range conns {
+		conns[w] = pg.Conn(b)
+	}
+	return conns
+}
+
+// awaitApplied waits until applied reaches want, failing the benchmark
+// 5 minutes after since.
+func awaitApplied(b *testing.B, applied *atomic.Int64, want int64, since time.Time) {
+	for applied.Load() < want {
+		if time.Since(since) > 5*time.Minute {
+			b.Fatalf("applied %d of %d rows 5 minutes after the writers stopped", applied.Load(), want)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // pgStreaming runs the writers for d, at rate rows/s in all (0: as fast as
 // they can), with an informer following, and reports rates and lags.
 func pgStreaming(b *testing.B, pg *harness.Postgres, d time.Duration, rate int, bare bool) {
-	const writers, perTx, keysPerWriter = 4, 100, 25_000
-	ctx := context.Background()
-	// Batch numbers index these; generously sized for any machine.
-	const maxBatches = 1 << 20
-	sent := make([]atomic.Int64, maxBatches)      // unix ns when the writer sent the transaction
-	committed := make([]atomic.Int64, maxBatches) // unix ns when the writer's Commit returned
-	arrived := make([]atomic.Int64, maxBatches)   // unix ns when the handler saw the first row
+	log := newWriteLog()
+	arrived := make([]atomic.Int64, maxBatches) // unix ns when the handler saw the batch's first row
 	var applied atomic.Int64
 	if bare {
 		stop := pgBareFollow(b, pg, &applied)
@@ -300,63 +406,17 @@ func pgStreaming(b *testing.B, pg *harness.Postgres, d time.Duration, rate int, 
 		defer stop()
 	}
 
-	conns := make([]*pgx.Conn, writers)
-	for w := range conns {
-		conns[w] = pg.Conn(b)
+	conns := openWriters(b, pg)
+	var every time.Duration // between one writer's transactions
+	if rate > 0 {
+		every = time.Duration(float64(time.Second) * perTx * writerConns / float64(rate))
 	}
-	var nextBatch atomic.Int64
 	b.StartTimer()
 	start := time.Now()
-	deadline := start.Add(d)
-	var wg sync.WaitGroup
-	var writeErr atomic.Value
-	for w := range writers {
-		wg.Go(func() {
-			lo := w * keysPerWriter
-			var every time.Duration // between one writer's transactions
-			if rate > 0 {
-				every = time.Duration(float64(time.Second) * perTx * writers / float64(rate))
-			}
-			next := start
-			for off := 0; time.Now().Before(deadline); off = (off + perTx) % keysPerWriter {
-				if every > 0 {
-					next = next.Add(every)
-					time.Sleep(time.Until(next))
-				}
-				batch := nextBatch.Add(1)
-				if batch >= maxBatches {
-					return
-				}
-				sql := "INSERT INTO stream_rows (id, batch, v) SELECT g, " + strconv.FormatInt(batch, 10) +
-					", md5(random()::text) FROM generate_series(" + strconv.Itoa(lo+off) + ", " + strconv.Itoa(lo+off+perTx-1) +
-					") g ON CONFLICT (id) DO UPDATE SET batch = EXCLUDED.batch, v = EXCLUDED.v"
-				sent[batch].Store(time.Now().UnixNano())
-				if _, err := conns[w].Exec(ctx, sql); err != nil {
-					writeErr.Store(err)
-					return
-				}
-				committed[batch].Store(time.Now().UnixNano())
-			}
-		})
-	}
-	wg.Wait()
+	log.write(b, conns, start, start.Add(d), maxBatches, every)
 	writeEnd := time.Now()
-	if err, _ := writeErr.Load().(error); err != nil {
-		b.Fatal(err)
-	}
-	batches := nextBatch.Load()
-	var total int64
-	for i := int64(1); i <= batches && i < maxBatches; i++ {
-		if committed[i].Load() != 0 {
-			total += perTx
-		}
-	}
-	for applied.Load() < total {
-		if time.Since(writeEnd) > 5*time.Minute {
-			b.Fatalf("applied %d of %d rows 5 minutes after the writers stopped", applied.Load(), total)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	total := log.rows()
+	awaitApplied(b, &applied, total, writeEnd)
 	applyEnd := time.Now()
 	b.StopTimer()
 	b.ReportMetric(float64(total)/writeEnd.Sub(start).Seconds(), "committed-rows/s")
@@ -366,13 +426,13 @@ func pgStreaming(b *testing.B, pg *harness.Postgres, d time.Duration, rate int, 
 		// hearing back: lag from the return is a lower bound (replication may
 		// even beat the reply: no lag), lag from the send an upper bound.
 		var lags, fromSend []float64
-		for i := int64(1); i <= batches && i < maxBatches; i++ {
-			c, a := committed[i].Load(), arrived[i].Load()
+		for i := int64(1); i <= log.batches.Load() && i < maxBatches; i++ {
+			c, a := log.committed[i].Load(), arrived[i].Load()
 			if c == 0 {
 				continue
 			}
 			lags = append(lags, max(0, float64(a-c))/1e6)
-			fromSend = append(fromSend, float64(a-sent[i].Load())/1e6)
+			fromSend = append(fromSend, float64(a-log.sent[i].Load())/1e6)
 		}
 		slices.Sort(lags)
 		slices.Sort(fromSend)
@@ -384,6 +444,85 @@ func pgStreaming(b *testing.B, pg *harness.Postgres, d time.Duration, rate int, 
 		b.ReportMetric(pctSend(0.99), "lag-from-send-p99-ms")
 	}
 	b.ReportMetric(applyEnd.Sub(writeEnd).Seconds()*1000, "drain-ms")
+}
+
+// pgBacklog measures how fast a follower gets through WAL that is already
+// written. It stops the follower's walsender (SIGSTOP: the server runs on
+// this machine) while it waits for work, has the writers commit rows row
+// changes unpaced, then lets the walsender go on (SIGCONT) and times the
+// follower from there to the last row: the walsender decoding and the
+// follower applying, each with a core, no writer competing for either.
+func pgBacklog(b *testing.B, pg *harness.Postgres, rows int, bare bool) {
+	var applied atomic.Int64
+	if bare {
+		stop := pgBareFollow(b, pg, &applied)
+		defer stop()
+	} else {
+		stop := pgInformerFollow(b, pg, func(streamRow) { applied.Add(1) })
+		defer stop()
+	}
+	pid := followerWalsender(b, pg)
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		b.Fatalf("stopping the follower's walsender (pid %d): %v; this benchmark signals the server's processes, so it runs as root or as the server's OS user", pid, err)
+	}
+	stopped := true
+	resume := func() {
+		if stopped {
+			stopped = false
+			if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+				b.Fatalf("resuming the follower's walsender (pid %d): %v", pid, err)
+			}
+		}
+	}
+	defer resume()
+
+	conns := openWriters(b, pg)
+	log := newWriteLog()
+	start := time.Now()
+	log.write(b, conns, start, start.Add(10*time.Minute), int64(rows/perTx), 0)
+	writeEnd := time.Now()
+	total := log.rows()
+	if total != int64(rows) {
+		b.Fatalf("the writers committed %d rows, want %d", total, rows)
+	}
+	if n := applied.Load(); n != 0 {
+		b.Fatalf("the follower applied %d rows while its walsender was stopped", n)
+	}
+	walCPU, ownCPU := procCPU([]int{pid}), selfCPU()
+	b.StartTimer()
+	resumed := time.Now()
+	resume()
+	awaitApplied(b, &applied, total, resumed)
+	b.StopTimer()
+	b.ReportMetric(procCPU([]int{pid})-walCPU, "walsender-cpu-ms")
+	b.ReportMetric(selfCPU()-ownCPU, "process-cpu-ms")
+	b.ReportMetric(float64(total)/writeEnd.Sub(start).Seconds(), "committed-rows/s")
+	b.ReportMetric(float64(total)/time.Since(resumed).Seconds(), "drained-rows/s")
+}
+
+// followerWalsender is the pid of the one walsender streaming to a
+// follower (the only active logical slot), once it streams.
+func followerWalsender(b *testing.B, pg *harness.Postgres) int {
+	conn := pg.Conn(b)
+	defer conn.Close(context.Background())
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var pids []int32
+		rows, err := conn.Query(context.Background(), "SELECT active_pid FROM pg_replication_slots WHERE active_pid IS NOT NULL AND slot_type = 'logical'")
+		if err == nil {
+			pids, err = pgx.CollectRows(rows, pgx.RowTo[int32])
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(pids) == 1 {
+			return int(pids[0])
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("want one active logical slot, the follower's; after a minute there are %d", len(pids))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // pgInformerFollow runs an informer over stream_rows that calls note for
