@@ -15,7 +15,7 @@ import (
 // sends must wake it. Those wake-ups cost the server: in bench's
 // Streaming/backlog (a 400k-row backlog drained on a 2-vCPU VM) the
 // walsender spent 1.8–2.6 s and the drain ran at 126–221k rows/s (median
-// 177k). With reads batched as below: walsender 1.5–2.0 s, drain 195–258k
+// 176k). With reads batched as below: walsender 1.5–2.0 s, drain 195–258k
 // rows/s (median 226k), and this process's CPU for the drain 1.0–1.4 s
 // instead of 1.7–2.5 s.
 //
