@@ -30,7 +30,11 @@ const (
 	batchWait   = 5 * time.Millisecond
 	batchWindow = 20 * time.Millisecond // the arrival rate is measured over at least this
 	minLowat    = 16 << 10              // below this, batching saves too little to be worth a wait
-	maxLowat    = 64 << 10              // at most half the default initial receive buffer, so the kernel never shrinks the TCP window to fit it
+	// maxLowat is half the default initial receive buffer (tcp_rmem's
+	// 128 KiB): kernels that grow the buffer to twice a larger low-water
+	// mark also clamp the TCP window to it, which would cap a distant
+	// server's throughput.
+	maxLowat = 64 << 10
 )
 
 // readBatcher owns the replication socket's receive low-water mark.
