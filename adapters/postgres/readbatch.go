@@ -43,7 +43,6 @@ type readBatcher struct {
 	lowat int             // as set on the socket; 1 is the kernel's default
 	bytes int             // received since since
 	since time.Time
-	err   error // the first setsockopt failure; batching is then off
 }
 
 func newReadBatcher(conn net.Conn, now time.Time) *readBatcher {
@@ -87,15 +86,13 @@ func (b *readBatcher) adjust(now time.Time) bool {
 	}
 	wasBatching := b.lowat > 1
 	var serr error
-	if err := b.raw.Control(func(fd uintptr) {
-		serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVLOWAT, want)
-	}); err != nil {
+	if err := b.raw.Control(func(fd uintptr) { serr = setLowat(fd, want) }); err != nil {
 		serr = err
 	}
 	if serr != nil {
-		// A kernel without SO_RCVLOWAT for TCP: stay eager. The stream
-		// is no less correct, only costlier for the server.
-		b.raw, b.err = nil, serr
+		// A platform or kernel without SO_RCVLOWAT for TCP: stay eager.
+		// The stream is no less correct, only costlier for the server.
+		b.raw = nil
 		return wasBatching
 	}
 	b.lowat = want
