@@ -67,11 +67,20 @@ func (b *Binary[T]) Decode(data []byte) (T, error) {
 
 // decodeInto decodes data into *dst, which must hold T's zero value.
 func (b *Binary[T]) decodeInto(data []byte, dst *T) error {
-	d := binDecoder{buf: data, size: len(data)}
+	arena := ""
 	if b.arena {
-		d.arena = string(data)
+		arena = string(data)
 	}
-	if err := b.op.dec(&d, reflect.ValueOf(dst).Elem()); err != nil {
+	return b.decodeArena(&binDecoder{}, data, arena, dst)
+}
+
+// decodeArena is decodeInto taking strings from arena, a string holding
+// data's bytes ("" allocates each string). d is scratch space: a decoder
+// escapes to the heap (the ops are func values), so a caller decoding many
+// objects passes one.
+func (b *Binary[T]) decodeArena(d *binDecoder, data []byte, arena string, dst *T) error {
+	*d = binDecoder{buf: data, size: len(data), arena: arena}
+	if err := b.op.dec(d, reflect.ValueOf(dst).Elem()); err != nil {
 		return err
 	}
 	if len(d.buf) != 0 {

@@ -73,7 +73,7 @@ func BenchmarkCheckpoint(b *testing.B) {
 					"org":  func(o ckptRow) ([]string, error) { return []string{o.Org}, nil },
 					"team": func(o ckptRow) ([]string, error) { return []string{o.Team}, nil },
 				})
-				if ok, _ := s.loadEmpty(l.n, l.all); !ok {
+				if ok, _ := s.loadEmpty(l.base); !ok {
 					b.Fatal("not loaded")
 				}
 			}

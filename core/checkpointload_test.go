@@ -46,13 +46,6 @@ func TestIndexerLoadEmptyMatchesAdd(t *testing.T) {
 		}
 		keys, objs = append(keys, fmt.Sprintf("k%d", i)), append(objs, o)
 	}
-	all := func(yield func(string, obj) bool) {
-		for i := range keys {
-			if !yield(keys[i], objs[i]) {
-				return
-			}
-		}
-	}
 	want := NewIndexer(indexers)
 	wantSkipped := 0
 	for i := range keys {
@@ -61,7 +54,7 @@ func TestIndexerLoadEmptyMatchesAdd(t *testing.T) {
 		}
 	}
 	got := NewIndexer(indexers)
-	ok, skipped := got.loadEmpty(len(keys), all)
+	ok, skipped := got.loadEmpty(mustBase(t, keys, objs, 4))
 	if !ok {
 		t.Fatal("loadEmpty refused an empty indexer")
 	}
@@ -111,16 +104,11 @@ func TestIndexerLoadEmptyMatchesAdd(t *testing.T) {
 	}
 
 	// Not empty: nothing changes.
-	if ok, _ := got.loadEmpty(1, func(yield func(string, obj) bool) { yield("new", obj{}) }); ok {
+	if ok, _ := got.loadEmpty(mustBase(t, []string{"new"}, []obj{{}}, 4)); ok {
 		t.Error("loadEmpty loaded into a non-empty indexer")
 	}
 	if _, ok := got.Get("new"); ok {
 		t.Error("a refused load changed the indexer")
-	}
-	// A repeated key is refused (the caller falls back to Replace).
-	dup := func(yield func(string, obj) bool) { _ = yield("a", obj{}) && yield("a", obj{}) }
-	if ok, _ := NewIndexer(indexers).loadEmpty(2, dup); ok {
-		t.Error("loadEmpty took a repeated key")
 	}
 }
 

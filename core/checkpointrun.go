@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -108,9 +109,9 @@ func (i *SharedIndexInformer[T]) saveCheckpoint(ctx context.Context, c *checkpoi
 	}
 	var keys []string
 	var objs []T
-	i.indexer.snapshot(func(items map[string]T) {
-		keys, objs = make([]string, 0, len(items)), make([]T, 0, len(items))
-		for k, o := range items {
+	i.indexer.snapshot(func(n int, all iter.Seq2[string, T]) {
+		keys, objs = make([]string, 0, n), make([]T, 0, n)
+		for k, o := range all {
 			keys = append(keys, k)
 			objs = append(objs, o)
 		}
@@ -251,7 +252,7 @@ func (i *SharedIndexInformer[T]) loadCheckpoint(ctx context.Context, rv Resource
 	var skipped map[string]error
 	if !q.loadList(rv, func() bool {
 		var ok bool
-		ok, skipped = i.indexer.loadEmpty(objs.n, objs.all)
+		ok, skipped = i.indexer.loadEmpty(objs.base)
 		return ok
 	}) {
 		return false

@@ -62,7 +62,12 @@ func FuzzIndexer(f *testing.F) {
 				}
 				if s.Len() == 0 && val%2 == 0 {
 					// A warm start's one-pass load into an empty cache.
-					if ok, skipped := s.loadEmpty(len(m), maps.All(m)); !ok || skipped != nil {
+					keys := slices.Collect(maps.Keys(m))
+					objs := make([][]string, len(keys))
+					for k, key := range keys {
+						objs[k] = m[key]
+					}
+					if ok, skipped := s.loadEmpty(mustBase(t, keys, objs, 1)); !ok || skipped != nil {
 						t.Fatalf("loadEmpty into an empty indexer: %v, %v", ok, skipped)
 					}
 				} else {

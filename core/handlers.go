@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -184,10 +185,10 @@ func (i *SharedIndexInformer[T]) AddEventHandlerWithOptions(h ResourceEventHandl
 	i.handleMu.Lock()
 	// Replay the cache so the new handler starts from the same state as
 	// the others; nothing is applied meanwhile (handleMu).
-	i.indexer.snapshot(func(items map[string]T) {
-		if n := len(items); n > 0 {
+	i.indexer.snapshot(func(n int, all iter.Seq2[string, T]) {
+		if n > 0 {
 			l.buf = make([]notification[T], 0, n)
-			for k, v := range items {
+			for k, v := range all {
 				l.buf = append(l.buf, notification[T]{kind: noteAdd, flag: true, key: k, obj: v})
 			}
 			l.initialPending = n

@@ -3,6 +3,7 @@ package core
 import (
 	"errors"
 	"fmt"
+	"iter"
 	"sort"
 	"sync"
 )
@@ -43,7 +44,7 @@ func unknownIndex(name string) error { return fmt.Errorf("%w %q", ErrUnknownInde
 // disagree with the source.
 type Indexer[T any] struct {
 	mu       sync.RWMutex
-	items    map[string]T
+	items    items[T]
 	indexers Indexers[T]
 	// indices[name][value] is the set of ids of keys whose object has
 	// that value; keys names the ids (see indexset.go).
@@ -75,7 +76,7 @@ var _ KeyLister[int] = (*Indexer[int])(nil)
 // means none).
 func NewIndexer[T any](indexers Indexers[T]) *Indexer[T] {
 	s := &Indexer[T]{
-		items:    make(map[string]T),
+		items:    newItems[T](0),
 		indexers: Indexers[T]{},
 		indices:  map[string]index{},
 		keys:     &keyTable{},
@@ -108,7 +109,7 @@ func (s *Indexer[T]) Delete(key string) error {
 // Get returns the object under key.
 func (s *Indexer[T]) Get(key string) (T, bool) {
 	s.mu.RLock()
-	obj, ok := s.items[key]
+	obj, ok := s.items.get(key)
 	s.mu.RUnlock()
 	return obj, ok
 }
@@ -117,15 +118,15 @@ func (s *Indexer[T]) Get(key string) (T, bool) {
 func (s *Indexer[T]) Len() int {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return len(s.items)
+	return s.items.len()
 }
 
 // List returns every object, in no particular order.
 func (s *Indexer[T]) List() []T {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	out := make([]T, 0, len(s.items))
-	for _, obj := range s.items {
+	out := make([]T, 0, s.items.len())
+	for _, obj := range s.items.all {
 		out = append(out, obj)
 	}
 	return out
@@ -135,8 +136,8 @@ func (s *Indexer[T]) List() []T {
 func (s *Indexer[T]) ListKeys() []string {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	out := make([]string, 0, len(s.items))
-	for key := range s.items {
+	out := make([]string, 0, s.items.len())
+	for key := range s.items.all {
 		out = append(out, key)
 	}
 	return out
@@ -148,7 +149,7 @@ func (s *Indexer[T]) ListKeys() []string {
 func (s *Indexer[T]) Range(f func(key string, obj T) bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	for k, v := range s.items {
+	for k, v := range s.items.all {
 		if !f(k, v) {
 			return
 		}
@@ -161,8 +162,7 @@ type indexTx[T any] struct{ s *Indexer[T] }
 
 // get returns the object under key.
 func (tx indexTx[T]) get(key string) (T, bool) {
-	obj, ok := tx.s.items[key]
-	return obj, ok
+	return tx.s.items.get(key)
 }
 
 // put stores obj under key and returns what was there. On an index error
@@ -184,12 +184,12 @@ func (s *Indexer[T]) update(f func(tx indexTx[T])) {
 	f(indexTx[T]{s})
 }
 
-// snapshot runs f under the read lock with the current content; f must not
-// retain the map or write to the indexer.
-func (s *Indexer[T]) snapshot(f func(items map[string]T)) {
+// snapshot runs f under the read lock with the number of objects and a
+// walk over them; f must not retain the walk or write to the indexer.
+func (s *Indexer[T]) snapshot(f func(n int, all iter.Seq2[string, T])) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	f(s.items)
+	f(s.items.len(), s.items.all)
 }
 
 // replace swaps the whole content for items (key → object) and rebuilds
@@ -220,9 +220,9 @@ func (s *Indexer[T]) replace(items map[string]T) error {
 			}
 		}
 	}
-	copied := make(map[string]T, len(items))
+	copied := newItems[T](len(items))
 	for k, v := range items {
-		copied[k] = v
+		copied.set(k, v)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -281,7 +281,7 @@ func (s *Indexer[T]) Index(indexName string, obj T) ([]T, error) {
 	}
 	out := make([]T, 0, len(ids))
 	for id := range ids {
-		out = append(out, s.items[s.keys.key(id)])
+		out = append(out, s.items.at(s.keys.key(id)))
 	}
 	return out, nil
 }
@@ -304,12 +304,12 @@ func (s *Indexer[T]) objectsLocked(idx index, value string) []T {
 		return []T{}
 	}
 	if vs.set == nil {
-		return []T{s.items[s.keys.key(vs.one-1)]}
+		return []T{s.items.at(s.keys.key(vs.one - 1))}
 	}
 	out := make([]T, 0, vs.set.n)
 	for _, v := range vs.set.slots {
 		if v != emptySlot && v != tombSlot {
-			out = append(out, s.items[s.keys.key(v-1)])
+			out = append(out, s.items.at(s.keys.key(v-1)))
 		}
 	}
 	return out
@@ -377,7 +377,7 @@ func (s *Indexer[T]) AddIndexers(newIndexers Indexers[T]) error {
 	}
 	computed := make(map[string][]filed, len(newIndexers))
 	for name, f := range newIndexers {
-		for key, obj := range s.items {
+		for key, obj := range s.items.all {
 			vals, err := indexValuesOf(f, obj)
 			if err != nil {
 				return &IndexError{Index: name, Key: key, Err: err}

@@ -1,7 +1,6 @@
 package core
 
 import (
-	"iter"
 	"maps"
 	"slices"
 )
@@ -13,9 +12,9 @@ import (
 // is computed before anything changes, so a failing index function leaves
 // the store as it was.
 func (s *Indexer[T]) putLocked(key string, obj T) (old T, existed bool, err error) {
-	old, existed = s.items[key]
+	old, existed = s.items.get(key)
 	if len(s.indexers) == 0 {
-		s.items[key] = obj
+		s.items.set(key, obj)
 		return old, existed, nil
 	}
 	// Up to four indexes keep their values on the stack.
@@ -73,7 +72,7 @@ func (s *Indexer[T]) putLocked(key string, obj T) (old T, existed bool, err erro
 			s.keys.release(id)
 		}
 	}
-	s.items[key] = obj
+	s.items.set(key, obj)
 	return old, existed, nil
 }
 
@@ -117,7 +116,7 @@ type indexValues struct {
 }
 
 func (s *Indexer[T]) deleteLocked(key string) (old T, existed bool, err error) {
-	old, existed = s.items[key]
+	old, existed = s.items.get(key)
 	if !existed {
 		return old, false, nil
 	}
@@ -153,7 +152,7 @@ func (s *Indexer[T]) deleteLocked(key string) (old T, existed bool, err error) {
 			s.keys.release(id)
 		}
 	}
-	delete(s.items, key)
+	s.items.del(key)
 	return old, true, err
 }
 
@@ -169,21 +168,20 @@ func sameValues(a, b []string) bool {
 	return true
 }
 
-// loadEmpty fills an empty indexer with the n objects of all in one pass:
-// the map and the indexes are built aside, pre-sized, and swapped in under
-// the write lock, so readers see nothing or everything. It returns false,
-// changing nothing, when the indexer is not empty or all repeats a key. An
-// object whose index function fails is left out, its error in skipped
-// (keyed by its key), as a listed object would be.
-func (s *Indexer[T]) loadEmpty(n int, all iter.Seq2[string, T]) (ok bool, skipped map[string]error) {
+// loadEmpty makes base, a checkpoint's objects, the content of an empty
+// indexer: the indexes are built aside in one pass and swapped in with it
+// under the write lock, so readers see nothing or everything. It returns
+// false, changing nothing, when the indexer is not empty. An object whose
+// index function fails is left out (its position in base marked dead), its
+// error in skipped (keyed by its key), as a listed object would be.
+func (s *Indexer[T]) loadEmpty(base *itemBase[T]) (ok bool, skipped map[string]error) {
 	for {
 		s.mu.RLock()
-		fns, empty := slices.Clone(s.fns), len(s.items) == 0
+		fns, empty := slices.Clone(s.fns), s.items.len() == 0
 		s.mu.RUnlock()
 		if !empty {
 			return false, nil
 		}
-		items := make(map[string]T, n)
 		kt := &keyTable{}
 		indices := make(map[string]index, len(fns))
 		for k := range fns {
@@ -191,41 +189,44 @@ func (s *Indexer[T]) loadEmpty(n int, all iter.Seq2[string, T]) (ok bool, skippe
 			indices[fns[k].name] = fns[k].idx
 		}
 		skipped = nil
-		vals := make([][]string, len(fns))
-	objects:
-		for key, obj := range all {
-			for k, fn := range fns {
-				v, err := indexValuesOf(fn.f, obj)
-				if err != nil {
-					if skipped == nil {
-						skipped = map[string]error{}
+		var left []int // positions of skipped objects
+		if len(fns) > 0 {
+			vals := make([][]string, len(fns))
+			pos := 0
+			for _, p := range base.pages {
+			objects:
+				for i, key := range p.keys {
+					for k, fn := range fns {
+						v, err := indexValuesOf(fn.f, p.objs[i])
+						if err != nil {
+							if skipped == nil {
+								skipped = map[string]error{}
+							}
+							skipped[key] = &IndexError{Index: fn.name, Key: key, Err: err}
+							left = append(left, pos+i)
+							continue objects
+						}
+						vals[k] = v
 					}
-					skipped[key] = &IndexError{Index: fn.name, Key: key, Err: err}
-					continue objects
-				}
-				vals[k] = v
-			}
-			if _, dup := items[key]; dup {
-				return false, nil
-			}
-			h, id, hasID := uint32(0), uint32(0), false
-			for k, fn := range fns {
-				for _, x := range vals[k] {
-					if !hasID {
-						h = keyHash(key)
-						id, hasID = kt.alloc(key, h), true
+					h, id, hasID := uint32(0), uint32(0), false
+					for k, fn := range fns {
+						for _, x := range vals[k] {
+							if !hasID {
+								h = keyHash(key)
+								id, hasID = kt.alloc(key, h), true
+							}
+							fn.idx.add(x, h, id, kt)
+						}
 					}
-					fn.idx.add(x, h, id, kt)
+					if hasID {
+						kt.release(id)
+					}
 				}
+				pos += len(p.keys)
 			}
-			if hasID {
-				kt.release(id)
-			}
-			items[key] = obj
 		}
-		clear(vals)
 		s.mu.Lock()
-		if len(s.items) != 0 {
+		if s.items.len() != 0 {
 			s.mu.Unlock()
 			return false, nil
 		}
@@ -234,7 +235,12 @@ func (s *Indexer[T]) loadEmpty(n int, all iter.Seq2[string, T]) (ok bool, skippe
 			s.mu.Unlock()
 			continue
 		}
-		s.items, s.indices, s.keys = items, indices, kt
+		for _, pos := range left {
+			// Not let go of: the caller may still be reading the pages.
+			base.markDead(pos)
+		}
+		s.items = items[T]{m: map[string]T{}, base: base}
+		s.indices, s.keys = indices, kt
 		s.refreshFns()
 		s.mu.Unlock()
 		return true, skipped
@@ -257,7 +263,7 @@ func (s *Indexer[T]) reserve(n int64) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.items) == 0 {
-		s.items = make(map[string]T, min(n, maxReserve))
+	if s.items.len() == 0 {
+		s.items = newItems[T](int(min(n, maxReserve)))
 	}
 }
