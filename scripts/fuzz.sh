@@ -17,6 +17,7 @@ minimize=${FUZZ_MINIMIZE:-100x}
 GO=${GO:-go}
 targets=(
   "./core FuzzIndexer"
+  "./core FuzzItems"
   "./core FuzzQueues"
   "./core/workqueue FuzzQueue"
   "./adapters/postgres FuzzNumericText"
