@@ -8,6 +8,7 @@ import (
 	"math"
 	"reflect"
 	"strings"
+	"unsafe"
 )
 
 // Binary is a compact binary Codec for plain Go data, compiled once per
@@ -80,7 +81,13 @@ func (b *Binary[T]) decodeInto(data []byte, dst *T) error {
 // objects passes one.
 func (b *Binary[T]) decodeArena(d *binDecoder, data []byte, arena string, dst *T) error {
 	*d = binDecoder{buf: data, size: len(data), arena: arena}
-	if err := b.op.dec(d, reflect.ValueOf(dst).Elem()); err != nil {
+	var err error
+	if b.op.decPtr != nil {
+		err = b.op.decPtr(d, unsafe.Pointer(dst))
+	} else {
+		err = b.op.dec(d, reflect.ValueOf(dst).Elem())
+	}
+	if err != nil {
 		return err
 	}
 	if len(d.buf) != 0 {
@@ -94,6 +101,10 @@ var _ Codec[int] = (*Binary[int])(nil)
 type binOp struct {
 	enc func(dst []byte, v reflect.Value) ([]byte, error)
 	dec func(d *binDecoder, v reflect.Value) error
+	// decPtr is dec writing through a pointer to the value, for plain
+	// kinds and structs (whose other fields it decodes with dec): no
+	// reflect.Value per field, which was most of a warm start's decoding.
+	decPtr func(d *binDecoder, p unsafe.Pointer) error
 }
 
 type binDecoder struct {
@@ -188,6 +199,15 @@ func (c *binCompiler) compile(t reflect.Type, path string) (*binOp, error) {
 		}), nil
 	}
 	fmt.Fprintf(&c.schema, "%s;", t.Kind())
+	op, err := c.compileKind(t, path)
+	if op != nil && op.decPtr == nil {
+		op.decPtr = plainDecoder(t)
+	}
+	return op, err
+}
+
+// compileKind compiles a type that has no marshaler, by its kind.
+func (c *binCompiler) compileKind(t reflect.Type, path string) (*binOp, error) {
 	switch t.Kind() {
 	case reflect.Bool:
 		return &binOp{
@@ -423,8 +443,10 @@ func (c *binCompiler) sliceOp(t reflect.Type, path string) (*binOp, error) {
 
 func (c *binCompiler) structOp(t reflect.Type, path string) (*binOp, error) {
 	type field struct {
-		index int
-		op    *binOp
+		index  int
+		offset uintptr
+		typ    reflect.Type
+		op     *binOp
 	}
 	c.busy[t] = true
 	defer delete(c.busy, t)
@@ -440,7 +462,7 @@ func (c *binCompiler) structOp(t reflect.Type, path string) (*binOp, error) {
 		if err != nil {
 			return nil, err
 		}
-		fields = append(fields, field{i, op})
+		fields = append(fields, field{i, f.Offset, f.Type, op})
 	}
 	c.schema.WriteString("};")
 	return &binOp{
@@ -460,5 +482,107 @@ func (c *binCompiler) structOp(t reflect.Type, path string) (*binOp, error) {
 			}
 			return nil
 		},
+		decPtr: func(d *binDecoder, p unsafe.Pointer) error {
+			for _, f := range fields {
+				fp := unsafe.Add(p, f.offset)
+				var err error
+				if f.op.decPtr != nil {
+					err = f.op.decPtr(d, fp)
+				} else {
+					err = f.op.dec(d, reflect.NewAt(f.typ, fp).Elem())
+				}
+				if err != nil {
+					return err
+				}
+			}
+			return nil
+		},
 	}, nil
+}
+
+// plainDecoder is decPtr for the plain kinds (nil for others): the same
+// encodings and checks as their dec.
+func plainDecoder(t reflect.Type) func(d *binDecoder, p unsafe.Pointer) error {
+	bits := uint(t.Size() * 8)
+	switch t.Kind() {
+	case reflect.Bool:
+		return func(d *binDecoder, p unsafe.Pointer) error {
+			if len(d.buf) == 0 || d.buf[0] > 1 {
+				return errBinShort
+			}
+			*(*bool)(p) = d.buf[0] == 1
+			d.buf = d.buf[1:]
+			return nil
+		}
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return func(d *binDecoder, p unsafe.Pointer) error {
+			x, err := d.varint()
+			if err != nil {
+				return err
+			}
+			if x<<(64-bits)>>(64-bits) != x {
+				return fmt.Errorf("dbinformer: binary codec: %d overflows %s", x, t)
+			}
+			switch bits {
+			case 8:
+				*(*int8)(p) = int8(x)
+			case 16:
+				*(*int16)(p) = int16(x)
+			case 32:
+				*(*int32)(p) = int32(x)
+			default:
+				*(*int64)(p) = x
+			}
+			return nil
+		}
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return func(d *binDecoder, p unsafe.Pointer) error {
+			x, err := d.uvarint()
+			if err != nil {
+				return err
+			}
+			if x<<(64-bits)>>(64-bits) != x {
+				return fmt.Errorf("dbinformer: binary codec: %d overflows %s", x, t)
+			}
+			switch bits {
+			case 8:
+				*(*uint8)(p) = uint8(x)
+			case 16:
+				*(*uint16)(p) = uint16(x)
+			case 32:
+				*(*uint32)(p) = uint32(x)
+			default:
+				*(*uint64)(p) = x
+			}
+			return nil
+		}
+	case reflect.Float32, reflect.Float64:
+		return func(d *binDecoder, p unsafe.Pointer) error {
+			if len(d.buf) < 8 {
+				return errBinShort
+			}
+			f := math.Float64frombits(binary.LittleEndian.Uint64(d.buf))
+			if bits == 32 {
+				*(*float32)(p) = float32(f)
+			} else {
+				*(*float64)(p) = f
+			}
+			d.buf = d.buf[8:]
+			return nil
+		}
+	case reflect.String:
+		return func(d *binDecoder, p unsafe.Pointer) error {
+			b, err := d.bytes()
+			switch {
+			case err != nil:
+			case d.arena != "":
+				end := d.size - len(d.buf)
+				*(*string)(p) = d.arena[end-len(b) : end]
+			default:
+				*(*string)(p) = string(b)
+			}
+			return err
+		}
+	}
+	return nil
 }

@@ -209,3 +209,64 @@ func ExampleNewBinary() {
 	// 9 7 ada [10 20] true
 	// true
 }
+
+// A value that does not fit the field it decodes into is an error, for
+// each width (the fields of a struct decode through pointers, a bare value
+// through reflection: both check).
+func TestBinaryOverflow(t *testing.T) {
+	type wide struct {
+		I int64
+		U uint64
+	}
+	enc, err := core.NewBinary[wide]()
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(name string, decode func([]byte) error) {
+		t.Helper()
+		for _, w := range []wide{{I: 1 << 40}, {I: -1 << 40}, {U: 1 << 40}} {
+			data, _ := enc.Encode(w)
+			if err := decode(data); err == nil || !strings.Contains(err.Error(), "overflows") {
+				t.Errorf("%s from %+v: %v, want an overflow", name, w, err)
+			}
+		}
+		data, _ := enc.Encode(wide{I: -5, U: 7})
+		if err := decode(data); err != nil {
+			t.Errorf("%s from {-5 7}: %v", name, err)
+		}
+	}
+	check("int8/uint8", func(b []byte) error {
+		_, err := decodeWith[struct {
+			I int8
+			U uint8
+		}](b)
+		return err
+	})
+	check("int16/uint16", func(b []byte) error {
+		_, err := decodeWith[struct {
+			I int16
+			U uint16
+		}](b)
+		return err
+	})
+	check("int32/uint32", func(b []byte) error {
+		_, err := decodeWith[struct {
+			I int32
+			U uint32
+		}](b)
+		return err
+	})
+	one, _ := enc.Encode(wide{I: 1 << 40})
+	if _, err := decodeWith[[2]int32](one); err == nil {
+		t.Error("an array element took an overflowing value")
+	}
+}
+
+func decodeWith[T any](data []byte) (T, error) {
+	c, err := core.NewBinary[T]()
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return c.Decode(data)
+}
