@@ -33,7 +33,15 @@ type Binary[T any] struct {
 	// copy of its encoding (T holds no byte slice, whose bytes the copy
 	// would hold twice). An object's strings live and die with it.
 	arena bool
+	// trusted: every marshaler in T is the standard library's, so that
+	// the codec decodes whatever it encoded.
+	trusted bool
 }
+
+// total reports whether b decodes whatever it encoded: T uses no
+// marshaler from outside the standard library, whose decoding could refuse
+// its own encoding.
+func (b *Binary[T]) total() bool { return b.trusted }
 
 // NewBinary returns the Binary codec of T, or an error naming the first
 // part of T it cannot encode.
@@ -44,7 +52,7 @@ func NewBinary[T any]() (*Binary[T], error) {
 	if err != nil {
 		return nil, fmt.Errorf("dbinformer: binary codec of %s: %w", t, err)
 	}
-	return &Binary[T]{op: op, schema: c.schema.String(), arena: !c.bytes}, nil
+	return &Binary[T]{op: op, schema: c.schema.String(), arena: !c.bytes, trusted: !c.foreign}, nil
 }
 
 // Schema describes the encoding's layout (field names and kinds); two
@@ -171,10 +179,18 @@ var (
 	gobCoderType     = reflect.TypeFor[gobCoder]()
 )
 
+// stdMarshaler: packages of the standard library whose marshalers Binary
+// uses (time.Time, netip.Addr, big.Int and big.Float...), which decode
+// whatever they encoded.
+var stdMarshaler = map[string]bool{"time": true, "net/netip": true, "math/big": true}
+
 type binCompiler struct {
 	busy   map[reflect.Type]bool
 	schema strings.Builder
 	bytes  bool // T holds a byte slice
+	// foreign: T holds a type with a marshaler from outside the
+	// standard library.
+	foreign bool
 }
 
 func (c *binCompiler) compile(t reflect.Type, path string) (*binOp, error) {
@@ -182,6 +198,9 @@ func (c *binCompiler) compile(t reflect.Type, path string) (*binOp, error) {
 		return nil, fmt.Errorf("%s: recursive type %s", path, t)
 	}
 	pt := reflect.PointerTo(t)
+	if (pt.Implements(binMarshalerType) && pt.Implements(binUnmarshalType) || pt.Implements(gobCoderType)) && !stdMarshaler[t.PkgPath()] {
+		c.foreign = true
+	}
 	switch {
 	case pt.Implements(binMarshalerType) && pt.Implements(binUnmarshalType):
 		c.schema.WriteString(t.String() + ":bin;")

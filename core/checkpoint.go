@@ -53,9 +53,13 @@ type CodecProvider[T any] interface {
 // Restorer is implemented by a ListerWatcher that parks state between
 // watches (see "State parked between watches" in the contract) and can
 // rebuild it from the objects of a checkpoint. A warm start calls Restore
-// with the loaded objects before Watch(from rv); the adapter parks what it
-// needs at exactly rv. An error makes the informer relist (reporting the
-// error), with the loaded objects still served meanwhile. A ListerWatcher
+// as soon as the checkpoint's header gives rv, while the objects are still
+// being read, and before Watch(from rv); the adapter parks what it needs
+// at exactly rv. Ranging over objects waits until they are loaded, and
+// yields none if the checkpoint turns out unusable: the informer then
+// lists instead, as after a cold start. An error from Restore makes the
+// informer relist (reporting the error), with the loaded objects still
+// served meanwhile. A ListerWatcher
 // whose Watch(from) needs no parked state (etcd, Kubernetes, NATS, which
 // rebuild it from the source) does not implement it.
 type Restorer[T any] interface {

@@ -27,9 +27,10 @@ func ckptRows(n int) ([]string, []ckptRow) {
 }
 
 // BenchmarkCheckpoint measures a checkpoint of 100,000 rows (10,000 under
-// -short): save (encode, to memory), decode, and load (decode and fill an
-// empty indexer with two indexes), with the JSON and the Binary codec. Per
-// op: the whole checkpoint.
+// -short): save (encode, to memory), decode, lazy (decode for a lazy load:
+// the keys only, with Binary), and load (decode and fill an empty indexer
+// with two indexes), with the JSON and the Binary codec. Per op: the whole
+// checkpoint.
 func BenchmarkCheckpoint(b *testing.B) {
 	n := 100_000
 	if testing.Short() {
@@ -58,14 +59,21 @@ func BenchmarkCheckpoint(b *testing.B) {
 		})
 		b.Run(c.name+"/decode", func(b *testing.B) {
 			for b.Loop() {
-				if _, _, err := decodeCheckpoint(bytes.NewReader(buf.Bytes()), c.codec, "x"); err != nil {
+				if _, _, err := decodeCheckpoint(bytes.NewReader(buf.Bytes()), c.codec, "x", false, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(c.name+"/lazy", func(b *testing.B) {
+			for b.Loop() {
+				if _, _, err := decodeCheckpoint(bytes.NewReader(buf.Bytes()), c.codec, "x", true, nil); err != nil {
 					b.Fatal(err)
 				}
 			}
 		})
 		b.Run(c.name+"/load", func(b *testing.B) {
 			for b.Loop() {
-				_, l, err := decodeCheckpoint(bytes.NewReader(buf.Bytes()), c.codec, "x")
+				_, l, err := decodeCheckpoint(bytes.NewReader(buf.Bytes()), c.codec, "x", false, nil)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -126,23 +128,89 @@ func TestCheckpointFormatCodecs(t *testing.T) {
 		if err := encodeCheckpoint(&buf, c, "x", 9, keys, objs); err != nil {
 			t.Fatal(err)
 		}
-		rv, l, err := decodeCheckpoint(bytes.NewReader(buf.Bytes()), c, "x")
-		if err != nil || rv != 9 || l.n != len(keys) {
-			t.Fatalf("%T: rv %d, %v objects, %v", c, rv, l, err)
-		}
-		n := 0
-		for k, o := range l.all {
-			if k != keys[n] || o != objs[n] {
-				t.Fatalf("%T: object %d: %s %+v, want %s %+v", c, n, k, o, keys[n], objs[n])
+		for _, lazy := range []bool{false, true} {
+			rv, l, err := decodeCheckpoint(bytes.NewReader(buf.Bytes()), c, "x", lazy, nil)
+			if err != nil || rv != 9 || l.n != len(keys) {
+				t.Fatalf("%T: rv %d, %v objects, %v", c, rv, l, err)
 			}
-			n++
+			decoded := 0
+			for _, p := range l.parts {
+				if p.page.objs.Load() != nil {
+					decoded++
+				}
+			}
+			// Only Binary decodes lazily: JSON may refuse what it wrote.
+			want := len(l.parts)
+			if lazy && c == Codec[ckptRow](bin) {
+				want = 0
+			}
+			if decoded != want {
+				t.Errorf("%T lazy=%v: %d of %d pages decoded", c, lazy, decoded, want)
+			}
+			n := 0
+			for k, o := range l.all {
+				if k != keys[n] || o != objs[n] {
+					t.Fatalf("%T: object %d: %s %+v, want %s %+v", c, n, k, o, keys[n], objs[n])
+				}
+				n++
+			}
+			for k, key := range keys {
+				if pos, ok := l.base.find(key); !ok || *l.base.obj(pos) != objs[k] {
+					t.Fatalf("%T: base find(%s) = %d, %v", c, key, pos, ok)
+				}
+			}
 		}
 		var other Codec[ckptRow] = bin
 		if c == other {
 			other = JSON[ckptRow]{}
 		}
-		if _, _, err := decodeCheckpoint(bytes.NewReader(buf.Bytes()), other, "x"); err == nil || !strings.Contains(err.Error(), "written with codec") {
+		if _, _, err := decodeCheckpoint(bytes.NewReader(buf.Bytes()), other, "x", true, nil); err == nil || !strings.Contains(err.Error(), "written with codec") {
 			t.Errorf("%T checkpoint read with %T: %v, want a codec mismatch", c, other, err)
+		}
+	}
+}
+
+// A checkpoint read from a file loads, eagerly or lazily, and a repeated
+// key is refused.
+func TestCheckpointFromFile(t *testing.T) {
+	keys, objs := ckptRows(3*checkpointChunk + 7)
+	bin, err := NewBinary[ckptRow]()
+	if err != nil {
+		t.Fatal(err)
+	}
+	load := func(keys []string, lazy bool) (*loaded[ckptRow], error) {
+		t.Helper()
+		path := filepath.Join(t.TempDir(), "c")
+		f, err := os.Create(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := encodeCheckpoint(f, Codec[ckptRow](bin), "x", 3, keys, objs[:len(keys)]); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		f, err = os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		_, l, err := decodeCheckpoint(f, Codec[ckptRow](bin), "x", lazy, nil)
+		return l, err
+	}
+	for _, lazy := range []bool{false, true} {
+		l, err := load(keys, lazy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, key := range keys {
+			if pos, ok := l.base.find(key); !ok || *l.base.obj(pos) != objs[k] {
+				t.Fatalf("lazy=%v: find(%s) = %d, %v", lazy, key, pos, ok)
+			}
+		}
+		dup := slices.Clone(keys)
+		dup[len(dup)-1] = dup[5]
+		if _, err := load(dup, lazy); err == nil || !strings.Contains(err.Error(), "twice") {
+			t.Errorf("lazy=%v: a repeated key: %v", lazy, err)
 		}
 	}
 }

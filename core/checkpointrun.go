@@ -176,9 +176,71 @@ func (i *SharedIndexInformer[T]) warmStart(ctx context.Context, c *checkpointer[
 		}
 		return 0, false, false
 	}
-	rv, objs, err := decodeCheckpoint(rc, c.codec, c.name)
+	// Objects nothing needs at once are decoded when first read: no
+	// handler waits for initial adds and no index function for values.
+	i.handleMu.RLock()
+	lazy := len(i.listeners) == 0
+	i.handleMu.RUnlock()
+	lazy = lazy && len(i.indexer.GetIndexers()) == 0
+
+	// Once the header names the version, the source restores its state
+	// for it and its head is read, while the objects are read and decoded:
+	// both wait on the network. Restore's objects wait for the decoding,
+	// and are none if the checkpoint turns out unusable (the informer then
+	// lists, which replaces whatever Restore set up).
+	var (
+		objs        *loaded[T]
+		decoded     = make(chan struct{})
+		restoreErr  error
+		restored    = make(chan struct{})
+		head        ResourceVersion
+		headOK      bool
+		headRead    = make(chan struct{})
+		began       bool
+		hctx, hstop = context.WithCancel(ctx)
+	)
+	defer hstop()
+	onHeader := func(rv ResourceVersion) {
+		began = true
+		go func() {
+			defer close(headRead)
+			head, headOK = i.readHead(hctx, rv)
+		}()
+		r, ok := i.lw.(Restorer[T])
+		if !ok {
+			close(restored)
+			return
+		}
+		go func() {
+			defer close(restored)
+			restoreErr = r.Restore(ctx, rv, func(yield func(string, T) bool) {
+				<-decoded
+				if objs != nil {
+					objs.all(yield)
+				}
+			})
+		}()
+	}
+	rv, l, err := decodeCheckpoint(rc, c.codec, c.name, lazy, onHeader)
 	rc.Close()
+	if err == nil {
+		objs = l
+	}
+	close(decoded)
+	// wait ends what onHeader started; the head is waited for only when
+	// it is needed.
+	wait := func(needHead bool) {
+		if !began {
+			return
+		}
+		<-restored
+		if !needHead {
+			hstop()
+		}
+		<-headRead
+	}
 	if err != nil {
+		wait(false)
 		if ctx.Err() == nil {
 			i.rep.report(ctx, &CheckpointError{Name: c.name, Op: "load", Err: err})
 		}
@@ -186,20 +248,6 @@ func (i *SharedIndexInformer[T]) warmStart(ctx context.Context, c *checkpointer[
 	}
 	ws.from = rv
 	i.warm.Store(ws)
-	// The source restores its state from the objects while the cache
-	// loads them: both only read them, and a source's restore (the
-	// Postgres replication session) waits on the network.
-	var restoreErr error
-	restored := make(chan struct{})
-	r, restorer := i.lw.(Restorer[T])
-	if restorer {
-		go func() {
-			defer close(restored)
-			restoreErr = r.Restore(ctx, rv, objs.all)
-		}()
-	} else {
-		close(restored)
-	}
 	if !i.loadCheckpoint(ctx, rv, objs) {
 		// The cache holds a previous run's objects: the checkpoint
 		// replaces them like a list, which tells handlers the
@@ -214,7 +262,7 @@ func (i *SharedIndexInformer[T]) warmStart(ctx context.Context, c *checkpointer[
 		})
 		if err != nil {
 			// Only ctx ends a Replace that lists from memory.
-			<-restored
+			wait(false)
 			return 0, false, false
 		}
 	}
@@ -222,15 +270,14 @@ func (i *SharedIndexInformer[T]) warmStart(ctx context.Context, c *checkpointer[
 	c.saved, c.wrote = rv, true
 	c.mu.Unlock()
 	<-restored
-	watch = true
-	if restoreErr != nil {
-		watch = false
-		if ctx.Err() == nil {
-			i.rep.report(ctx, fmt.Errorf("%s: restore the source's state at checkpoint version %d (relisting instead): %w", i.name, rv, restoreErr))
-		}
+	watch = restoreErr == nil
+	if !watch && ctx.Err() == nil {
+		i.rep.report(ctx, fmt.Errorf("%s: restore the source's state at checkpoint version %d (relisting instead): %w", i.name, rv, restoreErr))
 	}
-	if watch {
-		i.readHead(ctx, ws)
+	wait(watch)
+	if watch && headOK {
+		ws.target.Store(uint64(head))
+		ws.known.Store(true)
 	}
 	return rv, watch, true
 }
@@ -284,26 +331,23 @@ func (i *SharedIndexInformer[T]) loadCheckpoint(ctx context.Context, rv Resource
 	return true
 }
 
-// readHead sets the version a warm start must reach to be synced: the
-// source's head (HeadReader), or the checkpoint's own version for a source
-// that cannot tell its head.
-func (i *SharedIndexInformer[T]) readHead(ctx context.Context, ws *warmState) {
+// readHead returns the version a warm start from checkpoint version from
+// must reach to be synced: the source's head (HeadReader), or from itself
+// for a source that cannot tell its head. It retries until ctx ends
+// (false).
+func (i *SharedIndexInformer[T]) readHead(ctx context.Context, from ResourceVersion) (ResourceVersion, bool) {
 	h, ok := i.lw.(HeadReader)
 	if !ok {
-		ws.target.Store(uint64(ws.from))
-		ws.known.Store(true)
-		return
+		return from, true
 	}
 	bo := newBackoffState(i.opts.Backoff, i.clk)
 	for ctx.Err() == nil {
 		head, err := h.Head(ctx)
 		if err == nil {
-			ws.target.Store(uint64(max(head, ws.from)))
-			ws.known.Store(true)
-			return
+			return max(head, from), true
 		}
 		if ctx.Err() == nil {
-			i.rep.report(ctx, fmt.Errorf("%s: read the source's head after loading checkpoint version %d: %w", i.name, ws.from, err))
+			i.rep.report(ctx, fmt.Errorf("%s: read the source's head after loading checkpoint version %d: %w", i.name, from, err))
 		}
 		t := i.clk.NewTimer(bo.next())
 		select {
@@ -312,6 +356,7 @@ func (i *SharedIndexInformer[T]) readHead(ctx context.Context, ws *warmState) {
 		}
 		t.Stop()
 	}
+	return 0, false
 }
 
 // ServingCheckpoint reports whether the cache serves a loaded checkpoint

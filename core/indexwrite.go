@@ -194,10 +194,12 @@ func (s *Indexer[T]) loadEmpty(base *itemBase[T]) (ok bool, skipped map[string]e
 			vals := make([][]string, len(fns))
 			pos := 0
 			for _, p := range base.pages {
+				objs := p.objects()
 			objects:
-				for i, key := range p.keys {
+				for i := range p.n {
+					key := p.key(i)
 					for k, fn := range fns {
-						v, err := indexValuesOf(fn.f, p.objs[i])
+						v, err := indexValuesOf(fn.f, objs[i])
 						if err != nil {
 							if skipped == nil {
 								skipped = map[string]error{}
@@ -222,7 +224,7 @@ func (s *Indexer[T]) loadEmpty(base *itemBase[T]) (ok bool, skipped map[string]e
 						kt.release(id)
 					}
 				}
-				pos += len(p.keys)
+				pos += p.n
 			}
 		}
 		s.mu.Lock()

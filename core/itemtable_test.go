@@ -4,22 +4,23 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 )
 
 // pagesOf splits keys and objs into pages of 1<<bits.
-func pagesOf[T any](keys []string, objs []T, bits uint) []itemPage[T] {
-	var pages []itemPage[T]
+func pagesOf[T any](keys []string, objs []T, bits uint) []*itemPage[T] {
+	var pages []*itemPage[T]
 	for lo := 0; lo < len(keys); lo += 1 << bits {
 		hi := min(lo+1<<bits, len(keys))
-		pages = append(pages, itemPage[T]{keys: keys[lo:hi], objs: objs[lo:hi]})
+		pages = append(pages, decodedPage(keys[lo:hi], objs[lo:hi]))
 	}
 	return pages
 }
 
 func mustBase[T any](t testing.TB, keys []string, objs []T, bits uint) *itemBase[T] {
 	t.Helper()
-	b, err := newItemBase(pagesOf(keys, objs, bits), bits)
+	b, err := buildItemBase(pagesOf(keys, objs, bits), nil, bits)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,10 +85,10 @@ func FuzzItems(f *testing.F) {
 // A base refuses pages of the wrong size and repeated keys, and finds
 // every key of a large one.
 func TestItemBase(t *testing.T) {
-	if _, err := newItemBase([]itemPage[int]{{keys: []string{"a"}, objs: []int{1}}, {keys: []string{"b"}, objs: []int{2}}}, 1); err == nil {
+	if _, err := buildItemBase([]*itemPage[int]{decodedPage([]string{"a"}, []int{1}), decodedPage([]string{"b"}, []int{2})}, nil, 1); err == nil {
 		t.Error("a short page before the last was taken")
 	}
-	if _, err := newItemBase([]itemPage[int]{{keys: []string{"a", "b"}, objs: []int{1, 2}}, {keys: []string{"a"}, objs: []int{3}}}, 1); err != errRepeatedKey {
+	if _, err := buildItemBase([]*itemPage[int]{decodedPage([]string{"a", "b"}, []int{1, 2}), decodedPage([]string{"a"}, []int{3})}, nil, 1); err == nil || !strings.Contains(err.Error(), "twice") {
 		t.Errorf("a repeated key: %v", err)
 	}
 	var keys []string
