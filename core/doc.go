@@ -137,13 +137,18 @@
 // ServingCheckpoint and SyncStatus.Checkpoint say so), hands handlers its
 // objects as initial adds, and watches from its version. Objects are
 // encoded and decoded in chunks on every CPU, and a checkpoint loaded into
-// an empty cache fills the map and the indexes in one pass instead of
-// queueing a delta per object. Binary, a compact codec compiled from T's
-// shape, is several times faster than JSON for plain structs (the
-// Postgres adapter uses it when its row type allows). A source that
-// parks state between watches rebuilds it from the loaded objects
-// (Restorer). When the version has expired it relists and handlers get only
-// the real differences. A source that acknowledges positions to its server
+// an empty cache becomes the Indexer's frozen base as it is (the decoded
+// chunks, and a table of their keys' positions built segment by segment),
+// not a map filled key by key nor a delta queued per object. Binary, a
+// compact codec compiled from T's shape, is several times faster than JSON
+// for plain structs (the Postgres adapter uses it when its row type
+// allows); with it, an informer with no handler and no index decodes the
+// loaded objects a chunk at a time when first read, so a million rows are
+// served about a tenth of the time a list takes after the start
+// (BENCHMARKS.md). A source that parks state between watches starts
+// rebuilding it as soon as the checkpoint's header gives its version
+// (Restorer). When the version has expired it relists and handlers get
+// only the real differences. A source that acknowledges positions to its server
 // acknowledges only what a durable checkpoint covers (DurableAcknowledger).
 // A corrupt or foreign checkpoint is reported (*CheckpointError) and
 // ignored.
