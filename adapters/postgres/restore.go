@@ -146,7 +146,7 @@ func (t *Table[T]) checkRestorable(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer conn.Close(context.Background())
+	defer s.release(conn)
 	cols, err := columns(ctx, conn, st.oid)
 	if err != nil {
 		return s.wrap("read the table's columns", err)

@@ -316,7 +316,7 @@ func (s *Source) newSession(ctx context.Context) (*session, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer conn.Close(context.Background())
+	defer s.release(conn)
 	if err := s.ensurePublication(ctx, conn); err != nil {
 		return nil, err
 	}

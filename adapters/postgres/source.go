@@ -121,6 +121,7 @@ type Source struct {
 	readCtx    context.Context // cancelled by Close: ends the Lists under way
 	stopReads  context.CancelFunc
 	pubCreated bool // this Source created the publication: Close drops it (temporary slot)
+	conns      connCache
 
 	mu          sync.Mutex
 	tables      []*tableState
@@ -235,7 +236,7 @@ func NewSource(ctx context.Context, connString string, opts Options) (*Source, e
 	if err != nil {
 		return nil, err
 	}
-	defer conn.Close(context.Background())
+	defer s.release(conn)
 	var walLevel string
 	var repl, super bool
 	var senderTimeout int64 // ms
@@ -313,13 +314,26 @@ func (s *Source) wrap(what string, err error) error {
 	return fmt.Errorf("postgres %s: %s: %w", s.where(), what, err)
 }
 
+// connect returns a connection: the one the last short query gave back
+// (release) if it is still open, else a new one. Close it, or give it back
+// with release when only short queries ran on it.
 func (s *Source) connect(ctx context.Context) (*pgx.Conn, error) {
+	if c := s.conns.take(); c != nil {
+		if !c.IsClosed() {
+			return c, nil
+		}
+		c.Close(context.Background())
+	}
 	c, err := pgx.ConnectConfig(ctx, s.connCfg.Copy())
 	if err != nil {
 		return nil, s.wrap("connect", err)
 	}
 	return c, nil
 }
+
+// release gives back a connection that ran short queries only (no
+// session setting, no open transaction), for the next connect.
+func (s *Source) release(c *pgx.Conn) { s.conns.put(c) }
 
 func (s *Source) connectRepl(ctx context.Context) (*pgconn.PgConn, error) {
 	c, err := pgconn.ConnectConfig(ctx, s.replCfg.Copy())
@@ -341,7 +355,7 @@ func (s *Source) Head(ctx context.Context) (core.ResourceVersion, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer c.Close(context.Background())
+	defer s.release(c)
 	var lsn pglogrepl.LSN
 	if err := c.QueryRow(ctx, "SELECT pg_current_wal_lsn()").Scan(&lsn); err != nil {
 		return 0, s.wrap("read pg_current_wal_lsn()", err)
@@ -366,6 +380,7 @@ func (s *Source) Close() error {
 	s.sess = nil
 	s.failLocked(errClosed, true)
 	s.mu.Unlock()
+	s.conns.close()
 	if sess != nil {
 		s.endSession(sess)
 	}

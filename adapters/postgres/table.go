@@ -98,7 +98,7 @@ func NewTable[T any](ctx context.Context, src *Source, table string, opts TableO
 	if err != nil {
 		return nil, err
 	}
-	defer conn.Close(context.Background())
+	defer src.release(conn)
 	if err := src.lookupTable(ctx, conn, st); err != nil {
 		return nil, err
 	}
