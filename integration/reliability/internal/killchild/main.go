@@ -67,6 +67,7 @@ type flags struct {
 	stream, filter string // nats-stream
 	namespace      string // kube
 	final          bool
+	lateHandler    bool
 }
 
 func main() {
@@ -81,6 +82,7 @@ func main() {
 	flag.StringVar(&f.filter, "filter", "", "nats-stream: subject filter")
 	flag.StringVar(&f.namespace, "namespace", "", "kube: namespace of the ConfigMaps")
 	flag.BoolVar(&f.final, "final", false, "sync, print the cache and exit")
+	flag.BoolVar(&f.lateHandler, "late-handler", false, "add the handler once synced (a warm start with no handler decodes the checkpoint's objects when first read)")
 	flag.Parse()
 	if err := start(f); err != nil {
 		fmt.Fprintln(os.Stderr, "killchild:", err)
@@ -186,8 +188,11 @@ func run[T any](tg target[T], f flags) error {
 		// Often, so that kills land during writes of checkpoints too.
 		Checkpoint: &core.CheckpointOptions[T]{Store: store, Codec: tg.codec, Interval: 20 * time.Millisecond},
 	})
-	if _, err := inf.AddEventHandler(&versions[T]{version: tg.version, top: map[string]int64{}}); err != nil {
-		return err
+	handler := &versions[T]{version: tg.version, top: map[string]int64{}}
+	if !f.lateHandler {
+		if _, err := inf.AddEventHandler(handler); err != nil {
+			return err
+		}
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -195,6 +200,12 @@ func run[T any](tg target[T], f flags) error {
 	defer func() { cancel(); <-done }()
 	if err := inf.WaitForCacheSync(ctx); err != nil {
 		return err
+	}
+	if f.lateHandler {
+		// It gets the cache as initial adds, decoding what was loaded.
+		if _, err := inf.AddEventHandler(handler); err != nil {
+			return err
+		}
 	}
 	if v := inf.SyncStatus().Checkpoint; v > 0 {
 		fmt.Printf("loaded %d\n", v)
