@@ -519,6 +519,22 @@ func (c *binCompiler) structOp(t reflect.Type, path string) (*binOp, error) {
 	}, nil
 }
 
+// storeBits writes the low bits of v to the integer of that many bits at
+// p: a signed value's bits are its two's complement, so one store serves
+// both.
+func storeBits(p unsafe.Pointer, bits uint, v uint64) {
+	switch bits {
+	case 8:
+		*(*uint8)(p) = uint8(v)
+	case 16:
+		*(*uint16)(p) = uint16(v)
+	case 32:
+		*(*uint32)(p) = uint32(v)
+	default:
+		*(*uint64)(p) = v
+	}
+}
+
 // plainDecoder is decPtr for the plain kinds (nil for others): the same
 // encodings and checks as their dec.
 func plainDecoder(t reflect.Type) func(d *binDecoder, p unsafe.Pointer) error {
@@ -542,16 +558,7 @@ func plainDecoder(t reflect.Type) func(d *binDecoder, p unsafe.Pointer) error {
 			if x<<(64-bits)>>(64-bits) != x {
 				return fmt.Errorf("dbinformer: binary codec: %d overflows %s", x, t)
 			}
-			switch bits {
-			case 8:
-				*(*int8)(p) = int8(x)
-			case 16:
-				*(*int16)(p) = int16(x)
-			case 32:
-				*(*int32)(p) = int32(x)
-			default:
-				*(*int64)(p) = x
-			}
+			storeBits(p, bits, uint64(x))
 			return nil
 		}
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
@@ -563,16 +570,7 @@ func plainDecoder(t reflect.Type) func(d *binDecoder, p unsafe.Pointer) error {
 			if x<<(64-bits)>>(64-bits) != x {
 				return fmt.Errorf("dbinformer: binary codec: %d overflows %s", x, t)
 			}
-			switch bits {
-			case 8:
-				*(*uint8)(p) = uint8(x)
-			case 16:
-				*(*uint16)(p) = uint16(x)
-			case 32:
-				*(*uint32)(p) = uint32(x)
-			default:
-				*(*uint64)(p) = x
-			}
+			storeBits(p, bits, x)
 			return nil
 		}
 	case reflect.Float32, reflect.Float64:

@@ -212,53 +212,49 @@ func ExampleNewBinary() {
 
 // A value that does not fit the field it decodes into is an error, for
 // each width (the fields of a struct decode through pointers, a bare value
-// through reflection: both check).
+// through reflection: both check); one that fits comes back as it was.
 func TestBinaryOverflow(t *testing.T) {
-	type wide struct {
-		I int64
-		U uint64
+	overflows[struct {
+		I int8
+		U uint8
+	}](t)
+	overflows[struct {
+		I int16
+		U uint16
+	}](t)
+	overflows[struct {
+		I int32
+		U uint32
+	}](t)
+	enc, _ := core.NewBinary[binWide]()
+	one, _ := enc.Encode(binWide{I: 1 << 40})
+	if _, err := decodeWith[[2]int32](one); err == nil {
+		t.Error("an array element took an overflowing value")
 	}
-	enc, err := core.NewBinary[wide]()
+}
+
+type binWide struct {
+	I int64
+	U uint64
+}
+
+// overflows decodes encodings of binWide into T, a struct of a narrower
+// signed and unsigned field.
+func overflows[T any](t *testing.T) {
+	t.Helper()
+	enc, err := core.NewBinary[binWide]()
 	if err != nil {
 		t.Fatal(err)
 	}
-	check := func(name string, decode func([]byte) error) {
-		t.Helper()
-		for _, w := range []wide{{I: 1 << 40}, {I: -1 << 40}, {U: 1 << 40}} {
-			data, _ := enc.Encode(w)
-			if err := decode(data); err == nil || !strings.Contains(err.Error(), "overflows") {
-				t.Errorf("%s from %+v: %v, want an overflow", name, w, err)
-			}
-		}
-		data, _ := enc.Encode(wide{I: -5, U: 7})
-		if err := decode(data); err != nil {
-			t.Errorf("%s from {-5 7}: %v", name, err)
+	for _, w := range []binWide{{I: 1 << 40}, {I: -1 << 40}, {U: 1 << 40}} {
+		data, _ := enc.Encode(w)
+		if _, err := decodeWith[T](data); err == nil || !strings.Contains(err.Error(), "overflows") {
+			t.Errorf("%T from %+v: %v, want an overflow", *new(T), w, err)
 		}
 	}
-	check("int8/uint8", func(b []byte) error {
-		_, err := decodeWith[struct {
-			I int8
-			U uint8
-		}](b)
-		return err
-	})
-	check("int16/uint16", func(b []byte) error {
-		_, err := decodeWith[struct {
-			I int16
-			U uint16
-		}](b)
-		return err
-	})
-	check("int32/uint32", func(b []byte) error {
-		_, err := decodeWith[struct {
-			I int32
-			U uint32
-		}](b)
-		return err
-	})
-	one, _ := enc.Encode(wide{I: 1 << 40})
-	if _, err := decodeWith[[2]int32](one); err == nil {
-		t.Error("an array element took an overflowing value")
+	data, _ := enc.Encode(binWide{I: -5, U: 7})
+	if v, err := decodeWith[T](data); err != nil || fmt.Sprint(v) != "{-5 7}" {
+		t.Errorf("%T from {-5 7}: %v, %v", v, v, err)
 	}
 }
 
