@@ -115,9 +115,10 @@ func rowsRead(b *testing.B, pg *harness.Postgres) int64 {
 //     last checkpoint (warm-s); warm-lists counts its Lists (must be 0)
 //     and warm-rows-read the rows Postgres read for it
 //     (pg_stat_user_tables seq_tup_read + idx_tup_fetch; target 0). With
-//     no handler and no index, the informer decodes the loaded objects
-//     when first read: warm-first-list-s is the first Lister().List(nil)
-//     after synced, which decodes all of them.
+//     no index function, the informer decodes the loaded objects when
+//     first read (handlers, had it any, would decode their own initial
+//     adds): warm-first-list-s is the first Lister().List(nil) after
+//     synced, which decodes all of them.
 //
 // Then the checkpoint is written once more, timed (checkpoint-write-s per
 // million objects, checkpoint-MB per million), and an expiry: 1% of the

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/dbinformer/dbinformer/core"
@@ -384,4 +385,74 @@ func checkpointLoadIndexesAndRunAgain(t *testing.T, deltaFIFO bool) {
 	if keys, _ := inf2.Indexer().IndexKeys("v", "42"); !slices.Equal(keys, []string{"k001"}) {
 		t.Errorf("index v=42: %v, want [k001]", keys)
 	}
+}
+
+// gatedRecorder blocks its first OnAdd until released.
+type gatedRecorder struct {
+	*informertest.Recorder[versioned]
+	once             sync.Once
+	started, release chan struct{}
+}
+
+func (g *gatedRecorder) OnAdd(key string, obj versioned, initial bool) {
+	g.once.Do(func() { close(g.started); <-g.release })
+	g.Recorder.OnAdd(key, obj, initial)
+}
+
+// With a Binary codec and no index function the checkpoint loads lazily:
+// each handler gets a page of initial adds as one notification, counted as
+// its objects in Pending, and decoded when delivered from the checkpoint's
+// bytes, so a handler still behind its initial adds when the cache takes
+// the changes made while the informer was down gets the values loaded
+// first and then those changes, in order.
+func TestCheckpointLazyLoadReplaysLoadedValues(t *testing.T) {
+	dir := t.TempDir()
+	bin, err := core.NewBinary[versioned]()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := ckptOptions(t, dir)
+	opts.Checkpoint.Codec = bin
+	src := memory.New[versioned](memory.Options{})
+	const n = 1500 // three chunks
+	var initial []string
+	for i := range n {
+		k := fmt.Sprintf("k%04d", i)
+		src.Put(k, versioned{k, 1})
+		initial = append(initial, fmt.Sprintf("add %s v=1 initial", k))
+	}
+	inf1 := core.NewSharedIndexInformer[versioned](src, opts)
+	stop1 := runUntilStopped(t, inf1)
+	syncOrFail(t, inf1)
+	stop1()
+
+	src.Put("k0007", versioned{"k0007", 2})
+	src.Delete("k1200")
+	src.Put("new", versioned{"new", 3})
+
+	g := &gatedRecorder{Recorder: informertest.NewRecorder[versioned](t, versionOf), started: make(chan struct{}), release: make(chan struct{})}
+	inf2 := core.NewSharedIndexInformer[versioned](src, opts)
+	reg, err := inf2.AddEventHandler(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runUntilStopped(t, inf2)
+	syncOrFail(t, inf2)
+	<-g.started
+	if got, want := cacheState(inf2), truth(src); !mapsEqual(got, want) {
+		t.Fatalf("cache %v, source %v", got, want)
+	}
+	if inf2.SyncStatus().Checkpoint == 0 {
+		t.Fatal("the second start did not load the checkpoint")
+	}
+	informertest.Eventually(t, "the changes queued behind the initial adds", func() bool { return reg.Pending() == n+3 })
+	if reg.HasSynced() {
+		t.Error("the registration reports synced with its initial adds undelivered")
+	}
+	close(g.release)
+	informertest.Eventually(t, "the initial adds delivered", reg.HasSynced)
+	g.ExpectSet(initial...)
+	g.Expect("update k0007 1->2", "delete k1200 v=1", "add new v=3")
+	g.ExpectNone()
+	informertest.Eventually(t, "nothing pending", func() bool { return reg.Pending() == 0 })
 }

@@ -197,6 +197,9 @@ type loadedPart[T any] struct {
 	err  error
 }
 
+// lazy reports whether the pages were loaded lazily.
+func (l *loaded[T]) lazy() bool { return len(l.parts) > 0 && l.parts[0].page.lazy != nil }
+
 // all yields every key and object (decoding lazy pages).
 func (l *loaded[T]) all(yield func(string, T) bool) {
 	for _, p := range l.parts {

@@ -176,12 +176,10 @@ func (i *SharedIndexInformer[T]) warmStart(ctx context.Context, c *checkpointer[
 		}
 		return 0, false, false
 	}
-	// Objects nothing needs at once are decoded when first read: no
-	// handler waits for initial adds and no index function for values.
-	i.handleMu.RLock()
-	lazy := len(i.listeners) == 0
-	i.handleMu.RUnlock()
-	lazy = lazy && len(i.indexer.GetIndexers()) == 0
+	// Objects no index function needs values of are decoded when first
+	// read; handlers get their initial adds a page at a time, decoded in
+	// each handler's goroutine (loadCheckpoint).
+	lazy := len(i.indexer.GetIndexers()) == 0
 
 	// Once the header names the version, the source restores its state
 	// for it and its head is read, while the objects are read and decoded:
@@ -285,7 +283,8 @@ func (i *SharedIndexInformer[T]) warmStart(ctx context.Context, c *checkpointer[
 // loadCheckpoint puts a checkpoint's objects into an empty cache in one
 // pass (Indexer.loadEmpty), marks the queue populated at rv as a processed
 // list would, and hands every handler the objects as initial adds, through
-// the same buffers as a list's. It returns false, changing nothing, when
+// the same buffers as a list's (a lazily loaded page as one notification
+// that stands for all its objects). It returns false, changing nothing, when
 // the cache or the queue is not empty.
 func (i *SharedIndexInformer[T]) loadCheckpoint(ctx context.Context, rv ResourceVersion, objs *loaded[T]) bool {
 	q, ok := i.queue.(listLoader)
@@ -317,6 +316,18 @@ func (i *SharedIndexInformer[T]) loadCheckpoint(ctx context.Context, rv Resource
 		}
 		clear(notes)
 		notes = notes[:0]
+	}
+	if objs.lazy() && len(skipped) == 0 {
+		// One notification per page: each handler's goroutine decodes
+		// the page's loaded objects when it gets there.
+		for _, p := range objs.parts {
+			notes = append(notes, notification[T]{kind: noteReplay, flag: true, page: p.page})
+			if len(notes) == 256 {
+				flush()
+			}
+		}
+		flush()
+		return true
 	}
 	for k, o := range objs.all {
 		if _, bad := skipped[k]; bad {

@@ -142,10 +142,12 @@
 // not a map filled key by key nor a delta queued per object. Binary, a
 // compact codec compiled from T's shape, is several times faster than JSON
 // for plain structs (the Postgres adapter uses it when its row type
-// allows); with it, an informer with no handler and no index decodes the
-// loaded objects a chunk at a time when first read, so a million rows are
-// served about a tenth of the time a list takes after the start
-// (BENCHMARKS.md). A source that parks state between watches starts
+// allows); with it, an informer with no index function decodes the loaded
+// objects a chunk at a time when first read, and each handler gets its
+// initial adds a chunk at a time, decoded in its own goroutine from the
+// checkpoint's bytes (the values loaded, whatever the cache did since), so
+// a million rows are served about a tenth of the time a list takes after
+// the start (BENCHMARKS.md). A source that parks state between watches starts
 // rebuilding it as soon as the checkpoint's header gives its version
 // (Restorer). When the version has expired it relists and handlers get
 // only the real differences. A source that acknowledges positions to its server

@@ -191,7 +191,7 @@ func (i *SharedIndexInformer[T]) AddEventHandlerWithOptions(h ResourceEventHandl
 			for k, v := range all {
 				l.buf = append(l.buf, notification[T]{kind: noteAdd, flag: true, key: k, obj: v})
 			}
-			l.initialPending = n
+			l.initialPending, l.queued = n, n
 		}
 	})
 	i.listeners = append(i.listeners, l)
@@ -229,7 +229,7 @@ func (i *SharedIndexInformer[T]) RemoveEventHandler(reg *Registration[T]) error 
 	l := reg.l
 	l.mu.Lock()
 	l.removed = true
-	l.buf, l.head = nil, 0
+	l.buf, l.head, l.queued = nil, 0, 0
 	if l.initialCh != nil {
 		close(l.initialCh)
 		l.initialCh = nil
@@ -295,9 +295,10 @@ type listener[T any] struct {
 	cond *sync.Cond // signalled when the buffer has room or stop was asked
 	buf  []notification[T]
 	head int
-	// delivering counts notifications taken from buf and not yet
-	// handled.
-	delivering int
+	// queued counts the notifications in buf[head:], and delivering those
+	// taken from buf and not yet handled; a replayed page counts as many
+	// as its objects.
+	queued, delivering int
 	// initialPending counts undelivered adds with isInInitialList;
 	// initialCh, when waited on, is closed as it reaches zero.
 	initialPending int
@@ -316,7 +317,7 @@ type listener[T any] struct {
 
 func (l *listener[T]) closeDone() { l.doneOnce.Do(func() { close(l.done) }) }
 
-func (l *listener[T]) pendingLocked() int { return len(l.buf) - l.head + l.delivering }
+func (l *listener[T]) pendingLocked() int { return l.queued + l.delivering }
 
 // reportPending reports under l.mu so that reports from the informer and
 // from the delivery goroutine reach the metric in the order the counts were
@@ -349,8 +350,10 @@ func (l *listener[T]) add(notes []notification[T]) {
 			break
 		}
 		l.buf = append(l.buf, *n)
-		if n.kind == noteAdd && n.flag {
-			l.initialPending++
+		w := n.weight()
+		l.queued += w
+		if n.initial() {
+			l.initialPending += w
 		}
 		added++
 	}
@@ -414,34 +417,60 @@ func (l *listener[T]) run(ctx context.Context) {
 		// Swap buffers: the handler drains one while add fills the other.
 		batch, l.buf = l.buf[l.head:], batch[:0]
 		l.head = 0
-		l.delivering = len(batch)
+		l.delivering, l.queued = l.queued, 0
 		l.cond.Broadcast()
 		l.mu.Unlock()
 
 		for k := range batch {
 			n := &batch[k]
-			l.call(ctx, n)
-			l.mu.Lock()
-			l.delivering--
-			if n.kind == noteAdd && n.flag && l.initialPending > 0 {
-				l.initialPending--
-				if l.initialPending == 0 && l.initialCh != nil {
-					close(l.initialCh)
-					l.initialCh = nil
+			if n.kind == noteReplay {
+				if !l.replay(ctx, n.page) {
+					return
 				}
+				continue
 			}
-			removed := l.removed
-			if l.max > 0 {
-				l.cond.Broadcast()
-			}
-			l.mu.Unlock()
-			if removed {
+			l.call(ctx, n)
+			if l.delivered(n.initial()) {
 				return
 			}
 		}
 		clear(batch)
 		l.reportPending()
 	}
+}
+
+// delivered counts one notification handled (an initial add if initial);
+// it reports whether the registration was removed meanwhile.
+func (l *listener[T]) delivered(initial bool) (removed bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.delivering--
+	if initial && l.initialPending > 0 {
+		l.initialPending--
+		if l.initialPending == 0 && l.initialCh != nil {
+			close(l.initialCh)
+			l.initialCh = nil
+		}
+	}
+	if l.max > 0 {
+		l.cond.Broadcast()
+	}
+	return l.removed
+}
+
+// replay delivers a lazily loaded page's objects as initial adds, decoded
+// from the checkpoint's bytes: the values loaded, whatever the cache has
+// done with them since (the changes since are in the buffer behind). It
+// reports false if the registration was removed meanwhile.
+func (l *listener[T]) replay(ctx context.Context, p *itemPage[T]) bool {
+	objs := p.decodeLoaded()
+	for i := range objs {
+		l.call(ctx, &notification[T]{kind: noteAdd, flag: true, key: p.key(i), obj: objs[i]})
+		if l.delivered(true) {
+			return false
+		}
+	}
+	return true
 }
 
 // call delivers one notification; a panicking handler is reported and

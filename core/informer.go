@@ -312,6 +312,10 @@ const (
 	noteAdd noteKind = iota + 1
 	noteUpdate
 	noteDelete
+	// noteReplay is the initial adds of a lazily loaded checkpoint page,
+	// one notification for all its objects, decoded as they were loaded
+	// when delivered (see loadCheckpoint).
+	noteReplay
 )
 
 // notification is stored by value in each handler's buffer: no boxing,
@@ -324,6 +328,20 @@ type notification[T any] struct {
 	sync     bool
 	key      string
 	old, obj T
+	page     *itemPage[T] // noteReplay
+}
+
+// weight is how many of a handler's notifications n stands for.
+func (n *notification[T]) weight() int {
+	if n.kind == noteReplay {
+		return n.page.n
+	}
+	return 1
+}
+
+// initial reports whether n holds initial adds (isInInitialList).
+func (n *notification[T]) initial() bool {
+	return n.flag && (n.kind == noteAdd || n.kind == noteReplay)
 }
 
 // handleDeltas applies one popped run to the cache in one update and hands

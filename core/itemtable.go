@@ -187,6 +187,14 @@ func (p *itemPage[T]) objects() []T {
 	if o := p.objs.Load(); o != nil {
 		return *o
 	}
+	objs := p.decodeLoaded()
+	p.objs.Store(&objs)
+	return objs
+}
+
+// decodeLoaded decodes a lazy page's objects as they were loaded, into a
+// new slice.
+func (p *itemPage[T]) decodeLoaded() []T {
 	l := p.lazy
 	objs := make([]T, p.n)
 	arena := unsafe.String(unsafe.SliceData(l.data), len(l.data))
@@ -201,7 +209,6 @@ func (p *itemPage[T]) objects() []T {
 			panic(fmt.Sprintf("dbinformer: %s: object %q of a checked checkpoint does not decode (please report this bug): %v", l.what, key, err))
 		}
 	}
-	p.objs.Store(&objs)
 	return objs
 }
 
