@@ -118,7 +118,9 @@ func rowsRead(b *testing.B, pg *harness.Postgres) int64 {
 //     no index function, the informer decodes the loaded objects when
 //     first read (handlers, had it any, would decode their own initial
 //     adds): warm-first-list-s is the first Lister().List(nil) after
-//     synced, which decodes all of them.
+//     synced, which decodes all of them;
+//   - warmhandler: the warm start with a handler (warmhandler-s), which
+//     gets the loaded rows as initial adds after synced, as after a list.
 //
 // Then the checkpoint is written once more, timed (checkpoint-write-s per
 // million objects, checkpoint-MB per million), and an expiry: 1% of the
@@ -188,7 +190,24 @@ func BenchmarkWarmStart(b *testing.B) {
 			proc = nil
 			warmRead += rowsRead(b, pg) - before
 		}}
-	alternate(b, rounds, cold, warm)
+	// The same warm start with a handler, which gets every loaded row as
+	// an initial add (after synced, in its own goroutine, as after a list).
+	var handled *noteCounter
+	warmHandler := side{name: "warmhandler", n: rows, unit: "row",
+		run: func() {
+			handled = &noteCounter{}
+			proc = startWarmProcess(b, pg, slot, store, handled)
+			proc.waitSynced(b)
+		},
+		finish: func() {
+			if st := proc.inf.SyncStatus(); st.Checkpoint == 0 {
+				b.Fatalf("the warm start with a handler did not load the checkpoint")
+			}
+			informertest.Eventually(b, "the initial adds delivered", func() bool { return handled.initial.Load() == int64(rows) })
+			proc.stop(b)
+			proc = nil
+		}}
+	alternate(b, rounds, cold, warm, warmHandler)
 	b.ReportMetric(medianOf(firstList), "warm-first-list-s")
 	b.ReportMetric(float64(warmLists), "warm-lists")
 	b.ReportMetric(float64(warmRead)/float64(rounds*b.N), "warm-rows-read")

@@ -81,6 +81,7 @@ var rows = []row{
 	{"10 Postgres restart over 1M rows: time to synced, warm (checkpoint, permanent slot) vs cold (list)", "WarmStart", "warm-s", "", "cold-s", "≤", 0.1},
 	{"10 Postgres warm restart: rows read from Postgres (seq_tup_read + idx_tup_fetch)", "WarmStart", "warm-rows-read", "", "", "≤", 0},
 	{"10 Postgres warm restart without handlers: first List after synced (decodes every lazily loaded row), s", "WarmStart", "warm-first-list-s", "", "", "", 0},
+	{"10 Postgres restart over 1M rows, informer with a handler: time to synced, warm vs cold (the cold start without one)", "WarmStart", "warmhandler-s", "", "cold-s", "", 0},
 	{"10 Postgres restart from an expired checkpoint, 1% of rows changed: notifications, % of keys", "WarmStart", "expired-notified-pct", "", "", "≤", 2},
 	{"10 Checkpoint write time per million objects, s", "WarmStart", "checkpoint-write-s-per-M", "", "", "", 0},
 	{"10 Checkpoint size per million objects, MB", "WarmStart", "checkpoint-MB-per-M", "", "", "", 0},
