@@ -224,7 +224,11 @@
 // a row read by List and the same row from the stream are equal Go values.
 // Both connections set TimeZone=UTC, DateStyle=ISO and extra_float_digits=3,
 // and an application_name (Options.ApplicationName; by default the
-// program's name and the slot's) that pg_stat_replication shows.
+// program's name and the slot's) that pg_stat_replication shows. Short
+// catalog queries (NewSource's checks, NewTable's lookups, Head, a
+// session's publication and slot lookups) share one connection, kept idle
+// for two seconds after the last of them (conncache.go): each connection
+// is a server process and an authentication.
 //
 // # Server settings and privileges
 //
