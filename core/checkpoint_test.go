@@ -62,6 +62,16 @@ func syncOrFail(t *testing.T, inf *core.SharedIndexInformer[versioned]) {
 	}
 }
 
+// runOnce runs an informer over src until it has synced, then stops it,
+// leaving its final checkpoint.
+func runOnce(t *testing.T, src core.ListerWatcher[versioned], opts core.InformerOptions[versioned]) {
+	t.Helper()
+	inf := core.NewSharedIndexInformer[versioned](src, opts)
+	stop := runUntilStopped(t, inf)
+	syncOrFail(t, inf)
+	stop()
+}
+
 func cacheState(inf *core.SharedIndexInformer[versioned]) map[string]int64 {
 	m := map[string]int64{}
 	inf.Indexer().Range(func(k string, o versioned) bool { m[k] = int64(o.V); return true })
@@ -165,10 +175,7 @@ func TestCheckpointExpiredRelistsDifferencesOnly(t *testing.T) {
 	for _, k := range []string{"a", "b", "c", "d", "e"} {
 		src.Put(k, versioned{k, 1})
 	}
-	inf1 := core.NewSharedIndexInformer[versioned](src, ckptOptions(t, dir))
-	stop1 := runUntilStopped(t, inf1)
-	syncOrFail(t, inf1)
-	stop1()
+	runOnce(t, src, ckptOptions(t, dir))
 
 	src.Put("b", versioned{"b", 2})
 	src.Delete("c")
@@ -348,10 +355,7 @@ func checkpointLoadIndexesAndRunAgain(t *testing.T, deltaFIFO bool) {
 	opts := ckptOptions(t, dir)
 	opts.Indexers = byV
 	opts.DeltaFIFO = deltaFIFO
-	inf1 := core.NewSharedIndexInformer[versioned](src, opts)
-	stop1 := runUntilStopped(t, inf1)
-	syncOrFail(t, inf1)
-	stop1()
+	runOnce(t, src, opts)
 
 	inf2 := core.NewSharedIndexInformer[versioned](src, opts)
 	rec := informertest.NewRecorder[versioned](t, versionOf)
@@ -421,10 +425,7 @@ func TestCheckpointLazyLoadReplaysLoadedValues(t *testing.T) {
 		src.Put(k, versioned{k, 1})
 		initial = append(initial, fmt.Sprintf("add %s v=1 initial", k))
 	}
-	inf1 := core.NewSharedIndexInformer[versioned](src, opts)
-	stop1 := runUntilStopped(t, inf1)
-	syncOrFail(t, inf1)
-	stop1()
+	runOnce(t, src, opts)
 
 	src.Put("k0007", versioned{"k0007", 2})
 	src.Delete("k1200")

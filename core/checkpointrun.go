@@ -35,9 +35,10 @@ func (w *warmState) caughtUp(applied ResourceVersion) bool {
 	return w.known.Load() && uint64(applied) >= w.target.Load()
 }
 
-// listedAt: a list (the checkpoint expired) replaced the checkpoint; the
-// cache is synced once that list is applied, as after a cold start.
-func (w *warmState) listedAt(rv ResourceVersion) {
+// reach sets the version the cache must reach to be synced: the source's
+// head read at a warm start, or the version of a list that replaced the
+// checkpoint (it expired), as after a cold start.
+func (w *warmState) reach(rv ResourceVersion) {
 	w.target.Store(uint64(rv))
 	w.known.Store(true)
 }
@@ -274,8 +275,7 @@ func (i *SharedIndexInformer[T]) warmStart(ctx context.Context, c *checkpointer[
 	}
 	wait(watch)
 	if watch && headOK {
-		ws.target.Store(uint64(head))
-		ws.known.Store(true)
+		ws.reach(head)
 	}
 	return rv, watch, true
 }

@@ -12,11 +12,11 @@ import (
 // is computed before anything changes, so a failing index function leaves
 // the store as it was.
 func (s *Indexer[T]) putLocked(key string, obj T) (old T, existed bool, err error) {
-	old, existed = s.items.get(key)
 	if len(s.indexers) == 0 {
-		s.items.set(key, obj)
+		old, existed = s.items.swap(key, obj)
 		return old, existed, nil
 	}
+	old, existed = s.items.get(key)
 	// Up to four indexes keep their values on the stack.
 	var buf [4]indexValues
 	vals := buf[:0]

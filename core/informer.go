@@ -230,7 +230,7 @@ func (i *SharedIndexInformer[T]) Run(ctx context.Context) error {
 	if ckpt != nil {
 		ws := &warmState{}
 		i.reflector.cfg.warm = func(ctx context.Context) (ResourceVersion, bool, bool) { return i.warmStart(ctx, ckpt, ws) }
-		i.reflector.cfg.listed = ws.listedAt
+		i.reflector.cfg.listed = ws.reach
 		wg.Go(func() { i.checkpointLoop(ctx, ckpt) })
 	}
 	i.handleMu.RLock()

@@ -52,6 +52,23 @@ func (t *items[T]) at(key string) T {
 	return obj
 }
 
+// swap stores obj under key and returns what was there: one lookup in
+// the base where get and set would make two.
+func (t *items[T]) swap(key string, obj T) (old T, existed bool) {
+	if b := t.base; b != nil {
+		if pos, ok := b.find(key); ok {
+			p := b.obj(pos)
+			old, existed = *p, !b.isDead(pos)
+			*p = obj
+			b.revive(pos)
+			return old, existed
+		}
+	}
+	old, existed = t.m[key]
+	t.m[key] = obj
+	return old, existed
+}
+
 func (t *items[T]) set(key string, obj T) {
 	if b := t.base; b != nil {
 		if pos, ok := b.find(key); ok {

@@ -70,11 +70,19 @@ func FuzzItems(f *testing.F) {
 		check()
 		for ops = ops[1:]; len(ops) >= 3; ops = ops[3:] {
 			k := "k" + strconv.Itoa(int(ops[1])%48)
-			if ops[0]%3 == 2 {
+			switch ops[0] % 3 {
+			case 0:
+				t1.set(k, int(ops[2]))
+			case 1:
+				old, existed := t1.swap(k, int(ops[2]))
+				if want, wok := model[k]; old != want || existed != wok {
+					t.Fatalf("swap(%s) returned %d, %v; want %d, %v", k, old, existed, want, wok)
+				}
+			case 2:
 				t1.del(k)
 				delete(model, k)
-			} else {
-				t1.set(k, int(ops[2]))
+			}
+			if ops[0]%3 != 2 {
 				model[k] = int(ops[2])
 			}
 			check()
