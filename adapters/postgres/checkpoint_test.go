@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -312,5 +313,112 @@ func TestCheckpointCodecRoundTripsEveryType(t *testing.T) {
 	}
 	if n != 2 {
 		t.Errorf("listed %d rows, want 2", n)
+	}
+}
+
+// heldStore holds Load until release is closed.
+type heldStore struct {
+	core.CheckpointStore
+	release chan struct{}
+}
+
+func (h heldStore) Load(ctx context.Context, name string) (io.ReadCloser, error) {
+	select {
+	case <-h.release:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return h.CheckpointStore.Load(ctx, name)
+}
+
+// Two checkpointing tables of one Source restart warm even when one of
+// them watches before the other has restored: the first watch holds the
+// stream back while the other table's informer, already running, has not
+// restored yet, so the stream does not pass the second checkpoint (which
+// would make that table relist).
+func TestWarmRestartTwoTablesOneSource(t *testing.T) {
+	pg := harness.StartPostgres(t)
+	a, b := fmt.Sprintf("warm_%d", seqNo()), fmt.Sprintf("warm_%d", seqNo())
+	conn := pg.Conn(t)
+	for _, table := range []string{a, b} {
+		ident := pgx.Identifier{table}.Sanitize()
+		pg.Exec(t, "CREATE TABLE "+ident+" (id bigint PRIMARY KEY, v bigint NOT NULL, note text NOT NULL); ALTER TABLE "+ident+" REPLICA IDENTITY FULL")
+		write(t, conn, "INSERT INTO "+ident+" SELECT g, 1, 'n' || g FROM generate_series(1, 20) g")
+	}
+	dir := t.TempDir()
+	slot := "warm_two_" + a
+	start := func(release chan struct{}) (map[string]*core.SharedIndexInformer[vrow], map[string]*informertest.Spy[vrow], func()) {
+		src := newSource(t, pg, pginformer.Options{PermanentSlot: true, Slot: slot})
+		store, err := core.NewDirCheckpointStore(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		infs, spies := map[string]*core.SharedIndexInformer[vrow]{}, map[string]*informertest.Spy[vrow]{}
+		ctx, cancel := context.WithCancel(context.Background())
+		var done []chan error
+		tables := map[string]*pginformer.Table[vrow]{}
+		for _, table := range []string{a, b} { // every table before the first List
+			tables[table] = newTable[vrow](t, src, table)
+		}
+		for _, table := range []string{a, b} {
+			spy := informertest.Wrap[vrow](tables[table])
+			var cs core.CheckpointStore = store
+			if table == b && release != nil {
+				cs = heldStore{store, release}
+			}
+			inf := core.NewSharedIndexInformer[vrow](spy, core.InformerOptions[vrow]{
+				Name:       table,
+				Checkpoint: &core.CheckpointOptions[vrow]{Store: cs, Interval: -1},
+			})
+			infs[table], spies[table] = inf, spy
+			d := make(chan error, 1)
+			go func() { d <- inf.Run(ctx) }()
+			done = append(done, d)
+		}
+		stop := func() {
+			cancel()
+			for _, d := range done {
+				if err := <-d; err != nil {
+					t.Errorf("Run: %v", err)
+				}
+			}
+			src.Close()
+		}
+		return infs, spies, stop
+	}
+	infs, spies, stop := start(nil)
+	for _, inf := range infs {
+		waitFor(t, inf, currentLSN(t, conn))
+	}
+	stop()
+
+	// While down: changes to both tables, which a watch from a's
+	// checkpoint streams past b's.
+	write(t, conn, "UPDATE "+pgx.Identifier{a}.Sanitize()+" SET v = 2 WHERE id <= 5")
+	write(t, conn, "UPDATE "+pgx.Identifier{b}.Sanitize()+" SET v = 2 WHERE id <= 5")
+
+	release := make(chan struct{})
+	infs, spies, stop = start(release)
+	defer stop()
+	// a loads its checkpoint and watches; b's informer is running (its
+	// table gated) but has not read its checkpoint yet. b is let go once
+	// a has applied the change made while down (which, without the hold,
+	// takes milliseconds and puts the stream past b's checkpoint) or half
+	// a second has passed (with it, a's watch waits for b up to 2 s).
+	informertest.Eventually(t, "a serving its checkpoint", func() bool { _, ok := infs[a].ServingCheckpoint(); return ok || infs[a].HasSynced() })
+	for range 50 {
+		if r, ok := infs[a].Lister().Get("1"); ok && r.V == 2 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(release)
+	head := currentLSN(t, conn)
+	for _, table := range []string{a, b} {
+		waitFor(t, infs[table], head)
+		vrowCacheMatches(t, conn, table, infs[table])
+		if n := spies[table].Lists(); n != 0 {
+			t.Errorf("%s listed %d times on a warm start, want 0", table, n)
+		}
 	}
 }

@@ -26,6 +26,9 @@ type session struct {
 	// transaction and the tables already read inside it.
 	snap   *snapshot
 	listed map[*tableState]bool
+	// resumed: an existing permanent slot, which has no exported snapshot
+	// (set at creation, read under either lock).
+	resumed bool
 	// The replication connection. Idle while the snapshot is held (any
 	// command on it would destroy the snapshot), then streaming.
 	repl      *pgconn.PgConn
@@ -343,6 +346,7 @@ func (s *Source) newSession(ctx context.Context) (*session, error) {
 			}
 			sess.repl = repl
 			sess.cp = core.ResourceVersion(*confirmed)
+			sess.resumed = true
 			return sess, nil
 		}
 	}
@@ -421,6 +425,41 @@ func (s *Source) startStream(ctx context.Context, sess *session) error {
 	return nil
 }
 
+// restoreWait bounds how long a Watch holds the stream back for the other
+// checkpointing tables of its Source (awaitRestores).
+const restoreWait = 2 * time.Second
+
+// awaitRestores waits, up to restoreWait, while another table of the Source
+// has a checkpointing informer (gated) and has neither restored nor listed
+// yet: once the stream runs past that table's checkpoint, its Restore
+// fails and it relists. Informers started together restore within
+// milliseconds (as soon as their checkpoint's header is read); the bound
+// keeps a table whose informer never gets there from holding the others.
+func (s *Source) awaitRestores(ctx context.Context) {
+	deadline := time.Now().Add(restoreWait)
+	for {
+		s.mu.Lock()
+		waiting := false
+		for _, t := range s.tables {
+			waiting = waiting || t.gated && !t.active
+		}
+		// Only a resumed slot (no exported snapshot): on a new one, the
+		// first Lists already start the stream once every table listed.
+		resumed := s.sess != nil && s.sess.resumed && !s.sess.streaming
+		s.mu.Unlock()
+		if !waiting || !resumed || !time.Now().Before(deadline) {
+			return
+		}
+		t := time.NewTimer(5 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
 // ensureStreaming is called by Watch: the stream must run for the watch to
 // get anything. setupMu is not held.
 func (s *Source) ensureStreaming(ctx context.Context) error {
@@ -431,6 +470,7 @@ func (s *Source) ensureStreaming(ctx context.Context) error {
 	if running {
 		return nil
 	}
+	s.awaitRestores(ctx)
 	s.setupMu.Lock()
 	defer s.setupMu.Unlock()
 	s.mu.Lock()
