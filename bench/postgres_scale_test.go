@@ -9,6 +9,8 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -129,7 +131,14 @@ func (s *scaleSync) stop() {
 //     GC settings, alternating, 3 rounds, medians.
 //   - ThreeTables: informers of three tables (1M, 500k, 250k rows) on one
 //     fresh Source until all three synced, against the largest one alone
-//     on a fresh Source.
+//     on a fresh Source; and the floor of that comparison: raw binary COPY
+//     of the same tables, split into the same block ranges, through as
+//     many connections as the Source's default snapshot readers, with no
+//     informer at all, three tables against the largest. Each side also
+//     reports the share of the machine's CPU that was busy during it
+//     (/proc/stat: every process, Postgres's backends included): when the
+//     largest table alone already keeps the machine busy, three tables
+//     take the time of their total work, whoever reads them.
 func BenchmarkPostgresScale(b *testing.B) {
 	pg := harness.StartPostgres(b)
 	rows := size(1_000_000, 10_000)
@@ -289,12 +298,147 @@ func BenchmarkPostgresScale(b *testing.B) {
 			src, infs = nil, nil
 			runtime.GC()
 		}
-		cpu := cpuSides{}
+		// The floor: the same tables read by raw COPY through as many
+		// connections as the Source's default snapshot readers, split into
+		// block ranges as a List splits them, no informer at all.
+		readers := min(4, runtime.GOMAXPROCS(0))
+		floor := func(tables ...string) func() {
+			return func() {
+				if n := copyRanges(b, pg, readers, tables...); n != rowsOf(rows, tables...) {
+					b.Fatalf("raw COPY read %d rows of %v, want %d", n, tables, rowsOf(rows, tables...))
+				}
+			}
+		}
+		cpu, busy := cpuSides{}, machineBusy{}
+		three, largest := []string{"scale_rows", "scale_b", "scale_c"}, []string{"scale_rows"}
 		alternate(b, rounds,
-			side{name: "three", prepare: setup("scale_rows", "scale_b", "scale_c"), run: cpu.wrap(b, "three", run), finish: finish},
-			side{name: "largest", prepare: setup("scale_rows"), run: cpu.wrap(b, "largest", run), finish: finish})
+			side{name: "three", prepare: setup(three...), run: busy.wrap("three", cpu.wrap(b, "three", run)), finish: finish},
+			side{name: "largest", prepare: setup(largest...), run: busy.wrap("largest", cpu.wrap(b, "largest", run)), finish: finish},
+			side{name: "copythree", run: busy.wrap("copythree", floor(three...))},
+			side{name: "copylargest", run: busy.wrap("copylargest", floor(largest...))})
 		cpu.report(b)
+		busy.report(b)
 	})
+}
+
+// rowsOf is the row count of the scale tables named (scale_rows holds
+// rows, scale_b half, scale_c a quarter).
+func rowsOf(rows int, tables ...string) int {
+	n := 0
+	for _, t := range tables {
+		switch t {
+		case "scale_b":
+			n += rows / 2
+		case "scale_c":
+			n += rows / 4
+		default:
+			n += rows
+		}
+	}
+	return n
+}
+
+// copyRanges reads every row of tables with binary COPY through conns
+// connections that take ranges of 1024 blocks (up to 4 per connection per
+// table, as a List splits a table) from one queue, and returns the rows
+// read.
+func copyRanges(b *testing.B, pg *harness.Postgres, conns int, tables ...string) int {
+	ctx := context.Background()
+	connect := func() *pgx.Conn {
+		c, err := pgx.Connect(ctx, pg.ConnString())
+		if err != nil {
+			b.Fatal(err)
+		}
+		return c
+	}
+	c0 := connect()
+	var queries []string
+	for _, t := range tables {
+		var blocks int64
+		if err := c0.QueryRow(ctx, "SELECT pg_relation_size($1::regclass) / current_setting('block_size')::int", t).Scan(&blocks); err != nil {
+			b.Fatal(err)
+		}
+		n := max(1, min(blocks/1024, int64(4*conns)))
+		step := (blocks + n - 1) / n
+		for i := range n {
+			q := "SELECT " + scaleSelect + " FROM " + t + " WHERE ctid >= '(" + strconv.FormatInt(i*step, 10) + ",0)'::tid"
+			if i < n-1 {
+				q += " AND ctid < '(" + strconv.FormatInt((i+1)*step, 10) + ",0)'::tid"
+			}
+			queries = append(queries, q)
+		}
+	}
+	work := make(chan string, len(queries))
+	for _, q := range queries {
+		work <- q
+	}
+	close(work)
+	var total atomic.Int64
+	var wg sync.WaitGroup
+	for i := range conns {
+		conn := c0
+		if i > 0 {
+			conn = connect()
+		}
+		wg.Go(func() {
+			defer conn.Close(ctx)
+			for q := range work {
+				res, err := conn.PgConn().CopyTo(ctx, io.Discard, "COPY ("+q+") TO STDOUT (FORMAT binary)")
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				total.Add(res.RowsAffected())
+			}
+		})
+	}
+	wg.Wait()
+	return int(total.Load())
+}
+
+// machineBusy records the share of the machine's CPU time (every core,
+// every process: Postgres's backends as well as ours) that was busy
+// during each run of the sides it wraps, from /proc/stat, and reports the
+// median per side as "<side>-machine-busy-pct".
+type machineBusy map[string][]float64
+
+func (m machineBusy) wrap(name string, run func()) func() {
+	return func() {
+		busy0, all0 := cpuTicks()
+		run()
+		busy1, all1 := cpuTicks()
+		if all1 > all0 {
+			m[name] = append(m[name], 100*float64(busy1-busy0)/float64(all1-all0))
+		}
+	}
+}
+
+func (m machineBusy) report(b *testing.B) {
+	for name, xs := range m {
+		b.ReportMetric(medianOf(xs), name+"-machine-busy-pct")
+	}
+}
+
+// cpuTicks is the machine's busy and total CPU time so far (the "cpu"
+// line of /proc/stat: busy is all but idle and iowait); 0, 0 elsewhere.
+func cpuTicks() (busy, all uint64) {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	f := strings.Fields(line)
+	if len(f) < 6 || f[0] != "cpu" {
+		return 0, 0
+	}
+	for i, v := range f[1:] {
+		n, _ := strconv.ParseUint(v, 10, 64)
+		all += n
+		if i != 3 && i != 4 { // idle, iowait
+			busy += n
+		}
+	}
+	return busy, all
 }
 
 // BenchmarkPostgresSyncWAL measures the WAL a new slot retains by the end
