@@ -357,15 +357,11 @@ func (lr *listRead[T]) copy(ctx context.Context, rd *snapReader, query string) e
 				row = make(map[string]any, ncols)
 				*(*map[string]any)(obj) = row
 			}
-			for c := range ncols {
-				if err = sp.decodeColumn(obj, row, c, fields[c]); err != nil {
-					break
-				}
-			}
+			err = sp.decodeFields(obj, row, fields[:ncols])
 			if err == nil && lr.fresh {
 				vl = vl[:0] // rememberListed keeps the values, not the slice
 				for c := range ncols {
-					if f := l.flag[c]; f >= 0 && len(fields[f]) == 1 && fields[f][0] == 1 && fields[c] != nil {
+					if l.mayBeExternal(fields, c) {
 						vl = append(vl, knownValue{l.rel.names[c], sp.keepText(obj, row, c, fields[c], l.stripVer[c])})
 					}
 				}
