@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -534,4 +535,71 @@ func oidOf(t *testing.T, conn *pgx.Conn, typ string) uint32 {
 		t.Fatal(err)
 	}
 	return oid
+}
+
+// TestListToastFlagsOfManyColumns: a table with more TOAST-able columns
+// than one flags field holds (flagsPerField) keeps, for TOAST fill-in,
+// exactly the out-of-line values of each, in the first field and past it,
+// and an update beside them fills them in.
+func TestListToastFlagsOfManyColumns(t *testing.T) {
+	pg := harness.StartPostgres(t)
+	const ncols = flagsPerField + 7
+	ddl := "CREATE TABLE tm (id bigint PRIMARY KEY"
+	for i := range ncols {
+		ddl += fmt.Sprintf(", c%d text NOT NULL DEFAULT 'short'", i)
+	}
+	ddl += ");"
+	for i := range ncols {
+		ddl += fmt.Sprintf(" ALTER TABLE tm ALTER COLUMN c%d SET STORAGE EXTERNAL;", i)
+	}
+	long := "(SELECT string_agg(md5(i::text), '') FROM generate_series(1, 100) i)"
+	// Row 1: a long value in the first flags field (c1) and in the second
+	// (c65); row 2: only c0; row 3: none.
+	pg.Exec(t, ddl+" INSERT INTO tm (id) SELECT generate_series(1, 3);"+
+		" UPDATE tm SET c1 = "+long+", c"+strconv.Itoa(flagsPerField+2)+" = "+long+" WHERE id = 1;"+
+		" UPDATE tm SET c0 = "+long+" WHERE id = 2")
+	src, err := NewSource(t.Context(), pg.ConnString(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	tbl, err := NewTable[map[string]any](t.Context(), src, "tm", TableOptions[map[string]any]{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	listAll(t, tbl)
+	far := "c" + strconv.Itoa(flagsPerField+2)
+	want := map[string]string{"1": "c1," + far, "2": "c0", "3": ""}
+	tbl.st.knownMu.Lock()
+	for key, w := range want {
+		var cols []string
+		for _, kv := range tbl.st.known(key) {
+			cols = append(cols, kv.col)
+		}
+		slices.Sort(cols)
+		if got := strings.Join(cols, ","); got != w && src.version >= 140000 {
+			t.Errorf("key %s keeps values of %q, want %q", key, got, w)
+		}
+	}
+	tbl.st.knownMu.Unlock()
+
+	conn := pg.Conn(t)
+	inf, errs := informertest.Run[map[string]any](t, tbl, core.InformerOptions[map[string]any]{})
+	if _, err := conn.Exec(t.Context(), "UPDATE tm SET c2 = 'changed'"); err != nil {
+		t.Fatal(err)
+	}
+	informertest.WaitFor(t, inf, lsnNow(t, conn))
+	for _, id := range []int64{1, 2, 3} {
+		var c0, c1, cfar string
+		if err := conn.QueryRow(t.Context(), "SELECT c0, c1, "+far+" FROM tm WHERE id = $1", id).Scan(&c0, &c1, &cfar); err != nil {
+			t.Fatal(err)
+		}
+		m, ok := inf.Lister().Get(fmt.Sprint(id))
+		if !ok || m["c2"] != "changed" || m["c0"] != c0 || m["c1"] != c1 || m[far] != cfar {
+			t.Errorf("row %d: cached c2=%v, c0, c1, %s equal to the database's: %v %v %v", id, m["c2"], far, m["c0"] == c0, m["c1"] == c1, m[far] == cfar)
+		}
+	}
+	for _, e := range errs.All() {
+		t.Errorf("informer error: %v", e)
+	}
 }
