@@ -134,7 +134,9 @@ func (s *scaleSync) stop() {
 //     on a fresh Source; and the floor of that comparison: raw binary COPY
 //     of the same tables, split into the same block ranges, through as
 //     many connections as the Source's default snapshot readers, with no
-//     informer at all, three tables against the largest. Each side also
+//     informer at all, three tables against the largest; and the largest
+//     table alone through one snapshot reader, the way a Source read
+//     each table when issue 20 was written. Each side also
 //     reports the share of the machine's CPU that was busy during it
 //     (/proc/stat: every process, Postgres's backends included): when the
 //     largest table alone already keeps the machine busy, three tables
@@ -260,10 +262,12 @@ func BenchmarkPostgresScale(b *testing.B) {
 			infs []*core.SharedIndexInformer[scaleRow]
 			stop []func()
 		)
-		setup := func(tables ...string) func() {
+		// setup prepares a fresh Source of tables with readers snapshot
+		// readers (0: the default).
+		setup := func(readers int, tables ...string) func() {
 			return func() {
 				var err error
-				if src, err = pginformer.NewSource(ctx, pg.ConnString(), pginformer.Options{}); err != nil {
+				if src, err = pginformer.NewSource(ctx, pg.ConnString(), pginformer.Options{SnapshotReaders: readers}); err != nil {
 					b.Fatal(err)
 				}
 				infs = nil
@@ -312,8 +316,9 @@ func BenchmarkPostgresScale(b *testing.B) {
 		cpu, busy := cpuSides{}, machineBusy{}
 		three, largest := []string{"scale_rows", "scale_b", "scale_c"}, []string{"scale_rows"}
 		alternate(b, rounds,
-			side{name: "three", prepare: setup(three...), run: busy.wrap("three", cpu.wrap(b, "three", run)), finish: finish},
-			side{name: "largest", prepare: setup(largest...), run: busy.wrap("largest", cpu.wrap(b, "largest", run)), finish: finish},
+			side{name: "three", prepare: setup(0, three...), run: busy.wrap("three", cpu.wrap(b, "three", run)), finish: finish},
+			side{name: "largest", prepare: setup(0, largest...), run: busy.wrap("largest", cpu.wrap(b, "largest", run)), finish: finish},
+			side{name: "largestone", prepare: setup(1, largest...), run: busy.wrap("largestone", run), finish: finish},
 			side{name: "copythree", run: busy.wrap("copythree", floor(three...))},
 			side{name: "copylargest", run: busy.wrap("copylargest", floor(largest...))})
 		cpu.report(b)
