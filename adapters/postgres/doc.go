@@ -53,7 +53,12 @@
 // connections read at once, all inside the same snapshot.
 // Options.SnapshotReaders bounds these connections for the whole Source
 // (default min(4, GOMAXPROCS)); a List takes up a connection another List
-// gives back while it reads. Options.SyncProgress is
+// gives back while it reads. So the Lists of a Source's tables run side by
+// side and take the time the readers need for all their rows: no more
+// than the largest table's alone while readers or cores are idle, but on
+// a machine the largest table alone keeps busy, their total work (on 2
+// cores three tables of 1M, 500k and 250k rows took 1.8x the largest
+// alone, as raw COPY of them did: BENCHMARKS.md). Options.SyncProgress is
 // told, about once a second per List, the rows read, the planner's estimate
 // (pg_class.reltuples), the rate and the time left; metrics/prometheus
 // exports the same per informer.
@@ -168,9 +173,10 @@
 // and never one of a fixed-length type or a STORAGE PLAIN column: List
 // keeps a value only if the server says it may be out of line
 // (pg_column_toast_chunk_id on Postgres 17; on 14-16, for text, varchar,
-// char and bytea, a compressed value or one whose pg_column_size is its
-// octet_length, that is one without an inline header; else pg_column_size
-// over 20 bytes), the stream keeps text longer than 20 bytes and every
+// char and bytea, a value whose pg_column_size is at most its octet_length,
+// that is a compressed one or one without an inline header; else
+// pg_column_size over 20 bytes; the answers for a row's columns come as
+// the bits of one extra int8 field), the stream keeps text longer than 20 bytes and every
 // value of other variable-length types. A kept value that T holds as a
 // string, or as a byte slice with the same bytes (json.RawMessage), shares
 // T's memory. REPLICA IDENTITY FULL tables fill in from the old row instead
