@@ -57,8 +57,8 @@
 // side and take the time the readers need for all their rows: no more
 // than the largest table's alone while readers or cores are idle, but on
 // a machine the largest table alone keeps busy, their total work (on 2
-// cores three tables of 1M, 500k and 250k rows took 1.8x the largest
-// alone, as raw COPY of them did: BENCHMARKS.md). Options.SyncProgress is
+// cores three tables of 1M, 500k and 250k rows took 1.8-2.0x the largest
+// alone, and raw COPY of them 1.6-1.8x: BENCHMARKS.md). Options.SyncProgress is
 // told, about once a second per List, the rows read, the planner's estimate
 // (pg_class.reltuples), the rate and the time left; metrics/prometheus
 // exports the same per informer.
