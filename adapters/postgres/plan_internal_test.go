@@ -1,0 +1,69 @@
+package pginformer
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"unsafe"
+
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+type sharedRow struct {
+	ID   int64     `db:"id"`
+	A    string    `db:"a"`
+	B    string    `db:"b"`
+	Long string    `db:"long"`
+	E    string    `db:"e"`
+	Tag  namedText `db:"tag"`
+}
+
+type namedText string
+
+// TestDecodeFieldsSharesShortStrings: decodeFields decodes a row as
+// decodeColumn would, with the short text values of plain string fields
+// in one allocation, a value over maxShared in its own, a named string
+// type through pgx's plan, and NULL into a string an error naming the
+// column.
+func TestDecodeFieldsSharesShortStrings(t *testing.T) {
+	m := newMapper(nil, &tableState{pk: []string{"id"}}, reflect.TypeFor[sharedRow](), nil)
+	rel := &relation{names: []string{"id", "a", "b", "long", "e", "tag"},
+		oids: []uint32{pgtype.Int8OID, pgtype.TextOID, pgtype.VarcharOID, pgtype.TextOID, pgtype.TextOID, pgtype.TextOID}}
+	p, err := m.plan(rel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	formats := make([]int16, len(rel.names))
+	for i := range formats {
+		formats[i] = pgtype.BinaryFormatCode
+	}
+	sp := m.compile(p, formats, pgtype.NewMap())
+	long := strings.Repeat("l", maxShared+1)
+	fields := [][]byte{{0, 0, 0, 0, 0, 0, 0, 42}, []byte("aa"), []byte("bbb"), []byte(long), {}, []byte("t")}
+	var row sharedRow
+	if err := sp.decodeFields(unsafe.Pointer(&row), nil, fields); err != nil {
+		t.Fatal(err)
+	}
+	want := sharedRow{ID: 42, A: "aa", B: "bbb", Long: long, E: "", Tag: "t"}
+	if row != want {
+		t.Fatalf("decoded %+v, want %+v", row, want)
+	}
+	for i := range fields {
+		clear(fields[i]) // the row must not alias the wire bytes
+	}
+	if row != want {
+		t.Fatalf("after the input was cleared: %+v, want %+v", row, want)
+	}
+	a, b, l := unsafe.StringData(row.A), unsafe.StringData(row.B), unsafe.StringData(row.Long)
+	if unsafe.Add(unsafe.Pointer(a), len(row.A)) != unsafe.Pointer(b) {
+		t.Errorf("a and b are not in one allocation")
+	}
+	if unsafe.Add(unsafe.Pointer(b), len(row.B)) == unsafe.Pointer(l) {
+		t.Errorf("a value over maxShared is in the row's shared allocation")
+	}
+
+	fields = [][]byte{{0, 0, 0, 0, 0, 0, 0, 1}, []byte("aa"), nil, []byte("x"), []byte("e"), []byte("t")}
+	if err := sp.decodeFields(unsafe.Pointer(&row), nil, fields); err == nil || !strings.Contains(err.Error(), `"b"`) {
+		t.Errorf("NULL into a string field: %v, want an error naming column \"b\"", err)
+	}
+}
