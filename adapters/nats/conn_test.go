@@ -83,11 +83,7 @@ func TestKVServerDownNamesCause(t *testing.T) {
 			})
 			t.Logf("sync status: %s", inf.SyncStatus())
 			srv.Restart(t)
-			rev, err := put(ctx, kv, "k2", 2)
-			if err != nil {
-				t.Fatal(err)
-			}
-			waitFor(t, inf, rev)
+			waitFor(t, inf, putAfterRestart(t, ctx, kv, "k2", 2))
 		})
 	}
 }

@@ -183,17 +183,29 @@ func put(ctx context.Context, kv jetstream.KeyValue, key string, n int) (uint64,
 // value twice, which no caller minds.
 func putAfterRestart(t testing.TB, ctx context.Context, kv jetstream.KeyValue, key string, n int) uint64 {
 	t.Helper()
+	return afterRestart(t, ctx, fmt.Sprintf("put %q", key), func(ctx context.Context) (uint64, error) {
+		return put(ctx, kv, key, n)
+	})
+}
+
+// afterRestart runs the request f right after the server restarted, as
+// putAfterRestart does: each try waits 5s at most (a request written to
+// the old connection as the server went away is lost, and would wait for
+// the whole of ctx), until one succeeds or ctx ends. f must be safe to
+// repeat.
+func afterRestart[V any](t testing.TB, ctx context.Context, what string, f func(context.Context) (V, error)) V {
+	t.Helper()
 	for {
 		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		rev, err := put(tctx, kv, key, n)
+		v, err := f(tctx)
 		cancel()
 		if err == nil {
-			return rev
+			return v
 		}
 		if ctx.Err() != nil {
-			t.Fatalf("put %q after the restart: %v", key, err)
+			t.Fatalf("%s after the restart: %v", what, err)
 		}
-		t.Logf("put %q after the restart, trying again: %v", key, err)
+		t.Logf("%s after the restart, trying again: %v", what, err)
 	}
 }
 

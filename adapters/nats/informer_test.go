@@ -325,10 +325,9 @@ func TestKVInformerRemovals(t *testing.T) {
 			inf, _ := startInformer[item](t, lw)
 			synced := lw.Lists() // a list retried before the first sync is not a relist
 			srv.Restart(t)
-			st, err := js.Stream(ctx, "KV_"+kv.Bucket())
-			if err != nil {
-				t.Fatal(err)
-			}
+			st := afterRestart(t, ctx, "stream info", func(ctx context.Context) (jetstream.Stream, error) {
+				return js.Stream(ctx, "KV_"+kv.Bucket())
+			})
 			revs := map[string]uint64{}
 			revs["k9"], _ = put(ctx, kv, "k9", 9)
 			revs["k10"], _ = put(ctx, kv, "k10", 10)
