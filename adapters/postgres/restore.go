@@ -130,7 +130,7 @@ func (t *Table[T]) Restore(ctx context.Context, rv core.ResourceVersion, objects
 	}
 	// The stream starts at the slot's confirmed position, at or before rv:
 	// its transactions up to rv are covered by the checkpoint.
-	st.reset(rv)
+	s.activateLocked(st, rv)
 	st.resetKnown()
 	st.durable = max(st.durable, rv)
 	s.log.Info("table restored from a checkpoint", "table", st.ident.Sanitize(), "rv", lsn(rv))

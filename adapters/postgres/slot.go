@@ -129,7 +129,7 @@ func (s *Source) snapshotFor(ctx context.Context, st *tableState, read func(r *s
 		s.mu.Lock()
 		fresh := !st.active
 		if fresh {
-			st.reset(sess.cp)
+			s.activateLocked(st, sess.cp)
 		}
 		s.mu.Unlock()
 		// Import first, then wait for a reader slot: every table whose List
@@ -175,7 +175,7 @@ func (s *Source) snapshotFor(ctx context.Context, st *tableState, read func(r *s
 	if fresh {
 		// From here on the stream keeps this table's transactions; the
 		// helper's consistent point below is at or after s.pos.
-		st.reset(s.pos)
+		s.activateLocked(st, s.pos)
 	}
 	s.mu.Unlock()
 	// The helper's snapshot is this List's alone: other Lists and stream
@@ -420,6 +420,7 @@ func (s *Source) startStream(ctx context.Context, sess *session) error {
 	if s.pos < start {
 		s.pos = start
 	}
+	s.notifyLocked()
 	s.mu.Unlock()
 	go s.stream(sctx, sess, gen)
 	return nil
@@ -436,7 +437,8 @@ const restoreWait = 2 * time.Second
 // milliseconds (as soon as their checkpoint's header is read); the bound
 // keeps a table whose informer never gets there from holding the others.
 func (s *Source) awaitRestores(ctx context.Context) {
-	deadline := time.Now().Add(restoreWait)
+	deadline := time.NewTimer(restoreWait)
+	defer deadline.Stop()
 	for {
 		s.mu.Lock()
 		waiting := false
@@ -446,16 +448,17 @@ func (s *Source) awaitRestores(ctx context.Context) {
 		// Only a resumed slot (no exported snapshot): on a new one, the
 		// first Lists already start the stream once every table listed.
 		resumed := s.sess != nil && s.sess.resumed && !s.sess.streaming
+		changed := s.changed // a table turning active or the stream starting closes it
 		s.mu.Unlock()
-		if !waiting || !resumed || !time.Now().Before(deadline) {
+		if !waiting || !resumed {
 			return
 		}
-		t := time.NewTimer(5 * time.Millisecond)
 		select {
 		case <-ctx.Done():
-			t.Stop()
 			return
-		case <-t.C:
+		case <-deadline.C:
+			return
+		case <-changed:
 		}
 	}
 }

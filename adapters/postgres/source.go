@@ -415,6 +415,13 @@ func (s *Source) Close() error {
 	return nil
 }
 
+// activateLocked starts st over at rv (tableState.reset) and says so to
+// whoever waits for a table to turn active (awaitRestores).
+func (s *Source) activateLocked(st *tableState, rv core.ResourceVersion) {
+	st.reset(rv)
+	s.notifyLocked()
+}
+
 // notifyLocked wakes every watcher.
 func (s *Source) notifyLocked() {
 	close(s.changed)
