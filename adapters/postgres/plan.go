@@ -99,11 +99,11 @@ func (m *mapper) compile(p *rowPlan, formats []int16, tm *pgtype.Map) *scanPlan 
 // the others of its row alive, and that must stay small.
 const maxShared = 256
 
-// decodeFields decodes a row of fields (one per column; nil: NULL) into
-// obj as decodeColumn would, column after column, but with the values of
-// the direct columns up to maxShared bytes long in one allocation: a List
-// of a table with three short text columns made three allocations a row
-// for them, a sixth of its CPU.
+// decodeFields decodes a row of fields (one per column of the layout;
+// nil: NULL) into obj as decodeColumn would, column after column, but with
+// the values of the direct columns up to maxShared bytes long in one
+// allocation: a List of a table with three short text columns made three
+// allocations a row for them, a sixth of its CPU.
 func (sp *scanPlan) decodeFields(obj unsafe.Pointer, row map[string]any, fields [][]byte) error {
 	var shared []byte
 	if len(sp.direct) > 1 {
@@ -116,9 +116,6 @@ func (sp *scanPlan) decodeFields(obj unsafe.Pointer, row map[string]any, fields 
 		shared = make([]byte, 0, n)
 	}
 	for c, data := range fields {
-		if c >= len(sp.cols) {
-			break
-		}
 		cs := sp.cols[c]
 		if cs == nil {
 			continue

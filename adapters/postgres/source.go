@@ -335,18 +335,18 @@ func (s *Source) connect(ctx context.Context) (*pgx.Conn, error) {
 	return c, nil
 }
 
-// snapshotReadBuffer is the read buffer of a normal connection. pgx reads
+// connReadBuffer is the read buffer of a normal connection. pgx reads
 // the socket 8 kB at a time, which is one read(2) per 8 kB of a table a
 // List copies: when the reader is the slower side (it decodes every row)
 // the socket always holds more, and those reads cost a tenth of the
 // List's CPU. A larger buffer takes what is there in one read.
-const snapshotReadBuffer = 256 << 10
+const connReadBuffer = 256 << 10
 
 // bufferedFrontend is pgconn's frontend reading through a
-// snapshotReadBuffer. The replication connection keeps pgx's own: its
+// connReadBuffer. The replication connection keeps pgx's own: its
 // reads are paced by readBatcher.
 func bufferedFrontend(r io.Reader, w io.Writer) *pgproto3.Frontend {
-	return pgproto3.NewFrontend(bufio.NewReaderSize(r, snapshotReadBuffer), w)
+	return pgproto3.NewFrontend(bufio.NewReaderSize(r, connReadBuffer), w)
 }
 
 // release gives back a connection that ran short queries only (no
