@@ -108,7 +108,7 @@ func (s *Indexer[T]) Delete(key string) error {
 
 // Get returns the object under key.
 func (s *Indexer[T]) Get(key string) (T, bool) {
-	s.mu.RLock()
+	s.rlock()
 	obj, ok := s.items.get(key)
 	s.mu.RUnlock()
 	return obj, ok
@@ -123,7 +123,7 @@ func (s *Indexer[T]) Len() int {
 
 // List returns every object, in no particular order.
 func (s *Indexer[T]) List() []T {
-	s.mu.RLock()
+	s.rlock()
 	defer s.mu.RUnlock()
 	out := make([]T, 0, s.items.len())
 	for _, obj := range s.items.all {
@@ -134,7 +134,7 @@ func (s *Indexer[T]) List() []T {
 
 // ListKeys returns every key, in no particular order.
 func (s *Indexer[T]) ListKeys() []string {
-	s.mu.RLock()
+	s.rlock()
 	defer s.mu.RUnlock()
 	out := make([]string, 0, s.items.len())
 	for key := range s.items.all {
@@ -147,13 +147,31 @@ func (s *Indexer[T]) ListKeys() []string {
 // returns false. f must not call back into the indexer's write methods.
 // It lets a caller filter without copying the whole cache.
 func (s *Indexer[T]) Range(f func(key string, obj T) bool) {
-	s.mu.RLock()
+	s.rlock()
 	defer s.mu.RUnlock()
 	for k, v := range s.items.all {
 		if !f(k, v) {
 			return
 		}
 	}
+}
+
+// rlock takes the read lock over a settled table: staged objects (see
+// items) are filed first, under the write lock, since readers look keys up.
+func (s *Indexer[T]) rlock() {
+	s.mu.RLock()
+	for s.items.staged != nil {
+		s.mu.RUnlock()
+		s.settle()
+		s.mu.RLock()
+	}
+}
+
+// settle files what an initial list staged (see items).
+func (s *Indexer[T]) settle() {
+	s.mu.Lock()
+	s.items.settle()
+	s.mu.Unlock()
 }
 
 // indexTx is the write access update gives: every call happens under
@@ -169,6 +187,14 @@ func (tx indexTx[T]) get(key string) (T, bool) {
 // nothing changes.
 func (tx indexTx[T]) put(key string, obj T) (old T, existed bool, err error) {
 	return tx.s.putLocked(key, obj)
+}
+
+// stage stores an initial list's obj under key without looking key up,
+// when the cache was empty as the list began and has no index (items.stage;
+// an index is filed as each object arrives). It reports whether it did;
+// if not, the caller puts obj.
+func (tx indexTx[T]) stage(key string, obj T) bool {
+	return len(tx.s.indexers) == 0 && tx.s.items.stage(key, obj)
 }
 
 // delete removes key and returns what was there.
@@ -187,7 +213,7 @@ func (s *Indexer[T]) update(f func(tx indexTx[T])) {
 // snapshot runs f under the read lock with the number of objects and a
 // walk over them; f must not retain the walk or write to the indexer.
 func (s *Indexer[T]) snapshot(f func(n int, all iter.Seq2[string, T])) {
-	s.mu.RLock()
+	s.rlock()
 	defer s.mu.RUnlock()
 	f(s.items.len(), s.items.all)
 }
@@ -259,7 +285,7 @@ func (e *IndexError) Unwrap() error { return e.Err }
 
 // Index returns the objects that share an index value with obj.
 func (s *Indexer[T]) Index(indexName string, obj T) ([]T, error) {
-	s.mu.RLock()
+	s.rlock()
 	defer s.mu.RUnlock()
 	f, ok := s.indexers[indexName]
 	if !ok {
@@ -288,7 +314,7 @@ func (s *Indexer[T]) Index(indexName string, obj T) ([]T, error) {
 
 // ByIndex returns the objects whose index function produced value.
 func (s *Indexer[T]) ByIndex(indexName, value string) ([]T, error) {
-	s.mu.RLock()
+	s.rlock()
 	defer s.mu.RUnlock()
 	idx, ok := s.indices[indexName]
 	if !ok {

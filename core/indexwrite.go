@@ -258,14 +258,15 @@ const maxReserve = 1 << 23
 // estimate of its size, so that an initial list fills a map of the right
 // size instead of growing one (growing the map of a million-row list cost
 // about 0.5 s of CPU in BenchmarkWarmStart's profile). A non-empty indexer
-// is left alone.
+// is left alone, and so is one without indexes: its initial list is staged
+// (indexTx.stage) and never fills the map.
 func (s *Indexer[T]) reserve(n int64) {
 	if n <= 0 {
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.items.len() == 0 {
+	if s.items.len() == 0 && len(s.indexers) > 0 {
 		s.items = newItems[T](int(min(n, maxReserve)))
 	}
 }

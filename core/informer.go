@@ -300,6 +300,9 @@ func (i *SharedIndexInformer[T]) checkSynced() bool {
 	if !i.queue.HasSynced() || !i.warmSynced() {
 		return false
 	}
+	// What the initial list staged is filed before anyone is told the
+	// cache is synced: the time it takes is the sync's.
+	i.indexer.settle()
 	if i.synced.CompareAndSwap(false, true) {
 		close(i.syncedCh)
 	}
@@ -372,6 +375,14 @@ func (i *SharedIndexInformer[T]) handleDeltas(deltas []Delta[T], initial bool) e
 				}
 				notes = append(notes, notification[T]{kind: noteUpdate, sync: true, key: d.Key, old: obj, obj: obj})
 			case DeltaAdded, DeltaUpdated, DeltaReplaced:
+				if initial && d.Type == DeltaReplaced && tx.stage(d.Key, d.Object) {
+					// The first list into an empty cache: staged, filed
+					// before the informer reports the sync (checkSynced).
+					if listening {
+						notes = append(notes, notification[T]{kind: noteAdd, flag: true, key: d.Key, obj: d.Object})
+					}
+					continue
+				}
 				old, existed, err := tx.put(d.Key, d.Object)
 				if err != nil {
 					errs = append(errs, i.deltaError(d, err))

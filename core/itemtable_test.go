@@ -30,11 +30,15 @@ func mustBase[T any](t testing.TB, keys []string, objs []T, bits uint) *itemBase
 // FuzzItems drives an items table that starts from a base and a plain map
 // with the same writes, and checks that they hold the same: every key's
 // get, len and the walk. The first byte picks how many of 48 keys the base
-// holds (in pages of four), the rest are (op, key, value) triples.
+// holds (in pages of four) and how the table gets them: built into a base,
+// or staged and then filed into a base or, as too few, into the map. The
+// rest are (op, key, value) triples.
 func FuzzItems(f *testing.F) {
 	f.Add([]byte{20, 0, 1, 1, 1, 1, 0, 0, 30, 2, 1, 2, 0, 3, 3})
 	f.Add([]byte{48, 1, 0, 0, 1, 1, 0, 1, 2, 0, 1, 3, 0, 1, 4, 0, 1, 5, 0, 1, 6, 0, 1, 7, 0, 1, 8, 0})
 	f.Add([]byte{0, 0, 5, 9, 1, 5, 0, 0, 5, 7})
+	f.Add([]byte{49 + 30, 1, 3, 3, 2, 4, 0, 0, 40, 1})
+	f.Add([]byte{98 + 9, 1, 3, 3, 2, 4, 0, 0, 40, 1})
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		if len(ops) == 0 {
 			return
@@ -49,7 +53,19 @@ func FuzzItems(f *testing.F) {
 			keys, objs = append(keys, k), append(objs, i)
 			model[k] = i
 		}
-		t1 := items[int]{m: map[string]int{}, base: mustBase(t, keys, objs, 2)}
+		t1 := items[int]{m: map[string]int{}}
+		switch int(ops[0]) / 49 % 3 {
+		case 0:
+			t1.base = mustBase(t, keys, objs, 2)
+		default:
+			// Staged: filed by the first get (after check's len).
+			t1.staged = &stagedItems[int]{bits: 2, minBase: map[bool]int{true: 0, false: 49}[int(ops[0])/49%3 == 1]}
+			for i, k := range keys {
+				if !t1.stage(k, objs[i]) {
+					t.Fatal("an empty table refused to stage")
+				}
+			}
+		}
 		check := func() {
 			t.Helper()
 			if t1.len() != len(model) {
