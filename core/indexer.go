@@ -54,6 +54,14 @@ type Indexer[T any] struct {
 	// slice walk instead of a map iteration and a map lookup per index and
 	// write.
 	fns []indexFn[T]
+	// staged is an initial list not yet filed (stage.go); expect is the
+	// list's estimate of its size (reserve).
+	staged *stagedItems[T]
+	expect int
+	// stageBits and stageMinBase shape staging (stagedItems); tests
+	// make them small.
+	stageBits    uint
+	stageMinBase int
 }
 
 type indexFn[T any] struct {
@@ -76,10 +84,12 @@ var _ KeyLister[int] = (*Indexer[int])(nil)
 // means none).
 func NewIndexer[T any](indexers Indexers[T]) *Indexer[T] {
 	s := &Indexer[T]{
-		items:    newItems[T](0),
-		indexers: Indexers[T]{},
-		indices:  map[string]index{},
-		keys:     &keyTable{},
+		stageBits:    stagePageBits,
+		stageMinBase: minStagedBase,
+		items:        newItems[T](0),
+		indexers:     Indexers[T]{},
+		indices:      map[string]index{},
+		keys:         &keyTable{},
 	}
 	for name, f := range indexers {
 		s.indexers[name] = f
@@ -118,7 +128,7 @@ func (s *Indexer[T]) Get(key string) (T, bool) {
 func (s *Indexer[T]) Len() int {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return s.items.len()
+	return s.lenLocked()
 }
 
 // List returns every object, in no particular order.
@@ -156,30 +166,13 @@ func (s *Indexer[T]) Range(f func(key string, obj T) bool) {
 	}
 }
 
-// rlock takes the read lock over a settled table: staged objects (see
-// items) are filed first, under the write lock, since readers look keys up.
-func (s *Indexer[T]) rlock() {
-	s.mu.RLock()
-	for s.items.staged != nil {
-		s.mu.RUnlock()
-		s.settle()
-		s.mu.RLock()
-	}
-}
-
-// settle files what an initial list staged (see items).
-func (s *Indexer[T]) settle() {
-	s.mu.Lock()
-	s.items.settle()
-	s.mu.Unlock()
-}
-
 // indexTx is the write access update gives: every call happens under
 // the indexer's write lock.
 type indexTx[T any] struct{ s *Indexer[T] }
 
 // get returns the object under key.
 func (tx indexTx[T]) get(key string) (T, bool) {
+	tx.s.settleLocked()
 	return tx.s.items.get(key)
 }
 
@@ -187,14 +180,6 @@ func (tx indexTx[T]) get(key string) (T, bool) {
 // nothing changes.
 func (tx indexTx[T]) put(key string, obj T) (old T, existed bool, err error) {
 	return tx.s.putLocked(key, obj)
-}
-
-// stage stores an initial list's obj under key without looking key up,
-// when the cache was empty as the list began and has no index (items.stage;
-// an index is filed as each object arrives). It reports whether it did;
-// if not, the caller puts obj.
-func (tx indexTx[T]) stage(key string, obj T) bool {
-	return len(tx.s.indexers) == 0 && tx.s.items.stage(key, obj)
 }
 
 // delete removes key and returns what was there.
@@ -252,6 +237,7 @@ func (s *Indexer[T]) replace(items map[string]T) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.staged, s.expect = nil, 0
 	s.items = copied
 	s.indices = indices
 	s.keys = kt
@@ -343,7 +329,7 @@ func (s *Indexer[T]) objectsLocked(idx index, value string) []T {
 
 // IndexKeys returns the keys whose index function produced value, sorted.
 func (s *Indexer[T]) IndexKeys(indexName, value string) ([]string, error) {
-	s.mu.RLock()
+	s.rlock()
 	defer s.mu.RUnlock()
 	idx, ok := s.indices[indexName]
 	if !ok {
@@ -362,7 +348,7 @@ func (s *Indexer[T]) IndexKeys(indexName, value string) ([]string, error) {
 // ListIndexFuncValues returns every value an index currently holds, sorted.
 // An unknown index gives nil.
 func (s *Indexer[T]) ListIndexFuncValues(indexName string) []string {
-	s.mu.RLock()
+	s.rlock()
 	defer s.mu.RUnlock()
 	idx := s.indices[indexName]
 	out := make([]string, 0, len(idx))
@@ -389,6 +375,7 @@ func (s *Indexer[T]) GetIndexers() Indexers[T] {
 // client-go this works on a non-empty store too, at the cost of one pass.
 func (s *Indexer[T]) AddIndexers(newIndexers Indexers[T]) error {
 	s.mu.Lock()
+	s.settleLocked()
 	defer s.mu.Unlock()
 	for name := range newIndexers {
 		if _, ok := s.indexers[name]; ok {

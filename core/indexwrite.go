@@ -12,6 +12,7 @@ import (
 // is computed before anything changes, so a failing index function leaves
 // the store as it was.
 func (s *Indexer[T]) putLocked(key string, obj T) (old T, existed bool, err error) {
+	s.settleLocked()
 	if len(s.indexers) == 0 {
 		old, existed = s.items.swap(key, obj)
 		return old, existed, nil
@@ -116,6 +117,7 @@ type indexValues struct {
 }
 
 func (s *Indexer[T]) deleteLocked(key string) (old T, existed bool, err error) {
+	s.settleLocked()
 	old, existed = s.items.get(key)
 	if !existed {
 		return old, false, nil
@@ -177,7 +179,7 @@ func sameValues(a, b []string) bool {
 func (s *Indexer[T]) loadEmpty(base *itemBase[T]) (ok bool, skipped map[string]error) {
 	for {
 		s.mu.RLock()
-		fns, empty := slices.Clone(s.fns), s.items.len() == 0
+		fns, empty := slices.Clone(s.fns), s.lenLocked() == 0
 		s.mu.RUnlock()
 		if !empty {
 			return false, nil
@@ -210,25 +212,13 @@ func (s *Indexer[T]) loadEmpty(base *itemBase[T]) (ok bool, skipped map[string]e
 						}
 						vals[k] = v
 					}
-					h, id, hasID := uint32(0), uint32(0), false
-					for k, fn := range fns {
-						for _, x := range vals[k] {
-							if !hasID {
-								h = keyHash(key)
-								id, hasID = kt.alloc(key, h), true
-							}
-							fn.idx.add(x, h, id, kt)
-						}
-					}
-					if hasID {
-						kt.release(id)
-					}
+					fileValues(fns, kt, key, vals)
 				}
 				pos += p.n
 			}
 		}
 		s.mu.Lock()
-		if s.items.len() != 0 {
+		if s.lenLocked() != 0 {
 			s.mu.Unlock()
 			return false, nil
 		}
@@ -249,24 +239,20 @@ func (s *Indexer[T]) loadEmpty(base *itemBase[T]) (ok bool, skipped map[string]e
 	}
 }
 
-// maxReserve bounds what reserve sizes a cache for: an estimate is only an
-// estimate (Postgres's reltuples can be stale), and a far overestimate
-// costs an empty map's memory.
-const maxReserve = 1 << 23
-
-// reserve sizes an empty indexer's map for about n objects, a list's
-// estimate of its size, so that an initial list fills a map of the right
-// size instead of growing one (growing the map of a million-row list cost
-// about 0.5 s of CPU in BenchmarkWarmStart's profile). A non-empty indexer
-// is left alone, and so is one without indexes: its initial list is staged
-// (indexTx.stage) and never fills the map.
-func (s *Indexer[T]) reserve(n int64) {
-	if n <= 0 {
-		return
+// fileValues files key in each of fns' indexes under its values there
+// (vals[k] for fns[k]), into an indexer being built whose keys are kt.
+func fileValues[T any](fns []indexFn[T], kt *keyTable, key string, vals [][]string) {
+	h, id, hasID := uint32(0), uint32(0), false
+	for k, fn := range fns {
+		for _, x := range vals[k] {
+			if !hasID {
+				h = keyHash(key)
+				id, hasID = kt.alloc(key, h), true
+			}
+			fn.idx.add(x, h, id, kt)
+		}
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.items.len() == 0 && len(s.indexers) > 0 {
-		s.items = newItems[T](int(min(n, maxReserve)))
+	if hasID {
+		kt.release(id)
 	}
 }

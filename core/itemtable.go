@@ -13,7 +13,8 @@ import (
 )
 
 // items is the Indexer's key → object table: a Go map, and, after a warm
-// start, a frozen base holding the checkpoint's objects.
+// start or an initial list (Indexer.stage), a frozen base holding the
+// checkpoint's or the list's objects.
 //
 // A base is what makes a warm start cheap. Filling a Go map with a million
 // keys costs 150–330 ms on the machines BENCHMARKS.md runs on (one cache
@@ -25,39 +26,26 @@ import (
 // the base or in the map, never both. When half the base is dead its live
 // objects move to the map and the base goes, so that a cache whose keys
 // all changed since the load does not hold the old ones.
-//
-// An initial list into an empty cache is staged: its objects are appended
-// to pages as they arrive, without a lookup, and filed into a base when
-// anything else touches the table (settle), which the informer does before
-// it reports the sync. Filing a million listed objects into a Go map cost
-// the consumer a cache miss per key, 0.4–0.6 µs each while the list's
-// readers and Postgres kept the other core busy, most of what an informer
-// added to a List's time (BenchmarkPostgresScale); filing them into a base
-// costs a fraction of that, on every CPU.
 type items[T any] struct {
-	m      map[string]T
-	base   *itemBase[T]
-	staged *stagedItems[T]
+	m    map[string]T
+	base *itemBase[T]
 }
 
 func newItems[T any](n int) items[T] { return items[T]{m: make(map[string]T, n)} }
 
-// stagedItems is an initial list's objects in arrival order, in pages of
-// 1<<bits (the last may hold fewer).
+// stagedItems is an initial list's objects as they arrived, in pages of
+// 1<<bits (the last may hold fewer), and their index values (vals: per
+// object, one slice per index function, in the Indexer's fns order), not
+// yet filed (see Indexer.stage).
 type stagedItems[T any] struct {
 	bits    uint
-	minBase int // fewer objects go into the map: a base is not worth it
+	minBase int // fewer objects go into a map: a base is not worth it
 	pages   []*itemPage[T]
 	keys    []string // the page being filled
 	objs    []T
+	vals    [][]string
 	n       int
 }
-
-// stagePageBits and minStagedBase are stagedItems' for an informer.
-const (
-	stagePageBits = 10
-	minStagedBase = 4096
-)
 
 func (s *stagedItems[T]) add(key string, obj T) {
 	if len(s.keys) == 1<<s.bits {
@@ -70,52 +58,43 @@ func (s *stagedItems[T]) add(key string, obj T) {
 	s.n++
 }
 
-// stage appends key and obj to an empty table's staged list, starting one
-// if need be, without looking key up: the caller vouches that key was not
-// staged before (a list names each key once). It returns false, changing
-// nothing, when the table holds anything but staged objects.
-func (t *items[T]) stage(key string, obj T) bool {
-	if t.staged == nil {
-		if len(t.m) != 0 || t.base != nil {
-			return false
-		}
-		t.staged = &stagedItems[T]{bits: stagePageBits, minBase: minStagedBase}
-	}
-	t.staged.add(key, obj)
-	return true
-}
-
-// settle files the staged objects: into a base, or into the map when they
-// are few or a key was staged twice (then the later object wins, as it
-// would have in the map). Every method but stage and len settles first.
-func (t *items[T]) settle() {
-	s := t.staged
-	if s == nil {
-		return
-	}
-	t.staged = nil
-	pages := s.pages
+// file returns the staged objects as an item table: a base, or a map of
+// at least mapSize when they are few or a key was staged twice (the later
+// object wins, as it would have in a map). In the second case with
+// indexed set, it also returns the position of each key's winning object.
+func (s *stagedItems[T]) file(mapSize int, indexed bool) (t items[T], pages []*itemPage[T], winners []int) {
+	pages = s.pages
 	if len(s.keys) > 0 {
 		pages = append(pages, decodedPage(s.keys, s.objs))
 	}
 	if s.n >= s.minBase {
 		if b, err := buildItemBase(pages, nil, s.bits); err == nil {
-			t.base = b
-			return
+			return items[T]{m: make(map[string]T, mapSize), base: b}, pages, nil
 		}
 	}
-	m := make(map[string]T, s.n)
+	m := make(map[string]T, max(mapSize, s.n))
+	var at map[string]int
+	if indexed {
+		at = make(map[string]int, s.n)
+	}
+	pos := 0
 	for _, p := range pages {
 		objs := p.objects()
 		for i := range p.n {
 			m[p.key(i)] = objs[i]
+			if at != nil {
+				at[p.key(i)] = pos + i
+			}
 		}
+		pos += p.n
 	}
-	t.m = m
+	for _, w := range at {
+		winners = append(winners, w)
+	}
+	return items[T]{m: m}, pages, winners
 }
 
 func (t *items[T]) get(key string) (T, bool) {
-	t.settle()
 	if b := t.base; b != nil {
 		if pos, ok := b.find(key); ok {
 			if b.isDead(pos) {
@@ -138,7 +117,6 @@ func (t *items[T]) at(key string) T {
 // swap stores obj under key and returns what was there: one lookup in
 // the base where get and set would make two.
 func (t *items[T]) swap(key string, obj T) (old T, existed bool) {
-	t.settle()
 	if b := t.base; b != nil {
 		if pos, ok := b.find(key); ok {
 			p := b.obj(pos)
@@ -154,7 +132,6 @@ func (t *items[T]) swap(key string, obj T) (old T, existed bool) {
 }
 
 func (t *items[T]) set(key string, obj T) {
-	t.settle()
 	if b := t.base; b != nil {
 		if pos, ok := b.find(key); ok {
 			*b.obj(pos) = obj
@@ -166,7 +143,6 @@ func (t *items[T]) set(key string, obj T) {
 }
 
 func (t *items[T]) del(key string) {
-	t.settle()
 	b := t.base
 	if b == nil {
 		delete(t.m, key)
@@ -185,7 +161,6 @@ func (t *items[T]) del(key string) {
 
 // fold moves the base's live objects into the map and drops the base.
 func (t *items[T]) fold() {
-	t.settle()
 	b := t.base
 	t.base = nil
 	m := make(map[string]T, len(t.m)+b.n-b.dead)
@@ -200,9 +175,6 @@ func (t *items[T]) fold() {
 
 func (t *items[T]) len() int {
 	n := len(t.m)
-	if s := t.staged; s != nil {
-		n += s.n
-	}
 	if b := t.base; b != nil {
 		n += b.n - b.dead
 	}
@@ -211,7 +183,6 @@ func (t *items[T]) len() int {
 
 // all yields every key and object: the base's live ones, then the map's.
 func (t *items[T]) all(yield func(string, T) bool) {
-	t.settle()
 	if b := t.base; b != nil {
 		for k, o := range b.all {
 			if !yield(k, o) {

@@ -31,8 +31,8 @@ func mustBase[T any](t testing.TB, keys []string, objs []T, bits uint) *itemBase
 // with the same writes, and checks that they hold the same: every key's
 // get, len and the walk. The first byte picks how many of 48 keys the base
 // holds (in pages of four) and how the table gets them: built into a base,
-// or staged and then filed into a base or, as too few, into the map. The
-// rest are (op, key, value) triples.
+// or staged and then filed (stagedItems.file) into a base or, as too few,
+// into the map. The rest are (op, key, value) triples.
 func FuzzItems(f *testing.F) {
 	f.Add([]byte{20, 0, 1, 1, 1, 1, 0, 0, 30, 2, 1, 2, 0, 3, 3})
 	f.Add([]byte{48, 1, 0, 0, 1, 1, 0, 1, 2, 0, 1, 3, 0, 1, 4, 0, 1, 5, 0, 1, 6, 0, 1, 7, 0, 1, 8, 0})
@@ -53,17 +53,16 @@ func FuzzItems(f *testing.F) {
 			keys, objs = append(keys, k), append(objs, i)
 			model[k] = i
 		}
-		t1 := items[int]{m: map[string]int{}}
-		switch int(ops[0]) / 49 % 3 {
-		case 0:
-			t1.base = mustBase(t, keys, objs, 2)
-		default:
-			// Staged: filed by the first get (after check's len).
-			t1.staged = &stagedItems[int]{bits: 2, minBase: map[bool]int{true: 0, false: 49}[int(ops[0])/49%3 == 1]}
+		t1 := items[int]{m: map[string]int{}, base: mustBase(t, keys, objs, 2)}
+		if mode := int(ops[0]) / 49 % 3; mode > 0 {
+			// Staged, then filed into a base or, as too few, a map.
+			st := &stagedItems[int]{bits: 2, minBase: map[bool]int{true: 0, false: 49}[mode == 1]}
 			for i, k := range keys {
-				if !t1.stage(k, objs[i]) {
-					t.Fatal("an empty table refused to stage")
-				}
+				st.add(k, objs[i])
+			}
+			t1, _, _ = st.file(0, false)
+			if (t1.base != nil) != (mode == 1) {
+				t.Fatalf("mode %d, %d keys: filed into a base: %v", mode, n, t1.base != nil)
 			}
 		}
 		check := func() {

@@ -1,23 +1,24 @@
 package core
 
 import (
+	"errors"
 	"strconv"
 	"sync/atomic"
 	"testing"
 )
 
-// stagedState reports whether inf's cache holds staged objects, a base
-// and how many objects its map holds.
+// stagedState reports whether s holds staged objects, a base and how many
+// objects its map holds.
 func stagedState[T any](s *Indexer[T]) (staged, base bool, inMap int) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return s.items.staged != nil, s.items.base != nil, len(s.items.m)
+	return s.staged != nil, s.items.base != nil, len(s.items.m)
 }
 
-// An initial list into an empty cache without indexes is staged and filed
-// into a base before the informer reports the sync; the handler gets every
-// object as an initial add, the watch's changes then apply to the base,
-// and with an index the list goes into the map as before.
+// An initial list into an empty cache is staged and filed into a base (and
+// its indexes built in one pass) before the informer reports the sync; the
+// handler gets every object as an initial add, and the watch's changes
+// then apply to the base and the indexes.
 func TestInitialListIsStagedAndFiled(t *testing.T) {
 	const n = 3 * minStagedBase
 	for _, indexed := range []bool{false, true} {
@@ -44,11 +45,8 @@ func TestInitialListIsStagedAndFiled(t *testing.T) {
 				lw.list(t, 5, evs...)
 				must(t, inf.WaitForCacheSync(testCtx(t)))
 				staged, base, inMap := stagedState(inf.Indexer())
-				if staged {
-					t.Fatal("synced with objects still staged")
-				}
-				if base == indexed || (!indexed && inMap != 0) {
-					t.Fatalf("indexed %v: base %v, %d objects in the map", indexed, base, inMap)
+				if staged || !base || inMap != 0 {
+					t.Fatalf("synced with: staged %v, base %v, %d objects in the map", staged, base, inMap)
 				}
 				if got := inf.Lister().Len(); got != n {
 					t.Fatalf("Len = %d, want %d", got, n)
@@ -56,6 +54,11 @@ func TestInitialListIsStagedAndFiled(t *testing.T) {
 				for i := range n {
 					if got, ok := inf.Lister().Get("k" + strconv.Itoa(i)); !ok || got != "v"+strconv.Itoa(i) {
 						t.Fatalf("Get(k%d) = %q, %v", i, got, ok)
+					}
+				}
+				if indexed {
+					if keys, err := inf.Indexer().IndexKeys("first", "v"); err != nil || len(keys) != n {
+						t.Fatalf("IndexKeys(first, v) has %d keys, %v; want %d", len(keys), err, n)
 					}
 				}
 				eventually(t, "every initial add delivered", func() bool { return initial.Load() == n })
@@ -79,20 +82,52 @@ func TestInitialListIsStagedAndFiled(t *testing.T) {
 					if keys, err := inf.Indexer().IndexKeys("first", "c"); err != nil || len(keys) != 1 || keys[0] != "k1" {
 						t.Errorf("IndexKeys(first, c) = %v, %v", keys, err)
 					}
+					if keys, _ := inf.Indexer().IndexKeys("first", "v"); len(keys) != n-2 {
+						t.Errorf("IndexKeys(first, v) has %d keys, want %d", len(keys), n-2)
+					}
 				}
 			})
 		})
 	}
 }
 
-// A reader of a cache with staged objects finds them: it files them first.
-// Len counts them without filing.
+// A listed object whose index function fails is left out and reported, as
+// a put would leave it; the others are staged.
+func TestStagedIndexErrorLeavesTheObjectOut(t *testing.T) {
+	lw := newFakeLW()
+	bad := errors.New("no index for you")
+	inf, _, ec := newTestInformer(lw, InformerOptions[string]{Indexers: Indexers[string]{"x": func(v string) ([]string, error) {
+		if v == "bad" {
+			return nil, bad
+		}
+		return []string{v}, nil
+	}}})
+	started(t, inf)
+	evs := []Event[string]{add("a", "1", 0), add("b", "bad", 0)}
+	for i := range minStagedBase {
+		evs = append(evs, add("k"+strconv.Itoa(i), "v", 0))
+	}
+	lw.list(t, 5, evs...)
+	must(t, inf.WaitForCacheSync(testCtx(t)))
+	if _, ok := inf.Lister().Get("b"); ok {
+		t.Error("the object whose index function failed is cached")
+	}
+	if got, ok := inf.Lister().Get("a"); !ok || got != "1" || inf.Lister().Len() != minStagedBase+1 {
+		t.Errorf("Get(a) = %q, %v; Len %d", got, ok, inf.Lister().Len())
+	}
+	if err := ec.find(func(err error) bool { return errors.Is(err, bad) }); err == nil {
+		t.Error("the index function's error was not reported")
+	}
+}
+
+// A reader of an indexer with staged objects finds them: it files them
+// first. Len counts them without filing; once filed, nothing more is staged.
 func TestReadingStagedObjectsFilesThem(t *testing.T) {
 	s := NewIndexer[int](nil)
 	s.update(func(tx indexTx[int]) {
 		for i := range minStagedBase {
-			if !tx.stage(strconv.Itoa(i), i) {
-				t.Fatal("an empty cache refused to stage")
+			if ok, err := tx.stage(strconv.Itoa(i), i); !ok || err != nil {
+				t.Fatalf("an empty indexer refused to stage: %v", err)
 			}
 		}
 	})
@@ -109,34 +144,37 @@ func TestReadingStagedObjectsFilesThem(t *testing.T) {
 		t.Fatalf("after a read: staged %v, base %v", staged, base)
 	}
 	s.update(func(tx indexTx[int]) {
-		if tx.stage("late", 1) {
-			t.Error("a cache holding objects staged one more")
+		if ok, _ := tx.stage("late", 1); ok {
+			t.Error("an indexer holding objects staged one more")
 		}
 	})
 }
 
 // Few staged objects, or a key staged twice, go into the map, the later
-// object winning.
+// object winning; a list filed before it ended (a reader came) has the rest
+// go into a map made for the rest (reserve's estimate).
 func TestStagedFallsBackToTheMap(t *testing.T) {
-	var tb items[int]
-	tb.m = map[string]int{}
-	for i := range minStagedBase {
-		tb.stage(strconv.Itoa(i), i)
+	s := NewIndexer[int](nil)
+	s.update(func(tx indexTx[int]) {
+		for i := range minStagedBase {
+			tx.stage(strconv.Itoa(i), i)
+		}
+		tx.stage("5", -5)
+	})
+	if got, ok := s.Get("5"); !ok || got != -5 {
+		t.Fatalf("Get(5) = %d, %v; want the later -5", got, ok)
 	}
-	tb.stage("5", -5)
-	if got := tb.len(); got != minStagedBase+1 {
-		t.Fatalf("len while staged = %d", got)
+	if _, base, inMap := stagedState(s); base || inMap != minStagedBase {
+		t.Fatalf("base %v, %d in the map", base, inMap)
 	}
-	if got, ok := tb.get("5"); !ok || got != -5 {
-		t.Fatalf("get(5) = %d, %v; want the later -5", got, ok)
+
+	few := NewIndexer[int](nil)
+	few.reserve(100_000)
+	few.update(func(tx indexTx[int]) { tx.stage("a", 1) })
+	if got, ok := few.Get("a"); !ok || got != 1 {
+		t.Fatalf("Get(a) = %d, %v", got, ok)
 	}
-	if tb.base != nil || len(tb.m) != minStagedBase {
-		t.Fatalf("base %v, %d in the map", tb.base != nil, len(tb.m))
-	}
-	var few items[int]
-	few.m = map[string]int{}
-	few.stage("a", 1)
-	if got, ok := few.get("a"); !ok || got != 1 || few.base != nil {
-		t.Fatalf("get(a) = %d, %v; base %v", got, ok, few.base != nil)
+	if _, base, _ := stagedState(few); base || few.expect != 0 {
+		t.Fatalf("one object: base %v, expect %d left", base, few.expect)
 	}
 }
