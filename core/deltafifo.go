@@ -120,7 +120,16 @@ func (f *DeltaFIFO[T]) Add(deltas []Delta[T], rv ResourceVersion) error {
 					d.Object, d.HasObject = last.Object, true
 				}
 			}
-			if !queued && f.known != nil {
+			if last, ok := f.inFlightLocked(d.Key); !queued && ok {
+				// Being applied by Pop's process: the cache does not
+				// hold it yet, but will (or, after a delete, will not).
+				if last.Type == DeltaDeleted {
+					continue
+				}
+				if !d.HasObject && last.HasObject {
+					d.Object, d.HasObject = last.Object, true
+				}
+			} else if !queued && f.known != nil {
 				// client-go drops a delete for a key nobody knows: no
 				// consumer ever saw it, so there is nothing to undo.
 				obj, ok := f.known.Get(d.Key)
@@ -138,6 +147,15 @@ func (f *DeltaFIFO[T]) Add(deltas []Delta[T], rv ResourceVersion) error {
 	notify(f.signal)
 	f.changedLocked()
 	return nil
+}
+
+// inFlightLocked returns the last of key's deltas that Pop's process is
+// applying, if it is.
+func (f *DeltaFIFO[T]) inFlightLocked(key string) (Delta[T], bool) {
+	if len(f.flight) == 0 || f.flight[0].Key != key {
+		return Delta[T]{}, false
+	}
+	return f.flight[len(f.flight)-1], true
 }
 
 // Replace implements Queue. The listed objects are queued as they arrive;
