@@ -212,7 +212,19 @@ func (s *Indexer[T]) loadEmpty(base *itemBase[T]) (ok bool, skipped map[string]e
 						}
 						vals[k] = v
 					}
-					fileValues(fns, kt, key, vals)
+					h, id, hasID := uint32(0), uint32(0), false
+					for k, fn := range fns {
+						for _, x := range vals[k] {
+							if !hasID {
+								h = keyHash(key)
+								id, hasID = kt.alloc(key, h), true
+							}
+							fn.idx.add(x, h, id, kt)
+						}
+					}
+					if hasID {
+						kt.release(id)
+					}
 				}
 				pos += p.n
 			}
@@ -236,23 +248,5 @@ func (s *Indexer[T]) loadEmpty(base *itemBase[T]) (ok bool, skipped map[string]e
 		s.refreshFns()
 		s.mu.Unlock()
 		return true, skipped
-	}
-}
-
-// fileValues files key in each of fns' indexes under its values there
-// (vals[k] for fns[k]), into an indexer being built whose keys are kt.
-func fileValues[T any](fns []indexFn[T], kt *keyTable, key string, vals [][]string) {
-	h, id, hasID := uint32(0), uint32(0), false
-	for k, fn := range fns {
-		for _, x := range vals[k] {
-			if !hasID {
-				h = keyHash(key)
-				id, hasID = kt.alloc(key, h), true
-			}
-			fn.idx.add(x, h, id, kt)
-		}
-	}
-	if hasID {
-		kt.release(id)
 	}
 }

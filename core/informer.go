@@ -375,21 +375,13 @@ func (i *SharedIndexInformer[T]) handleDeltas(deltas []Delta[T], initial bool) e
 				}
 				notes = append(notes, notification[T]{kind: noteUpdate, sync: true, key: d.Key, old: obj, obj: obj})
 			case DeltaAdded, DeltaUpdated, DeltaReplaced:
-				if initial && d.Type == DeltaReplaced {
-					// The first list into an empty cache is staged, and
-					// filed before the informer reports the sync
-					// (checkSynced).
-					staged, err := tx.stage(d.Key, d.Object)
-					if err != nil {
-						errs = append(errs, i.deltaError(d, err))
-						continue
+				if initial && d.Type == DeltaReplaced && tx.stage(d.Key, d.Object) {
+					// The first list into an empty cache: staged, filed
+					// before the informer reports the sync (checkSynced).
+					if listening {
+						notes = append(notes, notification[T]{kind: noteAdd, flag: true, key: d.Key, obj: d.Object})
 					}
-					if staged {
-						if listening {
-							notes = append(notes, notification[T]{kind: noteAdd, flag: true, key: d.Key, obj: d.Object})
-						}
-						continue
-					}
+					continue
 				}
 				old, existed, err := tx.put(d.Key, d.Object)
 				if err != nil {

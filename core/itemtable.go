@@ -34,16 +34,13 @@ type items[T any] struct {
 func newItems[T any](n int) items[T] { return items[T]{m: make(map[string]T, n)} }
 
 // stagedItems is an initial list's objects as they arrived, in pages of
-// 1<<bits (the last may hold fewer), and their index values (vals: per
-// object, one slice per index function, in the Indexer's fns order), not
-// yet filed (see Indexer.stage).
+// 1<<bits (the last may hold fewer), not yet filed (see Indexer.stage).
 type stagedItems[T any] struct {
 	bits    uint
 	minBase int // fewer objects go into a map: a base is not worth it
 	pages   []*itemPage[T]
 	keys    []string // the page being filled
 	objs    []T
-	vals    [][]string
 	n       int
 }
 
@@ -60,38 +57,25 @@ func (s *stagedItems[T]) add(key string, obj T) {
 
 // file returns the staged objects as an item table: a base, or a map of
 // at least mapSize when they are few or a key was staged twice (the later
-// object wins, as it would have in a map). In the second case with
-// indexed set, it also returns the position of each key's winning object.
-func (s *stagedItems[T]) file(mapSize int, indexed bool) (t items[T], pages []*itemPage[T], winners []int) {
-	pages = s.pages
+// object wins, as it would have in a map).
+func (s *stagedItems[T]) file(mapSize int) items[T] {
+	pages := s.pages
 	if len(s.keys) > 0 {
 		pages = append(pages, decodedPage(s.keys, s.objs))
 	}
 	if s.n >= s.minBase {
 		if b, err := buildItemBase(pages, nil, s.bits); err == nil {
-			return items[T]{m: make(map[string]T, mapSize), base: b}, pages, nil
+			return items[T]{m: make(map[string]T, mapSize), base: b}
 		}
 	}
 	m := make(map[string]T, max(mapSize, s.n))
-	var at map[string]int
-	if indexed {
-		at = make(map[string]int, s.n)
-	}
-	pos := 0
 	for _, p := range pages {
 		objs := p.objects()
 		for i := range p.n {
 			m[p.key(i)] = objs[i]
-			if at != nil {
-				at[p.key(i)] = pos + i
-			}
 		}
-		pos += p.n
 	}
-	for _, w := range at {
-		winners = append(winners, w)
-	}
-	return items[T]{m: m}, pages, winners
+	return items[T]{m: m}
 }
 
 func (t *items[T]) get(key string) (T, bool) {

@@ -5,15 +5,22 @@ package core
 // Filing a million listed objects into a Go map cost the informer a cache
 // miss per key, 0.4–0.6 µs each while the list's readers and Postgres kept
 // the other core busy: most of what an informer added to a List's time
-// (BenchmarkPostgresScale). So an initial list into an empty Indexer is
-// staged instead: each object is appended to a page, with the values of
-// its index functions, without a lookup; the staged objects are filed
-// (settleLocked) into a base, the warm start's open-addressing table that
-// every CPU fills at once, and the indexes are built in one pass, when
-// anything else touches the Indexer. The informer files them before it
-// reports the sync, so that the time counts as the sync's; a reader during
-// the list files what is there first, so it sees what it always did (the
-// rest of the list then goes into the map, as before staging).
+// (BenchmarkPostgresScale). So an initial list into an empty Indexer
+// without index functions is staged instead: each object is appended to a
+// page without a lookup, and the staged objects are filed (settleLocked)
+// into a base, the warm start's open-addressing table that every CPU fills
+// at once, when anything else touches the Indexer. The informer files them
+// before it reports the sync, so that the time counts as the sync's; a
+// reader during the list files what is there first, so it sees what it
+// always did (the rest of the list then goes into the map, as before
+// staging).
+//
+// An indexed cache is not staged. Staging it (index values kept per
+// object, the indexes built in one pass at filing) measured no faster on
+// BenchmarkInitialSync's ours-indexed side, 1.78–1.81 s against 1.78–1.99 s,
+// and its peak heap grew from 271–285 MB to 333–342 MB: the index values
+// waited in memory, and building the indexes moved from beside the list's
+// decoding to after it.
 
 // stagePageBits and minStagedBase shape an Indexer's staging: pages of
 // 1024 objects, and a base only for 4096 objects or more.
@@ -43,62 +50,37 @@ func (s *Indexer[T]) reserve(n int64) {
 	}
 }
 
-// stage appends an initial list's obj under key, with its index values,
-// without looking key up, if the indexer held nothing but staged objects;
-// the caller vouches that key was not staged before (a list names each
-// key once). It reports whether it staged obj; if not, and err is nil, the
-// caller puts obj. An index function's error leaves obj out, as put would.
-func (tx indexTx[T]) stage(key string, obj T) (staged bool, err error) {
+// stage appends an initial list's obj under key without looking key up,
+// if the indexer has no index function and held nothing but staged
+// objects; the caller vouches that key was not staged before (a list names
+// each key once). It reports whether it staged obj; if not, the caller
+// puts obj.
+func (tx indexTx[T]) stage(key string, obj T) bool {
 	s := tx.s
+	if len(s.fns) > 0 {
+		return false
+	}
 	st := s.staged
 	if st == nil {
 		if s.items.len() != 0 {
-			return false, nil
+			return false
 		}
 		st = &stagedItems[T]{bits: s.stageBits, minBase: s.stageMinBase}
 		s.staged = st
 	}
-	if len(s.fns) > 0 {
-		n := len(st.vals)
-		for _, fn := range s.fns {
-			v, err := indexValuesOf(fn.f, obj)
-			if err != nil {
-				st.vals = st.vals[:n]
-				return false, &IndexError{Index: fn.name, Key: key, Err: err}
-			}
-			st.vals = append(st.vals, v)
-		}
-	}
 	st.add(key, obj)
-	return true, nil
+	return true
 }
 
-// settleLocked files the staged objects (see above) and builds the
-// indexes of an indexer that held nothing else.
+// settleLocked files the staged objects (see above).
 func (s *Indexer[T]) settleLocked() {
 	st := s.staged
 	if st == nil {
 		return
 	}
 	s.staged = nil
-	rest := max(0, s.expect-st.n)
+	s.items = st.file(max(0, s.expect-st.n))
 	s.expect = 0
-	t, pages, winners := st.file(rest, len(s.fns) > 0)
-	s.items = t
-	if len(s.fns) == 0 {
-		return
-	}
-	vals := func(pos int) [][]string { return st.vals[pos*len(s.fns) : (pos+1)*len(s.fns)] }
-	key := func(pos int) string { return pages[pos>>st.bits].key(pos & (1<<st.bits - 1)) }
-	if winners == nil {
-		for pos := range st.n {
-			fileValues(s.fns, s.keys, key(pos), vals(pos))
-		}
-		return
-	}
-	for _, pos := range winners {
-		fileValues(s.fns, s.keys, key(pos), vals(pos))
-	}
 }
 
 // lenLocked is the number of keys, staged ones included.

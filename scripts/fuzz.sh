@@ -18,6 +18,7 @@ GO=${GO:-go}
 targets=(
   "./core FuzzIndexer"
   "./core FuzzItems"
+  "./core FuzzStagedIndexer"
   "./core FuzzQueues"
   "./core/workqueue FuzzQueue"
   "./adapters/postgres FuzzNumericText"
