@@ -114,22 +114,11 @@ func (f *DeltaFIFO[T]) Add(deltas []Delta[T], rv ResourceVersion) error {
 		d := deltas[i]
 		f.wm.advance(d.RV)
 		if d.Type == DeltaDeleted {
-			pending, queued := f.items[d.Key]
-			if !d.HasObject && queued {
-				if last := pending[len(pending)-1]; last.HasObject {
-					d.Object, d.HasObject = last.Object, true
-				}
-			}
-			if last, ok := f.inFlightLocked(d.Key); !queued && ok {
-				// Being applied by Pop's process: the cache does not
-				// hold it yet, but will (or, after a delete, will not).
-				if last.Type == DeltaDeleted {
-					continue
-				}
+			if last, pending := f.lastDeltaLocked(d.Key); pending {
 				if !d.HasObject && last.HasObject {
 					d.Object, d.HasObject = last.Object, true
 				}
-			} else if !queued && f.known != nil {
+			} else if f.known != nil {
 				// client-go drops a delete for a key nobody knows: no
 				// consumer ever saw it, so there is nothing to undo.
 				obj, ok := f.known.Get(d.Key)
@@ -149,13 +138,17 @@ func (f *DeltaFIFO[T]) Add(deltas []Delta[T], rv ResourceVersion) error {
 	return nil
 }
 
-// inFlightLocked returns the last of key's deltas that Pop's process is
-// applying, if it is.
-func (f *DeltaFIFO[T]) inFlightLocked(key string) (Delta[T], bool) {
-	if len(f.flight) == 0 || f.flight[0].Key != key {
-		return Delta[T]{}, false
+// lastDeltaLocked returns key's newest delta the cache does not hold yet:
+// queued, or being applied by Pop's process (Pop lets go of the lock
+// meanwhile, so the cache cannot tell of it).
+func (f *DeltaFIFO[T]) lastDeltaLocked(key string) (Delta[T], bool) {
+	if ds, ok := f.items[key]; ok {
+		return ds[len(ds)-1], true
 	}
-	return f.flight[len(f.flight)-1], true
+	if len(f.flight) > 0 && f.flight[0].Key == key {
+		return f.flight[len(f.flight)-1], true
+	}
+	return Delta[T]{}, false
 }
 
 // Replace implements Queue. The listed objects are queued as they arrive;

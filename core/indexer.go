@@ -375,8 +375,8 @@ func (s *Indexer[T]) GetIndexers() Indexers[T] {
 // client-go this works on a non-empty store too, at the cost of one pass.
 func (s *Indexer[T]) AddIndexers(newIndexers Indexers[T]) error {
 	s.mu.Lock()
-	s.settleLocked()
 	defer s.mu.Unlock()
+	s.settleLocked()
 	for name := range newIndexers {
 		if _, ok := s.indexers[name]; ok {
 			return fmt.Errorf("dbinformer: indexer %q already exists", name)

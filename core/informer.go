@@ -302,7 +302,7 @@ func (i *SharedIndexInformer[T]) checkSynced() bool {
 	}
 	// What the initial list staged is filed before anyone is told the
 	// cache is synced: the time it takes is the sync's.
-	i.indexer.settle()
+	i.indexer.settleListed()
 	if i.synced.CompareAndSwap(false, true) {
 		close(i.syncedCh)
 	}

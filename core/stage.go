@@ -34,20 +34,27 @@ const (
 // costs an empty map's memory.
 const maxReserve = 1 << 23
 
-// reserve records a list's estimate of its size, n, for an empty indexer:
-// when its list is filed before it ends (a reader came), the map the rest
-// goes into is made for the rest, instead of growing (growing the map of a
-// million-row list cost about 0.5 s of CPU in BenchmarkWarmStart's
-// profile). A non-empty indexer is left alone.
+// reserve takes a list's estimate of its size, n, for an empty indexer, so
+// that a map the list goes into is made for it instead of growing (growing
+// the map of a million-row list cost about 0.5 s of CPU in
+// BenchmarkWarmStart's profile): an indexed cache's map now, and, for a
+// staged list filed before it ends (a reader came), the map its rest goes
+// into. A non-empty indexer is left alone.
 func (s *Indexer[T]) reserve(n int64) {
 	if n <= 0 {
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.lenLocked() == 0 {
-		s.expect = int(min(n, maxReserve))
+	if s.lenLocked() != 0 {
+		return
 	}
+	n = min(n, maxReserve)
+	if len(s.fns) > 0 {
+		s.items = newItems[T](int(n))
+		return
+	}
+	s.expect = int(n)
 }
 
 // stage appends an initial list's obj under key without looking key up,
@@ -106,6 +113,16 @@ func (s *Indexer[T]) rlock() {
 // settle files what an initial list staged.
 func (s *Indexer[T]) settle() {
 	s.mu.Lock()
+	s.settleLocked()
+	s.mu.Unlock()
+}
+
+// settleListed files what a list that has ended staged: nothing more of it
+// comes, so no map is made for the rest its estimate promised (a stale
+// estimate would make it large and empty).
+func (s *Indexer[T]) settleListed() {
+	s.mu.Lock()
+	s.expect = 0
 	s.settleLocked()
 	s.mu.Unlock()
 }
