@@ -1,0 +1,187 @@
+package controller
+
+// This file is the only one that knows the status page and Prometheus:
+// the rest of the package sees the metric interfaces of core, workqueue
+// and this package.
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/workqueue"
+	prommetrics "github.com/dbinformer/dbinformer/metrics/prometheus"
+	"github.com/dbinformer/dbinformer/statuspage"
+)
+
+type observability struct {
+	m      *Manager
+	reg    *prometheus.Registry
+	prom   *prommetrics.Provider
+	page   *statuspage.Page
+	ctrl   *promControllerMetrics
+	leader prometheus.Gauge
+}
+
+func newObservability(m *Manager) (*observability, error) {
+	o := &observability{m: m, reg: prometheus.NewRegistry(), page: statuspage.New(statuspage.Options{Title: m.opts.Name})}
+	var err error
+	if o.prom, err = prommetrics.New(o.reg, prommetrics.Options{}); err != nil {
+		return nil, err
+	}
+	if o.ctrl, err = newPromControllerMetrics(o.reg); err != nil {
+		return nil, err
+	}
+	o.leader = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "dbinformer", Subsystem: "controller", Name: "leader",
+		Help: "1 while this replica leads and runs its controllers, 0 while it stands by.",
+	})
+	if err := o.reg.Register(o.leader); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// Informer returns the manager's informer for (source, T), created on
+// first use with the manager's metrics (Prometheus and the status page),
+// an error handler that records on the page (and logs), and lag tracking
+// when lw can read its source's head. opts.Name defaults to source.
+func Informer[T any](m *Manager, source string, lw core.ListerWatcher[T], opts core.InformerOptions[T]) *core.SharedIndexInformer[T] {
+	o := m.obs
+	if opts.Name == "" {
+		opts.Name = source
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = statuspage.Tee(o.page, o.prom)
+	}
+	if opts.Logger == nil {
+		opts.Logger = m.log
+	}
+	opts.ErrorHandler = o.page.ErrorHandlerLogger(opts.Name, opts.ErrorHandler, opts.Logger)
+	inf := core.InformerFor(m.factory, source, lw, opts)
+	o.page.Add(inf, lw)
+	if h, ok := lw.(core.HeadReader); ok {
+		o.prom.TrackLag(inf.Name(), h)
+	}
+	return inf
+}
+
+// Registry is the manager's Prometheus registry, for the program's own
+// metrics; /metrics serves it.
+func (m *Manager) Registry() *prometheus.Registry { return m.obs.reg }
+
+// Handler serves /healthz, /readyz, /metrics and the status page under
+// /debug/informers/.
+func (m *Manager) Handler() http.Handler {
+	o := m.obs
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(o.reg, promhttp.HandlerOpts{}))
+	mux.Handle("/debug/informers/", o.page)
+	mux.Handle("GET /healthz", probe(o.page.Live))
+	mux.Handle("GET /readyz", probe(m.Ready))
+	return mux
+}
+
+func probe(check func(context.Context) error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := check(r.Context()); err != nil {
+			http.Error(w, statuspage.Redact(err.Error()), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+}
+
+func (o *observability) ready(ctx context.Context) error { return o.page.Ready(ctx) }
+
+func (o *observability) setLeader(on bool) {
+	if on {
+		o.leader.Set(1)
+	} else {
+		o.leader.Set(0)
+	}
+}
+
+// serve serves Handler on ln until the returned function is called.
+func (o *observability) serve(ln net.Listener) (stop func()) {
+	if ln == nil {
+		return func() {}
+	}
+	srv := &http.Server{Handler: o.m.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			o.m.log.Error("health and metrics server stopped", "addr", ln.Addr().String(), "err", err)
+		}
+	}()
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		<-done
+	}
+}
+
+func (o *observability) wireController(name string, q *workqueue.MetricsProvider, c *MetricsProvider) {
+	if *q == nil {
+		*q = statuspage.TeeQueues(o.page, o.prom)
+	}
+	if *c == nil {
+		*c = o.ctrl
+	}
+}
+
+// promControllerMetrics is MetricsProvider on Prometheus:
+//
+//	dbinformer_controller_reconciles_total{controller,result}
+//	dbinformer_controller_reconcile_duration_seconds{controller}
+//	dbinformer_controller_active_workers{controller}
+type promControllerMetrics struct {
+	reconciles *prometheus.CounterVec
+	duration   *prometheus.HistogramVec
+	active     *prometheus.GaugeVec
+}
+
+var _ MetricsProvider = (*promControllerMetrics)(nil)
+
+func newPromControllerMetrics(reg prometheus.Registerer) (*promControllerMetrics, error) {
+	p := &promControllerMetrics{
+		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "dbinformer", Subsystem: "controller", Name: "reconciles_total",
+			Help: "Reconciles by result: success, requeue, error, terminal, panic, dropped.",
+		}, []string{"controller", "result"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "dbinformer", Subsystem: "controller", Name: "reconcile_duration_seconds",
+			Help: "Duration of each reconcile, whatever its result.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}, []string{"controller"}),
+		active: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "dbinformer", Subsystem: "controller", Name: "active_workers",
+			Help: "Reconciles running now.",
+		}, []string{"controller"}),
+	}
+	for _, c := range []prometheus.Collector{p.reconciles, p.duration, p.active} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+func (p *promControllerMetrics) NewReconcilesMetric(controller, result string) workqueue.CounterMetric {
+	return p.reconciles.WithLabelValues(controller, result)
+}
+
+func (p *promControllerMetrics) NewReconcileDurationMetric(controller string) workqueue.HistogramMetric {
+	return p.duration.WithLabelValues(controller)
+}
+
+func (p *promControllerMetrics) NewActiveWorkersMetric(controller string) workqueue.GaugeMetric {
+	return p.active.WithLabelValues(controller)
+}
