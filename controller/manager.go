@@ -29,6 +29,9 @@ type ManagerOptions struct {
 	// status page under /debug/informers/ until Run returns. Handler
 	// serves the same on a server of the program's own.
 	Listener net.Listener
+	// Addr, when set and Listener is not, is where Run listens for the
+	// same; it logs the address (useful with port 0).
+	Addr string
 	// SyncTimeout bounds the wait for the informers' initial sync; the
 	// error says which informer is behind and why. 0 means no bound.
 	SyncTimeout time.Duration
@@ -142,7 +145,14 @@ func (m *Manager) Run(ctx context.Context) (err error) {
 	if !m.started.CompareAndSwap(false, true) {
 		return fmt.Errorf("controller manager %q: Run called twice", m.opts.Name)
 	}
-	stopHTTP := m.obs.serve(m.opts.Listener)
+	ln := m.opts.Listener
+	if ln == nil && m.opts.Addr != "" {
+		if ln, err = net.Listen("tcp", m.opts.Addr); err != nil {
+			return fmt.Errorf("controller manager %q: serve health and metrics: %w", m.opts.Name, err)
+		}
+		m.log.Info("serving /healthz, /readyz, /metrics and /debug/informers/", "manager", m.opts.Name, "url", "http://"+ln.Addr().String())
+	}
+	stopHTTP := m.obs.serve(ln)
 	// Informers outlive ctx: they stop last, after the controllers have
 	// drained (a draining reconcile still reads the caches).
 	m.factory.Start(context.WithoutCancel(ctx))
