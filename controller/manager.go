@@ -77,7 +77,7 @@ type Manager struct {
 }
 
 // NewManager returns a manager. It does no I/O.
-func NewManager(opts ManagerOptions) (*Manager, error) {
+func NewManager(opts ManagerOptions) *Manager {
 	m := &Manager{opts: opts, log: opts.Logger, factory: core.NewFactory()}
 	if m.log == nil {
 		m.log = slog.Default()
@@ -85,12 +85,8 @@ func NewManager(opts ManagerOptions) (*Manager, error) {
 	if opts.Name == "" {
 		m.opts.Name = "controller-manager"
 	}
-	obs, err := newObservability(m)
-	if err != nil {
-		return nil, err
-	}
-	m.obs = obs
-	return m, nil
+	m.obs = newObservability(m)
+	return m
 }
 
 // Factory is the manager's informer factory; Informer adds to it with the
@@ -238,4 +234,18 @@ func (m *Manager) Ready(ctx context.Context) error {
 		return fmt.Errorf("controller manager %q: not campaigning for leadership (not started, still syncing, or stopped)", m.opts.Name)
 	}
 	return nil
+}
+
+// For is the common case in one call, after controller-runtime's builder
+// For: a controller in m, named after inf, that reconciles the keys of
+// inf's own objects.
+func For[T any](m *Manager, inf *core.SharedIndexInformer[T], r Reconciler[string], opts Options[string]) (*Controller[string], error) {
+	c, err := NewManaged(m, inf.Name(), r, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := Watch(c, inf, ObjectKey[T](), WatchOptions[T]{}); err != nil {
+		return nil, err
+	}
+	return c, nil
 }

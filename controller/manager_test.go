@@ -45,10 +45,7 @@ func newReplica(t *testing.T, name string, cli, electionCli *clientv3.Client) *r
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := controller.NewManager(controller.ManagerOptions{Name: name, Elector: el, Listener: ln})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := controller.NewManager(controller.ManagerOptions{Name: name, Elector: el, Listener: ln})
 	lw, err := etcdinformer.NewPrefix(context.Background(), cli, prefix, etcdinformer.Options[Item]{})
 	if err != nil {
 		t.Fatal(err)

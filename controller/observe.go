@@ -29,23 +29,23 @@ type observability struct {
 	leader prometheus.Gauge
 }
 
-func newObservability(m *Manager) (*observability, error) {
+// newObservability registers on a registry of its own, where nothing can
+// collide: an error is a bug in this file, hence the panic.
+func newObservability(m *Manager) *observability {
 	o := &observability{m: m, reg: prometheus.NewRegistry(), page: statuspage.New(statuspage.Options{Title: m.opts.Name})}
 	var err error
 	if o.prom, err = prommetrics.New(o.reg, prommetrics.Options{}); err != nil {
-		return nil, err
+		panic("controller: register the informer and queue metrics: " + err.Error())
 	}
 	if o.ctrl, err = newPromControllerMetrics(o.reg); err != nil {
-		return nil, err
+		panic("controller: register the controller metrics: " + err.Error())
 	}
 	o.leader = prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: "dbinformer", Subsystem: "controller", Name: "leader",
 		Help: "1 while this replica leads and runs its controllers, 0 while it stands by.",
 	})
-	if err := o.reg.Register(o.leader); err != nil {
-		return nil, err
-	}
-	return o, nil
+	o.reg.MustRegister(o.leader)
+	return o
 }
 
 // Informer returns the manager's informer for (source, T), created on

@@ -63,15 +63,15 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 			return fmt.Errorf("seed: %w", err)
 		}
 	}
-	mgr, err := controller.NewManager(controller.ManagerOptions{Name: "controller", Addr: *listen, SyncTimeout: *syncTimeout,
+	mgr := controller.NewManager(controller.ManagerOptions{Name: "controller", Addr: *listen, SyncTimeout: *syncTimeout,
 		Logger: slog.New(slog.NewTextHandler(out, nil))})
-	lw, err2 := etcdinformer.NewPrefix(ctx, cli, appsPrefix, etcdinformer.Options[App]{})
-	if err != nil || err2 != nil {
-		return fmt.Errorf("%w%w", err, err2)
+	lw, err := etcdinformer.NewPrefix(ctx, cli, appsPrefix, etcdinformer.Options[App]{})
+	if err != nil {
+		return err
 	}
 	apps := controller.Informer(mgr, "apps", lw, core.InformerOptions[App]{})
 	var c *controller.Controller[string]
-	c, err = controller.NewManaged(mgr, "apps", controller.Func[string](func(ctx context.Context, key string) (controller.Result, error) {
+	c, err = controller.For(mgr, apps, controller.Func[string](func(ctx context.Context, key string) (controller.Result, error) {
 		app, ok := apps.Lister().Get(key)
 		attempt := c.Queue().NumRequeues(key) + 1
 		if !ok {
@@ -87,9 +87,6 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return controller.Result{}, err
 	}), controller.Options[string]{Workers: *workers, MaxRetries: *maxRetries, ErrorHandler: func(err error) { fmt.Fprintln(out, err) },
 		RateLimiter: workqueue.NewItemExponentialFailureRateLimiter[string](*baseDelay, time.Minute)})
-	if err == nil {
-		err = controller.Watch(c, apps, controller.ObjectKey[App](), controller.WatchOptions[App]{})
-	}
 	if err != nil {
 		return err
 	}

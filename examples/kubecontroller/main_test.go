@@ -62,7 +62,7 @@ func TestReconcilesConfigMap(t *testing.T) {
 	go func() {
 		done <- run(ctx, []string{"--kubeconfig", k.Kubeconfig(), "--namespace", "default"}, &stdout, &stderr)
 	}()
-	exampletest.WaitOutput(t, &stdout, "caches synced", 1)
+	exampletest.WaitOutput(t, &stderr, `msg="caches synced"`, 1)
 
 	cm := createConfigMap(t, k, "default", "hello", map[string]string{"greeting": "hi", "name": "world"})
 	exampletest.WaitOutput(t, &stdout, "reconciled configmap default/hello: version "+cm.ResourceVersion+", keys [greeting name]", 1)
@@ -124,7 +124,7 @@ func TestInterrupt(t *testing.T) {
 			<-exited
 		}
 	})
-	exampletest.WaitOutput(t, &stdout, "caches synced", 1)
+	exampletest.WaitOutput(t, &stderr, `msg="caches synced"`, 1)
 	cm := createConfigMap(t, k, ns, "interrupt-me", map[string]string{"a": "1"})
 	exampletest.WaitOutput(t, &stdout, "reconciled configmap "+ns+"/interrupt-me: version "+cm.ResourceVersion, 1)
 
