@@ -146,7 +146,8 @@ func (m *Manager) Run(ctx context.Context) (err error) {
 		if ln, err = net.Listen("tcp", m.opts.Addr); err != nil {
 			return fmt.Errorf("controller manager %q: serve health and metrics: %w", m.opts.Name, err)
 		}
-		m.log.Info("serving /healthz, /readyz, /metrics and /debug/informers/", "manager", m.opts.Name, "url", "http://"+ln.Addr().String())
+		url := "http://" + ln.Addr().String()
+		m.log.Info("serving "+url+" (/healthz, /readyz, /metrics, /debug/informers/)", "manager", m.opts.Name, "url", url)
 	}
 	stopHTTP := m.obs.serve(ln)
 	// Informers outlive ctx: they stop last, after the controllers have
