@@ -242,10 +242,11 @@ func (c *Controller[K]) ShutDown() {
 // MaxRetries, requeued plainly when the failure was the stop's.
 func (c *Controller[K]) process(ctx context.Context, ws *writes, key K) {
 	defer c.q.Done(key)
+	var start time.Time
 	if c.metrics != nil {
 		c.metrics.active.Inc()
+		start = c.clock.Now()
 	}
-	start := c.clock.Now()
 	res, err := c.call(ctx, ws, key)
 	result := ResultSuccess
 	switch {
@@ -308,8 +309,8 @@ func (e *RetryError) Unwrap() error { return e.Err }
 // call runs the reconcile, turning a panic into a *PanicError.
 func (c *Controller[K]) call(ctx context.Context, ws *writes, key K) (res Result, err error) {
 	c.writes.begin(ws, key)
-	defer c.writes.end(ws, key)
 	defer func() {
+		c.writes.end(ws, key)
 		if v := recover(); v != nil {
 			err = &PanicError{Controller: c.name, Key: fmt.Sprint(key), Value: v, Stack: debug.Stack()}
 		}

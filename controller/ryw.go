@@ -26,6 +26,9 @@ type pendingWrite struct {
 // reached through the reconcile's context. It is reused from one
 // reconcile to the next, so that recording nothing costs nothing.
 type writes struct {
+	// any is set when pending may be non-empty, so that a reconcile that
+	// recorded nothing ends without taking mu.
+	any     atomic.Bool
 	mu      sync.Mutex
 	pending []pendingWrite
 }
@@ -45,7 +48,6 @@ func (l *writeLog[K]) init() { l.m = map[K][]pendingWrite{} }
 
 // begin hands the key's carried-over writes to the worker's record.
 func (l *writeLog[K]) begin(ws *writes, key K) {
-	ws.pending = ws.pending[:0]
 	if l.n.Load() == 0 {
 		return
 	}
@@ -54,14 +56,19 @@ func (l *writeLog[K]) begin(ws *writes, key K) {
 		delete(l.m, key)
 		l.n.Add(-1)
 		ws.pending = append(ws.pending, p...)
+		ws.any.Store(true)
 	}
 	l.mu.Unlock()
 }
 
 // end keeps what the reconcile wrote and did not wait for.
 func (l *writeLog[K]) end(ws *writes, key K) {
+	if !ws.any.Load() {
+		return
+	}
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
+	ws.any.Store(false)
 	if len(ws.pending) == 0 {
 		return
 	}
@@ -88,6 +95,7 @@ func Wrote(ctx context.Context, w Waiter, rv core.ResourceVersion) {
 	}
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
+	ws.any.Store(true)
 	for i := range ws.pending {
 		if ws.pending[i].w == w {
 			ws.pending[i].rv = max(ws.pending[i].rv, rv)

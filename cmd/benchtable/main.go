@@ -99,6 +99,9 @@ var rows = []row{
 	{"11 Partial sync, Postgres table of 1M rows, key range matching 1% pushed down (List query, PG15+ row filter and column list): initial sync time, filtered vs whole", "PartialSync/postgres", "filtered-s", "", "all-s", "≤", 0.05},
 	{"11 Partial sync, Postgres table of 1M rows, 1% key range: steady heap, filtered vs whole (Postgres runs out of process)", "PartialSync/postgres", "filtered-MB", "", "all-MB", "≤", 0.05},
 	{"11 Partial sync, Postgres: rows decoded by the adapter during 10,000 updates of non-matching rows", "PartialSync/postgres", "decoded-nonmatching", "", "", "≤", 0},
+	{"12 Controller (#42): reconcile throughput, package controller vs a hand-written worker loop over the same work queue (4 workers, 200k keys)", "Controller/Throughput", "ours-reconciles/s", "", "loop-reconciles/s", "≥", 0.95},
+	{"12 Controller failover on etcd (20k keys): leader resigns → first reconcile by the new leader, warm standby vs a cold start of the same informers", "ControllerFailover", "warm-s", "", "cold-s", "", 0},
+	{"12 Controller failover with a warm standby: leader resigns → first reconcile by the new leader, s", "ControllerFailover", "warm-s", "", "", "≤", 1},
 }
 
 // results maps a sub-benchmark to its metrics, each the values of every run.
