@@ -139,6 +139,9 @@ func TestLeaderFailoverWarm(t *testing.T) {
 		t.Errorf("standby b reconciled %v", b.seen)
 	}
 	b.mu.Unlock()
+	if code, body := b.get(t, "/readyz"); code != http.StatusOK || body != "ok: standing by, caches synced\n" {
+		t.Errorf("standby /readyz %d %q", code, body)
+	}
 	if code, body := b.get(t, "/healthz"); code != http.StatusOK {
 		t.Errorf("standby /healthz %d %s", code, body)
 	}
@@ -170,6 +173,9 @@ func TestLeaderFailoverWarm(t *testing.T) {
 		}
 	}
 	b.mu.Unlock()
+	if code, body := b.get(t, "/readyz"); code != http.StatusOK || body != "ok: leading\n" {
+		t.Errorf("leader /readyz %d %q", code, body)
+	}
 	_, body := b.get(t, "/metrics")
 	for _, want := range []string{
 		"dbinformer_controller_leader 1",
@@ -210,4 +216,50 @@ func TestLeadershipLostCancelsAtOnce(t *testing.T) {
 		t.Errorf("cause %v, want leader.ErrLost", cause)
 	}
 	_ = stopA()
+}
+
+// TestManagerShutdownOrder: when the manager's context ends, a reconcile
+// in flight finishes with a live context while its informer still runs
+// (it may still read the cache), and the informer stops only after it.
+func TestManagerShutdownOrder(t *testing.T) {
+	_, cli := startEtcd(t)
+	put(t, cli, "slow", Item{Spec: 1})
+	m := controller.NewManager(controller.ManagerOptions{Name: "order"})
+	lw, err := etcdinformer.NewPrefix(context.Background(), cli, prefix, etcdinformer.Options[Item]{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inf := controller.Informer(m, "items", lw, core.InformerOptions[Item]{})
+	started, release := make(chan struct{}), make(chan struct{})
+	type seen struct {
+		ctxErr          error
+		informerRunning bool
+		readDuringDrain bool
+	}
+	got := make(chan seen, 1)
+	if _, err := controller.For(m, inf, controller.Func[string](func(ctx context.Context, key string) (controller.Result, error) {
+		close(started)
+		<-release
+		_, ok := inf.Lister().Get(key)
+		got <- seen{ctx.Err(), inf.SyncStatus().Running, ok}
+		return controller.Result{}, nil
+	}), controller.Options[string]{}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- m.Run(ctx) }()
+	<-started
+	cancel()
+	close(release)
+	s := <-got
+	if err := <-ran; err != nil {
+		t.Fatal(err)
+	}
+	if s.ctxErr != nil || !s.informerRunning || !s.readDuringDrain {
+		t.Errorf("during the drain: reconcile context %v, informer running %v, cache read %v", s.ctxErr, s.informerRunning, s.readDuringDrain)
+	}
+	if inf.SyncStatus().Running {
+		t.Error("informer still running after Run returned")
+	}
 }

@@ -83,18 +83,29 @@ func (m *Manager) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(o.reg, promhttp.HandlerOpts{}))
 	mux.Handle("/debug/informers/", o.page)
-	mux.Handle("GET /healthz", probe(o.page.Live))
-	mux.Handle("GET /readyz", probe(m.Ready))
+	mux.Handle("GET /readyz", probe(m.Ready, func() string {
+		if m.IsLeader() {
+			return "ok: leading\n"
+		}
+		return "ok: standing by, caches synced\n"
+	}))
+	mux.Handle("GET /healthz", probe(o.page.Live, nil))
 	return mux
 }
 
-func probe(check func(context.Context) error) http.Handler {
+// probe answers 200 with ok (or what says tells) when check passes, else
+// 503 with the check's error, redacted.
+func probe(check func(context.Context) error, says func() string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if err := check(r.Context()); err != nil {
 			http.Error(w, statuspage.Redact(err.Error()), http.StatusServiceUnavailable)
 			return
 		}
-		_, _ = w.Write([]byte("ok\n"))
+		msg := "ok\n"
+		if says != nil {
+			msg = says()
+		}
+		_, _ = w.Write([]byte(msg))
 	})
 }
 
