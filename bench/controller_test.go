@@ -103,13 +103,16 @@ func BenchmarkController(b *testing.B) {
 }
 
 // BenchmarkControllerFailover: a leader and a standby replica of one
-// controller over an etcd prefix of 20,000 keys. The leader (a bare
-// candidate of the same election) resigns; timed is the span from its
-// resignation to the first reconcile of the new leader. "warm" is a
-// controller.Manager standby: informer synced and live, queue full. "cold"
-// is the same informer and controller in a Manager created when the
-// replica wins, as a program without warm replicas does: it lists the
-// prefix before reconciling. Three rounds, alternating, medians.
+// controller over an etcd prefix of 20,000 keys. The leader is a bare
+// candidate of the same election; it resigns (Resign) or is killed (Kill:
+// its client closed without resigning, as kill -9 leaves it, so its key
+// goes when its 1 s lease expires). Timed is the span from the deletion of
+// its key — when the new leader wins — to the new leader's first
+// reconcile. "warm" is a controller.Manager standby: informer synced and
+// live, queue full. "cold" is the same informer and controller in a
+// Manager created when the replica wins, as a program without warm
+// replicas does: it lists the prefix before reconciling. Three rounds,
+// alternating, medians.
 func BenchmarkControllerFailover(b *testing.B) {
 	keys := size(20_000, 1_000)
 	rounds := size(3, 1)
@@ -127,27 +130,33 @@ func BenchmarkControllerFailover(b *testing.B) {
 	}
 	cli := h.Client()
 	var election atomic.Int64
-	sides := []string{"warm", "cold"}
-	got := map[string][]float64{}
-	for range b.N {
-		for range rounds {
-			for _, s := range sides {
-				prefix := fmt.Sprintf("/ctrlbench-election/%d", election.Add(1))
-				got[s] = append(got[s], failover(b, cli, srv, prefix, s == "warm").Seconds())
+	for _, kill := range []bool{false, true} {
+		name := map[bool]string{false: "Resign", true: "Kill"}[kill]
+		b.Run(name, func(b *testing.B) {
+			got := map[string][]float64{}
+			for range b.N {
+				for range rounds {
+					for _, warm := range []bool{true, false} {
+						prefix := fmt.Sprintf("/ctrlbench-election/%d", election.Add(1))
+						s := map[bool]string{true: "warm", false: "cold"}[warm]
+						got[s] = append(got[s], failover(b, cli, srv, prefix, warm, kill).Seconds())
+					}
+				}
 			}
-		}
-	}
-	for _, s := range sides {
-		b.ReportMetric(medianOf(got[s]), s+"-s")
+			for s, xs := range got {
+				b.ReportMetric(medianOf(xs), s+"-s")
+			}
+		})
 	}
 }
 
-// failover runs one round and returns leader resigned → first reconcile.
-func failover(b *testing.B, cli *clientv3.Client, srv *harness.Etcd, prefix string, warm bool) time.Duration {
+// failover runs one round and returns the new leader's win (the old
+// leader's key deleted) → its first reconcile.
+func failover(b *testing.B, cli *clientv3.Client, srv *harness.Etcd, prefix string, warm, kill bool) time.Duration {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	newElector := func(id string) leader.Elector {
-		el, err := leader.NewEtcd(cli, prefix, leader.EtcdOptions{Identity: id, TTL: 5 * time.Second})
+	newElector := func(c *clientv3.Client, id string) leader.Elector {
+		el, err := leader.NewEtcd(c, prefix, leader.EtcdOptions{Identity: id, TTL: time.Second})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -155,11 +164,13 @@ func failover(b *testing.B, cli *clientv3.Client, srv *harness.Etcd, prefix stri
 	}
 	// The old leader: a bare candidate that holds the leadership until
 	// told to resign.
+	oldCli := srv.Client(b)
+	defer oldCli.Close()
 	oldCtx, resign := context.WithCancel(ctx)
 	leading := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		_ = newElector("old").Run(oldCtx, func(ctx context.Context, _ leader.Term) error {
+		_ = newElector(oldCli, "old").Run(oldCtx, func(ctx context.Context, _ leader.Term) error {
 			close(leading)
 			<-ctx.Done()
 			return nil
@@ -185,7 +196,7 @@ func failover(b *testing.B, cli *clientv3.Client, srv *harness.Etcd, prefix stri
 			b.Fatal(err)
 		}
 	}
-	el := newElector("new")
+	el := newElector(cli, "new")
 	var m *controller.Manager
 	if warm {
 		m = controller.NewManager(controller.ManagerOptions{Elector: el})
@@ -212,8 +223,24 @@ func failover(b *testing.B, cli *clientv3.Client, srv *harness.Etcd, prefix stri
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	t0 := time.Now()
+	// The new leader wins when the old leader's key is deleted.
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	events := cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithFilterPut())
+	if kill {
+		_ = oldCli.Close() // no resign: the key stays until its lease expires
+	}
 	resign()
+	var t0 time.Time
+	for t0.IsZero() {
+		resp, ok := <-events
+		if !ok {
+			b.Fatal("watch of the election ended")
+		}
+		if len(resp.Events) > 0 {
+			t0 = time.Now()
+		}
+	}
 	t1 := <-first
 	cancel()
 	wg.Wait()
