@@ -178,15 +178,17 @@ func (c *Controller[K]) Run(ctx context.Context) error {
 		cancelWork(cause)
 	} else {
 		t := c.clock.NewTimer(drain)
-		defer t.Stop()
 		stopped := make(chan struct{})
-		go func() {
+		var timer sync.WaitGroup
+		timer.Go(func() {
+			defer t.Stop()
 			select {
 			case <-t.C():
 				cancelWork(fmt.Errorf("controller %q: reconciles still running %v after the stop: %w", c.name, drain, context.DeadlineExceeded))
 			case <-stopped:
 			}
-		}()
+		})
+		defer timer.Wait()
 		defer close(stopped)
 	}
 	wg.Wait()
