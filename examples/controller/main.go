@@ -15,6 +15,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"golang.org/x/time/rate"
 
 	etcdinformer "github.com/dbinformer/dbinformer/adapters/etcd"
 	"github.com/dbinformer/dbinformer/controller"
@@ -86,7 +87,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		fmt.Fprintf(out, "reconcile %s: image=%s replicas=%d -> status written (attempt %d)\n", key, app.Image, app.Replicas, attempt)
 		return controller.Result{}, err
 	}), controller.Options[string]{Workers: *workers, MaxRetries: *maxRetries, ErrorHandler: func(err error) { fmt.Fprintln(out, err) },
-		RateLimiter: workqueue.NewItemExponentialFailureRateLimiter[string](*baseDelay, time.Minute)})
+		RateLimiter: workqueue.NewMaxOfRateLimiter(workqueue.NewItemExponentialFailureRateLimiter[string](*baseDelay, time.Minute),
+			&workqueue.BucketRateLimiter[string]{Limiter: rate.NewLimiter(10, 100)})}) // client-go's default, with -base-delay
 	if err != nil {
 		return err
 	}
