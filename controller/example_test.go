@@ -105,3 +105,33 @@ func ExampleWrote() {
 	c.ShutDown()
 	// Output: o1 total after my write: 100
 }
+
+// A Manager runs the informers, the controllers and (with a Listener or
+// Addr) /healthz, /readyz, /metrics and the status page; with an Elector
+// (leader.NewEtcd, NewPostgres, NewKube) it runs the controllers only while
+// it leads, keeping the caches and queues of a standby warm.
+func ExampleManager() {
+	src := memory.New[Order](memory.Options{})
+	src.Put("o1", Order{Customer: "c7", Total: 30})
+	mgr := controller.NewManager(controller.ManagerOptions{Name: "shop"})
+	orders := controller.Informer(mgr, "orders", src, core.InformerOptions[Order]{})
+	done := make(chan string, 1)
+	_, err := controller.For(mgr, orders, controller.Func[string](func(ctx context.Context, key string) (controller.Result, error) {
+		o, _ := orders.Lister().Get(key)
+		done <- fmt.Sprintf("reconciled %s: %s spent %d", key, o.Customer, o.Total)
+		return controller.Result{}, nil
+	}), controller.Options[string]{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- mgr.Run(ctx) }()
+	fmt.Println(<-done)
+	cancel() // what Ctrl-C does: intake stops, reconciles drain, informers stop
+	fmt.Println("run:", <-ran)
+	// Output:
+	// reconciled o1: c7 spent 30
+	// run: <nil>
+}
