@@ -1,7 +1,8 @@
 // Package bench holds dbinformer's side-by-side benchmarks: each one runs
 // our code and the reference a user would otherwise pick (client-go's
-// tools/cache and util/workqueue, a plain Go map, a raw COPY, a bare
-// replication receive loop, the raw etcd and NATS clients) on the same
+// tools/cache and util/workqueue, controller-runtime, a plain Go map, a raw
+// COPY, a bare replication receive loop, the raw etcd and NATS clients, a
+// hand-written worker loop) on the same
 // workload in the same process, so that their ratio means something on a
 // shared, noisy machine where absolute times do not.
 //
