@@ -60,14 +60,14 @@ func (i *SharedIndexInformer[T]) setupCheckpoint() error {
 		return err
 	}
 	if c.codec == nil {
-		if p, ok := i.lw.(CodecProvider[T]); ok {
+		if p, ok := Capability[CodecProvider[T]](i.lw); ok {
 			c.codec = p.Codec()
 		}
 	}
 	if c.codec == nil {
 		return fmt.Errorf("%s: checkpoints need a codec and the source does not provide one: set InformerOptions.Checkpoint.Codec (core.JSON[T]{} for JSON)", i.name)
 	}
-	if a, ok := i.lw.(DurableAcknowledger); ok {
+	if a, ok := Capability[DurableAcknowledger](i.lw); ok {
 		c.ack = a
 		a.GateAcknowledgements(true)
 	}
@@ -205,7 +205,7 @@ func (i *SharedIndexInformer[T]) warmStart(ctx context.Context, c *checkpointer[
 			defer close(headRead)
 			head, headOK = i.readHead(hctx, rv)
 		}()
-		r, ok := i.lw.(Restorer[T])
+		r, ok := Capability[Restorer[T]](i.lw)
 		if !ok {
 			close(restored)
 			return
@@ -347,7 +347,7 @@ func (i *SharedIndexInformer[T]) loadCheckpoint(ctx context.Context, rv Resource
 // for a source that cannot tell its head. It retries until ctx ends
 // (false).
 func (i *SharedIndexInformer[T]) readHead(ctx context.Context, from ResourceVersion) (ResourceVersion, bool) {
-	h, ok := i.lw.(HeadReader)
+	h, ok := Capability[HeadReader](i.lw)
 	if !ok {
 		return from, true
 	}

@@ -31,6 +31,9 @@
 // the first step as soon as a watch moves the version again) and resumes
 // the watch from the last version, without relisting; a ListerWatcher that
 // implements HealWaiter cuts that wait short once its source is back.
+// Optional interfaces such as HealWaiter are found with Capability, through
+// wrappers that embed the ListerWatcher or have Unwrap (filter.Wrap,
+// informertest.Spy): a wrapper keeps the capabilities of what it wraps.
 // Each watch is cancelled after a random time in [MinWatchTimeout,
 // 2×MinWatchTimeout) and reopened from the last version. A watch that
 // should show progress every ProgressInterval (ProgressIntervaler, or

@@ -211,7 +211,7 @@ func (r *Reflector[T]) Run(ctx context.Context) error {
 // (HealWaiter).
 func (r *Reflector[T]) sleep(ctx context.Context, d time.Duration) {
 	var healed chan struct{}
-	if h, ok := r.lw.(HealWaiter); ok {
+	if h, ok := Capability[HealWaiter](r.lw); ok {
 		hctx, cancel := context.WithCancel(ctx)
 		healed = make(chan struct{})
 		done := make(chan struct{})
@@ -392,7 +392,7 @@ func (r *Reflector[T]) watch(ctx context.Context) error {
 	}
 
 	var progress chan struct{}
-	if pr, ok := r.lw.(ProgressReporter); ok && pr.ReportsProgress() {
+	if pr, ok := Capability[ProgressReporter](r.lw); ok && pr.ReportsProgress() {
 		progress = make(chan struct{}, 1)
 		if r.catchUp.Swap(false) {
 			notify(progress)

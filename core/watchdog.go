@@ -13,7 +13,7 @@ import (
 func (r *Reflector[T]) ProgressInterval() time.Duration {
 	d := r.cfg.progressInterval
 	if d == 0 {
-		if pi, ok := r.lw.(ProgressIntervaler); ok {
+		if pi, ok := Capability[ProgressIntervaler](r.lw); ok {
 			d = pi.ProgressInterval()
 		}
 	}
