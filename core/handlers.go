@@ -25,7 +25,10 @@ type ResourceEventHandler[T any] interface {
 	// when it sent one, the cache's otherwise. finalStateUnknown is
 	// client-go's DeletedFinalStateUnknown: the delete was inferred by a
 	// relist because it happened while the watch was down, so obj may be
-	// older than what the source deleted.
+	// older than what the source deleted. It is also set when the key
+	// left because its newest state did not decode (UndecodablePolicy):
+	// obj is then the last state that did, and the *DecodeError went to
+	// the informer's ErrorHandler.
 	OnDelete(key string, obj T, finalStateUnknown bool)
 }
 

@@ -24,9 +24,16 @@ type InformerOptions[T any] struct {
 	// Indexers are the cache's index functions.
 	Indexers Indexers[T]
 	// Transform rewrites each object before it is cached (drop fields to
-	// save memory, precompute). An error (or a panic) drops that one change
-	// and is reported like a decode error.
+	// save memory, precompute). An error (or a panic) is reported as a
+	// *DecodeError and handled as an undecodable change (Undecodable).
 	Transform func(T) (T, error)
+	// Undecodable says what happens to a key whose change does not decode
+	// (or that Transform rejects): by default (RemoveUndecodable) the key
+	// leaves the cache with a delete, handlers get OnDelete with
+	// finalStateUnknown true, and the *DecodeError goes to ErrorHandler;
+	// StopOnUndecodable stops the informer with a permanent error instead.
+	// No policy leaves the previous object in the cache looking current.
+	Undecodable UndecodablePolicy
 	// DeltaFIFO selects client-go's per-key DeltaFIFO instead of the
 	// default in-order FIFO. Per-key grouping hands a key's several
 	// pending changes over together, at the price of reordering changes
@@ -221,6 +228,7 @@ func (i *SharedIndexInformer[T]) Run(ctx context.Context) error {
 		minWatchTimeout:  i.opts.MinWatchTimeout,
 		progressInterval: i.opts.ProgressInterval,
 		transform:        i.opts.Transform,
+		undecodable:      i.opts.Undecodable,
 		rep:              i.rep,
 		met:              i.met,
 		clk:              i.clk,
@@ -417,7 +425,7 @@ func (i *SharedIndexInformer[T]) handleDeltas(deltas []Delta[T], initial bool) e
 				if d.HasObject {
 					obj = d.Object
 				}
-				notes = append(notes, notification[T]{kind: noteDelete, flag: d.FinalStateUnknown, key: d.Key, obj: obj})
+				notes = append(notes, notification[T]{kind: noteDelete, flag: d.FinalStateUnknown || d.Undecodable, key: d.Key, obj: obj})
 			}
 		}
 	})
@@ -451,9 +459,6 @@ func (i *SharedIndexInformer[T]) equal(a, b T) (eq bool, err error) {
 	return i.opts.Equal(a, b), nil
 }
 
-// HasSynced reports whether the cache holds a complete list. It stays
-// true once it became true, also across restarts.
-func (i *SharedIndexInformer[T]) HasSynced() bool { return i.checkSynced() }
 
 // LastSyncResourceVersion is the version of the last list or watch batch
 // received (not necessarily applied yet; see WaitFor).
@@ -500,6 +505,7 @@ func (i *SharedIndexInformer[T]) SyncStatus() SyncStatus {
 		r.status(&st)
 	}
 	st.Synced = i.checkSynced()
+	st.Stopped = i.stopped()
 	if ws := i.warm.Load(); ws != nil {
 		st.Checkpoint = ws.from
 	}
