@@ -459,7 +459,6 @@ func (i *SharedIndexInformer[T]) equal(a, b T) (eq bool, err error) {
 	return i.opts.Equal(a, b), nil
 }
 
-
 // LastSyncResourceVersion is the version of the last list or watch batch
 // received (not necessarily applied yet; see WaitFor).
 func (i *SharedIndexInformer[T]) LastSyncResourceVersion() ResourceVersion {
@@ -474,41 +473,3 @@ func (i *SharedIndexInformer[T]) LastSyncResourceVersion() ResourceVersion {
 
 // AppliedVersion is the version up to which every change is in the cache.
 func (i *SharedIndexInformer[T]) AppliedVersion() ResourceVersion { return i.queue.AppliedVersion() }
-
-// LastListError is the error of the last failed list of the current or last
-// run, nil after a successful list. SyncStatus tells more: how many
-// attempts failed and when, whether a list is running, and the watch's
-// failures.
-func (i *SharedIndexInformer[T]) LastListError() error {
-	i.mu.Lock()
-	r := i.reflector
-	i.mu.Unlock()
-	if r == nil {
-		return nil
-	}
-	return r.LastListError()
-}
-
-// SyncStatus returns where the informer's list and watch stand and, when
-// it is waiting, why (SyncStatus.String says it in one line).
-func (i *SharedIndexInformer[T]) SyncStatus() SyncStatus {
-	i.mu.Lock()
-	st := SyncStatus{
-		At:         i.clk.Now(),
-		Started:    i.started,
-		Running:    i.running,
-		RunStarted: i.runStarted,
-	}
-	r := i.reflector
-	i.mu.Unlock()
-	if r != nil {
-		r.status(&st)
-	}
-	st.Synced = i.checkSynced()
-	st.Stopped = i.stopped()
-	if ws := i.warm.Load(); ws != nil {
-		st.Checkpoint = ws.from
-	}
-	st.AppliedVersion = i.queue.AppliedVersion()
-	return st
-}

@@ -324,3 +324,41 @@ func (f *failures) add(err error, what string, cause error, at time.Time) {
 	f.err, f.what, f.cause, f.at = err, what, cause, at
 	f.count++
 }
+
+// LastListError is the error of the last failed list of the current or last
+// run, nil after a successful list. SyncStatus tells more: how many
+// attempts failed and when, whether a list is running, and the watch's
+// failures.
+func (i *SharedIndexInformer[T]) LastListError() error {
+	i.mu.Lock()
+	r := i.reflector
+	i.mu.Unlock()
+	if r == nil {
+		return nil
+	}
+	return r.LastListError()
+}
+
+// SyncStatus returns where the informer's list and watch stand and, when
+// it is waiting, why (SyncStatus.String says it in one line).
+func (i *SharedIndexInformer[T]) SyncStatus() SyncStatus {
+	i.mu.Lock()
+	st := SyncStatus{
+		At:         i.clk.Now(),
+		Started:    i.started,
+		Running:    i.running,
+		RunStarted: i.runStarted,
+	}
+	r := i.reflector
+	i.mu.Unlock()
+	if r != nil {
+		r.status(&st)
+	}
+	st.Synced = i.checkSynced()
+	st.Stopped = i.stopped()
+	if ws := i.warm.Load(); ws != nil {
+		st.Checkpoint = ws.from
+	}
+	st.AppliedVersion = i.queue.AppliedVersion()
+	return st
+}
