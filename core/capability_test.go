@@ -2,11 +2,15 @@ package core_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/clock"
 	"github.com/dbinformer/dbinformer/core/memory"
 )
 
@@ -90,4 +94,67 @@ func ExampleCapability() {
 	_, found := core.Capability[core.HeadReader](lw)
 	fmt.Println("type assertion:", bare, "Capability:", found)
 	// Output: type assertion: false Capability: true
+}
+
+// headCounter is a memory source whose head reads are counted.
+type headCounter struct {
+	*memory.Source[item]
+	reads atomic.Int32
+}
+
+func (h *headCounter) Head(ctx context.Context) (core.ResourceVersion, error) {
+	h.reads.Add(1)
+	return h.Source.Head(ctx)
+}
+
+// The informer's Head reads its source's head through wrappers, and its
+// observers share one read within core.HeadReuse.
+func TestInformerHeadIsShared(t *testing.T) {
+	src := &headCounter{Source: memory.New[item](memory.Options{})}
+	src.Put("a", item{1})
+	fc := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	inf := core.NewSharedIndexInformer[item](struct{ core.ListerWatcher[item] }{src}, core.InformerOptions[item]{Clock: fc})
+	ctx := context.Background()
+	for range 3 {
+		if rv, err := inf.Head(ctx); err != nil || rv != 1 {
+			t.Fatalf("Head = %d, %v", rv, err)
+		}
+	}
+	if n := src.reads.Load(); n != 1 {
+		t.Fatalf("%d reads of the source for three Heads within HeadReuse, want 1", n)
+	}
+	src.Put("b", item{2})
+	fc.Step(core.HeadReuse)
+	if rv, err := inf.Head(ctx); err != nil || rv != 2 || src.reads.Load() != 2 {
+		t.Fatalf("Head after HeadReuse = %d, %v (%d reads); want 2 from a second read", rv, err, src.reads.Load())
+	}
+	if inf.Source() != "core_test.headCounter" {
+		t.Errorf("Source = %q, want the kind beneath the embedding wrapper", inf.Source())
+	}
+	headless := core.NewSharedIndexInformer[item](named{src.Source}, core.InformerOptions[item]{})
+	if _, err := headless.Head(ctx); !errors.Is(err, core.ErrNoHead) {
+		t.Errorf("Head of a source without one = %v, want ErrNoHead", err)
+	}
+}
+
+// A handler is named by HandlerOptions.Name, else by its own Name.
+func TestHandlerNames(t *testing.T) {
+	inf := core.NewSharedIndexInformer[item](memory.New[item](memory.Options{}), core.InformerOptions[item]{})
+	for _, c := range []struct {
+		h    core.ResourceEventHandler[item]
+		opts core.HandlerOptions
+		want string
+	}{
+		{core.ResourceEventHandlerFuncs[item]{Name: "mailer"}, core.HandlerOptions{}, "mailer"},
+		{core.ResourceEventHandlerFuncs[item]{Name: "mailer"}, core.HandlerOptions{Name: "override"}, "override"},
+		{core.ResourceEventHandlerFuncs[item]{}, core.HandlerOptions{}, "core.ResourceEventHandlerFuncs[github.com/dbinformer/dbinformer/core_test.item]#3"},
+	} {
+		reg, err := inf.AddEventHandlerWithOptions(c.h, c.opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if reg.Name() != c.want {
+			t.Errorf("handler name %q, want %q", reg.Name(), c.want)
+		}
+	}
 }

@@ -196,7 +196,9 @@ type ProgressReporter interface {
 // error matching ErrWatchStuck. A healthy idle watch therefore is never
 // restarted as long as it answers the request, or emits on its own, within
 // StuckIntervals-1 intervals. Time spent inside Emit (a busy consumer) is
-// not silence. Zero or a negative value means the source promises nothing:
+// not silence, and neither is time this process did not run (stopped by
+// SIGSTOP, a long stop-the-world pause, a suspended VM: seen as the
+// watchdog's timer firing more than half an interval late). Zero or a negative value means the source promises nothing:
 // no stuck-watch detection. InformerOptions.ProgressInterval overrides it.
 type ProgressIntervaler interface {
 	ProgressInterval() time.Duration

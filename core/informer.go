@@ -128,6 +128,8 @@ type SharedIndexInformer[T any] struct {
 	progMu  sync.Mutex
 	lastReq time.Time
 
+	head headCache // Head's shared reads
+
 	ckpt *checkpointer[T]          // nil without Options.Checkpoint
 	warm atomic.Pointer[warmState] // the run's warm start, if any
 }
@@ -147,7 +149,7 @@ func NewSharedIndexInformer[T any](lw ListerWatcher[T], opts InformerOptions[T])
 	if i.name == "" {
 		i.name = "dbinformer"
 	}
-	i.rep = newReporter(i.name, opts.ErrorHandler, opts.Logger)
+	i.rep = newReporter(i.name, opts.ErrorHandler, opts.Logger, i.clk)
 	if i.opts.ProgressRequestInterval == 0 {
 		i.opts.ProgressRequestInterval = 250 * time.Millisecond
 	}

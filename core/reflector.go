@@ -78,7 +78,7 @@ func NewReflector[T any](lw ListerWatcher[T], q Queue[T], opts InformerOptions[T
 		progressInterval: opts.ProgressInterval,
 		transform:        opts.Transform,
 		undecodable:      opts.Undecodable,
-		rep:              newReporter(name, opts.ErrorHandler, opts.Logger),
+		rep:              newReporter(name, opts.ErrorHandler, opts.Logger, opts.Clock),
 		met:              met,
 		clk:              clock.Or(opts.Clock),
 	})

@@ -194,6 +194,16 @@ type SyncStatus struct {
 	// batch received; AppliedVersion, the version up to which the cache
 	// is applied.
 	LastSyncResourceVersion, AppliedVersion ResourceVersion
+	// LastDecodeError is the last change that did not decode (or that
+	// Transform rejected), reported at LastDecodeErrorAt; nil when none
+	// did. It names source, key and version, never the value.
+	LastDecodeError   *DecodeError
+	LastDecodeErrorAt time.Time
+	// Source is the kind of the informer's source (SharedIndexInformer.Source).
+	Source string
+	// Checkpoints is what the informer's checkpoints are doing; nil when
+	// InformerOptions.Checkpoint is not set.
+	Checkpoints *CheckpointStatus
 	// Checkpoint is the version of the checkpoint the current (or last)
 	// run started from (InformerOptions.Checkpoint); 0 when it listed. While
 	// not Synced, the cache serves that checkpoint and catches up.
@@ -356,6 +366,9 @@ func (i *SharedIndexInformer[T]) SyncStatus() SyncStatus {
 	}
 	st.Synced = i.checkSynced()
 	st.Stopped = i.stopped()
+	st.Source = i.Source()
+	st.LastDecodeError, st.LastDecodeErrorAt = i.rep.lastDecodeError()
+	st.Checkpoints = i.checkpointStatus()
 	if ws := i.warm.Load(); ws != nil {
 		st.Checkpoint = ws.from
 	}

@@ -144,17 +144,16 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	pm.TrackLag("apps", lw)
 	page := statuspage.New(statuspage.Options{Title: "controller"})
 	c := &controller{
 		apps: core.NewSharedIndexInformer[App](lw, core.InformerOptions[App]{
 			Name:         "apps",
-			Metrics:      statuspage.Tee(page, pm),
-			ErrorHandler: page.ErrorHandler("apps", func(err error) { fmt.Fprintln(out, "informer error:", err) }),
+			Metrics:      core.MultiMetrics(page, pm),
+			ErrorHandler: func(err error) { fmt.Fprintln(out, "informer error:", err) },
 		}),
 		queue: workqueue.New(workqueue.Options[string]{
 			Name:            "apps",
-			MetricsProvider: statuspage.TeeQueues(page, pm),
+			MetricsProvider: workqueue.MultiMetrics(page, pm),
 			// client-go's default controller limiter with the base delay
 			// as a flag: the worse of a per-key exponential backoff and an
 			// overall 10 qps bucket (burst 100).
@@ -169,7 +168,8 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		start:    time.Now(),
 		attempts: map[string]int{},
 	}
-	page.Add(c.apps, lw)
+	page.Add(c.apps)
+	pm.TrackLag(c.apps)
 	defer c.queue.ShutDown()
 
 	// The stock handler only enqueues keys: the reconcile reads the current

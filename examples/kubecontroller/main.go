@@ -94,8 +94,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	pods := core.NewSharedIndexInformer[*corev1.Pod](podSource,
 		core.InformerOptions[*corev1.Pod]{Name: "pods", Logger: log,
 			Metrics: page, ErrorHandler: page.ErrorHandlerLogger("pods", nil, log)})
-	page.Add(configMaps, cmSource)
-	page.Add(pods, podSource)
+	page.Add(configMaps)
+	page.Add(pods)
 
 	if *status != "" {
 		ln, err := net.Listen("tcp", *status)
