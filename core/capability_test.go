@@ -108,7 +108,7 @@ func (h *headCounter) Head(ctx context.Context) (core.ResourceVersion, error) {
 }
 
 // The informer's Head reads its source's head through wrappers, and its
-// observers share one read within core.HeadReuse.
+// observers share one read within a second.
 func TestInformerHeadIsShared(t *testing.T) {
 	src := &headCounter{Source: memory.New[item](memory.Options{})}
 	src.Put("a", item{1})
@@ -121,19 +121,19 @@ func TestInformerHeadIsShared(t *testing.T) {
 		}
 	}
 	if n := src.reads.Load(); n != 1 {
-		t.Fatalf("%d reads of the source for three Heads within HeadReuse, want 1", n)
+		t.Fatalf("%d reads of the source for three Heads within a second, want 1", n)
 	}
 	src.Put("b", item{2})
-	fc.Step(core.HeadReuse)
+	fc.Step(time.Second)
 	if rv, err := inf.Head(ctx); err != nil || rv != 2 || src.reads.Load() != 2 {
-		t.Fatalf("Head after HeadReuse = %d, %v (%d reads); want 2 from a second read", rv, err, src.reads.Load())
+		t.Fatalf("Head a second later = %d, %v (%d reads); want 2 from a second read", rv, err, src.reads.Load())
 	}
 	if inf.Source() != "core_test.headCounter" {
 		t.Errorf("Source = %q, want the kind beneath the embedding wrapper", inf.Source())
 	}
 	headless := core.NewSharedIndexInformer[item](named{src.Source}, core.InformerOptions[item]{})
-	if _, err := headless.Head(ctx); !errors.Is(err, core.ErrNoHead) {
-		t.Errorf("Head of a source without one = %v, want ErrNoHead", err)
+	if _, err := headless.Head(ctx); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("Head of a source without one = %v, want errors.ErrUnsupported", err)
 	}
 }
 

@@ -10,14 +10,13 @@ import (
 	"time"
 )
 
-// ErrNoHead is returned by SharedIndexInformer.Head when the source cannot
-// tell its newest version (its ListerWatcher is no HeadReader).
-var ErrNoHead = fmt.Errorf("dbinformer: the source cannot tell its head version (its ListerWatcher is no core.HeadReader): %w", errors.ErrUnsupported)
+// errNoHead is Head's error for a source that cannot tell its newest
+// version; it matches errors.ErrUnsupported.
+var errNoHead = fmt.Errorf("dbinformer: the source cannot tell its head version (its ListerWatcher is no core.HeadReader): %w", errors.ErrUnsupported)
 
-// HeadReuse is how long the result of one head read of an informer's
-// source answers SharedIndexInformer.Head: a status page and a Prometheus
-// scrape that look at the same moment cost the source one read.
-const HeadReuse = time.Second
+// headReuse is how long one head read answers Head: a status page and a
+// Prometheus scrape that look at the same moment cost the source one read.
+const headReuse = time.Second
 
 // headCache shares head reads among an informer's observers.
 type headCache struct {
@@ -31,19 +30,20 @@ type headCache struct {
 
 // Head returns the newest version of the informer's source (HeadReader,
 // found through wrappers by Capability), for lag: AppliedVersion's
-// distance to it. Calls within HeadReuse of a finished read get that
+// distance to it. Calls within a second of a finished read get that
 // read's answer, and concurrent calls share one read, so every observer
 // of the informer (a status page, Prometheus) reads through it at no extra
-// cost to the source. It returns ErrNoHead when the source cannot tell.
+// cost to the source. When the source cannot tell its head, the error
+// matches errors.ErrUnsupported.
 func (i *SharedIndexInformer[T]) Head(ctx context.Context) (ResourceVersion, error) {
 	h, ok := Capability[HeadReader](i.lw)
 	if !ok {
-		return 0, ErrNoHead
+		return 0, errNoHead
 	}
 	c := &i.head
 	for {
 		c.mu.Lock()
-		if c.readOnce && c.reading == nil && i.clk.Since(c.at) < HeadReuse {
+		if c.readOnce && c.reading == nil && i.clk.Since(c.at) < headReuse {
 			rv, err := c.rv, c.err
 			c.mu.Unlock()
 			return rv, err

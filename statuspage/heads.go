@@ -5,8 +5,6 @@ import (
 	"errors"
 	"sync"
 	"time"
-
-	"github.com/dbinformer/dbinformer/core"
 )
 
 // readHeads reads the head of every source due for a read, in parallel.
@@ -44,7 +42,7 @@ func (p *Page) readHeads(ctx context.Context, entries []*informerEntry) {
 				return
 			}
 			switch {
-			case errors.Is(err, core.ErrNoHead):
+			case errors.Is(err, errors.ErrUnsupported):
 				e.noHead, e.headOK = true, false
 			case err != nil:
 				// The lag is unknown from now on, not what it was at

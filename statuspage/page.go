@@ -69,7 +69,7 @@ type informerEntry struct {
 	headErr  string
 	headRead bool      // a read was started
 	headOK   bool      // the last read succeeded: head is meaningful
-	noHead   bool      // the source cannot tell its head (core.ErrNoHead)
+	noHead   bool      // the source cannot tell its head (errors.ErrUnsupported)
 	failedAt time.Time // the first failed read since the last good one
 }
 

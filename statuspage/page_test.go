@@ -200,7 +200,7 @@ func (f *fakeInformer) SyncStatus() core.SyncStatus {
 }
 func (f *fakeInformer) Head(ctx context.Context) (core.ResourceVersion, error) {
 	if f.head == nil {
-		return 0, core.ErrNoHead
+		return 0, fmt.Errorf("no head: %w", errors.ErrUnsupported)
 	}
 	return f.head.Head(ctx)
 }

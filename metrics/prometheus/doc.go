@@ -39,7 +39,7 @@
 // Lag is measured on scrape: for each informer given to TrackLag the
 // collector calls the informer's Head (bounded by Options.HeadTimeout, so a
 // stuck source cannot hang a scrape), which shares its read with a status
-// page's (core.HeadReuse), and subtracts the applied version. While the
+// page's, and subtracts the applied version. While the
 // head cannot be read there is no head or lag sample: unknown, never 0. Its unit is the
 // source's: etcd revisions, Postgres WAL bytes (versions are LSNs),
 // JetStream sequences. Nothing polls between scrapes.

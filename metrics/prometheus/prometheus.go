@@ -193,7 +193,7 @@ type Informer interface {
 // TrackLag makes every scrape read inf's source head (through inf.Head)
 // and report the head and the lag of inf, under its name. A later call for
 // an informer of the same name replaces it; UntrackLag stops tracking. A
-// source that cannot tell its head (core.ErrNoHead) has no head or lag
+// source that cannot tell its head (an error matching errors.ErrUnsupported) has no head or lag
 // series; a failed read has none either (the lag is unknown, not 0) and
 // counts in dbinformer_informer_head_errors_total.
 func (p *Provider) TrackLag(inf Informer) {
@@ -328,7 +328,7 @@ func (c *lagCollector) Collect(ch chan<- prometheus.Metric) {
 			ctx, cancel := context.WithTimeout(context.Background(), p.headTimeout)
 			head, err := t.h.Head(ctx)
 			cancel()
-			if errors.Is(err, core.ErrNoHead) {
+			if errors.Is(err, errors.ErrUnsupported) {
 				return
 			}
 			if err != nil {

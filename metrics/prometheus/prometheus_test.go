@@ -214,7 +214,7 @@ func TestInformerMetrics(t *testing.T) {
 	}
 	want(t, reg, "dbinformer_informer_decode_errors_total", inf1, 1)
 	eventually(t, reg, "dbinformer_informer_applied_resource_version", inf1, float64(rv))
-	// The informer reuses a head read for core.HeadReuse: the scrapes see
+	// The informer reuses a head read for a second: the scrapes see
 	// the new head soon, not at once.
 	eventually(t, reg, "dbinformer_informer_head_resource_version", inf1, float64(rv))
 	eventually(t, reg, "dbinformer_informer_lag", inf1, 0)
