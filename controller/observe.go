@@ -51,24 +51,22 @@ func newObservability(m *Manager) *observability {
 // Informer returns the manager's informer for (source, T), created on
 // first use with the manager's metrics (Prometheus and the status page),
 // an error handler that records on the page (and logs), and lag tracking
-// when lw can read its source's head. opts.Name defaults to source.
+// (a source without a head gets none). opts.Name defaults to source.
 func Informer[T any](m *Manager, source string, lw core.ListerWatcher[T], opts core.InformerOptions[T]) *core.SharedIndexInformer[T] {
 	o := m.obs
 	if opts.Name == "" {
 		opts.Name = source
 	}
 	if opts.Metrics == nil {
-		opts.Metrics = statuspage.Tee(o.page, o.prom)
+		opts.Metrics = core.MultiMetrics(o.page, o.prom)
 	}
 	if opts.Logger == nil {
 		opts.Logger = m.log
 	}
 	opts.ErrorHandler = o.page.ErrorHandlerLogger(opts.Name, opts.ErrorHandler, opts.Logger)
 	inf := core.InformerFor(m.factory, source, lw, opts)
-	o.page.Add(inf, lw)
-	if h, ok := lw.(core.HeadReader); ok {
-		o.prom.TrackLag(inf.Name(), h)
-	}
+	o.page.Add(inf) // name, kind, head and checkpoints come from the informer
+	o.prom.TrackLag(inf)
 	return inf
 }
 
@@ -142,7 +140,7 @@ func (o *observability) serve(ln net.Listener) (stop func()) {
 
 func (o *observability) wireController(name string, q *workqueue.MetricsProvider, c *MetricsProvider) {
 	if *q == nil {
-		*q = statuspage.TeeQueues(o.page, o.prom)
+		*q = workqueue.MultiMetrics(o.page, o.prom)
 	}
 	if *c == nil {
 		*c = o.ctrl

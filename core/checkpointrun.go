@@ -21,6 +21,25 @@ type checkpointer[T any] struct {
 	mu    sync.Mutex // one save at a time
 	saved ResourceVersion
 	wrote bool
+
+	// What SyncStatus.Checkpoints shows, under statMu (a status read must
+	// not wait for a save).
+	statMu    sync.Mutex
+	savedAt   time.Time
+	lastErr   error
+	lastErrAt time.Time
+}
+
+// note records a save's or a load's outcome for CheckpointStatus.
+func (c *checkpointer[T]) note(now time.Time, saved bool, err error) {
+	c.statMu.Lock()
+	defer c.statMu.Unlock()
+	if saved {
+		c.savedAt, c.lastErr, c.lastErrAt = now, nil, time.Time{}
+	}
+	if err != nil {
+		c.lastErr, c.lastErrAt = err, now
+	}
 }
 
 // warmState is one run's warm start: the checkpoint's version, and the
@@ -60,14 +79,14 @@ func (i *SharedIndexInformer[T]) setupCheckpoint() error {
 		return err
 	}
 	if c.codec == nil {
-		if p, ok := i.lw.(CodecProvider[T]); ok {
+		if p, ok := Capability[CodecProvider[T]](i.lw); ok {
 			c.codec = p.Codec()
 		}
 	}
 	if c.codec == nil {
 		return fmt.Errorf("%s: checkpoints need a codec and the source does not provide one: set InformerOptions.Checkpoint.Codec (core.JSON[T]{} for JSON)", i.name)
 	}
-	if a, ok := i.lw.(DurableAcknowledger); ok {
+	if a, ok := Capability[DurableAcknowledger](i.lw); ok {
 		c.ack = a
 		a.GateAcknowledgements(true)
 	}
@@ -121,9 +140,14 @@ func (i *SharedIndexInformer[T]) saveCheckpoint(ctx context.Context, c *checkpoi
 		return encodeCheckpoint(w, c.codec, c.name, rv, keys, objs)
 	})
 	if err != nil {
-		return &CheckpointError{Name: c.name, Op: "save", Err: err}
+		err = &CheckpointError{Name: c.name, Op: "save", Err: err}
+		c.note(i.clk.Now(), false, err)
+		return err
 	}
+	c.statMu.Lock()
 	c.saved, c.wrote = rv, true
+	c.statMu.Unlock()
+	c.note(i.clk.Now(), true, nil)
 	if c.ack != nil {
 		c.ack.AcknowledgeDurable(rv)
 	}
@@ -173,7 +197,9 @@ func (i *SharedIndexInformer[T]) warmStart(ctx context.Context, c *checkpointer[
 	rc, err := c.opts.Store.Load(ctx, c.name)
 	if err != nil {
 		if !errors.Is(err, ErrNoCheckpoint) && ctx.Err() == nil {
-			i.rep.report(ctx, &CheckpointError{Name: c.name, Op: "load", Err: err})
+			err = &CheckpointError{Name: c.name, Op: "load", Err: err}
+			c.note(i.clk.Now(), false, err)
+			i.rep.report(ctx, err)
 		}
 		return 0, false, false
 	}
@@ -205,7 +231,7 @@ func (i *SharedIndexInformer[T]) warmStart(ctx context.Context, c *checkpointer[
 			defer close(headRead)
 			head, headOK = i.readHead(hctx, rv)
 		}()
-		r, ok := i.lw.(Restorer[T])
+		r, ok := Capability[Restorer[T]](i.lw)
 		if !ok {
 			close(restored)
 			return
@@ -266,7 +292,9 @@ func (i *SharedIndexInformer[T]) warmStart(ctx context.Context, c *checkpointer[
 		}
 	}
 	c.mu.Lock()
+	c.statMu.Lock()
 	c.saved, c.wrote = rv, true
+	c.statMu.Unlock()
 	c.mu.Unlock()
 	<-restored
 	watch = restoreErr == nil
@@ -347,7 +375,7 @@ func (i *SharedIndexInformer[T]) loadCheckpoint(ctx context.Context, rv Resource
 // for a source that cannot tell its head. It retries until ctx ends
 // (false).
 func (i *SharedIndexInformer[T]) readHead(ctx context.Context, from ResourceVersion) (ResourceVersion, bool) {
-	h, ok := i.lw.(HeadReader)
+	h, ok := Capability[HeadReader](i.lw)
 	if !ok {
 		return from, true
 	}

@@ -95,6 +95,19 @@ type Event[T any] struct {
 // Both calls push: List hands the snapshot to sink.Emit, Watch hands each
 // batch to opts.Emit. Neither keeps running after it returns, and neither
 // calls its Emit concurrently with itself.
+//
+// Beyond List and Watch, an adapter may implement optional interfaces
+// (ProgressReporter, ProgressIntervaler, HealWaiter, HeadReader,
+// CodecProvider, Restorer, DurableAcknowledger); the informer finds them
+// with Capability. A wrapper of your own (metrics, logging, a filter)
+// keeps every one of them when it embeds the ListerWatcher
+// (struct{ core.ListerWatcher[T]; ... }) or has a method
+// Unwrap() core.ListerWatcher[T] returning what it wraps; a wrapper that
+// keeps it in a named field and has no Unwrap hides them, and the informer
+// then runs without heal wake-ups, stuck-watch detection, WaitFor of an
+// untouched version, lag, or a checkpoint's restore and acknowledgement
+// gate. A wrapper whose Watch breaks a capability's promise implements
+// that interface itself to say so (see Capability).
 type ListerWatcher[T any] interface {
 	// List reads one consistent snapshot of the source: it calls
 	// sink.Emit with an Added event for every object in it (in any order,
@@ -161,7 +174,8 @@ type WatchOptions[T any] struct {
 // requests on WatchOptions.Progress with a Bookmark (etcd RequestProgress, a
 // NATS consumer with nothing pending, a Postgres keepalive with nothing
 // pending). The informer uses it to serve WaitFor for a version that
-// touched no watched key. A wrapper forwards the answer of what it wraps.
+// touched no watched key. A wrapper passes the Progress channel and the
+// Bookmarks through, or implements ReportsProgress itself returning false.
 type ProgressReporter interface {
 	ReportsProgress() bool
 }
@@ -182,7 +196,9 @@ type ProgressReporter interface {
 // error matching ErrWatchStuck. A healthy idle watch therefore is never
 // restarted as long as it answers the request, or emits on its own, within
 // StuckIntervals-1 intervals. Time spent inside Emit (a busy consumer) is
-// not silence. Zero or a negative value means the source promises nothing:
+// not silence, and neither is time this process did not run (stopped by
+// SIGSTOP, a long stop-the-world pause, a suspended VM: seen as the
+// watchdog's timer firing more than half an interval late). Zero or a negative value means the source promises nothing:
 // no stuck-watch detection. InformerOptions.ProgressInterval overrides it.
 type ProgressIntervaler interface {
 	ProgressInterval() time.Duration

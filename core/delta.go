@@ -59,6 +59,11 @@ type Delta[T any] struct {
 	// was down. Object is the last state this side saw, which may be older
 	// than the state the source deleted.
 	FinalStateUnknown bool
+	// Undecodable marks a DeltaDeleted that stands for a change the source
+	// reported but that did not decode (see UndecodablePolicy): the key
+	// leaves the cache rather than keep a state the source has moved past.
+	// Handlers get it as a delete with finalStateUnknown.
+	Undecodable bool
 	// RV is the version at which the change happened; for an inferred
 	// delete the version of the list; 0 for DeltaReplaced (the list's
 	// version is known only once the list ends) and for DeltaSync.

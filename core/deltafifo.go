@@ -246,21 +246,9 @@ func (f *DeltaFIFO[T]) inferDeletesLocked(seen map[string]struct{}, rv ResourceV
 
 // Resync implements Queue.
 func (f *DeltaFIFO[T]) Resync() error {
-	if f.known == nil {
-		return nil
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.known.Range(func(k string, _ T) bool {
-		// A key with pending deltas will be processed anyway, and syncing
-		// it now would replay a state older than what is queued.
-		if _, ok := f.items[k]; !ok {
-			f.queueLocked(Delta[T]{Type: DeltaSync, Key: k})
-		}
-		return true
-	})
-	notify(f.signal)
-	return nil
+	return resync(&f.queueBase, f.known, func() func(string) bool {
+		return func(k string) bool { _, ok := f.items[k]; return ok }
+	}, f.queueLocked)
 }
 
 // Pop implements Queue.

@@ -31,6 +31,9 @@
 // the first step as soon as a watch moves the version again) and resumes
 // the watch from the last version, without relisting; a ListerWatcher that
 // implements HealWaiter cuts that wait short once its source is back.
+// Optional interfaces such as HealWaiter are found with Capability, through
+// wrappers that embed the ListerWatcher or have Unwrap (filter.Wrap,
+// informertest.Spy): a wrapper keeps the capabilities of what it wraps.
 // Each watch is cancelled after a random time in [MinWatchTimeout,
 // 2×MinWatchTimeout) and reopened from the last version. A watch that
 // should show progress every ProgressInterval (ProgressIntervaler, or
@@ -44,8 +47,16 @@
 //
 // Every Event becomes a Delta once, in the reflector: an event with Err
 // set, without a key, or that Transform rejects (or panics on) is reported
-// as a *DecodeError naming source, key and version; its key keeps its last
-// good state and the version still advances.
+// as a *DecodeError naming source, key and version, and never leaves the
+// key's previous object looking current, on any source: by default
+// (InformerOptions.Undecodable, RemoveUndecodable) the key leaves the cache
+// with a delete (finalStateUnknown) and the version still advances; with
+// StopOnUndecodable the informer stops with a permanent error.
+//
+// A run that ends on a permanent failure leaves the cache as it was,
+// frozen. HasSynced keeps client-go's meaning (the first list was applied;
+// it never turns false), so Live is what tells a cache that still follows
+// its source from a frozen one, and SyncStatus says "stopped: <error>".
 //
 // # Using an informer
 //

@@ -218,26 +218,13 @@ func (f *FIFO[T]) AppliedVersion() ResourceVersion {
 
 // Resync implements Queue.
 func (f *FIFO[T]) Resync() error {
-	if f.known == nil {
-		return nil
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var queued map[string]struct{}
-	if p := f.pending(); len(p) > 0 {
-		queued = make(map[string]struct{}, len(p))
-		for _, d := range p {
+	return resync(&f.queueBase, f.known, func() func(string) bool {
+		queued := make(map[string]struct{}, len(f.pending()))
+		for _, d := range f.pending() {
 			queued[d.Key] = struct{}{}
 		}
-	}
-	f.known.Range(func(k string, _ T) bool {
-		if _, ok := queued[k]; !ok {
-			f.appendLocked(Delta[T]{Type: DeltaSync, Key: k})
-		}
-		return true
-	})
-	notify(f.signal)
-	return nil
+		return func(k string) bool { _, ok := queued[k]; return ok }
+	}, f.appendLocked)
 }
 
 // Pop implements Queue: it hands over up to 256 consecutive deltas, more

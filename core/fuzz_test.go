@@ -71,7 +71,7 @@ func FuzzIndexer(f *testing.F) {
 						t.Fatalf("loadEmpty into an empty indexer: %v, %v", ok, skipped)
 					}
 				} else {
-					must(t, s.replace(m))
+					must(t, replaceAll(s, m))
 				}
 				model = m
 			}

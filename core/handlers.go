@@ -25,41 +25,19 @@ type ResourceEventHandler[T any] interface {
 	// when it sent one, the cache's otherwise. finalStateUnknown is
 	// client-go's DeletedFinalStateUnknown: the delete was inferred by a
 	// relist because it happened while the watch was down, so obj may be
-	// older than what the source deleted.
+	// older than what the source deleted. It is also set when the key
+	// left because its newest state did not decode (UndecodablePolicy):
+	// obj is then the last state that did, and the *DecodeError went to
+	// the informer's ErrorHandler.
 	OnDelete(key string, obj T, finalStateUnknown bool)
-}
-
-// ResourceEventHandlerFuncs adapts functions to ResourceEventHandler; nil
-// functions ignore their calls.
-type ResourceEventHandlerFuncs[T any] struct {
-	AddFunc    func(key string, obj T, isInInitialList bool)
-	UpdateFunc func(key string, oldObj, newObj T)
-	DeleteFunc func(key string, obj T, finalStateUnknown bool)
-}
-
-var _ ResourceEventHandler[int] = ResourceEventHandlerFuncs[int]{}
-
-func (f ResourceEventHandlerFuncs[T]) OnAdd(key string, obj T, initial bool) {
-	if f.AddFunc != nil {
-		f.AddFunc(key, obj, initial)
-	}
-}
-
-func (f ResourceEventHandlerFuncs[T]) OnUpdate(key string, oldObj, newObj T) {
-	if f.UpdateFunc != nil {
-		f.UpdateFunc(key, oldObj, newObj)
-	}
-}
-
-func (f ResourceEventHandlerFuncs[T]) OnDelete(key string, obj T, unknown bool) {
-	if f.DeleteFunc != nil {
-		f.DeleteFunc(key, obj, unknown)
-	}
 }
 
 // HandlerOptions configures one handler registration.
 type HandlerOptions struct {
-	// Name names the handler in errors and metrics.
+	// Name names the handler in errors, metrics and the status page. Empty
+	// means the handler's own name: ResourceEventHandlerFuncs.Name, or the
+	// HandlerName() of a handler type that has that method; else its type
+	// and registration number.
 	Name string
 	// ResyncPeriod requests periodic OnUpdate(obj, obj) replays: 0 uses
 	// the informer's ResyncPeriod, a negative value disables them.
@@ -164,6 +142,9 @@ func (i *SharedIndexInformer[T]) AddEventHandlerWithOptions(h ResourceEventHandl
 	}
 	i.handlerSeq++
 	name := o.Name
+	if name == "" {
+		name = handlerName(h)
+	}
 	if name == "" {
 		// Numbered, so that two handlers of one type are told apart in
 		// metrics.

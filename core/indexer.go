@@ -203,48 +203,6 @@ func (s *Indexer[T]) snapshot(f func(n int, all iter.Seq2[string, T])) {
 	f(s.items.len(), s.items.all)
 }
 
-// replace swaps the whole content for items (key → object) and rebuilds
-// the indexes. If an index function fails, the previous content stays and
-// the error names the key.
-func (s *Indexer[T]) replace(items map[string]T) error {
-	indices := make(map[string]index, len(s.indexers))
-	kt := &keyTable{}
-	s.mu.RLock()
-	indexers := s.indexers
-	s.mu.RUnlock()
-	for name := range indexers {
-		indices[name] = index{}
-	}
-	for key, obj := range items {
-		h, id, hasID := uint32(0), uint32(0), false
-		for name, f := range indexers {
-			vals, err := indexValuesOf(f, obj)
-			if err != nil {
-				return &IndexError{Index: name, Key: key, Err: err}
-			}
-			for _, v := range vals {
-				if !hasID {
-					h = keyHash(key)
-					id, hasID = kt.alloc(key, h), true
-				}
-				indices[name].add(v, h, id, kt)
-			}
-		}
-	}
-	copied := newItems[T](len(items))
-	for k, v := range items {
-		copied.set(k, v)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.staged, s.expect = nil, 0
-	s.items = copied
-	s.indices = indices
-	s.keys = kt
-	s.refreshFns()
-	return nil
-}
-
 // indexValuesOf runs an index function, turning a panic into an error: one
 // object that crashes an index function must not take the informer down.
 func indexValuesOf[T any](f IndexFunc[T], obj T) (vals []string, err error) {

@@ -85,7 +85,7 @@ func TestIndexerFailingIndexLeavesStoreUnchanged(t *testing.T) {
 func TestIndexerReplaceAndAddIndexers(t *testing.T) {
 	s := NewIndexer[*user](nil)
 	must(t, s.Add("old", &user{Name: "old"}))
-	must(t, s.replace(map[string]*user{"a": {Name: "a", Groups: []string{"g"}}, "b": {Name: "b", Groups: []string{"g"}}}))
+	must(t, replaceAll(s, map[string]*user{"a": {Name: "a", Groups: []string{"g"}}, "b": {Name: "b", Groups: []string{"g"}}}))
 	if _, ok := s.Get("old"); ok {
 		t.Fatal("Replace kept a key")
 	}
@@ -317,4 +317,22 @@ func TestReserveSizesOnlyAnEmptyCache(t *testing.T) {
 	if v, ok := s.Get("a"); !ok || v != 1 || s.Len() != 1 {
 		t.Fatalf("after reserve: Get(a) = %v, %v; Len %d; want 1, true, 1", v, ok, s.Len())
 	}
+}
+
+// replaceAll makes s hold exactly items, through the Indexer's own writes
+// (the informer replaces a cache key by key too, through a relist).
+func replaceAll[T any](s *Indexer[T], items map[string]T) error {
+	for _, k := range s.ListKeys() {
+		if _, ok := items[k]; !ok {
+			if err := s.Delete(k); err != nil {
+				return err
+			}
+		}
+	}
+	for k, v := range items {
+		if err := s.Add(k, v); err != nil {
+			return err
+		}
+	}
+	return nil
 }

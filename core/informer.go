@@ -24,9 +24,16 @@ type InformerOptions[T any] struct {
 	// Indexers are the cache's index functions.
 	Indexers Indexers[T]
 	// Transform rewrites each object before it is cached (drop fields to
-	// save memory, precompute). An error (or a panic) drops that one change
-	// and is reported like a decode error.
+	// save memory, precompute). An error (or a panic) is reported as a
+	// *DecodeError and handled as an undecodable change (Undecodable).
 	Transform func(T) (T, error)
+	// Undecodable says what happens to a key whose change does not decode
+	// (or that Transform rejects): by default (RemoveUndecodable) the key
+	// leaves the cache with a delete, handlers get OnDelete with
+	// finalStateUnknown true, and the *DecodeError goes to ErrorHandler;
+	// StopOnUndecodable stops the informer with a permanent error instead.
+	// No policy leaves the previous object in the cache looking current.
+	Undecodable UndecodablePolicy
 	// DeltaFIFO selects client-go's per-key DeltaFIFO instead of the
 	// default in-order FIFO. Per-key grouping hands a key's several
 	// pending changes over together, at the price of reordering changes
@@ -121,6 +128,8 @@ type SharedIndexInformer[T any] struct {
 	progMu  sync.Mutex
 	lastReq time.Time
 
+	head headCache // Head's shared reads
+
 	ckpt *checkpointer[T]          // nil without Options.Checkpoint
 	warm atomic.Pointer[warmState] // the run's warm start, if any
 }
@@ -140,7 +149,7 @@ func NewSharedIndexInformer[T any](lw ListerWatcher[T], opts InformerOptions[T])
 	if i.name == "" {
 		i.name = "dbinformer"
 	}
-	i.rep = newReporter(i.name, opts.ErrorHandler, opts.Logger)
+	i.rep = newReporter(i.name, opts.ErrorHandler, opts.Logger, i.clk)
 	if i.opts.ProgressRequestInterval == 0 {
 		i.opts.ProgressRequestInterval = 250 * time.Millisecond
 	}
@@ -221,6 +230,7 @@ func (i *SharedIndexInformer[T]) Run(ctx context.Context) error {
 		minWatchTimeout:  i.opts.MinWatchTimeout,
 		progressInterval: i.opts.ProgressInterval,
 		transform:        i.opts.Transform,
+		undecodable:      i.opts.Undecodable,
 		rep:              i.rep,
 		met:              i.met,
 		clk:              i.clk,
@@ -417,7 +427,7 @@ func (i *SharedIndexInformer[T]) handleDeltas(deltas []Delta[T], initial bool) e
 				if d.HasObject {
 					obj = d.Object
 				}
-				notes = append(notes, notification[T]{kind: noteDelete, flag: d.FinalStateUnknown, key: d.Key, obj: obj})
+				notes = append(notes, notification[T]{kind: noteDelete, flag: d.FinalStateUnknown || d.Undecodable, key: d.Key, obj: obj})
 			}
 		}
 	})
@@ -451,10 +461,6 @@ func (i *SharedIndexInformer[T]) equal(a, b T) (eq bool, err error) {
 	return i.opts.Equal(a, b), nil
 }
 
-// HasSynced reports whether the cache holds a complete list. It stays
-// true once it became true, also across restarts.
-func (i *SharedIndexInformer[T]) HasSynced() bool { return i.checkSynced() }
-
 // LastSyncResourceVersion is the version of the last list or watch batch
 // received (not necessarily applied yet; see WaitFor).
 func (i *SharedIndexInformer[T]) LastSyncResourceVersion() ResourceVersion {
@@ -469,40 +475,3 @@ func (i *SharedIndexInformer[T]) LastSyncResourceVersion() ResourceVersion {
 
 // AppliedVersion is the version up to which every change is in the cache.
 func (i *SharedIndexInformer[T]) AppliedVersion() ResourceVersion { return i.queue.AppliedVersion() }
-
-// LastListError is the error of the last failed list of the current or last
-// run, nil after a successful list. SyncStatus tells more: how many
-// attempts failed and when, whether a list is running, and the watch's
-// failures.
-func (i *SharedIndexInformer[T]) LastListError() error {
-	i.mu.Lock()
-	r := i.reflector
-	i.mu.Unlock()
-	if r == nil {
-		return nil
-	}
-	return r.LastListError()
-}
-
-// SyncStatus returns where the informer's list and watch stand and, when
-// it is waiting, why (SyncStatus.String says it in one line).
-func (i *SharedIndexInformer[T]) SyncStatus() SyncStatus {
-	i.mu.Lock()
-	st := SyncStatus{
-		At:         i.clk.Now(),
-		Started:    i.started,
-		Running:    i.running,
-		RunStarted: i.runStarted,
-	}
-	r := i.reflector
-	i.mu.Unlock()
-	if r != nil {
-		r.status(&st)
-	}
-	st.Synced = i.checkSynced()
-	if ws := i.warm.Load(); ws != nil {
-		st.Checkpoint = ws.from
-	}
-	st.AppliedVersion = i.queue.AppliedVersion()
-	return st
-}

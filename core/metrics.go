@@ -51,3 +51,88 @@ func (NoopMetrics) Applied(ResourceVersion)                {}
 func (NoopMetrics) PendingNotifications(string, int)       {}
 func (NoopMetrics) HandlerPanicked(string)                 {}
 func (NoopMetrics) DecodeFailed()                          {}
+
+// MultiMetrics returns a MetricsProvider that reports every informer's
+// metrics to each of providers, in order, so that a status page and
+// Prometheus (metrics/prometheus) both see them, as slog.NewMultiHandler
+// does for handlers. nil providers are skipped; MultiMetrics of a single
+// provider is that provider, and of none is nil (no metrics).
+func MultiMetrics(providers ...MetricsProvider) MetricsProvider {
+	ps := nonNilProviders(providers)
+	switch len(ps) {
+	case 0:
+		return nil
+	case 1:
+		return ps[0]
+	}
+	return teeProvider(ps)
+}
+
+type teeProvider []MetricsProvider
+
+func (t teeProvider) InformerMetrics(name string) InformerMetrics {
+	ms := make(teeMetrics, 0, len(t))
+	for _, p := range t {
+		if m := p.InformerMetrics(name); m != nil {
+			ms = append(ms, m)
+		}
+	}
+	return ms
+}
+
+type teeMetrics []InformerMetrics
+
+var _ InformerMetrics = teeMetrics(nil)
+
+func (t teeMetrics) Listed(relist bool, items int, err error) {
+	for _, m := range t {
+		m.Listed(relist, items, err)
+	}
+}
+
+func (t teeMetrics) ListProgress(received, estimated int64) {
+	for _, m := range t {
+		m.ListProgress(received, estimated)
+	}
+}
+
+func (t teeMetrics) WatchRestarted(reason error) {
+	for _, m := range t {
+		m.WatchRestarted(reason)
+	}
+}
+
+func (t teeMetrics) Applied(rv ResourceVersion) {
+	for _, m := range t {
+		m.Applied(rv)
+	}
+}
+
+func (t teeMetrics) PendingNotifications(handler string, n int) {
+	for _, m := range t {
+		m.PendingNotifications(handler, n)
+	}
+}
+
+func (t teeMetrics) HandlerPanicked(handler string) {
+	for _, m := range t {
+		m.HandlerPanicked(handler)
+	}
+}
+
+func (t teeMetrics) DecodeFailed() {
+	for _, m := range t {
+		m.DecodeFailed()
+	}
+}
+
+// nonNilProviders returns providers without the nil ones.
+func nonNilProviders(providers []MetricsProvider) []MetricsProvider {
+	var ps []MetricsProvider
+	for _, p := range providers {
+		if p != nil {
+			ps = append(ps, p)
+		}
+	}
+	return ps
+}

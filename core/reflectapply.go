@@ -44,9 +44,18 @@ func (r *Reflector[T]) apply(ctx context.Context, batch []Event[T]) error {
 		if batch[i].Type == Bookmark {
 			continue
 		}
-		// A change that does not decode keeps its version and drops: the
-		// key keeps its last good state and the watch moves on.
-		if d, ok := r.admit(ctx, &batch[i]); ok {
+		// A change that does not decode becomes a delete of its key (or
+		// stops the reflector, by the UndecodablePolicy): the key never
+		// keeps a state the source has moved past.
+		d, ok, stop := r.admit(ctx, &batch[i])
+		if stop != nil {
+			clear(deltas)
+			r.mu.Lock()
+			r.deltas = deltas[:0]
+			r.mu.Unlock()
+			return stop
+		}
+		if ok {
 			deltas = append(deltas, d)
 		}
 	}

@@ -45,6 +45,7 @@ type reflectorConfig[T any] struct {
 	// when non-zero; < 0: no stuck-watch detection.
 	progressInterval time.Duration
 	transform        func(T) (T, error)
+	undecodable      UndecodablePolicy
 	rep              reporter
 	met              InformerMetrics
 	clk              clock.Clock
@@ -57,7 +58,7 @@ type reflectorConfig[T any] struct {
 }
 
 // NewReflector returns a Reflector that feeds q from lw. Of opts it uses
-// Name, ResyncPeriod, Transform, Backoff, MinWatchTimeout,
+// Name, ResyncPeriod, Transform, Undecodable, Backoff, MinWatchTimeout,
 // ProgressInterval, ErrorHandler, Logger, Metrics and Clock, as an informer
 // would.
 func NewReflector[T any](lw ListerWatcher[T], q Queue[T], opts InformerOptions[T]) *Reflector[T] {
@@ -76,7 +77,8 @@ func NewReflector[T any](lw ListerWatcher[T], q Queue[T], opts InformerOptions[T
 		minWatchTimeout:  opts.MinWatchTimeout,
 		progressInterval: opts.ProgressInterval,
 		transform:        opts.Transform,
-		rep:              newReporter(name, opts.ErrorHandler, opts.Logger),
+		undecodable:      opts.Undecodable,
+		rep:              newReporter(name, opts.ErrorHandler, opts.Logger, opts.Clock),
 		met:              met,
 		clk:              clock.Or(opts.Clock),
 	})
@@ -211,7 +213,7 @@ func (r *Reflector[T]) Run(ctx context.Context) error {
 // (HealWaiter).
 func (r *Reflector[T]) sleep(ctx context.Context, d time.Duration) {
 	var healed chan struct{}
-	if h, ok := r.lw.(HealWaiter); ok {
+	if h, ok := Capability[HealWaiter](r.lw); ok {
 		hctx, cancel := context.WithCancel(ctx)
 		healed = make(chan struct{})
 		done := make(chan struct{})
@@ -251,24 +253,17 @@ func (r *Reflector[T]) resyncLoop(ctx context.Context) {
 }
 
 // admit is the one path from an Event to a Delta, for lists and watches
-// alike: an event with Err, without a key or of an unknown type is reported
-// and dropped, and Transform runs here (a panic in it is reported like an
-// error). Bookmarks never reach it.
-func (r *Reflector[T]) admit(ctx context.Context, ev *Event[T]) (d Delta[T], ok bool) {
-	fail := func(err error) (Delta[T], bool) {
-		var de *DecodeError
-		if !errors.As(err, &de) {
-			err = &DecodeError{Source: r.cfg.name, Key: ev.Key, RV: ev.RV, Err: err}
-		}
-		r.cfg.met.DecodeFailed()
-		r.cfg.rep.report(ctx, err)
-		return Delta[T]{}, false
-	}
+// alike. An event with Err, without a key or of an unknown type, or that
+// Transform rejects (a panic in it is an error too), is reported as a
+// *DecodeError and handled by the UndecodablePolicy: it becomes a delete
+// of its key marked Undecodable (ok), or nothing (no key), or stop, the
+// permanent error that ends the reflector. Bookmarks never reach it.
+func (r *Reflector[T]) admit(ctx context.Context, ev *Event[T]) (d Delta[T], ok bool, stop error) {
 	if ev.Err != nil {
-		return fail(ev.Err)
+		return r.undecodable(ctx, ev, ev.Err)
 	}
 	if ev.Key == "" {
-		return fail(errNoKey)
+		return r.undecodable(ctx, ev, errNoKey)
 	}
 	d = Delta[T]{Key: ev.Key, Object: ev.Object, HasObject: ev.HasObject, RV: ev.RV}
 	switch ev.Type {
@@ -279,16 +274,16 @@ func (r *Reflector[T]) admit(ctx context.Context, ev *Event[T]) (d Delta[T], ok 
 	case Deleted:
 		d.Type = DeltaDeleted
 	default:
-		return fail(fmt.Errorf("unexpected event type %v", ev.Type))
+		return r.undecodable(ctx, ev, fmt.Errorf("unexpected event type %v", ev.Type))
 	}
 	if r.cfg.transform != nil && d.HasObject {
 		obj, err := r.transform(d.Object)
 		if err != nil {
-			return fail(fmt.Errorf("transform: %w", err))
+			return r.undecodable(ctx, ev, fmt.Errorf("transform: %w", err))
 		}
 		d.Object = obj
 	}
-	return d, true
+	return d, true, nil
 }
 
 func (r *Reflector[T]) transform(obj T) (out T, err error) {
@@ -316,8 +311,13 @@ func (r *Reflector[T]) list(ctx context.Context, relist bool) error {
 					return nil
 				}
 				ev.Type = Added
-				d, ok := r.admit(ctx, &ev)
-				if !ok {
+				d, ok, stop := r.admit(ctx, &ev)
+				if stop != nil {
+					return stop
+				}
+				// An object that did not decode is left out of the
+				// list, so that a relist deletes its key.
+				if !ok || d.Undecodable {
 					return nil
 				}
 				d.Type, d.RV = DeltaReplaced, 0
@@ -392,7 +392,7 @@ func (r *Reflector[T]) watch(ctx context.Context) error {
 	}
 
 	var progress chan struct{}
-	if pr, ok := r.lw.(ProgressReporter); ok && pr.ReportsProgress() {
+	if pr, ok := Capability[ProgressReporter](r.lw); ok && pr.ReportsProgress() {
 		progress = make(chan struct{}, 1)
 		if r.catchUp.Swap(false) {
 			notify(progress)

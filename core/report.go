@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/dbinformer/dbinformer/core/clock"
 )
 
 // reporter is the one error path of an informer and its reflector: the
@@ -14,16 +18,43 @@ type reporter struct {
 	name    string
 	handler func(error)
 	logger  *slog.Logger
+	decode  *lastDecode // the last *DecodeError reported, for SyncStatus
 }
 
-func newReporter(name string, handler func(error), logger *slog.Logger) reporter {
+// lastDecode is the last *DecodeError an informer reported and when.
+type lastDecode struct {
+	clk clock.Clock
+	mu  sync.Mutex
+	err *DecodeError
+	at  time.Time
+}
+
+func newReporter(name string, handler func(error), logger *slog.Logger, clk clock.Clock) reporter {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return reporter{name: name, handler: handler, logger: logger}
+	return reporter{name: name, handler: handler, logger: logger, decode: &lastDecode{clk: clock.Or(clk)}}
+}
+
+// lastDecodeError returns the last *DecodeError reported and when; nil
+// when there was none.
+func (r reporter) lastDecodeError() (*DecodeError, time.Time) {
+	if r.decode == nil {
+		return nil, time.Time{}
+	}
+	r.decode.mu.Lock()
+	defer r.decode.mu.Unlock()
+	return r.decode.err, r.decode.at
 }
 
 func (r reporter) report(ctx context.Context, err error) {
+	var de *DecodeError
+	if r.decode != nil && errors.As(err, &de) {
+		now := r.decode.clk.Now()
+		r.decode.mu.Lock()
+		r.decode.err, r.decode.at = de, now
+		r.decode.mu.Unlock()
+	}
 	if r.handler != nil {
 		r.handler(err)
 		return

@@ -266,3 +266,36 @@ func TestProgressIntervalOption(t *testing.T) {
 		t.Fatalf("%d timers with stuck-watch detection off", n)
 	}
 }
+
+// A pause of this process (SIGSTOP, a stop-the-world pause), seen as the
+// watchdog's timer firing long after its time, is not the watch's silence:
+// the count starts again when the process resumes, and only silence after
+// that ends the watch.
+func TestProcessPauseIsNotAStuckWatch(t *testing.T) {
+	lw := pacedLW{newFakeLW(), 10 * time.Second}
+	fc := clock.NewFake(t0)
+	met := &restartRecorder{}
+	inf := NewSharedIndexInformer[string](lw, InformerOptions[string]{
+		Clock: fc, ErrorHandler: func(error) {}, Metrics: met, MinWatchTimeout: -1,
+		ProgressRequestInterval: -1,
+	})
+	started(t, inf)
+	lw.list(t, 5)
+	w := lw.watch(t)
+	w.send(t, add("a", "a1", 6))
+	must(t, inf.WaitFor(testCtx(t), 6))
+
+	// The process stands still for ten intervals: the timer fires once,
+	// nine intervals late.
+	stepArmed(t, fc, 1, 100*time.Second)
+	stepArmed(t, fc, 1, 10*time.Second)
+	eventually(t, "a bookmark request one interval after the resume", func() bool { return w.progress.Load() == 1 })
+	if n := met.total(); n != 0 {
+		t.Fatalf("a process pause ended the watch: %v", met.reasons)
+	}
+	// Silence after the resume still counts.
+	stepArmed(t, fc, 1, 10*time.Second)
+	stepArmed(t, fc, 1, 10*time.Second)
+	<-w.stop
+	eventually(t, "the stuck restart", func() bool { return met.count(isStuck) == 1 })
+}

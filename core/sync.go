@@ -129,6 +129,40 @@ func (r *Registration[T]) WaitForCacheSync(ctx context.Context) error {
 	}
 }
 
+// HasSynced reports whether the cache holds a complete list. As in
+// client-go it stays true once it became true, also across restarts and
+// after a run ended, on a permanent failure too: code that waits for the
+// sync at startup keeps working. Whether the cache still follows its
+// source is Live.
+func (i *SharedIndexInformer[T]) HasSynced() bool { return i.checkSynced() }
+
+// Live reports whether the cache follows its source now: the informer runs,
+// has synced and has not failed permanently. A cache whose run ended (its
+// context, or an error matching ErrPermanent: a dropped table, a change
+// that does not decode under StopOnUndecodable) stays readable but frozen
+// at AppliedVersion, and Live is false; SyncStatus.Stopped holds the
+// failure.
+func (i *SharedIndexInformer[T]) Live() bool {
+	i.mu.Lock()
+	running := i.running
+	i.mu.Unlock()
+	return running && i.stopped() == nil && i.checkSynced()
+}
+
+// stopped returns the permanent failure that ended (or is ending) the
+// current or last run, nil when there is none.
+func (i *SharedIndexInformer[T]) stopped() error {
+	i.mu.Lock()
+	f := i.failure
+	i.mu.Unlock()
+	select {
+	case <-f.done:
+		return f.err
+	default:
+		return nil
+	}
+}
+
 // SyncStatus is where an informer's list and watch stand and, when it
 // waits, why. SharedIndexInformer.SyncStatus takes it; String says it in
 // one line; the errors of WaitForCacheSync and WaitFor say the same.
@@ -142,6 +176,10 @@ type SyncStatus struct {
 	RunStarted time.Time
 	// Synced is HasSynced.
 	Synced bool
+	// Stopped is the permanent failure (matching ErrPermanent) that ended
+	// the current or last run; nil when none did. The cache is then frozen
+	// at AppliedVersion until the informer runs again.
+	Stopped error
 	// ListStarted is when the list in progress began; zero when no list is
 	// running.
 	ListStarted time.Time
@@ -156,6 +194,16 @@ type SyncStatus struct {
 	// batch received; AppliedVersion, the version up to which the cache
 	// is applied.
 	LastSyncResourceVersion, AppliedVersion ResourceVersion
+	// LastDecodeError is the last change that did not decode (or that
+	// Transform rejected), reported at LastDecodeErrorAt; nil when none
+	// did. It names source, key and version, never the value.
+	LastDecodeError   *DecodeError
+	LastDecodeErrorAt time.Time
+	// Source is the kind of the informer's source (SharedIndexInformer.Source).
+	Source string
+	// Checkpoints is what the informer's checkpoints are doing; nil when
+	// InformerOptions.Checkpoint is not set.
+	Checkpoints *CheckpointStatus
 	// Checkpoint is the version of the checkpoint the current (or last)
 	// run started from (InformerOptions.Checkpoint); 0 when it listed. While
 	// not Synced, the cache serves that checkpoint and catches up.
@@ -190,6 +238,12 @@ func (s SyncStatus) String() string {
 	}
 	why := s.why()
 	switch {
+	case s.Stopped != nil && s.Synced:
+		return fmt.Sprintf("stopped: %v (the cache is frozen at version %d)", s.Stopped, s.AppliedVersion)
+	case s.Stopped != nil:
+		return fmt.Sprintf("stopped before it synced: %v", s.Stopped)
+	case s.Synced && !s.Running:
+		return fmt.Sprintf("synced, not running (the cache is frozen at version %d)", s.AppliedVersion)
 	case s.Synced && why == "":
 		return "synced"
 	case s.Synced:
@@ -279,4 +333,45 @@ type failures struct {
 func (f *failures) add(err error, what string, cause error, at time.Time) {
 	f.err, f.what, f.cause, f.at = err, what, cause, at
 	f.count++
+}
+
+// LastListError is the error of the last failed list of the current or last
+// run, nil after a successful list. SyncStatus tells more: how many
+// attempts failed and when, whether a list is running, and the watch's
+// failures.
+func (i *SharedIndexInformer[T]) LastListError() error {
+	i.mu.Lock()
+	r := i.reflector
+	i.mu.Unlock()
+	if r == nil {
+		return nil
+	}
+	return r.LastListError()
+}
+
+// SyncStatus returns where the informer's list and watch stand and, when
+// it is waiting, why (SyncStatus.String says it in one line).
+func (i *SharedIndexInformer[T]) SyncStatus() SyncStatus {
+	i.mu.Lock()
+	st := SyncStatus{
+		At:         i.clk.Now(),
+		Started:    i.started,
+		Running:    i.running,
+		RunStarted: i.runStarted,
+	}
+	r := i.reflector
+	i.mu.Unlock()
+	if r != nil {
+		r.status(&st)
+	}
+	st.Synced = i.checkSynced()
+	st.Stopped = i.stopped()
+	st.Source = i.Source()
+	st.LastDecodeError, st.LastDecodeErrorAt = i.rep.lastDecodeError()
+	st.Checkpoints = i.checkpointStatus()
+	if ws := i.warm.Load(); ws != nil {
+		st.Checkpoint = ws.from
+	}
+	st.AppliedVersion = i.queue.AppliedVersion()
+	return st
 }

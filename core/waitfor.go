@@ -15,7 +15,9 @@ import (
 // key is reached too. Without one, such a version is reached at the next
 // change or bookmark the source sends. When ctx ends first, the error wraps
 // ctx's error and says why the cache is behind: a list running, the latest
-// list or watch failure (see SyncStatus).
+// list or watch failure (see SyncStatus). When the run ends on a
+// permanent failure first, WaitFor returns it (matching ErrPermanent): the
+// frozen cache will never reach rv.
 func (i *SharedIndexInformer[T]) WaitFor(ctx context.Context, rv ResourceVersion) error {
 	for {
 		// Take the signal before reading the version, so that a change in
@@ -32,9 +34,18 @@ func (i *SharedIndexInformer[T]) WaitFor(ctx context.Context, rv ResourceVersion
 			t := i.clk.NewTimer(i.opts.ProgressRequestInterval)
 			tick, stop = t.C(), t.Stop
 		}
+		i.mu.Lock()
+		failure := i.failure
+		i.mu.Unlock()
 		select {
 		case <-ch:
 		case <-tick:
+		case <-failure.done:
+			stop()
+			if i.queue.AppliedVersion() >= rv {
+				return nil
+			}
+			return fmt.Errorf("%s: waiting for version %d (applied %d): the informer stopped: %w", i.name, rv, applied, failure.err)
 		case <-ctx.Done():
 			stop()
 			msg := fmt.Sprintf("%s: waiting for version %d (applied %d)", i.name, rv, applied)

@@ -13,7 +13,7 @@ import (
 func (r *Reflector[T]) ProgressInterval() time.Duration {
 	d := r.cfg.progressInterval
 	if d == 0 {
-		if pi, ok := r.lw.(ProgressIntervaler); ok {
+		if pi, ok := Capability[ProgressIntervaler](r.lw); ok {
 			d = pi.ProgressInterval()
 		}
 	}
@@ -31,12 +31,21 @@ type watchActivity struct {
 // progress intervals, asking a ProgressReporter's watch for a bookmark
 // after each silent interval first: a healthy idle watch answers, and
 // its answer is an Emit.
+//
+// Silence is counted only while this process runs. When the watchdog's
+// own timer fires more than half an interval late, the process stood still
+// (SIGSTOP, a stop-the-world pause, a suspended VM) and the watch could not
+// emit either: the count starts again from the moment it resumed, instead
+// of blaming the source for the process's pause.
 func (r *Reflector[T]) watchdog(done <-chan struct{}, cancel context.CancelCauseFunc, interval time.Duration, progress chan struct{}, act *watchActivity) {
 	t := r.cfg.clk.NewTimer(interval)
 	defer t.Stop()
+	due := r.cfg.clk.Now().Add(interval)
 	// asked is the last silent interval a request was made for; requests
-	// counts them since the last Emit.
+	// counts them since the last Emit. resumed is when the process last
+	// came back from a pause (UnixNano; 0: never).
 	seen, asked, requests := act.last.Load(), 0, 0
+	var resumed int64
 	for {
 		select {
 		case <-done:
@@ -44,10 +53,13 @@ func (r *Reflector[T]) watchdog(done <-chan struct{}, cancel context.CancelCause
 		case <-t.C():
 		}
 		now := r.cfg.clk.Now()
+		if now.Sub(due) > interval/2 {
+			resumed = now.UnixNano()
+		}
 		last := act.last.Load()
 		var silent time.Duration
 		if act.busy.Load() == 0 {
-			silent = now.Sub(time.Unix(0, last))
+			silent = now.Sub(time.Unix(0, max(last, resumed)))
 		}
 		if last != seen || silent <= 0 {
 			seen, asked, requests = last, 0, 0
@@ -67,6 +79,8 @@ func (r *Reflector[T]) watchdog(done <-chan struct{}, cancel context.CancelCause
 			asked = k
 			requests++
 		}
-		t.Reset(interval - silent%interval)
+		next := interval - silent%interval
+		t.Reset(next)
+		due = now.Add(next)
 	}
 }

@@ -279,3 +279,26 @@ func (f *DeltaFIFO[T]) loadList(rv ResourceVersion, load func() bool) bool {
 	defer f.mu.Unlock()
 	return f.loadListLocked(rv, len(f.queue) == 0, load)
 }
+
+// resync is Queue.Resync for both queues: under b's lock it queues a
+// key-only DeltaSync for every key known holds that has no delta waiting
+// (pending, built under the lock, tells), then wakes Pop. A key with
+// waiting deltas is processed anyway, and syncing it now would replay a
+// state older than what is queued. Without known it does nothing: the
+// queue cannot tell what its consumer holds.
+func resync[T any](b *queueBase, known KeyLister[T], pending func() func(key string) bool, queue func(Delta[T])) error {
+	if known == nil {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	waiting := pending()
+	known.Range(func(k string, _ T) bool {
+		if !waiting(k) {
+			queue(Delta[T]{Type: DeltaSync, Key: k})
+		}
+		return true
+	})
+	notify(b.signal)
+	return nil
+}

@@ -2,8 +2,6 @@ package filter
 
 import (
 	"context"
-	"errors"
-	"time"
 
 	"github.com/dbinformer/dbinformer/core"
 )
@@ -63,8 +61,9 @@ func (f *Filter[T]) RewriteBatch(batch []core.Event[T]) {
 // ListerWatcher: its List keeps only matching objects, its Watch rewrites
 // events (Rewrite). Adapters that push part of a filter down take it in
 // their options instead; Wrap is for sources that cannot, such as one of
-// your own. It forwards core.ProgressReporter, core.ProgressIntervaler,
-// core.HealWaiter and core.HeadReader when lw implements them.
+// your own. The result's Unwrap returns lw, so every optional capability
+// of lw (progress, head, heal wait, stuck-watch interval, codec, restore,
+// durable acknowledgement) is still found through core.Capability.
 func Wrap[T any](lw core.ListerWatcher[T], f *Filter[T]) core.ListerWatcher[T] {
 	return &wrapped[T]{lw: lw, f: f}
 }
@@ -74,12 +73,8 @@ type wrapped[T any] struct {
 	f  *Filter[T]
 }
 
-var (
-	_ core.ProgressReporter   = (*wrapped[int])(nil)
-	_ core.ProgressIntervaler = (*wrapped[int])(nil)
-	_ core.HealWaiter         = (*wrapped[int])(nil)
-	_ core.HeadReader         = (*wrapped[int])(nil)
-)
+// Unwrap returns the filtered ListerWatcher, for core.Capability.
+func (w *wrapped[T]) Unwrap() core.ListerWatcher[T] { return w.lw }
 
 func (w *wrapped[T]) List(ctx context.Context, sink core.ListSink[T]) (core.ResourceVersion, error) {
 	emit := sink.Emit
@@ -99,32 +94,4 @@ func (w *wrapped[T]) Watch(ctx context.Context, from core.ResourceVersion, opts 
 		return emit(batch)
 	}
 	return w.lw.Watch(ctx, from, opts)
-}
-
-func (w *wrapped[T]) ReportsProgress() bool {
-	p, ok := w.lw.(core.ProgressReporter)
-	return ok && p.ReportsProgress()
-}
-
-func (w *wrapped[T]) ProgressInterval() time.Duration {
-	if p, ok := w.lw.(core.ProgressIntervaler); ok {
-		return p.ProgressInterval()
-	}
-	return 0
-}
-
-var errNotForwarded = errors.New("filter: the wrapped ListerWatcher does not implement it")
-
-func (w *wrapped[T]) WaitHealed(ctx context.Context) error {
-	if h, ok := w.lw.(core.HealWaiter); ok {
-		return h.WaitHealed(ctx)
-	}
-	return errNotForwarded
-}
-
-func (w *wrapped[T]) Head(ctx context.Context) (core.ResourceVersion, error) {
-	if h, ok := w.lw.(core.HeadReader); ok {
-		return h.Head(ctx)
-	}
-	return 0, errNotForwarded
 }

@@ -98,7 +98,7 @@ func New[T any](ctx context.Context, js jetstream.JetStream, src core.ListerWatc
 	}
 	r := &Relay[T]{js: js, src: src, opts: opts, down: down, log: log,
 		source: fmt.Sprintf("relay to stream %q", opts.Stream)}
-	if a, ok := src.(core.DurableAcknowledger); ok {
+	if a, ok := core.Capability[core.DurableAcknowledger](src); ok {
 		r.durable = a
 	}
 	return r, nil
@@ -504,7 +504,7 @@ func (r *Relay[T]) watch(ctx context.Context, p *pipeline, st *state) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var progress chan struct{}
-	if pr, ok := r.src.(core.ProgressReporter); ok && pr.ReportsProgress() && r.opts.ProgressInterval > 0 {
+	if pr, ok := core.Capability[core.ProgressReporter](r.src); ok && pr.ReportsProgress() && r.opts.ProgressInterval > 0 {
 		progress = make(chan struct{}, 1)
 		go func() {
 			tk := time.NewTicker(r.opts.ProgressInterval)

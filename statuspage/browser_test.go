@@ -188,7 +188,7 @@ func TestBrowser(t *testing.T) {
 	users := core.NewSharedIndexInformer[user](usersLW, core.InformerOptions[user]{
 		Name: "users", Metrics: page, ErrorHandler: page.ErrorHandler("users", nil),
 	})
-	page.Add(users, srcs.users)
+	page.Add(users)
 	queue := workqueue.New(workqueue.Options[string]{Name: "welcome-mails", MetricsProvider: page})
 	t.Cleanup(queue.ShutDown)
 	if _, err := users.AddEventHandlerWithOptions(core.ResourceEventHandlerFuncs[user]{
@@ -219,7 +219,7 @@ func TestBrowser(t *testing.T) {
 	ordersLW := newPausing[user](srcs.orders, 2500)
 	t.Cleanup(ordersLW.ReleaseList)
 	orders := core.NewSharedIndexInformer[user](ordersLW, core.InformerOptions[user]{Name: "orders", Metrics: page})
-	page.Add(orders, srcs.orders)
+	page.Add(orders)
 	run(t, orders)
 	<-ordersLW.ListPaused()
 

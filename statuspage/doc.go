@@ -5,12 +5,11 @@
 //
 //	page := statuspage.New(statuspage.Options{Title: "orders-service"})
 //	inf := core.NewSharedIndexInformer(kv, core.InformerOptions[User]{
-//		Name:         "users",
-//		Metrics:      statuspage.Tee(page, prom), // prom: a metrics/prometheus Provider, or leave it out
-//		ErrorHandler: page.ErrorHandler("users", nil),
+//		Name:    "users",
+//		Metrics: core.MultiMetrics(page, prom), // prom: a metrics/prometheus Provider, or leave it out
 //	})
-//	page.Add(inf, kv)                            // kv: the informer's ListerWatcher (kind, head)
-//	mux.Handle("/debug/informers/", page)        // HTML, ?format=json, readyz, livez
+//	page.Add(inf)                         // name, source kind, head, checkpoints: from the informer
+//	mux.Handle("/debug/informers/", page) // HTML, ?format=json, readyz, livez
 //
 // # How it knows
 //
@@ -20,21 +19,26 @@
 // notifications per handler, handler panics, decode errors; queue depth,
 // adds, retries, latencies, longest-running item, unfinished work). It is
 // injected, never global: each informer or queue that should appear gets
-// the page as its provider, and Tee / TeeQueues keep Prometheus (or any
-// other provider) fed as well. Add joins an informer's own answers (HasSynced,
-// applied and received versions, last list error) and its source's head
-// (core.HeadReader) for the lag; InformerFor does both for a core.Factory.
+// the page as its provider, and core.MultiMetrics / workqueue.MultiMetrics
+// keep Prometheus (or any other provider) fed as well. Add joins an
+// informer's own answers, all under its name: its SyncStatus (synced,
+// applied and received versions, list failures, a permanent stop, its
+// source's kind, its checkpoints, the last decode error) and its source's
+// head read through it (core.SharedIndexInformer.Head, one read shared
+// with Prometheus) for the lag; InformerFor does both for a core.Factory.
 //
 // # What it shows
 //
 // Per informer: the source's kind and name; synced or not and why not
 // (listing with its progress, the last list error, a permanent failure);
 // the applied version, the source's head and the lag in versions and
-// seconds; lists, relists and watch restarts with the last reason and
-// time; decode errors (count, and with Page.ErrorHandler the last one's
-// key, version and reason); pending notifications per handler with the
-// slowest named; the last checkpoint when the source reports one
-// (CheckpointReporter; no adapter does yet, so the field stays empty). Per
+// seconds (unknown, and since when, while the head cannot be read; never
+// 0); lists, relists and watch restarts with the last reason and time;
+// decode errors (count, and the last one's key, version and reason);
+// pending notifications per handler (named by HandlerOptions.Name or
+// ResourceEventHandlerFuncs.Name) with the slowest named; what the
+// informer's checkpoints are doing (off, none saved yet, the last one
+// saved and the last failure). Per
 // work queue: depth, adds, retries, wait and work times, the longest
 // running item and the unfinished work.
 //
@@ -55,7 +59,8 @@
 //
 // Ready (readyz) is true when every informer on the page has synced, and
 // says why not otherwise. Live (livez) fails only when an informer failed
-// permanently or stalled (received versions it does not apply for
+// permanently (stopped: its cache is frozen, though HasSynced stays true as
+// in client-go) or stalled (received versions it does not apply for
 // Options.StallTimeout); relists, expired versions, watch timeouts and a
 // source that is down are retried by the informer and do not make a
 // program unlive, so the probe does not flap.

@@ -28,10 +28,10 @@ func ExamplePage() {
 	page := statuspage.New(statuspage.Options{Title: "example"})
 	inf := core.NewSharedIndexInformer[string](src, core.InformerOptions[string]{
 		Name:         "users",
-		Metrics:      page, // or statuspage.Tee(page, prometheusProvider)
+		Metrics:      page, // or core.MultiMetrics(page, prometheusProvider)
 		ErrorHandler: page.ErrorHandler("users", nil),
 	})
-	page.Add(inf, src) // src names the kind and reads the head for the lag
+	page.Add(inf) // its name, kind, head (for the lag) and checkpoints come from the informer
 	queue := workqueue.New(workqueue.Options[string]{Name: "reconcile", MetricsProvider: page})
 	defer queue.ShutDown()
 
@@ -97,7 +97,7 @@ func ExamplePage_PrintProgress() {
 	src.Put("k", "v")
 	page := statuspage.New(statuspage.Options{})
 	inf := core.NewSharedIndexInformer[string](src, core.InformerOptions[string]{Name: "config", Metrics: page})
-	page.Add(inf, src)
+	page.Add(inf)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -141,7 +141,8 @@ var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{
 			return "not synced"
 		}
 	},
-	"deref": func(v *uint64) uint64 { return *v },
+	"deref":  func(v *uint64) uint64 { return *v },
+	"tderef": func(v *time.Time) time.Time { return *v },
 	"fderef": func(v *float64) float64 {
 		return *v
 	},
@@ -219,14 +220,14 @@ progress{width:420px;max-width:100%;height:16px;vertical-align:middle}
 {{if not .Live}}<tr><th>Not live because</th><td class="err">{{.NotLiveReason}}</td></tr>{{end}}
 {{if .Retrying}}<tr><th>Retrying</th><td class="warn retrying">{{.Retrying}}</td></tr>{{end}}
 <tr><th>Applied version</th><td class="num applied">{{.AppliedVersion}}{{if ne .ReceivedVersion .AppliedVersion}} <span class="muted">(received {{.ReceivedVersion}})</span>{{end}}</td></tr>
-<tr><th>Source head</th><td class="num head">{{if .HeadVersion}}{{deref .HeadVersion}}{{else}}<span class="muted">{{if .HeadError}}{{else}}unknown (the source has no head reader){{end}}</span>{{end}}{{if .HeadError}} <span class="err">head read failed: {{.HeadError}}</span>{{end}}</td></tr>
-<tr><th>Lag</th><td class="num lag">{{if .LagVersions}}<span class="lag-versions">{{n (deref .LagVersions)}}</span> versions{{if .LagSeconds}}, behind for <span class="lag-seconds">{{dur (fderef .LagSeconds)}}</span>{{end}}{{else}}<span class="muted">unknown</span>{{end}}</td></tr>
+<tr><th>Source head</th><td class="num head">{{if .HeadVersion}}{{deref .HeadVersion}}{{else if .NoHead}}<span class="muted">unknown (the source cannot tell its head)</span>{{else if not .HeadError}}<span class="muted">not read yet</span>{{end}}{{if .HeadError}} <span class="err">head read failed: {{.HeadError}}</span>{{end}}</td></tr>
+<tr><th>Lag</th><td class="num lag">{{if .LagVersions}}<span class="lag-versions">{{n (deref .LagVersions)}}</span> versions{{if .LagSeconds}}, behind for <span class="lag-seconds">{{dur (fderef .LagSeconds)}}</span>{{end}}{{else if .LagUnknownSince}}<span class="warn lag-unknown">unknown since {{stamp (tderef .LagUnknownSince)}} ({{ago $now .LagUnknownSince}}): the head cannot be read</span>{{else}}<span class="muted">unknown</span>{{end}}</td></tr>
 <tr><th>Lists</th><td class="num lists">{{.Lists.Lists}} list{{if ne .Lists.Lists 1}}s{{end}} ({{.Lists.ListErrors}} failed), {{.Lists.Relists}} relist{{if ne .Lists.Relists 1}}s{{end}} ({{.Lists.RelistErrors}} failed); last {{ago $now .Lists.LastAt}}{{if .Lists.LastAt}}, {{n .Lists.ListedObjects}} objects{{end}}</td></tr>
 {{if .Lists.LastError}}<tr><th>Last list error</th><td class="err last-list-error">{{.Lists.LastError}} <span class="muted">({{ago $now .Lists.LastErrorAt}})</span></td></tr>{{end}}
 <tr><th>Watch restarts</th><td class="num restarts">{{.WatchRestarts.Total}} ({{.WatchRestarts.Timeout}} planned, {{.WatchRestarts.Expired}} expired → relist, {{.WatchRestarts.Error}} errors){{if .WatchRestarts.LastAt}}; last {{ago $now .WatchRestarts.LastAt}}: <span class="restart-reason">{{.WatchRestarts.LastReason}}</span>{{end}}</td></tr>
 <tr><th>Decode errors</th><td class="num decode">{{.DecodeErrors.Count}}{{if .DecodeErrors.LastAt}}; last {{ago $now .DecodeErrors.LastAt}}{{if .DecodeErrors.Last}}: <span class="err">{{.DecodeErrors.Last}}</span>{{end}}{{end}}</td></tr>
-<tr><th>Checkpoint</th><td class="checkpoint">{{if .Checkpoint}}version {{.Checkpoint.Version}}, {{dur .Checkpoint.AgeSeconds}} old{{else}}<span class="muted">none (the source does not checkpoint)</span>{{end}}</td></tr>
-{{if not .Metrics}}<tr><th>Metrics</th><td class="warn">not connected: set InformerOptions.Metrics to the page (or a statuspage.Tee of it) for lists, restarts, progress and handlers</td></tr>{{end}}
+<tr><th>Checkpoints</th><td class="checkpoint">{{.Checkpoints}}</td></tr>
+{{if not .Metrics}}<tr><th>Metrics</th><td class="warn">not connected: set InformerOptions.Metrics to the page (or core.MultiMetrics of it and another provider) for lists, restarts, progress and handlers</td></tr>{{end}}
 </table>
 <h3>Handlers</h3>
 {{if .Handlers}}<table class="list handlers"><tr><th>handler</th><th>pending notifications</th><th>peak</th><th>panics</th></tr>

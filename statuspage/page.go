@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"reflect"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -42,11 +40,11 @@ type Options struct {
 
 // Page records the state of informers and work queues and serves it as an
 // HTML status page, as JSON and as health checks. It is a
-// core.MetricsProvider and a workqueue.MetricsProvider: pass it (or a Tee
-// of it and another provider, such as Prometheus) as
-// InformerOptions.Metrics and workqueue.Options.MetricsProvider, and Add
-// each informer with its source. Create it with New; it is safe for
-// concurrent use.
+// core.MetricsProvider and a workqueue.MetricsProvider: pass it (or
+// core.MultiMetrics / workqueue.MultiMetrics of it and another provider,
+// such as Prometheus) as InformerOptions.Metrics and
+// workqueue.Options.MetricsProvider, and Add each informer. Create it with
+// New; it is safe for concurrent use.
 type Page struct {
 	opts Options
 	clk  clock.Clock
@@ -59,19 +57,20 @@ type Page struct {
 }
 
 // informerEntry joins what the metrics tell (rec) with what the informer
-// and its source answer (inf, src), all found by the informer's name.
+// answers (inf), both found by the informer's name.
 type informerEntry struct {
 	name string
 	rec  *informerRecord
 	inf  Informer
-	src  Source
 
 	headMu   sync.Mutex
 	headAt   time.Time
 	head     core.ResourceVersion
 	headErr  string
-	headRead bool // a read was started
-	headOK   bool // a read succeeded: head is meaningful
+	headRead bool      // a read was started
+	headOK   bool      // the last read succeeded: head is meaningful
+	noHead   bool      // the source cannot tell its head (errors.ErrUnsupported)
+	failedAt time.Time // the first failed read since the last good one
 }
 
 var (
@@ -106,83 +105,26 @@ func New(opts Options) *Page {
 }
 
 // Informer is what the page reads of an informer: every
-// *core.SharedIndexInformer[T] is one, whatever T. The page never reads
-// the cache's objects.
+// *core.SharedIndexInformer[T] is one, whatever T. Its SyncStatus says
+// where it stands (its source's kind, its checkpoints, a permanent
+// failure) and Head reads its source's head through the informer, so that
+// the page and Prometheus share one read. The page never reads the cache's
+// objects.
 type Informer interface {
 	Name() string
-	HasSynced() bool
-	AppliedVersion() core.ResourceVersion
-	LastSyncResourceVersion() core.ResourceVersion
-	LastListError() error
+	SyncStatus() core.SyncStatus
+	Head(ctx context.Context) (core.ResourceVersion, error)
 }
 
-// Source describes an informer's source to the page. Every field is
-// optional.
-type Source struct {
-	// Kind names the kind of source, such as "natsinformer.KV"; it is
-	// shown beside the informer's name.
-	Kind string
-	// Head reads the source's newest version, for the lag. Every adapter's
-	// ListerWatcher is a core.HeadReader.
-	Head core.HeadReader
-	// Checkpoints tells the last durable checkpoint of a source that
-	// resumes from checkpoints. No adapter has checkpoints yet: the page
-	// shows none until one implements CheckpointReporter.
-	Checkpoints CheckpointReporter
-}
-
-// CheckpointReporter is implemented by a source that resumes from durable
-// checkpoints: it tells the version and time of the last one.
-type CheckpointReporter interface {
-	LastCheckpoint() (rv core.ResourceVersion, at time.Time, ok bool)
-}
-
-// SourceOf describes the ListerWatcher lw: its Go type names the kind
-// ("natsinformer.KV" for a *natsinformer.KV[User]), and it is the Head
-// and the Checkpoints when it implements them. A Source passes through as
-// it is; nil gives the zero Source.
-func SourceOf(lw any) Source {
-	switch s := lw.(type) {
-	case nil:
-		return Source{}
-	case Source:
-		return s
-	case *Source:
-		if s == nil {
-			return Source{}
-		}
-		return *s
-	}
-	src := Source{Kind: kindOf(lw)}
-	src.Head, _ = lw.(core.HeadReader)
-	src.Checkpoints, _ = lw.(CheckpointReporter)
-	return src
-}
-
-// kindOf names a value's type without its package path and type
-// arguments: *natsinformer.KV[main.User] → natsinformer.KV.
-func kindOf(v any) string {
-	t := reflect.TypeOf(v)
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	s := t.String()
-	if i := strings.IndexByte(s, '['); i >= 0 {
-		s = s[:i]
-	}
-	return s
-}
-
-// Add shows inf on the page, with its source: a ListerWatcher (see
-// SourceOf), a Source, or nil. An informer whose metrics go to the page
-// shows up without Add too, but then only what its metrics tell: whether
-// its first list succeeded stands in for HasSynced, and there is no head
-// and no lag. Adding a second informer of the same name replaces the first.
-func (p *Page) Add(inf Informer, source any) {
+// Add shows inf on the page under its name. An informer whose metrics go
+// to the page shows up without Add too, but then only what its metrics
+// tell: whether its first list succeeded stands in for HasSynced, and there
+// is no head and no lag. Adding a second informer of the same name
+// replaces the first.
+func (p *Page) Add(inf Informer) {
 	e := p.entry(inf.Name())
-	src := SourceOf(source)
 	p.mu.Lock()
-	e.inf, e.src = inf, src
+	e.inf = inf
 	p.mu.Unlock()
 }
 
@@ -221,9 +163,10 @@ func (p *Page) InformerMetrics(name string) core.InformerMetrics {
 // version and reason, never the value) and then calls next. A nil next
 // logs the error as an informer without an ErrorHandler does, on
 // slog.Default (an expired version at Info, the rest at Error), with the
-// name and message redacted (see Redact); use
-// ErrorHandlerLogger for another logger. The page counts decode errors
-// without it, but can only say when the last one happened.
+// name and message redacted (see Redact); use ErrorHandlerLogger for
+// another logger. The page needs none of it for an informer it was given
+// with Add (it reads the last decode error from the informer's
+// SyncStatus): use it for the redacted log.
 func (p *Page) ErrorHandler(name string, next func(error)) func(error) {
 	return p.errorHandler(name, next, nil)
 }
@@ -260,11 +203,11 @@ func (p *Page) errorHandler(name string, next func(error), logger *slog.Logger) 
 }
 
 // InformerFor is core.InformerFor with the informer on the page: its
-// metrics go to p (and to opts.Metrics, through Tee) and it is added with
-// lw as its source. Like core.InformerFor, a second call for the same
-// (source, T) returns the first informer and ignores lw and opts.
+// metrics go to p (and to opts.Metrics, through core.MultiMetrics) and it
+// is added. Like core.InformerFor, a second call for the same (source, T)
+// returns the first informer and ignores lw and opts.
 func InformerFor[T any](p *Page, f *core.Factory, source string, lw core.ListerWatcher[T], opts core.InformerOptions[T]) *core.SharedIndexInformer[T] {
-	opts.Metrics = Tee(p, opts.Metrics)
+	opts.Metrics = core.MultiMetrics(p, opts.Metrics)
 	if opts.Name == "" {
 		opts.Name = source
 	}
@@ -275,7 +218,7 @@ func InformerFor[T any](p *Page, f *core.Factory, source string, lw core.ListerW
 	known := ok && e.inf != nil
 	p.mu.Unlock()
 	if !known {
-		p.Add(inf, lw)
+		p.Add(inf)
 	}
 	return inf
 }

@@ -78,7 +78,7 @@ func TestPageFollowsAnInformer(t *testing.T) {
 		Metrics:      page,
 		ErrorHandler: page.ErrorHandler("users", nil),
 	})
-	page.Add(inf, src)
+	page.Add(inf)
 	slow := newBlocker[user]()
 	if _, err := inf.AddEventHandlerWithOptions(slow, core.HandlerOptions{Name: "mailer"}); err != nil {
 		t.Fatal(err)
@@ -187,13 +187,23 @@ type fakeInformer struct {
 	synced            bool
 	applied, received core.ResourceVersion
 	listErr           error
+	head              *countingHead // nil: the source cannot tell its head
 }
 
-func (f *fakeInformer) Name() string                                  { return f.name }
-func (f *fakeInformer) HasSynced() bool                               { return f.synced }
-func (f *fakeInformer) AppliedVersion() core.ResourceVersion          { return f.applied }
-func (f *fakeInformer) LastSyncResourceVersion() core.ResourceVersion { return f.received }
-func (f *fakeInformer) LastListError() error                          { return f.listErr }
+func (f *fakeInformer) Name() string { return f.name }
+func (f *fakeInformer) SyncStatus() core.SyncStatus {
+	st := core.SyncStatus{Started: true, Running: true, Synced: f.synced, AppliedVersion: f.applied, LastSyncResourceVersion: f.received, Source: "test"}
+	if f.listErr != nil {
+		st.ListFailures = core.Failures{Count: 1, Last: f.listErr}
+	}
+	return st
+}
+func (f *fakeInformer) Head(ctx context.Context) (core.ResourceVersion, error) {
+	if f.head == nil {
+		return 0, fmt.Errorf("no head: %w", errors.ErrUnsupported)
+	}
+	return f.head.Head(ctx)
+}
 
 var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
@@ -242,8 +252,8 @@ func TestHealth(t *testing.T) {
 	page := statuspage.New(statuspage.Options{Clock: clk, StallTimeout: time.Minute})
 	a := &fakeInformer{name: "a"}
 	b := &fakeInformer{name: "b", synced: true, applied: 7, received: 7}
-	page.Add(a, nil)
-	page.Add(b, nil)
+	page.Add(a)
+	page.Add(b)
 	ma, mb := page.InformerMetrics("a"), page.InformerMetrics("b")
 
 	a.listErr = errors.New("a: list: connection refused")
@@ -303,7 +313,7 @@ func TestHealth(t *testing.T) {
 	a.synced = false
 	ma.WatchRestarted(core.Permanent(errors.New(`bucket "a" deleted`)))
 	code, body = get(t, page.LiveHandler(), "/livez")
-	if code != http.StatusServiceUnavailable || !strings.Contains(body, `[-] a: failed permanently at 2026-01-`) || !strings.Contains(body, `bucket "a" deleted`) {
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, `[-] a: stopped: failed permanently at 2026-01-`) || !strings.Contains(body, `bucket "a" deleted`) {
 		t.Errorf("livez: %d %q", code, body)
 	}
 	code, body = get(t, page.ReadyHandler(), "/readyz")
@@ -318,7 +328,7 @@ func TestNoSecrets(t *testing.T) {
 	page := statuspage.New(statuspage.Options{})
 	name := "postgres://app:hunter2@db.internal:5432/prod?sslmode=verify-full&password=hunter3 users"
 	inf := &fakeInformer{name: name, listErr: errors.New("list: dial nats://tok3n-abc@nats:4222 failed; token=tok3n-def")}
-	page.Add(inf, nil)
+	page.Add(inf)
 	m := page.InformerMetrics(name)
 	m.Listed(false, 0, inf.listErr)
 	m.PendingNotifications("sync to https://svc:p4ss@api.example/hook", 3)
@@ -363,12 +373,12 @@ func TestRedact(t *testing.T) {
 	}
 }
 
-// The work queue's metrics reach every page a TeeQueues feeds.
+// The work queue's metrics reach every page a workqueue.MultiMetrics feeds.
 func TestWorkQueue(t *testing.T) {
 	page, other := statuspage.New(statuspage.Options{}), statuspage.New(statuspage.Options{})
 	// A fake clock holds the rate-limited "c" back for the whole test, so
 	// the counts below do not depend on how fast the test runs.
-	q := workqueue.New(workqueue.Options[string]{Name: "reconcile", Clock: clock.NewFake(t0), MetricsProvider: statuspage.TeeQueues(page, nil, other)})
+	q := workqueue.New(workqueue.Options[string]{Name: "reconcile", Clock: clock.NewFake(t0), MetricsProvider: workqueue.MultiMetrics(page, nil, other)})
 	defer q.ShutDown()
 	q.Add("a")
 	q.Add("b")
@@ -390,15 +400,15 @@ func TestWorkQueue(t *testing.T) {
 	if !strings.Contains(html, `data-queue="reconcile"`) {
 		t.Error("HTML lacks the queue")
 	}
-	if statuspage.TeeQueues(nil) != nil || statuspage.TeeQueues(page, nil) != workqueue.MetricsProvider(page) {
+	if workqueue.MultiMetrics(nil) != nil || workqueue.MultiMetrics(page, nil) != workqueue.MetricsProvider(page) {
 		t.Error("TeeQueues of one or none")
 	}
 }
 
-// Tee feeds every provider.
-func TestTee(t *testing.T) {
+// core.MultiMetrics feeds every provider.
+func TestMultiMetrics(t *testing.T) {
 	a, b := statuspage.New(statuspage.Options{}), statuspage.New(statuspage.Options{})
-	m := statuspage.Tee(a, nil, b).InformerMetrics("x")
+	m := core.MultiMetrics(a, nil, b).InformerMetrics("x")
 	m.Listed(false, 4, nil)
 	m.DecodeFailed()
 	for _, p := range []*statuspage.Page{a, b} {
@@ -407,7 +417,7 @@ func TestTee(t *testing.T) {
 			t.Errorf("%+v", is)
 		}
 	}
-	if statuspage.Tee(nil, nil) != nil || statuspage.Tee(a) != core.MetricsProvider(a) {
+	if core.MultiMetrics(nil, nil) != nil || core.MultiMetrics(a) != core.MetricsProvider(a) {
 		t.Error("Tee of one or none")
 	}
 }
@@ -417,7 +427,7 @@ func TestPrintProgress(t *testing.T) {
 	clk := clock.NewFake(t0)
 	page := statuspage.New(statuspage.Options{Clock: clk})
 	a := &fakeInformer{name: "users"}
-	page.Add(a, nil)
+	page.Add(a)
 	m := page.InformerMetrics("users")
 	m.ListProgress(0, 5000)
 	clk.Step(time.Second)
@@ -470,7 +480,7 @@ func TestDecodeErrors(t *testing.T) {
 		Name: "users", Metrics: page,
 		ErrorHandler: page.ErrorHandler("users", errs.Add),
 	})
-	page.Add(inf, src)
+	page.Add(inf)
 	run(t, inf)
 	if err := inf.WaitForCacheSync(context.Background()); err != nil {
 		t.Fatal(err)
@@ -499,6 +509,7 @@ func TestDecodeErrors(t *testing.T) {
 type countingHead struct {
 	mu    sync.Mutex
 	head  core.ResourceVersion
+	err   error
 	reads int
 }
 
@@ -506,7 +517,13 @@ func (h *countingHead) Head(context.Context) (core.ResourceVersion, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.reads++
-	return h.head, nil
+	return h.head, h.err
+}
+
+func (h *countingHead) fail(err error) {
+	h.mu.Lock()
+	h.err = err
+	h.mu.Unlock()
 }
 
 func (h *countingHead) set(rv core.ResourceVersion) {
@@ -526,9 +543,9 @@ func (h *countingHead) count() int {
 func TestRunSamplesHeads(t *testing.T) {
 	clk := clock.NewFake(t0)
 	page := statuspage.New(statuspage.Options{Clock: clk, HeadInterval: time.Second})
-	inf := &fakeInformer{name: "x", synced: true, applied: 5, received: 5}
 	head := &countingHead{head: 5}
-	page.Add(inf, statuspage.Source{Kind: "test", Head: head})
+	inf := &fakeInformer{name: "x", synced: true, applied: 5, received: 5, head: head}
+	page.Add(inf)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- page.Run(ctx) }()

@@ -18,7 +18,7 @@ type informerRecord struct {
 
 	mu sync.Mutex
 	// metrics is true once the informer asked the page for its metrics
-	// (InformerOptions.Metrics is the page, or a Tee holding it).
+	// (InformerOptions.Metrics is the page, or a core.MultiMetrics holding it).
 	metrics bool
 
 	lists, listErrors, relists, relistErrors int64

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/dbinformer/dbinformer/core"
@@ -30,7 +29,7 @@ type Status struct {
 // InformerStatus is one informer's state.
 type InformerStatus struct {
 	Name string `json:"name"`
-	// Kind is the source's kind (Source.Kind), "" when unknown.
+	// Kind is the source's kind (core.SyncStatus.Source), "" when unknown.
 	Kind string `json:"kind,omitempty"`
 	// Registered: the informer was added to the page (Add, InformerFor),
 	// so its own answers (HasSynced, versions, last list error) are shown.
@@ -51,29 +50,37 @@ type InformerStatus struct {
 	// watched), applied or not.
 	AppliedVersion  uint64 `json:"appliedVersion"`
 	ReceivedVersion uint64 `json:"receivedVersion"`
-	// HeadVersion is the source's newest version, read when the status was
-	// taken (at most every Options.HeadInterval); absent when the source
-	// cannot tell (no Source.Head) and HeadError says why a read failed.
+	// HeadVersion is the source's newest version, read through the
+	// informer (core.SharedIndexInformer.Head) when the status was taken
+	// (at most every Options.HeadInterval); absent when the source cannot
+	// tell (NoHead) or the last read failed (HeadError says why).
 	HeadVersion *uint64 `json:"headVersion,omitempty"`
 	HeadError   string  `json:"headError,omitempty"`
+	NoHead      bool    `json:"noHead,omitempty"`
 	// LagVersions is HeadVersion minus AppliedVersion, in the source's
 	// units (etcd revisions, Postgres WAL bytes, JetStream sequences).
 	// LagSeconds is how long the oldest head version not yet applied has
 	// been known to the page: the cache is at least that far behind. Heads
 	// are read when the page, the JSON or a probe is served, so it is as
 	// fine as they are frequent.
-	LagVersions *uint64  `json:"lagVersions,omitempty"`
-	LagSeconds  *float64 `json:"lagSeconds,omitempty"`
+	// Both are absent, never 0, while the head cannot be read:
+	// LagUnknownSince is then the first failed read since the last good one.
+	LagVersions     *uint64    `json:"lagVersions,omitempty"`
+	LagSeconds      *float64   `json:"lagSeconds,omitempty"`
+	LagUnknownSince *time.Time `json:"lagUnknownSince,omitempty"`
 
 	Lists ListStats `json:"lists"`
 	// Progress is the list in progress, if any: the initial sync, a
 	// relist, or a failed list being retried.
-	Progress       *Progress         `json:"progress,omitempty"`
-	WatchRestarts  RestartStats      `json:"watchRestarts"`
-	DecodeErrors   DecodeStats       `json:"decodeErrors"`
-	Handlers       []HandlerStatus   `json:"handlers"`
-	SlowestHandler string            `json:"slowestHandler,omitempty"`
-	Checkpoint     *CheckpointStatus `json:"checkpoint,omitempty"`
+	Progress       *Progress       `json:"progress,omitempty"`
+	WatchRestarts  RestartStats    `json:"watchRestarts"`
+	DecodeErrors   DecodeStats     `json:"decodeErrors"`
+	Handlers       []HandlerStatus `json:"handlers"`
+	SlowestHandler string          `json:"slowestHandler,omitempty"`
+	// Checkpoints says what the informer's checkpoints are doing
+	// (core.SyncStatus.Checkpoints): "off (...)", "none saved yet (...)" or
+	// "saved version N at hh:mm:ss, every 1m0s", with the last failure.
+	Checkpoints string `json:"checkpoints"`
 }
 
 // ListStats counts an informer's lists.
@@ -123,8 +130,9 @@ type RestartStats struct {
 }
 
 // DecodeStats counts the changes that could not be decoded (or that the
-// transform rejected). Last names the source, key and version of the last
-// one when the informer's error handler is Page.ErrorHandler.
+// transform rejected); each took its key out of the cache or stopped the
+// informer (core.UndecodablePolicy). Last names the source, key and version
+// of the last one (core.SyncStatus.LastDecodeError), never its value.
 type DecodeStats struct {
 	Count  int64      `json:"count"`
 	Last   string     `json:"last,omitempty"`
@@ -139,13 +147,6 @@ type HandlerStatus struct {
 	Pending     int   `json:"pending"`
 	PeakPending int   `json:"peakPending"`
 	Panics      int64 `json:"panics"`
-}
-
-// CheckpointStatus is a source's last durable checkpoint.
-type CheckpointStatus struct {
-	Version    uint64    `json:"version"`
-	At         time.Time `json:"at"`
-	AgeSeconds float64   `json:"ageSeconds"`
 }
 
 // QueueStatus is one work queue, from its workqueue metrics.
@@ -214,87 +215,38 @@ func (p *Page) snapshot(ctx context.Context, heads bool) Status {
 	return st
 }
 
-// readHeads reads the head of every source due for a read, in parallel.
-func (p *Page) readHeads(ctx context.Context, entries []*informerEntry) {
-	var wg sync.WaitGroup
-	for _, e := range entries {
-		p.mu.Lock()
-		h := e.src.Head
-		p.mu.Unlock()
-		if h == nil {
-			continue
-		}
-		e.headMu.Lock()
-		due := !e.headRead || p.clk.Since(e.headAt) >= p.opts.HeadInterval
-		if due {
-			// Claim the read so that concurrent snapshots do not repeat it.
-			e.headRead, e.headAt = true, p.clk.Now()
-		}
-		e.headMu.Unlock()
-		if !due {
-			continue
-		}
-		wg.Go(func() {
-			hctx, cancel := context.WithTimeout(ctx, p.opts.HeadTimeout)
-			rv, err := h.Head(hctx)
-			cancel()
-			now := p.clk.Now()
-			e.headMu.Lock()
-			if err != nil && ctx.Err() != nil {
-				// The request went away: not the source's failure; read
-				// again next time.
-				e.headRead = e.headOK
-				e.headAt = time.Time{}
-				e.headMu.Unlock()
-				return
-			}
-			if err != nil {
-				e.headErr = describeError(err)
-			} else {
-				e.head, e.headErr, e.headOK = rv, "", true
-			}
-			e.headMu.Unlock()
-			if err == nil {
-				e.rec.sawHead(rv, now)
-			}
-		})
-	}
-	wg.Wait()
-}
-
 func (p *Page) informerStatus(e *informerEntry, now time.Time) InformerStatus {
 	p.mu.Lock()
-	inf, src := e.inf, e.src
+	inf := e.inf
 	p.mu.Unlock()
 
 	is := InformerStatus{
-		Name:       Redact(e.name),
-		Kind:       Redact(src.Kind),
-		Registered: inf != nil,
-		Handlers:   []HandlerStatus{},
+		Name:        Redact(e.name),
+		Registered:  inf != nil,
+		Handlers:    []HandlerStatus{},
+		Checkpoints: "unknown (the informer is not on the page: Add it)",
 	}
 	// Ask the informer before taking the record's lock: the informer's
 	// own locks are never held while it calls its metrics, but keep the
 	// order one way anyway.
 	var synced bool
 	var applied, received core.ResourceVersion
-	var listErr error
+	var listErr, stopped error
+	var decodeErr *core.DecodeError
+	var decodeAt time.Time
 	if inf != nil {
-		synced = inf.HasSynced()
-		applied = inf.AppliedVersion()
-		received = inf.LastSyncResourceVersion()
-		listErr = inf.LastListError()
-	}
-	var cp struct {
-		rv core.ResourceVersion
-		at time.Time
-		ok bool
-	}
-	if src.Checkpoints != nil {
-		cp.rv, cp.at, cp.ok = src.Checkpoints.LastCheckpoint()
+		st := inf.SyncStatus()
+		decodeErr, decodeAt = st.LastDecodeError, st.LastDecodeErrorAt
+		is.Kind = Redact(st.Source)
+		synced, applied, received = st.Synced, st.AppliedVersion, st.LastSyncResourceVersion
+		listErr, stopped = st.ListFailures.Last, st.Stopped
+		is.Checkpoints = Redact(st.Checkpoints.String())
+		if st.Checkpoints == nil {
+			is.Checkpoints = "off (InformerOptions.Checkpoint is not set: every start lists)"
+		}
 	}
 	e.headMu.Lock()
-	head, headErr, headKnown := e.head, e.headErr, e.headOK && src.Head != nil
+	head, headErr, headKnown, noHead, failedAt := e.head, e.headErr, e.headOK, e.noHead, e.failedAt
 	e.headMu.Unlock()
 
 	r := e.rec
@@ -333,6 +285,10 @@ func (p *Page) informerStatus(e *informerEntry, now time.Time) InformerStatus {
 	}
 
 	is.HeadError = headErr
+	is.NoHead = noHead
+	if !headKnown && !failedAt.IsZero() {
+		is.LagUnknownSince = timePtr(failedAt)
+	}
 	if headKnown {
 		h := uint64(head)
 		is.HeadVersion = &h
@@ -384,6 +340,9 @@ func (p *Page) informerStatus(e *informerEntry, now time.Time) InformerStatus {
 		LastReason: r.lastRestartReason, LastAt: timePtr(r.lastRestartAt),
 	}
 	is.DecodeErrors = DecodeStats{Count: r.decodeErrors, Last: r.lastDecodeErr, LastAt: timePtr(r.lastDecodeErrAt)}
+	if decodeErr != nil && !decodeAt.Before(r.lastDecodeErrAt) {
+		is.DecodeErrors.Last, is.DecodeErrors.LastAt = describeDecodeError(decodeErr), timePtr(decodeAt)
+	}
 
 	for name, h := range r.handlers {
 		is.Handlers = append(is.Handlers, HandlerStatus{Name: Redact(name), Pending: h.pending, PeakPending: h.peak, Panics: h.panics})
@@ -394,15 +353,17 @@ func (p *Page) informerStatus(e *informerEntry, now time.Time) InformerStatus {
 	if len(is.Handlers) > 0 && is.Handlers[0].Pending > 0 {
 		is.SlowestHandler = is.Handlers[0].Name
 	}
-	if cp.ok {
-		is.Checkpoint = &CheckpointStatus{Version: uint64(cp.rv), At: cp.at, AgeSeconds: now.Sub(cp.at).Seconds()}
+	// A run that ended on a permanent failure: the cache is frozen.
+	permanent, permanentAt := r.permanent, r.permanentAt
+	if stopped != nil && permanent == "" {
+		permanent, permanentAt = describeError(stopped), now
 	}
 
 	// Why not synced.
 	if !is.Synced {
 		switch {
-		case r.permanent != "":
-			is.NotSyncedReason = "failed permanently: " + r.permanent
+		case permanent != "":
+			is.NotSyncedReason = "failed permanently: " + permanent
 		case is.Progress != nil && !is.Progress.Relist:
 			is.NotSyncedReason = "listing: " + progressText(is.Progress)
 			if is.Lists.LastError != "" {
@@ -424,9 +385,9 @@ func (p *Page) informerStatus(e *informerEntry, now time.Time) InformerStatus {
 	// Live: not failed permanently, not stalled.
 	is.Live = true
 	switch {
-	case r.permanent != "":
+	case permanent != "":
 		is.Live = false
-		is.NotLiveReason = fmt.Sprintf("failed permanently at %s: %s", r.permanentAt.UTC().Format(time.RFC3339), r.permanent)
+		is.NotLiveReason = fmt.Sprintf("stopped: failed permanently at %s, the cache is frozen at version %d: %s", permanentAt.UTC().Format(time.RFC3339), applied, permanent)
 	case p.opts.StallTimeout > 0 && received > applied && now.Sub(stuckSince) >= p.opts.StallTimeout:
 		is.Live = false
 		is.NotLiveReason = fmt.Sprintf("stalled: received version %d but the applied version has stayed at %d for %s (a handler blocking the informer through MaxPending? a deadlock?)",
@@ -510,34 +471,5 @@ func shortDuration(secs float64) string {
 		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
 	default:
 		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
-	}
-}
-
-// Run reads the head of every source on the page every
-// Options.HeadInterval until ctx ends, and returns ctx's error. It is
-// optional: without it heads are read only when the page, the JSON or a
-// probe is served, which is enough for the lag in versions but makes the
-// lag in seconds only as fine as those reads are frequent. With it, the lag
-// in seconds is accurate to HeadInterval whether anyone looks or not.
-func (p *Page) Run(ctx context.Context) error {
-	every := p.opts.HeadInterval
-	if every <= 0 {
-		every = time.Second
-	}
-	t := p.clk.NewTicker(every)
-	defer t.Stop()
-	for {
-		p.mu.Lock()
-		entries := make([]*informerEntry, 0, len(p.order))
-		for _, n := range p.order {
-			entries = append(entries, p.informers[n])
-		}
-		p.mu.Unlock()
-		p.readHeads(ctx, entries)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C():
-		}
 	}
 }

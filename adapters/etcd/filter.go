@@ -8,7 +8,7 @@ import (
 	"github.com/dbinformer/dbinformer/filter"
 )
 
-// What a Prefix pushes down of Options.Filter: the conditions on the object
+// What a Prefix pushes down of Options.Where: the conditions on the object
 // key (filter.Key: Eq, Prefix, Lt, Le, Gt, Ge) at the top level of the
 // filter, which narrow the range that List reads and Watch watches below the
 // prefix, so that etcd never sends the keys outside it. Everything else

@@ -444,3 +444,57 @@ func TestInformerUndecodableValue(t *testing.T) {
 		t.Fatalf("fixed value not applied: %v %v", got, ok)
 	}
 }
+
+// TestInformerValueNoLongerDecodes: a key whose value a producer rewrites
+// in a shape the type cannot hold leaves the cache with a delete
+// (finalStateUnknown, carrying the last value that decoded) and a
+// DecodeError naming it; the previous value never stays looking current.
+// Under StopOnUndecodable the informer stops instead, frozen and not Live.
+func TestInformerValueNoLongerDecodes(t *testing.T) {
+	srv := harness.StartEtcd(t)
+	c := srv.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), converge)
+	defer cancel()
+
+	prefix := uniquePrefix("undecodable")
+	if _, err := putItem(ctx, c, prefix+"k", item{Version: 1}); err != nil {
+		t.Fatal(err)
+	}
+	rec := informertest.NewRecorder(t, func(it item) int64 { return int64(it.Version) })
+	inf, reported := informertest.Run(t, newLW(t, c, prefix, 0), core.InformerOptions[item]{}, rec)
+	rec.Expect("add k v=1 initial")
+	bad, err := c.Put(ctx, prefix+"k", `{"version":"not a number"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Expect("delete k v=1 unknown")
+	informertest.WaitFor(t, inf, core.ResourceVersion(bad.Header.Revision))
+	if got, ok := inf.Lister().Get("k"); ok {
+		t.Fatalf("k = %+v after its value stopped decoding", got)
+	}
+	var de *core.DecodeError
+	if !slices.ContainsFunc(reported.All(), func(err error) bool {
+		return errors.As(err, &de) && de.Key == "k" && int64(de.RV) == bad.Header.Revision
+	}) {
+		t.Fatalf("no DecodeError for k at %d: %v", bad.Header.Revision, reported.All())
+	}
+	requireConverged(t, inf, c, prefix)
+
+	prefix = uniquePrefix("undecodable-stop")
+	if _, err := putItem(ctx, c, prefix+"k", item{Version: 1}); err != nil {
+		t.Fatal(err)
+	}
+	stopping, _ := informertest.Run(t, newLW(t, c, prefix, 0), core.InformerOptions[item]{Undecodable: core.StopOnUndecodable})
+	if _, err := c.Put(ctx, prefix+"k", `{"version":"not a number"}`); err != nil {
+		t.Fatal(err)
+	}
+	if err := stopping.WaitFor(ctx, core.ResourceVersion(bad.Header.Revision+1_000_000)); !errors.Is(err, core.ErrPermanent) || !errors.As(err, &de) {
+		t.Fatalf("WaitFor past the undecodable value = %v; want the permanent DecodeError", err)
+	}
+	if stopping.Live() || !stopping.HasSynced() {
+		t.Fatalf("stopped informer: Live %v, HasSynced %v; want false, true", stopping.Live(), stopping.HasSynced())
+	}
+	if got, _ := stopping.Lister().Get("k"); got.Version != 1 {
+		t.Fatalf("frozen cache holds %+v, want version 1", got)
+	}
+}

@@ -28,6 +28,7 @@ func cases[T any]() []testCase[T] {
 		{"EmitError", emitError[T]},
 		{"Dropped", dropped[T]},
 		{"WarmRestart", warmRestart[T]},
+		{"CapabilitiesSurviveWrappers", capabilitiesSurviveWrappers[T]},
 	}
 }
 
@@ -357,7 +358,7 @@ func bookmark[T any](e *env[T]) {
 		}
 		target = max(target, rv)
 	}
-	pr, canRequest := e.lw.(core.ProgressReporter)
+	pr, canRequest := core.Capability[core.ProgressReporter](e.lw)
 	canRequest = canRequest && pr.ReportsProgress()
 	if !unwatched && !canRequest {
 		e.t.Logf("the Harness does not implement conformance.Unwatched and the ListerWatcher does not report progress (core.ProgressReporter); bookmarks not checked")

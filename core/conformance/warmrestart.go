@@ -93,7 +93,7 @@ func (e *env[T]) warmInformer(store core.CheckpointStore, what string) (stop fun
 	e.t.Helper()
 	t := nameTB{e.t}
 	var codec core.Codec[T]
-	if p, ok := e.lw.(core.CodecProvider[T]); ok {
+	if p, ok := core.Capability[core.CodecProvider[T]](e.lw); ok {
 		codec = p.Codec()
 	}
 	if codec == nil {

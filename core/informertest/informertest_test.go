@@ -205,24 +205,27 @@ func TestSpyFailsHoldsAndBreaks(t *testing.T) {
 	src := memory.New[item](memory.Options{})
 	src.Put("a", item{1})
 	spy := informertest.Wrap[item](src)
-	if !spy.ReportsProgress() {
-		t.Error("ReportsProgress not forwarded")
+	// The Spy's Unwrap keeps what it wraps visible to core.Capability,
+	// and only that.
+	if pr, ok := core.Capability[core.ProgressReporter](spy); !ok || !pr.ReportsProgress() {
+		t.Error("ProgressReporter not found through the Spy")
 	}
-	if h, err := spy.Head(ctx); err != nil || h != 1 {
-		t.Errorf("Head = %d, %v; want 1", h, err)
+	if h, ok := core.Capability[core.HeadReader](spy); !ok {
+		t.Error("HeadReader not found through the Spy")
+	} else if head, err := h.Head(ctx); err != nil || head != 1 {
+		t.Errorf("Head = %d, %v; want 1", head, err)
 	}
-	if _, err := informertest.Wrap[item](noHead{src}).Head(ctx); !errors.Is(err, informertest.ErrNoHead) {
-		t.Errorf("Head of a ListerWatcher without one: %v", err)
+	if _, ok := core.Capability[core.HeadReader](informertest.Wrap[item](noHead{src})); ok {
+		t.Error("a HeadReader found through a Spy of a ListerWatcher without one")
 	}
-	if informertest.Wrap[item](noHead{src}).ReportsProgress() {
-		t.Error("ReportsProgress true for a ListerWatcher that is no ProgressReporter")
-	}
-	if err := spy.WaitHealed(ctx); !errors.Is(err, informertest.ErrNoHeal) {
-		t.Errorf("WaitHealed of a ListerWatcher without one: %v", err)
+	if _, ok := core.Capability[core.HealWaiter](spy); ok {
+		t.Error("a HealWaiter found through a Spy of a ListerWatcher without one")
 	}
 	healed := errors.New("healed answer")
-	if err := informertest.Wrap[item](healer{noHead{src}, healed}).WaitHealed(ctx); err != healed {
-		t.Errorf("WaitHealed not forwarded: %v", err)
+	if h, ok := core.Capability[core.HealWaiter](informertest.Wrap[item](healer{noHead{src}, healed})); !ok {
+		t.Error("HealWaiter not found through the Spy")
+	} else if err := h.WaitHealed(ctx); err != healed {
+		t.Errorf("WaitHealed not the wrapped one's: %v", err)
 	}
 
 	boom := errors.New("boom")

@@ -51,10 +51,9 @@ func (c Call) String() string {
 // Spy wraps any core.ListerWatcher (core/memory or a real adapter) and lets
 // a test see and steer the calls the informer makes: it counts and records
 // Lists and Watches, holds them at a Gate, fails the next one, and breaks
-// the open watches as a dropped connection would. It forwards
-// core.ProgressReporter, core.HeadReader and core.HealWaiter to what it
-// wraps. All methods
-// are safe for concurrent use.
+// the open watches as a dropped connection would. Its Unwrap keeps every
+// optional capability of what it wraps visible to core.Capability. All
+// methods are safe for concurrent use.
 type Spy[T any] struct {
 	lw core.ListerWatcher[T]
 
@@ -73,54 +72,17 @@ type spyWatch struct {
 	broken error // set by Break
 }
 
-var (
-	_ core.ListerWatcher[int] = (*Spy[int])(nil)
-	_ core.ProgressReporter   = (*Spy[int])(nil)
-	_ core.HeadReader         = (*Spy[int])(nil)
-	_ core.HealWaiter         = (*Spy[int])(nil)
-)
+var _ core.ListerWatcher[int] = (*Spy[int])(nil)
 
 // Wrap returns a Spy around lw.
 func Wrap[T any](lw core.ListerWatcher[T]) *Spy[T] {
 	return &Spy[T]{lw: lw, open: map[*spyWatch]struct{}{}}
 }
 
-// Unwrap returns the wrapped ListerWatcher.
+// Unwrap returns the wrapped ListerWatcher: through it core.Capability
+// finds every optional capability of what the Spy wraps (and only those),
+// so an informer over a Spy runs as it would over the bare ListerWatcher.
 func (s *Spy[T]) Unwrap() core.ListerWatcher[T] { return s.lw }
-
-// ReportsProgress forwards the wrapped ListerWatcher's answer (false when
-// it does not implement core.ProgressReporter).
-func (s *Spy[T]) ReportsProgress() bool {
-	pr, ok := s.lw.(core.ProgressReporter)
-	return ok && pr.ReportsProgress()
-}
-
-// ErrNoHead is returned by Head when the wrapped ListerWatcher does not
-// implement core.HeadReader.
-var ErrNoHead = fmt.Errorf("informertest: the wrapped ListerWatcher is not a core.HeadReader: %w", errors.ErrUnsupported)
-
-// Head forwards to the wrapped ListerWatcher's core.HeadReader, or returns
-// ErrNoHead.
-func (s *Spy[T]) Head(ctx context.Context) (core.ResourceVersion, error) {
-	if h, ok := s.lw.(core.HeadReader); ok {
-		return h.Head(ctx)
-	}
-	return 0, ErrNoHead
-}
-
-// ErrNoHeal is returned by WaitHealed when the wrapped ListerWatcher cannot
-// tell when its source is back (it has no WaitHealed): the reflector then
-// keeps its backoff sleep, as it would without the Spy.
-var ErrNoHeal = fmt.Errorf("informertest: the wrapped ListerWatcher cannot tell when its source heals: %w", errors.ErrUnsupported)
-
-// WaitHealed forwards to the wrapped ListerWatcher's WaitHealed
-// (core.HealWaiter), or returns ErrNoHeal at once.
-func (s *Spy[T]) WaitHealed(ctx context.Context) error {
-	if h, ok := s.lw.(core.HealWaiter); ok {
-		return h.WaitHealed(ctx)
-	}
-	return ErrNoHeal
-}
 
 // begin records a call and returns its index.
 func (s *Spy[T]) begin(c Call) int {

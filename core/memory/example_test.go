@@ -83,5 +83,5 @@ func ExampleSource_InjectDecodeError() {
 		return nil
 	}})
 	// Output:
-	// Modified u1 users: key "u1" at version 1: invalid character 'x'
+	// Added u1 users: key "u1" at version 1: invalid character 'x'
 }

@@ -56,6 +56,7 @@ func DeleteOp[T any](key string) Op[T] { return Op[T]{Key: key, Delete: true} }
 type item[T any] struct {
 	obj T
 	rv  core.ResourceVersion // version of the write that produced obj
+	bad error                // set by InjectDecodeError: the value does not decode
 }
 
 // Source is an in-memory versioned map that implements core.ListerWatcher
@@ -157,7 +158,7 @@ func (s *Source[T]) applyLocked(ops []Op[T]) core.ResourceVersion {
 		case op.Delete:
 			delete(s.items, op.Key)
 			ev.Type = core.Deleted
-			if !s.noDelObj {
+			if !s.noDelObj && old.bad == nil {
 				ev.Object, ev.HasObject = old.obj, true
 			}
 		default:
@@ -212,20 +213,23 @@ func (s *Source[T]) Advance() core.ResourceVersion {
 	return s.head
 }
 
-// InjectDecodeError appends to the history a Modified event for key whose
-// Err is a *core.DecodeError wrapping err, as an adapter reports a value it
-// could not decode, and returns its version. The map is left unchanged, so
-// List does not see it: the bad value exists only in the watch stream.
+// InjectDecodeError writes to key a value that does not decode, as a
+// producer's new deploy might, and returns its version: the watch reports
+// a Modified (Added for a new key) event whose Err is a *core.DecodeError
+// wrapping err, and List reports the key with that error too, until the
+// next Put or Delete of key. Get and Items leave the key out (what a cache
+// can hold of the source); a Delete of it carries no object.
 func (s *Source[T]) InjectDecodeError(key string, err error) core.ResourceVersion {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.head++
-	s.history = append(s.history, core.Event[T]{
-		Type: core.Modified,
-		Key:  key,
-		RV:   s.head,
-		Err:  &core.DecodeError{Source: s.name, Key: key, RV: s.head, Err: err},
-	})
+	typ := core.Added
+	if _, ok := s.items[key]; ok {
+		typ = core.Modified
+	}
+	de := &core.DecodeError{Source: s.name, Key: key, RV: s.head, Err: err}
+	s.items[key] = item[T]{rv: s.head, bad: de}
+	s.history = append(s.history, core.Event[T]{Type: typ, Key: key, RV: s.head, Err: de})
 	s.trimLocked()
 	s.notifyLocked()
 	return s.head
@@ -276,7 +280,7 @@ func (s *Source[T]) Get(key string) (T, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	it, ok := s.items[key]
-	return it.obj, ok
+	return it.obj, ok && it.bad == nil
 }
 
 // Items returns a copy of the live keys and their objects with the version
@@ -287,7 +291,9 @@ func (s *Source[T]) Items() (map[string]T, core.ResourceVersion) {
 	defer s.mu.Unlock()
 	m := make(map[string]T, len(s.items))
 	for k, it := range s.items {
-		m[k] = it.obj
+		if it.bad == nil {
+			m[k] = it.obj
+		}
 	}
 	return m, s.head
 }
@@ -328,7 +334,12 @@ func (s *Source[T]) List(ctx context.Context, opts core.ListSink[T]) (core.Resou
 	slices.Sort(keys)
 	for _, k := range keys {
 		it := s.items[k]
-		snap = append(snap, core.Event[T]{Type: core.Added, Key: k, Object: it.obj, HasObject: true, RV: it.rv})
+		ev := core.Event[T]{Type: core.Added, Key: k, Object: it.obj, HasObject: true, RV: it.rv}
+		if it.bad != nil {
+			var zero T
+			ev.Object, ev.HasObject, ev.Err = zero, false, it.bad
+		}
+		snap = append(snap, ev)
 	}
 	s.mu.Unlock()
 

@@ -325,8 +325,30 @@ func TestInjectDecodeError(t *testing.T) {
 	if b[0].Key != "a" || b[0].RV != rv || b[0].HasObject {
 		t.Errorf("bad event %s, want key a at %d with no object", fmtBatch(b[:1]), rv)
 	}
-	if o, _ := s.Get("a"); o.N != 1 {
-		t.Errorf("the map holds a at %d after a bad event, want the last good 1", o.N)
+	if b[0].Type != core.Modified {
+		t.Errorf("bad event of a key that existed is %v, want Modified", b[0].Type)
+	}
+	// The bad value replaced the good one: Get and Items leave a out, List
+	// reports it with the error, until the next write of a.
+	if o, ok := s.Get("a"); ok {
+		t.Errorf("Get(a) = %v after its value stopped decoding", o)
+	}
+	if items, _ := s.Items(); len(items) != 1 {
+		t.Errorf("Items = %v, want only b", items)
+	}
+	var listed []core.Event[obj]
+	if _, err := s.List(context.Background(), core.ListSink[obj]{Emit: func(ev core.Event[obj]) error {
+		listed = append(listed, ev)
+		return nil
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if len(listed) != 2 || listed[0].Key != "a" || !errors.As(listed[0].Err, &de) || listed[0].HasObject {
+		t.Errorf("List = %s, want a with the decode error, then b", fmtBatch(listed))
+	}
+	s.Put("a", obj{2})
+	if o, ok := s.Get("a"); !ok || o.N != 2 {
+		t.Errorf("Get(a) = %v, %v after a good write", o, ok)
 	}
 }
 

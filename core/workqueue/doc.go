@@ -61,8 +61,11 @@
 // per priority, delayed items sit by value in a hand-written heap, and key
 // state lives in never-moving chunks behind open-addressing indexes hashed
 // before any lock is taken. A key's state stays after its Done, ready for
-// its next Add, until idle states could make up half of all states; then
-// they are swept, at a cost constant per Add.
+// its next Add, until idle states could make up half of all states and the
+// queue holds more than 1,024 states beyond what its last sweep left; then
+// they are swept, at a cost constant per Add. So a queue that has seen at
+// most about a thousand keys never sweeps, and keeps the states of keys it
+// no longer sees (a few dozen bytes each) until it does.
 //
 // Key state is split into 16 shards by hash, each with its own lock; one
 // queue lock guards only the ready order and the delays. An Add of an item

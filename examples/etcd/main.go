@@ -126,17 +126,17 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	pm.TrackLag("services", lw)
 	page := statuspage.New(statuspage.Options{Title: "etcd example"})
 	services := core.NewSharedIndexInformer[Service](lw, core.InformerOptions[Service]{
 		Name: "services",
 		Indexers: core.Indexers[Service]{
 			"team": func(s Service) ([]string, error) { return []string{s.Team}, nil },
 		},
-		Metrics:      statuspage.Tee(page, pm),
-		ErrorHandler: page.ErrorHandler("services", func(err error) { fmt.Fprintln(out, "error:", err) }),
+		Metrics:      core.MultiMetrics(page, pm),
+		ErrorHandler: func(err error) { fmt.Fprintln(out, "error:", err) },
 	})
-	page.Add(services, lw)
+	page.Add(services) // name, kind, head, checkpoints: from the informer
+	pm.TrackLag(services)
 	if _, err := services.AddEventHandlerWithOptions(core.ResourceEventHandlerFuncs[Service]{
 		AddFunc: func(key string, s Service, initial bool) {
 			if !initial {

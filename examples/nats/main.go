@@ -117,17 +117,17 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	pm.TrackLag("items", lw)
 	page := statuspage.New(statuspage.Options{Title: "nats example"})
 	items := core.NewSharedIndexInformer[Item](lw, core.InformerOptions[Item]{
 		Name: "items",
 		Indexers: core.Indexers[Item]{
 			"warehouse": func(i Item) ([]string, error) { return []string{i.Warehouse}, nil },
 		},
-		Metrics:      statuspage.Tee(page, pm),
-		ErrorHandler: page.ErrorHandler("items", func(err error) { fmt.Fprintln(out, "error:", err) }),
+		Metrics:      core.MultiMetrics(page, pm),
+		ErrorHandler: func(err error) { fmt.Fprintln(out, "error:", err) },
 	})
-	page.Add(items, lw)
+	page.Add(items)
+	pm.TrackLag(items)
 	if _, err := items.AddEventHandlerWithOptions(core.ResourceEventHandlerFuncs[Item]{
 		AddFunc: func(key string, i Item, initial bool) {
 			if !initial {

@@ -148,15 +148,13 @@ func run(ctx context.Context, cfg config, out io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	pm.TrackLag("customers", customersTable)
-	pm.TrackLag("orders", ordersTable)
 	errorHandler := func(err error) { fmt.Fprintln(out, "error:", err) }
 	page := statuspage.New(statuspage.Options{Title: "postgres example"})
 
 	customers := core.NewSharedIndexInformer[Customer](customersTable, core.InformerOptions[Customer]{
 		Name:         "customers",
-		Metrics:      statuspage.Tee(page, progressMetrics{pm, out}),
-		ErrorHandler: page.ErrorHandler("customers", errorHandler),
+		Metrics:      core.MultiMetrics(page, progressMetrics{pm, out}),
+		ErrorHandler: errorHandler,
 		Checkpoint:   checkpointFor[Customer](ckpt),
 	})
 	orders := core.NewSharedIndexInformer[Order](ordersTable, core.InformerOptions[Order]{
@@ -164,12 +162,14 @@ func run(ctx context.Context, cfg config, out io.Writer) (err error) {
 		Indexers: core.Indexers[Order]{
 			"customer": func(o Order) ([]string, error) { return []string{strconv.FormatInt(o.CustomerID, 10)}, nil },
 		},
-		Metrics:      statuspage.Tee(page, progressMetrics{pm, out}),
-		ErrorHandler: page.ErrorHandler("orders", errorHandler),
+		Metrics:      core.MultiMetrics(page, progressMetrics{pm, out}),
+		ErrorHandler: errorHandler,
 		Checkpoint:   checkpointFor[Order](ckpt),
 	})
-	page.Add(customers, customersTable)
-	page.Add(orders, ordersTable)
+	page.Add(customers)
+	page.Add(orders)
+	pm.TrackLag(customers)
+	pm.TrackLag(orders)
 	if _, err := customers.AddEventHandlerWithOptions(printChanges[Customer](out, "customers"), core.HandlerOptions{Name: "printer"}); err != nil {
 		return err
 	}

@@ -119,7 +119,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		},
 		Metrics: page,
 	})
-	page.Add(informer, lw)
+	page.Add(informer)
 	if cfg.status != "" {
 		ln, err := net.Listen("tcp", cfg.status)
 		if err != nil {
@@ -135,6 +135,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	var initialAdds atomic.Int64
 	live := make(chan string, 64)
 	reg, err := informer.AddEventHandler(core.ResourceEventHandlerFuncs[Order]{
+		Name: "printer", // how the status page and metrics name it
 		AddFunc: func(key string, o Order, initial bool) {
 			if initial {
 				initialAdds.Add(1)

@@ -16,7 +16,7 @@
 //	reg := prometheus.NewRegistry()
 //	pm, err := prommetrics.New(reg, prommetrics.Options{})
 //	inf := core.NewSharedIndexInformer(lw, core.InformerOptions[T]{Name: "orders", Metrics: pm})
-//	pm.TrackLag("orders", lw) // lw implements core.HeadReader
+//	pm.TrackLag(inf) // reads the source's head through the informer
 //	q := workqueue.New(workqueue.Options[string]{Name: "orders", MetricsProvider: pm})
 //
 // # Informer metrics (label informer = InformerOptions.Name)
@@ -37,8 +37,10 @@
 //	dbinformer_informer_head_errors_total         failed head reads (TrackLag only)
 //
 // Lag is measured on scrape: for each informer given to TrackLag the
-// collector calls Head (bounded by Options.HeadTimeout, so a stuck source
-// cannot hang a scrape) and subtracts the applied version. Its unit is the
+// collector calls the informer's Head (bounded by Options.HeadTimeout, so a
+// stuck source cannot hang a scrape), which shares its read with a status
+// page's, and subtracts the applied version. While the
+// head cannot be read there is no head or lag sample: unknown, never 0. Its unit is the
 // source's: etcd revisions, Postgres WAL bytes (versions are LSNs),
 // JetStream sequences. Nothing polls between scrapes.
 //

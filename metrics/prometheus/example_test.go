@@ -26,7 +26,7 @@ func Example() {
 	src := memory.New[string](memory.Options{})
 	src.Put("greeting", "hello")
 	inf := core.NewSharedIndexInformer[string](src, core.InformerOptions[string]{Name: "greetings", Metrics: pm})
-	pm.TrackLag("greetings", src)
+	pm.TrackLag(inf) // head and lag, read through the informer
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	done := make(chan error, 1)

@@ -55,7 +55,7 @@ type Provider struct {
 
 	mu        sync.Mutex
 	informers map[string]*informerMetrics // by informer name
-	heads     map[string]core.HeadReader  // TrackLag
+	heads     map[string]Informer         // TrackLag
 }
 
 var (
@@ -81,7 +81,7 @@ func New(reg prometheus.Registerer, opts Options) (*Provider, error) {
 	p := &Provider{
 		headTimeout: opts.HeadTimeout,
 		informers:   map[string]*informerMetrics{},
-		heads:       map[string]core.HeadReader{},
+		heads:       map[string]Informer{},
 	}
 	if p.headTimeout <= 0 {
 		p.headTimeout = 2 * time.Second
@@ -181,19 +181,34 @@ func (p *Provider) informer(name string) *informerMetrics {
 	return m
 }
 
-// TrackLag makes every scrape read h's head version and report the head
-// and the lag of the informer named informer (its InformerOptions.Name).
-// Every adapter's ListerWatcher implements core.HeadReader. A later call for
-// the same name replaces h; a nil h stops tracking.
-func (p *Provider) TrackLag(informer string, h core.HeadReader) {
-	p.informer(informer) // the applied version has somewhere to go even before the informer exists
+// Informer is what TrackLag reads of an informer: every
+// *core.SharedIndexInformer[T] is one.
+type Informer interface {
+	Name() string
+	// Head reads the source's head through the informer, which shares one
+	// read among its observers (a status page, this provider).
+	Head(ctx context.Context) (core.ResourceVersion, error)
+}
+
+// TrackLag makes every scrape read inf's source head (through inf.Head)
+// and report the head and the lag of inf, under its name. A later call for
+// an informer of the same name replaces it; UntrackLag stops tracking. A
+// source that cannot tell its head (an error matching errors.ErrUnsupported) has no head or lag
+// series; a failed read has none either (the lag is unknown, not 0) and
+// counts in dbinformer_informer_head_errors_total.
+func (p *Provider) TrackLag(inf Informer) {
+	name := inf.Name()
+	p.informer(name) // the applied version has somewhere to go even before the informer reports
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if h == nil {
-		delete(p.heads, informer)
-		return
-	}
-	p.heads[informer] = h
+	p.heads[name] = inf
+}
+
+// UntrackLag stops reading the head of the informer called name.
+func (p *Provider) UntrackLag(name string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.heads, name)
 }
 
 type informerMetrics struct {
@@ -294,7 +309,7 @@ func (c *lagCollector) Collect(ch chan<- prometheus.Metric) {
 	p := c.p
 	type tracked struct {
 		name string
-		h    core.HeadReader
+		h    Informer
 		m    *informerMetrics
 	}
 	p.mu.Lock()
@@ -313,6 +328,9 @@ func (c *lagCollector) Collect(ch chan<- prometheus.Metric) {
 			ctx, cancel := context.WithTimeout(context.Background(), p.headTimeout)
 			head, err := t.h.Head(ctx)
 			cancel()
+			if errors.Is(err, errors.ErrUnsupported) {
+				return
+			}
 			if err != nil {
 				p.headErrors.WithLabelValues(t.name).Inc()
 				return

@@ -172,19 +172,13 @@ func run[T any](tg target[T], f flags) error {
 	if err != nil {
 		return err
 	}
+	// The informer finds the source's capabilities (the stuck-watch
+	// interval among them) through the Spy's Unwrap.
 	spy := informertest.Wrap[T](tg.lw)
-	// The Spy forwards no core.ProgressIntervaler: without this the informer
-	// would run without the stuck-watch watchdog it has over the bare
-	// ListerWatcher.
-	var interval time.Duration
-	if pi, ok := tg.lw.(core.ProgressIntervaler); ok {
-		interval = pi.ProgressInterval()
-	}
 	inf := core.NewSharedIndexInformer[T](spy, core.InformerOptions[T]{
-		Name:             "killchild",
-		ProgressInterval: interval,
-		Backoff:          core.Backoff{Initial: 20 * time.Millisecond, Max: 500 * time.Millisecond},
-		ErrorHandler:     func(err error) { fmt.Fprintln(os.Stderr, "informer:", err) },
+		Name:         "killchild",
+		Backoff:      core.Backoff{Initial: 20 * time.Millisecond, Max: 500 * time.Millisecond},
+		ErrorHandler: func(err error) { fmt.Fprintln(os.Stderr, "informer:", err) },
 		// Often, so that kills land during writes of checkpoints too.
 		Checkpoint: &core.CheckpointOptions[T]{Store: store, Codec: tg.codec, Interval: 20 * time.Millisecond},
 	})

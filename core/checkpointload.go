@@ -1,0 +1,391 @@
+package core
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash"
+	"hash/crc32"
+	"hash/maphash"
+	"io"
+	"runtime"
+	"sync"
+	"unsafe"
+)
+
+// Reading a checkpoint: its chunks are decoded in parallel into the pages
+// an Indexer serves them from; checkpointformat.go writes them.
+
+// loaded is a decoded checkpoint's objects, chunk by chunk (in the order
+// they were written), so that decoding in parallel needs no final copy,
+// and the base an Indexer serves them from (the same pages).
+type loaded[T any] struct {
+	parts []*loadedPart[T]
+	n     int
+	base  *itemBase[T]
+}
+
+type loadedPart[T any] struct {
+	page *itemPage[T]
+	err  error
+}
+
+// lazy reports whether the pages were loaded lazily.
+func (l *loaded[T]) lazy() bool { return len(l.parts) > 0 && l.parts[0].page.lazy != nil }
+
+// all yields every key and object (decoding lazy pages).
+func (l *loaded[T]) all(yield func(string, T) bool) {
+	for _, p := range l.parts {
+		objs := p.page.objects()
+		for k := range p.page.n {
+			if !yield(p.page.key(k), objs[k]) {
+				return
+			}
+		}
+	}
+}
+
+// checkpointReader reads a checkpoint in blocks of checkpointBlock bytes,
+// each a fresh allocation that is never written again once read, so that a
+// chunk is handed on as a slice of its block: one read and one allocation
+// per block instead of two reads and an allocation per chunk. A block
+// lives while any string decoded from it does.
+type checkpointReader struct {
+	r     io.Reader
+	crc   hash.Hash32
+	block []byte // the unread bytes of the current block
+}
+
+const checkpointBlock = 1 << 20
+
+// fill reads the next block.
+func (c *checkpointReader) fill() error {
+	b := make([]byte, checkpointBlock)
+	n, err := io.ReadAtLeast(c.r, b, 1)
+	if n == 0 {
+		return err
+	}
+	c.block = b[:n]
+	return nil
+}
+
+func truncated(err error) error {
+	if errors.Is(err, io.EOF) {
+		err = io.ErrUnexpectedEOF
+	}
+	return fmt.Errorf("truncated: %w", err)
+}
+
+// next returns the next n bytes, checksummed unless raw, which nothing
+// writes afterwards: a slice of the current block when they are in it,
+// else a fresh copy.
+func (c *checkpointReader) next(n int, raw bool) ([]byte, error) {
+	if len(c.block) == 0 && n < checkpointBlock/4 {
+		if err := c.fill(); err != nil {
+			return nil, truncated(err)
+		}
+	}
+	var p []byte
+	if len(c.block) >= n {
+		p, c.block = c.block[:n:n], c.block[n:]
+	} else {
+		p = make([]byte, n)
+		k := copy(p, c.block)
+		c.block = nil
+		if _, err := io.ReadFull(c.r, p[k:]); err != nil {
+			return nil, truncated(err)
+		}
+	}
+	if !raw {
+		c.crc.Write(p)
+	}
+	return p, nil
+}
+
+func (c *checkpointReader) ReadByte() (byte, error) {
+	if len(c.block) == 0 {
+		if err := c.fill(); err != nil {
+			return 0, err
+		}
+	}
+	x := c.block[0]
+	c.crc.Write(c.block[:1])
+	c.block = c.block[1:]
+	return x, nil
+}
+
+// atEnd reports whether nothing follows.
+func (c *checkpointReader) atEnd() bool {
+	return len(c.block) == 0 && c.fill() == io.EOF
+}
+
+func (c *checkpointReader) uvarint(limit uint64) (uint64, error) {
+	n, err := binary.ReadUvarint(c)
+	if err != nil {
+		return 0, fmt.Errorf("truncated or corrupt length: %w", err)
+	}
+	if n > limit {
+		return 0, fmt.Errorf("corrupt: a length of %d", n)
+	}
+	return n, nil
+}
+
+func (c *checkpointReader) bytes() ([]byte, error) {
+	n, err := c.uvarint(checkpointMaxItem)
+	if err != nil {
+		return nil, err
+	}
+	return c.next(int(n), false)
+}
+
+// arenaDecoder is implemented by codecs that decode in place and take
+// their strings from an arena holding the encoding's bytes (Binary).
+type arenaDecoder[T any] interface {
+	decodeArena(d *binDecoder, data []byte, arena string, dst *T) error
+}
+
+// totalDecoder is an arenaDecoder that decodes whatever it encoded, so
+// that a checked checkpoint may be decoded lazily (Binary without
+// marshalers from outside the standard library).
+type totalDecoder[T any] interface {
+	arenaDecoder[T]
+	total() bool
+}
+
+// decodeChunk decodes one chunk's n records into p; base is the index of
+// its first object. The keys, and the strings of objects a Binary codec
+// decodes, share the chunk's bytes, which nothing writes once read: one
+// allocation per chunk instead of two per object, which is most of what a
+// warm start's decoding cost. A chunk lives while any of its strings does.
+// With lazy set (a totalDecoder), only the keys are decoded and the page
+// decodes its objects when first read (itemPage). place gets each key's
+// index in the chunk and hash, for the Indexer's base (buildItemBase).
+func decodeChunk[T any](p *loadedPart[T], codec Codec[T], lazy totalDecoder[T], what string, data []byte, n, base int, total uint64, place func(i int, h uint64)) {
+	var keys []string
+	var objs []T
+	var recs []uint32
+	if lazy != nil {
+		recs = make([]uint32, n)
+	} else {
+		keys, objs = make([]string, n), make([]T, n)
+	}
+	into, _ := codec.(arenaDecoder[T])
+	arena := unsafe.String(unsafe.SliceData(data), len(data))
+	k := 0
+	defer func() {
+		if r := recover(); r != nil {
+			p.err = fmt.Errorf("object %d of %d does not decode with the codec (codec panicked)", base+k+1, total)
+		}
+	}()
+	d, od := binDecoder{buf: data}, &binDecoder{}
+	// sub is the arena's copy of b, which ends where d has read to.
+	sub := func(b []byte) string {
+		end := len(data) - len(d.buf)
+		return arena[end-len(b) : end]
+	}
+	for ; k < n; k++ {
+		if recs != nil {
+			recs[k] = uint32(len(data) - len(d.buf))
+		}
+		key, err := d.bytes()
+		if err != nil {
+			p.err = errors.New("corrupt: a record runs past its chunk")
+			return
+		}
+		if keys != nil {
+			keys[k] = sub(key)
+		}
+		place(k, maphash.Bytes(keySeed, key))
+		enc, err := d.bytes()
+		if err != nil {
+			p.err = errors.New("corrupt: a record runs past its chunk")
+			return
+		}
+		switch {
+		case recs != nil:
+		case into != nil:
+			err = into.decodeArena(od, enc, sub(enc), &objs[k])
+		default:
+			objs[k], err = codec.Decode(enc)
+		}
+		if err != nil {
+			p.err = fmt.Errorf("object %d of %d does not decode with the codec (%T)", base+k+1, total, err)
+			return
+		}
+	}
+	if len(d.buf) != 0 {
+		p.err = errors.New("corrupt: bytes after a chunk's records")
+		return
+	}
+	if recs != nil {
+		p.page = lazyPage(&lazyObjects[T]{data: data, recs: recs, codec: lazy, what: what})
+	} else {
+		p.page = decodedPage(keys, objs)
+	}
+}
+
+// decodeCheckpoint reads a whole checkpoint, decoding its chunks on every
+// CPU; it returns the checkpoint's version only when every byte checked
+// out, so that a bad checkpoint is never half-loaded. With lazy set and a
+// codec that decodes whatever it encoded (totalDecoder), objects are left
+// to be decoded when first read. onHeader, if set, is called with the
+// version once the header has been read and matches (before the objects
+// are read and checked).
+func decodeCheckpoint[T any](r io.Reader, codec Codec[T], name string, lazy bool, onHeader func(ResourceVersion)) (ResourceVersion, *loaded[T], error) {
+	var lz totalDecoder[T]
+	if t, ok := codec.(totalDecoder[T]); ok && lazy && t.total() {
+		lz = t
+	}
+	c := &checkpointReader{r: r, crc: crc32.New(crcTable)}
+	head, err := c.next(len(checkpointMagic)+2, false)
+	if err != nil {
+		return 0, nil, err
+	}
+	if string(head[:len(checkpointMagic)]) != checkpointMagic {
+		return 0, nil, errors.New("not a dbinformer checkpoint (bad magic)")
+	}
+	if f := binary.BigEndian.Uint16(head[len(checkpointMagic):]); f != checkpointFormat {
+		return 0, nil, fmt.Errorf("format version %d, this build reads version %d", f, checkpointFormat)
+	}
+	typ, err := c.bytes()
+	if err != nil {
+		return 0, nil, err
+	}
+	// A header that does not match is reported once the checksum has
+	// shown that it is not corruption; the objects are then not decoded.
+	var mismatch error
+	if want := typeName[T](); string(typ) != want {
+		mismatch = fmt.Errorf("it holds objects of type %s, this informer's are %s", typ, want)
+	}
+	who, err := c.bytes()
+	if err != nil {
+		return 0, nil, err
+	}
+	if string(who) != name && mismatch == nil {
+		mismatch = fmt.Errorf("it was written by informer %q", who)
+	}
+	cn, err := c.bytes()
+	if err != nil {
+		return 0, nil, err
+	}
+	if want := codecName(codec); string(cn) != want && mismatch == nil {
+		mismatch = fmt.Errorf("it was written with codec %s, this informer's is %s", cn, want)
+	}
+	fixed, err := c.next(16, false)
+	if err != nil {
+		return 0, nil, err
+	}
+	rv, count := binary.BigEndian.Uint64(fixed), binary.BigEndian.Uint64(fixed[8:])
+	if onHeader != nil && mismatch == nil {
+		onHeader(ResourceVersion(rv))
+	}
+
+	type job struct {
+		p        *loadedPart[T]
+		data     []byte
+		n, first int
+	}
+	// Each worker places the keys it decodes by the segment of the
+	// base's slots they go to, for the count the header gives; the count
+	// is checked at the end.
+	if count >= 1<<31 {
+		return 0, nil, errors.New("corrupt: too many objects")
+	}
+	workers := runtime.GOMAXPROCS(0)
+	shape := shapeFor(int(count))
+	segs := shape.segments()
+	placed := make([][][]slotEntry, workers)
+	jobs := make(chan job, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			bySeg := make([][]slotEntry, segs)
+			if mismatch == nil {
+				share := int(count)/(segs*workers) + 8
+				for s := range bySeg {
+					bySeg[s] = make([]slotEntry, 0, share+share/8)
+				}
+			}
+			placed[w] = bySeg
+			for j := range jobs {
+				decodeChunk(j.p, codec, lz, "checkpoint "+name, j.data, j.n, j.first, count, func(i int, h uint64) {
+					s := shape.segment(h)
+					bySeg[s] = append(bySeg[s], slotEntry{h, j.first + i})
+				})
+			}
+		})
+	}
+	out := &loaded[T]{}
+	err = func() error {
+		defer func() { close(jobs); wg.Wait() }()
+		for {
+			n, err := c.uvarint(count - uint64(out.n))
+			if err != nil {
+				return err
+			}
+			if n == 0 {
+				return nil
+			}
+			size, err := c.uvarint(checkpointMaxChunk)
+			if err != nil {
+				return err
+			}
+			if size < 2*n {
+				return errors.New("corrupt: a chunk shorter than its records")
+			}
+			data, err := c.next(int(size), false)
+			if err != nil {
+				return err
+			}
+			if mismatch == nil {
+				p := &loadedPart[T]{}
+				out.parts = append(out.parts, p)
+				jobs <- job{p, data, int(n), out.n}
+			}
+			out.n += int(n)
+		}
+	}()
+	if err != nil {
+		return 0, nil, err
+	}
+	end, err := c.next(len(checkpointEnd)+8, false)
+	if err != nil {
+		return 0, nil, err
+	}
+	if string(end[:len(checkpointEnd)]) != checkpointEnd || binary.BigEndian.Uint64(end[len(checkpointEnd):]) != count || uint64(out.n) != count {
+		return 0, nil, errors.New("corrupt: bad end marker")
+	}
+	sum := c.crc.Sum32()
+	tail, err := c.next(4, true)
+	if err != nil {
+		return 0, nil, err
+	}
+	if binary.BigEndian.Uint32(tail) != sum {
+		return 0, nil, errors.New("corrupt: checksum mismatch")
+	}
+	if !c.atEnd() {
+		return 0, nil, errors.New("corrupt: bytes after the end")
+	}
+	// A checksum failure says more than the codec: decode errors last.
+	if mismatch != nil {
+		return 0, nil, mismatch
+	}
+	pages := make([]*itemPage[T], len(out.parts))
+	for k, p := range out.parts {
+		if p.err != nil {
+			return 0, nil, p.err
+		}
+		pages[k] = p.page
+	}
+	if _, err := checkPages(pages, checkpointChunkBits); err != nil {
+		return 0, nil, err
+	}
+	out.base, err = fileItemBase(pages, checkpointChunkBits, out.n, shape, placed)
+	if err == errSegmentFull {
+		out.base, err = buildItemBase(pages, nil, checkpointChunkBits)
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	return ResourceVersion(rv), out, nil
+}
