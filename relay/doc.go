@@ -106,12 +106,17 @@
 // watch that finds a group incomplete or missing (a later change of a key
 // removed its message before the watch read it: it fell behind a busy
 // key) catches up instead of expiring: it reads on, keeping each key's
-// last change, to a commit point at or past the stream's last sequence
-// as read after the last gap it saw (every message that removed one it
-// missed is then read), and delivers those changes as one batch at that
-// point's version, as a relist's group is delivered. It reads what a
-// relist would read after the gap, without reading the whole stream or
-// having the informer compare its whole cache. A position the stream no
+// last change, and notes for each such hole the stream's last sequence as
+// read after it (every message that removed one it missed is at or before
+// it). At the end of every batch it delivers the changes it kept, as a
+// relist's group is delivered, and a Bookmark at the last version
+// complete before the oldest hole whose messages it has not read up to:
+// a target fixed per hole, so that under writes that never pause the
+// informer keeps applying and its version trails the stream by about as
+// far as the watch is behind, not by as long as the writes last. A cache
+// may then hold a key's change newer than its version (never an older
+// one). It reads what a relist would read after the gap, without reading
+// the whole stream or having the informer compare its whole cache. A position the stream no
 // longer holds at all (a Watch from a version whose messages are gone,
 // the stream purged) is core.ErrExpired: the informer relists from the
 // stream, never from the source. WaitFor of a source version that touched no
