@@ -21,7 +21,13 @@
 //
 // A new leader reads the stream back (one pass: the stream keeps one
 // message per key) and resumes the source's watch from the last version
-// the stream holds completely: no gap and no duplicate. A group of changes
+// the stream holds completely: no gap and no duplicate. A source that
+// parks state between watches (core.Restorer: a Postgres table over a
+// permanent slot) is first handed the stream's keys at that version, so
+// that a process that never listed it resumes from its slot — no relist,
+// no temporary slot. Only where the source no longer holds the changes
+// (the slot was dropped or moved past the version) does the new leader
+// relist, and it logs why. A group of changes
 // that a dead leader left half-published is closed with an abort message
 // (downstreams drop what they hold of it) and its keys are published again
 // from a relist of the source. A source watch that expires (etcd

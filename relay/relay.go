@@ -191,6 +191,7 @@ type state struct {
 	lastChange uint64              // the version of the last complete group of changes sent
 	hashes     map[string][32]byte // key -> hash of its last put (absent: deleted or never)
 	late       map[string]bool     // non-nil: the stream may lack a message (lateWrites); relist first, republishing these keys
+	puts       []entry             // the stream's puts as read, for the source's Restore; dropped once used
 }
 
 // read rebuilds the state from the stream; it reports the unfinished group
@@ -219,6 +220,7 @@ func (r *Relay[T]) read(ctx context.Context, epoch uint64, wrote bool) (*state, 
 		}
 		if e.kind == kindKey && e.op == opPut {
 			st.hashes[e.key] = sha256.Sum256(e.data)
+			st.puts = append(st.puts, e)
 		}
 	}
 	// Any later epoch, not only the last message's: a deposed relay's
@@ -321,6 +323,13 @@ func (r *Relay[T]) term(ctx context.Context, t leader.Term, ts *termState) (err 
 	if err := p.send(st, []*nats.Msg{first}, st.committed); err != nil {
 		return err
 	}
+	if !relist {
+		relist, err = r.restore(p.ctx, st)
+		if err != nil {
+			return err
+		}
+	}
+	st.puts = nil
 	r.log.Info("relay term starts", "relay", r.source, "epoch", t.Epoch, "from", st.committed, "relist", relist)
 	for {
 		if relist {
