@@ -17,7 +17,12 @@
 // noticed yet) at most one of them can write: the other's publish fails,
 // it reads the stream again and, finding a message of a later term (the
 // epoch in its Dbi header, the leader.Term's epoch), stops until its election
-// notices. Each term starts with one message of its own.
+// notices. Each term starts with one message of its own; once it is stored,
+// the deposed leader can publish nothing more, and a source that another
+// process may still hold (a Postgres permanent slot whose walsender a
+// frozen leader keeps: pginformer.Source.TakeOverSlot) is taken over from
+// it at once rather than after the server's wal_sender_timeout. Elections
+// depose a frozen leader within their lease (leader.DefaultLease).
 //
 // A new leader reads the stream back (one pass: the stream keeps one
 // message per key) and resumes the source's watch from the last version

@@ -323,6 +323,9 @@ func (r *Relay[T]) term(ctx context.Context, t leader.Term, ts *termState) (err 
 	if err := p.send(st, []*nats.Msg{first}, st.committed); err != nil {
 		return err
 	}
+	if err := r.takeOver(p); err != nil {
+		return err
+	}
 	if !relist {
 		relist, err = r.restore(p.ctx, st)
 		if err != nil {

@@ -52,3 +52,29 @@ func (r *Relay[T]) restore(ctx context.Context, st *state) (relist bool, err err
 		return false, fmt.Errorf("resume the source at version %d: %w", st.committed, err)
 	}
 }
+
+// slotTaker is a source whose server-side reader another process may
+// still hold (pginformer's Table and Source: the permanent slot's
+// walsender of a deposed leader that froze).
+type slotTaker interface {
+	TakeOverSlot(ctx context.Context) error
+}
+
+// takeOver has the source end another process's hold on it, once the
+// term's first message is stored: from then on the deposed leader's
+// publishes fail (each expects the stream to end where it left it), so
+// taking the slot from it loses nothing. Without this, the new leader's
+// stream waits for the server to time the old walsender out.
+func (r *Relay[T]) takeOver(p *pipeline) error {
+	tk, ok := r.src.(slotTaker)
+	if !ok {
+		return nil
+	}
+	if err := p.sync(); err != nil {
+		return err
+	}
+	if err := tk.TakeOverSlot(p.ctx); err != nil {
+		return fmt.Errorf("take the source over from the previous leader: %w", err)
+	}
+	return nil
+}

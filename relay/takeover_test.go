@@ -22,13 +22,18 @@ import (
 // temporary slot and no COPY, and the changes written while no relay ran
 // still reach downstreams, from the slot.
 func TestTakeoverResumesFromSlot(t *testing.T) {
-	t.Run("slot holds the changes", func(t *testing.T) { takeover(t, false) })
+	t.Run("slot holds the changes", func(t *testing.T) { takeover(t, false, false) })
 	// A slot that lost them (dropped meanwhile): the new leader relists,
 	// and says why.
-	t.Run("slot lost", func(t *testing.T) { takeover(t, true) })
+	t.Run("slot lost", func(t *testing.T) { takeover(t, true, false) })
+	// The old leader's process still holds the slot (frozen, or its
+	// Source still open): its walsender is terminated once the new term's
+	// first message fenced it, instead of waiting for the server's
+	// wal_sender_timeout.
+	t.Run("stale walsender", func(t *testing.T) { takeover(t, false, true) })
 }
 
-func takeover(t *testing.T, lost bool) {
+func takeover(t *testing.T, lost, stale bool) {
 	nsrv := harness.StartNATS(t)
 	pg := harness.StartPostgres(t)
 	h := pgtest.New(t, pg, pgtest.Options{Slot: "relay_takeover"})
@@ -77,7 +82,15 @@ func takeover(t *testing.T, lost bool) {
 	}
 	informertest.WaitFor(t, inf, put("a", 100))
 	stopA()
-	if err := h.Source().Close(); err != nil {
+	if stale {
+		var active bool
+		if err := pg.Conn(t).QueryRow(ctx, "SELECT active FROM pg_replication_slots WHERE slot_name = 'relay_takeover'").Scan(&active); err != nil {
+			t.Fatal(err)
+		}
+		if !active {
+			t.Fatal("the old leader's Source does not hold the slot: the test needs a walsender to take over from")
+		}
+	} else if err := h.Source().Close(); err != nil {
 		t.Fatal(err)
 	}
 
