@@ -231,6 +231,7 @@ const catchUpSummary = time.Minute
 // caughtUp logs one catch-up at Debug and, at most every catchUpSummary,
 // a summary of those since the last one at Info.
 func (d *Downstream[T]) caughtUp(from, to uint64, holes, keys, deliveries int) {
+	d.met.CaughtUp(holes, keys)
 	d.log.Debug("relay downstream caught up over superseded messages instead of relisting",
 		"stream", d.source, "from", from, "to", to, "holes", holes, "keys", keys, "deliveries", deliveries)
 	d.mu.Lock()

@@ -25,6 +25,9 @@ type DownstreamOptions[T any] struct {
 	// send a Bookmark (natsinformer.EventStreamOptions.IdleCheck); zero
 	// means 5s.
 	IdleCheck time.Duration
+	// Metrics receives the Downstream's own counters (its informer's go
+	// through core.InformerMetrics); nil means none.
+	Metrics DownstreamMetrics
 }
 
 // Downstream is a core.ListerWatcher over a relay's stream whose resource
@@ -38,6 +41,7 @@ type Downstream[T any] struct {
 	source string
 	codec  core.Codec[T]
 	log    *slog.Logger
+	met    DownstreamMetrics
 
 	mu       sync.Mutex
 	parked   *downPark
@@ -55,6 +59,7 @@ var (
 	_ core.ProgressReporter       = (*Downstream[int])(nil)
 	_ core.ProgressIntervaler     = (*Downstream[int])(nil)
 	_ core.HealWaiter             = (*Downstream[int])(nil)
+	_ core.CodecProvider[int]     = (*Downstream[int])(nil)
 	_ natsinformer.Reducer[entry] = (*Downstream[int])(nil).reduce
 )
 
@@ -73,7 +78,10 @@ func NewDownstream[T any](ctx context.Context, js jetstream.JetStream, stream, p
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	d := &Downstream[T]{stream: st, prefix: prefix, codec: opts.Codec, log: log,
+	if opts.Metrics == nil {
+		opts.Metrics = NoopMetrics{}
+	}
+	d := &Downstream[T]{stream: st, prefix: prefix, codec: opts.Codec, log: log, met: opts.Metrics,
 		source: fmt.Sprintf("relay stream %q", stream)}
 	d.es, err = natsinformer.NewEventStream(ctx, js, stream, natsinformer.EventStreamOptions[entry]{
 		// The stream holds each key's last change: the informer's cache
@@ -108,6 +116,11 @@ func (d *Downstream[T]) ReportsProgress() bool { return true }
 
 // ProgressInterval is the idle check's: see natsinformer.
 func (d *Downstream[T]) ProgressInterval() time.Duration { return d.es.ProgressInterval() }
+
+// Codec is the one the Downstream decodes with (core.CodecProvider):
+// an informer with checkpoints over it saves its objects with the same,
+// with no option to set by hand.
+func (d *Downstream[T]) Codec() core.Codec[T] { return d.codec }
 
 // WaitHealed is the event stream's: an informer backing off after the NATS
 // connection dropped retries as soon as it is back, not at the end of its

@@ -47,12 +47,12 @@ func takeover(t *testing.T, lost, stale bool) {
 		t.Fatal(err)
 	}
 	inf, _ := informertest.Run(t, down, core.InformerOptions[pgtest.Row]{Name: "down"}, informertest.NewRecorder(t, h.Version))
-	run := func(lw core.ListerWatcher[pgtest.Row], log *slog.Logger) (*relay.Relay[pgtest.Row], func()) {
+	run := func(lw core.ListerWatcher[pgtest.Row], log *slog.Logger, met relay.Metrics) (*relay.Relay[pgtest.Row], func()) {
 		el, err := leader.NewPostgres(pg.ConnString(), "takeover", leader.PostgresOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		r, err := relay.New(ctx, js, lw, relay.Options[pgtest.Row]{Stream: "T", Prefix: "t", Elector: el, Logger: log})
+		r, err := relay.New(ctx, js, lw, relay.Options[pgtest.Row]{Stream: "T", Prefix: "t", Elector: el, Logger: log, Metrics: met})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -76,7 +76,7 @@ func takeover(t *testing.T, lost, stale bool) {
 	}
 
 	// The first leader relays a few writes, then its process ends.
-	_, stopA := run(h.ListerWatcher(), nil)
+	_, stopA := run(h.ListerWatcher(), nil, nil)
 	for i := range 20 {
 		put("a"+string(rune('a'+i)), int64(i))
 	}
@@ -119,7 +119,8 @@ func takeover(t *testing.T, lost, stale bool) {
 		want = "cannot resume the source from the stream's last version"
 	}
 	resumed := &flagHandler{want: want}
-	rB, stopB := run(lw, slog.New(resumed))
+	met := &countMetrics{}
+	rB, stopB := run(lw, slog.New(resumed), met)
 	defer stopB()
 	informertest.WaitFor(t, inf, put("after", 1))
 	stopB() // its counts are final
@@ -133,6 +134,9 @@ func takeover(t *testing.T, lost, stale bool) {
 	}
 	if n := rB.Relists(); n != uint64(wantLists) {
 		t.Errorf("the new leader published %d relists, want %d", n, wantLists)
+	}
+	if met.leading.Load() != 1 || met.relisted.Load() != wantLists || met.stored.Load() == 0 {
+		t.Errorf("metrics: led %d times, %d relists, %d stored versions; want 1, %d, some", met.leading.Load(), met.relisted.Load(), met.stored.Load(), wantLists)
 	}
 	if !resumed.seen.Load() {
 		t.Errorf("the new leader did not log %q", want)
@@ -173,3 +177,17 @@ func (c *countLists) List(ctx context.Context, sink core.ListSink[pgtest.Row]) (
 	c.lists.Add(1)
 	return c.Table.List(ctx, sink)
 }
+
+// countMetrics counts a relay's metrics calls.
+type countMetrics struct {
+	relay.NoopMetrics
+	leading, relisted, stored atomic.Int64
+}
+
+func (m *countMetrics) Leading(on bool, _ uint64) {
+	if on {
+		m.leading.Add(1)
+	}
+}
+func (m *countMetrics) Relisted(int, int)           { m.relisted.Add(1) }
+func (m *countMetrics) Stored(core.ResourceVersion) { m.stored.Add(1) }
