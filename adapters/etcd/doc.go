@@ -118,7 +118,11 @@
 // has no other; the informer's sync status, and WaitForCacheSync's timeout,
 // then name that cause. A Prefix is a core.HealWaiter: while the informer
 // backs off after a failure, it reads the head revision (every 100ms,
-// growing to 1s) and retries as soon as etcd answers again.
+// growing to 1s) and retries as soon as etcd answers again — at once too
+// when etcd answers the first read after a failure that looked like an
+// outage, however it was worded (a killed member's reads end in "context
+// deadline exceeded", not "connection refused"): a member that restarted,
+// or a failure at the very instant of a heal, costs no backoff.
 //
 // # Server settings and permissions
 //

@@ -75,6 +75,7 @@ type Prefix[T any] struct {
 	residue  *filter.Filter[T] // nil: unfiltered
 	progress time.Duration     // ProgressInterval; 0: off
 	answered atomic.Int64      // UnixNano of a watch's probe that the cluster answered
+	down     atomic.Int64      // UnixNano of the last failure that looked like an outage (noteFailure)
 }
 
 var (
@@ -197,6 +198,7 @@ func (p *Prefix[T]) failed(op string, err error) error {
 	if p.client.Ctx().Err() != nil {
 		return core.Permanent(fmt.Errorf("%s: %s: the etcd client was closed: %w", p.source, op, err))
 	}
+	p.noteFailure(err)
 	return fmt.Errorf("%s: %s: %w", p.source, op, err)
 }
 
