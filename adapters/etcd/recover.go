@@ -113,6 +113,7 @@ func (w *watch[T]) probed(res probeResult) error {
 		return w.p.failed(op, fmt.Errorf("etcd sent nothing for %v after a progress request, and a read of the head revision failed: %w", silent, res.err))
 	}
 	w.p.answered.Store(time.Now().UnixNano())
+	w.p.noteFrozen(w.member)
 	w.p.log.WarnContext(w.ctx, "etcd watch silent while the cluster answers: reopening it", "prefix", w.p.prefix, "after", w.last, "silent", silent, "head", res.rev)
 	return fmt.Errorf("%s: %s: etcd sent nothing for %v after a progress request while the cluster answers reads (head revision %d): the member serving the watch is frozen or unreachable", w.p.source, op, silent, res.rev)
 }
@@ -193,4 +194,63 @@ func (p *Prefix[T]) WaitHealed(ctx context.Context) error {
 		p.down.Store(0) // this heal is taken: its failed reads do not count again
 	}
 	return err
+}
+
+const (
+	// frozenWindow is how long a member found frozen (its watch silent
+	// while the cluster answered) is avoided by reopened watches.
+	frozenWindow = 30 * time.Second
+	// createdWait is how long a watch opened while a member is known
+	// frozen waits for its first response (the created notification, at
+	// once from a live member) before taking its stream for one on the
+	// frozen member and opening another.
+	createdWait = 300 * time.Millisecond
+	// reopenTries bounds how many times a Watch reopens for that; after
+	// them it stays where its stream went (the silence check still runs).
+	reopenTries = 4
+)
+
+// errOnFrozen ends a watch whose stream went to a member found frozen:
+// Watch opens another stream, which the client balances onto the next
+// member, instead of waiting a second or more for the silence to show.
+var errOnFrozen = errors.New("etcdinformer: the watch's stream went to a member found frozen")
+
+// noteFrozen remembers member (0: unknown) as frozen.
+func (p *Prefix[T]) noteFrozen(member uint64) {
+	if member != 0 {
+		p.frozen.Store(member)
+		p.frozenAt.Store(time.Now().UnixNano())
+	}
+}
+
+// knownFrozen returns the member found frozen within frozenWindow, or 0.
+func (p *Prefix[T]) knownFrozen() uint64 {
+	if time.Since(time.Unix(0, p.frozenAt.Load())) < frozenWindow {
+		return p.frozen.Load()
+	}
+	return 0
+}
+
+// createdDeadline fires createdWait after the start of a watch that must
+// avoid a frozen member; nil otherwise.
+func (w *watch[T]) createdDeadline() <-chan time.Time {
+	if w.avoid == 0 {
+		return nil
+	}
+	return time.After(createdWait)
+}
+
+// heardFrom notes the member that sent a response, and ends a watch whose
+// first response came from the member it must avoid.
+func (w *watch[T]) heardFrom(member uint64) error {
+	if member != 0 {
+		w.member = member
+	}
+	if !w.created {
+		w.created = true
+		if w.avoid != 0 && member == w.avoid {
+			return errOnFrozen
+		}
+	}
+	return nil
 }
