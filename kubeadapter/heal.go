@@ -2,10 +2,9 @@ package kubeinformer
 
 import (
 	"context"
-	"errors"
 	"time"
 
-	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/internal/heal"
 )
 
 const (
@@ -19,11 +18,6 @@ const (
 	// in front of the apiserver accepts and closes connections).
 	healProbeTimeout = 2 * time.Second
 )
-
-// errNotDown is what WaitHealed returns when the server answered its first
-// probe: the failure being waited out was not an outage, so there is no
-// heal to signal and the caller keeps its backoff.
-var errNotDown = errors.New("kubeinformer: the apiserver answers: no outage to wait out")
 
 // WaitHealed implements core.HealWaiter: an informer backing off after a
 // failed List or Watch runs it beside its sleep, and retries at once when it
@@ -40,30 +34,8 @@ var errNotDown = errors.New("kubeinformer: the apiserver answers: no outage to w
 // resource is not served any more, and core.Stopped(ctx) when ctx ends
 // first. It logs each failed probe at debug level with its error.
 func (r *Resource[T]) WaitHealed(ctx context.Context) error {
-	delay := healFirstProbe
-	for probes := 0; ; probes++ {
-		pctx, cancel := context.WithTimeout(ctx, healProbeTimeout)
-		_, err := r.Head(pctx)
-		cancel()
-		switch {
-		case ctx.Err() != nil:
-			return core.Stopped(ctx)
-		case err == nil && probes == 0:
-			return errNotDown
-		case err == nil:
-			r.log.Debug("kubeinformer: the apiserver answers again", "probes", probes+1)
-			return nil
-		case errors.Is(err, core.ErrPermanent):
-			return err
-		}
-		r.log.Debug("kubeinformer: the apiserver does not answer yet", "err", err)
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return core.Stopped(ctx)
-		case <-t.C:
-		}
-		delay = min(delay*3/2, healMaxProbe)
-	}
+	return heal.Wait(ctx, func(ctx context.Context) error {
+		_, err := r.Head(ctx)
+		return err
+	}, heal.Options{First: healFirstProbe, Max: healMaxProbe, Timeout: healProbeTimeout, What: "kubeinformer: the apiserver", Log: r.log})
 }

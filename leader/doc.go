@@ -11,8 +11,21 @@
 // Elector.Run campaigns and calls the lead function with a Term and a
 // context that is cancelled, with cause ErrLost, when the leadership is
 // lost: the etcd session's lease expired or was revoked, the Postgres lock
-// connection died (checked every PostgresOptions.Check), the Lease could not
-// be renewed within KubeOptions.RenewDeadline. After a loss Run campaigns
+// connection died (checked every PostgresOptions.Check) or went a lease
+// without a check, the Lease could not be renewed within
+// KubeOptions.RenewDeadline.
+//
+// # Leases
+//
+// Every backend deposes a leader that stops showing itself — frozen
+// (SIGSTOP, a paused VM), cut off by the network, or with a connection the
+// server still believes open — within a lease the user sets, DefaultLease
+// (5s) unless set: EtcdOptions.TTL (the session lease), KubeOptions.
+// LeaseDuration (the Lease), PostgresOptions.Lease (the election
+// connection's idle_session_timeout: the server ends the silent session
+// and its advisory lock). A held connection alone is not a lease. The next
+// leader may start while the deposed one, thawed, has not noticed yet:
+// that is the fencing window below. After a loss Run campaigns
 // again; when lead returns on its own, Run resigns at once and returns its
 // error; when Run's context ends, it cancels lead, waits for it, resigns and
 // returns nil. No goroutine is left behind once Run returned.

@@ -19,7 +19,8 @@ type EtcdOptions struct {
 	// TTL is the session lease: a leader that cannot reach etcd loses its
 	// leadership (its lead context is cancelled) at most this long after
 	// its last successful keep-alive, and another candidate is elected
-	// once the lease expires. Zero means 10s; below one second is refused.
+	// once the lease expires (a frozen or cut-off leader's keep-alives
+	// stop). Zero means DefaultLease; below one second is refused.
 	TTL time.Duration
 	// Logger receives election errors and transitions; nil discards them.
 	Logger *slog.Logger
@@ -42,7 +43,7 @@ func NewEtcd(client *clientv3.Client, prefix string, opts EtcdOptions) (*Etcd, e
 		return nil, errors.New("leader: NewEtcd needs a key prefix (for example \"/myapp/leader\")")
 	}
 	if opts.TTL == 0 {
-		opts.TTL = 10 * time.Second
+		opts.TTL = DefaultLease
 	}
 	if opts.TTL < time.Second {
 		return nil, fmt.Errorf("leader: etcd election %q: EtcdOptions.TTL %v is below etcd's granularity of one second", prefix, opts.TTL)

@@ -14,7 +14,8 @@ import (
 )
 
 // KubeOptions configures a Kubernetes Lease election. The durations are
-// client-go leaderelection's; zero means 15s, 10s and 2s.
+// client-go leaderelection's; zero means DefaultLease, two thirds of the
+// lease duration and a fifth of it.
 type KubeOptions struct {
 	// Identity is the Lease's holderIdentity; empty means a random one.
 	Identity string
@@ -49,13 +50,13 @@ func NewKube(client kubernetes.Interface, namespace, name string, opts KubeOptio
 		return nil, errors.New("leader: NewKube needs the Lease's namespace and name")
 	}
 	if opts.LeaseDuration == 0 {
-		opts.LeaseDuration = 15 * time.Second
+		opts.LeaseDuration = DefaultLease
 	}
 	if opts.RenewDeadline == 0 {
-		opts.RenewDeadline = 10 * time.Second
+		opts.RenewDeadline = opts.LeaseDuration * 2 / 3
 	}
 	if opts.RetryPeriod == 0 {
-		opts.RetryPeriod = 2 * time.Second
+		opts.RetryPeriod = opts.LeaseDuration / 5
 	}
 	if opts.Identity == "" {
 		opts.Identity = randomIdentity()

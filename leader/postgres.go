@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -16,12 +18,28 @@ type PostgresOptions struct {
 	// application_name, so pg_stat_activity shows who leads); empty means
 	// a random one.
 	Identity string
+	// Lease is the deadline of a term: a leader that has not shown itself
+	// to the server for this long — frozen (SIGSTOP, a stalled VM), cut
+	// off by the network, its connection half-open — is deposed by the
+	// server, and another candidate leads right after. The election
+	// connection runs with idle_session_timeout set to Lease, so the
+	// server ends a session that sent nothing for that long, and with it
+	// the advisory lock; the leader checks its connection every Check
+	// (below Lease), and gives the leadership up itself once Lease has
+	// passed since its last successful check, so that a leader that
+	// resumes after a freeze stops at once. Zero means 5s; below one
+	// second is refused (idle_session_timeout counts milliseconds, but a
+	// lease shorter than a network hiccup deposes healthy leaders).
+	// idle_session_timeout needs Postgres 14; on an older server the
+	// election says so in its log and a frozen leader is deposed only
+	// when its connection dies.
+	Lease time.Duration
 	// Check is how often a leader checks its lock connection, and how
 	// often a candidate tries the lock. A leader whose connection died (a
 	// server restart, pg_terminate_backend, a cut network) loses its lead
 	// context within about two Check periods; another candidate may hold
 	// the lock before that, which is what Term.Epoch is for. Zero means
-	// 1s.
+	// 1s, or a third of Lease if that is less; it must be below Lease.
 	Check time.Duration
 	// Logger receives election errors and transitions; nil discards them.
 	Logger *slog.Logger
@@ -29,7 +47,16 @@ type PostgresOptions struct {
 
 // Postgres is an Elector over a session-level advisory lock held on a
 // dedicated connection: the lock is the leadership, and it is gone when the
-// connection is.
+// connection is. The connection's idle_session_timeout is the lease (see
+// PostgresOptions.Lease): a held connection alone does not keep a leader
+// that stopped checking it.
+//
+// Why idle_session_timeout rather than a lease row with an expiry: the
+// server's own timer ends the frozen leader's session, which releases the
+// lock at once, so the lock alone still decides who leads (no second
+// source of truth to reconcile, no clock but the server's, no table to
+// create: any role may run it); and the deposed leader's session is gone,
+// so whatever it held with it goes too.
 type Postgres struct {
 	connString string
 	name       string
@@ -48,8 +75,17 @@ func NewPostgres(connString, name string, opts PostgresOptions) (*Postgres, erro
 		// pgx's parse errors do not repeat the password.
 		return nil, fmt.Errorf("leader: postgres election %q: connection string: %w", name, err)
 	}
+	if opts.Lease == 0 {
+		opts.Lease = DefaultLease
+	}
+	if opts.Lease < time.Second {
+		return nil, fmt.Errorf("leader: postgres election %q: PostgresOptions.Lease %v is below one second", name, opts.Lease)
+	}
 	if opts.Check <= 0 {
-		opts.Check = time.Second
+		opts.Check = min(time.Second, opts.Lease/3)
+	}
+	if opts.Check >= opts.Lease {
+		return nil, fmt.Errorf("leader: postgres election %q: PostgresOptions.Check %v must be below Lease %v (the server deposes a leader that sends nothing for Lease)", name, opts.Check, opts.Lease)
 	}
 	if opts.Identity == "" {
 		opts.Identity = randomIdentity()
@@ -70,9 +106,9 @@ func (p *Postgres) campaign(ctx context.Context) (*held, error) {
 		return nil, err
 	}
 	cfg.RuntimeParams["application_name"] = "dbinformer-leader " + p.opts.Identity
-	conn, err := pgx.ConnectConfig(ctx, cfg)
+	conn, err := p.connect(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("connect: %w", err)
+		return nil, err
 	}
 	closeConn := func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -106,6 +142,7 @@ func (p *Postgres) campaign(ctx context.Context) (*held, error) {
 	lost := make(chan struct{})
 	stop := make(chan struct{})
 	watched := make(chan struct{})
+	shown := time.Now() // the last time the server heard from this leader, as far as it knows
 	go func() {
 		defer close(watched)
 		t := time.NewTicker(p.opts.Check)
@@ -116,16 +153,23 @@ func (p *Postgres) campaign(ctx context.Context) (*held, error) {
 				return
 			case <-t.C:
 			}
-			pctx, cancel := context.WithTimeout(context.Background(), p.opts.Check)
-			err := conn.Ping(pctx)
-			cancel()
-			if err != nil {
-				if p.opts.Logger != nil {
-					p.opts.Logger.Warn("leader lock connection lost", "election", p.what(), "err", err)
-				}
+			if since := time.Since(shown); since >= p.opts.Lease {
+				// Frozen, or starved, past the lease: the server has
+				// deposed this leader (or will before it could tell).
+				p.warn("leader lease expired before it could be renewed (was the process frozen?); giving up the leadership", "since", since.Round(time.Millisecond))
 				close(lost)
 				return
 			}
+			sent := time.Now()
+			pctx, cancel := context.WithTimeout(context.Background(), min(p.opts.Check, p.opts.Lease-time.Since(shown)))
+			err := conn.Ping(pctx)
+			cancel()
+			if err != nil {
+				p.warn("leader lock connection lost", "err", err)
+				close(lost)
+				return
+			}
+			shown = sent
 		}
 	}()
 	return &held{
@@ -140,4 +184,33 @@ func (p *Postgres) campaign(ctx context.Context) (*held, error) {
 			closeConn()
 		},
 	}, nil
+}
+
+// DefaultLease is the lease of every election whose options leave it zero
+// (PostgresOptions.Lease, EtcdOptions.TTL, KubeOptions.LeaseDuration): a
+// frozen or cut-off leader is deposed about this long after it was last
+// heard from.
+const DefaultLease = 5 * time.Second
+
+// connect opens the election connection with idle_session_timeout set to
+// the lease; a server without it (before Postgres 14) is used without,
+// and the log says what that costs.
+func (p *Postgres) connect(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.Conn, error) {
+	cfg.RuntimeParams["idle_session_timeout"] = strconv.FormatInt(p.opts.Lease.Milliseconds(), 10)
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil && strings.Contains(err.Error(), "idle_session_timeout") {
+		p.warn("the server has no idle_session_timeout (Postgres 14 and later): a frozen or cut-off leader is deposed only when its connection dies, not within PostgresOptions.Lease", "err", err)
+		delete(cfg.RuntimeParams, "idle_session_timeout")
+		conn, err = pgx.ConnectConfig(ctx, cfg)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	return conn, nil
+}
+
+func (p *Postgres) warn(msg string, args ...any) {
+	if p.opts.Logger != nil {
+		p.opts.Logger.Warn(msg, append([]any{"election", p.what()}, args...)...)
+	}
 }

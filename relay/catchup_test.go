@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/dbinformer/dbinformer/adapters/postgres/pgtest"
 	"github.com/dbinformer/dbinformer/core"
@@ -108,6 +109,7 @@ func TestCatchUpInsteadOfRelist(t *testing.T) {
 type heldDown struct {
 	*relay.Downstream[pgtest.Row]
 	hold  atomic.Pointer[chan struct{}]
+	slow  atomic.Bool // each batch waits a little before it is applied
 	lists atomic.Int64
 }
 
@@ -126,6 +128,15 @@ func (d *heldDown) Watch(ctx context.Context, from core.ResourceVersion, opts co
 				return ctx.Err()
 			}
 		}
+		if d.slow.Load() {
+			// Load shaping, not a timed assertion: it keeps the watch
+			// behind a writer that never pauses.
+			select {
+			case <-time.After(5 * time.Millisecond):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
 		return emit(b)
 	}
 	return d.Downstream.Watch(ctx, from, opts)
@@ -136,12 +147,23 @@ func (d *heldDown) Watch(ctx context.Context, from core.ResourceVersion, opts co
 type flagHandler struct {
 	want string
 	seen atomic.Bool
+	// count names an integer attribute whose largest value is kept in most.
+	count string
+	most  atomic.Int64
 }
 
 func (h *flagHandler) Enabled(context.Context, slog.Level) bool { return true }
 func (h *flagHandler) Handle(_ context.Context, r slog.Record) error {
 	if strings.Contains(r.Message, h.want) {
 		h.seen.Store(true)
+	}
+	if h.count != "" {
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == h.count && a.Value.Kind() == slog.KindInt64 && a.Value.Int64() > h.most.Load() {
+				h.most.Store(a.Value.Int64())
+			}
+			return true
+		})
 	}
 	return nil
 }

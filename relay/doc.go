@@ -17,11 +17,22 @@
 // noticed yet) at most one of them can write: the other's publish fails,
 // it reads the stream again and, finding a message of a later term (the
 // epoch in its Dbi header, the leader.Term's epoch), stops until its election
-// notices. Each term starts with one message of its own.
+// notices. Each term starts with one message of its own; once it is stored,
+// the deposed leader can publish nothing more, and a source that another
+// process may still hold (a Postgres permanent slot whose walsender a
+// frozen leader keeps: pginformer.Source.TakeOverSlot) is taken over from
+// it at once rather than after the server's wal_sender_timeout. Elections
+// depose a frozen leader within their lease (leader.DefaultLease).
 //
 // A new leader reads the stream back (one pass: the stream keeps one
 // message per key) and resumes the source's watch from the last version
-// the stream holds completely: no gap and no duplicate. A group of changes
+// the stream holds completely: no gap and no duplicate. A source that
+// parks state between watches (core.Restorer: a Postgres table over a
+// permanent slot) is first handed the stream's keys at that version, so
+// that a process that never listed it resumes from its slot — no relist,
+// no temporary slot. Only where the source no longer holds the changes
+// (the slot was dropped or moved past the version) does the new leader
+// relist, and it logs why. A group of changes
 // that a dead leader left half-published is closed with an abort message
 // (downstreams drop what they hold of it) and its keys are published again
 // from a relist of the source. A source watch that expires (etcd
@@ -106,12 +117,17 @@
 // watch that finds a group incomplete or missing (a later change of a key
 // removed its message before the watch read it: it fell behind a busy
 // key) catches up instead of expiring: it reads on, keeping each key's
-// last change, to a commit point at or past the stream's last sequence
-// as read after the last gap it saw (every message that removed one it
-// missed is then read), and delivers those changes as one batch at that
-// point's version, as a relist's group is delivered. It reads what a
-// relist would read after the gap, without reading the whole stream or
-// having the informer compare its whole cache. A position the stream no
+// last change, and notes for each such hole the stream's last sequence as
+// read after it (every message that removed one it missed is at or before
+// it). At the end of every batch it delivers the changes it kept, as a
+// relist's group is delivered, and a Bookmark at the last version
+// complete before the oldest hole whose messages it has not read up to:
+// a target fixed per hole, so that under writes that never pause the
+// informer keeps applying and its version trails the stream by about as
+// far as the watch is behind, not by as long as the writes last. A cache
+// may then hold a key's change newer than its version (never an older
+// one). It reads what a relist would read after the gap, without reading
+// the whole stream or having the informer compare its whole cache. A position the stream no
 // longer holds at all (a Watch from a version whose messages are gone,
 // the stream purged) is core.ErrExpired: the informer relists from the
 // stream, never from the source. WaitFor of a source version that touched no

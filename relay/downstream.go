@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
@@ -26,6 +25,9 @@ type DownstreamOptions[T any] struct {
 	// send a Bookmark (natsinformer.EventStreamOptions.IdleCheck); zero
 	// means 5s.
 	IdleCheck time.Duration
+	// Metrics receives the Downstream's own counters (its informer's go
+	// through core.InformerMetrics); nil means none.
+	Metrics DownstreamMetrics
 }
 
 // Downstream is a core.ListerWatcher over a relay's stream whose resource
@@ -39,9 +41,11 @@ type Downstream[T any] struct {
 	source string
 	codec  core.Codec[T]
 	log    *slog.Logger
+	met    DownstreamMetrics
 
-	mu     sync.Mutex
-	parked *downPark
+	mu       sync.Mutex
+	parked   *downPark
+	catchUps catchUpStats // since the last summary logged
 }
 
 // downPark remembers the stream sequence of the commit point at which
@@ -55,6 +59,7 @@ var (
 	_ core.ProgressReporter       = (*Downstream[int])(nil)
 	_ core.ProgressIntervaler     = (*Downstream[int])(nil)
 	_ core.HealWaiter             = (*Downstream[int])(nil)
+	_ core.CodecProvider[int]     = (*Downstream[int])(nil)
 	_ natsinformer.Reducer[entry] = (*Downstream[int])(nil).reduce
 )
 
@@ -73,7 +78,10 @@ func NewDownstream[T any](ctx context.Context, js jetstream.JetStream, stream, p
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	d := &Downstream[T]{stream: st, prefix: prefix, codec: opts.Codec, log: log,
+	if opts.Metrics == nil {
+		opts.Metrics = NoopMetrics{}
+	}
+	d := &Downstream[T]{stream: st, prefix: prefix, codec: opts.Codec, log: log, met: opts.Metrics,
 		source: fmt.Sprintf("relay stream %q", stream)}
 	d.es, err = natsinformer.NewEventStream(ctx, js, stream, natsinformer.EventStreamOptions[entry]{
 		// The stream holds each key's last change: the informer's cache
@@ -108,6 +116,11 @@ func (d *Downstream[T]) ReportsProgress() bool { return true }
 
 // ProgressInterval is the idle check's: see natsinformer.
 func (d *Downstream[T]) ProgressInterval() time.Duration { return d.es.ProgressInterval() }
+
+// Codec is the one the Downstream decodes with (core.CodecProvider):
+// an informer with checkpoints over it saves its objects with the same,
+// with no option to set by hand.
+func (d *Downstream[T]) Codec() core.Codec[T] { return d.codec }
 
 // WaitHealed is the event stream's: an informer backing off after the NATS
 // connection dropped retries as soon as it is back, not at the end of its
@@ -345,11 +358,11 @@ func (d *Downstream[T]) at(ctx context.Context, seq uint64) (entry, error) {
 // A group that lost a message (a later change of its key removed it
 // before this watch read it) or a group missing altogether starts a
 // catch-up (see catchUp) instead of expiry: the watch goes on reading,
-// keeping each key's last change, until it is past every message that
-// superseded one it missed, and delivers them as one batch at the version
-// where it stops. A relist would read the same messages (the stream holds
-// one per key) and more: all of the stream, and the informer's whole cache
-// compared with it.
+// keeping each key's last change, and confirms each version once it is
+// past every message that superseded one it missed before that version.
+// A relist would read the same messages (the stream holds one per key)
+// and more: all of the stream, and the informer's whole cache compared
+// with it.
 type translator[T any] struct {
 	ctx  context.Context // the watch's
 	d    *Downstream[T]
@@ -368,121 +381,6 @@ type translator[T any] struct {
 	pendingRelist bool
 	cu            *catchUp[T] // nil unless catching up
 	out           []core.Event[T]
-}
-
-// catchUp is a watch past a gap: messages it did not read were removed by
-// later messages of the same subjects, which were stored before the watch
-// saw the gap. Reading on, it keeps each key's last change; at a commit
-// point (progress, or the last message of a group read whole) at or past
-// the stream's last sequence as read after the latest gap seen, every
-// message that superseded a missed one has been read, and the changes
-// kept are the difference between what was delivered and the source at
-// that point's version.
-type catchUp[T any] struct {
-	events map[string]core.Event[T] // key -> its last change read; RV its version until delivered
-	order  []string                 // keys in the order first seen
-	seenV  uint64                   // version of the last group of changes read (or delivered)
-	gaps   int                      // gaps seen, for the log
-
-	stale bool   // a gap was seen since head was read
-	head  uint64 // the stream's last sequence, read after the gaps seen
-
-	inGroup bool   // reading a group's messages
-	gV      uint64 // its version
-	gNext   uint64 // the index expected next
-	gWhole  bool   // every message of it so far was read
-}
-
-func (c *catchUp[T]) put(ev core.Event[T]) {
-	if _, ok := c.events[ev.Key]; !ok {
-		c.order = append(c.order, ev.Key)
-	}
-	c.events[ev.Key] = ev
-}
-
-// gap starts a catch-up, or notes one more gap in it; the pending group
-// (incomplete) is kept in it.
-func (t *translator[T]) gap() {
-	if t.cu == nil {
-		t.cu = &catchUp[T]{events: map[string]core.Event[T]{}, seenV: t.lastChange}
-		if len(t.pending) > 0 {
-			for _, ev := range t.pending {
-				t.cu.put(ev)
-			}
-			t.cu.seenV = max(t.cu.seenV, t.pendingV)
-			t.drop()
-		}
-	}
-	t.cu.stale = true
-	t.cu.gaps++
-}
-
-// catchKey reads one key message during a catch-up.
-func (t *translator[T]) catchKey(e entry) error {
-	c := t.cu
-	if c.inGroup && e.version != c.gV {
-		t.gap() // the group before did not end
-		c.inGroup = false
-	}
-	if !c.inGroup {
-		if e.prev > c.seenV {
-			t.gap() // a group went missing altogether
-		}
-		// A group whose start the watch did not read is not whole.
-		c.inGroup, c.gV, c.gNext, c.gWhole = true, e.version, 0, e.version != c.seenV
-	}
-	if e.index != c.gNext {
-		c.gWhole = false
-	}
-	c.gNext = e.index + 1
-	c.put(t.d.event(core.Added, e, core.ResourceVersion(e.version)))
-	c.seenV = max(c.seenV, e.version)
-	if e.index+1 < e.count {
-		return nil
-	}
-	c.inGroup = false
-	if !c.gWhole {
-		t.gap()
-		return nil
-	}
-	return t.catchPoint(e.version, e.seq, e.version)
-}
-
-// catchPoint ends the catch-up at a commit point (version v, sequence
-// seq; change is the version of the last group of changes at or before
-// it) if it is past every message that superseded one the watch missed.
-func (t *translator[T]) catchPoint(v, seq, change uint64) error {
-	c := t.cu
-	if v <= t.lastV {
-		return nil
-	}
-	if c.stale {
-		last, ok, err := t.d.last(t.ctx)
-		if err != nil {
-			return fmt.Errorf("%s: read the stream's last sequence to catch up over superseded messages: %w", t.d.source, err)
-		}
-		c.stale, c.head = false, 0
-		if ok {
-			c.head = last.seq
-		}
-	}
-	if seq < c.head {
-		return nil
-	}
-	// Delivered like a relist's group: right after the last version
-	// delivered, then a bookmark at v.
-	rv := core.ResourceVersion(t.lastV + 1)
-	for _, key := range c.order {
-		ev := c.events[key]
-		ev.RV = rv
-		t.out = append(t.out, ev)
-	}
-	t.out = append(t.out, core.Event[T]{Type: core.Bookmark, RV: core.ResourceVersion(v)})
-	t.d.log.Info("relay downstream caught up over superseded messages instead of relisting",
-		"stream", t.d.source, "from", t.lastV, "to", v, "gaps", c.gaps, "keys", len(c.order))
-	t.lastV, t.lastSeq, t.lastChange = v, seq, max(t.lastChange, c.seenV, change)
-	t.cu = nil
-	return nil
 }
 
 func (t *translator[T]) flush() {
@@ -512,40 +410,6 @@ func (t *translator[T]) drop() {
 	t.pending = t.pending[:0]
 }
 
-// catch reads one message during a catch-up.
-func (t *translator[T]) catch(e entry) error {
-	c := t.cu
-	switch e.kind {
-	case kindProgress:
-		if c.inGroup {
-			t.gap() // the group before did not end
-			c.inGroup = false
-		}
-		if e.prev > c.seenV {
-			t.gap() // a group went missing altogether
-		}
-		return t.catchPoint(e.version, e.seq, e.prev)
-	case kindAbort:
-		// What was read of the aborted group is dropped; the next term
-		// republishes its keys (relay.term).
-		for key, ev := range c.events {
-			if uint64(ev.RV) == e.version {
-				delete(c.events, key)
-				c.order = slices.DeleteFunc(c.order, func(k string) bool { return k == key })
-			}
-		}
-		if c.inGroup && c.gV == e.version {
-			c.inGroup = false
-		}
-	case kindKey:
-		if e.version <= t.lastV {
-			return nil // already delivered
-		}
-		return t.catchKey(e)
-	}
-	return nil
-}
-
 func (t *translator[T]) take(batch []core.Event[entry]) error {
 	t.out = t.out[:0]
 	for _, ev := range batch {
@@ -555,6 +419,15 @@ func (t *translator[T]) take(batch []core.Event[entry]) error {
 			if len(t.pending) == 0 && t.cu == nil && t.lastV > 0 {
 				t.out = append(t.out, core.Event[T]{Type: core.Bookmark, RV: core.ResourceVersion(t.lastV)})
 			}
+			if t.cu != nil {
+				// Read up to the head: every hole seen is mended.
+				for i := range t.cu.holes {
+					if t.cu.holes[i].head == 0 {
+						t.cu.holes[i].head = uint64(ev.RV)
+					}
+				}
+				t.cu.mend(uint64(ev.RV))
+			}
 			continue
 		}
 		if ev.Err != nil {
@@ -563,9 +436,7 @@ func (t *translator[T]) take(batch []core.Event[entry]) error {
 		}
 		e := ev.Object
 		if t.cu != nil {
-			if err := t.catch(e); err != nil {
-				return err
-			}
+			t.catch(e)
 			continue
 		}
 		switch e.kind {
@@ -573,9 +444,7 @@ func (t *translator[T]) take(batch []core.Event[entry]) error {
 			if len(t.pending) > 0 {
 				// The pending group lost its last messages.
 				t.gap()
-				if err := t.catch(e); err != nil {
-					return err
-				}
+				t.catch(e)
 				continue
 			}
 			if e.version > t.lastV {
@@ -595,9 +464,7 @@ func (t *translator[T]) take(batch []core.Event[entry]) error {
 				(len(t.pending) == 0 && e.prev > t.lastChange) || // a group is missing altogether
 				e.index != uint64(len(t.pending)) { // this group lost a message
 				t.gap()
-				if err := t.catch(e); err != nil {
-					return err
-				}
+				t.catch(e)
 				continue
 			}
 			// Added: the informer tells an add from an update by its cache.
@@ -608,16 +475,21 @@ func (t *translator[T]) take(batch []core.Event[entry]) error {
 			}
 		}
 	}
+	if t.cu != nil {
+		if err := t.settle(); err != nil {
+			return err
+		}
+	}
 	if len(t.out) == 0 {
 		if t.cu == nil || t.lastV == 0 {
 			return nil
 		}
-		// A catch-up delivers nothing until it ends, and the stream sends
-		// no bookmark while the watch is behind: a bookmark at the last
-		// version delivered tells the informer the watch is reading, or
-		// it would take a catch-up longer than its stuck-watch limit for
-		// a stuck watch and reopen it, which from a position whose
-		// messages are gone is expiry (a relist).
+		// A batch that confirmed nothing new during a catch-up, while the
+		// stream sends no bookmark (the watch is behind): a bookmark at
+		// the last version delivered tells the informer the watch is
+		// reading, or it could take a slow catch-up for a stuck watch and
+		// reopen it, which from a position whose messages are gone is
+		// expiry (a relist).
 		t.out = append(t.out, core.Event[T]{Type: core.Bookmark, RV: core.ResourceVersion(t.lastV)})
 	}
 	err := t.emit(t.out)

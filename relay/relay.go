@@ -48,6 +48,8 @@ type Options[T any] struct {
 	// Logger receives the relay's transitions and errors; nil discards
 	// them.
 	Logger *slog.Logger
+	// Metrics receives the relay's counters; nil means none.
+	Metrics Metrics
 }
 
 // Relay reads one source ListerWatcher while its process is the leader
@@ -87,6 +89,9 @@ func New[T any](ctx context.Context, js jetstream.JetStream, src core.ListerWatc
 	}
 	if opts.MaxInFlight == 0 {
 		opts.MaxInFlight = DefaultMaxInFlight
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = NoopMetrics{}
 	}
 	log := opts.Logger
 	if log == nil {
@@ -145,7 +150,11 @@ func (r *Relay[T]) lead(ctx context.Context, t leader.Term) error {
 		r.durable.GateAcknowledgements(true)
 	}
 	r.leading.Store(true)
-	defer r.leading.Store(false)
+	r.opts.Metrics.Leading(true, t.Epoch)
+	defer func() {
+		r.leading.Store(false)
+		r.opts.Metrics.Leading(false, t.Epoch)
+	}()
 	backoff := 100 * time.Millisecond
 	var ts termState
 	for {
@@ -164,6 +173,7 @@ func (r *Relay[T]) lead(ctx context.Context, t leader.Term) error {
 			return nil
 		}
 		r.log.Warn("relay restarts from the stream", "relay", r.source, "err", err, "retry_in", backoff)
+		r.opts.Metrics.TermRestarted(err)
 		tm := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
@@ -191,6 +201,7 @@ type state struct {
 	lastChange uint64              // the version of the last complete group of changes sent
 	hashes     map[string][32]byte // key -> hash of its last put (absent: deleted or never)
 	late       map[string]bool     // non-nil: the stream may lack a message (lateWrites); relist first, republishing these keys
+	puts       []entry             // the stream's puts as read, for the source's Restore; dropped once used
 }
 
 // read rebuilds the state from the stream; it reports the unfinished group
@@ -219,6 +230,7 @@ func (r *Relay[T]) read(ctx context.Context, epoch uint64, wrote bool) (*state, 
 		}
 		if e.kind == kindKey && e.op == opPut {
 			st.hashes[e.key] = sha256.Sum256(e.data)
+			st.puts = append(st.puts, e)
 		}
 	}
 	// Any later epoch, not only the last message's: a deposed relay's
@@ -321,6 +333,16 @@ func (r *Relay[T]) term(ctx context.Context, t leader.Term, ts *termState) (err 
 	if err := p.send(st, []*nats.Msg{first}, st.committed); err != nil {
 		return err
 	}
+	if err := r.takeOver(p); err != nil {
+		return err
+	}
+	if !relist {
+		relist, err = r.restore(p.ctx, st)
+		if err != nil {
+			return err
+		}
+	}
+	st.puts = nil
 	r.log.Info("relay term starts", "relay", r.source, "epoch", t.Epoch, "from", st.committed, "relist", relist)
 	for {
 		if relist {
@@ -476,6 +498,7 @@ func (r *Relay[T]) relist(ctx context.Context, p *pipeline, st *state, force map
 		return err
 	}
 	r.relists.Add(1)
+	r.opts.Metrics.Relisted(len(changes), len(objs))
 	r.log.Info("relay published a relist of the source", "relay", r.source, "version", ver, "changed", len(changes), "listed", len(objs))
 	return nil
 }
@@ -565,4 +588,5 @@ func (r *Relay[T]) acknowledge(v uint64) {
 	if r.durable != nil {
 		r.durable.AcknowledgeDurable(core.ResourceVersion(v))
 	}
+	r.opts.Metrics.Stored(core.ResourceVersion(v))
 }

@@ -26,24 +26,13 @@ import (
 //
 // One header rather than one per field: every downstream consumer parses
 // every message's headers (nats.go builds a map entry and strings for
-// each), which made them the largest cost of a downstream watch. Streams
-// written before carry the fields as the separate headers below (legacy*),
-// which parse still reads.
+// each), which made them the largest cost of a downstream watch.
 const (
 	hdrMeta  = "Dbi"
 	hdrError = "Dbi-Error" // on an "err" key message: why the source could not decode the object
 
 	flagCommit = "commit"
 	flagRelist = "relist"
-
-	legacyVersion = "Dbi-Version"
-	legacyPrev    = "Dbi-Prev"
-	legacyEpoch   = "Dbi-Epoch"
-	legacyOp      = "Dbi-Op"
-	legacyCommit  = "Dbi-Commit"
-	legacyRelist  = "Dbi-Relist"
-	legacyIndex   = "Dbi-Index"
-	legacyCount   = "Dbi-Count"
 )
 
 // Operations of key messages (hdrMeta's fourth field).
@@ -127,18 +116,6 @@ func (e entry) committed() uint64 {
 	return e.prev
 }
 
-func headerUint(h nats.Header, name string) (uint64, error) {
-	v := h.Get(name)
-	if v == "" {
-		return 0, fmt.Errorf("header %s is missing", name)
-	}
-	n, err := strconv.ParseUint(v, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("header %s=%q is not a number", name, v)
-	}
-	return n, nil
-}
-
 // parse reads a relayed message; prefix is the subject prefix.
 func parse(prefix, subject string, seq uint64, h nats.Header, data []byte) (entry, error) {
 	e := entry{seq: seq}
@@ -160,13 +137,11 @@ func parse(prefix, subject string, seq uint64, h nats.Header, data []byte) (entr
 	default:
 		return e, fmt.Errorf("subject %q sequence %d: not a relay subject", subject, seq)
 	}
-	var err error
-	if meta := h.Get(hdrMeta); meta != "" {
-		err = e.parseMeta(meta)
-	} else {
-		err = e.parseLegacy(h)
+	meta := h.Get(hdrMeta)
+	if meta == "" {
+		return e, fmt.Errorf("subject %q sequence %d: header %s is missing (was it written by something other than a relay?)", subject, seq, hdrMeta)
 	}
-	if err != nil {
+	if err := e.parseMeta(meta); err != nil {
 		return e, fmt.Errorf("subject %q sequence %d: %w", subject, seq, err)
 	}
 	if e.kind != kindKey {
@@ -240,34 +215,6 @@ func (e *entry) parseMeta(meta string) error {
 		default:
 			return bad("unknown flag %q", f)
 		}
-	}
-	return nil
-}
-
-// parseLegacy reads the separate headers of streams written before
-// hdrMeta into e, whose kind is set.
-func (e *entry) parseLegacy(h nats.Header) error {
-	var err error
-	if e.version, err = headerUint(h, legacyVersion); err != nil {
-		return fmt.Errorf("%w (header %s is missing too: was it written by something other than a relay?)", err, hdrMeta)
-	}
-	if e.prev, err = headerUint(h, legacyPrev); err != nil {
-		return err
-	}
-	if e.epoch, err = headerUint(h, legacyEpoch); err != nil {
-		return err
-	}
-	if e.kind != kindKey {
-		return nil
-	}
-	e.op = h.Get(legacyOp)
-	e.commit = h.Get(legacyCommit) == "1"
-	e.relist = h.Get(legacyRelist) == "1"
-	if e.index, err = headerUint(h, legacyIndex); err != nil {
-		return err
-	}
-	if e.count, err = headerUint(h, legacyCount); err != nil {
-		return err
 	}
 	return nil
 }

@@ -27,17 +27,13 @@ func TestWireRoundTrip(t *testing.T) {
 			want: entry{kind: kindKey, key: "a.b", op: opPut, version: 30, prev: 20, epoch: 2, index: 1, count: 3, data: []byte("x")}},
 		{name: "last of a relist", msg: message(key, 30, 20, 2, keyMeta(nil, opDel, 2, 3, true, true)),
 			want: entry{kind: kindKey, key: "a.b", op: opDel, version: 30, prev: 20, epoch: 2, index: 2, count: 3, commit: true, relist: true}},
-		{name: "legacy put", msg: legacy(key, map[string]string{legacyVersion: "30", legacyPrev: "20", legacyEpoch: "2", legacyOp: opPut, legacyIndex: "2", legacyCount: "3", legacyCommit: "1"}),
-			want: entry{kind: kindKey, key: "a.b", op: opPut, version: 30, prev: 20, epoch: 2, index: 2, count: 3, commit: true, data: []byte{}}},
-		{name: "legacy progress", msg: legacy(prefix+".progress", map[string]string{legacyVersion: "30", legacyPrev: "20", legacyEpoch: "2"}),
-			want: entry{kind: kindProgress, version: 30, prev: 20, epoch: 2}},
-		{name: "no header", msg: nats.NewMsg(key), wantErr: "header Dbi-Version is missing (header Dbi is missing too"},
-		{name: "bad number", msg: legacy(key, map[string]string{hdrMeta: "30 x 2 put 0 1"}), wantErr: `header Dbi="30 x 2 put 0 1": prev "x" is not a number`},
-		{name: "short", msg: legacy(key, map[string]string{hdrMeta: "30 20 2 put 0"}), wantErr: `count "" is not a number`},
-		{name: "bad flag", msg: legacy(key, map[string]string{hdrMeta: "30 20 2 put 0 1 done"}), wantErr: `unknown flag "done"`},
-		{name: "progress with key fields", msg: legacy(prefix+".progress", map[string]string{hdrMeta: "30 20 2 put 0 1"}), wantErr: `unexpected fields "put 0 1"`},
-		{name: "bad op", msg: legacy(key, map[string]string{hdrMeta: "30 20 2 upsert 0 1"}), wantErr: `unknown operation "upsert"`},
-		{name: "index past count", msg: legacy(key, map[string]string{hdrMeta: "30 20 2 put 1 1"}), wantErr: "index 1 is not below count 1"},
+		{name: "no header", msg: nats.NewMsg(key), wantErr: "header Dbi is missing"},
+		{name: "bad number", msg: headers(key, map[string]string{hdrMeta: "30 x 2 put 0 1"}), wantErr: `header Dbi="30 x 2 put 0 1": prev "x" is not a number`},
+		{name: "short", msg: headers(key, map[string]string{hdrMeta: "30 20 2 put 0"}), wantErr: `count "" is not a number`},
+		{name: "bad flag", msg: headers(key, map[string]string{hdrMeta: "30 20 2 put 0 1 done"}), wantErr: `unknown flag "done"`},
+		{name: "progress with key fields", msg: headers(prefix+".progress", map[string]string{hdrMeta: "30 20 2 put 0 1"}), wantErr: `unexpected fields "put 0 1"`},
+		{name: "bad op", msg: headers(key, map[string]string{hdrMeta: "30 20 2 upsert 0 1"}), wantErr: `unknown operation "upsert"`},
+		{name: "index past count", msg: headers(key, map[string]string{hdrMeta: "30 20 2 put 1 1"}), wantErr: "index 1 is not below count 1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e, err := parse(prefix, tc.msg.Subject, 7, tc.msg.Header, tc.msg.Data)
@@ -65,7 +61,7 @@ func withData(m *nats.Msg, data string) *nats.Msg {
 	return m
 }
 
-func legacy(subject string, h map[string]string) *nats.Msg {
+func headers(subject string, h map[string]string) *nats.Msg {
 	m := nats.NewMsg(subject)
 	for k, v := range h {
 		m.Header.Set(k, v)

@@ -108,7 +108,11 @@
 // informer reports the error through its error handler and its sync status
 // and watches again from the last revision it applied, without relisting;
 // each Watch has a gRPC stream of its own, so a reopened watch is not held
-// by the silent stream of another. If it is not answered for
+// by the silent stream of another. For 30s after a member was found silent
+// so, a watch whose stream goes to it (its first response, the created
+// notification, names the member) or that hears nothing within 300ms
+// leaves at once for a new stream, which the client balances onto the
+// next member (up to four times). If it is not answered for
 // core.StuckIntervals intervals, the informer ends it itself
 // (core.ErrWatchStuck). A negative Options.ProgressInterval turns this off.
 //
@@ -118,7 +122,11 @@
 // has no other; the informer's sync status, and WaitForCacheSync's timeout,
 // then name that cause. A Prefix is a core.HealWaiter: while the informer
 // backs off after a failure, it reads the head revision (every 100ms,
-// growing to 1s) and retries as soon as etcd answers again.
+// growing to 1s) and retries as soon as etcd answers again — at once too
+// when etcd answers the first read after a failure that looked like an
+// outage, however it was worded (a killed member's reads end in "context
+// deadline exceeded", not "connection refused"): a member that restarted,
+// or a failure at the very instant of a heal, costs no backoff.
 //
 // # Server settings and permissions
 //

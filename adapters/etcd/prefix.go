@@ -75,6 +75,9 @@ type Prefix[T any] struct {
 	residue  *filter.Filter[T] // nil: unfiltered
 	progress time.Duration     // ProgressInterval; 0: off
 	answered atomic.Int64      // UnixNano of a watch's probe that the cluster answered
+	frozen   atomic.Uint64     // member ID of the last member found frozen (noteFrozen)
+	frozenAt atomic.Int64      // UnixNano of when it was
+	down     atomic.Int64      // UnixNano of the last failure that looked like an outage (noteFailure)
 }
 
 var (
@@ -197,6 +200,7 @@ func (p *Prefix[T]) failed(op string, err error) error {
 	if p.client.Ctx().Err() != nil {
 		return core.Permanent(fmt.Errorf("%s: %s: the etcd client was closed: %w", p.source, op, err))
 	}
+	p.noteFailure(err)
 	return fmt.Errorf("%s: %s: %w", p.source, op, err)
 }
 
@@ -284,10 +288,27 @@ func (p *Prefix[T]) Watch(ctx context.Context, from core.ResourceVersion, opts c
 	if ctx.Err() != nil {
 		return core.Stopped(ctx)
 	}
+	for try := 1; ; try++ {
+		var avoid uint64
+		if try <= reopenTries {
+			avoid = p.knownFrozen()
+		}
+		err := p.watchOnce(ctx, from, opts, avoid)
+		if !errors.Is(err, errOnFrozen) {
+			return err
+		}
+		p.log.DebugContext(ctx, "etcd watch reopened: its stream went to a member found frozen", "prefix", p.prefix, "member", fmt.Sprintf("%x", avoid), "try", try)
+	}
+}
+
+// watchOnce is one Watch on a gRPC stream of its own; avoid, when not
+// zero, is a member found frozen, which the watch leaves at once
+// (errOnFrozen) if its stream went there.
+func (p *Prefix[T]) watchOnce(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[T], avoid uint64) error {
 	// The metadata WithRequireLeader adds to wctx selects the gRPC stream
 	// of the watch; RequestProgress must use a context carrying it.
 	wctx, cancel := context.WithCancel(ownStream(clientv3.WithRequireLeader(ctx)))
-	w := &watch[T]{p: p, ctx: wctx, from: from, last: from}
+	w := &watch[T]{p: p, ctx: wctx, from: from, last: from, avoid: avoid}
 	defer func() {
 		cancel()
 		w.probes.Wait()
@@ -302,6 +323,7 @@ func (p *Prefix[T]) Watch(ctx context.Context, from core.ResourceVersion, opts c
 			clientv3.WithRev(int64(from)+1),
 			clientv3.WithPrevKV(),
 			clientv3.WithProgressNotify(),
+			clientv3.WithCreatedNotify(), // its header names the member (avoid)
 		)
 	})
 	p.log.DebugContext(ctx, "etcd watch", "prefix", p.prefix, "from", from)
@@ -330,6 +352,11 @@ type watch[T any] struct {
 	// liveness probes (see probe).
 	heard, asked time.Time
 	probes       sync.WaitGroup
+
+	// member is the etcd member that sent the last response; avoid is
+	// one found frozen that this watch must not stay on (0: none).
+	member, avoid uint64
+	created       bool // a response arrived
 }
 
 // progressRetry is how long a watch waits for the answer to a progress
@@ -355,6 +382,7 @@ func (w *watch[T]) run(opened <-chan clientv3.WatchChan, opts core.WatchOptions[
 	}()
 	w.heard = time.Now()
 	var probeC <-chan probeResult // a probe is running
+	createdC := w.createdDeadline()
 	request := func() error {
 		if w.asked.IsZero() {
 			w.asked = time.Now()
@@ -403,6 +431,8 @@ func (w *watch[T]) run(opened <-chan clientv3.WatchChan, opts core.WatchOptions[
 		case ch = <-opened:
 			opened = nil
 			continue
+		case <-createdC:
+			return errOnFrozen // no answer at all while a member is known frozen
 		case res := <-probeC:
 			probeC = nil
 			if w.atHead(res) {
@@ -428,6 +458,10 @@ func (w *watch[T]) run(opened <-chan clientv3.WatchChan, opts core.WatchOptions[
 		case resp, ok = <-ch:
 		}
 		w.heard = time.Now()
+		createdC = nil
+		if err := w.heardFrom(resp.Header.MemberId); err != nil {
+			return err
+		}
 		if !ok {
 			return p.failed(fmt.Sprintf("watch from revision %d", w.last+1), errors.New("watch channel closed"))
 		}

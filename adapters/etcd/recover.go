@@ -5,13 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
-	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/internal/heal"
 )
 
 const (
@@ -109,13 +113,53 @@ func (w *watch[T]) probed(res probeResult) error {
 		return w.p.failed(op, fmt.Errorf("etcd sent nothing for %v after a progress request, and a read of the head revision failed: %w", silent, res.err))
 	}
 	w.p.answered.Store(time.Now().UnixNano())
+	w.p.noteFrozen(w.member)
 	w.p.log.WarnContext(w.ctx, "etcd watch silent while the cluster answers: reopening it", "prefix", w.p.prefix, "after", w.last, "silent", silent, "head", res.rev)
 	return fmt.Errorf("%s: %s: etcd sent nothing for %v after a progress request while the cluster answers reads (head revision %d): the member serving the watch is frozen or unreachable", w.p.source, op, silent, res.rev)
 }
 
-// errNotDown is what WaitHealed returns when etcd answered its first read:
-// the failure being waited out was not an outage.
-var errNotDown = errors.New("etcdinformer: etcd answers: no outage to wait out")
+// errNotDown is what WaitHealed returns when etcd answered its first read
+// and nothing says it was down: the failure being waited out was not an
+// outage.
+var errNotDown = heal.ErrNotDown
+
+// downWindow is how recent a failure that looked like an outage must be
+// for a first read that succeeds to count as a heal (see WaitHealed).
+const downWindow = 30 * time.Second
+
+// noteFailure remembers a failure that looks like etcd, or the path to it,
+// being down (unreachable, no leader, a deadline run out on a member that
+// does not answer), for WaitHealed.
+func (p *Prefix[T]) noteFailure(err error) {
+	if outage(err) {
+		p.down.Store(time.Now().UnixNano())
+	}
+}
+
+// outage reports an error that a server being down or unreachable gives:
+// a client that cannot connect retries until its deadline, so "context
+// deadline exceeded" is what a read of a killed member says, not only
+// "connection refused".
+func outage(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, rpctypes.ErrNoLeader) || errors.Is(err, rpctypes.ErrGRPCNoLeader) {
+		return true
+	}
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded:
+		return true
+	}
+	return strings.Contains(err.Error(), "connection refused") || strings.Contains(err.Error(), "no leader")
+}
+
+// wasDown reports, once, a failure that looked like an outage within
+// downWindow: the read that succeeds at once after it is a heal (a
+// restarted member, a failure at the very instant the path came back).
+// Once only, so that failures that keep coming while etcd answers reads
+// climb the backoff after one immediate retry each.
+func (p *Prefix[T]) wasDown() bool {
+	d := p.down.Swap(0)
+	return d != 0 && time.Since(time.Unix(0, d)) < downWindow
+}
 
 // WaitHealed implements core.HealWaiter: an informer backing off after a
 // failed List or Watch runs it beside its sleep and retries at once when it
@@ -123,45 +167,90 @@ var errNotDown = errors.New("etcdinformer: etcd answers: no outage to wait out")
 //
 // It reads the head revision (as Head does, with RequireLeader, each read
 // bounded to 1s) at once, then after 100ms, growing to every second. It
-// returns nil when a read succeeds after at least one failed: etcd (or the
-// path to it, or a leader) was missing and is back. It returns an error
-// when the first read succeeds (retrying at once after failures the server
-// answers is what a backoff prevents; also, without a read, right after a
-// watch found the cluster answering while its own member was silent), an
-// error matching core.ErrPermanent
-// when the client was closed, and core.Stopped(ctx) when ctx ends first.
+// returns nil when a read succeeds after at least one failed (etcd, the
+// path to it or a leader was missing and is back), or when the first read
+// succeeds after a failure that looked like an outage however it was
+// worded ("context deadline exceeded" from a killed member, "connection
+// refused", "no leader": a member restarted, or the failure came at the
+// very instant of a heal). It returns an error when the first read
+// succeeds otherwise (retrying at once after failures the server answers
+// is what a backoff prevents; also, without a read, right after a watch
+// found the cluster answering while its own member was silent), an error
+// matching core.ErrPermanent when the client was closed, and
+// core.Stopped(ctx) when ctx ends first.
 func (p *Prefix[T]) WaitHealed(ctx context.Context) error {
-	if time.Since(time.Unix(0, p.answered.Load())) < probeTimeout {
+	if time.Since(time.Unix(0, p.answered.Load())) < probeTimeout && !p.wasDown() {
 		// A watch just ended because its member was silent while the
 		// cluster answered its probe: no outage. Not read again, so that
 		// the reopened watch's stream is not balanced back onto the
 		// silent member by a round robin that counts this read.
 		return errNotDown
 	}
-	delay := healFirstProbe
-	for reads := 0; ; reads++ {
-		rctx, cancel := context.WithTimeout(ctx, probeTimeout)
-		_, err := p.Head(rctx)
-		cancel()
-		switch {
-		case ctx.Err() != nil:
-			return core.Stopped(ctx)
-		case err == nil && reads == 0:
-			return errNotDown
-		case err == nil:
-			p.log.DebugContext(ctx, "etcd answers again", "prefix", p.prefix, "reads", reads+1)
-			return nil
-		case errors.Is(err, core.ErrPermanent):
-			return err
-		}
-		p.log.DebugContext(ctx, "etcd does not answer yet", "prefix", p.prefix, "error", err)
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return core.Stopped(ctx)
-		case <-t.C:
-		}
-		delay = min(delay*3/2, healMaxProbe)
+	err := heal.Wait(ctx, func(ctx context.Context) error {
+		_, err := p.Head(ctx)
+		return err
+	}, heal.Options{First: healFirstProbe, Max: healMaxProbe, Timeout: probeTimeout, What: "etcd", Log: p.log, Down: p.wasDown})
+	if err == nil {
+		p.down.Store(0) // this heal is taken: its failed reads do not count again
 	}
+	return err
+}
+
+const (
+	// frozenWindow is how long a member found frozen (its watch silent
+	// while the cluster answered) is avoided by reopened watches.
+	frozenWindow = 30 * time.Second
+	// createdWait is how long a watch opened while a member is known
+	// frozen waits for its first response (the created notification, at
+	// once from a live member) before taking its stream for one on the
+	// frozen member and opening another.
+	createdWait = 300 * time.Millisecond
+	// reopenTries bounds how many times a Watch reopens for that; after
+	// them it stays where its stream went (the silence check still runs).
+	reopenTries = 4
+)
+
+// errOnFrozen ends a watch whose stream went to a member found frozen:
+// Watch opens another stream, which the client balances onto the next
+// member, instead of waiting a second or more for the silence to show.
+var errOnFrozen = errors.New("etcdinformer: the watch's stream went to a member found frozen")
+
+// noteFrozen remembers member (0: unknown) as frozen.
+func (p *Prefix[T]) noteFrozen(member uint64) {
+	if member != 0 {
+		p.frozen.Store(member)
+		p.frozenAt.Store(time.Now().UnixNano())
+	}
+}
+
+// knownFrozen returns the member found frozen within frozenWindow, or 0.
+func (p *Prefix[T]) knownFrozen() uint64 {
+	if time.Since(time.Unix(0, p.frozenAt.Load())) < frozenWindow {
+		return p.frozen.Load()
+	}
+	return 0
+}
+
+// createdDeadline fires createdWait after the start of a watch that must
+// avoid a frozen member; nil otherwise.
+func (w *watch[T]) createdDeadline() <-chan time.Time {
+	if w.avoid == 0 {
+		return nil
+	}
+	return time.After(createdWait)
+}
+
+// heardFrom notes the member that sent a response, and ends a watch whose
+// first response came from the member it must avoid.
+func (w *watch[T]) heardFrom(member uint64) error {
+	if member != 0 {
+		w.member = member
+	}
+	if !w.created {
+		w.created = true
+		if w.avoid != 0 && member == w.avoid {
+			return errOnFrozen
+		}
+	}
+	return nil
 }

@@ -251,7 +251,7 @@ var errNotDown = errors.New("natsinformer: the NATS connection is up: no outage 
 // failure was not a lost connection, and the backoff stands), an error
 // matching core.ErrPermanent when the connection is closed, and
 // core.Stopped(ctx) when ctx ends first.
-func (r *reader) WaitHealed(ctx context.Context) error {
+func (r *streamReader) WaitHealed(ctx context.Context) error {
 	if r.nc == nil {
 		return errNotDown
 	}

@@ -31,7 +31,7 @@ import (
 // cheaper to reason about than nats.go's ordered consumer silently
 // recreating itself (it could skip past a purge without anyone noticing).
 type feed struct {
-	r    *reader
+	r    *streamReader
 	cons jetstream.Consumer
 	cc   jetstream.ConsumeContext
 	errs chan error
@@ -78,7 +78,7 @@ const (
 // window returns how many messages a new feed asks for at once: the
 // configured batch, or one sized by the stream's average message (from
 // the last stream info read).
-func (r *reader) window() int {
+func (r *streamReader) window() int {
 	if r.batch > 0 {
 		return r.batch
 	}
@@ -92,7 +92,7 @@ func (r *reader) window() int {
 // openFeed creates the consumer (retrying what a cluster recovers from:
 // the consumer's name makes a repeated create idempotent) and starts
 // consuming.
-func (r *reader) openFeed(ctx context.Context, cfg jetstream.ConsumerConfig) (*feed, error) {
+func (r *streamReader) openFeed(ctx context.Context, cfg jetstream.ConsumerConfig) (*feed, error) {
 	cfg.Name = consumerName()
 	cfg.AckPolicy = jetstream.AckNonePolicy
 	cfg.MemoryStorage = true
@@ -309,7 +309,7 @@ func (f *feed) close() {
 
 func (f *feed) deleteConsumer() { f.r.deleteConsumer(f.cons.CachedInfo().Name) }
 
-func (r *reader) deleteConsumer(name string) {
+func (r *streamReader) deleteConsumer(name string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_ = r.stream.DeleteConsumer(ctx, name)
@@ -336,7 +336,7 @@ const (
 // for one on the connected server (see relocateMin): none when ci is on
 // it already, the feed is short, or the connected server holds no current
 // replica of the stream.
-func (r *reader) relocations(ci *jetstream.ConsumerInfo) int {
+func (r *streamReader) relocations(ci *jetstream.ConsumerInfo) int {
 	if ci.NumPending < r.relocateAt || r.local(ci) || !r.localReplica() {
 		return 0
 	}
@@ -345,7 +345,7 @@ func (r *reader) relocations(ci *jetstream.ConsumerInfo) int {
 
 // local reports whether the consumer runs on the connected server (or
 // the stream is not clustered, which is the same).
-func (r *reader) local(ci *jetstream.ConsumerInfo) bool {
+func (r *streamReader) local(ci *jetstream.ConsumerInfo) bool {
 	if ci.Cluster == nil || ci.Cluster.Leader == "" || r.nc == nil {
 		return true
 	}
@@ -355,7 +355,7 @@ func (r *reader) local(ci *jetstream.ConsumerInfo) bool {
 // localReplica reports whether the connected server holds a current,
 // online replica of the stream (from the last stream info read): only
 // then can a consumer be placed there.
-func (r *reader) localReplica() bool {
+func (r *streamReader) localReplica() bool {
 	si := r.stream.CachedInfo()
 	if si == nil || si.Cluster == nil || r.nc == nil {
 		return false

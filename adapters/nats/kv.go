@@ -61,7 +61,7 @@ type KVOptions[T any] struct {
 // KV lists and watches the keys of one JetStream key-value bucket. The
 // resource version is the bucket's stream sequence (the KV revision).
 type KV[T any] struct {
-	reader
+	streamReader
 	bucket  string
 	subject string // "$KV.<bucket>.<Prefix>"
 	codec   core.Codec[T]
@@ -310,7 +310,7 @@ func (k *KV[T]) Watch(ctx context.Context, from core.ResourceVersion, opts core.
 	if a.revs == nil {
 		a.revs = make(map[string]uint64)
 	}
-	return watch[T](ctx, &k.reader, uint64(from), a, opts)
+	return watch[T](ctx, &k.streamReader, uint64(from), a, opts)
 }
 
 func (k *KV[T]) park(rv uint64, revs map[string]uint64) {

@@ -17,4 +17,4 @@ var (
 // each IdleCheck without messages and reopens a watch that answers none
 // for core.StuckIntervals of them (a frozen server, a consumer that stopped
 // delivering). A negative IdleCheck turns that off too.
-func (r *reader) ProgressInterval() time.Duration { return max(r.idle, 0) }
+func (r *streamReader) ProgressInterval() time.Duration { return max(r.idle, 0) }

@@ -42,7 +42,7 @@ func TestFeedMovesConsumerToConnectedServer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var r reader
+	var r streamReader
 	r.init(js, st, "stream PLACE", "place.>", 0, -1, nil)
 	r.relocateAt = 1
 	for !r.localReplica() {

@@ -86,7 +86,7 @@ type EventStreamOptions[S any] struct {
 // EventStream lists and watches entities folded from a JetStream stream of
 // events. The resource version is the stream sequence.
 type EventStream[S any] struct {
-	reader
+	streamReader
 	opts    EventStreamOptions[S]
 	residue *filter.Filter[S] // nil: unfiltered
 
@@ -275,7 +275,7 @@ func (s *EventStream[S]) Watch(ctx context.Context, from core.ResourceVersion, o
 	f := &folder[S]{es: s}
 	if s.opts.Stateless {
 		// Nothing to rebuild: the watch starts at from.
-		return watch[S](ctx, &s.reader, uint64(from), f, opts)
+		return watch[S](ctx, &s.streamReader, uint64(from), f, opts)
 	}
 	s.mu.Lock()
 	if p := s.parked; p != nil && p.rv == uint64(from) {
@@ -302,7 +302,7 @@ func (s *EventStream[S]) Watch(ctx context.Context, from core.ResourceVersion, o
 			}
 		}
 	}
-	return watch[S](ctx, &s.reader, uint64(from), f, opts)
+	return watch[S](ctx, &s.streamReader, uint64(from), f, opts)
 }
 
 func (s *EventStream[S]) park(rv uint64, state map[string]S) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -40,7 +41,7 @@ type applier[T any] interface {
 // after the other, turned into batches by an applier, with bookmarks at the
 // stream's head when nothing the filter matches is pending.
 type tail[T any] struct {
-	r    *reader
+	r    *streamReader
 	a    applier[T]
 	emit func([]core.Event[T]) error
 	f    *feed
@@ -67,7 +68,7 @@ const (
 )
 
 // watch runs one Watch: see core.ListerWatcher.
-func watch[T any](ctx context.Context, r *reader, from uint64, a applier[T], opts core.WatchOptions[T]) error {
+func watch[T any](ctx context.Context, r *streamReader, from uint64, a applier[T], opts core.WatchOptions[T]) error {
 	if opts.Emit == nil {
 		return fmt.Errorf("%s: WatchOptions.Emit is required", r.source)
 	}
@@ -126,11 +127,8 @@ func (w *tail[T]) run(ctx context.Context, progress <-chan struct{}) error {
 func (w *tail[T]) open(ctx context.Context) error {
 	from := w.pos
 	reconnects := reconnectCount(w.r.nc) // before the state it vouches for is read
-	info, err := w.r.info(ctx)
+	info, err := w.stateAt(ctx, from)
 	if err != nil {
-		return fmt.Errorf("%s: read stream state to watch from %d: %w", w.r.source, from, err)
-	}
-	if err := w.r.id.check(w.r.source, info); err != nil {
 		return err
 	}
 	if err := checkPosition(w.r.source, info.State, from, w.a.complete()); err != nil {
@@ -175,6 +173,42 @@ func (w *tail[T]) checkLost(ctx context.Context, first uint64) error {
 		return fmt.Errorf("%s: at sequence %d: %s: %w", w.r.source, w.pos, why, core.ErrExpired)
 	}
 	return nil
+}
+
+// stateAt reads the stream's state to watch from from. A last sequence
+// before from with the stream's creation time unchanged is a stale answer
+// (a leader just elected, or lagging the node that delivered up to from:
+// the same stream never loses its last sequence), read again with
+// backoff rather than taken for a stream created anew.
+func (w *tail[T]) stateAt(ctx context.Context, from uint64) (*jetstream.StreamInfo, error) {
+	wait := 20 * time.Millisecond
+	for try := 1; ; try++ {
+		same := w.r.id.known()
+		info, err := w.r.info(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("%s: read stream state to watch from %d: %w", w.r.source, from, err)
+		}
+		if err := w.r.id.check(w.r.source, info); err != nil {
+			return nil, err
+		}
+		if !same || info.State.LastSeq >= from {
+			return info, nil
+		}
+		level := slog.LevelDebug
+		if try%10 == 0 {
+			level = slog.LevelWarn // not a blip: say so
+		}
+		w.r.log.Log(ctx, level, "stream head read behind the watch's position from a lagging leader; reading it again",
+			"stream", w.r.source, "head", info.State.LastSeq, "position", from, "tries", try)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+		wait = min(2*wait, time.Second)
+	}
 }
 
 // checkPosition: Watch(from) needs every message after from. A first
@@ -376,6 +410,7 @@ func (w *tail[T]) head(ctx context.Context, requested bool) (done bool, err erro
 	if err != nil {
 		return false, fmt.Errorf("%s: read stream state at sequence %d: %w", w.r.source, w.pos, err)
 	}
+	same := w.r.id.known()
 	if err := w.r.id.check(w.r.source, info); err != nil {
 		return false, err
 	}
@@ -384,6 +419,15 @@ func (w *tail[T]) head(ctx context.Context, requested bool) (done bool, err erro
 	}
 	w.reconnects = reconnects
 	last := info.State.LastSeq
+	if last < w.pos && same {
+		// The same stream (its creation time unchanged) cannot have lost
+		// messages the consumer delivered: the answer came from a leader
+		// that had not stored them yet (one just elected, lagging the node
+		// the consumer reads). Read it again later, as for a head the
+		// consumer has not reached.
+		w.r.log.Debug("stream head read behind the watch's position from a lagging leader; reading it again", "stream", w.r.source, "head", last, "position", w.pos)
+		return !requested, nil
+	}
 	if last < w.pos {
 		return false, fmt.Errorf("%s: the stream's last sequence %d is before the watch's position %d (was it deleted and created again?): %w", w.r.source, last, w.pos, core.ErrExpired)
 	}

@@ -31,7 +31,7 @@ func TestFeedWindowFollowsMessageSize(t *testing.T) {
 				t.Fatalf("publish %d: %v", i, err)
 			}
 		}
-		var r reader
+		var r streamReader
 		r.init(js, st, name, name+".>", batch, -1, nil)
 		if _, err := r.info(ctx); err != nil {
 			t.Fatal(err)

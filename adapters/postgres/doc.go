@@ -70,7 +70,7 @@
 // the watch's Emit returns. With no change pending the position follows
 // the server's keepalives, so WAL of unpublished tables or an idle database
 // does not pile up, and watches emit Bookmarks at it (read-your-writes with
-// WaitFor(pg_current_wal_lsn()) works for writes to other tables too). A
+// WaitFor(CommitToken(...)) works for writes to other tables too). A
 // progress request (core.ProgressReporter) asks the server for a keepalive.
 //
 // # A silent connection

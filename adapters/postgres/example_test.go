@@ -8,7 +8,6 @@ import (
 	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/filter"
-	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -19,7 +18,7 @@ type User struct {
 }
 
 // Example keeps an indexed, typed cache of a table, and reads its own
-// write with WaitFor(pg_current_wal_lsn()).
+// write with WaitFor(pginformer.CommitToken(...)).
 func Example() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -62,11 +61,11 @@ func Example() {
 	if _, err := db.Exec(ctx, `INSERT INTO users VALUES (1, 'Ada Lovelace', true), (2, 'Charles Babbage', false)`); err != nil {
 		panic(err)
 	}
-	var lsn pglogrepl.LSN
-	if err := db.QueryRow(ctx, `SELECT pg_current_wal_lsn()`).Scan(&lsn); err != nil {
+	lsn, err := pginformer.CommitToken(ctx, db) // after the commit: right under any synchronous_commit
+	if err != nil {
 		panic(err)
 	}
-	if err := users.WaitFor(ctx, core.ResourceVersion(lsn)); err != nil {
+	if err := users.WaitFor(ctx, lsn); err != nil {
 		panic(err)
 	}
 	ada, _ := users.Lister().Get("1")
@@ -122,11 +121,11 @@ func ExampleNewTable_partial() {
 	if _, err := db.Exec(ctx, `UPDATE accounts SET cents = cents + 1 WHERE id IN (3, 500)`); err != nil {
 		panic(err)
 	}
-	var lsn pglogrepl.LSN
-	if err := db.QueryRow(ctx, `SELECT pg_current_wal_lsn()`).Scan(&lsn); err != nil {
+	lsn, err := pginformer.CommitToken(ctx, db) // after the commit: right under any synchronous_commit
+	if err != nil {
 		panic(err)
 	}
-	if err := balances.WaitFor(ctx, core.ResourceVersion(lsn)); err != nil {
+	if err := balances.WaitFor(ctx, lsn); err != nil {
 		panic(err)
 	}
 	three, _ := balances.Lister().Get("3")

@@ -1,18 +1,20 @@
-// Command relay shows one reader of a Postgres table re-served to other
-// processes over NATS JetStream, and the commit LSN of a write used as a
-// consistency token across processes:
+// Command relay shows the tables of one Postgres database re-served to
+// other processes over NATS JetStream, and the commit LSN of a write used
+// as a consistency token across processes:
 //
 //	go run ./examples/relay
 //
 // starts an embedded Postgres and nats-server (or uses yours: -conn and
-// -nats), creates the table items and the relay stream, and runs three
-// processes of this same binary: a relay (reads the table over one
-// replication slot, elected by a Postgres advisory lock, publishes into the
-// stream) and two downstream processes (an informer over the stream, served
-// over HTTP). It then writes a row, reads the commit LSN, and asks each
-// downstream over HTTP for the row "as of" that LSN: the downstream calls
-// WaitFor(lsn) and answers from its cache, so it reads the write even
-// though it never talked to Postgres.
+// -nats), creates the tables items and tags and one relay stream per
+// table, and runs three processes of this same binary: a relay (one Source
+// reads both tables over one permanent replication slot; one Postgres
+// election, shared by a relay per table through leader.Share, decides
+// which process reads it) and two downstream processes (an informer per
+// stream, served over HTTP). It then writes rows, takes
+// pginformer.CommitToken, and asks each downstream over HTTP for a row "as
+// of" that token: the downstream calls WaitFor(token) and answers from its
+// cache, so it reads the write even though it never talked to Postgres.
+// README.md shows the whole setup: a 3-node JetStream cluster, N replicas.
 package main
 
 import (
@@ -54,10 +56,16 @@ type Item struct {
 	Value int64  `db:"value" json:"value"`
 }
 
-const (
-	streamName = "ITEMS"
-	prefix     = "relay.items"
-)
+// tables are the relayed tables, each with its stream and subject prefix.
+var tables = []struct{ name, stream, prefix string }{
+	{"items", "ITEMS", "relay.items"},
+	{"tags", "TAGS", "relay.tags"},
+}
+
+// slot is the relay's permanent replication slot: a new leader resumes
+// every table from it where the streams end, with no relist. On your own
+// server, drop it when done: SELECT pg_drop_replication_slot('dbinformer_relay_example').
+const slot = "dbinformer_relay_example"
 
 func main() {
 	role := flag.String("role", "", "internal: relay or downstream (the command starts them itself)")
@@ -132,8 +140,10 @@ func run(ctx context.Context, conn, natsURL string, replicas int, w io.Writer) e
 		return fmt.Errorf("connect to Postgres: %w", err)
 	}
 	defer db.Close(context.Background())
-	if _, err := db.Exec(ctx, `CREATE TABLE IF NOT EXISTS public.items (id text PRIMARY KEY, value bigint NOT NULL)`); err != nil {
-		return fmt.Errorf("create table: %w", err)
+	for _, tb := range tables {
+		if _, err := db.Exec(ctx, `CREATE TABLE IF NOT EXISTS public.`+tb.name+` (id text PRIMARY KEY, value bigint NOT NULL)`); err != nil {
+			return fmt.Errorf("create table %s: %w", tb.name, err)
+		}
 	}
 	nc, err := nats.Connect(natsURL)
 	if err != nil {
@@ -144,10 +154,12 @@ func run(ctx context.Context, conn, natsURL string, replicas int, w io.Writer) e
 	if err != nil {
 		return err
 	}
-	cfg := relay.StreamConfig(streamName, prefix)
-	cfg.Replicas = replicas
-	if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
-		return fmt.Errorf("create the relay stream: %w", err)
+	for _, tb := range tables {
+		cfg := relay.StreamConfig(tb.stream, tb.prefix)
+		cfg.Replicas = replicas
+		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+			return fmt.Errorf("create the relay stream %s: %w", tb.stream, err)
+		}
 	}
 
 	self, err := os.Executable()
@@ -170,22 +182,24 @@ func run(ctx context.Context, conn, natsURL string, replicas int, w io.Writer) e
 	}
 
 	for i, v := range []int64{1, 2} {
-		// The write, and its commit LSN: at or after the commit.
-		var lsn pglogrepl.LSN
-		if _, err := db.Exec(ctx, `INSERT INTO public.items (id, value) VALUES ('answer', $1) ON CONFLICT (id) DO UPDATE SET value = EXCLUDED.value`, v*21); err != nil {
+		tb := tables[i%len(tables)]
+		if _, err := db.Exec(ctx, `INSERT INTO public.`+tb.name+` (id, value) VALUES ('answer', $1) ON CONFLICT (id) DO UPDATE SET value = EXCLUDED.value`, v*21); err != nil {
 			return err
 		}
-		if err := db.QueryRow(ctx, `SELECT pg_current_wal_lsn()`).Scan(&lsn); err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "wrote answer=%d, commit LSN %s (%d)\n", v*21, lsn, uint64(lsn))
-		// Another process reads its own write: the LSN goes over HTTP.
-		addr := downs[i%len(downs)]
-		body, err := get(ctx, fmt.Sprintf("http://%s/items/answer?after=%d", addr, uint64(lsn)))
+		// The token, read once the commit returned: right under every
+		// synchronous_commit setting (pg_current_wal_lsn() is not).
+		token, err := pginformer.CommitToken(ctx, db)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(out, "downstream-%d read after WaitFor(%d): %s\n", i%len(downs)+1, uint64(lsn), body)
+		fmt.Fprintf(out, "wrote %s answer=%d, token %s (%d)\n", tb.name, v*21, pglogrepl.LSN(token), uint64(token))
+		// Another process reads its own write: the token goes over HTTP.
+		addr := downs[i%len(downs)]
+		body, err := get(ctx, fmt.Sprintf("http://%s/%s/answer?after=%d", addr, tb.name, uint64(token)))
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "downstream-%d read %s after WaitFor(%d): %s\n", i%len(downs)+1, tb.name, uint64(token), body)
 	}
 	return nil
 }
@@ -263,18 +277,19 @@ func get(ctx context.Context, u string) (string, error) {
 	return strings.TrimSpace(string(b)), err
 }
 
-// runRelay is the relay process: one replication slot, one walsender.
+// runRelay is the relay process: one Source reads every table over one
+// permanent replication slot (one walsender), and a relay per table
+// publishes it into the table's stream. One election decides which
+// process reads: its terms are shared by the relays (leader.Share), so
+// that all tables move to a new leader together — the slot cannot be
+// split between processes.
 func runRelay(ctx context.Context, conn, natsURL string) error {
 	log := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	src, err := pginformer.NewSource(ctx, conn, pginformer.Options{})
+	src, err := pginformer.NewSource(ctx, conn, pginformer.Options{PermanentSlot: true, Slot: slot, Logger: log})
 	if err != nil {
 		return err
 	}
 	defer src.Close()
-	table, err := pginformer.NewTable[Item](ctx, src, "items", pginformer.TableOptions[Item]{})
-	if err != nil {
-		return err
-	}
 	nc, err := nats.Connect(natsURL)
 	if err != nil {
 		return err
@@ -288,11 +303,34 @@ func runRelay(ctx context.Context, conn, natsURL string) error {
 	if err != nil {
 		return err
 	}
-	r, err := relay.New(ctx, js, table, relay.Options[Item]{Stream: streamName, Prefix: prefix, Elector: el, Logger: log})
-	if err != nil {
-		return err
+	election := leader.Share(el)
+	var runs []func(context.Context) error
+	for _, tb := range tables {
+		table, err := pginformer.NewTable[Item](ctx, src, tb.name, pginformer.TableOptions[Item]{})
+		if err != nil {
+			return err
+		}
+		r, err := relay.New(ctx, js, table, relay.Options[Item]{Stream: tb.stream, Prefix: tb.prefix, Elector: election.Member(), Logger: log})
+		if err != nil {
+			return err
+		}
+		runs = append(runs, r.Run)
 	}
-	return r.Run(ctx)
+	runs = append(runs, election.Run)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, len(runs))
+	for _, run := range runs {
+		go func() { errs <- run(ctx) }()
+	}
+	var first error
+	for range runs {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+			cancel() // one relay failed for good: stop the others
+		}
+	}
+	return first
 }
 
 // runDownstream is a downstream process: an informer over the stream and
@@ -307,15 +345,24 @@ func runDownstream(ctx context.Context, natsURL string) error {
 	if err != nil {
 		return err
 	}
-	down, err := relay.NewDownstream(ctx, js, streamName, prefix, relay.DownstreamOptions[Item]{})
-	if err != nil {
-		return err
+	informers := map[string]*core.SharedIndexInformer[Item]{}
+	done := make(chan error, len(tables))
+	for _, tb := range tables {
+		down, err := relay.NewDownstream(ctx, js, tb.stream, tb.prefix, relay.DownstreamOptions[Item]{})
+		if err != nil {
+			return err
+		}
+		inf := core.NewSharedIndexInformer[Item](down, core.InformerOptions[Item]{Name: tb.name})
+		informers[tb.name] = inf
+		go func() { done <- inf.Run(ctx) }()
 	}
-	inf := core.NewSharedIndexInformer[Item](down, core.InformerOptions[Item]{Name: "items"})
-	done := make(chan error, 1)
-	go func() { done <- inf.Run(ctx) }()
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /items/{id}", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET /{table}/{id}", func(w http.ResponseWriter, r *http.Request) {
+		inf, ok := informers[r.PathValue("table")]
+		if !ok {
+			http.Error(w, fmt.Sprintf("no relayed table %q", r.PathValue("table")), http.StatusNotFound)
+			return
+		}
 		if after := r.URL.Query().Get("after"); after != "" {
 			n, err := strconv.ParseUint(after, 10, 64)
 			if err != nil {
@@ -344,5 +391,11 @@ func runDownstream(ctx context.Context, natsURL string) error {
 	go func() { _ = srv.Serve(ln) }()
 	<-ctx.Done()
 	_ = srv.Close()
-	return <-done
+	var first error
+	for range tables {
+		if err := <-done; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }

@@ -21,7 +21,8 @@ func TestMain(m *testing.M) {
 }
 
 // go run ./examples/relay on the embedded servers: each downstream process
-// reads the write whose commit LSN it was given over HTTP.
+// reads the write whose commit token it was given over HTTP, of either
+// table, both relayed under one election from one slot.
 func TestRelayExample(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -29,7 +30,7 @@ func TestRelayExample(t *testing.T) {
 	if err := run(ctx, "", "", 1, &out); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
-	for _, want := range []string{`downstream-1 read after WaitFor(`, `{"id":"answer","value":21}`, `downstream-2 read after WaitFor(`, `{"id":"answer","value":42}`} {
+	for _, want := range []string{`downstream-1 read items after WaitFor(`, `{"id":"answer","value":21}`, `downstream-2 read tags after WaitFor(`, `{"id":"answer","value":42}`} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}

@@ -16,7 +16,7 @@ import (
 	"github.com/dbinformer/dbinformer/core"
 )
 
-// reader is what the Lists and watches of both modes share: the stream,
+// streamReader is what the Lists and watches of both modes share: the stream,
 // the filter, the connection, and the reads that must be answered by the
 // stream's leader.
 //
@@ -33,7 +33,7 @@ import (
 // between the consumer's position and it: the head comes from STREAM.INFO,
 // the "nothing pending" proof from STREAM.MSG.GET with next_by_subj, both
 // leader-only. On a single server both are exact as well.
-type reader struct {
+type streamReader struct {
 	source string // for errors: `nats kv bucket "x"`
 	name   string // the stream's name
 	stream jetstream.Stream
@@ -48,7 +48,7 @@ type reader struct {
 	relocateAt uint64
 }
 
-func (r *reader) init(js jetstream.JetStream, stream jetstream.Stream, source, filter string, batch int, idle time.Duration, log *slog.Logger) {
+func (r *streamReader) init(js jetstream.JetStream, stream jetstream.Stream, source, filter string, batch int, idle time.Duration, log *slog.Logger) {
 	r.source, r.name, r.stream, r.nc, r.filter = source, stream.CachedInfo().Config.Name, stream, js.Conn(), filter
 	r.api = apiPrefix(js.Options())
 	if r.nc != nil {
@@ -134,7 +134,7 @@ func transient(err error) bool {
 
 // fatal turns an error that no retry can cure into a core.Permanent one:
 // the stream (bucket) is gone, or the connection was closed by its owner.
-func (r *reader) fatal(err error) error {
+func (r *streamReader) fatal(err error) error {
 	if err == nil {
 		return nil
 	}
@@ -233,7 +233,7 @@ func startOver(ctx context.Context, start time.Time, attempt int, err error) boo
 }
 
 // info reads the stream's state from its leader.
-func (r *reader) info(ctx context.Context) (*jetstream.StreamInfo, error) {
+func (r *streamReader) info(ctx context.Context) (*jetstream.StreamInfo, error) {
 	info, err := retry(ctx, r.nc, func(ctx context.Context) (*jetstream.StreamInfo, error) {
 		info, err := r.stream.Info(ctx)
 		if err != nil {
@@ -269,7 +269,7 @@ type msgGetResponse struct {
 
 // get asks the stream leader (STREAM.MSG.GET, never a direct get) for the
 // sequence of one message; found is false when there is none.
-func (r *reader) get(ctx context.Context, req msgGetRequest) (seq uint64, found bool, err error) {
+func (r *streamReader) get(ctx context.Context, req msgGetRequest) (seq uint64, found bool, err error) {
 	req.NoHeaders = true
 	body, err := json.Marshal(req)
 	if err != nil {
@@ -308,7 +308,7 @@ func (r *reader) get(ctx context.Context, req msgGetRequest) (seq uint64, found 
 // covered reports whether the leader holds no message the filter matches
 // in (after, to]: then whoever has delivered everything up to after has
 // delivered everything up to to.
-func (r *reader) covered(ctx context.Context, after, to uint64) (bool, error) {
+func (r *streamReader) covered(ctx context.Context, after, to uint64) (bool, error) {
 	if after >= to {
 		return true, nil
 	}
@@ -332,6 +332,15 @@ func (id *identity) reset(info *jetstream.StreamInfo) {
 	id.mu.Lock()
 	id.created = info.Created
 	id.mu.Unlock()
+}
+
+// known reports whether the stream's creation time has been seen before
+// (by a List or an earlier check): only then does a check that passes
+// prove that info is of the same stream.
+func (id *identity) known() bool {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return !id.created.IsZero()
 }
 
 func (id *identity) check(source string, info *jetstream.StreamInfo) error {
