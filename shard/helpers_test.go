@@ -41,8 +41,16 @@ type tWriter struct{ t *testing.T }
 
 func (w tWriter) Write(p []byte) (int, error) { w.t.Log(string(p[:len(p)-1])); return len(p), nil }
 
-// start runs a Sharder over b with hooks; stopped at the end of the test.
-func start(t *testing.T, b shard.Backend, opts shard.Options, hooks ...shard.Hook) *replica {
+// start runs a Sharder over b; stopped at the end of the test.
+func start(t *testing.T, b shard.Backend, opts shard.Options) *replica {
+	t.Helper()
+	r := newReplica(t, b, opts)
+	r.run(t)
+	return r
+}
+
+// newReplica returns a Sharder over b, not running yet.
+func newReplica(t *testing.T, b shard.Backend, opts shard.Options) *replica {
 	t.Helper()
 	if opts.Logger == nil {
 		opts.Logger = testLogger(t)
@@ -51,16 +59,15 @@ func start(t *testing.T, b shard.Backend, opts shard.Options, hooks ...shard.Hoo
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, h := range hooks {
-		if err := s.AddHook(h); err != nil {
-			t.Fatal(err)
-		}
-	}
+	return &replica{s: s}
+}
+
+// run runs r until the test ends (or stop).
+func (r *replica) run(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &replica{s: s, cancel: cancel, done: make(chan error, 1)}
-	go func() { r.done <- s.Run(ctx) }()
+	r.cancel, r.done = cancel, make(chan error, 1)
+	go func() { r.done <- r.s.Run(ctx) }()
 	t.Cleanup(func() { r.stop(t) })
-	return r
 }
 
 // settled waits until the live replicas own, between them, every shard

@@ -65,7 +65,9 @@ CREATE SEQUENCE IF NOT EXISTS %[1]s_term`, name))
 	return p, nil
 }
 
-func (p *Postgres) String() string { return fmt.Sprintf("postgres tables %s_members/%s_owners", p.name, p.name) }
+func (p *Postgres) String() string {
+	return fmt.Sprintf("postgres tables %s_members/%s_owners", p.name, p.name)
+}
 
 // Fence checks, inside the caller's transaction tx, that shard is still
 // owned under term by a member whose lease is live, and locks that state

@@ -59,15 +59,24 @@ func (s *Sharder) Run(ctx context.Context) error {
 	period := s.opts.Lease / 3
 	fast := min(period, 100*time.Millisecond)
 	var sess Session
+	var lost <-chan struct{}
+	var stopRenew func()
 	pending := map[int]time.Time{} // shards assigned here, not yet owned: since when
+	leave := func() {
+		stopRenew()
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), period)
+		defer cancel()
+		if err := sess.Close(cctx); err != nil {
+			s.log.Warn("shard: leave", "err", err)
+		}
+		sess = nil
+	}
 	defer func() {
 		if sess != nil {
 			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.DrainTimeout+period)
 			defer cancel()
 			s.handOff(lctx, sess, s.ownedShards())
-			if err := sess.Close(lctx); err != nil {
-				s.log.Warn("shard: leave", "err", err)
-			}
+			leave()
 			s.lose()
 		}
 	}()
@@ -88,18 +97,23 @@ func (s *Sharder) Run(ctx context.Context) error {
 				s.mu.Lock()
 				s.deadline = sent.Add(s.opts.Lease)
 				s.mu.Unlock()
+				lost, stopRenew = s.renew(ctx, sess)
 				s.log.Info("shard: joined", "lease", s.opts.Lease, "shards", s.opts.Shards)
 				wait = 0
 			}
-		} else if lost := s.step(ctx, sess, pending); lost {
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), period)
-			_ = sess.Close(cctx)
-			cancel()
-			sess = nil
-			clear(pending)
-			wait = 0
-		} else if len(pending) > 0 {
-			wait = fast
+		} else {
+			select {
+			case <-lost:
+				s.dropLost(ctx)
+				leave()
+				clear(pending)
+				wait = 0
+			default:
+				s.step(ctx, sess, pending)
+				if len(pending) > 0 {
+					wait = fast
+				}
+			}
 		}
 		var changed <-chan struct{}
 		if sess != nil {
@@ -110,50 +124,73 @@ func (s *Sharder) Run(ctx context.Context) error {
 		case <-ctx.Done():
 		case <-t.C:
 		case <-changed:
+		case <-lost:
 		}
 		t.Stop()
 	}
 	return nil
 }
 
-// step is one round: renew, read members, hand off what moved away, take
-// what moved here. It reports whether the session is lost.
-func (s *Sharder) step(ctx context.Context, sess Session, pending map[int]time.Time) (lost bool) {
+// renew renews sess's lease every third of it, apart from the handoffs
+// (a load may take longer than a lease), and closes lost when the lease
+// is gone: the backend says so, or the local deadline passed.
+func (s *Sharder) renew(ctx context.Context, sess Session) (lost <-chan struct{}, stop func()) {
+	period := s.opts.Lease / 3
+	ch := make(chan struct{})
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(period)
+		defer t.Stop()
+		for {
+			select {
+			case <-rctx.Done():
+				return
+			case <-t.C:
+			}
+			cctx, ccancel := context.WithTimeout(rctx, period)
+			sent := time.Now()
+			err := sess.Renew(cctx)
+			ccancel()
+			s.mu.Lock()
+			if err == nil {
+				s.deadline = sent.Add(s.opts.Lease)
+			}
+			expired := !time.Now().Before(s.deadline)
+			s.mu.Unlock()
+			if err == nil || rctx.Err() != nil {
+				continue
+			}
+			if errors.Is(err, ErrSessionLost) || expired {
+				s.log.Warn("shard: lease lost: dropping every shard and joining again", "err", err)
+				close(ch)
+				return
+			}
+			s.log.Warn("shard: renew failed; retrying", "err", err)
+		}
+	}()
+	return ch, func() { cancel(); <-done }
+}
+
+// step is one round: read members, hand off what moved away, take what
+// moved here.
+func (s *Sharder) step(ctx context.Context, sess Session, pending map[int]time.Time) {
 	period := s.opts.Lease / 3
 	obs := s.observer()
-	rctx, cancel := context.WithTimeout(ctx, period)
-	sent := time.Now()
-	err := sess.Renew(rctx)
-	cancel()
-	s.mu.Lock()
-	if err == nil {
-		s.deadline = sent.Add(s.opts.Lease)
-	}
-	expired := !time.Now().Before(s.deadline)
-	s.mu.Unlock()
-	if err != nil {
-		if ctx.Err() != nil {
-			return false
-		}
-		if errors.Is(err, ErrSessionLost) || expired {
-			s.log.Warn("shard: lease lost: dropping every shard and joining again", "err", err)
-			s.dropLost(ctx)
-			return true
-		}
-		s.log.Warn("shard: renew failed; retrying", "err", err)
-		return false
-	}
 	mctx, cancel := context.WithTimeout(ctx, period)
 	defer cancel()
 	members, err := sess.Members(mctx)
 	if err != nil {
-		s.log.Warn("shard: read members", "err", err)
-		return false
+		if ctx.Err() == nil {
+			s.log.Warn("shard: read members", "err", err)
+		}
+		return
 	}
 	owners, err := Assign(s.opts.Shards, members)
 	if err != nil {
 		s.log.Error("shard: assignment", "err", err)
-		return false
+		return
 	}
 	s.mu.Lock()
 	s.members = members
@@ -170,7 +207,9 @@ func (s *Sharder) step(ctx context.Context, sess Session, pending map[int]time.T
 		}
 	}
 	if len(leaving) > 0 {
-		s.handOff(mctx, sess, leaving)
+		hctx, cancel := context.WithTimeout(ctx, s.opts.LoadTimeout)
+		s.handOff(hctx, sess, leaving)
+		cancel()
 	}
 	for sh := range pending {
 		if !want[sh] {
@@ -189,7 +228,9 @@ func (s *Sharder) step(ctx context.Context, sess Session, pending map[int]time.T
 		}
 		term, ok, err := sess.Acquire(mctx, sh)
 		if err != nil {
-			s.log.Warn("shard: acquire", "shard", sh, "err", err)
+			if ctx.Err() == nil {
+				s.log.Warn("shard: acquire", "shard", sh, "err", err)
+			}
 			continue
 		}
 		if ok {
@@ -200,9 +241,10 @@ func (s *Sharder) step(ctx context.Context, sess Session, pending map[int]time.T
 		}
 	}
 	if len(got) > 0 {
-		s.load(mctx, sess, got, pending)
+		hctx, cancel := context.WithTimeout(ctx, s.opts.LoadTimeout)
+		s.load(hctx, sess, got, pending)
+		cancel()
 	}
-	return false
 }
 
 // load runs the hooks' Load for newly taken shards, then activates them.
@@ -222,7 +264,7 @@ func (s *Sharder) load(ctx context.Context, sess Session, shards []int, pending 
 	}
 	s.mu.Lock()
 	for _, sh := range shards {
-		s.slots[sh].active = true
+		s.slots[sh].state = active
 	}
 	owned := s.ownedLocked()
 	s.notifyLocked()
@@ -249,7 +291,7 @@ func (s *Sharder) handOff(ctx context.Context, sess Session, shards []int) {
 	}
 	s.mu.Lock()
 	for _, sh := range shards {
-		s.slots[sh].active = false
+		s.slots[sh].state = draining
 	}
 	s.notifyLocked()
 	owned := s.ownedLocked()
@@ -357,7 +399,7 @@ func (s *Sharder) ownedShards() []int {
 func (s *Sharder) ownedLocked() map[int]uint64 {
 	out := map[int]uint64{}
 	for sh, sl := range s.slots {
-		if sl.active {
+		if sl.state == active {
 			out[sh] = sl.term
 		}
 	}

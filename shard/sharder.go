@@ -33,6 +33,9 @@ type Options struct {
 	// anyway. 0 means Lease/3. Work that outlives it is what fencing
 	// (the term) is for.
 	DrainTimeout time.Duration
+	// LoadTimeout bounds a round of Hook calls (a relist of the source
+	// through the new shards). 0 means one minute.
+	LoadTimeout time.Duration
 	// Logger receives membership and handoff events; nil means slog.Default.
 	Logger *slog.Logger
 	// Observer, when set, sees members, owned shards and handoffs (the
@@ -45,7 +48,7 @@ type Options struct {
 // Informer).
 type Hook interface {
 	// Load is called with newly acquired shards before their keys are
-	// handed to handlers (Begin succeeds only once every Hook loaded).
+	// reported by Owns (Begin hands out work meanwhile: the enter events).
 	Load(ctx context.Context, shards []int) error
 	// Drop is called with shards whose work has drained, before they are
 	// released: their keys leave the cache.
@@ -74,10 +77,22 @@ type Sharder struct {
 
 type slot struct {
 	term     uint64
-	active   bool // Begin hands out work
+	state    slotState
 	inflight int
 	since    time.Time // when the handoff toward this replica started
 }
+
+type slotState uint8
+
+const (
+	// loading: taken, its keys being loaded (Begin hands out work: the
+	// ownership is exclusive already, and the load's enter events are work).
+	loading slotState = iota
+	// active: loaded; Owns reports it.
+	active
+	// draining: moving away; no new work.
+	draining
+)
 
 // New returns a Sharder over b. It does no I/O; Run joins.
 func New(b Backend, opts Options) (*Sharder, error) {
@@ -101,6 +116,9 @@ func New(b Backend, opts Options) (*Sharder, error) {
 	}
 	if opts.DrainTimeout == 0 {
 		opts.DrainTimeout = opts.Lease / 3
+	}
+	if opts.LoadTimeout == 0 {
+		opts.LoadTimeout = time.Minute
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -152,15 +170,18 @@ func (t Ticket) Done() {
 	t.s.mu.Unlock()
 }
 
-// Begin asks to work on key: ok when this replica owns key's shard, has
-// loaded it, is not handing it off and its lease has more than a third
-// left. Call Done on the ticket when the work ends.
+// Begin asks to work on key: ok when this replica owns key's shard (loaded
+// or loading: its enter events are work too), is not handing it off and
+// its lease has more than a third left. Call Done on the ticket when the
+// work ends. Work that reads the cache for the key (a reconcile) checks
+// Owns instead, or as well: during loading the cache may not hold the
+// shard's keys yet.
 func (s *Sharder) Begin(key string) (Ticket, bool) {
 	sh := s.Of(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sl := s.slots[sh]
-	if sl == nil || !sl.active || !s.leaseOK(time.Now()) {
+	if sl == nil || sl.state == draining || !s.leaseOK(time.Now()) {
 		return Ticket{}, false
 	}
 	sl.inflight++
@@ -174,7 +195,7 @@ func (s *Sharder) Owns(key string) (uint64, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sl := s.slots[sh]
-	if sl == nil || !sl.active || !s.leaseOK(time.Now()) {
+	if sl == nil || sl.state != active || !s.leaseOK(time.Now()) {
 		return 0, false
 	}
 	return sl.term, true
@@ -186,13 +207,14 @@ func (s *Sharder) leaseOK(now time.Time) bool {
 	return !s.deadline.IsZero() && now.Before(s.deadline.Add(-s.opts.Lease/3))
 }
 
-// Owned returns the active shards and their terms.
+// Owned returns the shards owned and loaded here, with their terms (empty
+// once the lease has less than a third left).
 func (s *Sharder) Owned() map[int]uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := map[int]uint64{}
 	for sh, sl := range s.slots {
-		if sl.active {
+		if sl.state == active {
 			out[sh] = sl.term
 		}
 	}
