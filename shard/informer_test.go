@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/integration/harness"
+	"github.com/dbinformer/dbinformer/integration/proxy"
 	"github.com/dbinformer/dbinformer/shard"
 )
 
@@ -216,8 +218,30 @@ func TestEtcdHandoffEnterLeave(t *testing.T) {
 func TestEtcdChurn(t *testing.T) {
 	e := harness.StartEtcd(t)
 	client := e.Client(t)
-	b := etcdBackend(t, client, "/test/shards")
 	frozenClient, px := proxiedClient(t, e)
+	churn(t, client, etcdBackend(t, client, "/test/shards"), etcdBackend(t, frozenClient, "/test/shards"), px)
+}
+
+// The same with the membership and ownership in Postgres (the data still
+// in etcd).
+func TestPostgresChurn(t *testing.T) {
+	e := harness.StartEtcd(t)
+	pg := harness.StartPostgres(t)
+	px, err := proxy.New("127.0.0.1:" + strconv.Itoa(pg.Port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = px.Close() })
+	frozen := pgPool(t, pg, px)
+	// Before the pool closes (cleanups run last first): a pool closing
+	// over a frozen connection waits for its timeouts.
+	t.Cleanup(px.Thaw)
+	churn(t, e.Client(t), pgBackend(t, pgPool(t, pg, nil), "churn"), pgBackend(t, frozen, "churn"), px)
+}
+
+// churn runs 3 → 4 → 2 members, c's membership through frozenB, whose
+// connection px freezes.
+func churn(t *testing.T, client *clientv3.Client, b, frozenB shard.Backend, px *proxy.Proxy) {
 	const shards, keys = 32, 300
 	opts := func(id string) shard.Options { return shard.Options{ID: id, Shards: shards, Lease: lease} }
 	var log handlerLog
@@ -241,7 +265,7 @@ func TestEtcdChurn(t *testing.T) {
 
 	a := newMember(t, b, client, opts("a"), &log)
 	bm := newMember(t, b, client, opts("b"), &log)
-	c := newMember(t, etcdBackend(t, frozenClient, "/test/shards"), client, opts("c"), &log)
+	c := newMember(t, frozenB, client, opts("c"), &log)
 	settled(t, shards, a.replica, bm.replica, c.replica)
 	d := newMember(t, b, client, opts("d"), &log)
 	settled(t, shards, a.replica, bm.replica, c.replica, d.replica)
