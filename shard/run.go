@@ -26,19 +26,35 @@ type Observer interface {
 	HandoffDone(shard int, in bool, d time.Duration, err error)
 }
 
-type nopObserver struct{}
+// observers fans out to every Observer.
+type observers []Observer
 
-func (nopObserver) Members([]Member)                            {}
-func (nopObserver) Owned(map[int]uint64)                        {}
-func (nopObserver) HandoffStarted(int, bool)                    {}
-func (nopObserver) HandoffDone(int, bool, time.Duration, error) {}
-
-func (s *Sharder) observer() Observer {
-	if s.opts.Observer == nil {
-		return nopObserver{}
+func (os observers) Members(m []Member) {
+	for _, o := range os {
+		o.Members(m)
 	}
-	return s.opts.Observer
 }
+
+func (os observers) Owned(sh map[int]uint64) {
+	for _, o := range os {
+		o.Owned(sh)
+	}
+}
+
+func (os observers) HandoffStarted(sh int, in bool) {
+	for _, o := range os {
+		o.HandoffStarted(sh, in)
+	}
+}
+
+func (os observers) HandoffDone(sh int, in bool, d time.Duration, err error) {
+	for _, o := range os {
+		o.HandoffDone(sh, in, d, err)
+	}
+}
+
+// observer: the list is fixed once Run started.
+func (s *Sharder) observer() Observer { return observers(s.observers) }
 
 // Run takes part in sharding until ctx ends: it joins, renews its lease
 // every third of it, follows the membership, takes the shards assigned

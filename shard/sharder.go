@@ -39,7 +39,8 @@ type Options struct {
 	// Logger receives membership and handoff events; nil means slog.Default.
 	Logger *slog.Logger
 	// Observer, when set, sees members, owned shards and handoffs (the
-	// status page and metrics: see package shard/shardstatus).
+	// status page and metrics: see package shard/shardstatus). AddObserver
+	// adds more.
 	Observer Observer
 }
 
@@ -65,14 +66,15 @@ type Sharder struct {
 	opts Options
 	log  *slog.Logger
 
-	mu       sync.Mutex
-	cond     *sync.Cond    // signalled when in-flight work ends
-	slots    map[int]*slot // shards this replica owns
-	deadline time.Time     // the lease, measured locally; zero when not a member
-	members  []Member      // as last read
-	hooks    []Hook
-	watchers []chan struct{}
-	started  bool
+	mu        sync.Mutex
+	cond      *sync.Cond    // signalled when in-flight work ends
+	slots     map[int]*slot // shards this replica owns
+	deadline  time.Time     // the lease, measured locally; zero when not a member
+	members   []Member      // as last read
+	hooks     []Hook
+	observers []Observer
+	watchers  []chan struct{}
+	started   bool
 }
 
 type slot struct {
@@ -124,6 +126,9 @@ func New(b Backend, opts Options) (*Sharder, error) {
 		opts.Logger = slog.Default()
 	}
 	s := &Sharder{b: b, opts: opts, log: opts.Logger.With("replica", opts.ID, "backend", b.String()), slots: map[int]*slot{}}
+	if opts.Observer != nil {
+		s.observers = append(s.observers, opts.Observer)
+	}
 	s.cond = sync.NewCond(&s.mu)
 	return s, nil
 }
@@ -145,6 +150,17 @@ func (s *Sharder) AddHook(h Hook) error {
 		return fmt.Errorf("shard: replica %q: AddHook after Run", s.opts.ID)
 	}
 	s.hooks = append(s.hooks, h)
+	return nil
+}
+
+// AddObserver adds an Observer; add them all before Run.
+func (s *Sharder) AddObserver(o Observer) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return fmt.Errorf("shard: replica %q: AddObserver after Run", s.opts.ID)
+	}
+	s.observers = append(s.observers, o)
 	return nil
 }
 
