@@ -13,6 +13,7 @@ import (
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/leader"
 	"github.com/dbinformer/dbinformer/shard"
+	"github.com/dbinformer/dbinformer/shard/shardstatus"
 )
 
 // ManagerOptions configures a Manager. The zero value of every field means
@@ -80,6 +81,8 @@ type Manager struct {
 
 	leading  atomic.Bool
 	electing atomic.Bool // the election loop runs (standby or leader)
+
+	shardStatus *shardstatus.Recorder // sharded mode only
 }
 
 // NewManager returns a manager. It does no I/O.
@@ -92,6 +95,7 @@ func NewManager(opts ManagerOptions) *Manager {
 		m.opts.Name = "controller-manager"
 	}
 	m.obs = newObservability(m)
+	m.initSharded()
 	return m
 }
 

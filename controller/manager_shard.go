@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dbinformer/dbinformer/shard"
+	"github.com/dbinformer/dbinformer/shard/shardstatus"
 )
 
 // Sharded mode: with ManagerOptions.Sharder, every replica runs its
@@ -79,12 +80,34 @@ func (g shardGate[K]) Reconcile(ctx context.Context, key K) (Result, error) {
 	return g.next.Reconcile(context.WithValue(ctx, ticketKey{}, t), key)
 }
 
+// initSharded makes the shard status of a sharded manager, its metrics on
+// the manager's registry (its own: nothing can collide, hence the panic).
+func (m *Manager) initSharded() {
+	if m.opts.Sharder == nil {
+		return
+	}
+	m.shardStatus = shardstatus.New(m.opts.Sharder.ID())
+	if err := m.shardStatus.Register(m.obs.reg); err != nil {
+		panic("controller: register the shard metrics: " + err.Error())
+	}
+}
+
+// ShardStatus is the shard status of a manager in sharded mode (nil
+// otherwise): members, shards owned here, handoffs in progress and recent
+// ones. It is an http.Handler serving them as JSON: mount it beside
+// Handler, for example at /debug/shards. Its metrics
+// (dbinformer_shard_*) are on Registry.
+func (m *Manager) ShardStatus() *shardstatus.Recorder { return m.shardStatus }
+
 // runSharded runs the Sharder beside the controllers, which run from the
 // start on every replica (each reconciling only its shards' keys). The
 // controllers stop first; then the Sharder hands its shards off, while the
 // informers still run (a handoff relists them).
 func (m *Manager) runSharded(ctx context.Context) error {
 	s := m.opts.Sharder
+	if err := s.AddObserver(m.shardStatus); err != nil {
+		return fmt.Errorf("controller manager %q: %w (give the manager a Sharder that is not running)", m.opts.Name, err)
+	}
 	for _, c := range m.controllers {
 		sc, ok := c.(shardable)
 		if !ok {

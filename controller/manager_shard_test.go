@@ -57,7 +57,7 @@ func (l *reconcileLog) overlaps() int {
 	return n
 }
 
-func shardedReplica(t *testing.T, name string, cli *clientv3.Client, log *reconcileLog) (*shard.Sharder, func() error) {
+func shardedReplica(t *testing.T, name string, cli *clientv3.Client, log *reconcileLog) (*shard.Sharder, *controller.Manager, func() error) {
 	t.Helper()
 	b, err := shard.NewEtcd(cli, "/shards")
 	if err != nil {
@@ -97,7 +97,7 @@ func shardedReplica(t *testing.T, name string, cli *clientv3.Client, log *reconc
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s, run(t, m.Run)
+	return s, m, run(t, m.Run)
 }
 
 // Two managers in sharded mode split the keys: each reconciles only its
@@ -110,11 +110,11 @@ func TestManagerSharded(t *testing.T) {
 		put(t, cli, keyName(i), Item{Spec: 1})
 	}
 	var log reconcileLog
-	a, stopA := shardedReplica(t, "a", cli, &log)
+	a, ma, stopA := shardedReplica(t, "a", cli, &log)
 	defer func() { _ = stopA() }()
 	eventually(t, "a to reconcile every key", func() bool { return len(log.bySpec(1)) == keys })
 
-	b, stopB := shardedReplica(t, "b", cli, &log)
+	b, _, stopB := shardedReplica(t, "b", cli, &log)
 	eventually(t, "a and b to split the shards", func() bool {
 		return len(a.Owned())+len(b.Owned()) == 16 && len(b.Owned()) > 0 && len(a.Owned()) > 0
 	})
@@ -149,4 +149,37 @@ func TestManagerSharded(t *testing.T) {
 		t.Errorf("%d pairs of reconciles of one key on two replicas at overlapping times", n)
 	}
 	t.Logf("b owned %d of 16 shards; %d reconciles, 0 overlapping", moved, len(log.calls))
+
+	// The status shows a's share and the handoffs it went through.
+	st := ma.ShardStatus().Status()
+	if len(st.Owned) != 16 || st.Replica != "a" || len(st.Members) != 1 {
+		t.Errorf("a's shard status: replica %q, %d members, %d shards owned; want a, 1, 16", st.Replica, len(st.Members), len(st.Owned))
+	}
+	in, out := 0, 0
+	for _, h := range st.Recent {
+		if h.Err != "" {
+			continue
+		}
+		if h.In {
+			in++
+		} else {
+			out++
+		}
+	}
+	mfs, err := ma.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	owned := -1.0
+	for _, mf := range mfs {
+		if mf.GetName() == "dbinformer_shard_owned" {
+			owned = mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	if owned != 16 {
+		t.Errorf("dbinformer_shard_owned on a's registry = %v, want 16", owned)
+	}
+	if out != moved || in != 16+moved {
+		t.Errorf("a's recent handoffs: %d in, %d out; want %d in (16 at start, %d back from b) and %d out", in, out, 16+moved, moved, moved)
+	}
 }
