@@ -71,6 +71,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	shards := fs.Int("shards", 32, "virtual shards")
 	lease := fs.Duration("lease", 3*time.Second, "membership lease: a stopped replica's shards move within it")
 	seed := fs.Int("seed", 0, "write this many items at start")
+	name := fs.String("name", "r", "replica IDs are this and a number; another process joining the same etcd needs another")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -92,7 +93,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	var rs []*replica
 	mux := http.NewServeMux()
 	for i := range *n {
-		r, err := newReplica(ctx, cli, backend, fmt.Sprintf("r%d", i+1), *shards, *lease, log, out)
+		r, err := newReplica(ctx, cli, backend, fmt.Sprintf("%s%d", *name, i+1), *shards, *lease, log, out)
 		if err != nil {
 			return err
 		}
