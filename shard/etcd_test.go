@@ -17,7 +17,7 @@ import (
 	"github.com/dbinformer/dbinformer/shard"
 )
 
-func etcdBackend(t *testing.T, client *clientv3.Client, prefix string) *shard.Etcd {
+func etcdBackend(t testing.TB, client *clientv3.Client, prefix string) *shard.Etcd {
 	b, err := shard.NewEtcd(client, prefix)
 	if err != nil {
 		t.Fatal(err)

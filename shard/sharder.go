@@ -228,13 +228,10 @@ func (s *Sharder) leaseOK(now time.Time) bool {
 func (s *Sharder) Owned() map[int]uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := map[int]uint64{}
-	for sh, sl := range s.slots {
-		if sl.state == active {
-			out[sh] = sl.term
-		}
+	if !s.leaseOK(time.Now()) {
+		return map[int]uint64{}
 	}
-	return out
+	return s.ownedLocked()
 }
 
 // Members returns the live members as this replica last read them.
