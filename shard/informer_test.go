@@ -243,7 +243,10 @@ func TestPostgresChurn(t *testing.T) {
 // connection px freezes.
 func churn(t *testing.T, client *clientv3.Client, b, frozenB shard.Backend, px *proxy.Proxy) {
 	const shards, keys = 32, 300
-	opts := func(id string) shard.Options { return shard.Options{ID: id, Shards: shards, Lease: lease} }
+	loads := &loadTimes{}
+	opts := func(id string) shard.Options {
+		return shard.Options{ID: id, Shards: shards, Lease: lease, Observer: loads}
+	}
 	var log handlerLog
 	for i := range keys {
 		put(t, client, fmt.Sprintf("k%03d", i), 0)
@@ -267,14 +270,20 @@ func churn(t *testing.T, client *clientv3.Client, b, frozenB shard.Backend, px *
 	bm := newMember(t, b, client, opts("b"), &log)
 	c := newMember(t, frozenB, client, opts("c"), &log)
 	settled(t, shards, a.replica, bm.replica, c.replica)
+	joined := time.Now()
 	d := newMember(t, b, client, opts("d"), &log)
 	settled(t, shards, a.replica, bm.replica, c.replica, d.replica)
+	loads.report(t, "d joined (graceful: the old owners drain and release)", joined)
 	t.Logf("4 members after %d writes", writes.Load())
+	frozen := time.Now()
 	px.Freeze()
 	settled(t, shards, a.replica, bm.replica, d.replica)
+	loads.report(t, fmt.Sprintf("c frozen (its shards wait for its lease of %v)", lease), frozen)
 	t.Logf("c frozen and out after %d writes", writes.Load())
+	left := time.Now()
 	d.stop(t)
 	settled(t, shards, a.replica, bm.replica)
+	loads.report(t, "d left (graceful)", left)
 	t.Logf("d left after %d writes", writes.Load())
 	time.Sleep(200 * time.Millisecond) // writes on the final owners
 	stopWrites()
@@ -282,4 +291,37 @@ func churn(t *testing.T, client *clientv3.Client, b, frozenB shard.Backend, px *
 	converged(t, client, []*member{a, bm}, c)
 	log.check(t)
 	t.Logf("%d writes", writes.Load())
+}
+
+// loadTimes records when each shard finished loading on its new owner, so
+// that the churn test can tell how long after a change its shards were
+// served again. A measurement, logged; nothing asserts on it.
+type loadTimes struct {
+	mu   sync.Mutex
+	done []time.Time
+}
+
+func (l *loadTimes) Members([]shard.Member)   {}
+func (l *loadTimes) Owned(map[int]uint64)     {}
+func (l *loadTimes) HandoffStarted(int, bool) {}
+func (l *loadTimes) HandoffDone(_ int, in bool, _ time.Duration, err error) {
+	if in && err == nil {
+		l.mu.Lock()
+		l.done = append(l.done, time.Now())
+		l.mu.Unlock()
+	}
+}
+
+// report logs how many shards loaded since since, and the longest wait.
+func (l *loadTimes) report(t *testing.T, what string, since time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n, longest := 0, time.Duration(0)
+	for _, d := range l.done {
+		if d.After(since) {
+			n++
+			longest = max(longest, d.Sub(since))
+		}
+	}
+	t.Logf("%s: %d shards moved, the last served again %v after the change", what, n, longest)
 }
