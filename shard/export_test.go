@@ -9,3 +9,15 @@ func OwnAll[T any](s *Source[T]) {
 		s.set[i] = true
 	}
 }
+
+// Own makes s pass exactly shards, without a handoff.
+func Own[T any](s *Source[T], shards ...int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range s.set {
+		s.set[i] = false
+	}
+	for _, sh := range shards {
+		s.set[sh] = true
+	}
+}

@@ -92,7 +92,9 @@ func (s *Source[T]) List(ctx context.Context, sink core.ListSink[T]) (core.Resou
 	set, gen, _ := s.snapshot()
 	emit := sink.Emit
 	sink.Emit = func(ev core.Event[T]) error {
-		if ev.Err == nil && !s.pass(set, ev.Key) {
+		// An undecodable key is reported by its shard's owner alone (an
+		// event without a key, by every replica).
+		if ev.Key != "" && !s.pass(set, ev.Key) {
 			return nil
 		}
 		return emit(ev)
@@ -133,12 +135,13 @@ func (s *Source[T]) Watch(ctx context.Context, from core.ResourceVersion, opts c
 	opts.Emit = func(batch []core.Event[T]) error {
 		for i := range batch {
 			ev := &batch[i]
-			if ev.Err != nil || ev.Type == core.Bookmark || s.pass(set, ev.Key) {
+			if ev.Type == core.Bookmark || ev.Key == "" || s.pass(set, ev.Key) {
 				continue
 			}
 			// Outside the owned shards: a delete without object, which the
-			// informer drops unless it holds the key (then: leave).
-			ev.Type, ev.Object, ev.HasObject = core.Deleted, zero, false
+			// informer drops unless it holds the key (then: leave). A decode
+			// error there is its owner's to report.
+			ev.Type, ev.Object, ev.HasObject, ev.Err = core.Deleted, zero, false, nil
 		}
 		return emit(batch)
 	}
