@@ -12,6 +12,8 @@ import (
 
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/leader"
+	"github.com/dbinformer/dbinformer/shard"
+	"github.com/dbinformer/dbinformer/shard/shardstatus"
 )
 
 // ManagerOptions configures a Manager. The zero value of every field means
@@ -25,6 +27,12 @@ type ManagerOptions struct {
 	// says — warm replicas — so a new leader reconciles at once. nil: this
 	// replica always leads.
 	Elector leader.Elector
+	// Sharder, when set, runs the manager in sharded mode (see
+	// shard.Sharder): every replica runs its controllers, each reconciling
+	// only the keys of the shards it owns; build the informers over
+	// shard.NewSource so that each caches only its shards. Exclusive with
+	// Elector.
+	Sharder *shard.Sharder
 	// Listener, when set, serves /healthz, /readyz, /metrics and the
 	// status page under /debug/informers/ until Run returns. Handler
 	// serves the same on a server of the program's own.
@@ -60,10 +68,9 @@ var _ Runnable = (*Controller[string])(nil)
 // and the status page, and stops in order: intake, in-flight reconciles
 // (within the drain timeout), queues, informers.
 //
-// Sharded mode (each replica reconciling only the keys of the shards it
-// owns) is not here yet: it waits for the shard leases of the leader
-// package. Its seam is lead: a shard owner would run each controller with
-// a key filter for its shards instead of one leadership for all keys.
+// In sharded mode (ManagerOptions.Sharder) there is no leader: every
+// replica runs its controllers on the keys of the shards it owns
+// (manager_shard.go).
 type Manager struct {
 	opts        ManagerOptions
 	log         *slog.Logger
@@ -74,6 +81,8 @@ type Manager struct {
 
 	leading  atomic.Bool
 	electing atomic.Bool // the election loop runs (standby or leader)
+
+	shardStatus *shardstatus.Recorder // sharded mode only
 }
 
 // NewManager returns a manager. It does no I/O.
@@ -86,6 +95,7 @@ func NewManager(opts ManagerOptions) *Manager {
 		m.opts.Name = "controller-manager"
 	}
 	m.obs = newObservability(m)
+	m.initSharded()
 	return m
 }
 
@@ -141,6 +151,9 @@ func (m *Manager) Run(ctx context.Context) (err error) {
 	if !m.started.CompareAndSwap(false, true) {
 		return fmt.Errorf("controller manager %q: Run called twice", m.opts.Name)
 	}
+	if m.opts.Sharder != nil && m.opts.Elector != nil {
+		return fmt.Errorf("controller manager %q: ManagerOptions.Sharder and Elector are exclusive (sharded replicas have no leader)", m.opts.Name)
+	}
 	ln := m.opts.Listener
 	if ln == nil && m.opts.Addr != "" {
 		if ln, err = net.Listen("tcp", m.opts.Addr); err != nil {
@@ -167,6 +180,9 @@ func (m *Manager) Run(ctx context.Context) (err error) {
 		return err
 	}
 	m.log.Info("caches synced", "manager", m.opts.Name, "controllers", len(m.controllers))
+	if m.opts.Sharder != nil {
+		return m.runSharded(ctx)
+	}
 	if m.opts.Elector == nil {
 		return m.lead(ctx, nil)
 	}
