@@ -86,14 +86,16 @@
 //     version is totally ordered, so it can.
 //   - Warm restart: informers with core.CheckpointOptions start from a
 //     checkpoint instead of a list, so even a cold replica is quick.
+//   - Sharded mode (ManagerOptions.Sharder, package shard): each replica
+//     reconciles only the keys of the shards it owns, under a term
+//     (ShardTicketOf) that fences a deposed owner's writes; handoff drains
+//     in-flight reconciles before the shard moves.
 //   - A deposed leader's in-flight reconciles are cancelled at once with a
 //     named cause, and the term's epoch is at hand for fencing writes.
 //   - Audits (comparing a cache with its source and healing it) come with
 //     the audit work of the core; /readyz will report them then.
 //
 // Left out, and why:
-//   - Sharded mode (each replica owning some keys) waits for shard leases
-//     in package leader; the Manager's lead function is the seam.
 //   - Webhooks, CRD conversion, the scheme and client machinery: those are
 //     Kubernetes API server concerns, not a database controller's.
 //   - A write client: each source's own client writes (clientv3, pgx,

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/dbinformer/dbinformer/core"
 )
@@ -48,13 +47,6 @@ type Waiter interface {
 	WaitFor(ctx context.Context, rv core.ResourceVersion) error
 }
 
-var (
-	_ core.ProgressReporter   = (*Source[int])(nil)
-	_ core.ProgressIntervaler = (*Source[int])(nil)
-	_ core.HeadReader         = (*Source[int])(nil)
-	_ core.HealWaiter         = (*Source[int])(nil)
-)
-
 // NewSource returns lw filtered to sh's shards, and adds it to sh as a
 // Hook. Build the informer over it, Bind the informer, and start the
 // informer before sh.Run.
@@ -73,7 +65,9 @@ func (s *Source[T]) Bind(inf Waiter) {
 	s.mu.Unlock()
 }
 
-// Unwrap returns the ListerWatcher s filters.
+// Unwrap returns the ListerWatcher s filters: core.Capability finds the
+// optional interfaces of what it wraps through it (a Source passes every
+// version and every Bookmark on, so their promises hold).
 func (s *Source[T]) Unwrap() core.ListerWatcher[T] { return s.lw }
 
 // errSetChanged ends a watch when the owned set changed: the informer
@@ -197,32 +191,4 @@ func (s *Source[T]) change(ctx context.Context, shards []int, in bool) error {
 		case <-wait:
 		}
 	}
-}
-
-func (s *Source[T]) ReportsProgress() bool {
-	p, ok := s.lw.(core.ProgressReporter)
-	return ok && p.ReportsProgress()
-}
-
-func (s *Source[T]) ProgressInterval() time.Duration {
-	if p, ok := s.lw.(core.ProgressIntervaler); ok {
-		return p.ProgressInterval()
-	}
-	return 0
-}
-
-var errNotForwarded = errors.New("shard: the wrapped ListerWatcher does not implement it")
-
-func (s *Source[T]) WaitHealed(ctx context.Context) error {
-	if h, ok := s.lw.(core.HealWaiter); ok {
-		return h.WaitHealed(ctx)
-	}
-	return errNotForwarded
-}
-
-func (s *Source[T]) Head(ctx context.Context) (core.ResourceVersion, error) {
-	if h, ok := s.lw.(core.HeadReader); ok {
-		return h.Head(ctx)
-	}
-	return 0, errNotForwarded
 }
