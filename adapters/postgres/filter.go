@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/dbinformer/dbinformer/adapters/postgres/internal/wal"
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/filter"
 	"github.com/jackc/pgx/v5"
@@ -272,10 +273,10 @@ func tableFilterFor[T any](m *mapper, f *filter.Filter[T], cols []column) (*tabl
 	if f == nil {
 		return nil, nil
 	}
-	rel := &relation{}
+	rel := &wal.Relation{}
 	for _, c := range cols {
-		rel.names = append(rel.names, c.name)
-		rel.oids = append(rel.oids, c.oid)
+		rel.Names = append(rel.Names, c.name)
+		rel.OIDs = append(rel.OIDs, c.oid)
 	}
 	p, err := m.plan(rel)
 	if err != nil {
@@ -322,11 +323,11 @@ func (st *tableState) setColumns(m *mapper, cols []column) error {
 }
 
 // relationOf is the column layout of cols.
-func relationOf(cols []column) *relation {
-	rel := &relation{}
+func relationOf(cols []column) *wal.Relation {
+	rel := &wal.Relation{}
 	for _, c := range cols {
-		rel.names = append(rel.names, c.name)
-		rel.oids = append(rel.oids, c.oid)
+		rel.Names = append(rel.Names, c.name)
+		rel.OIDs = append(rel.OIDs, c.oid)
 	}
 	return rel
 }

@@ -57,12 +57,12 @@ type scanPlan struct {
 // compile builds the scan plan of p for columns arriving in formats (one
 // per column of p.rel; pgtype.TextFormatCode or BinaryFormatCode).
 func (m *mapper) compile(p *rowPlan, formats []int16, tm *pgtype.Map) *scanPlan {
-	sp := &scanPlan{tm: tm, isMap: m.typ == nil, cols: make([]*colScan, len(p.rel.names))}
-	for c := range p.rel.names {
+	sp := &scanPlan{tm: tm, isMap: m.typ == nil, cols: make([]*colScan, len(p.rel.Names))}
+	for c := range p.rel.Names {
 		if !p.used[c] {
 			continue
 		}
-		cs := &colScan{name: p.rel.names[c], oid: p.rel.oids[c], format: formats[c]}
+		cs := &colScan{name: p.rel.Names[c], oid: p.rel.OIDs[c], format: formats[c]}
 		if m.typ == nil {
 			cs.typ, _ = tm.TypeForOID(cs.oid)
 		} else {

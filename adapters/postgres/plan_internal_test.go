@@ -6,6 +6,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/dbinformer/dbinformer/adapters/postgres/internal/wal"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
@@ -27,13 +28,13 @@ type namedText string
 // column.
 func TestDecodeFieldsSharesShortStrings(t *testing.T) {
 	m := newMapper(nil, &tableState{pk: []string{"id"}}, reflect.TypeFor[sharedRow](), nil)
-	rel := &relation{names: []string{"id", "a", "b", "long", "e", "tag"},
-		oids: []uint32{pgtype.Int8OID, pgtype.TextOID, pgtype.VarcharOID, pgtype.TextOID, pgtype.TextOID, pgtype.TextOID}}
+	rel := &wal.Relation{Names: []string{"id", "a", "b", "long", "e", "tag"},
+		OIDs: []uint32{pgtype.Int8OID, pgtype.TextOID, pgtype.VarcharOID, pgtype.TextOID, pgtype.TextOID, pgtype.TextOID}}
 	p, err := m.plan(rel)
 	if err != nil {
 		t.Fatal(err)
 	}
-	formats := make([]int16, len(rel.names))
+	formats := make([]int16, len(rel.Names))
 	for i := range formats {
 		formats[i] = pgtype.BinaryFormatCode
 	}

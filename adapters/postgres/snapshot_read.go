@@ -339,7 +339,7 @@ func (lr *listRead[T]) copy(ctx context.Context, rd *snapReader, query string) e
 	t, st, l := lr.t, lr.t.st, lr.l
 	sp := t.m.compile(lr.p, l.formats, t.src.typeMap())
 	isMap := t.m.typ == nil
-	ncols := len(l.rel.names)
+	ncols := len(l.rel.Names)
 	var vl []knownValue
 	cp := &copyParser{ncols: len(l.exprs)}
 	// One event per reader, decoded into and emitted by value row after
@@ -362,7 +362,7 @@ func (lr *listRead[T]) copy(ctx context.Context, rd *snapReader, query string) e
 				vl = vl[:0] // rememberListed keeps the values, not the slice
 				for c := range ncols {
 					if l.mayBeExternal(fields, c) {
-						vl = append(vl, knownValue{l.rel.names[c], sp.keepText(obj, row, c, fields[c], l.stripVer[c])})
+						vl = append(vl, knownValue{l.rel.Names[c], sp.keepText(obj, row, c, fields[c], l.stripVer[c])})
 					}
 				}
 				st.knownMu.Lock()

@@ -126,27 +126,17 @@ type Source struct {
 	pubCreated bool // this Source created the publication: Close drops it (temporary slot)
 	conns      connCache
 
-	mu          sync.Mutex
-	tables      []*tableState
-	byOID       map[uint32][]*tableState // a table may be registered more than once, with different types
-	types       []*pgtype.Type           // derived types (enums, their arrays) the tables use
-	frozen      bool                     // a List happened: the table set is fixed
-	sess        *session
-	gen         uint64 // stream generation; bumps at every stream start or failure
-	streamErr   error  // why the current generation's stream ended; nil while it runs
-	pos         core.ResourceVersion
-	lastTxn     core.ResourceVersion
-	progressReq bool
-	wake        context.CancelFunc // wakes the stream loop's receive; nil when none runs
-	// The positions of each table's open watches (watch.go): a table is
-	// applied up to the lowest.
-	watching map[*tableState][]*core.ResourceVersion
-	// Progress requests: numbered when made, sent to the server, answered
-	// by the next keepalive.
-	progressSeq, progressSent, progressDone uint64
-	resumable                               bool // a permanent slot's stream ended: resume it, keep the tables
-	closed                                  bool
-	changed                                 chan struct{} // closed and replaced whenever buffers or pos change
+	// fan owns what lies between the stream and the watches (fanout.go).
+	fan *fanout
+
+	mu        sync.Mutex
+	tables    []*tableState
+	byOID     map[uint32][]*tableState // a table may be registered more than once, with different types
+	types     []*pgtype.Type           // derived types (enums, their arrays) the tables use
+	frozen    bool                     // a List happened: the table set is fixed
+	sess      *session
+	resumable bool // a permanent slot's stream ended: resume it, keep the tables
+	closed    bool
 }
 
 var (
@@ -187,7 +177,6 @@ func NewSource(ctx context.Context, connString string, opts Options) (*Source, e
 		interval: opts.StatusInterval,
 		history:  opts.History,
 		byOID:    map[uint32][]*tableState{},
-		changed:  make(chan struct{}),
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -209,6 +198,7 @@ func NewSource(ctx context.Context, connString string, opts Options) (*Source, e
 	if s.slot == "" {
 		s.slot = "dbinformer_" + randomHex(8)
 	}
+	s.fan = newFanout(s.history, s.slot, s.where())
 	if s.pub == "" {
 		s.pub = "dbinformer_" + randomHex(8)
 		if opts.PermanentSlot {
@@ -396,7 +386,7 @@ func (s *Source) Close() error {
 	s.stopReads()
 	sess := s.sess
 	s.sess = nil
-	s.failLocked(errClosed, true)
+	s.fan.close()
 	s.mu.Unlock()
 	s.conns.close()
 	if sess != nil {
@@ -413,32 +403,6 @@ func (s *Source) Close() error {
 		}
 	}
 	return nil
-}
-
-// activateLocked starts st over at rv (tableState.reset) and says so to
-// whoever waits for a table to turn active (awaitRestores).
-func (s *Source) activateLocked(st *tableState, rv core.ResourceVersion) {
-	st.reset(rv)
-	s.notifyLocked()
-}
-
-// notifyLocked wakes every watcher.
-func (s *Source) notifyLocked() {
-	close(s.changed)
-	s.changed = make(chan struct{})
-}
-
-// failLocked ends the current stream generation. expired says the slot is
-// gone: every table must relist.
-func (s *Source) failLocked(err error, expired bool) {
-	s.gen++
-	s.streamErr = err
-	if expired {
-		for _, t := range s.tables {
-			t.expire()
-		}
-	}
-	s.notifyLocked()
 }
 
 // quoteLiteral makes s a SQL string literal.

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/dbinformer/dbinformer/adapters/postgres/internal/wal"
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/filter"
 	"github.com/jackc/pgx/v5"
@@ -178,10 +179,10 @@ func NewTable[T any](ctx context.Context, src *Source, table string, opts TableO
 // streamed and whose values it can hold.
 func (s *Source) checkFields(ctx context.Context, conn *pgx.Conn, tm *pgtype.Map, m *mapper, cols []column) error {
 	st, ident := m.st, m.st.ident.Sanitize()
-	rel := &relation{}
+	rel := &wal.Relation{}
 	for _, c := range cols {
-		rel.names = append(rel.names, c.name)
-		rel.oids = append(rel.oids, c.oid)
+		rel.Names = append(rel.Names, c.name)
+		rel.OIDs = append(rel.OIDs, c.oid)
 	}
 	p, err := m.plan(rel)
 	if err != nil {
