@@ -23,7 +23,7 @@ func TestServerConditionNeedsRowFilters(t *testing.T) {
 	cols := []column{{name: "id", oid: pgtype.Int8OID}, {name: "v", oid: pgtype.Int8OID}}
 	f := filter.MustNew[idRow](filter.Server(filter.Le("id", 10)))
 	for _, version := range []int{140011, 150004} {
-		src := &Source{version: version, pubOwned: true}
+		src := &Source{version: version, pubOwned: true, opts: Options{PublishRowFilter: true}}
 		st := newTableState("public", "t")
 		st.pk = []string{"id"}
 		m := newMapper(src, st, reflect.TypeFor[idRow](), map[string]bool{})

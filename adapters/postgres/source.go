@@ -62,14 +62,34 @@ type Options struct {
 	// not exist, instead of failing NewSource with "publication ... does
 	// not exist". The role must own the tables.
 	CreatePublication bool
-	// PublishAllColumns gives the publication the Source creates no column
-	// list: the server sends every column, and the adapter steps over
-	// those no Table decodes. By default (Postgres 15+, temporary slot,
-	// REPLICA IDENTITY DEFAULT) it lists only the decoded columns, and
-	// while it does, Postgres refuses to drop a listed column without
-	// CASCADE and, after ALTER TABLE ... REPLICA IDENTITY FULL, refuses
-	// the table's UPDATEs and DELETEs; set this where such DDL must stay
-	// free while the Source runs.
+	// PublishColumnList gives the publication the Source creates a column
+	// list (Postgres 15+, temporary slot, REPLICA IDENTITY DEFAULT): only
+	// the columns the Tables decode are sent, which saves the walsender
+	// and the network the others' bytes on wide tables. Hazard: while the
+	// list exists Postgres refuses the application's migrations and
+	// writes that conflict with it: DROP COLUMN of a listed column
+	// (without CASCADE, which takes the table out of the publication),
+	// ALTER COLUMN ... TYPE of a listed column, and, after ALTER TABLE ...
+	// REPLICA IDENTITY FULL, every UPDATE and DELETE of the table ("column
+	// list used by the publication does not cover the replica identity").
+	// Turn it on only where the schema is frozen while the Source runs.
+	// Default: every column is published, and the adapter steps over
+	// those no Table decodes.
+	PublishColumnList bool
+	// PublishRowFilter gives the publication the Source creates a row
+	// filter (Postgres 15+, temporary slot) with the conditions of the
+	// Tables' TableOptions.Where that Postgres may evaluate on UPDATE and
+	// DELETE (on replica identity columns): the server sends no change of
+	// a row that neither matched before nor matches after. Hazard: while
+	// the filter exists Postgres refuses ALTER COLUMN ... TYPE of a
+	// column it names ("cannot alter type of a column used by a
+	// publication WHERE clause"), DROP COLUMN of it, and UPDATEs and
+	// DELETEs of the table once its replica identity no longer covers
+	// the filter's columns. Default: no row filter; the Where is evaluated
+	// here on every change of the table.
+	PublishRowFilter bool
+	// Deprecated: every column is published by default now; see
+	// PublishColumnList for the opposite. It has no effect.
 	PublishAllColumns bool
 	// ApplicationName is the application_name of the Source's connections,
 	// shown in pg_stat_replication and pg_stat_activity. Default: the
