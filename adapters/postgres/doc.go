@@ -157,6 +157,55 @@
 //
 // What the table's schema changes do is in "Schema changes" below.
 //
+// # Schema changes
+//
+// NewTable proves the mapping of T onto the table's columns as they are.
+// While the table is synced the Source checks it against what was proven
+// twice over: every Relation message of the stream (pgoutput sends one
+// before the first change after the table's schema changed), and, every
+// 2 seconds and at once when a watch asks for progress, the catalog (a
+// dropped table, or one out of the publication, sends nothing at all; a
+// rewrite streams no rows). A watch's Bookmark never passes the WAL
+// position the catalog check last vouched for, so WaitFor(v) never
+// succeeds for a version at which the table had stopped being streamed
+// unnoticed. What each migration does, with the default
+// TableOptions.OnSchemaChange:
+//
+//   - ADD COLUMN, DROP COLUMN of a column T does not map, VACUUM FULL,
+//     CLUSTER, CREATE INDEX (CONCURRENTLY), ALTER TABLE ... RENAME TO,
+//     REPLICA IDENTITY FULL, SET NOT NULL: nothing to do; the
+//     cache stays equal to the table.
+//   - ALTER COLUMN ... TYPE of a mapped column (with or without USING,
+//     which rewrites every value without streaming a row), and DROP NOT
+//     NULL of one: the mapping is proven again against the new column. If
+//     T still holds every value, the table's watch ends with a
+//     *SchemaChangeError matching core.ErrExpired and the informer lists
+//     the table again (handlers see only the real differences); if not,
+//     it ends with one matching core.ErrPermanent naming the column and
+//     the Go type that would hold it. (A DROP NOT NULL is found by the
+//     catalog check; changes streamed meanwhile decode, so the informer
+//     may apply them first.)
+//   - DROP COLUMN or RENAME COLUMN of a mapped column: the watch ends with
+//     a *SchemaChangeError matching core.ErrPermanent, before the first
+//     change streamed without the column; renaming it back later does not
+//     bring back what was streamed meanwhile.
+//   - DROP TABLE (and a table created again under the name: a new
+//     relation), ALTER PUBLICATION ... DROP TABLE, or a DROP ... CASCADE
+//     that takes the table out of the publication: the watch ends with a
+//     *SchemaChangeError matching core.ErrPermanent within seconds; the
+//     informer never reports a version after the last it had verified.
+//   - TRUNCATE: the informer lists again (see TRUNCATE below).
+//   - For a map[string]any Table, any change of the table's columns
+//     (added, dropped, renamed, retyped) relists it.
+//
+// TableOptions.OnSchemaChange decides between relisting and stopping for
+// the changes T still holds (FailOnSchemaChange stops at every one).
+// Table.LastSchemaChange and Table.SchemaChanges tell what happened, and
+// the Source logs each change at warning level. A warm start checks the
+// shape too: a checkpoint carries the table's relation id and its decoded
+// columns' names, types and type modifiers (Table.Codec), and one of
+// another shape is not restored; the informer lists instead.
+//
 // # Unchanged TOAST
 //
 // Unchanged TOASTed values arrive as "unchanged" in updates: the Source

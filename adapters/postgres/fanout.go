@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 
 	"github.com/dbinformer/dbinformer/adapters/postgres/internal/wal"
 	"github.com/dbinformer/dbinformer/core"
@@ -43,12 +44,33 @@ type fanout struct {
 	progressReq                 bool
 	progressSeq, sent, answered uint64
 	wake                        context.CancelFunc // wakes the stream loop's receive; nil when none runs
+	// The catalog check (guard.go) vouches that every table still had the
+	// schema its Table proved, and was still published, at verified: a
+	// watch's Bookmark never passes it. Checks are numbered when asked
+	// for (verifyAsked); verifyDone is the newest request a vouching check
+	// was made after. guardWake asks the guard to check now.
+	verified                rv
+	verifyAsked, verifyDone uint64
+	guardWake               chan struct{}
 }
+
+type rv = core.ResourceVersion
 
 // feed is one table's part of the fan-out. Every field is guarded by the
 // fanout's mu.
 type feed struct {
-	name string // the table, for messages
+	name  string // the table, for messages: postgres table "s"."t"
+	table string // the table's quoted name
+
+	// shape is what the Table proved of the table (and proved again at a
+	// schema change it relisted over); halt, when set, holds the table's
+	// watches back from a schema change on (schema.go, guard.go).
+	shape *tableShape
+	halt  *halt
+	// lastChange and changes: the schema changes met (Table.LastSchemaChange,
+	// Table.SchemaChanges); atomic, noted before the watches can see them.
+	lastChange atomic.Pointer[SchemaChangeError]
+	changes    atomic.Int64
 
 	active bool                 // listed in the current slot's lifetime
 	floor  core.ResourceVersion // oldest version a Watch may start from
@@ -74,6 +96,15 @@ type feed struct {
 	durable core.ResourceVersion
 }
 
+// halt holds a table's watches back at a schema change: they deliver the
+// batches below at, no Bookmark at or past it, then end with err; a nil
+// err waits for the guard's decision (change is what the stream met).
+type halt struct {
+	at     rv
+	err    error
+	change *shapeChange
+}
+
 // watcher is one open watch: its position is the one place a watch's
 // progress is kept.
 type watcher struct {
@@ -83,10 +114,11 @@ type watcher struct {
 }
 
 func newFanout(history int, slot, where string) *fanout {
-	return &fanout{history: history, slot: slot, where: where, changed: make(chan struct{})}
+	return &fanout{history: history, slot: slot, where: where, changed: make(chan struct{}), guardWake: make(chan struct{}, 1)}
 }
 
-func newFeed(name string) *feed { return &feed{name: name, floor: math.MaxUint64} }
+// init names a new feed; it is not active until listed or restored.
+func (fd *feed) init(name, table string) { fd.name, fd.table, fd.floor = name, table, math.MaxUint64 }
 
 // add makes fd part of the fan-out (NewTable, before any stream).
 func (f *fanout) add(fd *feed) {
@@ -229,17 +261,30 @@ func (f *fanout) ackLocked() core.ResourceVersion {
 // the request (takeProgressRequest), sends it and says so (progressSent);
 // the next keepalive answers it.
 
+// ticket is a watch's progress request: answered once a keepalive after
+// it arrived (progress) and the catalog was vouched for after it (verify).
+type ticket struct{ progress, verify uint64 }
+
 // requestProgress asks the stream for a keepalive carrying the server's
-// WAL end, and returns the request's number.
-func (f *fanout) requestProgress() uint64 {
+// WAL end, and the guard for a catalog check, and returns the request.
+func (f *fanout) requestProgress() ticket {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.progressReq = true
 	f.progressSeq++
+	f.verifyAsked++
 	if f.wake != nil {
 		f.wake() // the stream loop sends the request now, not at its next tick
 	}
-	return f.progressSeq
+	f.wakeGuardLocked()
+	return ticket{f.progressSeq, f.verifyAsked}
+}
+
+func (f *fanout) wakeGuardLocked() {
+	select {
+	case f.guardWake <- struct{}{}:
+	default:
+	}
 }
 
 // probe asks for a keepalive without a watch waiting for it (silence).
@@ -362,9 +407,13 @@ type step struct {
 
 // next returns w's next step, with the batches after w's position (at most
 // emitMaxBatches, appended to buf). asked is the progress request w waits
-// to see answered (0: none). Every batch received before the stream ended
-// is delivered before its failure is returned.
-func (f *fanout) next(w *watcher, asked uint64, buf []*batch) (step, error) {
+// to see answered (zero: none). Every batch received before the stream
+// ended is delivered before its failure is returned; at a schema change
+// (halt), every batch below it before the change's error. A Bookmark never
+// passes what the guard vouched for: a table that stopped being streamed
+// (dropped, out of the publication) sends nothing, and only the catalog
+// says so.
+func (f *fanout) next(w *watcher, asked ticket, buf []*batch) (step, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fd := w.fd
@@ -381,8 +430,19 @@ func (f *fanout) next(w *watcher, asked uint64, buf []*batch) (step, error) {
 			return step{}, err
 		}
 	}
-	if i := fd.firstAfter(w.pos); i < len(fd.batches) {
-		return step{batches: append(buf, fd.batches[i:min(len(fd.batches), i+emitMaxBatches)]...)}, nil
+	limit := rv(math.MaxUint64) // deliverable: batches below limit
+	if fd.halt != nil {
+		limit = fd.halt.at
+	}
+	if i := fd.firstAfter(w.pos); i < len(fd.batches) && fd.batches[i].rv < limit {
+		j := i
+		for j < len(fd.batches) && j < i+emitMaxBatches && fd.batches[j].rv < limit {
+			j++
+		}
+		return step{batches: append(buf, fd.batches[i:j]...)}, nil
+	}
+	if fd.halt != nil && fd.halt.err != nil {
+		return step{}, fd.halt.err
 	}
 	if f.gen != w.gen {
 		if f.err != nil {
@@ -390,9 +450,10 @@ func (f *fanout) next(w *watcher, asked uint64, buf []*batch) (step, error) {
 		}
 		return step{}, fmt.Errorf("postgres %s: replication stream of slot %q restarted", f.where, f.slot)
 	}
-	answer := asked != 0 && f.answered >= asked
-	if f.pos > w.pos || answer {
-		return step{bookmark: max(w.pos, f.pos), answered: answer}, nil
+	answer := asked.progress != 0 && f.answered >= asked.progress && f.verifyDone >= asked.verify
+	bookmark := max(w.pos, min(f.pos, f.verified, limit-1))
+	if bookmark > w.pos || answer {
+		return step{bookmark: bookmark, answered: answer}, nil
 	}
 	return step{wait: f.changed}, nil
 }

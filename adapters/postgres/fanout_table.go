@@ -2,6 +2,8 @@ package pginformer
 
 import (
 	"fmt"
+
+	"github.com/dbinformer/dbinformer/adapters/postgres/internal/wal"
 	"math"
 	"sort"
 
@@ -19,7 +21,7 @@ import (
 func (f *fanout) activate(fd *feed, rv core.ResourceVersion) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if fd.active {
+	if fd.active && fd.halt == nil {
 		return false
 	}
 	fd.reset(rv)
@@ -51,6 +53,111 @@ func (f *fanout) listedAt(fd *feed, cp core.ResourceVersion) {
 	clear(fd.batches[:drop])
 	fd.batches = fd.batches[drop:]
 	fd.floor, fd.applied, fd.decoded, fd.covered, fd.ackedChanges = cp, max(fd.applied, cp), cp, cp, 0
+}
+
+// Schema changes (schema.go, guard.go).
+
+// relation checks a Relation message met in the transaction whose commit
+// starts at at against fd's proven shape, and holds fd's watches back
+// from that transaction on if it differs, waking the guard to decide. A
+// change that breaks the mapping needs no decision: it is returned, and
+// ends the watches.
+func (f *fanout) relation(fd *feed, rel *wal.Relation, at rv) *SchemaChangeError {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if fd.shape == nil || !fd.active || at < fd.covered {
+		// A transaction the table's List or checkpoint already covers
+		// (a resumed slot replays from its confirmed position): its
+		// layout may precede the schema NewTable proved.
+		return nil
+	}
+	ch := fd.shape.diffRelation(rel)
+	if ch == nil {
+		return nil
+	}
+	if fd.halt != nil && fd.halt.err != nil {
+		// Decided already (the guard saw it first): hold from here too.
+		f.holdLocked(fd, at, nil, ch)
+		return nil
+	}
+	var e *SchemaChangeError
+	var err error
+	if !ch.proof {
+		e = &SchemaChangeError{Table: fd.table, Column: ch.column, Change: ch.change, RV: at, Action: SchemaFail, Fix: ch.fix}
+		err = e
+		fd.note(e)
+	}
+	f.holdLocked(fd, at, err, ch)
+	f.wakeGuardLocked()
+	return e
+}
+
+// note records a schema change met.
+func (fd *feed) note(e *SchemaChangeError) {
+	fd.lastChange.Store(e)
+	fd.changes.Add(1)
+}
+
+// holdLocked holds fd's watches back at at (the earliest of the holds),
+// ending them with err once err is known.
+func (f *fanout) holdLocked(fd *feed, at rv, err error, ch *shapeChange) {
+	switch {
+	case fd.halt == nil:
+		fd.halt = &halt{at: at, err: err, change: ch}
+	default:
+		fd.halt.at = min(fd.halt.at, at)
+		if fd.halt.err == nil {
+			fd.halt.err = err
+		}
+	}
+	f.notifyLocked()
+}
+
+// decide ends fd's watches with err, after the batches they hold.
+func (f *fanout) decide(fd *feed, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if fd.active {
+		f.holdLocked(fd, math.MaxUint64, err, nil)
+	}
+}
+
+// schemaState returns fd's proven shape, whether fd is active, and what
+// the stream met that waits for the guard's decision (nil: nothing).
+func (f *fanout) schemaState(fd *feed) (*tableShape, bool, *halt) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var h *halt
+	if fd.halt != nil {
+		c := *fd.halt
+		h = &c
+	}
+	return fd.shape, fd.active, h
+}
+
+// setShape records the shape proven again at a schema change.
+func (f *fanout) setShape(fd *feed, sh *tableShape) {
+	f.mu.Lock()
+	fd.shape = sh
+	f.mu.Unlock()
+}
+
+// verifyAskedSoFar is the newest catalog check request.
+func (f *fanout) verifyAskedSoFar() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.verifyAsked
+}
+
+// vouch records a check that found every table as proven, and so vouches
+// for the position a previous check read before it looked (at), made
+// after request seq.
+func (f *fanout) vouch(at rv, seq uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.verified = max(f.verified, at)
+	f.verifyDone = max(f.verifyDone, seq)
+	f.notifyLocked()
 }
 
 // isActive reports whether fd was listed or restored in the slot's
@@ -116,6 +223,7 @@ func (fd *feed) expire() {
 // reset starts the table over at rv: listed there, nothing streamed yet.
 func (fd *feed) reset(rv core.ResourceVersion) {
 	fd.active, fd.floor, fd.applied, fd.decoded, fd.covered, fd.batches, fd.ackedChanges = true, rv, rv, rv, rv, nil, 0
+	fd.halt = nil
 }
 
 // firstAfter is the index of the first batch above rv (batches are in

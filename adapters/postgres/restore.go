@@ -31,19 +31,45 @@ var (
 // warm start's load cost a fraction of a list's. For map[string]any rows it
 // returns nil, and an informer with checkpoints asks for a codec: JSON
 // would bring numbers back as float64, not as the types the table decodes.
+//
+// The codec's Schema, which a checkpoint's header carries, names the
+// table's shape as NewTable proved it (relation id, the decoded columns'
+// names, types and type modifiers): a warm start over a table whose
+// schema changed since the checkpoint (a column retyped, dropped, the
+// table re-created) finds another shape, ignores the checkpoint (the
+// informer reports a core.CheckpointError naming both) and lists the
+// table, instead of restoring a cache of another shape.
 func (t *Table[T]) Codec() core.Codec[T] {
 	if t.m.typ == nil {
 		return nil
 	}
 	t.codecOnce.Do(func() {
+		shape, _, _ := t.src.fan.schemaState(&t.st.feed)
 		if b, err := core.NewBinary[T](); err == nil {
-			t.codec = b
+			t.codec = &binaryTableCodec[T]{Binary: b, shape: shape.fingerprint()}
 		} else {
-			t.codec = core.JSON[T]{}
+			t.codec = &jsonTableCodec[T]{shape: shape.fingerprint()}
 		}
 	})
 	return t.codec
 }
+
+// binaryTableCodec is core.Binary (its optional fast paths promoted) with
+// the table's shape in its Schema.
+type binaryTableCodec[T any] struct {
+	*core.Binary[T]
+	shape string
+}
+
+func (c *binaryTableCodec[T]) Schema() string { return c.Binary.Schema() + "; " + c.shape }
+
+// jsonTableCodec is core.JSON with the table's shape in its Schema.
+type jsonTableCodec[T any] struct {
+	core.JSON[T]
+	shape string
+}
+
+func (c *jsonTableCodec[T]) Schema() string { return "json; " + c.shape }
 
 // GateAcknowledgements implements core.DurableAcknowledger: while gated,
 // the slot's confirmed position stays at or below the version last passed

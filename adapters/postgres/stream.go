@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/dbinformer/dbinformer/adapters/postgres/internal/wal"
@@ -41,7 +42,12 @@ next:
 // stream reads the replication stream until ctx ends or it fails.
 func (s *Source) stream(ctx context.Context, sess *session, gen uint64) {
 	defer close(sess.done)
+	gctx, stopGuard := context.WithCancel(ctx)
+	var guard sync.WaitGroup
+	guard.Go(func() { s.guard(gctx) })
 	err := s.streamLoop(ctx, sess)
+	stopGuard()
+	guard.Wait()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.fan.current(gen) {
@@ -237,7 +243,19 @@ func (s *Source) handle(data []byte, relations map[uint32]*relEntry, txn *pendin
 		return &pendingTxn{commit: core.ResourceVersion(m.FinalLSN)}, nil
 	case *pglogrepl.RelationMessage:
 		e := s.relationEntry(relations, m.RelationID)
-		relations[m.RelationID] = &relEntry{rel: wal.NewRelation(m), tables: e.tables}
+		rel := wal.NewRelation(m)
+		relations[m.RelationID] = &relEntry{rel: rel, tables: e.tables}
+		// The layout applies from this transaction on: a change from what
+		// a Table proved holds its watches back here (schema.go).
+		at := s.fan.position() + 1
+		if txn != nil {
+			at = txn.commit
+		}
+		for _, t := range e.tables {
+			if sc := s.fan.relation(&t.feed, rel, at); sc != nil {
+				s.logSchemaChange(sc)
+			}
+		}
 	case *pglogrepl.TruncateMessage:
 		if txn != nil {
 			for _, id := range m.RelationIDs {

@@ -1,6 +1,7 @@
 package pginformer
 
 import (
+	"context"
 	"fmt"
 	"sync"
 
@@ -29,6 +30,12 @@ type tableState struct {
 	cols, pubCols []string
 	anyColumn     bool // a map[string]any Table: it decodes columns added later too
 
+	// reprove proves the Table's mapping again over the table's columns
+	// as they are now (after a schema change); policy is
+	// TableOptions.OnSchemaChange.
+	reprove func(ctx context.Context, conn *pgx.Conn, cols []column) error
+	policy  SchemaPolicy
+
 	// feed is the table's part of the Source's fan-out (fanout.go),
 	// guarded by the fan-out's lock.
 	feed feed
@@ -48,7 +55,7 @@ type tableState struct {
 
 func newTableState(schema, name string) *tableState {
 	st := &tableState{schema: schema, name: name, ident: pgx.Identifier{schema, name}}
-	st.feed = *newFeed(st.sourceName())
+	st.feed.init(st.sourceName(), st.ident.Sanitize())
 	return st
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/dbinformer/dbinformer/adapters/postgres/internal/wal"
@@ -34,11 +33,9 @@ func (t *Table[T]) Watch(ctx context.Context, from core.ResourceVersion, opts co
 	if err := fan.begin(w); err != nil {
 		return stopped(ctx, err)
 	}
-	drop := s.newDropCheck(ctx, t.st)
-	defer drop.stop()
 	var buf []core.Event[T]
 	var todo []*batch
-	var asked uint64 // the progress request to answer; 0: none
+	var asked ticket // the progress request to answer; zero: none
 	for {
 		if ctx.Err() != nil {
 			return core.Stopped(ctx)
@@ -54,7 +51,7 @@ func (t *Table[T]) Watch(ctx context.Context, from core.ResourceVersion, opts co
 			clear(todo)
 		case next.wait == nil:
 			if next.answered {
-				asked = 0
+				asked = ticket{}
 			}
 			buf = append(buf[:0], core.Event[T]{Type: core.Bookmark, RV: next.bookmark})
 			if err = opts.Emit(buf); err == nil {
@@ -67,11 +64,6 @@ func (t *Table[T]) Watch(ctx context.Context, from core.ResourceVersion, opts co
 				return core.Stopped(ctx)
 			case <-opts.Progress:
 				asked = fan.requestProgress()
-				drop.soon()
-			case <-drop.timer.C:
-				drop.every()
-			case err = <-drop.result:
-				drop.checking = false
 			}
 		}
 		if err != nil {
@@ -158,14 +150,6 @@ const (
 	emitMax        = 4096
 )
 
-// dropCheckEvery is how often an idle watch checks that its table still
-// exists; it also checks at a progress request, at most every
-// dropCheckMin.
-const (
-	dropCheckEvery = 30 * time.Second
-	dropCheckMin   = time.Second
-)
-
 // stopped is what Watch returns for err: core.Stopped once ctx is done,
 // whatever failed meanwhile.
 func stopped(ctx context.Context, err error) error {
@@ -173,70 +157,6 @@ func stopped(ctx context.Context, err error) error {
 		return core.Stopped(ctx)
 	}
 	return err
-}
-
-// dropCheck looks, now and then, whether a watch's table still exists:
-// pgoutput says nothing when a table is dropped. The look opens a
-// connection (an authentication round trip): it runs beside the watch's
-// loop, never in it, so that delivery does not wait for it.
-type dropCheck struct {
-	s        *Source
-	st       *tableState
-	ctx      context.Context
-	cancel   context.CancelFunc
-	timer    *time.Timer
-	result   chan error // a look's answer
-	checking bool       // a look is under way
-	last     time.Time
-	looks    sync.WaitGroup
-}
-
-func (s *Source) newDropCheck(ctx context.Context, st *tableState) *dropCheck {
-	d := &dropCheck{s: s, st: st, timer: time.NewTimer(dropCheckEvery), result: make(chan error, 1)}
-	d.ctx, d.cancel = context.WithCancel(ctx)
-	return d
-}
-
-// every is the periodic look; soon looks at a progress request, at most
-// every dropCheckMin.
-func (d *dropCheck) every() {
-	d.timer.Reset(dropCheckEvery)
-	d.start()
-}
-
-func (d *dropCheck) soon() {
-	if time.Since(d.last) >= dropCheckMin {
-		d.start()
-	}
-}
-
-func (d *dropCheck) start() {
-	if d.checking {
-		return
-	}
-	d.checking, d.last = true, time.Now()
-	d.looks.Go(func() { d.result <- d.s.checkDropped(d.ctx, d.st) })
-}
-
-func (d *dropCheck) stop() {
-	d.timer.Stop()
-	d.cancel()
-	d.looks.Wait()
-}
-
-// checkDropped returns a permanent error if st's table is gone. A failure
-// to look is not an error of the watch: the stream reports a dead server.
-func (s *Source) checkDropped(ctx context.Context, st *tableState) error {
-	conn, err := s.connect(ctx)
-	if err != nil {
-		return nil
-	}
-	defer conn.Close(context.Background())
-	var exists bool
-	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_class WHERE oid = $1)", st.oid).Scan(&exists); err != nil || exists {
-		return nil
-	}
-	return core.Permanent(fmt.Errorf("postgres %s: table %s was dropped: its relation (oid %d) is gone; a table created again under the name needs a new Table", s.where(), st.ident.Sanitize(), st.oid))
 }
 
 // decodeUpTo decodes, in version order, every batch up to b that is not

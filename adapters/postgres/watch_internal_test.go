@@ -77,7 +77,7 @@ func TestNextDeliversBeforeFailing(t *testing.T) {
 	if err := fan.begin(w); err != nil {
 		t.Fatal(err)
 	}
-	next, err := fan.next(w, 0, nil)
+	next, err := fan.next(w, ticket{}, nil)
 	if err != nil || next.wait == nil {
 		t.Fatalf("nothing streamed: step %+v, %v; want a wait", next, err)
 	}
@@ -88,12 +88,12 @@ func TestNextDeliversBeforeFailing(t *testing.T) {
 		t.Fatal("a commit did not signal the waiting watch")
 	}
 	fan.fail(errHalfOpen, false)
-	next, err = fan.next(w, 0, nil)
+	next, err = fan.next(w, ticket{}, nil)
 	if err != nil || len(next.batches) != 1 || next.batches[0].rv != 120 {
 		t.Fatalf("after a commit and a failure: step %+v, %v; want the batch at 120 first", next, err)
 	}
 	fan.ack(w, 120)
-	if _, err = fan.next(w, 0, nil); err != errHalfOpen {
+	if _, err = fan.next(w, ticket{}, nil); err != errHalfOpen {
 		t.Fatalf("after delivering the batch: %v, want the stream's failure", err)
 	}
 }

@@ -43,6 +43,10 @@ type Change struct {
 type Relation struct {
 	Names []string
 	OIDs  []uint32
+	// Mods are the columns' type modifiers (atttypmod: a varchar's
+	// width, a numeric's precision and scale; -1 for none), from a
+	// Relation message only.
+	Mods []int32
 }
 
 // NewRelation is the layout of a Relation message.
@@ -51,6 +55,7 @@ func NewRelation(m *pglogrepl.RelationMessage) *Relation {
 	for _, c := range m.Columns {
 		r.Names = append(r.Names, c.Name)
 		r.OIDs = append(r.OIDs, c.DataType)
+		r.Mods = append(r.Mods, c.TypeModifier)
 	}
 	return r
 }
