@@ -151,7 +151,7 @@ func (s *Source) checkSchemas(ctx context.Context) (core.ResourceVersion, error)
 			ch = h.change
 		}
 		if ch != nil {
-			if err := s.settle(ctx, conn, st, ch, h); err != nil {
+			if err := s.settle(ctx, conn, st, shape, ch, h); err != nil {
 				return 0, err
 			}
 		}
@@ -182,7 +182,7 @@ func (s *Source) catalogChange(st *tableState, shape *tableShape, ct *catalogTab
 
 // settle decides what st's watches do about ch (h: what the stream met,
 // if anything), tells them, and records it.
-func (s *Source) settle(ctx context.Context, conn *pgx.Conn, st *tableState, ch *shapeChange, h *halt) error {
+func (s *Source) settle(ctx context.Context, conn *pgx.Conn, st *tableState, shapeNow *tableShape, ch *shapeChange, h *halt) error {
 	e := &SchemaChangeError{Table: st.ident.Sanitize(), Column: ch.column, Change: ch.change, Action: SchemaFail, Fix: ch.fix}
 	e.RV = s.fan.vouched()
 	if h != nil {
@@ -203,7 +203,7 @@ func (s *Source) settle(ctx context.Context, conn *pgx.Conn, st *tableState, ch 
 			}
 			if e.Action == SchemaRelist {
 				e.Fix = ""
-				shape = shapeOf(st, cols)
+				shape = shapeOf(st, cols, shapeNow.omit)
 			} else {
 				e.Fix = "the table's policy (TableOptions.OnSchemaChange) stops the informer: restart it to list the table again"
 			}

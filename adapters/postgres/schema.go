@@ -105,13 +105,14 @@ type tableShape struct {
 	oid  uint32
 	cols []shapeColumn
 	all  bool
+	omit map[string]bool // TableOptions.Omit: never part of the shape
 }
 
 // shapeOf is the shape of the columns of cols the Table decodes.
-func shapeOf(st *tableState, cols []column) *tableShape {
-	sh := &tableShape{oid: st.oid, all: st.anyColumn}
+func shapeOf(st *tableState, cols []column, omit map[string]bool) *tableShape {
+	sh := &tableShape{oid: st.oid, all: st.anyColumn, omit: omit}
 	for _, c := range cols {
-		if c.generated || !sh.all && !containsString(st.cols, c.name) {
+		if c.generated || omit[c.name] || !sh.all && !containsString(st.cols, c.name) {
 			continue
 		}
 		sh.cols = append(sh.cols, shapeColumn{name: c.name, oid: c.oid, typmod: c.typmod, notNull: c.notNull, typname: c.typname})
@@ -164,10 +165,25 @@ func (sh *tableShape) diffRelation(rel *wal.Relation) *shapeChange {
 			return &shapeChange{column: c.name, change: fmt.Sprintf("type changed from %s (type %d, modifier %d) to type %d, modifier %d", c.typname, c.oid, c.typmod, rel.OIDs[i], modAt(rel, i)), proof: true}
 		}
 	}
-	if sh.all && len(rel.Names) != len(sh.cols) {
+	if sh.all && sh.added(rel.Names) {
 		return &shapeChange{change: "columns added", proof: true}
 	}
 	return nil
+}
+
+// added reports whether names has a column the shape lacks (and does not
+// omit).
+func (sh *tableShape) added(names []string) bool {
+	have := map[string]bool{}
+	for _, c := range sh.cols {
+		have[c.name] = true
+	}
+	for _, n := range names {
+		if !have[n] && !sh.omit[n] {
+			return true
+		}
+	}
+	return false
 }
 
 func modAt(rel *wal.Relation, i int) int32 {
@@ -180,11 +196,11 @@ func modAt(rel *wal.Relation, i int) int32 {
 // diffColumns compares the table's columns in the catalog with the shape.
 func (sh *tableShape) diffColumns(cols []column) *shapeChange {
 	at := map[string]column{}
-	live := 0
+	var live []string
 	for _, c := range cols {
 		if !c.generated {
 			at[c.name] = c
-			live++
+			live = append(live, c.name)
 		}
 	}
 	for _, p := range sh.cols {
@@ -200,7 +216,7 @@ func (sh *tableShape) diffColumns(cols []column) *shapeChange {
 			return &shapeChange{column: p.name, change: "became nullable (DROP NOT NULL)", proof: true}
 		}
 	}
-	if sh.all && live != len(sh.cols) {
+	if sh.all && sh.added(live) {
 		return &shapeChange{change: "columns added", proof: true}
 	}
 	return nil

@@ -184,7 +184,7 @@ func NewTable[T any](ctx context.Context, src *Source, table string, opts TableO
 		}
 	}
 	st.resetKnown()
-	st.feed.shape = shapeOf(st, cols)
+	st.feed.shape = shapeOf(st, cols, m.omit)
 	st.policy = opts.OnSchemaChange
 	st.reprove = func(ctx context.Context, conn *pgx.Conn, cols []column) error {
 		if typ == nil {
