@@ -27,7 +27,7 @@ import (
 const schemaCheckEvery = 2 * time.Second
 
 // guardQueryTimeout bounds one check's statements.
-const guardQueryTimeout = 10 * time.Second
+const guardQueryTimeout = 5 * time.Second
 
 // guard runs the checks until ctx ends (the stream's end).
 func (s *Source) guard(ctx context.Context) {
@@ -93,10 +93,6 @@ type catalogTable struct {
 // every difference from what their Tables proved. It returns the
 // position read first.
 func (s *Source) checkSchemas(ctx context.Context) (core.ResourceVersion, error) {
-	// A statement cancelled at the stream's end would leave an ERROR line
-	// in the server's log at every Close: let it finish (it is short).
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), guardQueryTimeout)
-	defer cancel()
 	s.mu.Lock()
 	tables := s.tables
 	s.mu.Unlock()
@@ -104,6 +100,10 @@ func (s *Source) checkSchemas(ctx context.Context) (core.ResourceVersion, error)
 	if err != nil {
 		return 0, err
 	}
+	// A statement cancelled at the stream's end would leave an ERROR line
+	// in the server's log at every Close: let it finish (it is short).
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), guardQueryTimeout)
+	defer cancel()
 	defer s.release(conn)
 	var at pglogrepl.LSN
 	if err := conn.QueryRow(ctx, "SELECT pg_current_wal_lsn()").Scan(&at); err != nil {

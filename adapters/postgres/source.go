@@ -145,6 +145,7 @@ type Source struct {
 	stopReads  context.CancelFunc
 	pubCreated bool // this Source created the publication: Close drops it (temporary slot)
 	conns      connCache
+	guards     sync.WaitGroup // the streams' catalog checks (guard.go)
 
 	// fan owns what lies between the stream and the watches (fanout.go).
 	fan *fanout
@@ -412,6 +413,7 @@ func (s *Source) Close() error {
 	if sess != nil {
 		s.endSession(sess)
 	}
+	s.guards.Wait()
 	if s.pubCreated && !s.opts.PermanentSlot {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

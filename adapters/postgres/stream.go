@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/dbinformer/dbinformer/adapters/postgres/internal/wal"
@@ -42,12 +41,12 @@ next:
 // stream reads the replication stream until ctx ends or it fails.
 func (s *Source) stream(ctx context.Context, sess *session, gen uint64) {
 	defer close(sess.done)
+	// The guard ends with the stream; its last statement may outlive it
+	// briefly (guardQueryTimeout), which Close waits for.
 	gctx, stopGuard := context.WithCancel(ctx)
-	var guard sync.WaitGroup
-	guard.Go(func() { s.guard(gctx) })
+	s.guards.Go(func() { s.guard(gctx) })
 	err := s.streamLoop(ctx, sess)
 	stopGuard()
-	guard.Wait()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.fan.current(gen) {
