@@ -8,6 +8,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/dbinformer/dbinformer/adapters/postgres/internal/rowplan"
 	"github.com/dbinformer/dbinformer/adapters/postgres/internal/wal"
 	"github.com/jackc/pgx/v5/pgtype"
 )
@@ -69,9 +70,9 @@ type rowPlan struct {
 	partial bool
 
 	textMu sync.Mutex
-	text   *scanPlan // compiled for text values, on first decode
-	toast  []uint8   // per column: toastNever, toastIfLong or toastAlways (see toast.go)
-	toastG uint64    // the table's toast generation toast was computed at
+	text   *rowplan.Plan // compiled for text values, on first decode
+	toast  []uint8       // per column: toastNever, toastIfLong or toastAlways (see toast.go)
+	toastG uint64        // the table's toast generation toast was computed at
 }
 
 func normalizeName(s string) string {
@@ -194,7 +195,7 @@ func (m *mapper) decode(p *rowPlan, vals []wal.Value, dst any) error {
 		obj = reflect.ValueOf(dst).UnsafePointer()
 	}
 	for c, v := range vals {
-		if c >= len(p.text.cols) {
+		if c >= p.text.Len() {
 			break
 		}
 		var data []byte
@@ -204,7 +205,7 @@ func (m *mapper) decode(p *rowPlan, vals []wal.Value, dst any) error {
 				data = []byte{}
 			}
 		}
-		if err := p.text.decodeColumn(obj, row, c, data); err != nil {
+		if err := p.text.DecodeColumn(obj, row, c, data); err != nil {
 			return err
 		}
 	}
@@ -212,4 +213,10 @@ func (m *mapper) decode(p *rowPlan, vals []wal.Value, dst any) error {
 		*dst.(*map[string]any) = row
 	}
 	return nil
+}
+
+// compile builds the scan plan of p for columns arriving in formats (one
+// per column of p.rel).
+func (m *mapper) compile(p *rowPlan, formats []int16, tm *pgtype.Map) *rowplan.Plan {
+	return rowplan.Compile(m.typ, rowplan.Layout{Names: p.rel.Names, OIDs: p.rel.OIDs, Used: p.used, Fields: p.fields}, formats, tm)
 }

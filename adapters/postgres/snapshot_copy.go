@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/dbinformer/dbinformer/adapters/postgres/internal/rowplan"
 	"github.com/dbinformer/dbinformer/adapters/postgres/internal/wal"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -81,8 +82,8 @@ func (t *Table[T]) layout(cols []snapColumn, version int) (*copyLayout, *rowPlan
 	for i, c := range sel {
 		kind := toastKind(c.oid, c.attlen, c.storage)
 		keep := fields[i].used && !st.full && kind != toastNever
-		binaryOK := !fields[i].used || binarySafe(c.oid, fields[i].typ)
-		if keep && !textLike(c.oid) && c.oid != pgtype.JSONBOID {
+		binaryOK := !fields[i].used || rowplan.BinarySafe(c.oid, fields[i].typ)
+		if keep && !rowplan.TextLike(c.oid) && c.oid != pgtype.JSONBOID {
 			binaryOK = false // TOAST memory keeps text
 		}
 		keyInt := 0
@@ -95,7 +96,7 @@ func (t *Table[T]) layout(cols []snapColumn, version int) (*copyLayout, *rowPlan
 			case pgtype.Int8OID:
 				keyInt = 8
 			default:
-				if !textLike(c.oid) {
+				if !rowplan.TextLike(c.oid) {
 					binaryOK = false // keys are the text of the key columns
 				}
 			}

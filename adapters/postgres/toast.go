@@ -3,6 +3,7 @@ package pginformer
 import (
 	"bytes"
 
+	"github.com/dbinformer/dbinformer/adapters/postgres/internal/rowplan"
 	"github.com/dbinformer/dbinformer/adapters/postgres/internal/wal"
 	"github.com/jackc/pgx/v5/pgtype"
 )
@@ -57,7 +58,7 @@ func toastKind(oid uint32, attlen int16, storage byte) uint8 {
 	switch {
 	case attlen != -1 || storage == 'p':
 		return toastNever
-	case textLike(oid):
+	case rowplan.TextLike(oid):
 		return toastIfLong
 	}
 	return toastAlways
@@ -81,7 +82,7 @@ func (t *tableState) toastOf(p *rowPlan) []uint8 {
 		case ok:
 		case fixedLength[p.rel.OIDs[c]]:
 			kind = toastNever
-		case textLike(p.rel.OIDs[c]):
+		case rowplan.TextLike(p.rel.OIDs[c]):
 			kind = toastIfLong
 		default:
 			kind = toastAlways
