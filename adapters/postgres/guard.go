@@ -87,6 +87,7 @@ type catalogTable struct {
 	oids              []uint32
 	mods              []int32
 	notNull           []bool
+	typnames          []string
 }
 
 // checkSchemas reads pg_current_wal_lsn(), then the tables, and settles
@@ -120,13 +121,14 @@ func (s *Source) checkSchemas(ctx context.Context) (core.ResourceVersion, error)
 			ARRAY(SELECT a.attname::text FROM pg_attribute a WHERE a.attrelid = o.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = '' ORDER BY a.attnum),
 			ARRAY(SELECT a.atttypid FROM pg_attribute a WHERE a.attrelid = o.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = '' ORDER BY a.attnum),
 			ARRAY(SELECT a.atttypmod FROM pg_attribute a WHERE a.attrelid = o.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = '' ORDER BY a.attnum),
-			ARRAY(SELECT a.attnotnull FROM pg_attribute a WHERE a.attrelid = o.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = '' ORDER BY a.attnum)
+			ARRAY(SELECT a.attnotnull FROM pg_attribute a WHERE a.attrelid = o.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = '' ORDER BY a.attnum),
+			ARRAY(SELECT format_type(a.atttypid, a.atttypmod) FROM pg_attribute a WHERE a.attrelid = o.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = '' ORDER BY a.attnum)
 		FROM unnest($2::oid[], $3::text[], $4::text[]) AS o(oid, nsp, rel)
 		LEFT JOIN pg_class c ON c.oid = o.oid LEFT JOIN pg_namespace n ON n.oid = c.relnamespace`, s.pub, oids, nsps, rels)
 	found := map[uint32]*catalogTable{}
 	var oid uint32
 	var ct catalogTable
-	_, err = pgx.ForEachRow(rows, []any{&oid, &ct.exists, &ct.published, &ct.sameName, &ct.names, &ct.oids, &ct.mods, &ct.notNull}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&oid, &ct.exists, &ct.published, &ct.sameName, &ct.names, &ct.oids, &ct.mods, &ct.notNull, &ct.typnames}, func() error {
 		c := ct
 		found[oid] = &c
 		return nil
@@ -175,7 +177,7 @@ func (s *Source) catalogChange(st *tableState, shape *tableShape, ct *catalogTab
 	}
 	cols := make([]column, len(ct.names))
 	for i := range cols {
-		cols[i] = column{name: ct.names[i], oid: ct.oids[i], typmod: ct.mods[i], notNull: ct.notNull[i]}
+		cols[i] = column{name: ct.names[i], oid: ct.oids[i], typmod: ct.mods[i], notNull: ct.notNull[i], typname: ct.typnames[i]}
 	}
 	return shape.diffColumns(cols)
 }
