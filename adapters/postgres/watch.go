@@ -16,7 +16,11 @@ import (
 // answered). Emit's return acknowledges the batch: only then may the server
 // discard its WAL. from must be a version this Source keeps the table's
 // changes since: one returned by List, or one a watch delivered within the
-// last Options.History changes; anything older is core.ErrExpired.
+// last Options.History changes; anything older is core.ErrExpired. A
+// Bookmark never passes the WAL position the Source's catalog check last
+// vouched for (see "Schema changes" in the package doc), and a change of
+// the table's schema ends the watch with a *SchemaChangeError after the
+// transactions before it.
 func (t *Table[T]) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[T]) error {
 	s, fan := t.src, t.src.fan
 	if ctx.Err() != nil {
