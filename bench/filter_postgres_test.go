@@ -52,7 +52,7 @@ func partialSyncPostgres(b *testing.B) {
 	// sync runs one informer on a fresh Source to HasSynced and returns
 	// it running, with its stop function.
 	sync := func(where *filter.Filter[partialRow], want int) (*pginformer.Table[partialRow], *core.SharedIndexInformer[partialRow], func()) {
-		src, err := pginformer.NewSource(ctx, pg.ConnString(), pginformer.Options{})
+		src, err := pginformer.NewSource(ctx, pg.ConnString(), pginformer.Options{PublishRowFilter: true})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -2,6 +2,7 @@ package pginformer_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"testing"
 
@@ -93,4 +94,56 @@ func BenchmarkStreamApply(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkStreamWideTable is what publishing every column (the default)
+// costs against Options.PublishColumnList when T maps two of a table's five
+// columns, the other three holding 200 bytes of text each: one op updates
+// every one of the table's rows (wideRows, one transaction) and waits
+// until the informer applied it. AllColumns/ColumnList is the cost.
+func BenchmarkStreamWideTable(b *testing.B) {
+	const wideRows = 50_000
+	pg := harness.StartPostgres(b)
+	pg.Exec(b, fmt.Sprintf(`CREATE TABLE kvw (id bigint PRIMARY KEY, v text NOT NULL, a text, b text, c text);
+		INSERT INTO kvw SELECT g, 'v', repeat('a', 200), repeat('b', 200), repeat('c', 200) FROM generate_series(1, %d) g`, wideRows))
+	conn := pg.Conn(b)
+	for _, c := range []struct {
+		name string
+		opts pginformer.Options
+	}{{"AllColumns", pginformer.Options{}}, {"ColumnList", pginformer.Options{PublishColumnList: true}}} {
+		b.Run(c.name, func(b *testing.B) {
+			src, err := pginformer.NewSource(b.Context(), pg.ConnString(), c.opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer src.Close()
+			tbl, err := pginformer.NewTable[kv](b.Context(), src, "kvw", pginformer.TableOptions[kv]{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			inf := core.NewSharedIndexInformer[kv](tbl, core.InformerOptions[kv]{})
+			ctx, cancel := context.WithCancel(b.Context())
+			done := make(chan struct{})
+			go func() { inf.Run(ctx); close(done) }()
+			defer func() { cancel(); <-done }()
+			if err := inf.WaitForCacheSync(ctx); err != nil {
+				b.Fatal(err)
+			}
+			n := 0
+			for b.Loop() {
+				n++
+				if _, err := conn.Exec(ctx, fmt.Sprintf("UPDATE kvw SET v = 'v%d'", n)); err != nil {
+					b.Fatal(err)
+				}
+				var lsn pglogrepl.LSN
+				if err := conn.QueryRow(ctx, "SELECT pg_current_wal_lsn()").Scan(&lsn); err != nil {
+					b.Fatal(err)
+				}
+				if err := inf.WaitFor(ctx, core.ResourceVersion(lsn)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*wideRows), "ns/row")
+		})
+	}
 }

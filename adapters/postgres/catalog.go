@@ -15,6 +15,7 @@ import (
 type column struct {
 	name      string
 	oid       uint32
+	typmod    int32  // atttypmod: -1 for none
 	typname   string // format_type with the type modifier: numeric(5,2), character varying(20)
 	qname     string // schema.typname, as pgx.Conn.LoadTypes wants it
 	notNull   bool
@@ -76,7 +77,7 @@ func (s *Source) lookupTable(ctx context.Context, conn *pgx.Conn, st *tableState
 
 // columns reads the table's live columns in order.
 func columns(ctx context.Context, conn *pgx.Conn, oid uint32) ([]column, error) {
-	rows, _ := conn.Query(ctx, `SELECT a.attname, a.atttypid, format_type(a.atttypid, a.atttypmod),
+	rows, _ := conn.Query(ctx, `SELECT a.attname, a.atttypid, a.atttypmod, format_type(a.atttypid, a.atttypmod),
 			tn.nspname || '.' || ty.typname, a.attnotnull, a.attgenerated <> '',
 			ty.typtype::text, ty.typcategory::text,
 			CASE WHEN ty.typtype = 'd' THEN ty.typbasetype ELSE ty.oid END,
@@ -86,7 +87,7 @@ func columns(ctx context.Context, conn *pgx.Conn, oid uint32) ([]column, error) 
 		WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`, oid)
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (column, error) {
 		var c column
-		err := r.Scan(&c.name, &c.oid, &c.typname, &c.qname, &c.notNull, &c.generated, &c.typtype, &c.category, &c.base, &c.elem)
+		err := r.Scan(&c.name, &c.oid, &c.typmod, &c.typname, &c.qname, &c.notNull, &c.generated, &c.typtype, &c.category, &c.base, &c.elem)
 		return c, err
 	})
 }

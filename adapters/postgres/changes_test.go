@@ -343,17 +343,21 @@ func TestHistoryWindow(t *testing.T) {
 }
 
 type numRow struct {
-	ID int64 `db:"id"`
-	N  int   `db:"n"`
+	ID  int64 `db:"id"`
+	Doc struct {
+		N int `json:"n"`
+	} `db:"doc"`
 }
 
-// TestDecodeErrorMidStream: a value that no longer decodes into its field
-// (the column's type changed under the informer) stops the informer with
-// a permanent error naming table, key and version; with SkipUndecodable it
-// is reported and counted, and the rest keeps flowing.
+// TestDecodeErrorMidStream: a value that does not decode into its field
+// (a jsonb document of another shape than the field's struct) stops the
+// informer with a permanent error naming table, key and version; with
+// SkipUndecodable it is reported and counted, and the rest keeps flowing.
+// (A column whose type changes under the informer is a schema change:
+// see TestMigrationMatrix.)
 func TestDecodeErrorMidStream(t *testing.T) {
 	pg := harness.StartPostgres(t)
-	pg.Exec(t, `CREATE TABLE nums (id bigint PRIMARY KEY, n int NOT NULL); INSERT INTO nums VALUES (1, 1)`)
+	pg.Exec(t, `CREATE TABLE nums (id bigint PRIMARY KEY, doc jsonb NOT NULL); INSERT INTO nums VALUES (1, '{"n": 1}')`)
 	conn := pg.Conn(t)
 	src := newSource(t, pg, pginformer.Options{})
 	strict := newTable[numRow](t, src, "nums")
@@ -363,12 +367,10 @@ func TestDecodeErrorMidStream(t *testing.T) {
 	}
 	_, recStrict := informer[numRow](t, strict, nil)
 	inf, rec := informer[numRow](t, skip, nil)
-	write(t, conn, "ALTER TABLE nums ALTER COLUMN n TYPE text")
-	bad := write(t, conn, "UPDATE nums SET n = 'not a number' WHERE id = 1")
-	write(t, conn, "ALTER TABLE nums ALTER COLUMN n TYPE int USING 7")
-	rv := write(t, conn, "INSERT INTO nums VALUES (2, 2)")
+	bad := write(t, conn, `UPDATE nums SET doc = '{"n": "not a number"}' WHERE id = 1`)
+	rv := write(t, conn, `INSERT INTO nums VALUES (2, '{"n": 2}')`)
 	waitFor(t, inf, rv)
-	if got, ok := inf.Lister().Get("2"); !ok || got.N != 2 {
+	if got, ok := inf.Lister().Get("2"); !ok || got.Doc.N != 2 {
 		t.Errorf("row 2 after the bad row: %+v, %v", got, ok)
 	}
 	if n := skip.Skipped(); n != 1 {

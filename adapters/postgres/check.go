@@ -78,16 +78,19 @@ func (s *Source) proveMapping(ctx context.Context, conn *pgx.Conn, tm *pgtype.Ma
 			return fmt.Errorf("postgres table %s: column %q (%s) is nullable, and field %s (%s) cannot hold NULL: make the field a pointer (*%s) or a type that holds NULL (a pgtype type, sql.Null...), or declare the column NOT NULL", ident, c.name, c.typname, field, ft, ft)
 		}
 	}
+	samples := s.samples(ctx, conn, c)
+	texts, err := s.castSamples(ctx, conn, samples, c.typname)
+	if err != nil {
+		return s.wrap(fmt.Sprintf("render sample values of column %q of %s", c.name, ident), err)
+	}
 	tried := 0
-	for _, lit := range s.samples(ctx, conn, c) {
-		var text string
-		// format_type's output is a valid type name, quoted where needed.
-		if err := conn.QueryRow(ctx, "SELECT CAST($1::text AS "+c.typname+")::text", lit).Scan(&text); err != nil {
+	for _, text := range texts {
+		if text == nil {
 			continue // not a value of this column (width, domain check)
 		}
 		tried++
-		if err := tm.Scan(c.oid, pgtype.TextFormatCode, []byte(text), reflect.New(ft).Interface()); err != nil {
-			return fmt.Errorf("postgres table %s: column %q (%s) holds values that field %s (%s) cannot: %q does not decode (%v); use a Go type that holds every value of the column (string holds any), or leave the field out with `db:\"-\"`", ident, c.name, c.typname, field, ft, text, err)
+		if err := tm.Scan(c.oid, pgtype.TextFormatCode, []byte(*text), reflect.New(ft).Interface()); err != nil {
+			return fmt.Errorf("postgres table %s: column %q (%s) holds values that field %s (%s) cannot: %q does not decode (%v); %s", ident, c.name, c.typname, field, ft, *text, err, mappingFix(c, ft))
 		}
 	}
 	if tried == 0 {
@@ -97,9 +100,62 @@ func (s *Source) proveMapping(ctx context.Context, conn *pgx.Conn, tm *pgtype.Ma
 		err := conn.QueryRow(ctx, "SELECT "+pgx.Identifier{c.name}.Sanitize()+"::text FROM "+ident+" WHERE "+pgx.Identifier{c.name}.Sanitize()+" IS NOT NULL LIMIT 1").Scan(&text)
 		if err == nil && text != nil {
 			if err := tm.Scan(c.oid, pgtype.TextFormatCode, []byte(*text), reflect.New(ft).Interface()); err != nil {
-				return fmt.Errorf("postgres table %s: column %q (%s) cannot be decoded into field %s (%s): a value of the table does not decode (%v); use a Go type that holds every value of the column (string holds any), or leave the field out with `db:\"-\"`", ident, c.name, c.typname, field, ft, err)
+				return fmt.Errorf("postgres table %s: column %q (%s) cannot be decoded into field %s (%s): a value of the table does not decode (%v); %s", ident, c.name, c.typname, field, ft, err, mappingFix(c, ft))
 			}
 		}
 	}
 	return nil
+}
+
+// mappingFix says which Go types hold every value of column c, for a
+// field of type ft that does not.
+func mappingFix(c column, ft reflect.Type) string {
+	if c.category == "A" {
+		// An array may hold NULL elements: only pointer elements hold them.
+		elem := "string"
+		if ft.Kind() == reflect.Slice && ft.Elem().Kind() != reflect.Pointer {
+			elem = ft.Elem().String()
+		}
+		return fmt.Sprintf("an array column may hold NULL elements: use []*%s (or []*string, which holds any element), or leave the field out with `db:\"-\"`", elem)
+	}
+	return "use a Go type that holds every value of the column (string holds any), or leave the field out with `db:\"-\"`"
+}
+
+// castSampleFunc renders a literal as a value of a type, or NULL when the
+// type does not accept it. The cast's error is caught inside the
+// function, so that the mapping proof leaves no failed statement (and no
+// ERROR line) in the server's log. pg_temp: it lives and dies with the
+// connection, needing only the TEMPORARY privilege every role has by
+// default.
+const castSampleFunc = `CREATE OR REPLACE FUNCTION pg_temp.dbinformer_cast_sample(v text, t text) RETURNS text
+LANGUAGE plpgsql AS $f$
+BEGIN
+	EXECUTE format('SELECT CAST(%L AS %s)::text', v, t) INTO v;
+	RETURN v;
+EXCEPTION WHEN OTHERS THEN
+	RETURN NULL;
+END
+$f$`
+
+// castSamples renders each literal as a value of type typname (a
+// format_type output), nil for those the type does not accept.
+func (s *Source) castSamples(ctx context.Context, conn *pgx.Conn, lits []string, typname string) ([]*string, error) {
+	if len(lits) == 0 {
+		return nil, nil
+	}
+	if _, err := conn.Exec(ctx, castSampleFunc); err != nil {
+		// No TEMPORARY privilege: cast each literal by itself (a value
+		// the type refuses fails its statement, which the server logs).
+		out := make([]*string, len(lits))
+		for i, lit := range lits {
+			var text string
+			if conn.QueryRow(ctx, "SELECT CAST($1::text AS "+typname+")::text", lit).Scan(&text) == nil {
+				out[i] = &text
+			}
+		}
+		return out, nil
+	}
+	var out []*string
+	err := conn.QueryRow(ctx, "SELECT array_agg(pg_temp.dbinformer_cast_sample(v, $2) ORDER BY n) FROM unnest($1::text[]) WITH ORDINALITY AS l(v, n)", lits, typname).Scan(&out)
+	return out, err
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dbinformer/dbinformer/adapters/postgres/internal/wal"
 	"github.com/dbinformer/dbinformer/filter"
 	"github.com/jackc/pgx/v5/pgtype"
 )
@@ -22,7 +23,7 @@ func TestServerConditionNeedsRowFilters(t *testing.T) {
 	cols := []column{{name: "id", oid: pgtype.Int8OID}, {name: "v", oid: pgtype.Int8OID}}
 	f := filter.MustNew[idRow](filter.Server(filter.Le("id", 10)))
 	for _, version := range []int{140011, 150004} {
-		src := &Source{version: version, pubOwned: true}
+		src := &Source{version: version, pubOwned: true, opts: Options{PublishRowFilter: true}}
 		st := newTableState("public", "t")
 		st.pk = []string{"id"}
 		m := newMapper(src, st, reflect.TypeFor[idRow](), map[string]bool{})
@@ -47,11 +48,11 @@ func TestRememberPartialRow(t *testing.T) {
 		st := newTableState("public", "t")
 		st.pk = []string{"id"}
 		st.resetKnown()
-		rel := &relation{names: []string{"id", "body"}, oids: []uint32{pgtype.Int8OID, pgtype.TextOID}}
+		rel := &wal.Relation{Names: []string{"id", "body"}, OIDs: []uint32{pgtype.Int8OID, pgtype.TextOID}}
 		omit := map[string]bool{}
 		if partial {
-			rel.names = append(rel.names, "note")
-			rel.oids = append(rel.oids, pgtype.TextOID)
+			rel.Names = append(rel.Names, "note")
+			rel.OIDs = append(rel.OIDs, pgtype.TextOID)
 		}
 		type row struct {
 			ID   int64  `db:"id"`
@@ -63,9 +64,9 @@ func TestRememberPartialRow(t *testing.T) {
 			t.Fatal(err)
 		}
 		msg := []byte("1" + strings.Repeat("b", 30) + strings.Repeat("n", 1000))
-		vals := []rawValue{{kind: 't', data: msg[:1]}, {kind: 't', data: msg[1:31]}}
+		vals := []wal.Value{{Kind: 't', Data: msg[:1]}, {Kind: 't', Data: msg[1:31]}}
 		if partial {
-			vals = append(vals, rawValue{kind: 't', data: msg[31:]})
+			vals = append(vals, wal.Value{Kind: 't', Data: msg[31:]})
 		}
 		st.remember(p, "1", vals)
 		kept := st.known("1")

@@ -95,7 +95,7 @@ func TestColumnSubset(t *testing.T) {
 	conn := pg.Conn(t)
 	ctx := ctxFor(t)
 	wideTable(t, pg, conn)
-	src := newSource(t, pg, pginformer.Options{})
+	src := newSource(t, pg, pginformer.Options{PublishColumnList: true, PublishRowFilter: true})
 	narrow, err := pginformer.NewTable[narrowRow](ctx, src, "wide", pginformer.TableOptions[narrowRow]{Where: filter.MustNew[narrowRow](filter.Le("id", 20))})
 	if err != nil {
 		t.Fatal(err)
@@ -271,7 +271,7 @@ func TestColumnListPartitioned(t *testing.T) {
 		Region string `db:"region"`
 		V      int64  `db:"v"`
 	}
-	src := newSource(t, pg, pginformer.Options{})
+	src := newSource(t, pg, pginformer.Options{PublishColumnList: true})
 	tbl := newTable[regionRow](t, src, "pwide")
 	inf, _ := informertest.Run[regionRow](t, tbl, core.InformerOptions[regionRow]{})
 	write(t, conn, `UPDATE pwide SET v = 2, note = 'changed' WHERE id IN (1, 2)`)
@@ -297,15 +297,15 @@ func TestColumnListPartitioned(t *testing.T) {
 	}
 }
 
-// TestPublishAllColumns: with Options.PublishAllColumns the publication
-// has no column list, the stream carries every column (those no Table
-// decodes are stepped over) and the table's DDL stays free: under
-// REPLICA IDENTITY FULL, set while the Source runs, its UPDATEs go on.
-func TestPublishAllColumns(t *testing.T) {
+// TestDefaultPublishesAllColumns: by default the publication has no
+// column list, the stream carries every column (those no Table decodes
+// are stepped over) and the table's DDL stays free: under REPLICA
+// IDENTITY FULL, set while the Source runs, its UPDATEs go on.
+func TestDefaultPublishesAllColumns(t *testing.T) {
 	pg := harness.StartPostgres(t)
 	conn := pg.Conn(t)
 	wideTable(t, pg, conn)
-	src := newSource(t, pg, pginformer.Options{PublishAllColumns: true})
+	src := newSource(t, pg, pginformer.Options{})
 	tbl := newTable[narrowRow](t, src, "wide")
 	inf, _ := informertest.Run[narrowRow](t, tbl, core.InformerOptions[narrowRow]{})
 	write(t, conn, `UPDATE wide SET v = 2, note = 'short' WHERE id = 1`)

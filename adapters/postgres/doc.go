@@ -136,33 +136,75 @@
 // field mapped to one is refused; tag it `db:"-"`. TableOptions.Omit leaves
 // out other columns the same way.
 //
-// Only the columns a Table decodes are read: List selects the mapped
-// columns and the key; on Postgres 15 and later the publication the Source
-// creates has a column list, the union of those of every struct Table of
-// the table (the key among them), so the server does not send the others
-// at all. (A map[string]any Table gets columns added later, so its table
-// gets no column list; the columns TableOptions.Omit names are stepped
-// over.) Before 15, or when no column list applies, the stream carries every
-// column and the others are only stepped over: never decoded, and never
-// kept (TOAST memory copies what it keeps of such a row). No column list
-// is set on a table with REPLICA IDENTITY FULL (Postgres would then refuse
-// the table's UPDATEs and DELETEs, the whole row being its identity), nor
-// on a permanent slot's publication, which outlives the process while the
-// next run's struct may map more columns. While a column list is in place,
-// ALTER TABLE ... REPLICA IDENTITY FULL on the table makes Postgres refuse
-// its UPDATEs and DELETEs ("column list used by the publication does not
-// cover the replica identity") until the Source is closed (or the table
-// republished without the list: ALTER PUBLICATION ... DROP TABLE, then
-// ADD TABLE), and a listed column cannot be dropped without CASCADE, which
-// takes the table out of the publication. Options.PublishAllColumns keeps
-// such DDL free, at the cost of the server sending every column. A publication the Source did
-// not create, or an existing one it reuses, must send every column a
-// Table decodes: NewTable (and the first List) refuse a column list that
-// leaves one out, naming it.
+// Only the columns a Table decodes are read by List (the mapped columns
+// and the key). The stream carries every column by default, and the
+// others are only stepped over: never decoded, and never kept (TOAST
+// memory copies what it keeps of such a row). Options.PublishColumnList
+// gives the publication the Source creates (Postgres 15+, temporary slot)
+// a column list, the union of the columns of every struct Table of the
+// table (the key among them), so that the server does not send the
+// others; it is opt-in because while it is in place Postgres refuses the
+// application's ordinary migrations and writes that conflict with it:
+// DROP COLUMN of a listed column (CASCADE takes the table out of the
+// publication), ALTER COLUMN ... TYPE of a listed column, and, after
+// ALTER TABLE ... REPLICA IDENTITY FULL, the table's UPDATEs and DELETEs
+// ("column list used by the publication does not cover the replica
+// identity"). A map[string]any Table, a table with REPLICA IDENTITY FULL
+// and a permanent slot's publication never get a column list. A
+// publication the Source did not create, or an existing one it reuses,
+// must send every column a Table decodes: NewTable (and the first List)
+// refuse a column list that leaves one out, naming it.
 //
-// A table dropped while it is synced is a
-// core.ErrPermanent error (seen by List, and by a watch at its next
-// progress request or within 30s).
+// What the table's schema changes do is in "Schema changes" below.
+//
+// # Schema changes
+//
+// NewTable proves the mapping of T onto the table's columns as they are.
+// While the table is synced the Source checks it against what was proven
+// twice over: every Relation message of the stream (pgoutput sends one
+// before the first change after the table's schema changed), and, every
+// 2 seconds and at once when a watch asks for progress, the catalog (a
+// dropped table, or one out of the publication, sends nothing at all; a
+// rewrite streams no rows). A watch's Bookmark never passes the WAL
+// position the catalog check last vouched for, so WaitFor(v) never
+// succeeds for a version at which the table had stopped being streamed
+// unnoticed. What each migration does, with the default
+// TableOptions.OnSchemaChange:
+//
+//   - ADD COLUMN, DROP COLUMN of a column T does not map, VACUUM FULL,
+//     CLUSTER, CREATE INDEX (CONCURRENTLY), ALTER TABLE ... RENAME TO,
+//     REPLICA IDENTITY FULL, SET NOT NULL: nothing to do; the
+//     cache stays equal to the table.
+//   - ALTER COLUMN ... TYPE of a mapped column (with or without USING,
+//     which rewrites every value without streaming a row), and DROP NOT
+//     NULL of one: the mapping is proven again against the new column. If
+//     T still holds every value, the table's watch ends with a
+//     *SchemaChangeError matching core.ErrExpired and the informer lists
+//     the table again (handlers see only the real differences); if not,
+//     it ends with one matching core.ErrPermanent naming the column and
+//     the Go type that would hold it. (A DROP NOT NULL is found by the
+//     catalog check; changes streamed meanwhile decode, so the informer
+//     may apply them first.)
+//   - DROP COLUMN or RENAME COLUMN of a mapped column: the watch ends with
+//     a *SchemaChangeError matching core.ErrPermanent, before the first
+//     change streamed without the column; renaming it back later does not
+//     bring back what was streamed meanwhile.
+//   - DROP TABLE (and a table created again under the name: a new
+//     relation), ALTER PUBLICATION ... DROP TABLE, or a DROP ... CASCADE
+//     that takes the table out of the publication: the watch ends with a
+//     *SchemaChangeError matching core.ErrPermanent within seconds; the
+//     informer never reports a version after the last it had verified.
+//   - TRUNCATE: the informer lists again (see TRUNCATE below).
+//   - For a map[string]any Table, any change of the table's columns
+//     (added, dropped, renamed, retyped) relists it.
+//
+// TableOptions.OnSchemaChange decides between relisting and stopping for
+// the changes T still holds (FailOnSchemaChange stops at every one).
+// Table.LastSchemaChange and Table.SchemaChanges tell what happened, and
+// the Source logs each change at warning level. A warm start checks the
+// shape too: a checkpoint carries the table's relation id and its decoded
+// columns' names, types and type modifiers (Table.Codec), and one of
+// another shape is not restored; the informer lists instead.
 //
 // # Unchanged TOAST
 //
@@ -205,8 +247,11 @@
 // update that brings a row into the filter could leave an unchanged
 // TOASTed value out of the stream with nothing to fill it from). The rest
 // of the filter, and the whole filter on the stream, is evaluated on each
-// decoded row. On Postgres 15 and later the publication the Source creates
-// also gets a row filter with those conditions that are on replica
+// decoded row. With Options.PublishRowFilter (opt-in: a row filter makes
+// Postgres refuse ALTER COLUMN ... TYPE and DROP COLUMN of the columns it
+// names, and the table's UPDATEs and DELETEs once its replica identity no
+// longer covers them), on Postgres 15 and later the publication the Source
+// creates also gets a row filter with those conditions that are on replica
 // identity columns (any column under FULL, the primary key otherwise:
 // Postgres evaluates row filters on UPDATE and DELETE only over those), so
 // that changes of rows that neither matched nor match are not sent at all
@@ -220,7 +265,7 @@
 // IDENTITY FULL when that is what stands in the way; so is one the
 // publication would have to evaluate but cannot: before Postgres 15 (no
 // row filters), on a permanent slot, or with a publication the Source did
-// not create.
+// not create, or without Options.PublishRowFilter.
 //
 // # Protocol
 //

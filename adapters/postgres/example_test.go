@@ -75,17 +75,20 @@ func Example() {
 }
 
 // Balance maps two of the columns of table accounts: List reads only
-// those, and on Postgres 15 and later the Source's publication sends only
-// those (a column list), so the large notes column never reaches the
-// process.
+// those, and with Options.PublishColumnList (Postgres 15 and later) the
+// Source's publication sends only those, so the large notes column never
+// reaches the process.
 type Balance struct {
 	ID    int64 `db:"id"`
 	Cents int64 `db:"cents"`
 }
 
 // ExampleNewTable_partial syncs a column subset of the rows in a key
-// range: the range goes into the List's query and (Postgres 15+) the
-// publication's row filter, so changes of other rows are not sent at all.
+// range: the range goes into the List's query and, with
+// Options.PublishRowFilter (Postgres 15+), the publication's row filter, so
+// changes of other rows are not sent at all. Both publication options
+// constrain the table's migrations while the Source runs (see their docs):
+// this table's schema is frozen.
 func ExampleNewTable_partial() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -99,7 +102,7 @@ func ExampleNewTable_partial() {
 		INSERT INTO accounts SELECT i, 'owner ' || i, i * 100, repeat('n', 10000) FROM generate_series(1, 1000) i`); err != nil {
 		panic(err)
 	}
-	src, err := pginformer.NewSource(ctx, connString, pginformer.Options{})
+	src, err := pginformer.NewSource(ctx, connString, pginformer.Options{PublishColumnList: true, PublishRowFilter: true})
 	if err != nil {
 		panic(err)
 	}
@@ -131,4 +134,64 @@ func ExampleNewTable_partial() {
 	three, _ := balances.Lister().Get("3")
 	fmt.Println(balances.Lister().Len(), three.Cents)
 	// Output: 10 301
+}
+
+// Visit is a row of table visits.
+type Visit struct {
+	ID    int64 `db:"id"`
+	Count int64 `db:"count"`
+}
+
+// ExampleTableOptions_onSchemaChange widens a column under a running
+// informer: the Source proves the mapping again (an int64 holds a bigint),
+// the informer lists the table again, and the cache holds the values the
+// migration rewrote. With pginformer.FailOnSchemaChange as the policy the
+// informer would stop instead.
+func ExampleTableOptions_onSchemaChange() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	connString := examplePG.ConnString()
+	db, err := pgx.Connect(ctx, connString)
+	if err != nil {
+		panic(err)
+	}
+	defer db.Close(ctx)
+	if _, err := db.Exec(ctx, `CREATE TABLE visits (id bigint PRIMARY KEY, count int4 NOT NULL); INSERT INTO visits VALUES (1, 5)`); err != nil {
+		panic(err)
+	}
+	src, err := pginformer.NewSource(ctx, connString, pginformer.Options{})
+	if err != nil {
+		panic(err)
+	}
+	defer src.Close()
+	table, err := pginformer.NewTable[Visit](ctx, src, "visits", pginformer.TableOptions[Visit]{
+		OnSchemaChange: func(e *pginformer.SchemaChangeError) pginformer.SchemaAction {
+			return pginformer.SchemaRelist // the default, spelled out
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	visits := core.NewSharedIndexInformer[Visit](table, core.InformerOptions[Visit]{Name: "visits"})
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { _ = visits.Run(runCtx); close(done) }()
+	defer func() { stop(); <-done }()
+	if err := visits.WaitForCacheSync(ctx); err != nil {
+		panic(err)
+	}
+	if _, err := db.Exec(ctx, `ALTER TABLE visits ALTER COLUMN count TYPE bigint USING count * 1000; UPDATE visits SET count = count + 1`); err != nil {
+		panic(err)
+	}
+	var lsn pglogrepl.LSN
+	if err := db.QueryRow(ctx, `SELECT pg_current_wal_lsn()`).Scan(&lsn); err != nil {
+		panic(err)
+	}
+	if err := visits.WaitFor(ctx, core.ResourceVersion(lsn)); err != nil {
+		panic(err)
+	}
+	one, _ := visits.Lister().Get("1")
+	change := table.LastSchemaChange()
+	fmt.Println(one.Count, change.Column, change.Action == pginformer.SchemaRelist)
+	// Output: 5001 count true
 }

@@ -13,7 +13,7 @@ func StreamedColumns[T any](t *Table[T]) []string {
 	defer t.m.mu.Unlock()
 	var out []string
 	for rel := range t.m.plans {
-		for _, n := range rel.names {
+		for _, n := range rel.Names {
 			if !slices.Contains(out, n) {
 				out = append(out, n)
 			}

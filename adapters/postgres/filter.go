@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/dbinformer/dbinformer/adapters/postgres/internal/wal"
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/filter"
 	"github.com/jackc/pgx/v5"
@@ -39,8 +40,10 @@ import (
 //     process, while the next run's filter may differ), gets none; nor
 //     does one before Postgres 15. A condition marked filter.Server that
 //     the publication would have to evaluate is refused there.
-//   - The same publication gets a column list (15+): the columns the
-//     Tables of the table decode (columnList).
+//     Only with Options.PublishRowFilter: a row filter constrains the
+//     table's migrations (see its doc).
+//   - With Options.PublishColumnList, the same publication gets a column
+//     list (15+): the columns the Tables of the table decode (columnList).
 //   - Everything else, and the whole filter on the stream, is evaluated
 //     here on each decoded row.
 //
@@ -253,7 +256,7 @@ func (tf *tableFilter[T]) snapshotWhere() string {
 // be wider: such a publication gets no row filter (the filter is evaluated
 // here on every change instead).
 func (s *Source) rowFilter(oid uint32, serverVersion int) string {
-	if serverVersion < 150000 || s.opts.PermanentSlot {
+	if serverVersion < 150000 || s.opts.PermanentSlot || !s.opts.PublishRowFilter {
 		return ""
 	}
 	var terms []string
@@ -272,10 +275,10 @@ func tableFilterFor[T any](m *mapper, f *filter.Filter[T], cols []column) (*tabl
 	if f == nil {
 		return nil, nil
 	}
-	rel := &relation{}
+	rel := &wal.Relation{}
 	for _, c := range cols {
-		rel.names = append(rel.names, c.name)
-		rel.oids = append(rel.oids, c.oid)
+		rel.Names = append(rel.Names, c.name)
+		rel.OIDs = append(rel.OIDs, c.oid)
 	}
 	p, err := m.plan(rel)
 	if err != nil {
@@ -295,6 +298,8 @@ func (s *Source) noRowFilter() string {
 		return "a permanent slot's publication gets no row filter (it outlives the process, and a later run with a wider filter would never see the changes the old one left out): use a temporary slot"
 	case !s.pubOwned:
 		return fmt.Sprintf("publication %q is not the Source's own, so the Source does not set its row filter: leave Options.Publication empty so that the Source creates its own", s.pub)
+	case !s.opts.PublishRowFilter:
+		return "the Source's publication gets a row filter only with Options.PublishRowFilter (read its hazards: a row filter constrains the table's migrations)"
 	}
 	return ""
 }
@@ -322,11 +327,11 @@ func (st *tableState) setColumns(m *mapper, cols []column) error {
 }
 
 // relationOf is the column layout of cols.
-func relationOf(cols []column) *relation {
-	rel := &relation{}
+func relationOf(cols []column) *wal.Relation {
+	rel := &wal.Relation{}
 	for _, c := range cols {
-		rel.names = append(rel.names, c.name)
-		rel.oids = append(rel.oids, c.oid)
+		rel.Names = append(rel.Names, c.name)
+		rel.OIDs = append(rel.OIDs, c.oid)
 	}
 	return rel
 }
@@ -337,7 +342,8 @@ func relationOf(cols []column) *relation {
 // they need all of them, the server predates column lists, the table has
 // REPLICA IDENTITY FULL (Postgres then refuses the table's UPDATEs and
 // DELETEs under a column list that leaves a column out), the slot is
-// permanent, or Options.PublishAllColumns is set; nor when a Table of it
+// permanent, or Options.PublishColumnList is not set (the default: see its
+// hazards); nor when a Table of it
 // is a map[string]any, which decodes columns added later (that a column
 // list would leave out of the stream while a List reads them). A permanent slot's publication outlives the process, and the
 // WAL the slot keeps is decoded with it: a later run whose struct maps
@@ -348,7 +354,7 @@ func relationOf(cols []column) *relation {
 // replica identity columns (see newTableFilter), which under DEFAULT are
 // the primary key.
 func (s *Source) columnList(oid uint32, serverVersion int) []string {
-	if serverVersion < 150000 || s.opts.PermanentSlot || s.opts.PublishAllColumns {
+	if serverVersion < 150000 || s.opts.PermanentSlot || !s.opts.PublishColumnList {
 		return nil
 	}
 	ts := s.byOID[oid]

@@ -223,7 +223,7 @@ func testWhereEnterLeave(t *testing.T, full bool) {
 func TestWhereRefused(t *testing.T) {
 	pg := harness.StartPostgres(t)
 	pg.Exec(t, `CREATE TABLE orders (id bigint PRIMARY KEY, tenant text NOT NULL, status text NOT NULL, amount bigint NOT NULL, v bigint NOT NULL)`)
-	src := newSource(t, pg, pginformer.Options{})
+	src := newSource(t, pg, pginformer.Options{PublishRowFilter: true})
 	ctx := ctxFor(t)
 	f := filter.MustNew[order](filter.Server(filter.Eq("tenant", "acme")))
 	_, err := pginformer.NewTable[order](ctx, src, "orders", pginformer.TableOptions[order]{Where: f})
@@ -259,7 +259,7 @@ func TestWherePublicationRowFilter(t *testing.T) {
 		write(t, conn, `INSERT INTO `+tbl+` SELECT i, CASE WHEN i % 10 = 0 THEN 'acme' ELSE 'other' END, 'open', i, 1 FROM generate_series(1, 100) i`)
 	}
 	write(t, conn, `INSERT INTO key_orders SELECT i, i, 1 FROM generate_series(1, 100) i`)
-	src := newSource(t, pg, pginformer.Options{})
+	src := newSource(t, pg, pginformer.Options{PublishRowFilter: true})
 	tenant := filter.MustNew[order](filter.Eq("tenant", "acme"))
 	full, err := pginformer.NewTable[order](ctx, src, "full_orders", pginformer.TableOptions[order]{Where: tenant})
 	if err != nil {

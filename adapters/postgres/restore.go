@@ -31,36 +31,56 @@ var (
 // warm start's load cost a fraction of a list's. For map[string]any rows it
 // returns nil, and an informer with checkpoints asks for a codec: JSON
 // would bring numbers back as float64, not as the types the table decodes.
+//
+// The codec's Schema, which a checkpoint's header carries, names the
+// table's shape as NewTable proved it (relation id, the decoded columns'
+// names, types and type modifiers): a warm start over a table whose
+// schema changed since the checkpoint (a column retyped, dropped, the
+// table re-created) finds another shape, ignores the checkpoint (the
+// informer reports a core.CheckpointError naming both) and lists the
+// table, instead of restoring a cache of another shape.
 func (t *Table[T]) Codec() core.Codec[T] {
 	if t.m.typ == nil {
 		return nil
 	}
 	t.codecOnce.Do(func() {
+		shape, _, _ := t.src.fan.schemaState(&t.st.feed)
 		if b, err := core.NewBinary[T](); err == nil {
-			t.codec = b
+			t.codec = &binaryTableCodec[T]{Binary: b, shape: shape.fingerprint()}
 		} else {
-			t.codec = core.JSON[T]{}
+			t.codec = &jsonTableCodec[T]{shape: shape.fingerprint()}
 		}
 	})
 	return t.codec
 }
 
+// binaryTableCodec is core.Binary (its optional fast paths promoted) with
+// the table's shape in its Schema.
+type binaryTableCodec[T any] struct {
+	*core.Binary[T]
+	shape string
+}
+
+func (c *binaryTableCodec[T]) Schema() string { return c.Binary.Schema() + "; " + c.shape }
+
+// jsonTableCodec is core.JSON with the table's shape in its Schema.
+type jsonTableCodec[T any] struct {
+	core.JSON[T]
+	shape string
+}
+
+func (c *jsonTableCodec[T]) Schema() string { return "json; " + c.shape }
+
 // GateAcknowledgements implements core.DurableAcknowledger: while gated,
 // the slot's confirmed position stays at or below the version last passed
 // to AcknowledgeDurable.
 func (t *Table[T]) GateAcknowledgements(gated bool) {
-	s := t.src
-	s.mu.Lock()
-	t.st.gated = gated
-	s.mu.Unlock()
+	t.src.fan.gate(&t.st.feed, gated)
 }
 
 // AcknowledgeDurable implements core.DurableAcknowledger.
 func (t *Table[T]) AcknowledgeDurable(rv core.ResourceVersion) {
-	s := t.src
-	s.mu.Lock()
-	t.st.durable = max(t.st.durable, rv)
-	s.mu.Unlock()
+	t.src.fan.acknowledgeDurable(&t.st.feed, rv)
 }
 
 // Restore implements core.Restorer: it makes the table watchable from rv,
@@ -75,10 +95,7 @@ func (t *Table[T]) AcknowledgeDurable(rv core.ResourceVersion) {
 // informer relists, handing its handlers only the differences.
 func (t *Table[T]) Restore(ctx context.Context, rv core.ResourceVersion, objects iter.Seq2[string, T]) error {
 	s, st := t.src, t.st
-	s.mu.Lock()
-	active := st.active
-	s.mu.Unlock()
-	if active {
+	if s.fan.isActive(&st.feed) {
 		// This process keeps the table's state: Watch(from) decides.
 		return nil
 	}
@@ -92,47 +109,22 @@ func (t *Table[T]) Restore(ctx context.Context, rv core.ResourceVersion, objects
 	}
 	s.setupMu.Lock()
 	defer s.setupMu.Unlock()
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return errClosed
+	sess, err := s.openSession(ctx)
+	if err != nil {
+		return err
 	}
-	if st.active {
-		s.mu.Unlock()
+	if s.fan.isActive(&st.feed) {
 		return nil
-	}
-	s.frozen = true
-	sess := s.sess
-	s.mu.Unlock()
-	if sess == nil {
-		var err error
-		if sess, err = s.newSession(ctx); err != nil {
-			return err
-		}
-		s.mu.Lock()
-		s.sess = sess
-		s.pos, s.lastTxn = sess.cp, sess.cp
-		for _, x := range s.tables {
-			x.expire()
-		}
-		s.notifyLocked()
-		s.mu.Unlock()
 	}
 	if sess.snap != nil {
 		return fmt.Errorf("postgres %s: replication slot %q was created anew: the changes since the checkpoint at %s are not in it: %w", s.where(), s.slot, lsn(rv), core.ErrExpired)
 	}
 	st.knownMu.Lock()
 	defer st.knownMu.Unlock()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.lastTxn > rv {
-		return fmt.Errorf("postgres %s: replication slot %q is at %s, past the checkpoint at %s: the changes between are gone (checkpoints gate the slot's acknowledgements only when the informer has InformerOptions.Checkpoint): %w", s.where(), s.slot, lsn(s.lastTxn), lsn(rv), core.ErrExpired)
+	if err := s.fan.restore(&st.feed, rv); err != nil {
+		return err
 	}
-	// The stream starts at the slot's confirmed position, at or before rv:
-	// its transactions up to rv are covered by the checkpoint.
-	s.activateLocked(st, rv)
 	st.resetKnown()
-	st.durable = max(st.durable, rv)
 	s.log.Info("table restored from a checkpoint", "table", st.ident.Sanitize(), "rv", lsn(rv))
 	return nil
 }

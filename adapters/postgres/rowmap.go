@@ -8,6 +8,8 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/dbinformer/dbinformer/adapters/postgres/internal/rowplan"
+	"github.com/dbinformer/dbinformer/adapters/postgres/internal/wal"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
@@ -22,11 +24,11 @@ type mapper struct {
 	omit  map[string]bool
 	src   *Source
 	mu    sync.Mutex
-	plans map[*relation]*rowPlan
+	plans map[*wal.Relation]*rowPlan
 }
 
 func newMapper(src *Source, st *tableState, typ reflect.Type, omit map[string]bool) *mapper {
-	m := &mapper{st: st, typ: typ, omit: omit, src: src, plans: map[*relation]*rowPlan{}}
+	m := &mapper{st: st, typ: typ, omit: omit, src: src, plans: map[*wal.Relation]*rowPlan{}}
 	return m
 }
 
@@ -58,7 +60,7 @@ func structFields(typ reflect.Type, prefix []int) []structField {
 
 // rowPlan maps one column layout onto T.
 type rowPlan struct {
-	rel    *relation
+	rel    *wal.Relation
 	fields [][]int // per column: the struct field index, nil when unmapped
 	used   []bool  // per column: decoded into T (mapped, or any column of a map)
 	key    []int   // column positions of the primary key
@@ -68,9 +70,9 @@ type rowPlan struct {
 	partial bool
 
 	textMu sync.Mutex
-	text   *scanPlan // compiled for text values, on first decode
-	toast  []uint8   // per column: toastNever, toastIfLong or toastAlways (see toast.go)
-	toastG uint64    // the table's toast generation toast was computed at
+	text   *rowplan.Plan // compiled for text values, on first decode
+	toast  []uint8       // per column: toastNever, toastIfLong or toastAlways (see toast.go)
+	toastG uint64        // the table's toast generation toast was computed at
 }
 
 func normalizeName(s string) string {
@@ -78,13 +80,13 @@ func normalizeName(s string) string {
 }
 
 // plan returns the plan of a column layout, cached per relation.
-func (m *mapper) plan(rel *relation) (*rowPlan, error) {
+func (m *mapper) plan(rel *wal.Relation) (*rowPlan, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if p, ok := m.plans[rel]; ok {
 		return p, nil
 	}
-	p := &rowPlan{rel: rel, fields: make([][]int, len(rel.names)), used: make([]bool, len(rel.names))}
+	p := &rowPlan{rel: rel, fields: make([][]int, len(rel.Names)), used: make([]bool, len(rel.Names))}
 	if m.typ != nil {
 		byTag, byName := map[string][]int{}, map[string][]int{}
 		for _, f := range structFields(m.typ, nil) {
@@ -94,7 +96,7 @@ func (m *mapper) plan(rel *relation) (*rowPlan, error) {
 				byName[normalizeName(f.name)] = f.path
 			}
 		}
-		for c, name := range rel.names {
+		for c, name := range rel.Names {
 			if m.omit[name] {
 				continue
 			}
@@ -106,7 +108,7 @@ func (m *mapper) plan(rel *relation) (*rowPlan, error) {
 			p.used[c] = p.fields[c] != nil
 		}
 	} else {
-		for c, name := range rel.names {
+		for c, name := range rel.Names {
 			p.used[c] = !m.omit[name]
 		}
 	}
@@ -115,7 +117,7 @@ func (m *mapper) plan(rel *relation) (*rowPlan, error) {
 	}
 	for _, k := range m.st.pk {
 		found := false
-		for c, name := range rel.names {
+		for c, name := range rel.Names {
 			if name == k {
 				p.key = append(p.key, c)
 				found = true
@@ -126,14 +128,14 @@ func (m *mapper) plan(rel *relation) (*rowPlan, error) {
 			return nil, fmt.Errorf("primary key column %q missing from the row", k)
 		}
 	}
-	if rel.names != nil {
+	if rel.Names != nil {
 		m.plans[rel] = p
 	}
 	return p, nil
 }
 
 // forget drops the cached plan of a relation that will not be seen again.
-func (m *mapper) forget(rel *relation) {
+func (m *mapper) forget(rel *wal.Relation) {
 	m.mu.Lock()
 	delete(m.plans, rel)
 	m.mu.Unlock()
@@ -144,26 +146,26 @@ var errEmptyKey = errors.New("the primary key is empty (the informer cannot key 
 // encodeKey joins the primary key's text values. A single column is its
 // text as is; a composite key escapes '\' and '/' and joins with '/', so
 // that different keys never encode alike. NULL cannot occur in a key.
-func encodeKey(p *rowPlan, vals []rawValue) (string, error) {
+func encodeKey(p *rowPlan, vals []wal.Value) (string, error) {
 	if len(p.key) == 1 {
 		c := p.key[0]
-		if c >= len(vals) || vals[c].kind != 't' {
-			return "", fmt.Errorf("primary key column %q missing from the tuple", p.rel.names[c])
+		if c >= len(vals) || vals[c].Kind != 't' {
+			return "", fmt.Errorf("primary key column %q missing from the tuple", p.rel.Names[c])
 		}
-		if len(vals[c].data) == 0 {
+		if len(vals[c].Data) == 0 {
 			return "", errEmptyKey
 		}
-		return string(vals[c].data), nil
+		return string(vals[c].Data), nil
 	}
 	var b strings.Builder
 	for i, c := range p.key {
-		if c >= len(vals) || vals[c].kind != 't' {
-			return "", fmt.Errorf("primary key column %q missing from the tuple", p.rel.names[c])
+		if c >= len(vals) || vals[c].Kind != 't' {
+			return "", fmt.Errorf("primary key column %q missing from the tuple", p.rel.Names[c])
 		}
 		if i > 0 {
 			b.WriteByte('/')
 		}
-		for _, ch := range vals[c].data {
+		for _, ch := range vals[c].Data {
 			if ch == '\\' || ch == '/' {
 				b.WriteByte('\\')
 			}
@@ -175,11 +177,11 @@ func encodeKey(p *rowPlan, vals []rawValue) (string, error) {
 
 // decode fills dst (a *T) from a row's text values, through the plan's
 // compiled text scan plan (see plan.go).
-func (m *mapper) decode(p *rowPlan, vals []rawValue, dst any) error {
+func (m *mapper) decode(p *rowPlan, vals []wal.Value, dst any) error {
 	p.textMu.Lock()
 	defer p.textMu.Unlock()
 	if p.text == nil {
-		formats := make([]int16, len(p.rel.names))
+		formats := make([]int16, len(p.rel.Names))
 		for i := range formats {
 			formats[i] = pgtype.TextFormatCode
 		}
@@ -193,17 +195,17 @@ func (m *mapper) decode(p *rowPlan, vals []rawValue, dst any) error {
 		obj = reflect.ValueOf(dst).UnsafePointer()
 	}
 	for c, v := range vals {
-		if c >= len(p.text.cols) {
+		if c >= p.text.Len() {
 			break
 		}
 		var data []byte
-		if v.kind == 't' {
-			data = v.data
+		if v.Kind == 't' {
+			data = v.Data
 			if data == nil {
 				data = []byte{}
 			}
 		}
-		if err := p.text.decodeColumn(obj, row, c, data); err != nil {
+		if err := p.text.DecodeColumn(obj, row, c, data); err != nil {
 			return err
 		}
 	}
@@ -211,4 +213,10 @@ func (m *mapper) decode(p *rowPlan, vals []rawValue, dst any) error {
 		*dst.(*map[string]any) = row
 	}
 	return nil
+}
+
+// compile builds the scan plan of p for columns arriving in formats (one
+// per column of p.rel).
+func (m *mapper) compile(p *rowPlan, formats []int16, tm *pgtype.Map) *rowplan.Plan {
+	return rowplan.Compile(m.typ, rowplan.Layout{Names: p.rel.Names, OIDs: p.rel.OIDs, Used: p.used, Fields: p.fields}, formats, tm)
 }

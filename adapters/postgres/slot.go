@@ -95,43 +95,12 @@ func (s *Source) snapshotFor(ctx context.Context, st *tableState, read func(r *s
 			s.setupMu.Unlock()
 		}
 	}()
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return 0, errClosed
-	}
-	s.frozen = true
-	sess, resumable := s.sess, s.resumable
-	s.mu.Unlock()
-	if sess == nil && resumable {
-		if err := s.resume(ctx); err != nil && !errors.Is(err, core.ErrExpired) {
-			return 0, err
-		}
-		s.mu.Lock()
-		sess = s.sess
-		s.mu.Unlock()
-	}
-	if sess == nil {
-		var err error
-		if sess, err = s.newSession(ctx); err != nil {
-			return 0, err
-		}
-		s.mu.Lock()
-		s.sess = sess
-		s.pos, s.lastTxn = sess.cp, sess.cp
-		for _, t := range s.tables {
-			t.expire()
-		}
-		s.notifyLocked()
-		s.mu.Unlock()
+	sess, err := s.openSession(ctx)
+	if err != nil {
+		return 0, err
 	}
 	if sn := sess.snap; sn != nil {
-		s.mu.Lock()
-		fresh := !st.active
-		if fresh {
-			s.activateLocked(st, sess.cp)
-		}
-		s.mu.Unlock()
+		fresh := s.fan.activate(&st.feed, sess.cp)
 		// Import first, then wait for a reader slot: every table whose List
 		// started before the stream reads in the slot's own snapshot.
 		first, err := s.importSnapshot(ctx, sn)
@@ -170,14 +139,9 @@ func (s *Source) snapshotFor(ctx context.Context, st *tableState, read func(r *s
 		}
 		return sess.cp, nil
 	}
-	s.mu.Lock()
-	fresh := !st.active
-	if fresh {
-		// From here on the stream keeps this table's transactions; the
-		// helper's consistent point below is at or after s.pos.
-		s.activateLocked(st, s.pos)
-	}
-	s.mu.Unlock()
+	// From here on the stream keeps this table's transactions; the
+	// helper's consistent point below is at or after the stream's position.
+	fresh := s.fan.activateAtStream(&st.feed)
 	// The helper's snapshot is this List's alone: other Lists and stream
 	// starts need not wait for it.
 	s.setupMu.Unlock()
@@ -207,20 +171,47 @@ func (s *Source) snapshotFor(ctx context.Context, st *tableState, read func(r *s
 		}
 		return 0, err
 	}
-	s.mu.Lock()
-	if fresh && st.active {
-		// The table's state is now the snapshot's: what the stream kept
-		// up to it is in the rows read. (A table that was active keeps its
-		// state, which the stream moves in order, and its history, from
-		// which earlier Lists' watches go on.)
-		drop := st.firstAfter(sn.cp)
-		clear(st.batches[:drop])
-		st.batches = st.batches[drop:]
-		st.floor, st.applied, st.decoded, st.covered, st.ackedChanges = sn.cp, max(st.applied, sn.cp), sn.cp, sn.cp, 0
+	if fresh {
+		s.fan.listedAt(&st.feed, sn.cp)
 	}
-	s.mu.Unlock()
 	s.log.Debug("table listed in a helper slot's snapshot", "table", st.ident.Sanitize(), "rv", lsn(sn.cp))
 	return sn.cp, nil
+}
+
+// openSession returns the slot session, opening one if there is none: a
+// permanent slot whose stream ended is resumed (every table keeps its
+// state), else a new session is set up (newSession) and every table must
+// list or restore again. It freezes the table set. List and Restore both
+// open the session here. Called with setupMu held.
+func (s *Source) openSession(ctx context.Context) (*session, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, errClosed
+	}
+	s.frozen = true
+	sess, resumable := s.sess, s.resumable
+	s.mu.Unlock()
+	if sess == nil && resumable {
+		if err := s.resume(ctx); err != nil && !errors.Is(err, core.ErrExpired) {
+			return nil, err
+		}
+		s.mu.Lock()
+		sess = s.sess
+		s.mu.Unlock()
+	}
+	if sess != nil {
+		return sess, nil
+	}
+	sess, err := s.newSession(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.sess = sess
+	s.fan.session(sess.cp)
+	s.mu.Unlock()
+	return sess, nil
 }
 
 // ensurePublication creates the Source's own publication, or completes it
@@ -379,198 +370,10 @@ func (s *Source) newSession(ctx context.Context) (*session, error) {
 	return sess, nil
 }
 
-// startStream ends the held snapshot (if any) and starts streaming.
-// Called with s.mu not held.
-func (s *Source) startStream(ctx context.Context, sess *session) error {
-	s.mu.Lock()
-	streaming := sess.streaming
-	s.mu.Unlock()
-	if streaming {
-		return nil
-	}
-	if sess.snap != nil {
-		sess.snap.release()
-		sess.snap = nil
-	}
-	s.mu.Lock()
-	start := max(s.ackLocked(), sess.cp)
-	s.mu.Unlock()
-	// proto_version 1: we apply whole transactions, so v2's streaming of
-	// in-progress transactions (and v3/v4's two-phase and parallel
-	// streaming) would only add messages we must buffer anyway.
-	err := pglogrepl.StartReplication(ctx, sess.repl, pgx.Identifier{s.slot}.Sanitize(), pglogrepl.LSN(start), pglogrepl.StartReplicationOptions{
-		Mode: pglogrepl.LogicalReplication,
-		PluginArgs: []string{
-			"proto_version '1'",
-			"publication_names " + quoteLiteral(pgx.Identifier{s.pub}.Sanitize()),
-		},
-	})
-	if err != nil {
-		// The connection is in an unknown state: give it up. A temporary
-		// slot goes with it (every table relists); a permanent one is
-		// resumed by the next Watch.
-		return s.abandonSession(sess, s.wrap(fmt.Sprintf("start replication on slot %q at %s", s.slot, lsn(start)), err))
-	}
-	sctx, cancel := context.WithCancel(context.Background())
-	s.mu.Lock()
-	sess.cancel, sess.done, sess.streaming = cancel, make(chan struct{}), true
-	s.gen++
-	s.streamErr = nil
-	gen := s.gen
-	if s.pos < start {
-		s.pos = start
-	}
-	s.notifyLocked()
-	s.mu.Unlock()
-	go s.stream(sctx, sess, gen)
-	return nil
-}
-
-// restoreWait bounds how long a Watch holds the stream back for the other
-// checkpointing tables of its Source (awaitRestores).
-const restoreWait = 2 * time.Second
-
-// awaitRestores waits, up to restoreWait, while another table of the Source
-// has a checkpointing informer (gated) and has neither restored nor listed
-// yet: once the stream runs past that table's checkpoint, its Restore
-// fails and it relists. Informers started together restore within
-// milliseconds (as soon as their checkpoint's header is read); the bound
-// keeps a table whose informer never gets there from holding the others.
-func (s *Source) awaitRestores(ctx context.Context) {
-	deadline := time.NewTimer(restoreWait)
-	defer deadline.Stop()
-	for {
-		s.mu.Lock()
-		waiting := false
-		for _, t := range s.tables {
-			waiting = waiting || t.gated && !t.active
-		}
-		// Only a resumed slot (no exported snapshot): on a new one, the
-		// first Lists already start the stream once every table listed.
-		resumed := s.sess != nil && s.sess.resumed && !s.sess.streaming
-		changed := s.changed // a table turning active or the stream starting closes it
-		s.mu.Unlock()
-		if !waiting || !resumed {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-deadline.C:
-			return
-		case <-changed:
-		}
-	}
-}
-
-// ensureStreaming is called by Watch: the stream must run for the watch to
-// get anything. setupMu is not held.
-func (s *Source) ensureStreaming(ctx context.Context) error {
-	// Fast path: a long List of another table holds setupMu.
-	s.mu.Lock()
-	running := s.sess != nil && s.sess.streaming && !s.closed
-	s.mu.Unlock()
-	if running {
-		return nil
-	}
-	s.awaitRestores(ctx)
-	s.setupMu.Lock()
-	defer s.setupMu.Unlock()
-	s.mu.Lock()
-	sess, closed, resumable := s.sess, s.closed, s.resumable
-	s.mu.Unlock()
-	if closed {
-		return errClosed
-	}
-	if sess == nil {
-		if resumable {
-			return s.resume(ctx)
-		}
-		return fmt.Errorf("postgres %s: no replication slot: %w", s.where(), core.ErrExpired)
-	}
-	return s.startStream(ctx, sess)
-}
-
-// resume restarts the stream of a permanent slot after its connection
-// ended, from the confirmed position, keeping every table's state.
-func (s *Source) resume(ctx context.Context) error {
-	conn, err := s.connect(ctx)
-	if err != nil {
-		return err
-	}
-	var walStatus *string
-	err = conn.QueryRow(ctx, "SELECT wal_status FROM pg_replication_slots WHERE slot_name = $1", s.slot).Scan(&walStatus)
-	conn.Close(context.Background())
-	if errors.Is(err, pgx.ErrNoRows) || err == nil && walStatus != nil && *walStatus == "lost" {
-		err := fmt.Errorf("postgres %s: replication slot %q is gone or lost its WAL: %w", s.where(), s.slot, core.ErrExpired)
-		s.mu.Lock()
-		s.resumable = false
-		s.failLocked(err, true)
-		s.mu.Unlock()
-		return err
-	}
-	if err != nil {
-		return s.wrap("look up replication slot", err)
-	}
-	repl, err := s.connectRepl(ctx)
-	if err != nil {
-		return err
-	}
-	ns := &session{repl: repl, listed: map[*tableState]bool{}}
-	s.mu.Lock()
-	// Installed before the stream starts, so that a stream that fails at
-	// once finds itself current and marks the slot resumable again.
-	ns.cp = s.pos
-	s.sess, s.resumable = ns, false
-	s.mu.Unlock()
-	if err := s.startStream(ctx, ns); err != nil {
-		return err // startStream tore ns down and marked the slot resumable
-	}
-	s.log.Info("replication stream resumed", "slot", s.slot, "from", lsn(ns.cp))
-	return nil
-}
-
-// abandonSession gives up sess, whose replication connection is gone or
-// in an unknown state, and returns err as its watches see it: a temporary
-// slot goes with the connection (every table relists), a permanent one is
-// resumed by the next List or Watch. Called with s.mu not held.
-func (s *Source) abandonSession(sess *session, err error) error {
-	s.mu.Lock()
-	if s.sess == sess {
-		s.sess = nil
-	}
-	if s.opts.PermanentSlot {
-		s.resumable = true
-		s.failLocked(err, false)
-	} else {
-		err = fmt.Errorf("%w: %w", err, core.ErrExpired)
-		s.failLocked(err, true)
-	}
-	s.mu.Unlock()
-	s.endSession(sess)
-	return err
-}
-
 // snapshotInvalid reports whether err says that an exported snapshot no
 // longer exists: the connection that exported it ended (a server restart,
 // a cut connection), though nothing has been read on it to notice.
 func snapshotInvalid(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "22023" && strings.Contains(pgErr.Message, "snapshot")
-}
-
-func (s *Source) endSession(sess *session) {
-	if sess.snapTimer != nil {
-		sess.snapTimer.Stop()
-	}
-	if sess.cancel != nil {
-		sess.cancel()
-		<-sess.done
-	}
-	if sess.snap != nil {
-		sess.snap.release()
-	}
-	if sess.repl != nil {
-		sess.repl.Close(context.Background())
-	}
 }

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/dbinformer/dbinformer/adapters/postgres/internal/rowplan"
+	"github.com/dbinformer/dbinformer/adapters/postgres/internal/wal"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 )
@@ -30,15 +32,15 @@ type snapColumn struct {
 
 // copyLayout is the statement one List reads with, and how to read its rows.
 type copyLayout struct {
-	rel      *relation // the selected table columns, in statement order
-	formats  []int16   // per column of rel
-	exprs    []string  // select list: rel's columns, then the TOAST flags
-	keyCols  []int     // per primary key column: position in rel
-	keyInt   []int     // per primary key column: byte size of a binary integer, 0 for text bytes
-	keep     []bool    // per column of rel: its values may have to be kept (TOAST memory)
-	flag     []int     // per column of rel: position of the field holding its "may be external" bit, -1 none
-	flagBit  []uint8   // per column of rel with a flag: its bit in that field (a binary int8)
-	stripVer []bool    // per column of rel: binary jsonb, whose text follows a version byte
+	rel      *wal.Relation // the selected table columns, in statement order
+	formats  []int16       // per column of rel
+	exprs    []string      // select list: rel's columns, then the TOAST flags
+	keyCols  []int         // per primary key column: position in rel
+	keyInt   []int         // per primary key column: byte size of a binary integer, 0 for text bytes
+	keep     []bool        // per column of rel: its values may have to be kept (TOAST memory)
+	flag     []int         // per column of rel: position of the field holding its "may be external" bit, -1 none
+	flagBit  []uint8       // per column of rel with a flag: its bit in that field (a binary int8)
+	stripVer []bool        // per column of rel: binary jsonb, whose text follows a version byte
 }
 
 // layout plans the statement for the table's columns cols (omitted and
@@ -47,10 +49,10 @@ type copyLayout struct {
 // is stored out of line (outOfLine).
 func (t *Table[T]) layout(cols []snapColumn, version int) (*copyLayout, *rowPlan, error) {
 	st := t.st
-	all := &relation{}
+	all := &wal.Relation{}
 	for _, c := range cols {
-		all.names = append(all.names, c.name)
-		all.oids = append(all.oids, c.oid)
+		all.Names = append(all.Names, c.name)
+		all.OIDs = append(all.OIDs, c.oid)
 	}
 	p, err := t.m.plan(all)
 	if err != nil {
@@ -61,7 +63,7 @@ func (t *Table[T]) layout(cols []snapColumn, version int) (*copyLayout, *rowPlan
 	for _, k := range st.pk {
 		isKey[k] = true
 	}
-	l := &copyLayout{rel: &relation{}}
+	l := &copyLayout{rel: &wal.Relation{}}
 	var sel []snapColumn
 	var fields []fieldInfo
 	for i, c := range cols {
@@ -69,8 +71,8 @@ func (t *Table[T]) layout(cols []snapColumn, version int) (*copyLayout, *rowPlan
 			continue // read neither into T nor for the key
 		}
 		sel = append(sel, c)
-		l.rel.names = append(l.rel.names, c.name)
-		l.rel.oids = append(l.rel.oids, c.oid)
+		l.rel.Names = append(l.rel.Names, c.name)
+		l.rel.OIDs = append(l.rel.OIDs, c.oid)
 		fi := fieldInfo{used: p.used[i]}
 		if t.m.typ != nil && p.fields[i] != nil {
 			fi.typ = t.m.typ.FieldByIndex(p.fields[i]).Type
@@ -80,8 +82,8 @@ func (t *Table[T]) layout(cols []snapColumn, version int) (*copyLayout, *rowPlan
 	for i, c := range sel {
 		kind := toastKind(c.oid, c.attlen, c.storage)
 		keep := fields[i].used && !st.full && kind != toastNever
-		binaryOK := !fields[i].used || binarySafe(c.oid, fields[i].typ)
-		if keep && !textLike(c.oid) && c.oid != pgtype.JSONBOID {
+		binaryOK := !fields[i].used || rowplan.BinarySafe(c.oid, fields[i].typ)
+		if keep && !rowplan.TextLike(c.oid) && c.oid != pgtype.JSONBOID {
 			binaryOK = false // TOAST memory keeps text
 		}
 		keyInt := 0
@@ -94,7 +96,7 @@ func (t *Table[T]) layout(cols []snapColumn, version int) (*copyLayout, *rowPlan
 			case pgtype.Int8OID:
 				keyInt = 8
 			default:
-				if !textLike(c.oid) {
+				if !rowplan.TextLike(c.oid) {
 					binaryOK = false // keys are the text of the key columns
 				}
 			}
@@ -172,22 +174,22 @@ func (l *copyLayout) key(fields [][]byte) (string, error) {
 		c := l.keyCols[i]
 		v := fields[c]
 		if v == nil {
-			return nil, fmt.Errorf("primary key column %q is NULL", l.rel.names[c])
+			return nil, fmt.Errorf("primary key column %q is NULL", l.rel.Names[c])
 		}
 		switch l.keyInt[i] {
 		case 2:
 			if len(v) != 2 {
-				return nil, fmt.Errorf("primary key column %q: %d bytes for an int2", l.rel.names[c], len(v))
+				return nil, fmt.Errorf("primary key column %q: %d bytes for an int2", l.rel.Names[c], len(v))
 			}
 			return strconv.AppendInt(num[:0], int64(int16(binary.BigEndian.Uint16(v))), 10), nil
 		case 4:
 			if len(v) != 4 {
-				return nil, fmt.Errorf("primary key column %q: %d bytes for an int4", l.rel.names[c], len(v))
+				return nil, fmt.Errorf("primary key column %q: %d bytes for an int4", l.rel.Names[c], len(v))
 			}
 			return strconv.AppendInt(num[:0], int64(int32(binary.BigEndian.Uint32(v))), 10), nil
 		case 8:
 			if len(v) != 8 {
-				return nil, fmt.Errorf("primary key column %q: %d bytes for an int8", l.rel.names[c], len(v))
+				return nil, fmt.Errorf("primary key column %q: %d bytes for an int8", l.rel.Names[c], len(v))
 			}
 			return strconv.AppendInt(num[:0], int64(binary.BigEndian.Uint64(v)), 10), nil
 		}

@@ -1,12 +1,10 @@
 package pginformer
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"reflect"
 	"strconv"
 	"sync"
 	"unsafe"
@@ -339,7 +337,7 @@ func (lr *listRead[T]) copy(ctx context.Context, rd *snapReader, query string) e
 	t, st, l := lr.t, lr.t.st, lr.l
 	sp := t.m.compile(lr.p, l.formats, t.src.typeMap())
 	isMap := t.m.typ == nil
-	ncols := len(l.rel.names)
+	ncols := len(l.rel.Names)
 	var vl []knownValue
 	cp := &copyParser{ncols: len(l.exprs)}
 	// One event per reader, decoded into and emitted by value row after
@@ -357,12 +355,12 @@ func (lr *listRead[T]) copy(ctx context.Context, rd *snapReader, query string) e
 				row = make(map[string]any, ncols)
 				*(*map[string]any)(obj) = row
 			}
-			err = sp.decodeFields(obj, row, fields[:ncols])
+			err = sp.DecodeFields(obj, row, fields[:ncols])
 			if err == nil && lr.fresh {
 				vl = vl[:0] // rememberListed keeps the values, not the slice
 				for c := range ncols {
 					if l.mayBeExternal(fields, c) {
-						vl = append(vl, knownValue{l.rel.names[c], sp.keepText(obj, row, c, fields[c], l.stripVer[c])})
+						vl = append(vl, knownValue{l.rel.Names[c], sp.KeepText(obj, row, c, fields[c], l.stripVer[c])})
 					}
 				}
 				st.knownMu.Lock()
@@ -402,37 +400,6 @@ func (lr *listRead[T]) copy(ctx context.Context, rd *snapReader, query string) e
 		err = fmt.Errorf("%w: it ended before its trailer", errCopyFormat)
 	}
 	return err
-}
-
-// keepText returns the text of column c for TOAST memory without copying
-// it where T already holds it: a text-like value decoded into a string
-// shares that string's bytes (never written to), and a value decoded into
-// a byte slice with the same bytes (json or jsonb into json.RawMessage)
-// shares the slice (the cache's objects are read-only, as in client-go).
-// Otherwise it copies.
-func (sp *scanPlan) keepText(obj unsafe.Pointer, row map[string]any, c int, data []byte, stripVer bool) []byte {
-	cs := sp.cols[c]
-	if cs != nil && textLike(cs.oid) {
-		var s string
-		ok := false
-		if sp.isMap {
-			s, ok = row[cs.name].(string)
-		} else if cs.field.Kind() == reflect.String {
-			s, ok = *(*string)(unsafe.Add(obj, cs.offset)), true
-		}
-		if ok && len(s) == len(data) {
-			return unsafe.Slice(unsafe.StringData(s), len(s))
-		}
-	}
-	if stripVer && len(data) > 0 {
-		data = data[1:]
-	}
-	if cs != nil && !sp.isMap && cs.field.Kind() == reflect.Slice && cs.field.Elem().Kind() == reflect.Uint8 {
-		if b := *(*[]byte)(unsafe.Add(obj, cs.offset)); len(b) > 0 && bytes.Equal(b, data) {
-			return b[:len(b):len(b)]
-		}
-	}
-	return append([]byte(nil), data...)
 }
 
 // rowsPerBlockFloor: a condition expected to keep fewer rows than a

@@ -62,14 +62,34 @@ type Options struct {
 	// not exist, instead of failing NewSource with "publication ... does
 	// not exist". The role must own the tables.
 	CreatePublication bool
-	// PublishAllColumns gives the publication the Source creates no column
-	// list: the server sends every column, and the adapter steps over
-	// those no Table decodes. By default (Postgres 15+, temporary slot,
-	// REPLICA IDENTITY DEFAULT) it lists only the decoded columns, and
-	// while it does, Postgres refuses to drop a listed column without
-	// CASCADE and, after ALTER TABLE ... REPLICA IDENTITY FULL, refuses
-	// the table's UPDATEs and DELETEs; set this where such DDL must stay
-	// free while the Source runs.
+	// PublishColumnList gives the publication the Source creates a column
+	// list (Postgres 15+, temporary slot, REPLICA IDENTITY DEFAULT): only
+	// the columns the Tables decode are sent, which saves the walsender
+	// and the network the others' bytes on wide tables. Hazard: while the
+	// list exists Postgres refuses the application's migrations and
+	// writes that conflict with it: DROP COLUMN of a listed column
+	// (without CASCADE, which takes the table out of the publication),
+	// ALTER COLUMN ... TYPE of a listed column, and, after ALTER TABLE ...
+	// REPLICA IDENTITY FULL, every UPDATE and DELETE of the table ("column
+	// list used by the publication does not cover the replica identity").
+	// Turn it on only where the schema is frozen while the Source runs.
+	// Default: every column is published, and the adapter steps over
+	// those no Table decodes.
+	PublishColumnList bool
+	// PublishRowFilter gives the publication the Source creates a row
+	// filter (Postgres 15+, temporary slot) with the conditions of the
+	// Tables' TableOptions.Where that Postgres may evaluate on UPDATE and
+	// DELETE (on replica identity columns): the server sends no change of
+	// a row that neither matched before nor matches after. Hazard: while
+	// the filter exists Postgres refuses ALTER COLUMN ... TYPE of a
+	// column it names ("cannot alter type of a column used by a
+	// publication WHERE clause"), DROP COLUMN of it, and UPDATEs and
+	// DELETEs of the table once its replica identity no longer covers
+	// the filter's columns. Default: no row filter; the Where is evaluated
+	// here on every change of the table.
+	PublishRowFilter bool
+	// Deprecated: every column is published by default now; see
+	// PublishColumnList for the opposite. It has no effect.
 	PublishAllColumns bool
 	// ApplicationName is the application_name of the Source's connections,
 	// shown in pg_stat_replication and pg_stat_activity. Default: the
@@ -125,28 +145,19 @@ type Source struct {
 	stopReads  context.CancelFunc
 	pubCreated bool // this Source created the publication: Close drops it (temporary slot)
 	conns      connCache
+	guards     sync.WaitGroup // the streams' catalog checks (guard.go)
 
-	mu          sync.Mutex
-	tables      []*tableState
-	byOID       map[uint32][]*tableState // a table may be registered more than once, with different types
-	types       []*pgtype.Type           // derived types (enums, their arrays) the tables use
-	frozen      bool                     // a List happened: the table set is fixed
-	sess        *session
-	gen         uint64 // stream generation; bumps at every stream start or failure
-	streamErr   error  // why the current generation's stream ended; nil while it runs
-	pos         core.ResourceVersion
-	lastTxn     core.ResourceVersion
-	progressReq bool
-	wake        context.CancelFunc // wakes the stream loop's receive; nil when none runs
-	// The positions of each table's open watches (watch.go): a table is
-	// applied up to the lowest.
-	watching map[*tableState][]*core.ResourceVersion
-	// Progress requests: numbered when made, sent to the server, answered
-	// by the next keepalive.
-	progressSeq, progressSent, progressDone uint64
-	resumable                               bool // a permanent slot's stream ended: resume it, keep the tables
-	closed                                  bool
-	changed                                 chan struct{} // closed and replaced whenever buffers or pos change
+	// fan owns what lies between the stream and the watches (fanout.go).
+	fan *fanout
+
+	mu        sync.Mutex
+	tables    []*tableState
+	byOID     map[uint32][]*tableState // a table may be registered more than once, with different types
+	types     []*pgtype.Type           // derived types (enums, their arrays) the tables use
+	frozen    bool                     // a List happened: the table set is fixed
+	sess      *session
+	resumable bool // a permanent slot's stream ended: resume it, keep the tables
+	closed    bool
 }
 
 var (
@@ -187,7 +198,6 @@ func NewSource(ctx context.Context, connString string, opts Options) (*Source, e
 		interval: opts.StatusInterval,
 		history:  opts.History,
 		byOID:    map[uint32][]*tableState{},
-		changed:  make(chan struct{}),
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -209,6 +219,7 @@ func NewSource(ctx context.Context, connString string, opts Options) (*Source, e
 	if s.slot == "" {
 		s.slot = "dbinformer_" + randomHex(8)
 	}
+	s.fan = newFanout(s.history, s.slot, s.where())
 	if s.pub == "" {
 		s.pub = "dbinformer_" + randomHex(8)
 		if opts.PermanentSlot {
@@ -396,12 +407,13 @@ func (s *Source) Close() error {
 	s.stopReads()
 	sess := s.sess
 	s.sess = nil
-	s.failLocked(errClosed, true)
+	s.fan.close()
 	s.mu.Unlock()
 	s.conns.close()
 	if sess != nil {
 		s.endSession(sess)
 	}
+	s.guards.Wait()
 	if s.pubCreated && !s.opts.PermanentSlot {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -413,32 +425,6 @@ func (s *Source) Close() error {
 		}
 	}
 	return nil
-}
-
-// activateLocked starts st over at rv (tableState.reset) and says so to
-// whoever waits for a table to turn active (awaitRestores).
-func (s *Source) activateLocked(st *tableState, rv core.ResourceVersion) {
-	st.reset(rv)
-	s.notifyLocked()
-}
-
-// notifyLocked wakes every watcher.
-func (s *Source) notifyLocked() {
-	close(s.changed)
-	s.changed = make(chan struct{})
-}
-
-// failLocked ends the current stream generation. expired says the slot is
-// gone: every table must relist.
-func (s *Source) failLocked(err error, expired bool) {
-	s.gen++
-	s.streamErr = err
-	if expired {
-		for _, t := range s.tables {
-			t.expire()
-		}
-	}
-	s.notifyLocked()
 }
 
 // quoteLiteral makes s a SQL string literal.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/dbinformer/dbinformer/adapters/postgres/internal/wal"
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -20,10 +21,10 @@ import (
 type pendingTxn struct {
 	commit  core.ResourceVersion // commit record start (Begin.FinalLSN)
 	tables  []*tableState
-	changes [][]change // per entry of tables
+	changes [][]wal.Change // per entry of tables
 }
 
-func (p *pendingTxn) add(ts []*tableState, c change) {
+func (p *pendingTxn) add(ts []*tableState, c wal.Change) {
 next:
 	for _, t := range ts {
 		for i, have := range p.tables {
@@ -33,27 +34,33 @@ next:
 			}
 		}
 		p.tables = append(p.tables, t)
-		p.changes = append(p.changes, []change{c})
+		p.changes = append(p.changes, []wal.Change{c})
 	}
 }
 
 // stream reads the replication stream until ctx ends or it fails.
 func (s *Source) stream(ctx context.Context, sess *session, gen uint64) {
 	defer close(sess.done)
+	// The guard ends with the stream; its last statement may outlive it
+	// briefly (guardQueryTimeout), which Close waits for.
+	gctx, stopGuard := context.WithCancel(ctx)
+	s.guards.Go(func() { s.guard(gctx) })
 	err := s.streamLoop(ctx, sess)
+	stopGuard()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.gen != gen {
+	if !s.fan.current(gen) {
 		return // closed, or superseded: nothing to report
 	}
+	at := s.fan.position()
 	if ctx.Err() != nil && err == nil {
 		err = errors.New("stream stopped")
 	}
 	temporary := !s.opts.PermanentSlot
 	if temporary {
-		err = fmt.Errorf("postgres %s: replication stream of temporary slot %q ended at %s (the server dropped the slot with its connection): %w: %w", s.where(), s.slot, lsn(s.pos), core.ErrExpired, err)
+		err = fmt.Errorf("postgres %s: replication stream of temporary slot %q ended at %s (the server dropped the slot with its connection): %w: %w", s.where(), s.slot, lsn(at), core.ErrExpired, err)
 	} else {
-		err = fmt.Errorf("postgres %s: replication stream of slot %q ended at %s: %w", s.where(), s.slot, lsn(s.pos), err)
+		err = fmt.Errorf("postgres %s: replication stream of slot %q ended at %s: %w", s.where(), s.slot, lsn(at), err)
 		s.resumable = true
 	}
 	if s.sess == sess {
@@ -61,7 +68,7 @@ func (s *Source) stream(ctx context.Context, sess *session, gen uint64) {
 	}
 	go s.endSession(sess)
 	s.log.Warn("replication stream ended", "slot", s.slot, "err", err)
-	s.failLocked(err, temporary)
+	s.fan.fail(err, temporary)
 }
 
 // relEntry is what the stream knows of a relation id: its column layout
@@ -69,7 +76,7 @@ func (s *Source) stream(ctx context.Context, sess *session, gen uint64) {
 // table set is frozen before any stream starts, so the entry is built once
 // per Relation message instead of looked up under the lock per row.
 type relEntry struct {
-	rel    *relation
+	rel    *wal.Relation
 	tables []*tableState
 }
 
@@ -94,7 +101,7 @@ var errHalfOpen = errors.New("the replication connection looks half-open")
 func (s *Source) streamLoop(ctx context.Context, sess *session) error {
 	relations := map[uint32]*relEntry{}
 	var txn *pendingTxn
-	var arena valueArena
+	var arena wal.Arena
 	var lastSent core.ResourceVersion
 	var lastSentAt, checkAt time.Time
 	lastRecv := time.Now()
@@ -108,9 +115,7 @@ func (s *Source) streamLoop(ctx context.Context, sess *session) error {
 	var rctx context.Context
 	rcancel := context.CancelFunc(func() {})
 	defer func() {
-		s.mu.Lock()
-		s.wake = nil
-		s.mu.Unlock()
+		s.fan.setWake(nil)
 		rcancel()
 	}()
 	for {
@@ -127,16 +132,10 @@ func (s *Source) streamLoop(ctx context.Context, sess *session) error {
 			} else if silent >= s.interval && !probed {
 				// Quiet for a whole interval: ask for a keepalive, which a
 				// live server answers at once.
-				s.mu.Lock()
-				s.progressReq = true
-				s.mu.Unlock()
+				s.fan.probe()
 				probed = true
 			}
-			s.mu.Lock()
-			ack := s.ackLocked()
-			reply, req := s.progressReq, s.progressSeq
-			s.progressReq = false
-			s.mu.Unlock()
+			reply, req, ack := s.fan.takeProgressRequest()
 			// Report a moved position promptly but at most every ackEvery,
 			// and the same position every interval (it is also our
 			// keepalive).
@@ -154,18 +153,14 @@ func (s *Source) streamLoop(ctx context.Context, sess *session) error {
 				}
 				lastSent, lastSentAt = ack, now
 				if reply {
-					s.mu.Lock()
-					s.progressSent = req
-					s.mu.Unlock()
+					s.fan.progressSent(req)
 				}
 			}
 		}
 		if woken {
 			rcancel()
 			rctx, rcancel = context.WithTimeout(ctx, batch.receiveWait(ackEvery))
-			s.mu.Lock()
-			s.wake = rcancel
-			s.mu.Unlock()
+			s.fan.setWake(rcancel)
 		}
 		msg, err := sess.repl.ReceiveMessage(rctx)
 		if err != nil {
@@ -201,15 +196,9 @@ func (s *Source) streamLoop(ctx context.Context, sess *session) error {
 					// Everything before the server's WAL end has been sent
 					// to us; with no transaction open, nothing below it is
 					// pending.
-					s.mu.Lock()
-					if rv := core.ResourceVersion(ka.ServerWALEnd); rv > s.pos {
-						s.pos = rv
-					}
 					// A keepalive after a reply was requested answers the
 					// requests made before it.
-					s.progressDone = s.progressSent
-					s.notifyLocked()
-					s.mu.Unlock()
+					s.fan.keepalive(core.ResourceVersion(ka.ServerWALEnd))
 				}
 			case pglogrepl.XLogDataByteID:
 				xld, err := pglogrepl.ParseXLogData(msg.Data[1:])
@@ -226,20 +215,20 @@ func (s *Source) streamLoop(ctx context.Context, sess *session) error {
 }
 
 // handle applies one pgoutput message.
-func (s *Source) handle(data []byte, relations map[uint32]*relEntry, txn *pendingTxn, arena *valueArena) (*pendingTxn, error) {
+func (s *Source) handle(data []byte, relations map[uint32]*relEntry, txn *pendingTxn, arena *wal.Arena) (*pendingTxn, error) {
 	if len(data) == 0 {
 		return txn, errors.New("empty pgoutput message")
 	}
 	switch data[0] {
 	case 'I', 'U', 'D':
 		// The rows: parsed here, without pglogrepl's per-column objects.
-		id, c, err := parseChange(data, arena)
+		id, c, err := wal.ParseChange(data, arena)
 		if err != nil {
 			return txn, fmt.Errorf("parse pgoutput message: %w", err)
 		}
 		if txn != nil {
 			e := s.relationEntry(relations, id)
-			c.rel = e.rel
+			c.Rel = e.rel
 			txn.add(e.tables, c)
 		}
 		return txn, nil
@@ -253,39 +242,30 @@ func (s *Source) handle(data []byte, relations map[uint32]*relEntry, txn *pendin
 		return &pendingTxn{commit: core.ResourceVersion(m.FinalLSN)}, nil
 	case *pglogrepl.RelationMessage:
 		e := s.relationEntry(relations, m.RelationID)
-		relations[m.RelationID] = &relEntry{rel: newRelation(m), tables: e.tables}
+		rel := wal.NewRelation(m)
+		relations[m.RelationID] = &relEntry{rel: rel, tables: e.tables}
+		// The layout applies from this transaction on: a change from what
+		// a Table proved holds its watches back here (schema.go).
+		at := s.fan.position() + 1
+		if txn != nil {
+			at = txn.commit
+		}
+		for _, t := range e.tables {
+			if sc := s.fan.relation(&t.feed, rel, at); sc != nil {
+				s.logSchemaChange(sc)
+			}
+		}
 	case *pglogrepl.TruncateMessage:
 		if txn != nil {
 			for _, id := range m.RelationIDs {
-				txn.add(s.relationEntry(relations, id).tables, change{kind: changeTruncate})
+				txn.add(s.relationEntry(relations, id).tables, wal.Change{Kind: wal.Truncate})
 			}
 		}
 	case *pglogrepl.CommitMessage:
 		if txn == nil {
 			return nil, nil
 		}
-		rv := core.ResourceVersion(m.TransactionEndLSN)
-		s.mu.Lock()
-		if rv > s.lastTxn { // on a resumed stream, skip what we had
-			for i, t := range txn.tables {
-				cs := txn.changes[i]
-				switch {
-				case !t.active:
-				case rv <= t.covered:
-					// Listed by a helper snapshot the stream had not
-					// reached: the table has this transaction already.
-					t.floor = max(t.floor, rv)
-				default:
-					t.batches = append(t.batches, &batch{rv: rv, commitLSN: txn.commit, changes: cs, size: len(cs)})
-				}
-			}
-			s.lastTxn = rv
-		}
-		if rv > s.pos {
-			s.pos = rv
-		}
-		s.notifyLocked()
-		s.mu.Unlock()
+		s.fan.commit(core.ResourceVersion(m.TransactionEndLSN), txn.commit, txn.tables, txn.changes)
 		return nil, nil
 	}
 	return txn, nil
@@ -302,18 +282,4 @@ func (s *Source) relationEntry(relations map[uint32]*relEntry, id uint32) *relEn
 	s.mu.Unlock()
 	relations[id] = e
 	return e
-}
-
-// requestProgress asks the server for a keepalive carrying its WAL end,
-// and returns the request's number: progressDone reaches it once a
-// keepalive after the request arrived.
-func (s *Source) requestProgress() uint64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.progressReq = true
-	s.progressSeq++
-	if s.wake != nil {
-		s.wake() // the stream loop sends the request now, not at its next tick
-	}
-	return s.progressSeq
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/dbinformer/dbinformer/adapters/postgres/internal/wal"
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/filter"
 	"github.com/jackc/pgx/v5"
@@ -27,10 +28,15 @@ type TableOptions[T any] struct {
 	// SkipUndecodable keeps the sync going over rows that do not decode
 	// into T (or whose primary key is empty): each is reported as an event
 	// with a *core.DecodeError (counted by the informer's DecodeFailed
-	// metric) and counted by Table.Skipped, and the row is missing from the
-	// cache. Default: such a row fails the List with core.ErrPermanent,
-	// naming how many rows failed and why, and a watch that meets one
-	// fails the same way.
+	// metric) and counted by Table.Skipped. A listed row that fails is
+	// missing from the cache. A streamed change that fails keeps its type
+	// and its key (when the key itself decodes): the informer applies the
+	// core's rule for undecodable events, under which an update that fails
+	// never leaves the key's previous object looking current (the key
+	// leaves the cache, or the informer stops, by the core's policy); a
+	// change whose key does not decode cannot name its object. Default:
+	// such a row fails the List with core.ErrPermanent, naming how many
+	// rows failed and why, and a watch that meets one fails the same way.
 	SkipUndecodable bool
 	// Where, when set, makes the Table a partial sync (package filter):
 	// conditions Postgres evaluates exactly go into the List's snapshot
@@ -39,6 +45,16 @@ type TableOptions[T any] struct {
 	// matching as an add and one that stops as a delete carrying its last
 	// matching state.
 	Where *filter.Filter[T]
+	// OnSchemaChange decides what the Table does when its table's schema
+	// changes under it in a way T still holds (a mapped column's type,
+	// width or nullability changed and the mapping is proven again; any
+	// column change of a map[string]any Table): SchemaRelist lists the
+	// table again (handlers see only the differences), SchemaFail stops
+	// the informer with a *SchemaChangeError. A change T cannot hold (a
+	// mapped column dropped or renamed, a type T cannot hold, the table
+	// dropped or out of the publication) always stops it. Default
+	// (nil): SchemaRelist. See "Schema changes" in the package doc.
+	OnSchemaChange SchemaPolicy
 }
 
 // Table is one table of a Source as a core.ListerWatcher[T]. T is a struct
@@ -168,6 +184,31 @@ func NewTable[T any](ctx context.Context, src *Source, table string, opts TableO
 		}
 	}
 	st.resetKnown()
+	st.feed.shape = shapeOf(st, cols, m.omit)
+	st.policy = opts.OnSchemaChange
+	st.reprove = func(ctx context.Context, conn *pgx.Conn, cols []column) error {
+		if typ == nil {
+			return nil // a map holds any value (an unknown type as text)
+		}
+		tm := src.typeMap()
+		var unknown []string
+		for _, c := range cols {
+			if _, ok := tm.TypeForOID(c.oid); !ok {
+				unknown = append(unknown, c.qname)
+			}
+		}
+		if len(unknown) > 0 {
+			loaded, err := conn.LoadTypes(ctx, unknown)
+			if err != nil {
+				return src.wrap("load column types of "+ident, err)
+			}
+			tm.RegisterTypes(loaded)
+			src.mu.Lock() // the stream's decoders get them too (typeMap)
+			src.types = append(src.types, loaded...)
+			src.mu.Unlock()
+		}
+		return src.checkFields(ctx, conn, tm, m, cols)
+	}
 	if err := src.register(st, loaded); err != nil {
 		return nil, err
 	}
@@ -178,10 +219,10 @@ func NewTable[T any](ctx context.Context, src *Source, table string, opts TableO
 // streamed and whose values it can hold.
 func (s *Source) checkFields(ctx context.Context, conn *pgx.Conn, tm *pgtype.Map, m *mapper, cols []column) error {
 	st, ident := m.st, m.st.ident.Sanitize()
-	rel := &relation{}
+	rel := &wal.Relation{}
 	for _, c := range cols {
-		rel.names = append(rel.names, c.name)
-		rel.oids = append(rel.oids, c.oid)
+		rel.Names = append(rel.Names, c.name)
+		rel.OIDs = append(rel.OIDs, c.oid)
 	}
 	p, err := m.plan(rel)
 	if err != nil {
@@ -224,6 +265,16 @@ func (t *Table[T]) ReportsProgress() bool { return true }
 // publication row filter (TableOptions.Where), changes outside it are not
 // sent and not counted.
 func (t *Table[T]) StreamedChanges() int64 { return t.changes.Load() }
+
+// LastSchemaChange is the last change of the table's schema the Source met
+// while the table was synced, with what was done about it (nil: none). A
+// status page or a metric can show it; the watch that met it returned it
+// (SyncStatus shows it as the last error).
+func (t *Table[T]) LastSchemaChange() *SchemaChangeError { return t.st.feed.lastChange.Load() }
+
+// SchemaChanges counts the changes of the table's schema the Source met
+// while the table was synced.
+func (t *Table[T]) SchemaChanges() int64 { return t.st.feed.changes.Load() }
 
 // Skipped is how many rows and changes were left out of the cache because
 // they did not decode (with TableOptions.SkipUndecodable).

@@ -1,19 +1,17 @@
 package pginformer
 
 import (
+	"context"
 	"fmt"
-	"math"
-	"sort"
 	"sync"
 
-	"github.com/dbinformer/dbinformer/core"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-// tableState is the per-table part of a Source: what the stream feeds and
-// the Table's watches read. Fields under "guarded by src.mu" are only
-// touched with the Source's mu held.
+// tableState is the per-table part of a Source: what NewTable learnt of
+// the table, its part of the fan-out, and the state parked between
+// watches.
 type tableState struct {
 	schema, name string
 	ident        pgx.Identifier
@@ -32,26 +30,15 @@ type tableState struct {
 	cols, pubCols []string
 	anyColumn     bool // a map[string]any Table: it decodes columns added later too
 
-	// guarded by src.mu
-	active  bool                 // listed in the current slot's lifetime
-	floor   core.ResourceVersion // oldest version a Watch may start from
-	applied core.ResourceVersion // acknowledged by a consumer
-	decoded core.ResourceVersion // the known keys and values reflect every batch up to here
-	// covered: a snapshot read the table at this version, so the stream's
-	// transactions at or below it are already in the table's state. Not
-	// applied: a consumer's acknowledgement (a Watch starting from a
-	// helper List's version, ahead of the stream) says nothing of what
-	// other watches still need from the stream.
-	covered core.ResourceVersion
-	// ackedChanges counts the changes of batches at or below applied.
-	ackedChanges int
-	batches      []*batch // streamed: unacknowledged ones, and some history before them
+	// reprove proves the Table's mapping again over the table's columns
+	// as they are now (after a schema change); policy is
+	// TableOptions.OnSchemaChange.
+	reprove func(ctx context.Context, conn *pgx.Conn, cols []column) error
+	policy  SchemaPolicy
 
-	// gated: a checkpointing informer watches the table; the slot's
-	// confirmed position stays at or below durable, its last durable
-	// checkpoint (restore.go).
-	gated   bool
-	durable core.ResourceVersion
+	// feed is the table's part of the Source's fan-out (fanout.go),
+	// guarded by the fan-out's lock.
+	feed feed
 
 	// The state parked between watches (see core's contract): the values
 	// that can come back as unchanged TOASTed ('u', see toast.go) as of
@@ -67,61 +54,13 @@ type tableState struct {
 }
 
 func newTableState(schema, name string) *tableState {
-	return &tableState{schema: schema, name: name, ident: pgx.Identifier{schema, name}, floor: math.MaxUint64}
+	st := &tableState{schema: schema, name: name, ident: pgx.Identifier{schema, name}}
+	st.feed.init(st.sourceName(), st.ident.Sanitize())
+	return st
 }
 
 func (t *tableState) sourceName() string {
 	return "postgres table " + t.ident.Sanitize()
-}
-
-// expire forgets the stream: the table must list again.
-func (t *tableState) expire() {
-	t.active = false
-	t.floor = math.MaxUint64
-	t.batches = nil
-	t.ackedChanges = 0
-}
-
-// reset starts the table over at rv: listed there, nothing streamed yet.
-func (t *tableState) reset(rv core.ResourceVersion) {
-	t.active, t.floor, t.applied, t.decoded, t.covered, t.batches, t.ackedChanges = true, rv, rv, rv, rv, nil, 0
-}
-
-// firstAfter is the index of the first batch above rv (batches are in
-// version order).
-func (t *tableState) firstAfter(rv core.ResourceVersion) int {
-	return sort.Search(len(t.batches), func(i int) bool { return t.batches[i].rv > rv })
-}
-
-// advance records that a consumer applied everything up to rv, and drops
-// acknowledged, decoded batches beyond the history kept for watches that
-// start from an older version, raising floor past what it drops.
-func (t *tableState) advance(rv core.ResourceVersion, history int) {
-	if rv <= t.applied {
-		return
-	}
-	i, j := t.firstAfter(t.applied), t.firstAfter(rv)
-	for k := i; k < j; k++ {
-		t.ackedChanges += t.batches[k].size
-	}
-	t.applied = rv
-	drop := 0
-	for drop < j && t.ackedChanges > history && t.batches[drop].rv <= t.decoded {
-		t.ackedChanges -= t.batches[drop].size
-		t.floor = max(t.floor, t.batches[drop].rv)
-		t.batches[drop] = nil // release its rows
-		drop++
-	}
-	// The array's dropped front is freed when append next reallocates.
-	t.batches = t.batches[drop:]
-}
-
-// pending is the oldest batch no consumer has acknowledged.
-func (t *tableState) pending() *batch {
-	if i := t.firstAfter(t.applied); i < len(t.batches) {
-		return t.batches[i]
-	}
-	return nil
 }
 
 // register adds a checked table to the Source, with the derived types
@@ -137,6 +76,7 @@ func (s *Source) register(st *tableState, types []*pgtype.Type) error {
 	}
 	s.types = append(s.types, types...)
 	s.tables = append(s.tables, st)
+	s.fan.add(&st.feed)
 	s.byOID[st.oid] = append(s.byOID[st.oid], st)
 	return nil
 }
@@ -149,20 +89,4 @@ func (s *Source) typeMap() *pgtype.Map {
 	s.mu.Unlock()
 	m.RegisterTypes(types)
 	return m
-}
-
-// ackLocked is the position every table has applied: the stream position,
-// held back by the oldest batch some table has not acknowledged yet. The
-// server may discard WAL up to it.
-func (s *Source) ackLocked() core.ResourceVersion {
-	ack := s.pos
-	for _, t := range s.tables {
-		if b := t.pending(); b != nil && b.commitLSN < ack {
-			ack = b.commitLSN
-		}
-		if t.gated && t.durable < ack {
-			ack = t.durable
-		}
-	}
-	return ack
 }

@@ -2,9 +2,9 @@ package pginformer
 
 import (
 	"bytes"
-	"slices"
-	"strings"
 
+	"github.com/dbinformer/dbinformer/adapters/postgres/internal/rowplan"
+	"github.com/dbinformer/dbinformer/adapters/postgres/internal/wal"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
@@ -58,7 +58,7 @@ func toastKind(oid uint32, attlen int16, storage byte) uint8 {
 	switch {
 	case attlen != -1 || storage == 'p':
 		return toastNever
-	case textLike(oid):
+	case rowplan.TextLike(oid):
 		return toastIfLong
 	}
 	return toastAlways
@@ -75,14 +75,14 @@ func (t *tableState) toastOf(p *rowPlan) []uint8 {
 	if p.toast != nil && p.toastG == t.toastGen {
 		return p.toast
 	}
-	k := make([]uint8, len(p.rel.names))
-	for c, name := range p.rel.names {
+	k := make([]uint8, len(p.rel.Names))
+	for c, name := range p.rel.Names {
 		kind, ok := t.toastCols[name]
 		switch {
 		case ok:
-		case fixedLength[p.rel.oids[c]]:
+		case fixedLength[p.rel.OIDs[c]]:
 			kind = toastNever
-		case textLike(p.rel.oids[c]):
+		case rowplan.TextLike(p.rel.OIDs[c]):
 			kind = toastIfLong
 		default:
 			kind = toastAlways
@@ -102,7 +102,7 @@ func (t *tableState) resetKnown() {
 // forgets the row's earlier ones that cannot any more. It keeps vals'
 // bytes, or copies of them when the row has columns p does not decode (its
 // bytes share one buffer with theirs).
-func (t *tableState) remember(p *rowPlan, key string, vals []rawValue) {
+func (t *tableState) remember(p *rowPlan, key string, vals []wal.Value) {
 	if t.full { // FULL: 'u' is filled from the old row instead
 		return
 	}
@@ -111,14 +111,14 @@ func (t *tableState) remember(p *rowPlan, key string, vals []rawValue) {
 		if !p.used[c] || c >= len(kinds) || kinds[c] == toastNever {
 			continue
 		}
-		col := p.rel.names[c]
-		if v.kind != 't' || kinds[c] == toastIfLong && len(v.data) <= maxInline {
+		col := p.rel.Names[c]
+		if v.Kind != 't' || kinds[c] == toastIfLong && len(v.Data) <= maxInline {
 			if m := t.vals[col]; len(m) > 0 {
 				delete(m, key)
 			}
 			continue
 		}
-		data := v.data
+		data := v.Data
 		if p.partial {
 			data = bytes.Clone(data)
 		}
@@ -150,36 +150,24 @@ func (t *tableState) forget(key string) {
 	}
 }
 
-// known returns key's kept values, by column name.
-func (t *tableState) known(key string) []knownValue {
-	var vl []knownValue
-	for col, m := range t.vals {
-		if data, ok := m[key]; ok {
-			vl = append(vl, knownValue{col, data})
-		}
-	}
-	slices.SortFunc(vl, func(a, b knownValue) int { return strings.Compare(a.col, b.col) })
-	return vl
-}
-
 // fillToast replaces unchanged TOASTed values ('u') with the old tuple's
 // value (REPLICA IDENTITY FULL) or the last known value of key. A 'u' it
 // cannot fill stays 'u'.
-func (t *tableState) fillToast(p *rowPlan, key string, vals, old []rawValue) []rawValue {
-	var out []rawValue
+func (t *tableState) fillToast(p *rowPlan, key string, vals, old []wal.Value) []wal.Value {
+	var out []wal.Value
 	for i, v := range vals {
-		if v.kind != 'u' {
+		if v.Kind != 'u' {
 			continue
 		}
 		if out == nil {
-			out = append([]rawValue(nil), vals...)
+			out = append([]wal.Value(nil), vals...)
 		}
-		if i < len(old) && old[i].kind == 't' {
+		if i < len(old) && old[i].Kind == 't' {
 			out[i] = old[i]
 			continue
 		}
-		if data, ok := t.vals[p.rel.names[i]][key]; ok {
-			out[i] = rawValue{kind: 't', data: data}
+		if data, ok := t.vals[p.rel.Names[i]][key]; ok {
+			out[i] = wal.Value{Kind: 't', Data: data}
 		}
 	}
 	if out == nil {

@@ -1,4 +1,4 @@
-package pginformer
+package wal
 
 import (
 	"bytes"
@@ -59,8 +59,8 @@ func TestParseChange(t *testing.T) {
 	for name, data := range pgoutputChanges() {
 		t.Run(name, func(t *testing.T) {
 			in := bytes.Clone(data)
-			var a valueArena
-			id, c, err := parseChange(in, &a)
+			var a Arena
+			id, c, err := ParseChange(in, &a)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -72,30 +72,30 @@ func TestParseChange(t *testing.T) {
 			var wantID uint32
 			var wantNew, wantOld *pglogrepl.TupleData
 			var wantOldKind uint8
-			var wantKind changeKind
+			var wantKind Kind
 			switch m := m.(type) {
 			case *pglogrepl.InsertMessage:
-				wantKind, wantID, wantNew = changeInsert, m.RelationID, m.Tuple
+				wantKind, wantID, wantNew = Insert, m.RelationID, m.Tuple
 			case *pglogrepl.UpdateMessage:
-				wantKind, wantID, wantNew, wantOld, wantOldKind = changeUpdate, m.RelationID, m.NewTuple, m.OldTuple, m.OldTupleType
+				wantKind, wantID, wantNew, wantOld, wantOldKind = Update, m.RelationID, m.NewTuple, m.OldTuple, m.OldTupleType
 			case *pglogrepl.DeleteMessage:
-				wantKind, wantID, wantOld, wantOldKind = changeDelete, m.RelationID, m.OldTuple, m.OldTupleType
+				wantKind, wantID, wantOld, wantOldKind = Delete, m.RelationID, m.OldTuple, m.OldTupleType
 			default:
 				t.Fatalf("pglogrepl parsed %T", m)
 			}
-			if id != wantID || c.kind != wantKind {
-				t.Errorf("relation %d kind %d, want %d kind %d", id, c.kind, wantID, wantKind)
+			if id != wantID || c.Kind != wantKind {
+				t.Errorf("relation %d kind %d, want %d kind %d", id, c.Kind, wantID, wantKind)
 			}
-			if wantOld != nil && c.oldKind != wantOldKind {
-				t.Errorf("old tuple kind %q, want %q", c.oldKind, wantOldKind)
+			if wantOld != nil && c.OldKind != wantOldKind {
+				t.Errorf("old tuple kind %q, want %q", c.OldKind, wantOldKind)
 			}
-			sameTuple(t, "new", c.new, wantNew)
-			sameTuple(t, "old", c.old, wantOld)
+			sameTuple(t, "new", c.New, wantNew)
+			sameTuple(t, "old", c.Old, wantOld)
 		})
 	}
 }
 
-func sameTuple(t *testing.T, what string, got []rawValue, want *pglogrepl.TupleData) {
+func sameTuple(t *testing.T, what string, got []Value, want *pglogrepl.TupleData) {
 	t.Helper()
 	if want == nil {
 		if got != nil {
@@ -107,8 +107,8 @@ func sameTuple(t *testing.T, what string, got []rawValue, want *pglogrepl.TupleD
 		t.Fatalf("%s tuple: %d values, want %d", what, len(got), len(want.Columns))
 	}
 	for i, c := range want.Columns {
-		if got[i].kind != c.DataType || !bytes.Equal(got[i].data, c.Data) {
-			t.Errorf("%s tuple column %d: %q %q, want %q %q", what, i, got[i].kind, got[i].data, c.DataType, c.Data)
+		if got[i].Kind != c.DataType || !bytes.Equal(got[i].Data, c.Data) {
+			t.Errorf("%s tuple column %d: %q %q, want %q %q", what, i, got[i].Kind, got[i].Data, c.DataType, c.Data)
 		}
 	}
 }
@@ -118,18 +118,18 @@ func sameTuple(t *testing.T, what string, got []rawValue, want *pglogrepl.TupleD
 func TestParseChangeMalformed(t *testing.T) {
 	for name, data := range pgoutputChanges() {
 		for n := 0; n < len(data); n++ {
-			var a valueArena
-			if _, _, err := parseChange(data[:n], &a); err == nil && n > 0 {
+			var a Arena
+			if _, _, err := ParseChange(data[:n], &a); err == nil && n > 0 {
 				// A prefix may be well-formed only if it ends exactly at a
 				// tuple's end, which no proper prefix of these does.
 				t.Errorf("%s cut to %d of %d bytes: no error", name, n, len(data))
 			}
 		}
 	}
-	var a valueArena
+	var a Arena
 	bad := append([]byte{'I', 0, 0, 0x40, 0, 'N'}, tupleBytes(str("1"))...)
 	bad[len(bad)-6] = 'b' // a binary value, which we never ask for
-	if _, _, err := parseChange(bad, &a); err == nil {
+	if _, _, err := ParseChange(bad, &a); err == nil {
 		t.Error("a binary value: no error")
 	}
 }
@@ -141,16 +141,16 @@ func FuzzParseChange(f *testing.F) {
 		f.Add(data)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var a valueArena
-		_, c, err := parseChange(data, &a)
+		var a Arena
+		_, c, err := ParseChange(data, &a)
 		if err != nil {
 			return
 		}
 		total := 0
-		for _, v := range append(append([]rawValue(nil), c.new...), c.old...) {
-			total += len(v.data)
-			if v.kind != 't' && v.kind != 'n' && v.kind != 'u' {
-				t.Fatalf("value kind %q", v.kind)
+		for _, v := range append(append([]Value(nil), c.New...), c.Old...) {
+			total += len(v.Data)
+			if v.Kind != 't' && v.Kind != 'n' && v.Kind != 'u' {
+				t.Fatalf("value kind %q", v.Kind)
 			}
 		}
 		if total > len(data) {

@@ -1,4 +1,9 @@
-package pginformer
+// Package rowplan compiles a row layout into pgtype scan plans that
+// decode each column's bytes straight into the field of a struct (or into
+// a value of a map[string]any row), and says which columns may be read in
+// binary. It knows nothing of tables, streams or a Source: the package
+// boundary keeps it so.
+package rowplan
 
 import (
 	"encoding/json"
@@ -17,14 +22,12 @@ import (
 // intermediate map, []any or copy of the row.
 //
 // Entry point for both paths (List reads binary COPY, the stream reads
-// pgoutput's text): compile a plan for a rowPlan and the formats its
-// columns come in, then for each row call decodeColumn for every column,
+// pgoutput's text): compile a plan for a layout and the formats its
+// columns come in, then for each row call DecodeColumn for every column,
 // giving the column's bytes (nil for NULL) and a pointer to the object:
 //
-//	sp := m.compile(p, formats, tm) // once per layout; not for concurrent use
-//	for c := range row { err = sp.decodeColumn(obj, c, row[c]) }
-//
-// mapper.decode wraps this for rows of text values (rawValue).
+//	sp := rowplan.Compile(typ, layout, formats, tm) // once per layout; not for concurrent use
+//	for c := range row { err = sp.DecodeColumn(obj, nil, c, row[c]) }
 
 // colScan decodes one column.
 type colScan struct {
@@ -44,9 +47,9 @@ type colScan struct {
 	direct bool
 }
 
-// scanPlan decodes the rows of one layout. It holds its own pgtype.Map
-// (not safe for concurrent use): one scanPlan per goroutine.
-type scanPlan struct {
+// Plan decodes the rows of one layout. It holds its own pgtype.Map
+// (not safe for concurrent use): one Plan per goroutine.
+type Plan struct {
 	tm    *pgtype.Map
 	isMap bool
 	cols  []*colScan // per row position; nil: not decoded
@@ -54,20 +57,31 @@ type scanPlan struct {
 	direct []int
 }
 
-// compile builds the scan plan of p for columns arriving in formats (one
-// per column of p.rel; pgtype.TextFormatCode or BinaryFormatCode).
-func (m *mapper) compile(p *rowPlan, formats []int16, tm *pgtype.Map) *scanPlan {
-	sp := &scanPlan{tm: tm, isMap: m.typ == nil, cols: make([]*colScan, len(p.rel.names))}
-	for c := range p.rel.names {
-		if !p.used[c] {
+// Layout is a row layout mapped onto T: per column its name, type oid,
+// whether it is decoded (Used) and, for a struct T, the index path of its
+// field (nil: unmapped).
+type Layout struct {
+	Names  []string
+	OIDs   []uint32
+	Used   []bool
+	Fields [][]int
+}
+
+// Compile builds the scan plan of a layout of rows of typ (nil:
+// map[string]any rows) for columns arriving in formats (one per column;
+// pgtype.TextFormatCode or BinaryFormatCode).
+func Compile(typ reflect.Type, l Layout, formats []int16, tm *pgtype.Map) *Plan {
+	sp := &Plan{tm: tm, isMap: typ == nil, cols: make([]*colScan, len(l.Names))}
+	for c := range l.Names {
+		if !l.Used[c] {
 			continue
 		}
-		cs := &colScan{name: p.rel.names[c], oid: p.rel.oids[c], format: formats[c]}
-		if m.typ == nil {
+		cs := &colScan{name: l.Names[c], oid: l.OIDs[c], format: formats[c]}
+		if typ == nil {
 			cs.typ, _ = tm.TypeForOID(cs.oid)
 		} else {
-			t := m.typ
-			for _, i := range p.fields[c] {
+			t := typ
+			for _, i := range l.Fields[c] {
 				f := t.Field(i)
 				cs.offset += f.Offset
 				t = f.Type
@@ -84,7 +98,7 @@ func (m *mapper) compile(p *rowPlan, formats []int16, tm *pgtype.Map) *scanPlan 
 			if t == numericType && cs.oid == pgtype.NumericOID && cs.format == pgtype.TextFormatCode {
 				cs.plan = numericText{slow: cs.plan}
 			}
-			if t == stringType && textLike(cs.oid) {
+			if t == stringType && TextLike(cs.oid) {
 				cs.direct = true
 				sp.direct = append(sp.direct, c)
 			}
@@ -94,22 +108,22 @@ func (m *mapper) compile(p *rowPlan, formats []int16, tm *pgtype.Map) *scanPlan 
 	return sp
 }
 
-// maxShared is the longest value decodeFields puts in a row's shared
+// MaxShared is the longest value DecodeFields puts in a row's shared
 // allocation: a string a program keeps after its object is gone keeps
 // the others of its row alive, and that must stay small.
-const maxShared = 256
+const MaxShared = 256
 
-// decodeFields decodes a row of fields (one per column of the layout;
-// nil: NULL) into obj as decodeColumn would, column after column, but with
-// the values of the direct columns up to maxShared bytes long in one
+// DecodeFields decodes a row of fields (one per column of the layout;
+// nil: NULL) into obj as DecodeColumn would, column after column, but with
+// the values of the direct columns up to MaxShared bytes long in one
 // allocation: a List of a table with three short text columns made three
 // allocations a row for them, a sixth of its CPU.
-func (sp *scanPlan) decodeFields(obj unsafe.Pointer, row map[string]any, fields [][]byte) error {
+func (sp *Plan) DecodeFields(obj unsafe.Pointer, row map[string]any, fields [][]byte) error {
 	var shared []byte
 	if len(sp.direct) > 1 {
 		n := 0
 		for _, c := range sp.direct {
-			if l := len(fields[c]); l <= maxShared {
+			if l := len(fields[c]); l <= MaxShared {
 				n += l
 			}
 		}
@@ -120,7 +134,7 @@ func (sp *scanPlan) decodeFields(obj unsafe.Pointer, row map[string]any, fields 
 		if cs == nil {
 			continue
 		}
-		if cs.direct && data != nil && len(data) <= maxShared && shared != nil {
+		if cs.direct && data != nil && len(data) <= MaxShared && shared != nil {
 			if len(data) == 0 {
 				*(*string)(unsafe.Add(obj, cs.offset)) = ""
 				continue
@@ -130,16 +144,16 @@ func (sp *scanPlan) decodeFields(obj unsafe.Pointer, row map[string]any, fields 
 			*(*string)(unsafe.Add(obj, cs.offset)) = unsafe.String(unsafe.SliceData(shared[at:]), len(data))
 			continue
 		}
-		if err := sp.decodeColumn(obj, row, c, data); err != nil {
+		if err := sp.DecodeColumn(obj, row, c, data); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// decodeColumn decodes column c's bytes (nil: NULL) into obj: a *T for a
+// DecodeColumn decodes column c's bytes (nil: NULL) into obj: a *T for a
 // struct T, or a map[string]any row. It does not retain data.
-func (sp *scanPlan) decodeColumn(obj unsafe.Pointer, row map[string]any, c int, data []byte) error {
+func (sp *Plan) DecodeColumn(obj unsafe.Pointer, row map[string]any, c int, data []byte) error {
 	cs := sp.cols[c]
 	if cs == nil {
 		return nil
@@ -177,12 +191,12 @@ var (
 	numericType    = reflect.TypeFor[pgtype.Numeric]()
 )
 
-// binarySafe tells whether a column of type oid decodes into a field of
+// BinarySafe tells whether a column of type oid decodes into a field of
 // type field (nil: a map[string]any value) to the same Go value from
 // Postgres's binary format as from its text format (what pgoutput sends).
 // Only then may List read it in binary: a listed object and the same row
 // from the stream must be equal. Everything else is read as text.
-func binarySafe(oid uint32, field reflect.Type) bool {
+func BinarySafe(oid uint32, field reflect.Type) bool {
 	for field != nil && field.Kind() == reflect.Pointer {
 		field = field.Elem()
 	}
@@ -220,9 +234,9 @@ func binarySafe(oid uint32, field reflect.Type) bool {
 	return false
 }
 
-// textLike are the types whose binary form is their text form: the value
+// TextLike are the types whose binary form is their text form: the value
 // can serve both as text (TOAST memory, keys) and binary.
-func textLike(oid uint32) bool {
+func TextLike(oid uint32) bool {
 	switch oid {
 	case pgtype.TextOID, pgtype.VarcharOID, pgtype.BPCharOID, pgtype.NameOID, pgtype.JSONOID:
 		return true
@@ -288,3 +302,6 @@ func parseSmallNumeric(src []byte, n *pgtype.Numeric) bool {
 	*n = pgtype.Numeric{Int: new(big.Int).SetInt64(v), Exp: exp, Valid: true}
 	return true
 }
+
+// Len is the number of columns of the plan's layout.
+func (sp *Plan) Len() int { return len(sp.cols) }

@@ -1,4 +1,4 @@
-package pginformer
+package rowplan
 
 import (
 	"reflect"
