@@ -183,11 +183,11 @@ func ExampleTableOptions_onSchemaChange() {
 	if _, err := db.Exec(ctx, `ALTER TABLE visits ALTER COLUMN count TYPE bigint USING count * 1000; UPDATE visits SET count = count + 1`); err != nil {
 		panic(err)
 	}
-	var lsn pglogrepl.LSN
-	if err := db.QueryRow(ctx, `SELECT pg_current_wal_lsn()`).Scan(&lsn); err != nil {
+	lsn, err := pginformer.CommitToken(ctx, db)
+	if err != nil {
 		panic(err)
 	}
-	if err := visits.WaitFor(ctx, core.ResourceVersion(lsn)); err != nil {
+	if err := visits.WaitFor(ctx, lsn); err != nil {
 		panic(err)
 	}
 	one, _ := visits.Lister().Get("1")

@@ -151,19 +151,17 @@ func (r *reconciler) Reconcile(ctx context.Context, key string) (controller.Resu
 	return controller.Result{}, err
 }
 
-// write runs one statement and records, for read-your-writes, the WAL
-// insert position after its commit: the commit record lies before it, so
-// once the totals cache has applied that position it holds the write.
-// (pg_current_wal_lsn() is the write position, which under
-// synchronous_commit = off can lie before the commit record.)
+// write runs one statement and records, for read-your-writes, the version
+// pginformer.CommitToken gives after its commit: once the totals cache has
+// applied it, it holds the write, under any synchronous_commit setting.
 func (r *reconciler) write(ctx context.Context, sql string, args ...any) error {
 	if _, err := r.db.Exec(ctx, sql, args...); err != nil {
 		return err
 	}
-	var lsn int64
-	if err := r.db.QueryRow(ctx, `SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint`).Scan(&lsn); err != nil {
+	rv, err := pginformer.CommitToken(ctx, r.db)
+	if err != nil {
 		return err
 	}
-	controller.Wrote(ctx, r.totals, core.ResourceVersion(lsn))
+	controller.Wrote(ctx, r.totals, rv)
 	return nil
 }
