@@ -341,7 +341,9 @@ func (i *SharedIndexInformer[T]) auditHeal(tr *auditTrack, c ResourceVersion, he
 // pacer spaces the audit's reads to at most rate objects per second,
 // sleeping once per batch of objects rather than per object.
 type pacer struct {
-	i     interface{ sleep(context.Context, time.Duration) error }
+	i interface {
+		sleep(context.Context, time.Duration) error
+	}
 	rate  float64
 	start time.Time
 	n     int64

@@ -34,7 +34,9 @@ type Loss struct {
 	Type core.EventType // the change it lied about
 }
 
-func (l Loss) String() string { return fmt.Sprintf("%s %s %q at version %d", l.Kind, l.Type, l.Key, l.RV) }
+func (l Loss) String() string {
+	return fmt.Sprintf("%s %s %q at version %d", l.Kind, l.Type, l.Key, l.RV)
+}
 
 // LossyOptions configures a Lossy.
 type LossyOptions[T any] struct {
