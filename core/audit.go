@@ -13,7 +13,11 @@ import (
 //
 // AuditList reads one consistent snapshot of the source at a version C and
 // returns C. It calls sink.Emit with an Added event for every object of the
-// snapshot (Err set for one that does not decode), as List does, and C must
+// snapshot (Err set for one that does not decode), as List does. A source
+// that reads a change stream up to C (NATS KV) may emit a key more than
+// once, and emit a Deleted event for a key absent at C: the last event of
+// a key is its state at C, so that no source needs to hold the snapshot in
+// memory to deduplicate it. C must
 // be at least atLeast (the version the cache had applied when the audit
 // began; a source that cannot serve it, such as a replica that lags,
 // returns an error rather than an older snapshot). Unlike List it must

@@ -71,11 +71,6 @@ func touchDelta[T any](t *auditTrack, d *Delta[T]) {
 	t.touch(d.Key, rv)
 }
 
-type suspect[T any] struct {
-	key string
-	obj T
-}
-
 func (i *SharedIndexInformer[T]) auditOptions() AuditOptions[T] {
 	var o AuditOptions[T]
 	if i.opts.Audit != nil {
@@ -178,14 +173,23 @@ func (i *SharedIndexInformer[T]) auditRun(ctx context.Context, o AuditOptions[T]
 
 	seed := maphash.MakeSeed()
 	seen := map[uint64]struct{}{}
-	var suspects []suspect[T]
+	// Keyed, since a source may emit a key again (see AuditLister): its
+	// last emission stands.
+	suspects := map[string]T{}
 	pace := newPacer(i, o.Pace)
 	c, err := al.AuditList(ctx, a0, ListSink[T]{Emit: func(ev Event[T]) error {
 		r.Rows++
 		if err := pace.wait(ctx); err != nil {
 			return err
 		}
-		seen[maphash.String(seed, ev.Key)] = struct{}{}
+		h := maphash.String(seed, ev.Key)
+		delete(suspects, ev.Key)
+		if ev.Type == Deleted {
+			// Absent at C: a cached key not seen is extra.
+			delete(seen, h)
+			return nil
+		}
+		seen[h] = struct{}{}
 		if ev.Err != nil || !ev.HasObject {
 			r.Undecodable++
 			return nil
@@ -202,7 +206,7 @@ func (i *SharedIndexInformer[T]) auditRun(ctx context.Context, o AuditOptions[T]
 			r.Compared++
 			return nil
 		}
-		suspects = append(suspects, suspect[T]{key: ev.Key, obj: obj})
+		suspects[ev.Key] = obj
 		return nil
 	}})
 	r.Version = c
@@ -230,18 +234,18 @@ func (i *SharedIndexInformer[T]) auditRun(ctx context.Context, o AuditOptions[T]
 			heal = append(heal, d)
 		}
 	}
-	for _, s := range suspects {
+	for key, obj := range suspects {
 		// Read the cache before asking the track: a change is recorded
 		// before it is applied, so a cached state read first and not
 		// recorded after C is the state at C.
-		cached, ok := i.indexer.Get(s.key)
+		cached, ok := i.indexer.Get(key)
 		switch {
-		case tr.after(s.key, c):
+		case tr.after(key, c):
 			r.InFlight++
 		case !ok:
-			add(&r.MissingKeys, &r.Missing, Delta[T]{Type: DeltaAdded, Key: s.key, Object: s.obj, HasObject: true, RV: c})
-		case !o.Equal(cached, s.obj):
-			add(&r.DifferingKeys, &r.Differing, Delta[T]{Type: DeltaUpdated, Key: s.key, Object: s.obj, HasObject: true, RV: c})
+			add(&r.MissingKeys, &r.Missing, Delta[T]{Type: DeltaAdded, Key: key, Object: obj, HasObject: true, RV: c})
+		case !o.Equal(cached, obj):
+			add(&r.DifferingKeys, &r.Differing, Delta[T]{Type: DeltaUpdated, Key: key, Object: obj, HasObject: true, RV: c})
 		default:
 			r.Compared++
 		}
