@@ -202,9 +202,15 @@ func (i *SharedIndexInformer[T]) auditRun(ctx context.Context, o AuditOptions[T]
 				return nil
 			}
 		}
-		if cached, ok := i.indexer.Get(ev.Key); ok && o.Equal(cached, obj) {
-			r.Compared++
-			return nil
+		if cached, ok := i.indexer.Get(ev.Key); ok {
+			same, err := safeEqual(o.Equal, cached, obj)
+			if err != nil {
+				return err
+			}
+			if same {
+				r.Compared++
+				return nil
+			}
 		}
 		suspects[ev.Key] = obj
 		return nil
@@ -275,6 +281,17 @@ func (i *SharedIndexInformer[T]) auditRun(ctx context.Context, o AuditOptions[T]
 		}
 	}
 	return r
+}
+
+// safeEqual runs the user's Equal; a panic is an error that ends the
+// source's read cleanly rather than unwinding through the adapter.
+func safeEqual[T any](eq func(a, b T) bool, a, b T) (same bool, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("AuditOptions.Equal panicked: %v", p)
+		}
+	}()
+	return eq(a, b), nil
 }
 
 // reflectorTransform runs InformerOptions.Transform as the reflector does
