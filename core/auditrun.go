@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"sync"
 	"time"
 )
@@ -28,9 +29,10 @@ import (
 //     is extra. A key changed after C is in flight and left out.
 //
 // Memory beyond the cache is the suspects (the keys in flight and the
-// divergent ones), the recorded keys (changed during the run) and 8 bytes
-// per row for the seen set (a 64-bit hash: a collision can only hide an
-// extra key, never report one falsely).
+// divergent ones), the recorded keys (changed during the run) and the seen
+// set, a 64-bit hash per row (two keys of a million share one with odds of
+// about 1 in 3·10⁷, and then an extra key can go unseen: a collision can
+// hide a divergence from one run, never report a false one).
 
 // auditTrack records the keys changed while an audit runs.
 type auditTrack struct {
@@ -170,51 +172,31 @@ func (i *SharedIndexInformer[T]) auditRun(ctx context.Context, o AuditOptions[T]
 	i.auditTr.Store(tr)
 	defer i.auditTr.Store(nil)
 	a0 := max(i.queue.AppliedVersion(), i.LastSyncResourceVersion())
+	// A list running now may have handed objects at its own version (not
+	// yet known) to a batch applied without the record: its run cannot
+	// be compared. One that starts later is recorded (a relisted key is
+	// always in flight).
+	if st := i.SyncStatus(); !st.ListStarted.IsZero() {
+		return fail(fmt.Errorf("%s: audit: a list is running (started %v); the next period audits", i.name, st.ListStarted.Format(time.RFC3339)))
+	}
 
-	seed := maphash.MakeSeed()
-	seen := map[uint64]struct{}{}
-	// Keyed, since a source may emit a key again (see AuditLister): its
-	// last emission stands.
-	suspects := map[string]T{}
+	p := &auditPass[T]{i: i, o: o, r: &r, tr: tr, seed: maphash.MakeSeed(), suspects: map[string]T{}, gone: map[string]struct{}{}}
 	pace := newPacer(i, o.Pace)
-	c, err := al.AuditList(ctx, a0, ListSink[T]{Emit: func(ev Event[T]) error {
-		r.Rows++
-		if err := pace.wait(ctx); err != nil {
-			return err
-		}
-		h := maphash.String(seed, ev.Key)
-		delete(suspects, ev.Key)
-		if ev.Type == Deleted {
-			// Absent at C: a cached key not seen is extra.
-			delete(seen, h)
-			return nil
-		}
-		seen[h] = struct{}{}
-		if ev.Err != nil || !ev.HasObject {
-			r.Undecodable++
-			return nil
-		}
-		obj := ev.Object
-		if i.opts.Transform != nil {
-			var err error
-			if obj, err = i.reflectorTransform(obj); err != nil {
-				r.Undecodable++
-				return nil
-			}
-		}
-		if cached, ok := i.indexer.Get(ev.Key); ok {
-			same, err := safeEqual(o.Equal, cached, obj)
-			if err != nil {
+	c, err := al.AuditList(ctx, a0, ListSink[T]{
+		Emit: func(ev Event[T]) error {
+			r.Rows++
+			if err := pace.wait(ctx); err != nil {
 				return err
 			}
-			if same {
-				r.Compared++
-				return nil
+			return p.emit(ev)
+		},
+		// Sized once: grown by appends it would hold up to twice the rows.
+		Estimate: func(n int64) {
+			if len(p.seen) == 0 && n > 0 {
+				p.seen = make([]uint64, 0, min(n, 1<<26))
 			}
-		}
-		suspects[ev.Key] = obj
-		return nil
-	}})
+		},
+	})
 	r.Version = c
 	if err != nil {
 		return fail(fmt.Errorf("%s: audit: read the source: %w", i.name, err))
@@ -230,49 +212,7 @@ func (i *SharedIndexInformer[T]) auditRun(ctx context.Context, o AuditOptions[T]
 	if err != nil {
 		return fail(fmt.Errorf("%s: audit: the cache did not reach the source's version %d: %w", i.name, c, err))
 	}
-	var heal []Delta[T]
-	add := func(keys *[]string, n *int64, d Delta[T]) {
-		*n++
-		if len(*keys) < AuditKeyLimit {
-			*keys = append(*keys, d.Key)
-		}
-		if len(heal) < o.MaxHeal {
-			heal = append(heal, d)
-		}
-	}
-	for key, obj := range suspects {
-		// Read the cache before asking the track: a change is recorded
-		// before it is applied, so a cached state read first and not
-		// recorded after C is the state at C.
-		cached, ok := i.indexer.Get(key)
-		switch {
-		case tr.after(key, c):
-			r.InFlight++
-		case !ok:
-			add(&r.MissingKeys, &r.Missing, Delta[T]{Type: DeltaAdded, Key: key, Object: obj, HasObject: true, RV: c})
-		case !o.Equal(cached, obj):
-			add(&r.DifferingKeys, &r.Differing, Delta[T]{Type: DeltaUpdated, Key: key, Object: obj, HasObject: true, RV: c})
-		default:
-			r.Compared++
-		}
-	}
-	suspects = nil
-	var extra []string
-	i.indexer.Range(func(k string, _ T) bool {
-		if _, ok := seen[maphash.String(seed, k)]; !ok {
-			extra = append(extra, k)
-		}
-		return true
-	})
-	for _, k := range extra {
-		_, ok := i.indexer.Get(k)
-		switch {
-		case tr.after(k, c):
-			r.InFlight++
-		case ok:
-			add(&r.ExtraKeys, &r.Extra, Delta[T]{Type: DeltaDeleted, Key: k, FinalStateUnknown: true, RV: c})
-		}
-	}
+	heal := p.compare(c)
 	r.Outcome = AuditEqual
 	if r.Divergent() > 0 {
 		r.Outcome = AuditDivergent
@@ -281,6 +221,114 @@ func (i *SharedIndexInformer[T]) auditRun(ctx context.Context, o AuditOptions[T]
 		}
 	}
 	return r
+}
+
+// auditPass is one run's comparison (see the top of this file).
+type auditPass[T any] struct {
+	i    *SharedIndexInformer[T]
+	o    AuditOptions[T]
+	r    *AuditResult
+	tr   *auditTrack
+	seed maphash.Seed
+	// seen holds a hash of each row's key, sorted before use: 8 bytes a
+	// row, a third of what a map of them takes.
+	seen []uint64
+	// suspects are keyed, since a source may emit a key again (see
+	// AuditLister): its last emission stands.
+	suspects map[string]T
+	gone     map[string]struct{}
+	heal     []Delta[T]
+}
+
+// emit compares one row of the source's read with the cache as it is.
+func (p *auditPass[T]) emit(ev Event[T]) error {
+	delete(p.suspects, ev.Key)
+	if ev.Type == Deleted {
+		// Absent at C, after an earlier emission maybe: kept by name
+		// (few keys: those the source changed while it was read), so
+		// that a hash shared with another key never makes that one look
+		// absent.
+		p.gone[ev.Key] = struct{}{}
+		return nil
+	}
+	delete(p.gone, ev.Key)
+	p.seen = append(p.seen, maphash.String(p.seed, ev.Key))
+	if ev.Err != nil || !ev.HasObject {
+		p.r.Undecodable++
+		return nil
+	}
+	obj := ev.Object
+	if p.i.opts.Transform != nil {
+		var err error
+		if obj, err = p.i.reflectorTransform(obj); err != nil {
+			p.r.Undecodable++
+			return nil
+		}
+	}
+	if cached, ok := p.i.indexer.Get(ev.Key); ok {
+		same, err := safeEqual(p.o.Equal, cached, obj)
+		if err != nil {
+			return err
+		}
+		if same {
+			p.r.Compared++
+			return nil
+		}
+	}
+	p.suspects[ev.Key] = obj
+	return nil
+}
+
+// compare decides, once the cache has applied c, which suspects differ
+// and which cached keys the source did not have, and returns what heals
+// them (at most MaxHeal).
+func (p *auditPass[T]) compare(c ResourceVersion) []Delta[T] {
+	r, i := p.r, p.i
+	add := func(keys *[]string, n *int64, d Delta[T]) {
+		*n++
+		if len(*keys) < AuditKeyLimit {
+			*keys = append(*keys, d.Key)
+		}
+		if len(p.heal) < p.o.MaxHeal {
+			p.heal = append(p.heal, d)
+		}
+	}
+	for key, obj := range p.suspects {
+		// Read the cache before asking the track: a change is recorded
+		// before it is applied, so a cached state read first and not
+		// recorded after C is the state at C.
+		cached, ok := i.indexer.Get(key)
+		switch {
+		case p.tr.after(key, c):
+			r.InFlight++
+		case !ok:
+			add(&r.MissingKeys, &r.Missing, Delta[T]{Type: DeltaAdded, Key: key, Object: obj, HasObject: true, RV: c})
+		case !p.o.Equal(cached, obj):
+			add(&r.DifferingKeys, &r.Differing, Delta[T]{Type: DeltaUpdated, Key: key, Object: obj, HasObject: true, RV: c})
+		default:
+			r.Compared++
+		}
+	}
+	p.suspects = nil
+	slices.Sort(p.seen)
+	var extra []string
+	i.indexer.Range(func(k string, _ T) bool {
+		_, ok := slices.BinarySearch(p.seen, maphash.String(p.seed, k))
+		if _, g := p.gone[k]; !ok || g {
+			extra = append(extra, k)
+		}
+		return true
+	})
+	for _, k := range extra {
+		_, ok := i.indexer.Get(k)
+		switch {
+		case p.tr.after(k, c):
+			r.InFlight++
+		case ok:
+			add(&r.ExtraKeys, &r.Extra, Delta[T]{Type: DeltaDeleted, Key: k, FinalStateUnknown: true, RV: c})
+		}
+	}
+	return p.heal
 }
 
 // safeEqual runs the user's Equal; a panic is an error that ends the

@@ -36,6 +36,9 @@ func (k *KV[T]) AuditList(ctx context.Context, atLeast core.ResourceVersion, sin
 		return 0, fmt.Errorf("%s: audit: create consumer: %w", k.source, err)
 	}
 	defer f.close()
+	if n := f.info().NumPending; n > 0 && sink.Estimate != nil {
+		sink.Estimate(int64(n))
+	}
 	var prev uint64
 	last, err := f.drain(ctx, 0, top, true, false, func(m jetstream.Msg, seq uint64) error {
 		key, ok := k.key(m.Subject())
