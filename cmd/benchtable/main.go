@@ -110,7 +110,8 @@ var rows = []row{
 	{"13 Audit, NATS KV of 100k keys: live heap the audit holds at its last row (seen set, suspects, consumer buffers) vs the informer's cache (live heap it added)", "NATSAudit/Read", "audit-retained-MB", "", "cache-MB", "≤", 0.05},
 	{"13 Audit, NATS KV of 100k keys: peak heap above the start (garbage included), audit vs the informer's cache", "NATSAudit/Read", "audit-peak-heap-MB", "", "cache-MB", "", 0},
 	{"13 Audit, NATS KV of 100k keys: peak heap above the start, audit vs the List", "NATSAudit/Read", "audit-peak-heap-MB", "", "list-peak-heap-MB", "", 0},
-	{"13 Audit, NATS KV of 100k keys: informer throughput (100k updates applied) while audits run back to back vs without", "NATSAudit/Throughput", "during-changes/s", "", "alone-changes/s", "≥", 0.8},
+	{"13 Audit, NATS KV of 100k keys: informer throughput (100k updates applied) while audits at the default pace (20,000 rows/s) run back to back vs without", "NATSAudit/Throughput", "paced-changes/s", "", "alone-changes/s", "≥", 0.8},
+	{"13 Audit, NATS KV of 100k keys: informer throughput while unpaced audits run back to back vs without (2 cores, the nats-server in the process)", "NATSAudit/Throughput", "unpaced-changes/s", "", "alone-changes/s", "", 0},
 }
 
 // results maps a sub-benchmark to its metrics, each the values of every run.
