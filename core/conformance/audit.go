@@ -182,6 +182,9 @@ func RunAudit[T any](t *testing.T, caps Capabilities, newHarness func(t *testing
 					return
 				default:
 				}
+				// A real server takes about this long per write; an
+				// in-memory source unpaced would flood the informer.
+				time.Sleep(200 * time.Microsecond)
 				key := fmt.Sprintf("in.w%d-%d", w, i%5)
 				if i%7 == 6 {
 					if _, err := h.Delete(ctx, key); err != nil {
