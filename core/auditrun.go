@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"reflect"
-	"slices"
 	"sync"
 	"time"
 )
@@ -192,8 +191,8 @@ func (i *SharedIndexInformer[T]) auditRun(ctx context.Context, o AuditOptions[T]
 		},
 		// Sized once: grown by appends it would hold up to twice the rows.
 		Estimate: func(n int64) {
-			if len(p.seen) == 0 && n > 0 {
-				p.seen = make([]uint64, 0, min(n, 1<<26))
+			if len(p.seen.h) == 0 && n > 0 {
+				p.seen.h = make([]uint64, 0, min(n, 1<<26))
 			}
 		},
 	})
@@ -230,9 +229,7 @@ type auditPass[T any] struct {
 	r    *AuditResult
 	tr   *auditTrack
 	seed maphash.Seed
-	// seen holds a hash of each row's key, sorted before use: 8 bytes a
-	// row, a third of what a map of them takes.
-	seen []uint64
+	seen hashSet // a hash of each row's key
 	// suspects are keyed, since a source may emit a key again (see
 	// AuditLister): its last emission stands.
 	suspects map[string]T
@@ -252,7 +249,7 @@ func (p *auditPass[T]) emit(ev Event[T]) error {
 		return nil
 	}
 	delete(p.gone, ev.Key)
-	p.seen = append(p.seen, maphash.String(p.seed, ev.Key))
+	p.seen.add(maphash.String(p.seed, ev.Key))
 	if ev.Err != nil || !ev.HasObject {
 		p.r.Undecodable++
 		return nil
@@ -310,10 +307,10 @@ func (p *auditPass[T]) compare(c ResourceVersion) []Delta[T] {
 		}
 	}
 	p.suspects = nil
-	slices.Sort(p.seen)
+	p.seen.seal()
 	var extra []string
 	i.indexer.Range(func(k string, _ T) bool {
-		_, ok := slices.BinarySearch(p.seen, maphash.String(p.seed, k))
+		ok := p.seen.has(maphash.String(p.seed, k))
 		if _, g := p.gone[k]; !ok || g {
 			extra = append(extra, k)
 		}
