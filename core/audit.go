@@ -95,6 +95,12 @@ const (
 	HealKeys HealPolicy = iota
 	// HealReportOnly reports and logs the differences and changes nothing.
 	HealReportOnly
+	// HealRelist ends the watch so that the informer relists, as after an
+	// expired version: every key is read again and handlers get an update
+	// for each (an unchanged one only as a resync when
+	// InformerOptions.Equal is set). For a cache that may be wrong in ways
+	// one run cannot list (more than MaxHeal keys), at a relist's cost.
+	HealRelist
 )
 
 func (p HealPolicy) String() string {
@@ -103,6 +109,8 @@ func (p HealPolicy) String() string {
 		return "heal keys"
 	case HealReportOnly:
 		return "report only"
+	case HealRelist:
+		return "relist"
 	}
 	return fmt.Sprintf("HealPolicy(%d)", uint8(p))
 }
@@ -151,7 +159,8 @@ type AuditResult struct {
 	// MissingKeys, ExtraKeys and DifferingKeys are the first
 	// AuditKeyLimit keys of each kind.
 	MissingKeys, ExtraKeys, DifferingKeys []string
-	// Healed counts the keys the run repaired (HealKeys).
+	// Healed counts the keys the run repaired (HealKeys), or the keys
+	// found different when it asked for a relist (HealRelist).
 	Healed int64
 	// Err is why a run failed (AuditFailed).
 	Err error

@@ -230,3 +230,39 @@ func TestAuditPace(t *testing.T) {
 		t.Errorf("cache holds %d keys, want %d", inf.Indexer().Len(), len(want))
 	}
 }
+
+// HealRelist makes the informer relist: the cache equals the source again
+// and the next audit finds it equal.
+func TestAuditHealRelist(t *testing.T) {
+	src := memory.New[versioned](memory.Options{})
+	for i := range 10 {
+		k := fmt.Sprintf("k%d", i)
+		src.Put(k, versioned{Key: k, V: i})
+	}
+	lossy := informertest.NewLossy[versioned](src, informertest.LossyOptions[versioned]{})
+	spy := informertest.Wrap[versioned](lossy)
+	inf, _ := informertest.Run[versioned](t, spy, core.InformerOptions[versioned]{
+		Backoff: core.Backoff{Initial: time.Millisecond, Max: time.Millisecond},
+		Audit:   &core.AuditOptions[versioned]{Heal: core.HealRelist},
+	})
+	ctx := context.Background()
+	lossy.Arm(informertest.LossDrop)
+	rv := src.Put("k3", versioned{Key: "k3", V: 100})
+	if err := inf.WaitFor(ctx, rv); err != nil {
+		t.Fatal(err)
+	}
+	if r := inf.AuditNow(ctx); r.Differing != 1 || r.Healed != 1 {
+		t.Fatalf("audit: %v", r)
+	}
+	informertest.Eventually(t, "a relist", func() bool { return spy.Lists() >= 2 })
+	want, head := src.Items()
+	if err := inf.WaitFor(ctx, head); err != nil {
+		t.Fatal(err)
+	}
+	if d := cacheDiff(inf, want); len(d) != 0 {
+		t.Errorf("after the relist the cache differs at %v", d)
+	}
+	if r := inf.AuditNow(ctx); r.Outcome != core.AuditEqual {
+		t.Errorf("audit after the relist: %v", r)
+	}
+}

@@ -215,8 +215,17 @@ func (i *SharedIndexInformer[T]) auditRun(ctx context.Context, o AuditOptions[T]
 	r.Outcome = AuditEqual
 	if r.Divergent() > 0 {
 		r.Outcome = AuditDivergent
-		if o.Heal == HealKeys {
+		switch o.Heal {
+		case HealKeys:
 			r.Healed = i.auditHeal(tr, c, heal)
+		case HealRelist:
+			i.mu.Lock()
+			rf := i.reflector
+			i.mu.Unlock()
+			if rf != nil {
+				rf.requestRelist()
+				r.Healed = r.Divergent()
+			}
 		}
 	}
 	return r
