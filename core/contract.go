@@ -98,7 +98,7 @@ type Event[T any] struct {
 //
 // Beyond List and Watch, an adapter may implement optional interfaces
 // (ProgressReporter, ProgressIntervaler, HealWaiter, HeadReader,
-// CodecProvider, Restorer, DurableAcknowledger); the informer finds them
+// CodecProvider, Restorer, DurableAcknowledger, AuditLister); the informer finds them
 // with Capability. A wrapper of your own (metrics, logging, a filter)
 // keeps every one of them when it embeds the ListerWatcher
 // (struct{ core.ListerWatcher[T]; ... }) or has a method

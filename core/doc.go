@@ -170,6 +170,18 @@
 // A corrupt or foreign checkpoint is reported (*CheckpointError) and
 // ignored.
 //
+// # Consistency audit
+//
+// InformerOptions.Audit compares the cache with the source every period,
+// as of one version C read through the adapter's AuditLister, leaving out
+// the keys a change after C reached meanwhile (in flight), and heals what
+// differs as ordinary changes (HealKeys) or only reports it. Each run's
+// AuditResult (equal, or the missing, extra and differing keys, never
+// values) is in SyncStatus.Audit and LastAudit, goes to an InformerMetrics
+// that implements AuditMetrics, and is logged at Warn when it differs;
+// AuditNow runs one at once. A run never panics and never holds the
+// informer beyond its pace; one that cannot compare is AuditFailed.
+//
 // # Metrics and errors
 //
 // Nothing is global: InformerOptions.Metrics (a MetricsProvider) receives

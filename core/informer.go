@@ -79,9 +79,12 @@ type InformerOptions[T any] struct {
 	// ends, and starts each run from the last checkpoint: warm, watching
 	// from its version instead of listing (see CheckpointOptions).
 	Checkpoint *CheckpointOptions[T]
-	Logger     *slog.Logger
-	Metrics    MetricsProvider
-	Clock      clock.Clock
+	// Audit, when set, compares the cache with the source every period
+	// and heals what differs (see AuditOptions); nil means no audit.
+	Audit   *AuditOptions[T]
+	Logger  *slog.Logger
+	Metrics MetricsProvider
+	Clock   clock.Clock
 }
 
 // ErrAlreadyRunning is returned by Run on an informer that is running.
@@ -132,6 +135,10 @@ type SharedIndexInformer[T any] struct {
 
 	ckpt *checkpointer[T]          // nil without Options.Checkpoint
 	warm atomic.Pointer[warmState] // the run's warm start, if any
+
+	auditMu   sync.Mutex                  // one audit at a time
+	auditTr   atomic.Pointer[auditTrack]  // the running audit's record
+	lastAudit atomic.Pointer[AuditResult] // for LastAudit and SyncStatus
 }
 
 // NewSharedIndexInformer returns an informer over lw. Run starts it.
@@ -260,6 +267,9 @@ func (i *SharedIndexInformer[T]) Run(ctx context.Context) error {
 	})
 	wg.Go(func() { i.processLoop(ctx) })
 	wg.Go(func() { i.followQueue(ctx) })
+	if i.opts.Audit != nil {
+		wg.Go(func() { i.auditLoop(ctx) })
+	}
 	i.mu.Unlock()
 
 	<-ctx.Done()
@@ -370,9 +380,11 @@ func (i *SharedIndexInformer[T]) handleDeltas(deltas []Delta[T], initial bool) e
 	// Errors are reported after the update: an error handler that reads
 	// the cache must not deadlock.
 	var errs []error
+	tr := i.auditTr.Load()
 	i.indexer.update(func(tx indexTx[T]) {
 		for k := range deltas {
 			d := &deltas[k]
+			touchDelta(tr, d)
 			switch d.Type {
 			case DeltaSync:
 				if !listening {

@@ -27,11 +27,13 @@ type Reflector[T any] struct {
 	catchUp atomic.Bool // a warm start asks its first watch for a bookmark
 
 	mu          sync.Mutex
-	progress    chan struct{} // the open watch's Progress; nil when none can answer
-	listStarted time.Time     // of the list in progress; zero when none
-	listFail    failures      // since the last successful list
-	watchFail   failures      // since a watch last emitted anything
-	deltas      []Delta[T]    // apply's scratch
+	progress    chan struct{}           // the open watch's Progress; nil when none can answer
+	listStarted time.Time               // of the list in progress; zero when none
+	listFail    failures                // since the last successful list
+	watchFail   failures                // since a watch last emitted anything
+	deltas      []Delta[T]              // apply's scratch
+	cancelWatch context.CancelCauseFunc // the open watch's; nil between watches
+	relistReq   atomic.Bool             // an audit asked for a relist (requestRelist)
 }
 
 // reflectorConfig is what a reflector runs with, defaults filled in.
@@ -370,6 +372,7 @@ func (r *Reflector[T]) watch(ctx context.Context) error {
 	from := r.LastSyncResourceVersion()
 	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	defer r.openWatch(cancel)() // for an audit's HealRelist
 	// The helpers below (planned timeout, stuck-watch detection) end with
 	// the watch: done stops them, wg waits for them.
 	done := make(chan struct{})
@@ -431,6 +434,8 @@ func (r *Reflector[T]) watch(ctx context.Context) error {
 	switch {
 	case errors.Is(err, ErrWatchStopped) && errors.Is(cause, errWatchTimeout):
 		return nil
+	case errors.Is(cause, errAuditRelist):
+		err = cause
 	case errors.Is(cause, ErrWatchStuck):
 		// Whatever the watch answered to its cancellation, the reason it
 		// ended is that it was stuck.

@@ -208,6 +208,9 @@ type SyncStatus struct {
 	// run started from (InformerOptions.Checkpoint); 0 when it listed. While
 	// not Synced, the cache serves that checkpoint and catches up.
 	Checkpoint ResourceVersion
+	// Audit is the latest consistency audit's result
+	// (InformerOptions.Audit, AuditNow); nil when none ran.
+	Audit *AuditResult
 }
 
 // Failures describes consecutive failed attempts (to list, or to watch).
@@ -373,5 +376,6 @@ func (i *SharedIndexInformer[T]) SyncStatus() SyncStatus {
 		st.Checkpoint = ws.from
 	}
 	st.AppliedVersion = i.queue.AppliedVersion()
+	st.Audit = i.lastAudit.Load()
 	return st
 }

@@ -227,6 +227,7 @@ progress{width:420px;max-width:100%;height:16px;vertical-align:middle}
 <tr><th>Watch restarts</th><td class="num restarts">{{.WatchRestarts.Total}} ({{.WatchRestarts.Timeout}} planned, {{.WatchRestarts.Expired}} expired → relist, {{.WatchRestarts.Error}} errors){{if .WatchRestarts.LastAt}}; last {{ago $now .WatchRestarts.LastAt}}: <span class="restart-reason">{{.WatchRestarts.LastReason}}</span>{{end}}</td></tr>
 <tr><th>Decode errors</th><td class="num decode">{{.DecodeErrors.Count}}{{if .DecodeErrors.LastAt}}; last {{ago $now .DecodeErrors.LastAt}}{{if .DecodeErrors.Last}}: <span class="err">{{.DecodeErrors.Last}}</span>{{end}}{{end}}</td></tr>
 <tr><th>Checkpoints</th><td class="checkpoint">{{.Checkpoints}}</td></tr>
+<tr><th>Audit</th><td class="audit">{{if .Audit}}<span class="audit-outcome {{if eq .Audit.Outcome "equal"}}ok{{else if eq .Audit.Outcome "divergent"}}err{{else}}warn{{end}}">{{.Audit.Outcome}}</span> {{ago $now .Audit.At}}: {{.Audit.Summary}}{{if .Audit.Runs}} <span class="muted">({{.Audit.Runs}} runs, {{.Audit.Divergent}} divergent, {{.Audit.Failed}} failed)</span>{{end}}{{else}}<span class="muted">none run (InformerOptions.Audit is not set, or its first period has not passed)</span>{{end}}</td></tr>
 {{if not .Metrics}}<tr><th>Metrics</th><td class="warn">not connected: set InformerOptions.Metrics to the page (or core.MultiMetrics of it and another provider) for lists, restarts, progress and handlers</td></tr>{{end}}
 </table>
 <h3>Handlers</h3>

@@ -59,6 +59,7 @@ type informerRecord struct {
 	failingSince time.Time
 
 	handlers map[string]*handlerRecord
+	audit    auditRecord
 
 	// heads are the head versions read at page time, oldest first, each
 	// with the time it was first seen; lag in seconds is the age of the

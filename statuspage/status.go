@@ -81,6 +81,8 @@ type InformerStatus struct {
 	// (core.SyncStatus.Checkpoints): "off (...)", "none saved yet (...)" or
 	// "saved version N at hh:mm:ss, every 1m0s", with the last failure.
 	Checkpoints string `json:"checkpoints"`
+	// Audit is the consistency audit's last run; absent when none ran.
+	Audit *AuditStatus `json:"audit,omitempty"`
 }
 
 // ListStats counts an informer's lists.
@@ -234,9 +236,11 @@ func (p *Page) informerStatus(e *informerEntry, now time.Time) InformerStatus {
 	var listErr, stopped error
 	var decodeErr *core.DecodeError
 	var decodeAt time.Time
+	var audit *core.AuditResult
 	if inf != nil {
 		st := inf.SyncStatus()
 		decodeErr, decodeAt = st.LastDecodeError, st.LastDecodeErrorAt
+		audit = st.Audit
 		is.Kind = Redact(st.Source)
 		synced, applied, received = st.Synced, st.AppliedVersion, st.LastSyncResourceVersion
 		listErr, stopped = st.ListFailures.Last, st.Stopped
@@ -253,6 +257,7 @@ func (p *Page) informerStatus(e *informerEntry, now time.Time) InformerStatus {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	is.Metrics = r.metrics
+	is.Audit = auditStatus(audit, r.audit)
 	if inf == nil {
 		synced = r.listedOnce
 		applied = r.applied

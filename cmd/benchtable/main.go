@@ -109,6 +109,12 @@ var rows = []row{
 	{"12 Controller failover on etcd (20k keys), leader resigns: new leader wins → its first reconcile, warm standby vs a cold start of the same informers", "ControllerFailover/Resign", "warm-s", "", "cold-s", "", 0},
 	{"12 Controller failover on etcd (20k keys), leader killed (no resign; its 1 s lease expires): new leader wins → its first reconcile, warm standby vs a cold start of the same informers", "ControllerFailover/Kill", "warm-s", "", "cold-s", "", 0},
 	{"12 Controller failover, leader killed, warm standby: new leader wins → its first reconcile, s", "ControllerFailover/Kill", "warm-s", "", "", "≤", 1},
+	{"13 Audit (#37), NATS KV of 100k keys: time, an unpaced audit of the synced informer vs a List of the same rows", "NATSAudit/Read", "audit-s", "", "list-s", "≤", 1.2},
+	{"13 Audit, NATS KV of 100k keys: live heap the audit holds at its last row (seen set, suspects, consumer buffers) vs the informer's cache (live heap it added)", "NATSAudit/Read", "audit-retained-MB", "", "cache-MB", "≤", 0.05},
+	{"13 Audit, NATS KV of 100k keys: peak heap above the start (garbage included), audit vs the informer's cache", "NATSAudit/Read", "audit-peak-heap-MB", "", "cache-MB", "", 0},
+	{"13 Audit, NATS KV of 100k keys: peak heap above the start, audit vs the List", "NATSAudit/Read", "audit-peak-heap-MB", "", "list-peak-heap-MB", "", 0},
+	{"13 Audit, NATS KV of 100k keys: informer throughput (100k updates applied) while audits at the default pace (20,000 rows/s) run back to back vs without", "NATSAudit/Throughput", "paced-changes/s", "", "alone-changes/s", "≥", 0.8},
+	{"13 Audit, NATS KV of 100k keys: informer throughput while unpaced audits run back to back vs without (2 cores, the nats-server in the process)", "NATSAudit/Throughput", "unpaced-changes/s", "", "alone-changes/s", "", 0},
 }
 
 // results maps a sub-benchmark to its metrics, each the values of every run.

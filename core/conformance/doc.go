@@ -14,6 +14,12 @@
 //			func(t *testing.T) conformance.Harness[*Item] { return newTestHarness(t) })
 //	}
 //
+// An adapter whose ListerWatcher implements core.AuditLister also calls
+// RunAudit with the same Harness: the consistency audit finds and heals
+// each lie an informertest.Lossy tells the informer, and reports nothing
+// while writers race it (RunFiltered's Filtered harness audits a partial
+// sync).
+//
 // The same Harness serves the reliability suite (integration/reliability,
 // which also needs Truth and Faults) and the benchmarks (bench/), so an
 // adapter writes its glue once, in the shape of gocloud's drivertest.

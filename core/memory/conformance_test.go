@@ -76,3 +76,9 @@ func TestConformanceDeletesWithoutObject(t *testing.T) {
 		return harness{memory.New[obj](memory.Options{DeletesWithoutObject: true})}
 	})
 }
+
+func TestAuditConformance(t *testing.T) {
+	conformance.RunAudit(t, conformance.Capabilities{}, func(t *testing.T) conformance.Harness[obj] {
+		return harness{memory.New[obj](memory.Options{})}
+	})
+}

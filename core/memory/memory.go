@@ -487,3 +487,10 @@ func (w *watcher[T]) collectLocked(s *Source[T], batch []core.Event[T]) []core.E
 	}
 	return batch
 }
+
+// AuditList implements core.AuditLister: the snapshot List reads, which
+// touches nothing a watch keeps. The head never goes back, so it is
+// always at least atLeast.
+func (s *Source[T]) AuditList(ctx context.Context, atLeast core.ResourceVersion, sink core.ListSink[T]) (core.ResourceVersion, error) {
+	return s.List(ctx, sink)
+}

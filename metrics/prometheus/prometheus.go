@@ -44,6 +44,7 @@ type Provider struct {
 	decodeErrors   *prometheus.CounterVec
 	headErrors     *prometheus.CounterVec
 	headDesc, lagD *prometheus.Desc
+	audit          *auditVecs
 
 	depth          *prometheus.GaugeVec
 	adds           *prometheus.CounterVec
@@ -126,6 +127,8 @@ func New(reg prometheus.Registerer, opts Options) (*Provider, error) {
 	p.lagD = prometheus.NewDesc(prometheus.BuildFQName(ns, "informer", "lag"),
 		"Source head version minus applied version, read at scrape time, in the source's units (etcd revisions, Postgres WAL bytes, JetStream sequences).", []string{"informer"}, cl)
 
+	p.audit = newAuditVecs(inf)
+
 	p.depth = gauge(wq("depth", "Items waiting in the queue."), "name")
 	p.adds = counter(wq("adds_total", "Adds that queued an item (deduplicated adds are not counted)."), "name")
 	p.latency = hist(wq("queue_duration_seconds", "Seconds an item waits in the queue before a worker takes it."))
@@ -134,11 +137,11 @@ func New(reg prometheus.Registerer, opts Options) (*Provider, error) {
 	p.longestRunning = gauge(wq("longest_running_processor_seconds", "Age of the oldest item being processed."), "name")
 	p.retries = counter(wq("retries_total", "Rate-limited and delayed re-adds."), "name")
 
-	for _, c := range []prometheus.Collector{
+	for _, c := range append([]prometheus.Collector{
 		p.lists, p.listed, p.listReceived, p.listEstimated, p.listRate, p.listETA, p.watchRestarts, p.applied,
 		p.pending, p.panics, p.decodeErrors, p.headErrors, &lagCollector{p},
 		p.depth, p.adds, p.latency, p.workDuration, p.unfinished, p.longestRunning, p.retries,
-	} {
+	}, p.audit.collectors()...) {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("prommetrics: register: %w", err)
 		}

@@ -1,0 +1,179 @@
+package bench_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	natsinformer "github.com/dbinformer/dbinformer/adapters/nats"
+	"github.com/dbinformer/dbinformer/adapters/nats/natstest"
+	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/integration/harness"
+)
+
+// BenchmarkNATSAudit (#37): the consistency audit of an informer over a
+// NATS KV bucket of keys keys (one embedded server).
+//
+//   - Read: an audit (unpaced, AuditNow) against a List of the same rows
+//     by a second ListerWatcher of the bucket, alternating; the audit's
+//     peak heap above its start beside the cache's own heap (the live heap
+//     the synced informer added), whose ratio is the target "heap beyond
+//     the cache ≤ 5%".
+//   - Throughput: the informer applying keys updates (published async,
+//     timed until WaitFor their last revision) while audits run back to
+//     back, at the default pace (20,000 rows/s) and unpaced, against the
+//     same without an audit.
+func BenchmarkNATSAudit(b *testing.B) {
+	keys := size(100_000, 2_000)
+	rounds := size(5, 1)
+	h := natstest.NewKV(b, natstest.Config{Server: harness.StartNATS(b), History: 1})
+	natsFill(b, h, keys)
+	ctx := context.Background()
+	ljs := h.ListenJetStream()
+	newLW := func() *natsinformer.KV[item] {
+		lw, err := natsinformer.NewKV(ctx, ljs, h.Bucket().Bucket(), natsinformer.KVOptions[item]{Prefix: "w."})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return lw
+	}
+	before := liveHeap()
+	probe := &heapProbe{KV: newLW()}
+	// Read audits unpaced; Throughput sets the pace per side (no audit
+	// runs then, and the period is never reached).
+	aopts := &core.AuditOptions[item]{Pace: -1}
+	inf := core.NewSharedIndexInformer[item](probe, core.InformerOptions[item]{Name: "audit-bench", Audit: aopts})
+	rctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = inf.Run(rctx) })
+	defer func() { cancel(); wg.Wait() }()
+	if err := inf.WaitForCacheSync(ctx); err != nil {
+		b.Fatal(err)
+	}
+	cacheMB := float64(liveHeap()-before) / (1 << 20)
+	listLW := newLW()
+
+	audit := func() {
+		if r := inf.AuditNow(ctx); r.Outcome != core.AuditEqual || r.Rows != int64(keys) {
+			b.Fatalf("audit: %v, want equal over %d rows", r, keys)
+		}
+	}
+	list := func() {
+		if n := oursNATSList(b, listLW); n != keys {
+			b.Fatalf("listed %d keys, want %d", n, keys)
+		}
+	}
+	b.Run("Read", func(b *testing.B) {
+		audit()
+		list()
+		// One untimed audit measures what it holds: the live heap when
+		// the source's last row arrives (its seen set full, its
+		// suspects and the consumer's buffers held) above the live heap
+		// before it.
+		probe.at, probe.base = keys, liveHeap()
+		audit()
+		probe.at = 0
+		b.ReportMetric(float64(probe.held)/(1<<20), "audit-retained-MB")
+		alternate(b, rounds,
+			side{name: "audit", n: keys, unit: "row", peak: true, run: audit},
+			side{name: "list", n: keys, unit: "row", peak: true, run: list})
+		b.ReportMetric(cacheMB, "cache-MB")
+	})
+
+	version := 2
+	js := h.Writer()
+	update := func() {
+		version++
+		var last core.ResourceVersion
+		for i := range keys {
+			_, o := newItem(i)
+			o.N = version
+			v, _ := json.Marshal(o)
+			f, err := js.PublishAsync("$KV."+h.Bucket().Bucket()+".w.k"+strconv.Itoa(i), v)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if i == keys-1 {
+				select {
+				case ack := <-f.Ok():
+					last = core.ResourceVersion(ack.Sequence)
+				case err := <-f.Err():
+					b.Fatal(err)
+				}
+			} else if i%1000 == 999 {
+				<-js.PublishAsyncComplete()
+			}
+		}
+		wctx, wcancel := context.WithTimeout(ctx, 10*time.Minute)
+		defer wcancel()
+		if err := inf.WaitFor(wctx, last); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("Throughput", func(b *testing.B) {
+		var stop chan struct{}
+		var auditing sync.WaitGroup
+		runs := map[string]int{}
+		startAudits := func(name string, pace float64) func() {
+			return func() {
+				aopts.Pace = pace
+				stop = make(chan struct{})
+				auditing.Go(func() {
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						// Changes race the audit here: in flight, never
+						// divergent.
+						r := inf.AuditNow(ctx)
+						if r.Outcome == core.AuditFailed && errors.Is(r.Err, context.Canceled) {
+							return
+						}
+						if r.Outcome != core.AuditEqual {
+							b.Errorf("audit under writes: %v", r)
+							return
+						}
+						runs[name]++
+					}
+				})
+			}
+		}
+		stopAudits := func() { close(stop); auditing.Wait() }
+		alternate(b, rounds,
+			side{name: "paced", n: keys, unit: "change", prepare: startAudits("paced", 0), run: update, finish: stopAudits},
+			side{name: "unpaced", n: keys, unit: "change", prepare: startAudits("unpaced", -1), run: update, finish: stopAudits},
+			side{name: "alone", n: keys, unit: "change", run: update})
+		for name, n := range runs {
+			b.ReportMetric(float64(n)/float64(rounds*b.N), name+"-audits/round")
+		}
+	})
+}
+
+// heapProbe is the bench's ListerWatcher: a NATS KV whose AuditList, when
+// at is set, reads the live heap as the at-th row arrives.
+type heapProbe struct {
+	*natsinformer.KV[item]
+	at         int
+	base, held uint64
+}
+
+func (p *heapProbe) AuditList(ctx context.Context, atLeast core.ResourceVersion, sink core.ListSink[item]) (core.ResourceVersion, error) {
+	if p.at == 0 {
+		return p.KV.AuditList(ctx, atLeast, sink)
+	}
+	emit, n := sink.Emit, 0
+	sink.Emit = func(ev core.Event[item]) error {
+		err := emit(ev)
+		if n++; n == p.at {
+			p.held = liveHeap() - min(p.base, liveHeap())
+		}
+		return err
+	}
+	return p.KV.AuditList(ctx, atLeast, sink)
+}

@@ -1,0 +1,461 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"math/rand/v2"
+	"reflect"
+	"sync"
+	"time"
+)
+
+// How a run works (see AuditOptions). The cache is not frozen and the
+// source is read as it streams, so the run compares in two steps:
+//
+//  1. Before the read, the informer starts recording every key it applies
+//     a change to, with the change's version (auditTrack.touch, called in
+//     handleDeltas under the cache's write lock). While the source
+//     streams its snapshot at C, each row is compared with the cache as it
+//     is then; rows that agree are done, rows that do not are kept (key
+//     and source object) as suspects: the cache may merely lag behind C.
+//     Each row's key goes, hashed, into a set of seen keys.
+//  2. Once the read returned C, the run waits for the cache to apply C.
+//     Every change up to C is then in the cache, so a key the cache has
+//     not changed since with a version after C holds its state at C: a
+//     suspect still differing is a divergence, and a cached key not seen
+//     is extra. A key changed after C is in flight and left out.
+//
+// Memory beyond the cache is the suspects (the keys in flight and the
+// divergent ones), the recorded keys (changed during the run) and the seen
+// set, a 64-bit hash per row (two keys of a million share one with odds of
+// about 1 in 3·10⁷, and then an extra key can go unseen: a collision can
+// hide a divergence from one run, never report a false one).
+
+// auditTrack records the keys changed while an audit runs.
+type auditTrack struct {
+	mu      sync.Mutex
+	touched map[string]ResourceVersion
+}
+
+// unknownRV marks a key whose change's version is unknown (a relist's
+// object): always in flight.
+const unknownRV = ^ResourceVersion(0)
+
+func (t *auditTrack) touch(key string, rv ResourceVersion) {
+	t.mu.Lock()
+	if old, ok := t.touched[key]; !ok || rv > old {
+		t.touched[key] = rv
+	}
+	t.mu.Unlock()
+}
+
+// after reports whether key changed with a version after c.
+func (t *auditTrack) after(key string, c ResourceVersion) bool {
+	t.mu.Lock()
+	rv, ok := t.touched[key]
+	t.mu.Unlock()
+	return ok && rv > c
+}
+
+// touchDelta records d for a running audit; called under the cache's
+// write lock before d is applied.
+func touchDelta[T any](t *auditTrack, d *Delta[T]) {
+	if t == nil || d.Type == DeltaSync {
+		return
+	}
+	rv := d.RV
+	if d.Type == DeltaReplaced || rv == 0 {
+		rv = unknownRV
+	}
+	t.touch(d.Key, rv)
+}
+
+func (i *SharedIndexInformer[T]) auditOptions() AuditOptions[T] {
+	var o AuditOptions[T]
+	if i.opts.Audit != nil {
+		o = *i.opts.Audit
+	}
+	if o.Period <= 0 {
+		o.Period = 10 * time.Minute
+	}
+	if o.Pace == 0 {
+		o.Pace = 20000
+	}
+	if o.MaxHeal <= 0 {
+		o.MaxHeal = 10000
+	}
+	if o.Equal == nil {
+		o.Equal = func(a, b T) bool { return reflect.DeepEqual(a, b) }
+	}
+	return o
+}
+
+// auditLoop runs the audit every period while the informer runs.
+func (i *SharedIndexInformer[T]) auditLoop(ctx context.Context) {
+	o := i.auditOptions()
+	select {
+	case <-i.syncedCh:
+	case <-ctx.Done():
+		return
+	}
+	for {
+		d := o.Period + time.Duration(rand.Int64N(int64(o.Period)/5+1))
+		t := i.clk.NewTimer(d)
+		select {
+		case <-t.C():
+		case <-ctx.Done():
+			t.Stop()
+			return
+		}
+		i.audit(ctx, o)
+	}
+}
+
+// audit runs once and reports the result.
+func (i *SharedIndexInformer[T]) audit(ctx context.Context, o AuditOptions[T]) AuditResult {
+	i.auditMu.Lock()
+	defer i.auditMu.Unlock()
+	r := i.auditRun(ctx, o)
+	i.lastAudit.Store(&r)
+	if m, ok := i.met.(AuditMetrics); ok {
+		m.Audited(r)
+	}
+	i.logAudit(ctx, r)
+	if o.OnResult != nil {
+		o.OnResult(r)
+	}
+	return r
+}
+
+func (i *SharedIndexInformer[T]) logAudit(ctx context.Context, r AuditResult) {
+	lg := i.rep.logger
+	switch r.Outcome {
+	case AuditDivergent:
+		lg.LogAttrs(ctx, slog.LevelWarn, "dbinformer: cache differs from the source", slog.String("source", i.name),
+			slog.Uint64("version", uint64(r.Version)), slog.Int64("missing", r.Missing), slog.Int64("extra", r.Extra),
+			slog.Int64("differing", r.Differing), slog.Any("missing_keys", r.MissingKeys), slog.Any("extra_keys", r.ExtraKeys),
+			slog.Any("differing_keys", r.DifferingKeys), slog.Int64("healed", r.Healed), slog.Int64("in_flight", r.InFlight),
+			slog.Int64("rows", r.Rows), slog.Duration("duration", r.Duration))
+	case AuditFailed:
+		if ctx.Err() == nil {
+			lg.LogAttrs(ctx, slog.LevelWarn, "dbinformer: audit failed", slog.String("source", i.name), slog.Any("err", r.Err))
+		}
+	default:
+		lg.LogAttrs(ctx, slog.LevelDebug, "dbinformer: audit", slog.String("source", i.name), slog.String("result", r.String()))
+	}
+}
+
+func (i *SharedIndexInformer[T]) auditRun(ctx context.Context, o AuditOptions[T]) (r AuditResult) {
+	r.Started = i.clk.Now()
+	defer func() {
+		if p := recover(); p != nil {
+			r = AuditResult{Outcome: AuditFailed, Started: r.Started, Err: fmt.Errorf("%s: audit panicked: %v", i.name, p)}
+		}
+		r.Duration = i.clk.Since(r.Started)
+	}()
+	fail := func(err error) AuditResult {
+		r.Outcome, r.Err = AuditFailed, err
+		return r
+	}
+	al, ok := Capability[AuditLister[T]](i.lw)
+	if !ok {
+		return fail(fmt.Errorf("%s: %w", i.name, ErrAuditUnsupported))
+	}
+	tr := &auditTrack{touched: map[string]ResourceVersion{}}
+	// Set before reading the version received: a change applied without
+	// being recorded (its batch began before the store) was received
+	// before, so its version is at most a0, and the source's snapshot
+	// (at least a0) holds it.
+	i.auditTr.Store(tr)
+	defer i.auditTr.Store(nil)
+	a0 := max(i.queue.AppliedVersion(), i.LastSyncResourceVersion())
+	// A list running now may have handed objects at its own version (not
+	// yet known) to a batch applied without the record: its run cannot
+	// be compared. One that starts later is recorded (a relisted key is
+	// always in flight).
+	if st := i.SyncStatus(); !st.ListStarted.IsZero() {
+		return fail(fmt.Errorf("%s: audit: a list is running (started %v); the next period audits", i.name, st.ListStarted.Format(time.RFC3339)))
+	}
+
+	p := &auditPass[T]{i: i, o: o, r: &r, tr: tr, seed: maphash.MakeSeed(), suspects: map[string]T{}, gone: map[string]struct{}{}}
+	pace := newPacer(i, o.Pace)
+	c, err := al.AuditList(ctx, a0, ListSink[T]{
+		Emit: func(ev Event[T]) error {
+			r.Rows++
+			if err := pace.wait(ctx); err != nil {
+				return err
+			}
+			return p.emit(ev)
+		},
+		// Sized once: grown by appends it would hold up to twice the rows.
+		Estimate: func(n int64) {
+			if len(p.seen.h) == 0 && n > 0 {
+				p.seen.h = make([]uint64, 0, min(n, 1<<26))
+			}
+		},
+	})
+	r.Version = c
+	if err != nil {
+		return fail(fmt.Errorf("%s: audit: read the source: %w", i.name, err))
+	}
+	if c < a0 {
+		return fail(fmt.Errorf("%s: audit: the source's snapshot at version %d is older than the cache (version %d); a source that lags must refuse it", i.name, c, a0))
+	}
+	// The wait is bounded by the period: a cache that cannot reach C in
+	// that long is not compared (the sync status says why it lags).
+	wctx, cancel := context.WithTimeout(ctx, o.Period)
+	err = i.WaitFor(wctx, c)
+	cancel()
+	if err != nil {
+		return fail(fmt.Errorf("%s: audit: the cache did not reach the source's version %d: %w", i.name, c, err))
+	}
+	heal := p.compare(c)
+	r.Outcome = AuditEqual
+	if r.Divergent() > 0 {
+		r.Outcome = AuditDivergent
+		switch o.Heal {
+		case HealKeys:
+			r.Healed = i.auditHeal(tr, c, heal)
+		case HealRelist:
+			i.mu.Lock()
+			rf := i.reflector
+			i.mu.Unlock()
+			if rf != nil {
+				rf.requestRelist()
+				r.Healed = r.Divergent()
+			}
+		}
+	}
+	return r
+}
+
+// auditPass is one run's comparison (see the top of this file).
+type auditPass[T any] struct {
+	i    *SharedIndexInformer[T]
+	o    AuditOptions[T]
+	r    *AuditResult
+	tr   *auditTrack
+	seed maphash.Seed
+	seen hashSet // a hash of each row's key
+	// suspects are keyed, since a source may emit a key again (see
+	// AuditLister): its last emission stands.
+	suspects map[string]T
+	gone     map[string]struct{}
+	heal     []Delta[T]
+}
+
+// emit compares one row of the source's read with the cache as it is.
+func (p *auditPass[T]) emit(ev Event[T]) error {
+	delete(p.suspects, ev.Key)
+	if ev.Type == Deleted {
+		// Absent at C, after an earlier emission maybe: kept by name
+		// (few keys: those the source changed while it was read), so
+		// that a hash shared with another key never makes that one look
+		// absent.
+		p.gone[ev.Key] = struct{}{}
+		return nil
+	}
+	delete(p.gone, ev.Key)
+	p.seen.add(maphash.String(p.seed, ev.Key))
+	if ev.Err != nil || !ev.HasObject {
+		p.r.Undecodable++
+		return nil
+	}
+	obj := ev.Object
+	if p.i.opts.Transform != nil {
+		var err error
+		if obj, err = p.i.reflectorTransform(obj); err != nil {
+			p.r.Undecodable++
+			return nil
+		}
+	}
+	if cached, ok := p.i.indexer.Get(ev.Key); ok {
+		same, err := safeEqual(p.o.Equal, cached, obj)
+		if err != nil {
+			return err
+		}
+		if same {
+			p.r.Compared++
+			return nil
+		}
+	}
+	p.suspects[ev.Key] = obj
+	return nil
+}
+
+// compare decides, once the cache has applied c, which suspects differ
+// and which cached keys the source did not have, and returns what heals
+// them (at most MaxHeal).
+func (p *auditPass[T]) compare(c ResourceVersion) []Delta[T] {
+	r, i := p.r, p.i
+	add := func(keys *[]string, n *int64, d Delta[T]) {
+		*n++
+		if len(*keys) < AuditKeyLimit {
+			*keys = append(*keys, d.Key)
+		}
+		if len(p.heal) < p.o.MaxHeal {
+			p.heal = append(p.heal, d)
+		}
+	}
+	for key, obj := range p.suspects {
+		// Read the cache before asking the track: a change is recorded
+		// before it is applied, so a cached state read first and not
+		// recorded after C is the state at C.
+		cached, ok := i.indexer.Get(key)
+		switch {
+		case p.tr.after(key, c):
+			r.InFlight++
+		case !ok:
+			add(&r.MissingKeys, &r.Missing, Delta[T]{Type: DeltaAdded, Key: key, Object: obj, HasObject: true, RV: c})
+		case !p.o.Equal(cached, obj):
+			add(&r.DifferingKeys, &r.Differing, Delta[T]{Type: DeltaUpdated, Key: key, Object: obj, HasObject: true, RV: c})
+		default:
+			r.Compared++
+		}
+	}
+	p.suspects = nil
+	p.seen.seal()
+	var extra []string
+	i.indexer.Range(func(k string, _ T) bool {
+		ok := p.seen.has(maphash.String(p.seed, k))
+		if _, g := p.gone[k]; !ok || g {
+			extra = append(extra, k)
+		}
+		return true
+	})
+	for _, k := range extra {
+		_, ok := i.indexer.Get(k)
+		switch {
+		case p.tr.after(k, c):
+			r.InFlight++
+		case ok:
+			add(&r.ExtraKeys, &r.Extra, Delta[T]{Type: DeltaDeleted, Key: k, FinalStateUnknown: true, RV: c})
+		}
+	}
+	return p.heal
+}
+
+// safeEqual runs the user's Equal; a panic is an error that ends the
+// source's read cleanly rather than unwinding through the adapter.
+func safeEqual[T any](eq func(a, b T) bool, a, b T) (same bool, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("AuditOptions.Equal panicked: %v", p)
+		}
+	}()
+	return eq(a, b), nil
+}
+
+// reflectorTransform runs InformerOptions.Transform as the reflector does
+// (a panic is an error).
+func (i *SharedIndexInformer[T]) reflectorTransform(obj T) (out T, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("transform panicked: %v", p)
+		}
+	}()
+	return i.opts.Transform(obj)
+}
+
+// auditHeal applies the source's state at c of the divergent keys, as
+// handleDeltas applies changes, except for a key changed after c since
+// (the watch has its newer state). It holds handleMu for writing so that
+// handlers get its notifications in order with the watch's.
+func (i *SharedIndexInformer[T]) auditHeal(tr *auditTrack, c ResourceVersion, heal []Delta[T]) int64 {
+	if len(heal) == 0 {
+		return 0
+	}
+	i.handleMu.Lock()
+	defer i.handleMu.Unlock()
+	var notes []notification[T]
+	var errs []error
+	var healed int64
+	i.indexer.update(func(tx indexTx[T]) {
+		for k := range heal {
+			d := &heal[k]
+			if tr.after(d.Key, c) {
+				continue
+			}
+			if d.Type == DeltaDeleted {
+				old, existed, err := tx.delete(d.Key)
+				if err != nil {
+					errs = append(errs, i.deltaError(d, err))
+				}
+				if existed {
+					healed++
+					notes = append(notes, notification[T]{kind: noteDelete, flag: true, key: d.Key, obj: old})
+				}
+				continue
+			}
+			old, existed, err := tx.put(d.Key, d.Object)
+			if err != nil {
+				errs = append(errs, i.deltaError(d, err))
+				continue
+			}
+			healed++
+			if existed {
+				notes = append(notes, notification[T]{kind: noteUpdate, key: d.Key, old: old, obj: d.Object})
+			} else {
+				notes = append(notes, notification[T]{kind: noteAdd, key: d.Key, obj: d.Object})
+			}
+		}
+	})
+	for _, err := range errs {
+		i.rep.report(context.Background(), err)
+	}
+	if len(notes) > 0 {
+		for _, l := range i.listeners {
+			l.add(notes)
+		}
+	}
+	return healed
+}
+
+// pacer spaces the audit's reads to at most rate objects per second,
+// sleeping once per batch of objects rather than per object.
+type pacer struct {
+	i interface {
+		sleep(context.Context, time.Duration) error
+	}
+	rate  float64
+	start time.Time
+	n     int64
+	now   func() time.Time
+}
+
+func newPacer[T any](i *SharedIndexInformer[T], rate float64) *pacer {
+	return &pacer{rate: rate, now: i.clk.Now, i: sleeperFunc(func(ctx context.Context, d time.Duration) error {
+		t := i.clk.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C():
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})}
+}
+
+type sleeperFunc func(context.Context, time.Duration) error
+
+func (f sleeperFunc) sleep(ctx context.Context, d time.Duration) error { return f(ctx, d) }
+
+func (p *pacer) wait(ctx context.Context) error {
+	if p.rate <= 0 {
+		return nil
+	}
+	if p.n == 0 {
+		p.start = p.now()
+	}
+	p.n++
+	if p.n%64 != 0 {
+		return nil
+	}
+	due := p.start.Add(time.Duration(float64(p.n) / p.rate * float64(time.Second)))
+	if d := due.Sub(p.now()); d > 0 {
+		return p.i.sleep(ctx, d)
+	}
+	return nil
+}
