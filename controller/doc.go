@@ -92,8 +92,10 @@
 //     in-flight reconciles before the shard moves.
 //   - A deposed leader's in-flight reconciles are cancelled at once with a
 //     named cause, and the term's epoch is at hand for fencing writes.
-//   - Audits (comparing a cache with its source and healing it) come with
-//     the audit work of the core; /readyz will report them then.
+//   - Audits (core.InformerOptions.Audit) compare each cache with its
+//     source at one version and heal the keys that differ; /readyz fails
+//     while an informer's last audit found differences it did not heal
+//     (HealReportOnly), naming the informer and the keys.
 //
 // Left out, and why:
 //   - Webhooks, CRD conversion, the scheme and client machinery: those are

@@ -7,8 +7,10 @@ package controller
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,6 +24,7 @@ import (
 
 type observability struct {
 	m      *Manager
+	audits sync.Map // informer name → func() (core.AuditResult, bool)
 	reg    *prometheus.Registry
 	prom   *prommetrics.Provider
 	page   *statuspage.Page
@@ -66,6 +69,7 @@ func Informer[T any](m *Manager, source string, lw core.ListerWatcher[T], opts c
 	opts.ErrorHandler = o.page.ErrorHandlerLogger(opts.Name, opts.ErrorHandler, opts.Logger)
 	inf := core.InformerFor(m.factory, source, lw, opts)
 	o.page.Add(inf) // name, kind, head and checkpoints come from the informer
+	o.audits.Store(inf.Name(), inf.LastAudit)
 	o.prom.TrackLag(inf)
 	return inf
 }
@@ -107,7 +111,25 @@ func probe(check func(context.Context) error, says func() string) http.Handler {
 	})
 }
 
-func (o *observability) ready(ctx context.Context) error { return o.page.Ready(ctx) }
+// ready is the page's readiness (every informer synced), and then the
+// audits': a cache whose last audit (InformerOptions.Audit) found keys
+// that differ from its source and did not heal them all (HealReportOnly)
+// is known to be wrong, so the replica should not serve. A healed
+// divergence, a failed run (it proved nothing either way) and an informer
+// without audits keep it ready.
+func (o *observability) ready(ctx context.Context) error {
+	if err := o.page.Ready(ctx); err != nil {
+		return err
+	}
+	var errs []error
+	o.audits.Range(func(name, last any) bool {
+		if r, ok := last.(func() (core.AuditResult, bool))(); ok && r.Outcome == core.AuditDivergent && r.Healed < r.Divergent() {
+			errs = append(errs, fmt.Errorf("informer %q: cache differs from its source, not healed: %s", name, r))
+		}
+		return true
+	})
+	return errors.Join(errs...)
+}
 
 func (o *observability) setLeader(on bool) {
 	if on {
