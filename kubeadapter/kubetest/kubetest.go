@@ -1,12 +1,12 @@
 // Package kubetest is kubeinformer's test kit: conformance.Harness
-// implementations over a real kube-apiserver started by integration/harness,
+// implementations over a real kube-apiserver started by internal/testkit/servers,
 // which the adapter's conformance tests, the reliability suite
 // (integration/reliability) and benchmarks all use, so the glue between a
 // test and the apiserver is written once.
 //
 // Most tests need only NewConfigMaps:
 //
-//	kube := harness.StartKube(t)
+//	kube := servers.StartKube(t)
 //	conformance.Run(t, caps, func(t *testing.T) conformance.Harness[*corev1.ConfigMap] {
 //		return kubetest.NewConfigMaps(t, kube, kubetest.Options{})
 //	})
@@ -15,7 +15,7 @@
 // client, and can also remove the resource (conformance.Dropper).
 //
 // Each harness watches one fresh namespace through its own TCP proxy
-// (integration/proxy), so that Faults can cut the informer off while writes,
+// (internal/testkit/proxy), so that Faults can cut the informer off while writes,
 // made with a direct client, go on. Harnesses on one Kube share its
 // apiserver: Expire and the Restart fault restart it for all of them.
 package kubetest
@@ -45,8 +45,8 @@ import (
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/conformance"
 	"github.com/dbinformer/dbinformer/filter"
-	"github.com/dbinformer/dbinformer/integration/harness"
-	"github.com/dbinformer/dbinformer/integration/proxy"
+	"github.com/dbinformer/dbinformer/internal/testkit/proxy"
+	"github.com/dbinformer/dbinformer/internal/testkit/servers"
 	kubeinformer "github.com/dbinformer/dbinformer/kubeadapter"
 )
 
@@ -196,7 +196,7 @@ func DeleteAt(ctx context.Context, name string,
 // direct client for writes and truth, a proxied config for the Resource.
 type base struct {
 	tb     testing.TB
-	kube   *harness.Kube
+	kube   *servers.Kube
 	ns     string
 	direct kubernetes.Interface
 	px     *proxy.Proxy
@@ -206,7 +206,7 @@ type base struct {
 	unwatchedNS   string
 }
 
-func newBase(tb testing.TB, kube *harness.Kube, prefix string) (*base, *rest.Config) {
+func newBase(tb testing.TB, kube *servers.Kube, prefix string) (*base, *rest.Config) {
 	tb.Helper()
 	b := &base{tb: tb, kube: kube, direct: kube.Client(tb)}
 	b.ns = CreateNamespace(tb, b.direct, prefix)
@@ -233,7 +233,7 @@ func (b *base) ProxiedConfig() *rest.Config { return rest.CopyConfig(b.cfg) }
 func (b *base) Namespace() string { return b.ns }
 
 // Kube is the apiserver the harness writes to.
-func (b *base) Kube() *harness.Kube { return b.kube }
+func (b *base) Kube() *servers.Kube { return b.kube }
 
 // Direct is a client that talks to the apiserver directly, not through the
 // proxy.
@@ -339,7 +339,7 @@ type ConfigMaps struct {
 // NewConfigMaps creates a namespace on kube and returns a harness over its
 // ConfigMaps, whose Resource reaches the apiserver through a proxy closed
 // when the test ends.
-func NewConfigMaps(tb testing.TB, kube *harness.Kube, opts Options) *ConfigMaps {
+func NewConfigMaps(tb testing.TB, kube *servers.Kube, opts Options) *ConfigMaps {
 	tb.Helper()
 	b, cfg := newBase(tb, kube, "configmaps")
 	cs, err := kubernetes.NewForConfig(cfg)

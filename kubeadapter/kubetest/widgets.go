@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/dbinformer/dbinformer/core"
-	"github.com/dbinformer/dbinformer/integration/harness"
+	"github.com/dbinformer/dbinformer/internal/testkit/servers"
 	kubeinformer "github.com/dbinformer/dbinformer/kubeadapter"
 )
 
@@ -25,7 +25,7 @@ var WidgetGVR = schema.GroupVersionResource{Group: "test.dbinformer.io", Version
 // WidgetCRD installs the namespaced custom resource widgets.test.dbinformer.io
 // (integers spec.size and spec.n) unless it exists, waits until the
 // apiserver serves it, and returns WidgetGVR.
-func WidgetCRD(tb testing.TB, kube *harness.Kube) schema.GroupVersionResource {
+func WidgetCRD(tb testing.TB, kube *servers.Kube) schema.GroupVersionResource {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -124,7 +124,7 @@ type Widgets struct {
 // NewWidgets installs WidgetCRD if needed, creates a namespace and returns
 // a harness over its widgets, whose Resource reaches the apiserver through
 // a proxy closed when the test ends.
-func NewWidgets(tb testing.TB, kube *harness.Kube, opts Options) *Widgets {
+func NewWidgets(tb testing.TB, kube *servers.Kube, opts Options) *Widgets {
 	tb.Helper()
 	gvr := WidgetCRD(tb, kube)
 	b, cfg := newBase(tb, kube, "widgets")

@@ -59,7 +59,7 @@ func Reduce(prev Obj, exists bool, m natsinformer.Message) (Obj, bool, error) {
 // retryPlacement repeats create while a cluster refuses it for want of
 // peers online (API error 10005, "no suitable peers for placement, peer
 // offline"): in CI an R3 stream was refused so right after
-// harness.NATSCluster.WaitReady had seen every peer online.
+// servers.NATSCluster.WaitReady had seen every peer online.
 func retryPlacement[T any](ctx context.Context, create func() (T, error)) (T, error) {
 	for {
 		v, err := create()

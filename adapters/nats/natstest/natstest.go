@@ -20,8 +20,8 @@ import (
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/conformance"
 	"github.com/dbinformer/dbinformer/filter"
-	"github.com/dbinformer/dbinformer/integration/harness"
-	"github.com/dbinformer/dbinformer/integration/proxy"
+	"github.com/dbinformer/dbinformer/internal/testkit/proxy"
+	"github.com/dbinformer/dbinformer/internal/testkit/servers"
 )
 
 // Obj is what the harnesses store (as JSON): the key as given to Put and
@@ -37,10 +37,10 @@ type Obj struct {
 // ListerWatcher connected directly.
 type Config struct {
 	// Server is the single server. Ignored when Cluster is set.
-	Server *harness.NATS
+	Server *servers.NATS
 	// Cluster puts the bucket or stream on a cluster, with Replicas
 	// replicas (default 3).
-	Cluster  *harness.NATSCluster
+	Cluster  *servers.NATSCluster
 	Replicas int
 	// ListenNode is the node the ListerWatcher's connection goes to,
 	// WriteNode the node writes and truth reads go to (cluster only).
@@ -48,7 +48,7 @@ type Config struct {
 	// History is the number of values a bucket keeps per key (default
 	// 64, so that watching from an old revision sees every later write).
 	History uint8
-	// Proxy puts an integration/proxy between the ListerWatcher and its
+	// Proxy puts an internal/testkit/proxy between the ListerWatcher and its
 	// server, for the Cut, Pause and Expire faults.
 	Proxy bool
 	// IdleCheck is passed to the ListerWatcher's options.
