@@ -35,7 +35,7 @@ kube-apiserver:
 # One real round trip per server (Postgres, etcd, NATS, kube-apiserver),
 # named in the output so that a run shows the four servers were really used.
 smoke:
-	set -o pipefail; $(GO) test -count=1 -v -run 'Smoke$$' ./integration/harness/ | grep -E '^(--- |ok|FAIL|panic)'
+	set -o pipefail; $(GO) test -count=1 -v -run 'Smoke$$' ./internal/testkit/servers/ | grep -E '^(--- |ok|FAIL|panic)'
 
 vet:
 	$(GO) vet ./...

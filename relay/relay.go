@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -183,121 +182,6 @@ func (r *Relay[T]) lead(ctx context.Context, t leader.Term) error {
 		}
 		backoff = min(backoff*2, 5*time.Second)
 	}
-}
-
-// termState is what one attempt of an election term tells the next.
-type termState struct {
-	wrote  bool // a message of the term was stored
-	relist bool // the next attempt relists (a broken chain)
-}
-
-// state is what the stream holds, as a term starts, and what the relay
-// has sent since (the pipeline may not have them acknowledged yet: a
-// failure ends the term, and the next one reads the stream again).
-type state struct {
-	epoch      uint64
-	lastSeq    uint64              // the stream's last sequence after what was sent: the next publish expects it
-	committed  uint64              // the last source version sent completely (progress included)
-	lastChange uint64              // the version of the last complete group of changes sent
-	hashes     map[string][32]byte // key -> hash of its last put (absent: deleted or never)
-	late       map[string]bool     // non-nil: the stream may lack a message (lateWrites); relist first, republishing these keys
-	puts       []entry             // the stream's puts as read, for the source's Restore; dropped once used
-}
-
-// read rebuilds the state from the stream; it reports the unfinished group
-// at its end (version, keys) if any.
-//
-// wrote says that a message of this epoch was stored before (an earlier
-// attempt of the same term): if the stream now ends with an earlier
-// epoch's message, that one landed later.
-func (r *Relay[T]) read(ctx context.Context, epoch uint64, wrote bool) (*state, uint64, map[string]bool, error) {
-	var entries []entry
-	top, err := r.down.es.List(ctx, core.ListSink[entry]{Emit: func(ev core.Event[entry]) error {
-		if ev.Err != nil {
-			return fmt.Errorf("read the stream back: %w", ev.Err)
-		}
-		entries = append(entries, ev.Object)
-		return nil
-	}})
-	if err != nil {
-		return nil, 0, nil, err
-	}
-	st := &state{epoch: epoch, lastSeq: uint64(top), hashes: make(map[string][32]byte, len(entries))}
-	var last entry
-	for _, e := range entries {
-		if e.seq > last.seq {
-			last = e
-		}
-		if e.kind == kindKey && e.op == opPut {
-			st.hashes[e.key] = sha256.Sum256(e.data)
-			st.puts = append(st.puts, e)
-		}
-	}
-	// Any later epoch, not only the last message's: a deposed relay's
-	// late messages may follow a later term's (see lateWrites).
-	for _, e := range entries {
-		if e.epoch > epoch {
-			return nil, 0, nil, fmt.Errorf("%w (epoch %d at sequence %d, ours %d)", errDeposed, e.epoch, e.seq, epoch)
-		}
-	}
-	st.committed, st.lastChange = last.committed(), last.lastChange()
-	if late, keys := lateWrites(entries, last, wrote && last.epoch < epoch); late != "" {
-		// A deposed relay's message landed after a later term's: it
-		// was fenced by position only (see pipeline), so the message
-		// before it may be missing. A relist republishes what is.
-		r.log.Warn("relay stream holds a late write of an earlier term; relisting", "relay", r.source, "epoch", epoch, "late", late)
-		st.late = keys
-	}
-	if last.seq == 0 || last.commitPoint() {
-		return st, 0, nil, nil
-	}
-	if last.kind == kindAbort {
-		// A previous term aborted a group and died before relisting.
-		return st, last.version, map[string]bool{}, nil
-	}
-	// An unfinished group (a relay died while publishing it): its keys
-	// are republished from a relist, after an abort message that tells
-	// downstreams to drop what they hold of it.
-	partial := map[string]bool{}
-	for _, e := range entries {
-		if e.kind == kindKey && e.version == last.version && e.prev == last.prev {
-			partial[e.key] = true
-		}
-	}
-	return st, last.version, partial, nil
-}
-
-// lateWrites finds the messages of an earlier epoch stored after one of
-// a later epoch among entries (and last, when ours says so): a deposed
-// relay's messages that landed after a later term had written. It
-// describes the first and returns the keys of those that are key
-// messages: a relist republishes them even if unchanged, so that they are
-// superseded and later terms do not find them again.
-func lateWrites(entries []entry, last entry, ours bool) (string, map[string]bool) {
-	var first string
-	keys := map[string]bool{}
-	note := func(e entry, what string) {
-		if first == "" {
-			first = what
-		}
-		if e.kind == kindKey {
-			keys[e.key] = true
-		}
-	}
-	if ours {
-		note(last, fmt.Sprintf("sequence %d of epoch %d, after this term's", last.seq, last.epoch))
-	}
-	bySeq := slices.SortedFunc(slices.Values(entries), func(a, b entry) int { return cmp.Compare(a.seq, b.seq) })
-	var top entry
-	for _, e := range bySeq {
-		switch {
-		case e.epoch < top.epoch:
-			note(e, fmt.Sprintf("sequence %d of epoch %d, after sequence %d of epoch %d", e.seq, e.epoch, top.seq, top.epoch))
-		case e.epoch > top.epoch:
-			top = e
-		}
-	}
-	return first, keys
 }
 
 // term relays from what the stream holds until something fails. state

@@ -11,7 +11,7 @@ import (
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/integration/harness"
-	"github.com/dbinformer/dbinformer/integration/proxy"
+	"github.com/dbinformer/dbinformer/internal/testkit/proxy"
 )
 
 // TestInformerSurvivesConnectionCut cuts the informer's connection to a

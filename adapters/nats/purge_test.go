@@ -15,7 +15,7 @@ import (
 	natsinformer "github.com/dbinformer/dbinformer/adapters/nats"
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/integration/harness"
-	"github.com/dbinformer/dbinformer/integration/proxy"
+	"github.com/dbinformer/dbinformer/internal/testkit/proxy"
 )
 
 // The informer's connection is cut (and new ones refused) while the bucket's

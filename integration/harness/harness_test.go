@@ -1,32 +1,28 @@
-package harness
+package harness_test
 
 import (
-	"net"
-	"strconv"
+	"context"
 	"testing"
+	"time"
+
+	"github.com/dbinformer/dbinformer/integration/harness"
 )
 
-func TestFreePortIsBindable(t *testing.T) {
-	p := FreePort(t)
-	l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+// TestDelegates checks that the API kept here reaches the launchers in
+// internal/testkit/servers: a server started through it serves writes,
+// and the handle is the same type the adapters' test kits take.
+func TestDelegates(t *testing.T) {
+	srv := harness.StartEtcd(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	put, err := srv.Client(t).Put(ctx, "/delegates/a", "1")
 	if err != nil {
-		t.Fatalf("port %d from FreePort cannot be bound: %v", p, err)
+		t.Fatalf("put through a harness-started etcd: %v", err)
 	}
-	l.Close()
-	// Outside the ephemeral range, where outgoing connections take their
-	// local ports.
-	if p >= ephemeralLow() {
-		t.Fatalf("port %d is in the ephemeral range (from %d)", p, ephemeralLow())
+	if head := srv.Head(t); head != put.Header.Revision {
+		t.Fatalf("Head = %d, want the put's revision %d", head, put.Header.Revision)
 	}
-}
-
-func TestInCI(t *testing.T) {
-	t.Setenv("CI", "true")
-	if !InCI() {
-		t.Fatal("CI=true not seen")
-	}
-	t.Setenv("CI", "")
-	if InCI() {
-		t.Fatal("empty CI seen as CI")
+	if !srv.Running() {
+		t.Fatal("Running = false for a started server")
 	}
 }

@@ -155,3 +155,43 @@ func fmtDuration(d time.Duration) string {
 	}
 	return d.Round(100 * time.Millisecond).String()
 }
+
+// sortedFaults returns the fault kinds in a fixed order for reports.
+func sortedFaults[V any](m map[conformance.Fault]V) []conformance.Fault {
+	out := make([]conformance.Fault, 0, len(m))
+	for f := range m {
+		out = append(out, f)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func fmtConverge(m, overlapped map[conformance.Fault][]time.Duration) string {
+	var parts []string
+	for _, f := range sortedFaults(m) {
+		ds := m[f]
+		parts = append(parts, fmt.Sprintf("%s %s", f, ds[len(ds)-1].Round(time.Millisecond)))
+	}
+	var over []string
+	for _, f := range sortedFaults(overlapped) {
+		ds := overlapped[f]
+		over = append(over, fmt.Sprintf("%s %s", f, ds[len(ds)-1].Round(time.Millisecond)))
+	}
+	out := "(no fault healed alone)"
+	if len(parts) > 0 {
+		out = "within " + strings.Join(parts, ", ")
+	}
+	if len(over) > 0 {
+		out += " (overlapped by the next fault: " + strings.Join(over, ", ") + ")"
+	}
+	return out
+}
+
+// percentile returns the p-th percentile (0..1) of sorted ds, nearest rank.
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	i := int(p*float64(len(ds))+0.999999) - 1
+	return ds[min(max(i, 0), len(ds)-1)]
+}

@@ -18,8 +18,8 @@ import (
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/conformance"
 	"github.com/dbinformer/dbinformer/filter"
-	"github.com/dbinformer/dbinformer/integration/harness"
-	"github.com/dbinformer/dbinformer/integration/proxy"
+	"github.com/dbinformer/dbinformer/internal/testkit/proxy"
+	"github.com/dbinformer/dbinformer/internal/testkit/servers"
 )
 
 // Item is the object a Harness stores under each key, as JSON.
@@ -54,7 +54,7 @@ type Options struct {
 // Harness is one prefix of a real etcd server and a Prefix watching it.
 // Writes and Truth go to the server directly, never through the proxy.
 type Harness struct {
-	srv      *harness.Etcd
+	srv      *servers.Etcd
 	direct   *clientv3.Client
 	client   *clientv3.Client // the Prefix's, through px when Faults
 	px       *proxy.Proxy
@@ -79,7 +79,7 @@ var prefixSeq atomic.Int64
 
 // New returns a Harness over a prefix of srv; its clients (and proxy) are
 // closed when the test ends.
-func New(tb testing.TB, srv *harness.Etcd, opts Options) *Harness {
+func New(tb testing.TB, srv *servers.Etcd, opts Options) *Harness {
 	tb.Helper()
 	h := &Harness{srv: srv, prefix: opts.Prefix, payload: opts.Payload, where: opts.Where}
 	if h.prefix == "" {
@@ -126,7 +126,7 @@ func (h *Harness) Prefix() *etcdinformer.Prefix[Item] { return h.lw }
 func (h *Harness) Client() *clientv3.Client { return h.direct }
 
 // Server returns the server.
-func (h *Harness) Server() *harness.Etcd { return h.srv }
+func (h *Harness) Server() *servers.Etcd { return h.srv }
 
 // Key returns the etcd key of key.
 func (h *Harness) Key(key string) string { return h.prefix + key }

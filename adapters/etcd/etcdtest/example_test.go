@@ -6,7 +6,7 @@ import (
 
 	"github.com/dbinformer/dbinformer/adapters/etcd/etcdtest"
 	"github.com/dbinformer/dbinformer/core/conformance"
-	"github.com/dbinformer/dbinformer/integration/harness"
+	"github.com/dbinformer/dbinformer/internal/testkit/servers"
 )
 
 // The adapter's conformance test: one server, a fresh prefix per case.
@@ -14,7 +14,7 @@ import (
 // adapter's TestConformance runs exactly this.)
 func Example_conformance() {
 	_ = func(t *testing.T) {
-		srv := harness.StartEtcd(t)
+		srv := servers.StartEtcd(t)
 		conformance.Run(t, conformance.Capabilities{
 			DeletesCarryObject:  true,
 			DistinguishesUpdate: true,
@@ -29,7 +29,7 @@ func Example_conformance() {
 // the Prefix's client through a proxy that Inject cuts.
 func Example_faults() {
 	_ = func(t *testing.T) {
-		h := etcdtest.New(t, harness.StartEtcd(t), etcdtest.Options{Faults: true})
+		h := etcdtest.New(t, servers.StartEtcd(t), etcdtest.Options{Faults: true})
 		ctx := context.Background()
 		end, _ := h.Inject(t, ctx, conformance.Pause)
 		if _, err := h.Put(ctx, "a", 1); err != nil { // the Prefix cannot see it yet

@@ -23,8 +23,8 @@ import (
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/conformance"
 	"github.com/dbinformer/dbinformer/filter"
-	"github.com/dbinformer/dbinformer/integration/harness"
-	"github.com/dbinformer/dbinformer/integration/proxy"
+	"github.com/dbinformer/dbinformer/internal/testkit/proxy"
+	"github.com/dbinformer/dbinformer/internal/testkit/servers"
 )
 
 // Row is the harness table's row: a text primary key and a version.
@@ -58,7 +58,7 @@ type Options struct {
 
 // Harness is one fresh table on a real Postgres, watched by its own Source.
 type Harness struct {
-	srv   *harness.Postgres
+	srv   *servers.Postgres
 	px    *proxy.Proxy
 	src   *pginformer.Source
 	table *pginformer.Table[Row]
@@ -85,7 +85,7 @@ var seq atomic.Int64
 // a Source and a Table for it, and lists the table once, so that the slot
 // exists and a watch may start from any later version. Everything is
 // closed when tb ends.
-func New(tb testing.TB, srv *harness.Postgres, opts Options) *Harness {
+func New(tb testing.TB, srv *servers.Postgres, opts Options) *Harness {
 	tb.Helper()
 	h := &Harness{srv: srv, name: opts.Table, slot: opts.Slot, perm: opts.Slot != "", where: opts.Where, conns: make(chan *pgx.Conn, 4)}
 	for range cap(h.conns) {

@@ -11,7 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dbinformer/dbinformer/core/informertest"
-	"github.com/dbinformer/dbinformer/integration/proxy"
+	"github.com/dbinformer/dbinformer/internal/testkit/proxy"
 )
 
 // echoServer answers each line with the same line.

@@ -1,4 +1,4 @@
-package harness
+package servers
 
 import (
 	"errors"
@@ -12,7 +12,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
-	"github.com/dbinformer/dbinformer/integration/proxy"
+	"github.com/dbinformer/dbinformer/internal/testkit/proxy"
 )
 
 // EtcdCluster is a real etcd cluster of several members embedded in the

@@ -1,4 +1,4 @@
-package harness
+package servers
 
 import (
 	"os/exec"
