@@ -385,6 +385,19 @@ func (i *SharedIndexInformer[T]) handleDeltas(deltas []Delta[T], initial bool) e
 				}
 				notes = append(notes, notification[T]{kind: noteUpdate, sync: true, key: d.Key, old: obj, obj: obj})
 			case DeltaAdded, DeltaUpdated, DeltaReplaced:
+				if d.Fill != nil {
+					obj, err := fillDelta(tx, d)
+					if err != nil {
+						// The key's cached state is older than the
+						// source's and cannot be completed: it leaves the
+						// cache, as an undecodable change does.
+						errs = append(errs, i.deltaError(d, err))
+						d.Type, d.HasObject, d.Undecodable, d.Fill = DeltaDeleted, false, true, nil
+						notes = i.deleteDelta(tx, d, notes, listening, &errs)
+						continue
+					}
+					d.Object, d.Fill = obj, nil
+				}
 				if initial && d.Type == DeltaReplaced && tx.stage(d.Key, d.Object) {
 					// The first list into an empty cache: staged, filed
 					// before the informer reports the sync (checkSynced).
@@ -414,20 +427,7 @@ func (i *SharedIndexInformer[T]) handleDeltas(deltas []Delta[T], initial bool) e
 				}
 				notes = append(notes, notification[T]{kind: noteUpdate, sync: sync, key: d.Key, old: old, obj: d.Object})
 			case DeltaDeleted:
-				old, existed, err := tx.delete(d.Key)
-				if err != nil {
-					errs = append(errs, i.deltaError(d, err))
-				}
-				if !existed || !listening {
-					// No handler ever saw this key (client-go drops such
-					// deletes too): there is nothing to undo.
-					continue
-				}
-				obj := old
-				if d.HasObject {
-					obj = d.Object
-				}
-				notes = append(notes, notification[T]{kind: noteDelete, flag: d.FinalStateUnknown || d.Undecodable, key: d.Key, obj: obj})
+				notes = i.deleteDelta(tx, d, notes, listening, &errs)
 			}
 		}
 	})
@@ -442,6 +442,43 @@ func (i *SharedIndexInformer[T]) handleDeltas(deltas []Delta[T], initial bool) e
 	clear(notes)
 	i.notes = notes[:0]
 	return nil
+}
+
+// deleteDelta applies a DeltaDeleted and appends its notification.
+func (i *SharedIndexInformer[T]) deleteDelta(tx indexTx[T], d *Delta[T], notes []notification[T], listening bool, errs *[]error) []notification[T] {
+	old, existed, err := tx.delete(d.Key)
+	if err != nil {
+		*errs = append(*errs, i.deltaError(d, err))
+	}
+	if !existed || !listening {
+		// No handler ever saw this key (client-go drops such deletes
+		// too): there is nothing to undo.
+		return notes
+	}
+	obj := old
+	if d.HasObject {
+		obj = d.Object
+	}
+	return append(notes, notification[T]{kind: noteDelete, flag: d.FinalStateUnknown || d.Undecodable, key: d.Key, obj: obj})
+}
+
+// fillDelta completes a delta whose watch left values out (Delta.Fill)
+// from the object cached for its key: the key's previous state, since
+// deltas are applied in order.
+func fillDelta[T any](tx indexTx[T], d *Delta[T]) (obj T, err error) {
+	cached, ok := tx.get(d.Key)
+	if !ok {
+		return obj, fmt.Errorf("key %q: the change left unchanged values out for the cache to fill in, but the cache holds no object for the key", d.Key)
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("key %q: filling in the change's unchanged values panicked: %v", d.Key, p)
+		}
+	}()
+	if obj, err = d.Fill(cached); err != nil {
+		return obj, fmt.Errorf("key %q: %w", d.Key, err)
+	}
+	return obj, nil
 }
 
 func (i *SharedIndexInformer[T]) deltaError(d *Delta[T], err error) error {
