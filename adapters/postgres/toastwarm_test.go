@@ -135,3 +135,54 @@ func TestWarmRestartToast(t *testing.T) {
 		})
 	}
 }
+
+// plainLW hides from its table that its consumer fills from a cache, as a
+// consumer other than the core's informer (a relay) would.
+type plainLW[T any] struct{ core.ListerWatcher[T] }
+
+func (p plainLW[T]) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[T]) error {
+	opts.Fills = false
+	return p.ListerWatcher.Watch(ctx, from, opts)
+}
+
+// A table whose consumer fills unchanged TOASTed values from its cache
+// keeps none of them itself; one whose consumer does not keeps each
+// out-of-line value. Both caches equal the table after updates beside the
+// TOASTed column, and after an update that moves a row to a new primary
+// key beside it (which the filling table, not knowing the value, relists
+// for). The figures are logged (go test -run TestToastKeptPerKey -v).
+func TestToastKeptPerKey(t *testing.T) {
+	pg := harness.StartPostgres(t)
+	pg.Exec(t, `CREATE TABLE toast_kept (id int PRIMARY KEY, big text NOT NULL, n int NOT NULL);
+		ALTER TABLE toast_kept ALTER COLUMN big SET STORAGE EXTERNAL;
+		INSERT INTO toast_kept SELECT g, repeat(md5(g::text), 200), 0 FROM generate_series(1, 50) g`)
+	conn := pg.Conn(t)
+	tFill := newTable[toastRow](t, newSource(t, pg, pginformer.Options{}), "toast_kept")
+	tPlain := newTable[toastRow](t, newSource(t, pg, pginformer.Options{}), "toast_kept")
+	spy := informertest.Wrap[toastRow](tFill)
+	infFill, _ := informer[toastRow](t, spy, nil)
+	infPlain, _ := informer[toastRow](t, plainLW[toastRow]{tPlain}, nil)
+	rv := write(t, conn, "UPDATE toast_kept SET n = n + 1 WHERE id <= 10")
+	waitFor(t, infFill, rv)
+	waitFor(t, infPlain, rv)
+	toastCacheMatches(t, conn, "toast_kept", infFill)
+	toastCacheMatches(t, conn, "toast_kept", infPlain)
+	fk, fb := pginformer.KeptToast(tFill)
+	pk, pb := pginformer.KeptToast(tPlain)
+	t.Logf("TOAST values kept for 50 rows of 6,400-byte out-of-line text: filling consumer %d keys, %d bytes; plain consumer %d keys, %d bytes", fk, fb, pk, pb)
+	if fk != 0 || fb != 0 {
+		t.Errorf("the table whose consumer fills from its cache keeps %d keys, %d bytes; want none", fk, fb)
+	}
+	if pk != 50 || pb != 50*6400 {
+		t.Errorf("the table whose consumer does not fill keeps %d keys, %d bytes; want 50, %d", pk, pb, 50*6400)
+	}
+
+	rv = write(t, conn, "UPDATE toast_kept SET id = 1000, n = 7 WHERE id = 3")
+	waitFor(t, infFill, rv)
+	waitFor(t, infPlain, rv)
+	toastCacheMatches(t, conn, "toast_kept", infFill)
+	toastCacheMatches(t, conn, "toast_kept", infPlain)
+	if n := spy.Lists(); n != 2 {
+		t.Errorf("the filling table listed %d times, want 2 (once more for the key that moved beside its TOASTed value)", n)
+	}
+}

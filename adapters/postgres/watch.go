@@ -31,6 +31,7 @@ func (t *Table[T]) Watch(ctx context.Context, from core.ResourceVersion, opts co
 		return stopped(ctx, err)
 	}
 	defer fan.unregister(w)
+	t.st.watchFills(opts.Fills)
 	if err := s.ensureStreaming(ctx); err != nil {
 		return stopped(ctx, err)
 	}
@@ -103,6 +104,12 @@ func (t *Table[T]) deliver(w *watcher, batches []*batch, emit func([]core.Event[
 				return err
 			}
 			return fmt.Errorf("%s: truncated by the transaction at %s, so its keys are gone; list again: %w", st.sourceName(), lsn(b.rv), core.ErrExpired)
+		}
+		if b.relist != "" {
+			if err := flush(); err != nil {
+				return err
+			}
+			return fmt.Errorf("%s: at %s: %s; list again: %w", st.sourceName(), lsn(b.rv), b.relist, core.ErrExpired)
 		}
 		if failed > 0 && !t.opts.SkipUndecodable {
 			if err := flush(); err != nil {
@@ -278,6 +285,12 @@ func (t *Table[T]) decode(b *batch) {
 				if v.Kind == 'u' && p.used[i] {
 					missing = append(missing, i)
 				}
+			}
+			if len(missing) > 0 && prevKey != key && t.filter == nil {
+				// The consumer's cache can fill in only from the same
+				// key's object: the new key's whole row needs a List.
+				b.relist = fmt.Sprintf("key %q moved to %q beside the unchanged TOASTed column %q, whose value this table does not keep", prevKey, key, p.rel.Names[missing[0]])
+				continue
 			}
 			if len(missing) > 0 && (typ != core.Modified || t.filter != nil) {
 				// Only the consumer's cached object of the same key can
