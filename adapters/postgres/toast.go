@@ -11,7 +11,9 @@ import (
 // TOAST memory. pgoutput leaves out a TOASTed value that an update did not
 // change ('u'); under REPLICA IDENTITY DEFAULT the old row is not sent
 // either, so the table keeps, per key, the last value of each column that
-// can come back as 'u'. Every function here is called with knownMu held.
+// can come back as 'u' — unless its consumer fills it in from its cache
+// (watchFills, fillin.go). Every function here but watchFills is called
+// with knownMu held.
 //
 // Only a value stored out of line (external) is ever sent as 'u', and
 // Postgres moves a value out of line only if its stored form is longer

@@ -31,7 +31,8 @@ func (t *Table[T]) Watch(ctx context.Context, from core.ResourceVersion, opts co
 		return stopped(ctx, err)
 	}
 	defer fan.unregister(w)
-	t.st.watchFills(opts.Fills)
+	// A filter evaluates whole rows: its table keeps the values.
+	t.st.watchFills(opts.Fills && t.filter == nil)
 	if err := s.ensureStreaming(ctx); err != nil {
 		return stopped(ctx, err)
 	}
