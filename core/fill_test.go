@@ -74,5 +74,11 @@ func TestEventFillFromCache(t *testing.T) {
 		if n := inf.Indexer().Len(); n != 1 {
 			t.Fatalf("cache holds %d keys, want only a", n)
 		}
+
+		// A wrapper turned a Fill event into a delete (shard.Source): the
+		// handlers get the cached object, not the partial one.
+		w.send(t, Event[string]{Type: Deleted, Key: "a", Object: "partial", HasObject: true, RV: 11, Fill: suffix("-f")})
+		must(t, inf.WaitFor(testCtx(t), 11))
+		rec.expect(t, "delete a=A1-F-G unknown=false")
 	})
 }
