@@ -86,6 +86,23 @@ type Event[T any] struct {
 	// Key and RV still say where; the informer reports the error through its
 	// error path and keeps going. Err is usually a *DecodeError.
 	Err error
+	// Fill, when non-nil on a Modified event, says that Object lacks some
+	// values the source left out of the change because they did not
+	// change (Postgres: an unchanged TOASTed column under REPLICA
+	// IDENTITY DEFAULT), and completes it: given the object the consumer
+	// holds for Key (its previous state, every earlier event of the key
+	// applied), it returns the whole new object without modifying either.
+	// Its error names the key and the value it could not fill. A wrapper
+	// that turns the event into a Deleted leaves it: the informer then
+	// takes the last object from its cache. A wrapper that reads Object
+	// (a filter) clears WatchOptions.Fills for the watch it wraps. An adapter
+	// sets it only on watches whose WatchOptions.Fills is true, never in
+	// a List. The core's informer calls it when it applies the event to
+	// its cache, in order; with no cached object for Key it reports an
+	// error naming the key, and with an error from Fill it drops the key
+	// from the cache as an undecodable change (see UndecodablePolicy):
+	// never a silently zeroed value.
+	Fill func(cached T) (T, error)
 }
 
 // ListerWatcher is the contract between the core and a source adapter. An
@@ -168,6 +185,14 @@ type WatchOptions[T any] struct {
 	// request; several requests may be answered by one Bookmark. Other
 	// watches never read it.
 	Progress <-chan struct{}
+	// Fills says that the consumer completes events that carry
+	// Event.Fill with the object it holds for their key (the core's
+	// reflector and informer do). An adapter whose events may lack
+	// unchanged values it no longer keeps itself (a Postgres table
+	// restored from a checkpoint) sends a watch without Fills no such
+	// event: it ends the watch with an error matching ErrExpired instead,
+	// and the caller relists.
+	Fills bool
 }
 
 // ProgressReporter is implemented by a ListerWatcher whose watches answer

@@ -68,6 +68,10 @@ type Delta[T any] struct {
 	// delete the version of the list; 0 for DeltaReplaced (the list's
 	// version is known only once the list ends) and for DeltaSync.
 	RV ResourceVersion
+	// Fill completes Object from the cached object of Key when the watch
+	// left values out of it (Event.Fill, with the reflector's Transform
+	// applied after it). The informer calls it before caching Object.
+	Fill func(cached T) (T, error)
 }
 
 // change reports whether d is a change reported by a watch, whose version

@@ -397,6 +397,19 @@ func (i *SharedIndexInformer[T]) handleDeltas(deltas []Delta[T], initial bool) e
 				}
 				notes = append(notes, notification[T]{kind: noteUpdate, sync: true, key: d.Key, old: obj, obj: obj})
 			case DeltaAdded, DeltaUpdated, DeltaReplaced:
+				if d.Fill != nil {
+					obj, err := fillDelta(tx, d)
+					if err != nil {
+						// The key's cached state is older than the
+						// source's and cannot be completed: it leaves the
+						// cache, as an undecodable change does.
+						errs = append(errs, i.deltaError(d, err))
+						d.Type, d.HasObject, d.Undecodable, d.Fill = DeltaDeleted, false, true, nil
+						notes = i.deleteDelta(tx, d, notes, listening, &errs)
+						continue
+					}
+					d.Object, d.Fill = obj, nil
+				}
 				if initial && d.Type == DeltaReplaced && tx.stage(d.Key, d.Object) {
 					// The first list into an empty cache: staged, filed
 					// before the informer reports the sync (checkSynced).
@@ -426,20 +439,7 @@ func (i *SharedIndexInformer[T]) handleDeltas(deltas []Delta[T], initial bool) e
 				}
 				notes = append(notes, notification[T]{kind: noteUpdate, sync: sync, key: d.Key, old: old, obj: d.Object})
 			case DeltaDeleted:
-				old, existed, err := tx.delete(d.Key)
-				if err != nil {
-					errs = append(errs, i.deltaError(d, err))
-				}
-				if !existed || !listening {
-					// No handler ever saw this key (client-go drops such
-					// deletes too): there is nothing to undo.
-					continue
-				}
-				obj := old
-				if d.HasObject {
-					obj = d.Object
-				}
-				notes = append(notes, notification[T]{kind: noteDelete, flag: d.FinalStateUnknown || d.Undecodable, key: d.Key, obj: obj})
+				notes = i.deleteDelta(tx, d, notes, listening, &errs)
 			}
 		}
 	})

@@ -278,6 +278,34 @@ func (r *Reflector[T]) admit(ctx context.Context, ev *Event[T]) (d Delta[T], ok 
 	default:
 		return r.undecodable(ctx, ev, fmt.Errorf("unexpected event type %v", ev.Type))
 	}
+	switch {
+	case ev.Fill != nil && ev.Type == Deleted:
+		// A wrapper turned the change into a delete (shard.Source): its
+		// object is not whole, and the cache's is the last state.
+		d.HasObject = false
+		return d, true, nil
+	case ev.Fill != nil && ev.Type != Modified:
+		return r.undecodable(ctx, ev, fmt.Errorf("a %v event with a Fill (only a Modified event can be completed from the cache)", ev.Type))
+	}
+	if ev.Fill != nil {
+		// The object is whole only once filled from the cache: Transform
+		// runs after Fill, when the informer applies the delta.
+		fill := ev.Fill
+		d.Fill = fill
+		if r.cfg.transform != nil {
+			d.Fill = func(cached T) (T, error) {
+				obj, err := fill(cached)
+				if err != nil {
+					return obj, err
+				}
+				if obj, err = r.transform(obj); err != nil {
+					return obj, fmt.Errorf("transform: %w", err)
+				}
+				return obj, nil
+			}
+		}
+		return d, true, nil
+	}
 	if r.cfg.transform != nil && d.HasObject {
 		obj, err := r.transform(d.Object)
 		if err != nil {
@@ -426,6 +454,7 @@ func (r *Reflector[T]) watch(ctx context.Context) error {
 			return r.apply(ctx, batch)
 		},
 		Progress: progress,
+		Fills:    true, // handleDeltas resolves Event.Fill
 	})
 	if ctx.Err() != nil {
 		return ctx.Err()

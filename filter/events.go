@@ -88,6 +88,9 @@ func (w *wrapped[T]) List(ctx context.Context, sink core.ListSink[T]) (core.Reso
 }
 
 func (w *wrapped[T]) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[T]) error {
+	// The filter reads each event's object, which one that carries an
+	// Event.Fill holds only in part: the source must send whole objects.
+	opts.Fills = false
 	emit := opts.Emit
 	opts.Emit = func(batch []core.Event[T]) error {
 		w.f.RewriteBatch(batch)

@@ -25,6 +25,11 @@ type batch struct {
 	// delivered: a watch reaching it ends with core.ErrExpired and the
 	// consumer lists again (what else the table held is not known here).
 	truncated bool
+	// relist, when not empty, says why the transaction cannot be
+	// delivered without a new List (an update that moved a row to a new
+	// primary key beside an unchanged TOASTed value this table did not
+	// keep): a watch reaching it ends with core.ErrExpired.
+	relist string
 }
 
 // lsn writes a version as Postgres writes an LSN: 0/28BD3A10.

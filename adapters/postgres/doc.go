@@ -208,9 +208,18 @@
 //
 // # Unchanged TOAST
 //
-// Unchanged TOASTed values arrive as "unchanged" in updates: the Source
-// keeps, per key, the values T uses that can be stored out of line as of
-// the last applied change, and fills them in. Only a value longer than a
+// Unchanged TOASTed values arrive as "unchanged" in updates. A core
+// informer fills them in from the object it caches for the key, its
+// previous state (core.Event.Fill, fillin.go): a Table whose watches are
+// all consumed by informers (core.WatchOptions.Fills) keeps no copy of
+// them. An update that moves a row to a new primary key beside such a
+// value ends the watch for a List (the cache holds the old key's object,
+// not the new one's). For a consumer that does not fill (a relay, a
+// filter.Events wrapper), and until the first filling watch starts, the
+// Source keeps, per key, the values T uses that can be stored out of line
+// as of the last applied change, and fills them in; a watch without Fills
+// that meets an update it cannot fill ends with core.ErrExpired, and the
+// List it runs then makes the table keep them again. Only a value longer than a
 // TOAST pointer (more than 20 bytes of data) is ever stored out of line,
 // and never one of a fixed-length type or a STORAGE PLAIN column: List
 // keeps a value only if the server says it may be out of line
@@ -312,11 +321,17 @@
 // (core.Restorer), the table watches from the checkpoint's version and no
 // row is read; while checkpoints are on, the slot's confirmed position
 // never passes the last durable checkpoint (core.DurableAcknowledger), so
-// the server keeps every change the next start needs. A table under
-// REPLICA IDENTITY DEFAULT with a variable-length column besides its key
-// relists instead (an unchanged TOAST value could not be filled in), as
-// does a start whose slot was lost or is past the checkpoint; the informer
-// then tells handlers only what changed.
+// the server keeps every change the next start needs. Every table with a
+// primary key restarts warm, under REPLICA IDENTITY DEFAULT as under FULL
+// and whatever its columns: an unchanged TOAST value in a later update is
+// filled in from the informer's cached object, the checkpoint's (see
+// Unchanged TOAST), so a warm restart costs the server nothing beyond the
+// permanent slot (no REPLICA IDENTITY FULL, whose UPDATEs and DELETEs
+// write the whole old row into WAL). Only a Table with a filter, which
+// must see whole rows, still relists under DEFAULT when it has a
+// variable-length column beside its key. A start whose slot was lost or
+// is past the checkpoint relists too; the informer then tells handlers
+// only what changed.
 //
 // # Slots
 //
@@ -336,9 +351,9 @@
 // # Memory
 //
 // Besides the informers' caches (the objects themselves), a Source keeps
-// per table: every key, and for DEFAULT-identity tables the values that
-// can come back as unchanged TOAST (above; text held by T as a string is
-// shared, not copied); the transactions no consumer has acknowledged yet (a transaction
+// per table: every key, and for DEFAULT-identity tables whose consumer does
+// not fill from its cache the values that can come back as unchanged TOAST
+// (above; text held by T as a string is shared, not copied); the transactions no consumer has acknowledged yet (a transaction
 // is held whole: a 100k-row transaction is 100k rows in memory once); and
 // the decoded events of the last Options.History changes. A table whose
 // informer is stopped for good holds its unacknowledged transactions and

@@ -22,3 +22,18 @@ func StreamedColumns[T any](t *Table[T]) []string {
 	sort.Strings(out)
 	return out
 }
+
+// KeptToast returns how many keys and bytes t's TOAST memory (toast.go)
+// holds.
+func KeptToast[T any](t *Table[T]) (keys, bytes int) {
+	t.st.knownMu.Lock()
+	defer t.st.knownMu.Unlock()
+	seen := map[string]bool{}
+	for _, m := range t.st.vals {
+		for k, data := range m {
+			seen[k] = true
+			bytes += len(data)
+		}
+	}
+	return len(seen), bytes
+}

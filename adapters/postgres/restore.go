@@ -86,13 +86,15 @@ func (t *Table[T]) AcknowledgeDurable(rv core.ResourceVersion) {
 // Restore implements core.Restorer: it makes the table watchable from rv,
 // the version of a checkpoint holding keys, in a process that never listed
 // it. It needs Options.PermanentSlot, a slot whose confirmed position is
-// at or below rv (acknowledgements gated by checkpoints), and, under
-// REPLICA IDENTITY DEFAULT, no variable-length column beside the primary
-// key: pgoutput leaves an unchanged TOASTed value out of an update and the
-// table fills it in from the last value it saw, which a checkpoint of
-// decoded rows does not hold (REPLICA IDENTITY FULL sends the old row
-// instead). Otherwise it returns an error matching core.ErrExpired and the
-// informer relists, handing its handlers only the differences.
+// at or below rv (acknowledgements gated by checkpoints). Under REPLICA
+// IDENTITY DEFAULT pgoutput leaves an unchanged TOASTed value out of an
+// update; a restored table does not know it and has the consumer fill it
+// in from the object it caches for the key (core.Event.Fill, fillin.go),
+// so any table with a primary key restores, whatever its columns. Only a
+// Table with a filter (which must see whole rows) still needs REPLICA
+// IDENTITY FULL or no variable-length column beside the key. Otherwise
+// it returns an error matching core.ErrExpired and the informer relists,
+// handing its handlers only the differences.
 func (t *Table[T]) Restore(ctx context.Context, rv core.ResourceVersion, objects iter.Seq2[string, T]) error {
 	s, st := t.src, t.st
 	if s.fan.isActive(&st.feed) {
@@ -102,7 +104,7 @@ func (t *Table[T]) Restore(ctx context.Context, rv core.ResourceVersion, objects
 	if !s.opts.PermanentSlot {
 		return fmt.Errorf("postgres %s: table %s: a warm start needs Options.PermanentSlot (a temporary slot ended with the process that made it): %w", s.where(), st.ident.Sanitize(), core.ErrExpired)
 	}
-	if !st.full {
+	if !st.full && t.filter != nil {
 		if err := t.checkRestorable(ctx); err != nil {
 			return err
 		}
@@ -129,9 +131,9 @@ func (t *Table[T]) Restore(ctx context.Context, rv core.ResourceVersion, objects
 	return nil
 }
 
-// checkRestorable refuses a REPLICA IDENTITY DEFAULT table with a
-// variable-length column outside the primary key (see Restore). It reads
-// the catalog only.
+// checkRestorable refuses a filtered REPLICA IDENTITY DEFAULT table with
+// a variable-length column outside the primary key (see Restore). It
+// reads the catalog only.
 func (t *Table[T]) checkRestorable(ctx context.Context) error {
 	s, st := t.src, t.st
 	conn, err := s.connect(ctx)
@@ -151,7 +153,7 @@ func (t *Table[T]) checkRestorable(ctx context.Context) error {
 		if c.generated || pk[c.name] || t.m.omit[c.name] || fixedLength[c.base] {
 			continue
 		}
-		return fmt.Errorf("postgres %s: table %s: column %q (%s) may hold TOASTed values, which a checkpoint cannot restore under REPLICA IDENTITY DEFAULT; for warm restarts set ALTER TABLE %s REPLICA IDENTITY FULL (or omit the column): %w",
+		return fmt.Errorf("postgres %s: table %s: column %q (%s) may hold TOASTed values, which a filtered table cannot fill in after restoring from a checkpoint under REPLICA IDENTITY DEFAULT (the filter needs the whole row); for warm restarts set ALTER TABLE %s REPLICA IDENTITY FULL (or omit the column): %w",
 			s.where(), st.ident.Sanitize(), c.name, c.typname, st.ident.Sanitize(), core.ErrExpired)
 	}
 	return nil

@@ -198,6 +198,11 @@ func (m *mapper) decode(p *rowPlan, vals []wal.Value, dst any) error {
 		if c >= p.text.Len() {
 			break
 		}
+		if v.Kind == 'u' {
+			// An unchanged TOASTed value left for the consumer to fill in
+			// from its cache (see fillin.go): the field stays zero.
+			continue
+		}
 		var data []byte
 		if v.Kind == 't' {
 			data = v.Data

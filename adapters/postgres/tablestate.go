@@ -51,6 +51,11 @@ type tableState struct {
 	vals      map[string]map[string][]byte
 	toastCols map[string]uint8 // per column name: toastAlways, toastNever, toastIfLong
 	toastGen  uint64           // bumped when toastCols changes
+	// filled: a watch whose consumer fills unchanged TOASTed values from
+	// its cache (core.WatchOptions.Fills) has run, so vals are not kept;
+	// plain: a watch whose consumer does not has run, so they are kept
+	// again (both stay set: see watchFills).
+	filled, plain bool
 }
 
 func newTableState(schema, name string) *tableState {

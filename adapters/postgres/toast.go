@@ -11,7 +11,9 @@ import (
 // TOAST memory. pgoutput leaves out a TOASTed value that an update did not
 // change ('u'); under REPLICA IDENTITY DEFAULT the old row is not sent
 // either, so the table keeps, per key, the last value of each column that
-// can come back as 'u'. Every function here is called with knownMu held.
+// can come back as 'u' — unless its consumer fills it in from its cache
+// (watchFills, fillin.go). Every function here but watchFills is called
+// with knownMu held.
 //
 // Only a value stored out of line (external) is ever sent as 'u', and
 // Postgres moves a value out of line only if its stored form is longer
@@ -93,6 +95,29 @@ func (t *tableState) toastOf(p *rowPlan) []uint8 {
 	return k
 }
 
+// watchFills records what a new watch's consumer does with an event whose
+// unchanged TOASTed values the table did not fill in (fillin.go). The
+// first consumer that fills them from its cache (a core informer) ends the
+// keeping of values: they are dropped, and updates of keys whose values
+// are not kept carry a core.Event.Fill. A consumer that does not fill (a
+// relay) makes the table keep them again from then on: its watch ends on
+// the first event it cannot take (core.ErrExpired), and the List it then
+// runs records them again. Called with knownMu not held.
+func (t *tableState) watchFills(fills bool) {
+	t.knownMu.Lock()
+	defer t.knownMu.Unlock()
+	switch {
+	case !fills:
+		t.plain = true
+	case !t.filled && !t.plain:
+		t.filled = true
+		t.resetKnown()
+	}
+}
+
+// keepsToast reports whether values are kept (see watchFills).
+func (t *tableState) keepsToast() bool { return !t.filled || t.plain }
+
 // resetKnown forgets every value.
 func (t *tableState) resetKnown() {
 	t.vals = map[string]map[string][]byte{}
@@ -103,7 +128,7 @@ func (t *tableState) resetKnown() {
 // bytes, or copies of them when the row has columns p does not decode (its
 // bytes share one buffer with theirs).
 func (t *tableState) remember(p *rowPlan, key string, vals []wal.Value) {
-	if t.full { // FULL: 'u' is filled from the old row instead
+	if t.full || !t.keepsToast() { // FULL: 'u' is filled from the old row instead
 		return
 	}
 	kinds := t.toastOf(p)
@@ -129,6 +154,9 @@ func (t *tableState) remember(p *rowPlan, key string, vals []wal.Value) {
 // rememberListed records the values of a listed row that List found could
 // be TOASTed (already copied).
 func (t *tableState) rememberListed(key string, vl []knownValue) {
+	if !t.keepsToast() {
+		return
+	}
 	for _, kv := range vl {
 		t.keep(kv.col, key, kv.data)
 	}

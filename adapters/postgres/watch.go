@@ -31,6 +31,8 @@ func (t *Table[T]) Watch(ctx context.Context, from core.ResourceVersion, opts co
 		return stopped(ctx, err)
 	}
 	defer fan.unregister(w)
+	// A filter evaluates whole rows: its table keeps the values.
+	t.st.watchFills(opts.Fills && t.filter == nil)
 	if err := s.ensureStreaming(ctx); err != nil {
 		return stopped(ctx, err)
 	}
@@ -51,7 +53,7 @@ func (t *Table[T]) Watch(ctx context.Context, from core.ResourceVersion, opts co
 		switch {
 		case len(next.batches) > 0:
 			todo = next.batches
-			err = t.deliver(w, todo, opts.Emit, &buf)
+			err = t.deliver(w, todo, opts.Emit, opts.Fills, &buf)
 			clear(todo)
 		case next.wait == nil:
 			if next.answered {
@@ -81,7 +83,7 @@ func (t *Table[T]) Watch(ctx context.Context, from core.ResourceVersion, opts co
 // that fell behind catches up without paying the hand-over once per
 // transaction. What precedes a TRUNCATE or a transaction that does not
 // decode is delivered before the watch ends on it. buf is reused.
-func (t *Table[T]) deliver(w *watcher, batches []*batch, emit func([]core.Event[T]) error, buf *[]core.Event[T]) error {
+func (t *Table[T]) deliver(w *watcher, batches []*batch, emit func([]core.Event[T]) error, fills bool, buf *[]core.Event[T]) error {
 	fan, st := t.src.fan, t.st
 	out := (*buf)[:0]
 	defer func() { *buf = out }()
@@ -104,6 +106,12 @@ func (t *Table[T]) deliver(w *watcher, batches []*batch, emit func([]core.Event[
 			}
 			return fmt.Errorf("%s: truncated by the transaction at %s, so its keys are gone; list again: %w", st.sourceName(), lsn(b.rv), core.ErrExpired)
 		}
+		if b.relist != "" {
+			if err := flush(); err != nil {
+				return err
+			}
+			return fmt.Errorf("%s: at %s: %s; list again: %w", st.sourceName(), lsn(b.rv), b.relist, core.ErrExpired)
+		}
 		if failed > 0 && !t.opts.SkipUndecodable {
 			if err := flush(); err != nil {
 				return err
@@ -115,6 +123,14 @@ func (t *Table[T]) deliver(w *watcher, batches []*batch, emit func([]core.Event[
 				}
 			}
 			return bad.err(fmt.Sprintf("%s: of the changes of the transaction at %s", st.sourceName(), lsn(b.rv)))
+		}
+		if !fills {
+			if err := needsFill(evs); err != nil {
+				if err := flush(); err != nil {
+					return err
+				}
+				return fmt.Errorf("%s: at %s: %w", st.sourceName(), lsn(b.rv), err)
+			}
 		}
 		out = append(out, evs...)
 		top = b.rv
@@ -265,24 +281,36 @@ func (t *Table[T]) decode(b *batch) {
 			if prevKey != key {
 				st.forget(prevKey)
 			}
-			missing := ""
+			var missing []int // unchanged TOASTed columns not known here
 			for i, v := range vals {
 				if v.Kind == 'u' && p.used[i] {
-					missing = p.rel.Names[i]
+					missing = append(missing, i)
 				}
 			}
-			if missing != "" {
-				fail(typ, key, fmt.Errorf("unchanged TOASTed column %q has no known previous value", missing))
+			if len(missing) > 0 && prevKey != key && t.filter == nil {
+				// The consumer's cache can fill in only from the same
+				// key's object: the new key's whole row needs a List.
+				b.relist = fmt.Sprintf("key %q moved to %q beside the unchanged TOASTed column %q, whose value this table does not keep", prevKey, key, p.rel.Names[missing[0]])
+				continue
+			}
+			if len(missing) > 0 && (typ != core.Modified || t.filter != nil) {
+				// Only the consumer's cached object of the same key can
+				// fill them in, and a filter must see the whole row.
+				fail(typ, key, fmt.Errorf("unchanged TOASTed column %q has no known previous value", p.rel.Names[missing[0]]))
 				continue
 			}
 			st.remember(p, key, vals)
 			// Decoded in place: the decoder takes the object's address,
 			// which would put an event of its own on the heap per row.
 			out = append(out, core.Event[T]{Type: typ, Key: key, HasObject: true, RV: b.rv})
-			if err := t.m.decode(p, vals, &out[len(out)-1].Object); err != nil {
+			ev := &out[len(out)-1]
+			if err := t.m.decode(p, vals, &ev.Object); err != nil {
 				out = out[:len(out)-1]
 				fail(typ, key, err)
 				continue
+			}
+			if len(missing) > 0 {
+				ev.Fill = t.cacheFill(p, missing, ev.Object)
 			}
 		}
 	}

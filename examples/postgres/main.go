@@ -82,7 +82,7 @@ func main() {
 	flag.BoolVar(&cfg.init, "init", false, "create public.customers and public.orders if missing and fill them with demo rows if empty")
 	flag.IntVar(&cfg.customers, "customers", 1000, "demo customers written by -init")
 	flag.IntVar(&cfg.orders, "orders", 20000, "demo orders written by -init")
-	flag.StringVar(&cfg.checkpoint, "checkpoint", "", "directory for checkpoints: restart warm from the last one over a permanent slot instead of listing (tables need REPLICA IDENTITY FULL; -init sets it)")
+	flag.StringVar(&cfg.checkpoint, "checkpoint", "", "directory for checkpoints: restart warm from the last one over a permanent slot instead of listing")
 	flag.StringVar(&cfg.slot, "slot", "dbinformer_example", "the permanent replication slot used with -checkpoint (drop it with pg_drop_replication_slot when done)")
 	flag.Parse()
 	if cfg.conn == "" {
@@ -392,14 +392,6 @@ func initTables(ctx context.Context, cfg config) error {
 			created_at  timestamptz NOT NULL DEFAULT now())`,
 	} {
 		if _, err := tx.Exec(ctx, stmt); err != nil {
-			return fmt.Errorf("-init: %w", err)
-		}
-	}
-	if cfg.checkpoint != "" {
-		// A warm start restores each table's keys; under REPLICA
-		// IDENTITY DEFAULT a text column's unchanged TOAST value could not
-		// be filled in, so the informer would relist.
-		if _, err := tx.Exec(ctx, `ALTER TABLE public.customers REPLICA IDENTITY FULL; ALTER TABLE public.orders REPLICA IDENTITY FULL`); err != nil {
 			return fmt.Errorf("-init: %w", err)
 		}
 	}
