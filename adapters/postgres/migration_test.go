@@ -84,7 +84,17 @@ func usersMatch(t *testing.T, conn *pgx.Conn, table string, inf *core.SharedInde
 				}
 			}
 		}
-		return fmt.Errorf("cache (%d rows) differs from the table (%d rows) on %d of its rows, e.g. %s", len(got), len(want), n, strings.Join(diff, "; "))
+		// Rows only the cache holds (a delete it missed) are named too.
+		extra := 0
+		for k, g := range got {
+			if _, ok := want[k]; !ok {
+				extra++
+				if len(diff) < 6 {
+					diff = append(diff, fmt.Sprintf("%d: cache %q, not in the table", k, g))
+				}
+			}
+		}
+		return fmt.Errorf("cache (%d rows) differs from the table (%d rows) on %d of its rows and holds %d rows the table lacks, e.g. %s", len(got), len(want), n, extra, strings.Join(diff, "; "))
 	}
 	return nil
 }
