@@ -150,12 +150,22 @@ type flagHandler struct {
 	// count names an integer attribute whose largest value is kept in most.
 	count string
 	most  atomic.Int64
+	// t, when set, gets every record, so a failing test shows the log.
+	t testing.TB
 }
 
 func (h *flagHandler) Enabled(context.Context, slog.Level) bool { return true }
 func (h *flagHandler) Handle(_ context.Context, r slog.Record) error {
 	if strings.Contains(r.Message, h.want) {
 		h.seen.Store(true)
+	}
+	if h.t != nil {
+		var b strings.Builder
+		r.Attrs(func(a slog.Attr) bool {
+			b.WriteString(" " + a.String())
+			return true
+		})
+		h.t.Logf("%s %s%s", r.Level, r.Message, b.String())
 	}
 	if h.count != "" {
 		r.Attrs(func(a slog.Attr) bool {
