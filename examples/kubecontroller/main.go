@@ -19,7 +19,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/dbinformer/dbinformer/controller"
 	"github.com/dbinformer/dbinformer/core"
@@ -37,6 +36,7 @@ func main() {
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("kubecontroller", flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)")
 	ns := fs.String("namespace", "", "namespace to watch (default: all namespaces)")
 	selector := fs.String("selector", "", "label selector for both resources")
@@ -48,10 +48,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: map[bool]slog.Level{true: slog.LevelDebug}[*verbose]}))
-	rules := &clientcmd.ClientConfigLoadingRules{ExplicitPath: *kubeconfig, Precedence: clientcmd.NewDefaultClientConfigLoadingRules().Precedence}
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	cfg, err := kubeinformer.LoadConfig(*kubeconfig)
 	if err != nil {
-		return fmt.Errorf("load kubeconfig: %w", err)
+		return err
 	}
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
