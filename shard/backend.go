@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// Backend is where replicas register as members and own shards: NewEtcd
-// and NewPostgres. Its contract is what makes ownership exclusive, so a
+// Backend is where replicas register as members and own shards: NewEtcd,
+// NewPostgres, NewKube and NewNATS. Its contract is what makes ownership exclusive, so a
 // backend of your own must keep all of it.
 type Backend interface {
 	// Join registers self as a member for ttl and returns the session. It

@@ -17,8 +17,10 @@
 // (NewEtcd: a lease with the member and shard keys attached; NewPostgres:
 // a members table whose rows expire by the server's clock, and an owners
 // table; NewKube: coordination.k8s.io Leases, judged expired by each
-// replica's own observation as client-go's leader election does) with an
-// ID, an optional weight and a lease time. It renews the
+// replica's own observation as client-go's leader election does; NewNATS:
+// a key-value bucket whose member keys carry the lease as a per-key TTL
+// the server expires, and whose shard keys name their owner's session)
+// with an ID, an optional weight and a lease time. It renews the
 // lease every third of it, measuring the lease from before each renewal
 // was sent, so that its own view never outlives the server's. It reads
 // the members, computes the assignment and takes each shard it wins once
@@ -27,7 +29,7 @@
 // within the lease time, even with its TCP connection open. Each take
 // gives the shard a new, higher term (etcd: the create revision of the
 // shard's key; Postgres: a sequence; Kubernetes: the shard Lease's
-// leaseTransitions).
+// leaseTransitions; NATS: the stream sequence of the shard key's write).
 //
 // Exclusivity: a replica hands out work for a shard (Begin) only while it
 // owns it and more than a third of its lease is left; a new owner takes a
@@ -35,8 +37,9 @@
 // after its lease expired on the server. Work that outlives that — a
 // process frozen inside a handler — is what the term is for: write with
 // Etcd.Fence (a transaction comparison) or Postgres.Fence (a check that
-// locks the ownership row in your transaction), and a deposed owner's
-// write is refused. (Kube has no fencing helper: the Kubernetes API has no
+// locks the ownership row in your transaction) or NATS.Fence (a publish
+// option: the server refuses a message into the bucket once the shard's
+// key moved), and a deposed owner's write is refused. (Kube has no fencing helper: the Kubernetes API has no
 // transaction spanning a Lease and another object; pass the term to what
 // you write and compare it there.)
 //
@@ -70,5 +73,4 @@
 //   - Through the relay, each replica still reads every change and drops
 //     what is not its shards' at decode; per-shard subjects would let
 //     JetStream do the filtering (not built yet).
-//   - Backends: etcd, Postgres, Kubernetes Leases; not NATS KV.
 package shard
