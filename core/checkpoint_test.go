@@ -309,7 +309,9 @@ func TestDirCheckpointStoreFailedSaveKeepsPrevious(t *testing.T) {
 	}
 }
 
-// An informer without a codec cannot checkpoint and says how to fix it.
+// An informer without a codec cannot checkpoint and says how to fix it:
+// Run fails permanently, and SyncStatus and WaitForCacheSync (also one
+// that waited before Run) say why rather than "not started".
 func TestCheckpointNeedsCodec(t *testing.T) {
 	store, err := core.NewDirCheckpointStore(t.TempDir())
 	if err != nil {
@@ -317,9 +319,17 @@ func TestCheckpointNeedsCodec(t *testing.T) {
 	}
 	src := memory.New[versioned](memory.Options{})
 	inf := core.NewSharedIndexInformer[versioned](src, core.InformerOptions[versioned]{Checkpoint: &core.CheckpointOptions[versioned]{Store: store}})
+	waited := make(chan error, 1)
+	go func() { waited <- inf.WaitForCacheSync(context.Background()) }()
 	err = inf.Run(context.Background())
-	if err == nil || !strings.Contains(err.Error(), "Checkpoint.Codec") {
-		t.Errorf("Run: %v, want an error naming Checkpoint.Codec", err)
+	if err == nil || !strings.Contains(err.Error(), "Checkpoint.Codec") || !errors.Is(err, core.ErrPermanent) {
+		t.Errorf("Run: %v, want a permanent error naming Checkpoint.Codec", err)
+	}
+	if st := inf.SyncStatus().String(); !strings.HasPrefix(st, "did not start: ") || !strings.Contains(st, "Checkpoint.Codec") {
+		t.Errorf("SyncStatus: %q, want why the informer did not start", st)
+	}
+	if err := <-waited; err == nil || !strings.Contains(err.Error(), "Checkpoint.Codec") {
+		t.Errorf("WaitForCacheSync: %v, want the reason the informer did not start", err)
 	}
 }
 

@@ -203,7 +203,8 @@ type runFailure struct {
 // it started (reflector, processing, handlers) has ended. A source that
 // fails permanently (an error matching ErrPermanent) ends the run: Run
 // returns that error, and so does WaitForCacheSync if the cache never
-// synced. Run returns nil when ctx ended it. It can be called
+// synced. Options that cannot work (a checkpoint without a codec) fail a
+// run before it starts, the same way. Run returns nil when ctx ended it. It can be called
 // again after it returned: the cache, the handlers and their undelivered
 // notifications are kept, and the new run's list reconciles the cache
 // with the source (keys that vanished meanwhile are deleted with
@@ -215,6 +216,14 @@ func (i *SharedIndexInformer[T]) Run(ctx context.Context) error {
 		return ErrAlreadyRunning
 	}
 	if err := i.setupCheckpoint(); err != nil {
+		// A run that cannot start fails permanently like one that ended:
+		// SyncStatus and WaitForCacheSync say why, not "not started".
+		err = Permanent(err)
+		if i.failure.err != nil {
+			i.failure = &runFailure{done: make(chan struct{})}
+		}
+		i.failure.err = err
+		close(i.failure.done)
 		i.mu.Unlock()
 		return err
 	}

@@ -177,7 +177,8 @@ type SyncStatus struct {
 	// Synced is HasSynced.
 	Synced bool
 	// Stopped is the permanent failure (matching ErrPermanent) that ended
-	// the current or last run; nil when none did. The cache is then frozen
+	// the current or last run, or kept the last Run from starting (Started
+	// false: options that cannot work); nil when none did. The cache is then frozen
 	// at AppliedVersion until the informer runs again.
 	Stopped error
 	// ListStarted is when the list in progress began; zero when no list is
@@ -236,6 +237,9 @@ func (f failures) export() Failures {
 // list and watch are waiting for, for example "not synced: list:
 // etcdserver: no leader (3 attempts, last 2s ago)".
 func (s SyncStatus) String() string {
+	if !s.Started && s.Stopped != nil {
+		return fmt.Sprintf("did not start: %v", s.Stopped)
+	}
 	if !s.Started {
 		return "not started"
 	}
