@@ -3,6 +3,9 @@ package natsinformer
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -19,7 +22,30 @@ import (
 // version returned, as core.AuditLister allows. It parks nothing for
 // watches. A consumer lost midway ends it with the error; the next audit
 // reads again.
+//
+// A consumer that fails before it delivered anything with an error that
+// passes (on a cluster, a new consumer whose leader is not elected yet
+// answers "no responders") is opened again, as List's is.
 func (k *KV[T]) AuditList(ctx context.Context, atLeast core.ResourceVersion, sink core.ListSink[T]) (core.ResourceVersion, error) {
+	start := time.Now()
+	for attempt := 1; ; attempt++ {
+		emitted := false
+		s := sink
+		s.Emit = func(ev core.Event[T]) error { emitted = true; return sink.Emit(ev) }
+		rv, err := k.auditRead(ctx, atLeast, s)
+		if err == nil || emitted || ctx.Err() != nil || !transient(err) || time.Since(start) > clusterRetry {
+			return rv, err
+		}
+		k.log.Debug("nats kv audit opens its consumer again", "bucket", k.bucket, "attempt", attempt, "err", err)
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(min(time.Duration(attempt)*100*time.Millisecond, time.Second)):
+		}
+	}
+}
+
+func (k *KV[T]) auditRead(ctx context.Context, atLeast core.ResourceVersion, sink core.ListSink[T]) (core.ResourceVersion, error) {
 	info, err := k.info(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("%s: audit: read stream state: %w", k.source, err)
@@ -74,4 +100,67 @@ func (k *KV[T]) AuditList(ctx context.Context, atLeast core.ResourceVersion, sin
 		return 0, fmt.Errorf("%s: audit read the bucket at sequence %d, older than the cache's %d", k.source, rv, atLeast)
 	}
 	return rv, nil
+}
+
+// AuditList implements core.AuditLister: the fold List makes (from the
+// snapshot, if any, up to the stream's head as its leader reported it when
+// the audit began), into a state of its own, streamed to sink. The fold
+// needs each entity's previous state, so the audit holds one S per entity
+// while it reads; a Stateless stream's state is each message alone, and
+// its audit emits every message as it arrives instead (a key emitted again
+// later: its last event stands, as core.AuditLister allows), holding
+// nothing. A reducer error is an event with Err set, as in List. It
+// parks nothing for watches and leaves the stream's identity as the
+// watches last saw it.
+func (s *EventStream[S]) AuditList(ctx context.Context, atLeast core.ResourceVersion, sink core.ListSink[S]) (core.ResourceVersion, error) {
+	info, err := s.info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("%s: audit: read stream state: %w", s.source, err)
+	}
+	if err := s.id.check(s.source, info); err != nil {
+		return 0, err
+	}
+	top := max(info.State.LastSeq, s.opts.SnapshotSeq)
+	if top < uint64(atLeast) {
+		return 0, fmt.Errorf("%s: audit: the stream's head %d, as its leader reported it, is older than the cache's %d", s.source, top, atLeast)
+	}
+	f := &folder[S]{es: s} // Stateless: no state, each message stands alone
+	if !s.opts.Stateless {
+		f.state = maps.Clone(s.opts.Snapshot)
+		if f.state == nil {
+			f.state = make(map[string]S)
+		}
+	}
+	var emitErr error
+	var evs []core.Event[S]
+	fold := func(m jetstream.Msg, seq uint64) {
+		evs = f.fold(m, seq, evs[:0], s.opts.Stateless) // a fold's own: reducer errors only
+		for _, ev := range evs {
+			if ev.Err == nil && ev.Type != core.Deleted && !s.residue.Keep(&ev) {
+				ev = core.Event[S]{Type: core.Deleted, Key: ev.Key, RV: ev.RV} // outside the filter at this version
+			}
+			if emitErr == nil {
+				emitErr = sink.Emit(ev)
+			}
+		}
+	}
+	if top > s.opts.SnapshotSeq {
+		_, err = s.replay(ctx, s.opts.SnapshotSeq, top, fold)
+		if err == nil {
+			err = emitErr
+		}
+		if err != nil {
+			return 0, fmt.Errorf("%s: audit: %w", s.source, err)
+		}
+	}
+	for _, key := range slices.Sorted(maps.Keys(f.state)) {
+		ev := core.Event[S]{Type: core.Added, Key: key, Object: f.state[key], HasObject: true, RV: core.ResourceVersion(top)}
+		if !s.residue.Keep(&ev) {
+			continue
+		}
+		if err := sink.Emit(ev); err != nil {
+			return 0, err
+		}
+	}
+	return core.ResourceVersion(top), nil
 }

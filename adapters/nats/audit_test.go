@@ -40,3 +40,29 @@ func TestClusterKVAuditConformance(t *testing.T) {
 		return natstest.NewKV(t, natstest.Config{Cluster: c, ListenNode: 2, WriteNode: 0})
 	})
 }
+
+// An event stream's fold is audited against a fold of its own, on a
+// single server and on a 3-node cluster; a stateless stream's audit
+// streams each message as it comes.
+func TestEventStreamAuditConformance(t *testing.T) {
+	srv := harness.StartNATS(t)
+	caps := natsCaps
+	caps.DeletesCarryObject, caps.DistinguishesUpdate = true, true
+	conformance.RunAudit(t, caps, func(t *testing.T) conformance.Harness[natstest.Obj] {
+		return natstest.NewEventStream(t, natstest.Config{Server: srv})
+	})
+	t.Run("stateless", func(t *testing.T) {
+		conformance.RunAudit(t, natsCaps, func(t *testing.T) conformance.Harness[natstest.Obj] {
+			return natstest.NewEventStream(t, natstest.Config{Server: srv, Stateless: true})
+		})
+	})
+}
+
+func TestClusterEventStreamAuditConformance(t *testing.T) {
+	c := harness.StartNATSCluster(t, 3)
+	caps := natsCaps
+	caps.DeletesCarryObject, caps.DistinguishesUpdate = true, true
+	conformance.RunAudit(t, caps, func(t *testing.T) conformance.Harness[natstest.Obj] {
+		return natstest.NewEventStream(t, natstest.Config{Cluster: c, ListenNode: 2, WriteNode: 0})
+	})
+}

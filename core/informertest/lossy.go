@@ -168,7 +168,9 @@ func (l *Lossy[T]) choose(ev core.Event[T], hasPrev bool) (LossKind, bool) {
 		case LossAlter:
 			return ev.Type != core.Deleted && (l.opts.Alter != nil || (l.prev != nil && l.prev.Key != ev.Key))
 		case LossStale:
-			return ev.Type == core.Modified && hasPrev
+			// An Added of a key seen before is an update from a source
+			// that cannot tell them apart (a stateless event stream).
+			return ev.Type != core.Deleted && hasPrev
 		}
 		return true
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,8 +19,8 @@ import (
 
 // EventStream is a harness over a fresh stream "S<n>" on the subjects
 // "s<n>.>": each event sets an entity to a version or deletes it; the
-// ListerWatcher folds the subjects "s<n>.w.*" (the entity is the last
-// token), PutUnwatched writes "s<n>.u.other".
+// ListerWatcher folds the subjects "s<n>.w.>" (the entity is the rest of
+// the subject), PutUnwatched writes "s<n>.u.other".
 type EventStream struct {
 	base
 	root string
@@ -99,7 +100,10 @@ func NewEventStream(t testing.TB, cfg Config) *EventStream {
 		cfg.Cluster.WaitStreamLeader(t, h.name)
 	}
 	h.lw, err = natsinformer.NewEventStream(ctx, h.lwJS, h.name, natsinformer.EventStreamOptions[Obj]{
-		Filter: h.root + ".w.*", Reduce: Reduce, IdleCheck: cfg.IdleCheck, BatchSize: cfg.BatchSize,
+		// The entity is the rest of the subject after "s<n>.w.", dots
+		// and all, as Truth reads it.
+		Filter: h.prefix + ">", Key: func(subject string) (string, error) { return strings.TrimPrefix(subject, h.prefix), nil },
+		Reduce: Reduce, IdleCheck: cfg.IdleCheck, BatchSize: cfg.BatchSize, Stateless: cfg.Stateless,
 	})
 	if err != nil {
 		t.Fatalf("natstest: NewEventStream: %v", err)

@@ -58,6 +58,9 @@ type Config struct {
 	// KVWhere is the KV ListerWatcher's partial-sync filter
 	// (KVOptions.Where); Truth then reports only the keys it matches.
 	KVWhere *filter.Filter[Obj]
+	// Stateless is passed to the EventStream ListerWatcher's options
+	// (each message is its entity's whole state).
+	Stateless bool
 }
 
 // StepDown is a fault of a harness on a cluster: the stream's leader
