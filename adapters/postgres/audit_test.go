@@ -233,3 +233,39 @@ func TestAuditListEnds(t *testing.T) {
 	}
 	onlyTheSourcesSlot(t, conn, h.Source())
 }
+
+// TestAuditUndecodable: a row that does not decode (an empty key) is
+// emitted with Err by AuditList whether or not the Table skips such rows,
+// and does not count in Table.Skipped; the audit of a skipping Table's
+// informer is equal, the row counted as undecodable.
+func TestAuditUndecodable(t *testing.T) {
+	pg := harness.StartPostgres(t)
+	pg.Exec(t, `CREATE TABLE eka (k text PRIMARY KEY, v text NOT NULL); INSERT INTO eka VALUES ('', 'empty'), ('a', 'x'), ('b', 'y')`)
+	ctx := ctxFor(t)
+	src := newSource(t, pg, pginformer.Options{})
+	strict := newTable[keyRow](t, src, "eka")
+	skip, err := pginformer.NewTable[keyRow](ctx, src, "eka", pginformer.TableOptions[keyRow]{SkipUndecodable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inf, _ := informertest.Run[keyRow](t, skip, core.InformerOptions[keyRow]{})
+	skipped := skip.Skipped()
+	var bad []error
+	good := 0
+	if _, err := strict.AuditList(ctx, 0, core.ListSink[keyRow]{Emit: func(ev core.Event[keyRow]) error {
+		if ev.Err != nil {
+			bad = append(bad, ev.Err)
+		} else {
+			good++
+		}
+		return nil
+	}}); err != nil || good != 2 || len(bad) != 1 {
+		t.Errorf("AuditList of a strict Table: %v, %d good, %v bad; want 2 good and 1 with Err", err, good, bad)
+	}
+	if r := inf.AuditNow(ctx); r.Outcome != core.AuditEqual || r.Undecodable != 1 || r.Rows != 3 {
+		t.Errorf("audit of a skipping Table: %v (undecodable %d), want equal over 3 rows, 1 undecodable", r, r.Undecodable)
+	}
+	if n := skip.Skipped(); n != skipped {
+		t.Errorf("Skipped went from %d to %d over the audit; the audit skips nothing of the sync's", skipped, n)
+	}
+}
