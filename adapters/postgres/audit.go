@@ -31,7 +31,8 @@ var _ core.AuditLister[map[string]any] = (*Table[map[string]any])(nil)
 // While it reads, the audit holds a replication slot and a walsender
 // (max_replication_slots, max_wal_senders) and a snapshot that, as any
 // long read does, keeps vacuum from removing rows deleted since; a
-// paced audit of a large table holds them for its pace's time. The slot
+// paced audit of a large table holds them for its pace's time (and a
+// statement_timeout of the role shorter than that ends it). The slot
 // is dropped before AuditList returns, also on an error or a cancelled
 // ctx. A snapshot lost with its connection ends it with an error
 // matching core.ErrExpired.

@@ -365,8 +365,13 @@
 // slot before it returns. While it reads it holds a replication slot, a
 // walsender and a snapshot (vacuum keeps the rows deleted meanwhile): a
 // 1M-row table at the default pace of 20,000 rows/s holds them for about
-// 50 s. A reader connection lost mid-read ends the run with an error
-// matching core.ErrExpired; the audit tries again next period.
+// 50 s, and a statement_timeout of the role shorter than that ends the
+// read (the run fails and says so: raise the pace or the timeout). A
+// reader connection lost mid-read ends the run with an error matching
+// core.ErrExpired; the audit tries again next period. An audit beside a
+// List of the same rows, and AuditList alone, are measured by
+//
+//	go test ./bench -run '^$' -bench 'BenchmarkPostgresAudit' -benchtime 1x
 //
 // # Memory
 //
