@@ -42,7 +42,7 @@ func BenchmarkNATSAudit(b *testing.B) {
 		return lw
 	}
 	before := liveHeap()
-	probe := &heapProbe{KV: newLW()}
+	probe := &heapProbe[item]{lw: newLW()}
 	// Read audits unpaced; Throughput sets the pace per side (no audit
 	// runs then, and the period is never reached).
 	aopts := &core.AuditOptions[item]{Pace: -1}
@@ -155,25 +155,40 @@ func BenchmarkNATSAudit(b *testing.B) {
 	})
 }
 
-// heapProbe is the bench's ListerWatcher: a NATS KV whose AuditList, when
-// at is set, reads the live heap as the at-th row arrives.
-type heapProbe struct {
-	*natsinformer.KV[item]
+// heapProbe wraps an audited ListerWatcher (every capability found
+// through Unwrap): when at is set, its AuditList reads the live heap as
+// the at-th row arrives.
+type heapProbe[T any] struct {
+	lw         core.ListerWatcher[T]
 	at         int
 	base, held uint64
 }
 
-func (p *heapProbe) AuditList(ctx context.Context, atLeast core.ResourceVersion, sink core.ListSink[item]) (core.ResourceVersion, error) {
+func (p *heapProbe[T]) Unwrap() core.ListerWatcher[T] { return p.lw }
+
+func (p *heapProbe[T]) List(ctx context.Context, sink core.ListSink[T]) (core.ResourceVersion, error) {
+	return p.lw.List(ctx, sink)
+}
+
+func (p *heapProbe[T]) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[T]) error {
+	return p.lw.Watch(ctx, from, opts)
+}
+
+func (p *heapProbe[T]) AuditList(ctx context.Context, atLeast core.ResourceVersion, sink core.ListSink[T]) (core.ResourceVersion, error) {
+	al, ok := core.Capability[core.AuditLister[T]](p.lw)
+	if !ok {
+		return 0, core.ErrAuditUnsupported
+	}
 	if p.at == 0 {
-		return p.KV.AuditList(ctx, atLeast, sink)
+		return al.AuditList(ctx, atLeast, sink)
 	}
 	emit, n := sink.Emit, 0
-	sink.Emit = func(ev core.Event[item]) error {
+	sink.Emit = func(ev core.Event[T]) error {
 		err := emit(ev)
 		if n++; n == p.at {
 			p.held = liveHeap() - min(p.base, liveHeap())
 		}
 		return err
 	}
-	return p.KV.AuditList(ctx, atLeast, sink)
+	return al.AuditList(ctx, atLeast, sink)
 }

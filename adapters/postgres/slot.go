@@ -150,21 +150,9 @@ func (s *Source) snapshotFor(ctx context.Context, st *tableState, read func(r *s
 		return 0, err
 	}
 	defer func() { <-s.readers }()
-	repl, err := s.connectRepl(ctx)
-	if err != nil {
-		return 0, err
-	}
-	defer repl.Close(context.Background())
-	sn, err := s.exportSnapshot(ctx, repl, "dbinformer_list_"+randomHex(8), true)
-	if err != nil {
-		return 0, err
-	}
-	first, err := s.importSnapshot(ctx, sn)
-	if err != nil {
-		return 0, err
-	}
-	err = read(&snapReaders{s: s, sn: sn, first: first}, sn.cp, fresh)
-	first.close(s)
+	rv, err := s.helperSnapshot(ctx, "dbinformer_list_", func(r *snapReaders, rv core.ResourceVersion) error {
+		return read(r, rv, fresh)
+	})
 	if err != nil {
 		if s.readCtx.Err() != nil {
 			return 0, errClosed
@@ -172,11 +160,58 @@ func (s *Source) snapshotFor(ctx context.Context, st *tableState, read func(r *s
 		return 0, err
 	}
 	if fresh {
-		s.fan.listedAt(&st.feed, sn.cp)
+		s.fan.listedAt(&st.feed, rv)
 	}
-	s.log.Debug("table listed in a helper slot's snapshot", "table", st.ident.Sanitize(), "rv", lsn(sn.cp))
+	s.log.Debug("table listed in a helper slot's snapshot", "table", st.ident.Sanitize(), "rv", lsn(rv))
+	return rv, nil
+}
+
+// helperSnapshot runs read inside the exported snapshot of a short-lived
+// temporary slot (named prefix and random hex) created on a replication
+// connection of its own, and returns the slot's consistent point, the
+// snapshot's version. The slot touches no state of the Source's session
+// and stream: the late Lists (snapshotFor) and the audit (AuditList) read
+// through it. read gets a first reader that imported the snapshot; the
+// caller decides whether it holds a reader slot (Options.SnapshotReaders).
+// The slot is dropped before helperSnapshot returns, or, when its
+// connection failed, goes with the connection (a temporary slot does not
+// outlive its session).
+func (s *Source) helperSnapshot(ctx context.Context, prefix string, read func(r *snapReaders, rv core.ResourceVersion) error) (core.ResourceVersion, error) {
+	repl, err := s.connectRepl(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer repl.Close(context.Background())
+	slot := prefix + randomHex(8)
+	sn, err := s.exportSnapshot(ctx, repl, slot, true)
+	if err != nil {
+		return 0, err
+	}
+	defer func() {
+		// Dropped at once rather than when the server notices the
+		// connection's end, so that no caller sees it linger. Bounded:
+		// a connection that hangs is closed below all the same.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), helperDropWait)
+		defer cancel()
+		if err := pglogrepl.DropReplicationSlot(dctx, repl, pgx.Identifier{slot}.Sanitize(), pglogrepl.DropReplicationSlotOptions{}); err != nil {
+			s.log.Debug("drop helper slot (its connection's end drops it)", "slot", slot, "err", err)
+		}
+	}()
+	first, err := s.importSnapshot(ctx, sn)
+	if err != nil {
+		return 0, err
+	}
+	err = read(&snapReaders{s: s, sn: sn, first: first}, sn.cp)
+	first.close(s)
+	sn.release()
+	if err != nil {
+		return 0, err
+	}
 	return sn.cp, nil
 }
+
+// helperDropWait bounds the drop of a helper slot.
+const helperDropWait = 5 * time.Second
 
 // openSession returns the slot session, opening one if there is none: a
 // permanent slot whose stream ended is resumed (every table keeps its

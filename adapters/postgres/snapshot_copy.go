@@ -46,8 +46,9 @@ type copyLayout struct {
 // layout plans the statement for the table's columns cols (omitted and
 // generated ones already left out) on a server of the given
 // server_version_num, which decides how the statement asks whether a value
-// is stored out of line (outOfLine).
-func (t *Table[T]) layout(cols []snapColumn, version int) (*copyLayout, *rowPlan, error) {
+// is stored out of line (outOfLine). Without toast (an audit, which keeps
+// no values) it asks for none of that.
+func (t *Table[T]) layout(cols []snapColumn, version int, toast bool) (*copyLayout, *rowPlan, error) {
 	st := t.st
 	all := &wal.Relation{}
 	for _, c := range cols {
@@ -81,7 +82,7 @@ func (t *Table[T]) layout(cols []snapColumn, version int) (*copyLayout, *rowPlan
 	}
 	for i, c := range sel {
 		kind := toastKind(c.oid, c.attlen, c.storage)
-		keep := fields[i].used && !st.full && kind != toastNever
+		keep := toast && fields[i].used && !st.full && kind != toastNever
 		binaryOK := !fields[i].used || rowplan.BinarySafe(c.oid, fields[i].typ)
 		if keep && !rowplan.TextLike(c.oid) && c.oid != pgtype.JSONBOID {
 			binaryOK = false // TOAST memory keeps text

@@ -116,11 +116,29 @@ func (r *snapReaders) more(ctx context.Context) *snapReader {
 	return rd
 }
 
-// read emits every row of the table as seen by the snapshot of r. When
-// fresh it parks the table's known keys and values at rv; otherwise the
-// stream keeps them.
-func (t *Table[T]) read(ctx context.Context, r *snapReaders, rv core.ResourceVersion, fresh bool, sink core.ListSink[T]) error {
+// readKind says what a snapshot read is for.
+type readKind uint8
+
+const (
+	// readList: a List of a table whose known keys and values the stream
+	// keeps.
+	readList readKind = iota
+	// readFresh: a List of a table with no state: it parks the table's
+	// known keys and values at the snapshot's version.
+	readFresh
+	// readAudit: an audit (AuditList). It leaves the table's state alone
+	// (no known keys, no TOAST columns, no Skipped count, no
+	// SyncProgress), reads through its first reader only, asks for no
+	// TOAST flags, and emits a row that does not decode as an event with
+	// Err (core.AuditLister) instead of failing.
+	readAudit
+)
+
+// read emits every row of the table as seen by the snapshot of r (see
+// readKind).
+func (t *Table[T]) read(ctx context.Context, r *snapReaders, rv core.ResourceVersion, how readKind, sink core.ListSink[T]) error {
 	s, st := t.src, t.st
+	fresh, audit := how == readFresh, how == readAudit
 	ident := st.ident.Sanitize()
 	tx := r.first.tx
 	// The columns as of the snapshot, less those left out.
@@ -157,17 +175,19 @@ func (t *Table[T]) read(ctx context.Context, r *snapReaders, rv core.ResourceVer
 			used = append(used, c)
 		}
 	}
-	l, p, err := t.layout(used, version)
+	l, p, err := t.layout(used, version, !audit)
 	if err != nil {
 		return fmt.Errorf("%s: %w", st.sourceName(), err)
 	}
 	defer t.m.forget(p.rel)
-	st.knownMu.Lock()
-	if fresh {
-		st.resetKnown()
+	if !audit {
+		st.knownMu.Lock()
+		if fresh {
+			st.resetKnown()
+		}
+		st.setToastCols(kinds)
+		st.knownMu.Unlock()
 	}
-	st.setToastCols(kinds)
-	st.knownMu.Unlock()
 
 	// Ranges of blocks, open-ended at the end (rows of blocks past the
 	// size read above are not in the snapshot, but need no proof of it).
@@ -193,7 +213,7 @@ func (t *Table[T]) read(ctx context.Context, r *snapReaders, rv core.ResourceVer
 	}
 	var queries []string
 	n := 1
-	if !st.partitioned && version >= 140000 && blocks >= 2*rangeBlocks && (where == "" || reltuples*4 >= float64(blocks)*rowsPerBlockFloor) {
+	if !audit && !st.partitioned && version >= 140000 && blocks >= 2*rangeBlocks && (where == "" || reltuples*4 >= float64(blocks)*rowsPerBlockFloor) {
 		n = int(min(blocks/rangeBlocks, int64(4*cap(s.readers))))
 	}
 	if n <= 1 {
@@ -213,8 +233,8 @@ func (t *Table[T]) read(ctx context.Context, r *snapReaders, rv core.ResourceVer
 		}
 	}
 
-	lr := &listRead[T]{t: t, l: l, p: p, rv: rv, fresh: fresh, sink: sink}
-	if fn := s.opts.SyncProgress; fn != nil {
+	lr := &listRead[T]{t: t, l: l, p: p, rv: rv, fresh: fresh, audit: audit, sink: sink}
+	if fn := s.opts.SyncProgress; fn != nil && !audit {
 		est := int64(-1)
 		if reltuples >= 0 {
 			est = int64(reltuples)
@@ -279,6 +299,9 @@ func (t *Table[T]) read(ctx context.Context, r *snapReaders, rv core.ResourceVer
 		}
 		return s.wrap("read table "+ident, lr.err)
 	}
+	if audit {
+		return nil // its rows that did not decode were emitted with Err
+	}
 	if !t.opts.SkipUndecodable {
 		return lr.bad.err(fmt.Sprintf("%s: of the rows listed at %s", st.sourceName(), lsn(rv)))
 	}
@@ -310,6 +333,7 @@ type listRead[T any] struct {
 	p     *rowPlan
 	rv    core.ResourceVersion
 	fresh bool
+	audit bool
 	sink  core.ListSink[T]
 
 	mu       sync.Mutex // serialises Emit and guards what follows
@@ -376,10 +400,13 @@ func (lr *listRead[T]) copy(ctx context.Context, rd *snapReader, query string) e
 		if err != nil {
 			de := &core.DecodeError{Source: st.sourceName(), Key: key, RV: lr.rv, Err: err}
 			lr.bad.add(de)
-			if !t.opts.SkipUndecodable {
+			switch {
+			case lr.audit:
+			case !t.opts.SkipUndecodable:
 				return nil
+			default:
+				t.skipped.Add(1)
 			}
-			t.skipped.Add(1)
 			ev.Err, ev.Object, ev.HasObject = de, *new(T), false
 		} else {
 			ev.HasObject = true

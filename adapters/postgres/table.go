@@ -287,6 +287,19 @@ func (t *Table[T]) Skipped() int64 { return t.skipped.Load() }
 // snapshot of a short-lived temporary helper slot (RV = its consistent
 // point).
 func (t *Table[T]) List(ctx context.Context, sink core.ListSink[T]) (core.ResourceVersion, error) {
+	sink = t.filtered(sink)
+	return t.src.snapshotFor(ctx, t.st, func(r *snapReaders, rv core.ResourceVersion, fresh bool) error {
+		how := readList
+		if fresh {
+			how = readFresh
+		}
+		return t.read(ctx, r, rv, how, sink)
+	})
+}
+
+// filtered applies a partial sync's residue (what the snapshot query's
+// WHERE does not evaluate) to the rows a List or an audit emits.
+func (t *Table[T]) filtered(sink core.ListSink[T]) core.ListSink[T] {
 	if t.filter != nil {
 		emit := sink.Emit
 		sink.Emit = func(ev core.Event[T]) error {
@@ -296,9 +309,7 @@ func (t *Table[T]) List(ctx context.Context, sink core.ListSink[T]) (core.Resour
 			return emit(ev)
 		}
 	}
-	return t.src.snapshotFor(ctx, t.st, func(r *snapReaders, rv core.ResourceVersion, fresh bool) error {
-		return t.read(ctx, r, rv, fresh, sink)
-	})
+	return sink
 }
 
 // undecodable collects the rows a List or a batch could not decode.
