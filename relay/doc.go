@@ -137,4 +137,15 @@
 //
 // Deleted keys stay in the stream as one small message each (a tombstone),
 // so that a downstream that lists later still learns of the delete.
+//
+// # Audit
+//
+// A Downstream is a core.AuditLister: an informer over it with
+// core.InformerOptions.Audit compares its cache with the stream, its
+// source, as of one source version (AuditList reads the stream once,
+// streaming, as List would, up to a version the relay completed). Keys a
+// catch-up delivered ahead of their version are compared with what the
+// watch delivered, not taken for divergences. Whether the stream holds
+// the database is the relay's part: it publishes a relist as a diff
+// against the stream whenever its source watch expires.
 package relay
