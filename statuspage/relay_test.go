@@ -17,15 +17,17 @@ import (
 	"github.com/dbinformer/dbinformer/statuspage"
 )
 
-// A running relay (a Postgres table into JetStream, elected through a
-// Postgres advisory lock) shows on the page and in its JSON: leader, its
-// term, what it published and had stored, the stream's last version, the
-// source's head and the lag; a name and an error holding a password are
-// redacted.
+// Two running relays of one table (a Postgres table into JetStream,
+// elected through a Postgres advisory lock) show on the page and in its
+// JSON: the leader with its term, what it published and had stored, the
+// stream's last version, the source's head and the lag; the follower with
+// the leader's term as the stream shows it. A name and an error holding a
+// password are redacted.
 func TestRelayOnThePage(t *testing.T) {
 	nsrv := harness.StartNATS(t)
 	pg := harness.StartPostgres(t)
 	h := relaytest.New(t, pgtest.New(t, pg, pgtest.Options{}), nsrv.JetStream(t), relaytest.Options{
+		Relays: 2,
 		NewElector: func(int) leader.Elector {
 			el, err := leader.NewPostgres(pg.ConnString(), "page-relay", leader.PostgresOptions{})
 			if err != nil {
@@ -39,18 +41,26 @@ func TestRelayOnThePage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	lead := h.Leader()
+	if lead < 0 {
+		t.Fatal("no relay leads after a write was relayed")
+	}
 	page := statuspage.New(statuspage.Options{})
-	page.AddRelay(secretRelay{h.Relay(0)})
+	page.AddRelay(secretRelay{h.Relay(lead)})
+	page.AddRelay(namedRelay{h.Relay(1 - lead), "follower"})
 
-	var rs statuspage.RelayStatus
+	var rs, fs statuspage.RelayStatus
 	informertest.Eventually(t, "the relay's stored version reaches the write's", func() bool {
 		st := page.Snapshot(ctx)
-		if len(st.Relays) != 1 {
-			t.Fatalf("Snapshot has %d relays, want 1", len(st.Relays))
+		if len(st.Relays) != 2 {
+			t.Fatalf("Snapshot has %d relays, want 2", len(st.Relays))
 		}
-		rs = st.Relays[0]
+		rs, fs = st.Relays[0], st.Relays[1]
 		return rs.Stored >= rv
 	})
+	if fs.Name != "follower" || fs.Role != "follower" || fs.Leading || fs.Epoch != 0 || fs.Terms != 0 || fs.StreamEpoch != rs.Epoch || fs.StreamVersion < rv {
+		t.Errorf("follower status %+v: want a follower that never led, seeing the leader's term %d and version %d in the stream", fs, rs.Epoch, rv)
+	}
 	if rs.Role != "leader" || !rs.Leading || rs.Epoch == 0 || rs.Terms != 1 || rs.LeadingSince.IsZero() {
 		t.Errorf("relay status %+v: want the leader of its first term", rs)
 	}
@@ -83,12 +93,21 @@ func TestRelayOnThePage(t *testing.T) {
 		}
 		if path != "/" {
 			var st statuspage.Status
-			if err := json.Unmarshal(body, &st); err != nil || len(st.Relays) != 1 || st.Relays[0].Role != "leader" {
-				t.Errorf("JSON relays %+v (%v), want the leader", st.Relays, err)
+			if err := json.Unmarshal(body, &st); err != nil || len(st.Relays) != 2 || st.Relays[0].Role != "leader" || st.Relays[1].Role != "follower" {
+				t.Errorf("JSON relays %+v (%v), want the leader and the follower", st.Relays, err)
 			}
 		}
 	}
 }
+
+// namedRelay renames a relay (two relays of one stream in one process
+// have one name, the stream's).
+type namedRelay struct {
+	statuspage.Relay
+	name string
+}
+
+func (r namedRelay) Name() string { return r.name }
 
 // secretRelay names a relay, and says its last error, with a password in
 // them, as a careless program might.
