@@ -205,9 +205,7 @@ func (t *translator[T]) confirm(end bool) {
 	if v > t.lastV {
 		rv := core.ResourceVersion(t.lastV + 1)
 		for _, key := range c.order {
-			ev := c.events[key]
-			ev.RV = rv
-			t.out = append(t.out, ev)
+			t.deliverAt(c.events[key], rv)
 		}
 		c.keys += len(c.order)
 		c.deliveries++

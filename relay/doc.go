@@ -137,4 +137,27 @@
 //
 // Deleted keys stay in the stream as one small message each (a tombstone),
 // so that a downstream that lists later still learns of the delete.
+//
+// # Status and metrics
+//
+// A Relay reports where it stands through RelayStatus (core.RelayStatus:
+// leader or follower, its term, the messages it published, the source
+// version JetStream stored, relists and failed terms with the last
+// reason, and, read when asked, the stream's last message and the
+// source's head, whose difference is the lag). The status page and
+// Prometheus read it as they read an informer: statuspage.Page.AddRelay(r)
+// and prommetrics.Provider.TrackRelay(r), under Options.Name (the stream's
+// name by default). A Downstream's informer reports through
+// core.InformerMetrics like any informer.
+//
+// # Audit
+//
+// A Downstream is a core.AuditLister: an informer over it with
+// core.InformerOptions.Audit compares its cache with the stream, its
+// source, as of one source version (AuditList reads the stream once,
+// streaming, as List would, up to a version the relay completed). Keys a
+// catch-up delivered ahead of their version are compared with what the
+// watch delivered, not taken for divergences. Whether the stream holds
+// the database is the relay's part: it publishes a relist as a diff
+// against the stream whenever its source watch expires.
 package relay

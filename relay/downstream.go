@@ -46,6 +46,8 @@ type Downstream[T any] struct {
 	mu       sync.Mutex
 	parked   *downPark
 	catchUps catchUpStats // since the last summary logged
+
+	audit auditWatch[T] // what the watches delivered, for AuditList
 }
 
 // downPark remembers the stream sequence of the commit point at which
@@ -60,6 +62,7 @@ var (
 	_ core.ProgressIntervaler     = (*Downstream[int])(nil)
 	_ core.HealWaiter             = (*Downstream[int])(nil)
 	_ core.CodecProvider[int]     = (*Downstream[int])(nil)
+	_ core.AuditLister[int]       = (*Downstream[int])(nil)
 	_ natsinformer.Reducer[entry] = (*Downstream[int])(nil).reduce
 )
 
@@ -177,42 +180,12 @@ func (d *Downstream[T]) List(ctx context.Context, sink core.ListSink[T]) (core.R
 	}
 	pos := uint64(top)
 	if pos > 0 {
-		// Catch up: a watch from top, asked for a bookmark, which it sends
-		// once it has read up to the stream's head.
-		cctx, cancel := context.WithTimeoutCause(ctx, listCatchUp, errCatchUp)
-		progress := make(chan struct{}, 1)
-		progress <- struct{}{}
-		caught := false
-		err := d.es.Watch(cctx, top, core.WatchOptions[entry]{Progress: progress, Emit: func(batch []core.Event[entry]) error {
-			for _, ev := range batch {
-				if ev.Type == core.Bookmark {
-					pos = uint64(ev.RV)
-					if last.seq == 0 || last.commitPoint() {
-						caught = true
-						cancel()
-					} else {
-						// The relay is inside a group: wait for its end.
-						select {
-						case progress <- struct{}{}:
-						default:
-						}
-					}
-					continue
-				}
-				fold(ev)
-				pos = max(pos, uint64(ev.RV))
-			}
+		last, pos, err = d.readOn(ctx, pos, last, true, func(ev core.Event[entry]) error {
+			fold(ev)
 			return nil
-		}})
-		cancel()
-		if !caught {
-			if ctx.Err() != nil {
-				return 0, ctx.Err()
-			}
-			if errors.Is(context.Cause(cctx), errCatchUp) {
-				return 0, fmt.Errorf("%s ends inside the changes of source version %d (sequence %d) and stayed so for %v: is a relay leader running? A new one closes the group", d.source, last.version, last.seq, listCatchUp)
-			}
-			return 0, fmt.Errorf("%s: read up to the head: %w", d.source, err)
+		})
+		if err != nil {
+			return 0, err
 		}
 	}
 	v := last.version
@@ -239,6 +212,79 @@ func (d *Downstream[T]) List(ctx context.Context, sink core.ListSink[T]) (core.R
 const listCatchUp = 30 * time.Second
 
 var errCatchUp = errors.New("relay group not completed")
+
+// readOn reads the stream after sequence after, handing fn every message
+// (parsed, or with Err set), until it has read up to the stream's head at
+// a point where the relay completed a group: a watch asked for a
+// bookmark, which it sends once it has read up to the head, asked again
+// while the last message read (last, the one given if none) is inside a
+// group, for at most listCatchUp from the first such bookmark (from the
+// start with bounded: List's read of what came after its own is short,
+// while an audit's read of the whole stream is paced). It returns the last message read and the
+// head's sequence; every message up to it that the stream still held was
+// handed over, and one it no longer held was removed by a later one of the
+// same subject, also at or before the head. Nothing after the head is
+// handed over. List uses it to catch up after its read; AuditList reads
+// the whole stream through it.
+func (d *Downstream[T]) readOn(ctx context.Context, after uint64, last entry, bounded bool, fn func(core.Event[entry]) error) (entry, uint64, error) {
+	pos := after
+	cctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var stuck *time.Timer
+	if bounded {
+		stuck = time.AfterFunc(listCatchUp, func() { cancel(errCatchUp) })
+	}
+	defer func() {
+		if stuck != nil {
+			stuck.Stop()
+		}
+	}()
+	progress := make(chan struct{}, 1)
+	progress <- struct{}{}
+	caught := false
+	err := d.es.Watch(cctx, core.ResourceVersion(after), core.WatchOptions[entry]{Progress: progress, Emit: func(batch []core.Event[entry]) error {
+		if caught {
+			return nil // past the head the read stopped at
+		}
+		for _, ev := range batch {
+			if ev.Type == core.Bookmark {
+				pos = uint64(ev.RV)
+				if last.seq == 0 || last.commitPoint() {
+					caught = true
+					cancel(nil)
+					return nil
+				}
+				// The relay is inside a group: wait for its end.
+				if stuck == nil {
+					stuck = time.AfterFunc(listCatchUp, func() { cancel(errCatchUp) })
+				}
+				select {
+				case progress <- struct{}{}:
+				default:
+				}
+				continue
+			}
+			if err := fn(ev); err != nil {
+				return err
+			}
+			if ev.Err == nil && ev.Object.seq > last.seq {
+				last = ev.Object
+			}
+			pos = max(pos, uint64(ev.RV))
+		}
+		return nil
+	}})
+	if caught {
+		return last, pos, nil
+	}
+	if ctx.Err() != nil {
+		return last, pos, ctx.Err()
+	}
+	if errors.Is(context.Cause(cctx), errCatchUp) {
+		return last, pos, fmt.Errorf("%s ends inside the changes of source version %d (sequence %d) and stayed so for %v: is a relay leader running? A new one closes the group", d.source, last.version, last.seq, listCatchUp)
+	}
+	return last, pos, fmt.Errorf("%s: read up to the head: %w", d.source, err)
+}
 
 // event turns a key message into an event at rv.
 func (d *Downstream[T]) event(typ core.EventType, e entry, rv core.ResourceVersion) core.Event[T] {
@@ -280,6 +326,7 @@ func (d *Downstream[T]) Watch(ctx context.Context, from core.ResourceVersion, op
 		}
 		return err
 	}
+	d.audit.started(uint64(from))
 	t := &translator[T]{ctx: ctx, d: d, emit: opts.Emit, lastV: uint64(from), lastSeq: seq, lastChange: uint64(from),
 		takenV: uint64(from), takenSeq: seq, takenChange: uint64(from)}
 	err = d.es.Watch(ctx, core.ResourceVersion(seq), core.WatchOptions[entry]{Emit: t.take, Progress: opts.Progress})

@@ -24,7 +24,8 @@ type Config struct {
 
 // A relay reads an etcd prefix (leader elected in the same etcd) and
 // re-serves it over JetStream; an informer on the stream waits for the
-// revision an etcd Put returned, as it would next to etcd.
+// revision an etcd Put returned, as it would next to etcd, and audits its
+// cache against the stream (every 10 minutes; AuditNow runs one at once).
 func Example() {
 	dir, err := os.MkdirTemp("", "relay-example-")
 	if err != nil {
@@ -90,7 +91,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	inf := core.NewSharedIndexInformer[Config](down, core.InformerOptions[Config]{Name: "config"})
+	inf := core.NewSharedIndexInformer[Config](down, core.InformerOptions[Config]{Name: "config", Audit: &core.AuditOptions[Config]{}})
 	infCtx, stopInf := context.WithCancel(ctx)
 	infDone := make(chan error, 1)
 	go func() { infDone <- inf.Run(infCtx) }()
@@ -105,6 +106,7 @@ func Example() {
 	}
 	c, ok := inf.Indexer().Get("color")
 	fmt.Println(ok, c.Value)
+	fmt.Println("audit:", inf.AuditNow(ctx).Outcome)
 
 	stopInf()
 	<-infDone
@@ -112,5 +114,6 @@ func Example() {
 	fmt.Println("relay stopped:", <-relayDone)
 	// Output:
 	// true blue
+	// audit: equal
 	// relay stopped: <nil>
 }

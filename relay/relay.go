@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -47,8 +48,13 @@ type Options[T any] struct {
 	// Logger receives the relay's transitions and errors; nil discards
 	// them.
 	Logger *slog.Logger
-	// Metrics receives the relay's counters; nil means none.
+	// Metrics receives the relay's counters; nil means none. A status
+	// page and Prometheus read the relay itself instead
+	// (statuspage.Page.AddRelay, prommetrics.Provider.TrackRelay).
 	Metrics Metrics
+	// Name names the relay on a status page and in metrics; "" means the
+	// stream's name.
+	Name string
 }
 
 // Relay reads one source ListerWatcher while its process is the leader
@@ -59,7 +65,9 @@ type Relay[T any] struct {
 	opts   Options[T]
 	down   *Downstream[T] // reads the stream back at the start of a term
 	source string
+	name   string
 	log    *slog.Logger
+	status relayState
 
 	durable core.DurableAcknowledger // src, when it acknowledges positions to its server
 
@@ -100,7 +108,7 @@ func New[T any](ctx context.Context, js jetstream.JetStream, src core.ListerWatc
 	if err != nil {
 		return nil, err
 	}
-	r := &Relay[T]{js: js, src: src, opts: opts, down: down, log: log,
+	r := &Relay[T]{js: js, src: src, opts: opts, down: down, log: log, name: cmp.Or(opts.Name, opts.Stream),
 		source: fmt.Sprintf("relay to stream %q", opts.Stream)}
 	if a, ok := core.Capability[core.DurableAcknowledger](src); ok {
 		r.durable = a
@@ -148,10 +156,12 @@ func (r *Relay[T]) lead(ctx context.Context, t leader.Term) error {
 		// tables of the same slot share.)
 		r.durable.GateAcknowledgements(true)
 	}
+	r.status.leading(t, true)
 	r.leading.Store(true)
 	r.opts.Metrics.Leading(true, t.Epoch)
 	defer func() {
 		r.leading.Store(false)
+		r.status.leading(t, false)
 		r.opts.Metrics.Leading(false, t.Epoch)
 	}()
 	backoff := 100 * time.Millisecond
@@ -172,6 +182,7 @@ func (r *Relay[T]) lead(ctx context.Context, t leader.Term) error {
 			return nil
 		}
 		r.log.Warn("relay restarts from the stream", "relay", r.source, "err", err, "retry_in", backoff)
+		r.status.restarted(err)
 		r.opts.Metrics.TermRestarted(err)
 		tm := time.NewTimer(backoff)
 		select {
@@ -472,5 +483,6 @@ func (r *Relay[T]) acknowledge(v uint64) {
 	if r.durable != nil {
 		r.durable.AcknowledgeDurable(core.ResourceVersion(v))
 	}
+	r.status.stored(v)
 	r.opts.Metrics.Stored(core.ResourceVersion(v))
 }

@@ -37,6 +37,20 @@ type translator[T any] struct {
 	pendingRelist bool
 	cu            *catchUp[T] // nil unless catching up
 	out           []core.Event[T]
+	// ahead: the changes of out delivered at a version before their own
+	// (a relist's group, a catch-up's), noted while an audit runs.
+	ahead []aheadEvent[T]
+}
+
+// deliverAt sets the version ev is delivered at, before its own if it
+// is a relist's or a catch-up's change, and appends it to out.
+func (t *translator[T]) deliverAt(ev core.Event[T], rv core.ResourceVersion) {
+	if ev.RV > rv && t.d.audit.running() {
+		t.ahead = append(t.ahead, aheadEvent[T]{v: uint64(ev.RV), ev: ev})
+		t.ahead[len(t.ahead)-1].ev.RV = rv
+	}
+	ev.RV = rv
+	t.out = append(t.out, ev)
 }
 
 func (t *translator[T]) flush() {
@@ -45,10 +59,9 @@ func (t *translator[T]) flush() {
 		// all at it: they go out right after the last version delivered,
 		// then a bookmark at the list's version, so that nothing waiting
 		// for a version before the list's returns before they are applied.
-		for i := range t.pending {
-			t.pending[i].RV = core.ResourceVersion(t.lastV + 1)
+		for _, ev := range t.pending {
+			t.deliverAt(ev, core.ResourceVersion(t.lastV+1))
 		}
-		t.out = append(t.out, t.pending...)
 		t.out = append(t.out, core.Event[T]{Type: core.Bookmark, RV: core.ResourceVersion(t.pendingV)})
 		clear(t.pending)
 		t.pending = t.pending[:0]
@@ -153,8 +166,13 @@ func (t *translator[T]) take(batch []core.Event[entry]) error {
 	if err != nil {
 		// Not taken: the next Watch starts before this batch.
 		t.lastV, t.lastSeq, t.lastChange = t.takenV, t.takenSeq, t.takenChange
+		clear(t.ahead)
+		t.ahead = t.ahead[:0]
 		return err
 	}
 	t.takenV, t.takenSeq, t.takenChange = t.lastV, t.lastSeq, t.lastChange
+	t.d.audit.delivered(t.takenV, t.ahead)
+	clear(t.ahead)
+	t.ahead = t.ahead[:0]
 	return nil
 }

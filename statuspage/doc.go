@@ -9,6 +9,7 @@
 //		Metrics: core.MultiMetrics(page, prom), // prom: a metrics/prometheus Provider, or leave it out
 //	})
 //	page.Add(inf)                         // name, source kind, head, checkpoints: from the informer
+//	page.AddRelay(r)                      // a relay.Relay: leader or follower, term, stream, lag
 //	mux.Handle("/debug/informers/", page) // HTML, ?format=json, readyz, livez
 //
 // # How it knows
@@ -40,7 +41,15 @@
 // informer's checkpoints are doing (off, none saved yet, the last one
 // saved and the last failure). Per
 // work queue: depth, adds, retries, wait and work times, the longest
-// running item and the unfinished work.
+// running item and the unfinished work. Per relay (package relay, added
+// with AddRelay): leader or follower, its term (epoch and identity; the
+// term that wrote the stream's last message), the messages it published,
+// the source version JetStream stored (what the source was acknowledged),
+// the stream's last sequence and version, the source's head, the lag
+// (head − stream version, in the source's units; unknown while either
+// cannot be read), relists and failed terms with the last reason. A relay
+// is read through its RelayStatus when the page or its JSON is served;
+// the probes do not read it.
 //
 // The lag in seconds is how long the oldest head version the cache has
 // not applied yet has been known: heads are read when the page, the JSON

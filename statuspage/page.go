@@ -54,6 +54,8 @@ type Page struct {
 	order     []string
 	queues    map[string]*queueRecord
 	qorder    []string
+	relays    map[string]Relay
+	rorder    []string
 }
 
 // informerEntry joins what the metrics tell (rec) with what the informer

@@ -24,6 +24,8 @@ type Status struct {
 	NotLive   []string         `json:"notLive,omitempty"`
 	Informers []InformerStatus `json:"informers"`
 	Queues    []QueueStatus    `json:"queues"`
+	// Relays added with AddRelay.
+	Relays []RelayStatus `json:"relays,omitempty"`
 }
 
 // InformerStatus is one informer's state.
@@ -193,8 +195,10 @@ func (p *Page) snapshot(ctx context.Context, heads bool) Status {
 	}
 	p.mu.Unlock()
 
+	var relays []RelayStatus
 	if heads {
 		p.readHeads(ctx, entries)
+		relays = p.relayStatuses(ctx)
 	}
 	now := p.clk.Now()
 	st := Status{Title: Redact(p.opts.Title), Time: now, Ready: true, Live: true,
@@ -214,6 +218,7 @@ func (p *Page) snapshot(ctx context.Context, heads bool) Status {
 	for i, q := range queues {
 		st.Queues = append(st.Queues, q.status(Redact(qnames[i])))
 	}
+	st.Relays = relays
 	return st
 }
 

@@ -22,7 +22,10 @@ const (
 	LossAlter LossKind = "alter"
 	// LossStale delivers an update and, after it in the same batch, the
 	// key's previous object again, as a replica replaying an old write
-	// would: the cache ends with the stale object.
+	// would: the cache ends with the stale object. An update is a Modified
+	// event, or an Added one for a key whose object the Lossy delivered
+	// before (a stateless source, such as a relay Downstream, reports
+	// every put as Added and leaves adds and updates to the cache).
 	LossStale LossKind = "stale"
 )
 

@@ -44,6 +44,28 @@
 // source's: etcd revisions, Postgres WAL bytes (versions are LSNs),
 // JetStream sequences. Nothing polls between scrapes.
 //
+// # Relay metrics (label relay = relay.Options.Name, or the stream's)
+//
+// For each relay given to TrackRelay (package relay: pm.TrackRelay(r)),
+// read through its RelayStatus at scrape time, like the informers' heads:
+//
+//	dbinformer_relay_leading                      1 while it leads, 0 while it follows
+//	dbinformer_relay_epoch                        its current (or last) term's epoch
+//	dbinformer_relay_terms_total                  terms it led
+//	dbinformer_relay_published_messages_total     messages published and acknowledged by JetStream
+//	dbinformer_relay_stored_resource_version      source version stored completely (acknowledged to the source)
+//	dbinformer_relay_relists_total                relists of the source it published
+//	dbinformer_relay_term_restarts_total          terms that failed and started again from the stream
+//	dbinformer_relay_stream_sequence              the stream's last sequence
+//	dbinformer_relay_stream_resource_version      the last source version the stream holds completely
+//	dbinformer_relay_head_resource_version        the source's newest version, read through the relay
+//	dbinformer_relay_lag                          head − stream version, in the source's units
+//	dbinformer_relay_stream_errors_total          failed reads of the stream during a scrape
+//	dbinformer_relay_head_errors_total            failed reads of the source's head during a scrape
+//
+// A stream or head that cannot be read has no sample and no lag: unknown,
+// never 0.
+//
 // # Workqueue metrics (label name = workqueue.Options.Name)
 //
 // client-go's set, with its names under the namespace: workqueue_depth,

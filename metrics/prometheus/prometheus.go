@@ -57,6 +57,8 @@ type Provider struct {
 	mu        sync.Mutex
 	informers map[string]*informerMetrics // by informer name
 	heads     map[string]Informer         // TrackLag
+	relays    map[string]Relay            // TrackRelay
+	relayErrs map[string]*relayErrors
 }
 
 var (
@@ -83,6 +85,8 @@ func New(reg prometheus.Registerer, opts Options) (*Provider, error) {
 		headTimeout: opts.HeadTimeout,
 		informers:   map[string]*informerMetrics{},
 		heads:       map[string]Informer{},
+		relays:      map[string]Relay{},
+		relayErrs:   map[string]*relayErrors{},
 	}
 	if p.headTimeout <= 0 {
 		p.headTimeout = 2 * time.Second
@@ -139,7 +143,7 @@ func New(reg prometheus.Registerer, opts Options) (*Provider, error) {
 
 	for _, c := range append([]prometheus.Collector{
 		p.lists, p.listed, p.listReceived, p.listEstimated, p.listRate, p.listETA, p.watchRestarts, p.applied,
-		p.pending, p.panics, p.decodeErrors, p.headErrors, &lagCollector{p},
+		p.pending, p.panics, p.decodeErrors, p.headErrors, &lagCollector{p}, newRelayCollector(p, ns, cl),
 		p.depth, p.adds, p.latency, p.workDuration, p.unfinished, p.longestRunning, p.retries,
 	}, p.audit.collectors()...) {
 		if err := reg.Register(c); err != nil {
