@@ -131,6 +131,16 @@
 // sends a Bookmark there. WaitFor then returns for a revision written to
 // another key or outside the filter.
 //
+// # Consistency audit
+//
+// Both ListerWatchers implement core.AuditLister (InformerOptions.Audit):
+// a KV audit reads the last message of every key up to the stream's head,
+// as List does, streaming each to the audit as it arrives; an event
+// stream's audit folds the stream up to its head into a state of its own
+// (one S per entity while it reads: a fold needs each entity's previous
+// state), or, Stateless, streams each message. Neither parks anything for
+// the watches.
+//
 // # Clusters
 //
 // Every version the adapter reports is one the data delivered with it
