@@ -166,6 +166,7 @@ func NewSharedIndexInformer[T any](lw ListerWatcher[T], opts InformerOptions[T])
 	if i.met == nil {
 		i.met = NoopMetrics{}
 	}
+	i.rep.schemaMet, _ = i.met.(SchemaMetrics)
 	if opts.DeltaFIFO {
 		i.queue = NewDeltaFIFO[T](i.indexer)
 	} else {

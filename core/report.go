@@ -19,6 +19,10 @@ type reporter struct {
 	handler func(error)
 	logger  *slog.Logger
 	decode  *lastDecode // the last *DecodeError reported, for SyncStatus
+	schema  *lastSchema // the schema changes reported, for SyncStatus
+	// schemaMet counts schema changes (the informer's metrics, when they
+	// implement SchemaMetrics); nil when they do not.
+	schemaMet SchemaMetrics
 }
 
 // lastDecode is the last *DecodeError an informer reported and when.
@@ -33,7 +37,7 @@ func newReporter(name string, handler func(error), logger *slog.Logger, clk cloc
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return reporter{name: name, handler: handler, logger: logger, decode: &lastDecode{clk: clock.Or(clk)}}
+	return reporter{name: name, handler: handler, logger: logger, decode: &lastDecode{clk: clock.Or(clk)}, schema: &lastSchema{}}
 }
 
 // lastDecodeError returns the last *DecodeError reported and when; nil
@@ -54,6 +58,11 @@ func (r reporter) report(ctx context.Context, err error) {
 		r.decode.mu.Lock()
 		r.decode.err, r.decode.at = de, now
 		r.decode.mu.Unlock()
+	}
+	if r.schema != nil {
+		if sc, ok := r.schema.note(err, r.decode.clk.Now()); ok && r.schemaMet != nil {
+			r.schemaMet.SchemaChanged(sc.SchemaAction())
+		}
 	}
 	if r.handler != nil {
 		r.handler(err)

@@ -212,6 +212,9 @@ type SyncStatus struct {
 	// Audit is the latest consistency audit's result
 	// (InformerOptions.Audit, AuditNow); nil when none ran.
 	Audit *AuditResult
+	// SchemaChanges are the changes of the source's schema that reached
+	// the informer (see SchemaChange); nil when none did.
+	SchemaChanges *SchemaChanges
 }
 
 // Failures describes consecutive failed attempts (to list, or to watch).
@@ -381,5 +384,6 @@ func (i *SharedIndexInformer[T]) SyncStatus() SyncStatus {
 	}
 	st.AppliedVersion = i.queue.AppliedVersion()
 	st.Audit = i.lastAudit.Load()
+	st.SchemaChanges = i.rep.schema.get()
 	return st
 }

@@ -85,6 +85,20 @@ type InformerStatus struct {
 	Checkpoints string `json:"checkpoints"`
 	// Audit is the consistency audit's last run; absent when none ran.
 	Audit *AuditStatus `json:"audit,omitempty"`
+	// SchemaChanges are the changes of the source's schema that reached
+	// the informer (core.SyncStatus.SchemaChanges); absent when none did.
+	SchemaChanges *SchemaChangeStatus `json:"schemaChanges,omitempty"`
+}
+
+// SchemaChangeStatus is what the page shows of an informer's schema
+// changes: how many, and the last one with what was done about it.
+type SchemaChangeStatus struct {
+	Count int64     `json:"count"`
+	At    time.Time `json:"at"`
+	// Action is "relist" (the informer listed again) or "fail" (it
+	// stopped); Last is the change in one line, through Redact.
+	Action string `json:"action"`
+	Last   string `json:"last"`
 }
 
 // ListStats counts an informer's lists.
@@ -246,6 +260,9 @@ func (p *Page) informerStatus(e *informerEntry, now time.Time) InformerStatus {
 		st := inf.SyncStatus()
 		decodeErr, decodeAt = st.LastDecodeError, st.LastDecodeErrorAt
 		audit = st.Audit
+		if sc := st.SchemaChanges; sc != nil {
+			is.SchemaChanges = &SchemaChangeStatus{Count: sc.Count, At: sc.LastAt, Action: sc.Last.SchemaAction(), Last: clip(Redact(sc.Last.Error()), maxMessage)}
+		}
 		is.Kind = Redact(st.Source)
 		synced, applied, received = st.Synced, st.AppliedVersion, st.LastSyncResourceVersion
 		listErr, stopped = st.ListFailures.Last, st.Stopped

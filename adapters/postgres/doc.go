@@ -202,7 +202,10 @@
 // TableOptions.OnSchemaChange decides between relisting and stopping for
 // the changes T still holds (FailOnSchemaChange stops at every one).
 // Table.LastSchemaChange and Table.SchemaChanges tell what happened, and
-// the Source logs each change at warning level. A warm start checks the
+// the Source logs each change at warning level. A change that reaches the
+// informer (a relist or a stop) is also in its SyncStatus.SchemaChanges
+// (core.SchemaChange), on the status page and in
+// dbinformer_informer_schema_changes_total{action} (metrics/prometheus). A warm start checks the
 // shape too: a checkpoint carries the table's relation id and its decoded
 // columns' names, types and type modifiers (Table.Codec), and one of
 // another shape is not restored; the informer lists instead.

@@ -81,6 +81,17 @@ func (e *SchemaChangeError) Error() string {
 	return msg
 }
 
+// SchemaAction implements core.SchemaChange: "relist" or "fail", for
+// SyncStatus, the status page and metrics.
+func (e *SchemaChangeError) SchemaAction() string {
+	if e.Action == SchemaRelist {
+		return "relist"
+	}
+	return "fail"
+}
+
+var _ core.SchemaChange = (*SchemaChangeError)(nil)
+
 // Unwrap makes the error match what the informer does about it.
 func (e *SchemaChangeError) Unwrap() error {
 	if e.Action == SchemaRelist {

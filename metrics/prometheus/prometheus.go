@@ -42,6 +42,7 @@ type Provider struct {
 	pending        *prometheus.GaugeVec
 	panics         *prometheus.CounterVec
 	decodeErrors   *prometheus.CounterVec
+	schemaChanges  *prometheus.CounterVec
 	headErrors     *prometheus.CounterVec
 	headDesc, lagD *prometheus.Desc
 	audit          *auditVecs
@@ -125,6 +126,7 @@ func New(reg prometheus.Registerer, opts Options) (*Provider, error) {
 	p.pending = gauge(inf("pending_notifications", "Notifications waiting for a handler; a slow handler shows here."), "informer", "handler")
 	p.panics = counter(inf("handler_panics_total", "Recovered handler panics."), "informer", "handler")
 	p.decodeErrors = counter(inf("decode_errors_total", "Changes the adapter could not decode or the transform rejected."), "informer")
+	p.schemaChanges = counter(inf("schema_changes_total", "Changes of the source's schema that reached the informer (a Postgres column dropped, renamed or retyped, a table dropped); action is relist (listed again) or fail (the informer stopped)."), "informer", "action")
 	p.headErrors = counter(inf("head_errors_total", "Failed reads of the source's head version during a scrape."), "informer")
 	p.headDesc = prometheus.NewDesc(prometheus.BuildFQName(ns, "informer", "head_resource_version"),
 		"The source's newest version, read at scrape time.", []string{"informer"}, cl)
@@ -143,7 +145,7 @@ func New(reg prometheus.Registerer, opts Options) (*Provider, error) {
 
 	for _, c := range append([]prometheus.Collector{
 		p.lists, p.listed, p.listReceived, p.listEstimated, p.listRate, p.listETA, p.watchRestarts, p.applied,
-		p.pending, p.panics, p.decodeErrors, p.headErrors, &lagCollector{p}, newRelayCollector(p, ns, cl),
+		p.pending, p.panics, p.decodeErrors, p.schemaChanges, p.headErrors, &lagCollector{p}, newRelayCollector(p, ns, cl),
 		p.depth, p.adds, p.latency, p.workDuration, p.unfinished, p.longestRunning, p.retries,
 	}, p.audit.collectors()...) {
 		if err := reg.Register(c); err != nil {
@@ -302,6 +304,13 @@ func (m *informerMetrics) HandlerPanicked(handler string) {
 }
 
 func (m *informerMetrics) DecodeFailed() { m.decode.Inc() }
+
+// SchemaChanged implements core.SchemaMetrics.
+func (m *informerMetrics) SchemaChanged(action string) {
+	m.p.schemaChanges.WithLabelValues(m.name, action).Inc()
+}
+
+var _ core.SchemaMetrics = (*informerMetrics)(nil)
 
 // lagCollector reads heads at scrape time, so lag is as fresh as the scrape
 // and costs nothing between scrapes.

@@ -1,0 +1,77 @@
+package core
+
+import (
+	"errors"
+	"sync"
+	"time"
+)
+
+// SchemaChange is implemented by an adapter's error for a change of the
+// source's schema that reached the informer (pginformer.SchemaChangeError:
+// a mapped column dropped, renamed or retyped, a table dropped or out of
+// the publication). The informer keeps the last one in SyncStatus
+// (SchemaChanges), counts each for metrics that implement SchemaMetrics,
+// and then does what the error says as with any other: a relist (it
+// matches ErrExpired) or a stop (ErrPermanent).
+type SchemaChange interface {
+	error
+	// SchemaAction says what was done about the change: "relist" or
+	// "fail".
+	SchemaAction() string
+}
+
+// SchemaMetrics is implemented by InformerMetrics that count schema
+// changes (metrics/prometheus: dbinformer_informer_schema_changes_total).
+type SchemaMetrics interface {
+	SchemaChanged(action string)
+}
+
+// SchemaChanges is what an informer's source reported of its schema
+// changes (SyncStatus.SchemaChanges).
+type SchemaChanges struct {
+	// Count is how many reached the informer since it was created.
+	Count int64
+	// Last is the latest, reported at LastAt: its message names the
+	// table, the column, the change, what was done and the fix.
+	Last   SchemaChange
+	LastAt time.Time
+}
+
+// lastSchema keeps an informer's schema changes for SyncStatus.
+type lastSchema struct {
+	mu sync.Mutex
+	s  SchemaChanges
+}
+
+// note records err if it is a schema change, and reports whether it was.
+func (l *lastSchema) note(err error, now time.Time) (SchemaChange, bool) {
+	var sc SchemaChange
+	if !errors.As(err, &sc) {
+		return nil, false
+	}
+	l.mu.Lock()
+	l.s.Count++
+	l.s.Last, l.s.LastAt = sc, now
+	l.mu.Unlock()
+	return sc, true
+}
+
+func (l *lastSchema) get() *SchemaChanges {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.s.Count == 0 {
+		return nil
+	}
+	s := l.s
+	return &s
+}
+
+// SchemaChanged passes a schema change to every provider's metrics that
+// count them.
+func (t teeMetrics) SchemaChanged(action string) {
+	for _, m := range t {
+		if s, ok := m.(SchemaMetrics); ok {
+			s.SchemaChanged(action)
+		}
+	}
+}
