@@ -349,7 +349,7 @@ func (i *SharedIndexInformer[T]) loadCheckpoint(ctx context.Context, rv Resource
 		// One notification per page: each handler's goroutine decodes
 		// the page's loaded objects when it gets there.
 		for _, p := range objs.parts {
-			notes = append(notes, notification[T]{kind: noteReplay, flag: true, page: p.page})
+			notes = append(notes, notification[T]{kind: noteReplay, flag: true, page: p.page.lazy})
 			if len(notes) == 256 {
 				flush()
 			}

@@ -369,7 +369,7 @@ func (s *Indexer[T]) AddIndexers(newIndexers Indexers[T]) error {
 				ids[fl.key] = id
 			}
 			for _, v := range fl.vals {
-				idx.add(v, h, id, s.keys)
+				idx.add(v, h, id, s.keys, false)
 			}
 		}
 		s.indexers[name] = f

@@ -351,13 +351,13 @@ type notification[T any] struct {
 	sync     bool
 	key      string
 	old, obj T
-	page     *itemPage[T] // noteReplay
+	page     *lazyObjects[T] // noteReplay: the page's records as loaded
 }
 
 // weight is how many of a handler's notifications n stands for.
 func (n *notification[T]) weight() int {
 	if n.kind == noteReplay {
-		return n.page.n
+		return len(n.page.recs)
 	}
 	return 1
 }
