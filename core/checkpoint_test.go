@@ -1,10 +1,12 @@
 package core_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -456,4 +458,40 @@ func TestCheckpointLazyLoadReplaysLoadedValues(t *testing.T) {
 	g.Expect("update k0007 1->2", "delete k1200 v=1", "add new v=3")
 	g.ExpectNone()
 	informertest.Eventually(t, "nothing pending", func() bool { return reg.Pending() == 0 })
+}
+
+// A warm start that has synced logs what it waited for: the checkpoint's
+// load, then the changes from its version to the source's head.
+func TestCheckpointWarmStartLogsWhatItWaited(t *testing.T) {
+	dir := t.TempDir()
+	src := memory.New[versioned](memory.Options{})
+	src.Put("a", versioned{"a", 1})
+	src.Put("b", versioned{"b", 2})
+	runOnce(t, src, ckptOptions(t, dir))
+	saved := src.HeadRV()
+	src.Put("b", versioned{"b", 3})
+	src.Delete("a")
+	src.Put("c", versioned{"c", 4})
+
+	var mu sync.Mutex
+	var logs bytes.Buffer
+	opts := ckptOptions(t, dir)
+	opts.Logger = slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))
+	inf := core.NewSharedIndexInformer[versioned](src, opts)
+	runUntilStopped(t, inf)
+	syncOrFail(t, inf)
+	line := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return logs.String()
+	}
+	informertest.Eventually(t, "the warm start's log line", func() bool { return strings.Contains(line(), "warm start synced") })
+	for _, want := range []string{
+		"checkpoint=" + saved.String(), "objects=2", "head=" + src.HeadRV().String(), "changes=3",
+		`waited_for="the source's changes from the checkpoint's version to its head"`,
+	} {
+		if !strings.Contains(line(), want) {
+			t.Errorf("log %q lacks %s", line(), want)
+		}
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,11 +44,18 @@ func (c *checkpointer[T]) note(now time.Time, saved bool, err error) {
 }
 
 // warmState is one run's warm start: the checkpoint's version, and the
-// source's head the cache must reach before it counts as synced.
+// source's head the cache must reach before it counts as synced; and, for
+// the log line once it has (logWarmSynced), what it waited for.
 type warmState struct {
 	from   ResourceVersion
 	target atomic.Uint64
 	known  atomic.Bool // target is set
+
+	began    time.Time
+	loadedAt atomic.Int64 // UnixNano; 0 until the checkpoint is in the cache
+	objects  atomic.Int64 // the checkpoint's
+	changes  atomic.Int64 // deltas applied before synced
+	relisted atomic.Bool  // a list replaced the checkpoint
 }
 
 func (w *warmState) caughtUp(applied ResourceVersion) bool {
@@ -60,6 +68,37 @@ func (w *warmState) caughtUp(applied ResourceVersion) bool {
 func (w *warmState) reach(rv ResourceVersion) {
 	w.target.Store(uint64(rv))
 	w.known.Store(true)
+}
+
+// listed is the reflector's hook after a list.
+func (w *warmState) listed(rv ResourceVersion) {
+	w.relisted.Store(true)
+	w.reach(rv)
+}
+
+// logWarmSynced logs, once a warm start has synced, how long it took and
+// what it waited for: loading the checkpoint, then the source's changes
+// from the checkpoint's version to the head read at the start (a slot or
+// a history replaying them), or a list that replaced the checkpoint. A
+// restart slower than usual says why here.
+func (i *SharedIndexInformer[T]) logWarmSynced(ctx context.Context, w *warmState) {
+	now := i.clk.Now()
+	attrs := []slog.Attr{slog.String("source", i.name), slog.Duration("took", now.Sub(w.began))}
+	loaded := now
+	if at := w.loadedAt.Load(); at != 0 {
+		loaded = time.Unix(0, at)
+	}
+	what := "the source's changes from the checkpoint's version to its head"
+	if w.relisted.Load() {
+		what = "a list that replaced the checkpoint (see the errors reported before)"
+	}
+	attrs = append(attrs,
+		slog.Uint64("checkpoint", uint64(w.from)), slog.Int64("objects", w.objects.Load()),
+		slog.Duration("load", loaded.Sub(w.began)),
+		slog.String("waited_for", what),
+		slog.Uint64("head", w.target.Load()), slog.Int64("changes", w.changes.Load()),
+		slog.Duration("catch_up", now.Sub(loaded)))
+	i.rep.logger.LogAttrs(ctx, slog.LevelInfo, "dbinformer: warm start synced", attrs...)
 }
 
 // setupCheckpoint checks the checkpoint options at Run.
@@ -272,6 +311,7 @@ func (i *SharedIndexInformer[T]) warmStart(ctx context.Context, c *checkpointer[
 		return 0, false, false
 	}
 	ws.from = rv
+	ws.objects.Store(int64(objs.n))
 	i.warm.Store(ws)
 	if !i.loadCheckpoint(ctx, rv, objs) {
 		// The cache holds a previous run's objects: the checkpoint
@@ -291,6 +331,7 @@ func (i *SharedIndexInformer[T]) warmStart(ctx context.Context, c *checkpointer[
 			return 0, false, false
 		}
 	}
+	ws.loadedAt.Store(i.clk.Now().UnixNano())
 	c.mu.Lock()
 	c.statMu.Lock()
 	c.saved, c.wrote = rv, true

@@ -245,9 +245,9 @@ func (i *SharedIndexInformer[T]) Run(ctx context.Context) error {
 	})
 	i.warm.Store(nil)
 	if ckpt != nil {
-		ws := &warmState{}
+		ws := &warmState{began: i.clk.Now()}
 		i.reflector.cfg.warm = func(ctx context.Context) (ResourceVersion, bool, bool) { return i.warmStart(ctx, ckpt, ws) }
-		i.reflector.cfg.listed = ws.reach
+		i.reflector.cfg.listed = ws.listed
 		wg.Go(func() { i.checkpointLoop(ctx, ckpt) })
 	}
 	i.handleMu.RLock()
@@ -325,6 +325,9 @@ func (i *SharedIndexInformer[T]) checkSynced() bool {
 	i.indexer.settleListed()
 	if i.synced.CompareAndSwap(false, true) {
 		close(i.syncedCh)
+		if ws := i.warm.Load(); ws != nil {
+			i.logWarmSynced(context.Background(), ws)
+		}
 	}
 	return true
 }
@@ -372,6 +375,9 @@ func (n *notification[T]) initial() bool {
 func (i *SharedIndexInformer[T]) handleDeltas(deltas []Delta[T], initial bool) error {
 	i.handleMu.RLock()
 	defer i.handleMu.RUnlock()
+	if ws := i.warm.Load(); ws != nil && !i.synced.Load() {
+		ws.changes.Add(int64(len(deltas)))
+	}
 	notes := i.notes[:0]
 	// Without handlers (listeners change only under handleMu) nothing
 	// reads the notifications: building them cost a tenth of an initial
