@@ -9,7 +9,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -493,5 +495,182 @@ func TestCheckpointWarmStartLogsWhatItWaited(t *testing.T) {
 		if !strings.Contains(line(), want) {
 			t.Errorf("log %q lacks %s", line(), want)
 		}
+	}
+}
+
+// Checkpoints saved while keys are written and deleted are each a state
+// the changes since their version bring up to date: after a restart from
+// the last one, the cache equals the source.
+func TestCheckpointSavedUnderWrites(t *testing.T) {
+	dir := t.TempDir()
+	src := memory.New[versioned](memory.Options{})
+	const n = 5000
+	for k := range n {
+		src.Put("k"+strconv.Itoa(k), versioned{"k" + strconv.Itoa(k), 1})
+	}
+	inf := core.NewSharedIndexInformer[versioned](src, ckptOptions(t, dir))
+	stop := runUntilStopped(t, inf)
+	syncOrFail(t, inf)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for v := 2; ; v++ {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			k := "k" + strconv.Itoa(v*7919%n)
+			if v%3 == 0 {
+				src.Delete(k)
+			} else {
+				src.Put(k, versioned{k, v})
+			}
+		}
+	})
+	ctx := context.Background()
+	for range 20 {
+		if err := inf.Checkpoint(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(done)
+	wg.Wait()
+	last := src.HeadRV()
+	// The last checkpoint is saved at the version the cache reached, and
+	// what came after it is replayed.
+	if err := inf.Checkpoint(ctx); err != nil {
+		t.Fatal(err)
+	}
+	src.Put("k1", versioned{"k1", 1 << 30})
+	stop()
+
+	spy := informertest.Wrap[versioned](src)
+	inf2 := core.NewSharedIndexInformer[versioned](spy, ckptOptions(t, dir))
+	runUntilStopped(t, inf2)
+	syncOrFail(t, inf2)
+	if err := inf2.WaitFor(ctx, src.HeadRV()); err != nil {
+		t.Fatal(err)
+	}
+	if n := spy.Lists(); n != 0 {
+		t.Errorf("the restart listed %d times, want 0", n)
+	}
+	if got, want := cacheState(inf2), truth(src); !mapsEqual(got, want) {
+		t.Errorf("after a restart from a checkpoint saved under writes (last write at %d), the cache differs from the source on %d keys", last, len(diffKeys(got, want)))
+	}
+}
+
+func diffKeys(a, b map[string]int64) []string {
+	var d []string
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			d = append(d, k)
+		}
+	}
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			d = append(d, k)
+		}
+	}
+	return d
+}
+
+// pausingStore is a DirCheckpointStore whose first Save, once its write
+// has begun writing, runs pause before going on, and which records
+// whether each Save's write failed.
+type pausingStore struct {
+	core.DirCheckpointStore
+	pause  func()
+	paused bool
+	failed []bool
+}
+
+type pauseWriter struct {
+	w     io.Writer
+	pause func()
+}
+
+func (p *pauseWriter) Write(b []byte) (int, error) {
+	if p.pause != nil {
+		p.pause()
+		p.pause = nil
+	}
+	return p.w.Write(b)
+}
+
+func (s *pausingStore) Save(ctx context.Context, name string, write func(io.Writer) error) error {
+	var pause func()
+	if !s.paused {
+		s.paused, pause = true, s.pause
+	}
+	failed := false
+	err := s.DirCheckpointStore.Save(ctx, name, func(w io.Writer) error {
+		err := write(&pauseWriter{w, pause})
+		failed = err != nil
+		return err
+	})
+	s.failed = append(s.failed, failed)
+	return err
+}
+
+// A checkpoint is written a chunk at a time from the cache: when keys are
+// deleted from the cache meanwhile, the save starts again from a copy
+// taken at once, and the checkpoint holds the cache's objects.
+func TestCheckpointSaveWhileKeysAreDeleted(t *testing.T) {
+	dir := t.TempDir()
+	src := memory.New[versioned](memory.Options{})
+	// Many more chunks (512 objects) than the writer encodes ahead of
+	// what it wrote (two per CPU).
+	n := 512 * (8*runtime.GOMAXPROCS(0) + 8)
+	for k := range n {
+		src.Put("k"+strconv.Itoa(k), versioned{"k" + strconv.Itoa(k), 1})
+	}
+	dirStore, err := core.NewDirCheckpointStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := ckptOptions(t, dir)
+	store := &pausingStore{DirCheckpointStore: *dirStore}
+	opts.Checkpoint.Store = store
+	inf := core.NewSharedIndexInformer[versioned](src, opts)
+	stop := runUntilStopped(t, inf)
+	syncOrFail(t, inf)
+	ctx := context.Background()
+	// While the first save writes its first bytes, every other key goes:
+	// the chunks read after that miss some.
+	store.pause = func() {
+		for k := 0; k < n; k += 2 {
+			src.Delete("k" + strconv.Itoa(k))
+		}
+		if err := inf.WaitFor(ctx, src.HeadRV()); err != nil {
+			t.Error(err)
+		}
+	}
+	if err := inf.Checkpoint(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if want := []bool{true, false}; !slices.Equal(store.failed, want) {
+		t.Errorf("saves whose write failed: %v, want %v", store.failed, want)
+	}
+	// The restart loads that checkpoint, not the one the run saves when
+	// it stops.
+	saved, err := os.ReadFile(filepath.Join(dir, "users.ckpt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	dir2 := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir2, "users.ckpt"), saved, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	spy := informertest.Wrap[versioned](src)
+	inf2 := core.NewSharedIndexInformer[versioned](spy, ckptOptions(t, dir2))
+	runUntilStopped(t, inf2)
+	syncOrFail(t, inf2)
+	if n := spy.Lists(); n != 0 {
+		t.Errorf("the restart listed %d times, want 0", n)
+	}
+	if got, want := cacheState(inf2), truth(src); !mapsEqual(got, want) {
+		t.Errorf("the cache differs from the source on %d keys", len(diffKeys(got, want)))
 	}
 }

@@ -166,18 +166,25 @@ func (i *SharedIndexInformer[T]) saveCheckpoint(ctx context.Context, c *checkpoi
 	if c.wrote && rv == c.saved {
 		return nil
 	}
-	var keys []string
-	var objs []T
-	i.indexer.snapshot(func(n int, all iter.Seq2[string, T]) {
-		keys, objs = make([]string, 0, n), make([]T, 0, n)
-		for k, o := range all {
-			keys = append(keys, k)
-			objs = append(objs, o)
-		}
-	})
 	err := c.opts.Store.Save(ctx, c.name, func(w io.Writer) error {
-		return encodeCheckpoint(w, c.codec, c.name, rv, keys, objs)
+		return i.encodeCache(w, c, rv)
 	})
+	if errors.Is(err, errKeyGone) {
+		// A key went between the listing of the keys and the reading of
+		// its object: save a copy taken at once.
+		err = c.opts.Store.Save(ctx, c.name, func(w io.Writer) error {
+			var keys []string
+			var objs []T
+			i.indexer.snapshot(func(n int, all iter.Seq2[string, T]) {
+				keys, objs = make([]string, 0, n), make([]T, 0, n)
+				for k, o := range all {
+					keys = append(keys, k)
+					objs = append(objs, o)
+				}
+			})
+			return encodeCheckpoint(w, c.codec, c.name, rv, keys, objs)
+		})
+	}
 	if err != nil {
 		err = &CheckpointError{Name: c.name, Op: "save", Err: err}
 		c.note(i.clk.Now(), false, err)
@@ -191,6 +198,28 @@ func (i *SharedIndexInformer[T]) saveCheckpoint(ctx context.Context, c *checkpoi
 		c.ack.AcknowledgeDurable(rv)
 	}
 	return nil
+}
+
+// errKeyGone: a key was deleted while a checkpoint was written.
+var errKeyGone = errors.New("a key was deleted while the checkpoint was written")
+
+// encodeCache writes the cache as a checkpoint at rv, everything up to
+// which it holds. It copies the keys, then reads the objects a chunk at a
+// time, each chunk under the read lock, so that a save holds a few chunks
+// of objects, not a second copy of the cache, and writers wait for one
+// chunk at most. Each object read is its key's state at rv or later, which
+// a watch from rv brings up to date as it would a snapshot taken at once
+// (each change carries the key's whole state, or is filled in from the
+// cached one). A key deleted meanwhile fails the write with errKeyGone:
+// the count in the checkpoint's header is the keys'.
+func (i *SharedIndexInformer[T]) encodeCache(w io.Writer, c *checkpointer[T], rv ResourceVersion) error {
+	keys := i.indexer.keysNow()
+	return encodeCheckpointOf(w, c.codec, c.name, rv, keys, func(_ int, keys []string, dst []T) error {
+		if !i.indexer.getAll(keys, dst) {
+			return errKeyGone
+		}
+		return nil
+	})
 }
 
 // checkpointLoop saves checkpoints every Interval until ctx ends.

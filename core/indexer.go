@@ -195,6 +195,32 @@ func (s *Indexer[T]) update(f func(tx indexTx[T])) {
 	f(indexTx[T]{s})
 }
 
+// keysNow returns every key, without decoding any object.
+func (s *Indexer[T]) keysNow() []string {
+	s.rlock()
+	defer s.mu.RUnlock()
+	keys := make([]string, 0, s.items.len())
+	for k := range s.items.keys {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+// getAll fills dst with the objects of keys, under one read lock; false
+// if one of the keys is not there.
+func (s *Indexer[T]) getAll(keys []string, dst []T) bool {
+	s.rlock()
+	defer s.mu.RUnlock()
+	for n, k := range keys {
+		obj, ok := s.items.get(k)
+		if !ok {
+			return false
+		}
+		dst[n] = obj
+	}
+	return true
+}
+
 // snapshot runs f under the read lock with the number of objects and a
 // walk over them; f must not retain the walk or write to the indexer.
 func (s *Indexer[T]) snapshot(f func(n int, all iter.Seq2[string, T])) {

@@ -151,6 +151,23 @@ func (t *items[T]) len() int {
 	return n
 }
 
+// keys yields every key, the base's live ones (decoding no object), then
+// the map's.
+func (t *items[T]) keys(yield func(string) bool) {
+	if b := t.base; b != nil {
+		for pos := range b.n {
+			if !b.isDead(pos) && !yield(b.key(pos)) {
+				return
+			}
+		}
+	}
+	for k := range t.m {
+		if !yield(k) {
+			return
+		}
+	}
+}
+
 // all yields every key and object: the base's live ones, then the map's.
 func (t *items[T]) all(yield func(string, T) bool) {
 	if b := t.base; b != nil {
