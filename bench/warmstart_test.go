@@ -61,6 +61,12 @@ type warmProcess struct {
 }
 
 func startWarmProcess(b *testing.B, pg *harness.Postgres, slot string, store core.CheckpointStore, h core.ResourceEventHandler[warmRow]) *warmProcess {
+	return startWarmProcessEvery(b, pg, slot, store, h, -1)
+}
+
+// startWarmProcessEvery is startWarmProcess saving checkpoints every
+// interval (negative: only when the run ends and when asked).
+func startWarmProcessEvery(b *testing.B, pg *harness.Postgres, slot string, store core.CheckpointStore, h core.ResourceEventHandler[warmRow], interval time.Duration) *warmProcess {
 	b.Helper()
 	ctx := context.Background()
 	opts := pginformer.Options{}
@@ -79,7 +85,7 @@ func startWarmProcess(b *testing.B, pg *harness.Postgres, slot string, store cor
 	p := &warmProcess{src: src, spy: informertest.Wrap[warmRow](tbl), done: make(chan error, 1)}
 	io := core.InformerOptions[warmRow]{Name: "warm_rows", ErrorHandler: func(err error) { b.Logf("informer: %v", err) }}
 	if store != nil {
-		io.Checkpoint = &core.CheckpointOptions[warmRow]{Store: store, Interval: -1}
+		io.Checkpoint = &core.CheckpointOptions[warmRow]{Store: store, Interval: interval}
 	}
 	p.inf = core.NewSharedIndexInformer[warmRow](p.spy, io)
 	if h != nil {
