@@ -204,8 +204,8 @@ func (i *SharedIndexInformer[T]) saveCheckpoint(ctx context.Context, c *checkpoi
 var errKeyGone = errors.New("a key was deleted while the checkpoint was written")
 
 // encodeCache writes the cache as a checkpoint at rv, everything up to
-// which it holds. It copies the keys, then reads the objects a chunk at a
-// time, each chunk under the read lock, so that a save holds a few chunks
+// which it holds. It copies the keys (and their positions in the base),
+// then reads the objects a chunk at a time, each chunk under the read lock, so that a save holds a few chunks
 // of objects, not a second copy of the cache, and writers wait for one
 // chunk at most. Each object read is its key's state at rv or later, which
 // a watch from rv brings up to date as it would a snapshot taken at once
@@ -213,9 +213,9 @@ var errKeyGone = errors.New("a key was deleted while the checkpoint was written"
 // cached one). A key deleted meanwhile fails the write with errKeyGone:
 // the count in the checkpoint's header is the keys'.
 func (i *SharedIndexInformer[T]) encodeCache(w io.Writer, c *checkpointer[T], rv ResourceVersion) error {
-	keys := i.indexer.keysNow()
-	return encodeCheckpointOf(w, c.codec, c.name, rv, keys, func(_ int, keys []string, dst []T) error {
-		if !i.indexer.getAll(keys, dst) {
+	keys, where, base := i.indexer.keysNow()
+	return encodeCheckpointOf(w, c.codec, c.name, rv, keys, func(lo int, keys []string, dst []T) error {
+		if !i.indexer.getAll(keys, where[lo:lo+len(keys)], base, dst) {
 			return errKeyGone
 		}
 		return nil

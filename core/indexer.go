@@ -195,23 +195,35 @@ func (s *Indexer[T]) update(f func(tx indexTx[T])) {
 	f(indexTx[T]{s})
 }
 
-// keysNow returns every key, without decoding any object.
-func (s *Indexer[T]) keysNow() []string {
+// keysNow returns every key, without decoding any object, and where it
+// was: its position in base, or -1 (in the map).
+func (s *Indexer[T]) keysNow() (keys []string, where []int32, base *itemBase[T]) {
 	s.rlock()
 	defer s.mu.RUnlock()
-	keys := make([]string, 0, s.items.len())
-	for k := range s.items.keys {
-		keys = append(keys, k)
+	n := s.items.len()
+	keys, where = make([]string, 0, n), make([]int32, 0, n)
+	for k, pos := range s.items.keys {
+		keys, where = append(keys, k), append(where, int32(pos))
 	}
-	return keys
+	return keys, where, s.items.base
 }
 
-// getAll fills dst with the objects of keys, under one read lock; false
-// if one of the keys is not there.
-func (s *Indexer[T]) getAll(keys []string, dst []T) bool {
+// getAll fills dst with the objects of keys, which keysNow returned with
+// where and base, under one read lock; false if one of the keys is not
+// there. While the base is the same, a key's object is read at its
+// position, in order, without a lookup.
+func (s *Indexer[T]) getAll(keys []string, where []int32, base *itemBase[T], dst []T) bool {
 	s.rlock()
 	defer s.mu.RUnlock()
+	same := base != nil && s.items.base == base
 	for n, k := range keys {
+		if pos := int(where[n]); same && pos >= 0 {
+			if base.isDead(pos) {
+				return false
+			}
+			dst[n] = *base.obj(pos)
+			continue
+		}
 		obj, ok := s.items.get(k)
 		if !ok {
 			return false

@@ -151,18 +151,18 @@ func (t *items[T]) len() int {
 	return n
 }
 
-// keys yields every key, the base's live ones (decoding no object), then
-// the map's.
-func (t *items[T]) keys(yield func(string) bool) {
+// keys yields every key and its position in the base, or -1 for the
+// map's: the base's live ones (decoding no object), then the map's.
+func (t *items[T]) keys(yield func(string, int) bool) {
 	if b := t.base; b != nil {
 		for pos := range b.n {
-			if !b.isDead(pos) && !yield(b.key(pos)) {
+			if !b.isDead(pos) && !yield(b.key(pos), pos) {
 				return
 			}
 		}
 	}
 	for k := range t.m {
-		if !yield(k) {
+		if !yield(k, -1) {
 			return
 		}
 	}
