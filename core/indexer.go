@@ -378,6 +378,11 @@ func (s *Indexer[T]) AddIndexers(newIndexers Indexers[T]) error {
 			return fmt.Errorf("dbinformer: indexer %q already exists", name)
 		}
 	}
+	if b := s.items.base; b != nil {
+		// The indexes keep keys and values, which must not share a
+		// loaded checkpoint's blocks.
+		b.unpinAll()
+	}
 	// Every value is computed before anything changes, so that a failing
 	// function leaves the indexer as it was.
 	type filed struct {

@@ -231,3 +231,39 @@ func TestIndexerLoadedReleasesBlocks(t *testing.T) {
 		t.Errorf("ByIndex(org-7): %d objects, %v; want %d", len(got), err, n/100)
 	}
 }
+
+// Indexes added after a lazy load keep no key or value that shares the
+// checkpoint's blocks.
+func TestIndexerAddIndexersAfterLazyLoadReleasesBlocks(t *testing.T) {
+	const n = 20_000
+	keys, objs := ckptRows(n)
+	it := loadedBase(t, keys, objs, true)
+	s := NewIndexer[ckptRow](nil)
+	var blocks []weak.Pointer[byte]
+	for _, p := range it.base.pages {
+		blocks = append(blocks, weak.Make(&p.block.data[0]))
+	}
+	if ok, _ := s.loadEmpty(it.base); !ok {
+		t.Fatal("loadEmpty refused an empty indexer")
+	}
+	it = items[ckptRow]{}
+	if err := s.AddIndexers(Indexers[ckptRow]{"org": func(o ckptRow) ([]string, error) { return []string{o.Org}, nil }}); err != nil {
+		t.Fatal(err)
+	}
+	for i, k := range keys {
+		o := objs[i]
+		o.Org = "org-" + strconv.Itoa(i%100)
+		if err := s.Add(k, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runtime.GC()
+	for _, w := range blocks {
+		if w.Value() != nil {
+			t.Fatal("a block is live after every object was written")
+		}
+	}
+	if got, err := s.ByIndex("org", "org-7"); err != nil || len(got) != n/100 {
+		t.Errorf("ByIndex(org-7): %d objects, %v; want %d", len(got), err, n/100)
+	}
+}
