@@ -1,13 +1,17 @@
 package core_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -466,4 +470,217 @@ func TestCheckpointLazyLoadReplaysLoadedValues(t *testing.T) {
 	g.Expect("update k0007 1->2", "delete k1200 v=1", "add new v=3")
 	g.ExpectNone()
 	informertest.Eventually(t, "nothing pending", func() bool { return reg.Pending() == 0 })
+}
+
+// A warm start that has synced logs what it waited for: the checkpoint's
+// load, then the changes from its version to the source's head.
+func TestCheckpointWarmStartLogsWhatItWaited(t *testing.T) {
+	dir := t.TempDir()
+	src := memory.New[versioned](memory.Options{})
+	src.Put("a", versioned{"a", 1})
+	src.Put("b", versioned{"b", 2})
+	runOnce(t, src, ckptOptions(t, dir))
+	saved := src.HeadRV()
+	src.Put("b", versioned{"b", 3})
+	src.Delete("a")
+	src.Put("c", versioned{"c", 4})
+
+	var mu sync.Mutex
+	var logs bytes.Buffer
+	opts := ckptOptions(t, dir)
+	opts.Logger = slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))
+	inf := core.NewSharedIndexInformer[versioned](src, opts)
+	runUntilStopped(t, inf)
+	syncOrFail(t, inf)
+	line := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return logs.String()
+	}
+	informertest.Eventually(t, "the warm start's log line", func() bool { return strings.Contains(line(), "warm start synced") })
+	for _, want := range []string{
+		"checkpoint=" + saved.String(), "objects=2", "head=" + src.HeadRV().String(), "changes=3",
+		`waited_for="the source's changes from the checkpoint's version to its head"`,
+	} {
+		if !strings.Contains(line(), want) {
+			t.Errorf("log %q lacks %s", line(), want)
+		}
+	}
+}
+
+// Checkpoints saved while keys are written and deleted are each a state
+// the changes since their version bring up to date: after a restart from
+// the last one, the cache equals the source.
+func TestCheckpointSavedUnderWrites(t *testing.T) {
+	dir := t.TempDir()
+	src := memory.New[versioned](memory.Options{})
+	const n = 5000
+	for k := range n {
+		src.Put("k"+strconv.Itoa(k), versioned{"k" + strconv.Itoa(k), 1})
+	}
+	inf := core.NewSharedIndexInformer[versioned](src, ckptOptions(t, dir))
+	stop := runUntilStopped(t, inf)
+	syncOrFail(t, inf)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for v := 2; ; v++ {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			k := "k" + strconv.Itoa(v*7919%n)
+			if v%3 == 0 {
+				src.Delete(k)
+			} else {
+				src.Put(k, versioned{k, v})
+			}
+		}
+	})
+	ctx := context.Background()
+	for range 20 {
+		if err := inf.Checkpoint(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(done)
+	wg.Wait()
+	last := src.HeadRV()
+	// The last checkpoint is saved at the version the cache reached, and
+	// what came after it is replayed.
+	if err := inf.Checkpoint(ctx); err != nil {
+		t.Fatal(err)
+	}
+	src.Put("k1", versioned{"k1", 1 << 30})
+	stop()
+
+	spy := informertest.Wrap[versioned](src)
+	inf2 := core.NewSharedIndexInformer[versioned](spy, ckptOptions(t, dir))
+	runUntilStopped(t, inf2)
+	syncOrFail(t, inf2)
+	if err := inf2.WaitFor(ctx, src.HeadRV()); err != nil {
+		t.Fatal(err)
+	}
+	if n := spy.Lists(); n != 0 {
+		t.Errorf("the restart listed %d times, want 0", n)
+	}
+	if got, want := cacheState(inf2), truth(src); !mapsEqual(got, want) {
+		t.Errorf("after a restart from a checkpoint saved under writes (last write at %d), the cache differs from the source on %d keys", last, len(diffKeys(got, want)))
+	}
+}
+
+func diffKeys(a, b map[string]int64) []string {
+	var d []string
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			d = append(d, k)
+		}
+	}
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			d = append(d, k)
+		}
+	}
+	return d
+}
+
+// pausingStore is a DirCheckpointStore whose first Save, once its write
+// has begun writing, runs pause before going on, and which records
+// whether each Save's write failed.
+type pausingStore struct {
+	core.DirCheckpointStore
+	pause  func()
+	paused bool
+	failed []bool
+}
+
+type pauseWriter struct {
+	w     io.Writer
+	pause func()
+}
+
+func (p *pauseWriter) Write(b []byte) (int, error) {
+	if p.pause != nil {
+		p.pause()
+		p.pause = nil
+	}
+	return p.w.Write(b)
+}
+
+func (s *pausingStore) Save(ctx context.Context, name string, write func(io.Writer) error) error {
+	var pause func()
+	if !s.paused {
+		s.paused, pause = true, s.pause
+	}
+	failed := false
+	err := s.DirCheckpointStore.Save(ctx, name, func(w io.Writer) error {
+		err := write(&pauseWriter{w, pause})
+		failed = err != nil
+		return err
+	})
+	s.failed = append(s.failed, failed)
+	return err
+}
+
+// A checkpoint is written a chunk at a time from the cache: when keys are
+// deleted from the cache meanwhile, the save starts again from a copy
+// taken at once, and the checkpoint holds the cache's objects.
+func TestCheckpointSaveWhileKeysAreDeleted(t *testing.T) {
+	dir := t.TempDir()
+	src := memory.New[versioned](memory.Options{})
+	// Many more chunks (512 objects) than the writer encodes ahead of
+	// what it wrote (two per CPU).
+	n := 512 * (8*runtime.GOMAXPROCS(0) + 8)
+	for k := range n {
+		src.Put("k"+strconv.Itoa(k), versioned{"k" + strconv.Itoa(k), 1})
+	}
+	dirStore, err := core.NewDirCheckpointStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := ckptOptions(t, dir)
+	store := &pausingStore{DirCheckpointStore: *dirStore}
+	opts.Checkpoint.Store = store
+	inf := core.NewSharedIndexInformer[versioned](src, opts)
+	stop := runUntilStopped(t, inf)
+	syncOrFail(t, inf)
+	ctx := context.Background()
+	// While the first save writes its first bytes, every other key goes:
+	// the chunks read after that miss some.
+	store.pause = func() {
+		for k := 0; k < n; k += 2 {
+			src.Delete("k" + strconv.Itoa(k))
+		}
+		if err := inf.WaitFor(ctx, src.HeadRV()); err != nil {
+			t.Error(err)
+		}
+	}
+	if err := inf.Checkpoint(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if want := []bool{true, false}; !slices.Equal(store.failed, want) {
+		t.Errorf("saves whose write failed: %v, want %v", store.failed, want)
+	}
+	// The restart loads that checkpoint, not the one the run saves when
+	// it stops.
+	saved, err := os.ReadFile(filepath.Join(dir, "users.ckpt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	dir2 := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir2, "users.ckpt"), saved, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	spy := informertest.Wrap[versioned](src)
+	inf2 := core.NewSharedIndexInformer[versioned](spy, ckptOptions(t, dir2))
+	runUntilStopped(t, inf2)
+	syncOrFail(t, inf2)
+	if n := spy.Lists(); n != 0 {
+		t.Errorf("the restart listed %d times, want 0", n)
+	}
+	if got, want := cacheState(inf2), truth(src); !mapsEqual(got, want) {
+		t.Errorf("the cache differs from the source on %d keys", len(diffKeys(got, want)))
+	}
 }

@@ -95,6 +95,17 @@ func encodeChunk[T any](dst []byte, codec Codec[T], base, total int, keys []stri
 // encodeCheckpoint writes the objects in keys/objs (at rv) to w, encoding
 // chunks on every CPU.
 func encodeCheckpoint[T any](w io.Writer, codec Codec[T], name string, rv ResourceVersion, keys []string, objs []T) error {
+	return encodeCheckpointOf(w, codec, name, rv, keys, func(lo int, keys []string, dst []T) error {
+		copy(dst, objs[lo:lo+len(keys)])
+		return nil
+	})
+}
+
+// encodeCheckpointOf writes the objects of keys (at rv) to w, encoding
+// chunks on every CPU; get fills dst with the objects of keys, which start
+// at keys[lo], a chunk at a time (a failure ends the write), so that no
+// more than a few chunks of objects are held at once.
+func encodeCheckpointOf[T any](w io.Writer, codec Codec[T], name string, rv ResourceVersion, keys []string, get func(lo int, keys []string, dst []T) error) error {
 	bw := bufio.NewWriterSize(w, 1<<16)
 	crc := crc32.New(crcTable)
 	out := io.MultiWriter(bw, crc)
@@ -122,7 +133,7 @@ func encodeCheckpoint[T any](w io.Writer, codec Codec[T], name string, rv Resour
 	stop := make(chan struct{})
 	// Chunk buffers are reused once written: fresh memory for each chunk
 	// cost more (page faults) than encoding into it.
-	var bufs sync.Pool
+	var bufs, objBufs sync.Pool
 	var wg sync.WaitGroup
 	go func() {
 		defer close(results)
@@ -139,7 +150,18 @@ func encodeCheckpoint[T any](w io.Writer, codec Codec[T], name string, rv Resour
 				defer func() { <-sem }()
 				lo, hi := c*checkpointChunk, min((c+1)*checkpointChunk, len(keys))
 				buf, _ := bufs.Get().([]byte)
-				data, err := encodeChunk(buf[:0], codec, lo, len(keys), keys[lo:hi], objs[lo:hi])
+				objs, _ := objBufs.Get().([]T)
+				if cap(objs) < hi-lo {
+					objs = make([]T, checkpointChunk)
+				}
+				objs = objs[:hi-lo]
+				var data []byte
+				err := get(lo, keys[lo:hi], objs)
+				if err == nil {
+					data, err = encodeChunk(buf[:0], codec, lo, len(keys), keys[lo:hi], objs)
+				}
+				clear(objs)
+				objBufs.Put(objs)
 				ch <- result{data, hi - lo, err}
 			})
 		}

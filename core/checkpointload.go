@@ -163,10 +163,8 @@ type totalDecoder[T any] interface {
 func decodeChunk[T any](p *loadedPart[T], codec Codec[T], lazy totalDecoder[T], what string, data []byte, n, base int, total uint64, place func(i int, h uint64)) {
 	var keys []string
 	var objs []T
-	var recs []uint32
-	if lazy != nil {
-		recs = make([]uint32, n)
-	} else {
+	recs := make([]uint32, n)
+	if lazy == nil {
 		keys, objs = make([]string, n), make([]T, n)
 	}
 	into, _ := codec.(arenaDecoder[T])
@@ -184,16 +182,14 @@ func decodeChunk[T any](p *loadedPart[T], codec Codec[T], lazy totalDecoder[T], 
 		return arena[end-len(b) : end]
 	}
 	for ; k < n; k++ {
-		if recs != nil {
-			recs[k] = uint32(len(data) - len(d.buf))
-		}
+		recs[k] = uint32(len(data) - len(d.buf))
 		key, err := d.bytes()
 		if err != nil {
 			p.err = errors.New("corrupt: a record runs past its chunk")
 			return
 		}
 		if keys != nil {
-			keys[k] = sub(key)
+			keys[k] = unsafe.String(unsafe.SliceData(key), len(key)) // copied at the end
 		}
 		place(k, maphash.Bytes(keySeed, key))
 		enc, err := d.bytes()
@@ -202,7 +198,7 @@ func decodeChunk[T any](p *loadedPart[T], codec Codec[T], lazy totalDecoder[T], 
 			return
 		}
 		switch {
-		case recs != nil:
+		case lazy != nil:
 		case into != nil:
 			err = into.decodeArena(od, enc, sub(enc), &objs[k])
 		default:
@@ -217,10 +213,18 @@ func decodeChunk[T any](p *loadedPart[T], codec Codec[T], lazy totalDecoder[T], 
 		p.err = errors.New("corrupt: bytes after a chunk's records")
 		return
 	}
-	if recs != nil {
+	if lazy != nil {
 		p.page = lazyPage(&lazyObjects[T]{data: data, recs: recs, codec: lazy, what: what})
-	} else {
-		p.page = decodedPage(keys, objs)
+		return
+	}
+	// The keys get a string of the page's own (the key table of the
+	// Indexer's indexes keeps them); the objects' strings share the
+	// chunk's bytes when into decoded them, and the page moves off them
+	// as it changes (itemPage).
+	ownStrings(keys)
+	p.page = decodedPage(keys, objs)
+	if into != nil {
+		p.page.block = &lazyObjects[T]{data: data, recs: recs, codec: into, what: what}
 	}
 }
 

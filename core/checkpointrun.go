@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,11 +44,18 @@ func (c *checkpointer[T]) note(now time.Time, saved bool, err error) {
 }
 
 // warmState is one run's warm start: the checkpoint's version, and the
-// source's head the cache must reach before it counts as synced.
+// source's head the cache must reach before it counts as synced; and, for
+// the log line once it has (logWarmSynced), what it waited for.
 type warmState struct {
 	from   ResourceVersion
 	target atomic.Uint64
 	known  atomic.Bool // target is set
+
+	began    time.Time
+	loadedAt atomic.Int64 // UnixNano; 0 until the checkpoint is in the cache
+	objects  atomic.Int64 // the checkpoint's
+	changes  atomic.Int64 // deltas applied before synced
+	relisted atomic.Bool  // a list replaced the checkpoint
 }
 
 func (w *warmState) caughtUp(applied ResourceVersion) bool {
@@ -60,6 +68,37 @@ func (w *warmState) caughtUp(applied ResourceVersion) bool {
 func (w *warmState) reach(rv ResourceVersion) {
 	w.target.Store(uint64(rv))
 	w.known.Store(true)
+}
+
+// listed is the reflector's hook after a list.
+func (w *warmState) listed(rv ResourceVersion) {
+	w.relisted.Store(true)
+	w.reach(rv)
+}
+
+// logWarmSynced logs, once a warm start has synced, how long it took and
+// what it waited for: loading the checkpoint, then the source's changes
+// from the checkpoint's version to the head read at the start (a slot or
+// a history replaying them), or a list that replaced the checkpoint. A
+// restart slower than usual says why here.
+func (i *SharedIndexInformer[T]) logWarmSynced(ctx context.Context, w *warmState) {
+	now := i.clk.Now()
+	attrs := []slog.Attr{slog.String("source", i.name), slog.Duration("took", now.Sub(w.began))}
+	loaded := now
+	if at := w.loadedAt.Load(); at != 0 {
+		loaded = time.Unix(0, at)
+	}
+	what := "the source's changes from the checkpoint's version to its head"
+	if w.relisted.Load() {
+		what = "a list that replaced the checkpoint (see the errors reported before)"
+	}
+	attrs = append(attrs,
+		slog.Uint64("checkpoint", uint64(w.from)), slog.Int64("objects", w.objects.Load()),
+		slog.Duration("load", loaded.Sub(w.began)),
+		slog.String("waited_for", what),
+		slog.Uint64("head", w.target.Load()), slog.Int64("changes", w.changes.Load()),
+		slog.Duration("catch_up", now.Sub(loaded)))
+	i.rep.logger.LogAttrs(ctx, slog.LevelInfo, "dbinformer: warm start synced", attrs...)
 }
 
 // setupCheckpoint checks the checkpoint options at Run.
@@ -127,18 +166,25 @@ func (i *SharedIndexInformer[T]) saveCheckpoint(ctx context.Context, c *checkpoi
 	if c.wrote && rv == c.saved {
 		return nil
 	}
-	var keys []string
-	var objs []T
-	i.indexer.snapshot(func(n int, all iter.Seq2[string, T]) {
-		keys, objs = make([]string, 0, n), make([]T, 0, n)
-		for k, o := range all {
-			keys = append(keys, k)
-			objs = append(objs, o)
-		}
-	})
 	err := c.opts.Store.Save(ctx, c.name, func(w io.Writer) error {
-		return encodeCheckpoint(w, c.codec, c.name, rv, keys, objs)
+		return i.encodeCache(w, c, rv)
 	})
+	if errors.Is(err, errKeyGone) {
+		// A key went between the listing of the keys and the reading of
+		// its object: save a copy taken at once.
+		err = c.opts.Store.Save(ctx, c.name, func(w io.Writer) error {
+			var keys []string
+			var objs []T
+			i.indexer.snapshot(func(n int, all iter.Seq2[string, T]) {
+				keys, objs = make([]string, 0, n), make([]T, 0, n)
+				for k, o := range all {
+					keys = append(keys, k)
+					objs = append(objs, o)
+				}
+			})
+			return encodeCheckpoint(w, c.codec, c.name, rv, keys, objs)
+		})
+	}
 	if err != nil {
 		err = &CheckpointError{Name: c.name, Op: "save", Err: err}
 		c.note(i.clk.Now(), false, err)
@@ -152,6 +198,28 @@ func (i *SharedIndexInformer[T]) saveCheckpoint(ctx context.Context, c *checkpoi
 		c.ack.AcknowledgeDurable(rv)
 	}
 	return nil
+}
+
+// errKeyGone: a key was deleted while a checkpoint was written.
+var errKeyGone = errors.New("a key was deleted while the checkpoint was written")
+
+// encodeCache writes the cache as a checkpoint at rv, everything up to
+// which it holds. It copies the keys (and their positions in the base),
+// then reads the objects a chunk at a time, each chunk under the read lock, so that a save holds a few chunks
+// of objects, not a second copy of the cache, and writers wait for one
+// chunk at most. Each object read is its key's state at rv or later, which
+// a watch from rv brings up to date as it would a snapshot taken at once
+// (each change carries the key's whole state, or is filled in from the
+// cached one). A key deleted meanwhile fails the write with errKeyGone:
+// the count in the checkpoint's header is the keys'.
+func (i *SharedIndexInformer[T]) encodeCache(w io.Writer, c *checkpointer[T], rv ResourceVersion) error {
+	keys, where, base := i.indexer.keysNow()
+	return encodeCheckpointOf(w, c.codec, c.name, rv, keys, func(lo int, keys []string, dst []T) error {
+		if !i.indexer.getAll(keys, where[lo:lo+len(keys)], base, dst) {
+			return errKeyGone
+		}
+		return nil
+	})
 }
 
 // checkpointLoop saves checkpoints every Interval until ctx ends.
@@ -272,6 +340,7 @@ func (i *SharedIndexInformer[T]) warmStart(ctx context.Context, c *checkpointer[
 		return 0, false, false
 	}
 	ws.from = rv
+	ws.objects.Store(int64(objs.n))
 	i.warm.Store(ws)
 	if !i.loadCheckpoint(ctx, rv, objs) {
 		// The cache holds a previous run's objects: the checkpoint
@@ -291,6 +360,7 @@ func (i *SharedIndexInformer[T]) warmStart(ctx context.Context, c *checkpointer[
 			return 0, false, false
 		}
 	}
+	ws.loadedAt.Store(i.clk.Now().UnixNano())
 	c.mu.Lock()
 	c.statMu.Lock()
 	c.saved, c.wrote = rv, true
@@ -349,7 +419,7 @@ func (i *SharedIndexInformer[T]) loadCheckpoint(ctx context.Context, rv Resource
 		// One notification per page: each handler's goroutine decodes
 		// the page's loaded objects when it gets there.
 		for _, p := range objs.parts {
-			notes = append(notes, notification[T]{kind: noteReplay, flag: true, page: p.page})
+			notes = append(notes, notification[T]{kind: noteReplay, flag: true, page: p.page.lazy})
 			if len(notes) == 256 {
 				flush()
 			}

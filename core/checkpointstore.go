@@ -21,7 +21,8 @@ type CheckpointStore interface {
 	// Save calls write with a writer for the new checkpoint's bytes and,
 	// when write returns nil, makes them durable and the checkpoint that
 	// Load returns. When write fails or ctx ends, the previous checkpoint
-	// stays.
+	// stays, and Save returns an error that matches write's (errors.Is):
+	// the informer tells a write it may retry from one that failed.
 	Save(ctx context.Context, name string, write func(w io.Writer) error) error
 	// Load opens the last saved checkpoint of name, or returns an error
 	// matching ErrNoCheckpoint when there is none.

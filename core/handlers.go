@@ -441,12 +441,15 @@ func (l *listener[T]) delivered(initial bool) (removed bool) {
 
 // replay delivers a lazily loaded page's objects as initial adds, decoded
 // from the checkpoint's bytes: the values loaded, whatever the cache has
-// done with them since (the changes since are in the buffer behind). It
-// reports false if the registration was removed meanwhile.
-func (l *listener[T]) replay(ctx context.Context, p *itemPage[T]) bool {
+// done with them since (the changes since are in the buffer behind). The
+// keys are copied off the checkpoint's block, which a handler keeping them
+// would otherwise keep. It reports false if the registration was removed
+// meanwhile.
+func (l *listener[T]) replay(ctx context.Context, p *lazyObjects[T]) bool {
 	objs := p.decodeLoaded()
+	keys := p.keys()
 	for i := range objs {
-		l.call(ctx, &notification[T]{kind: noteAdd, flag: true, key: p.key(i), obj: objs[i]})
+		l.call(ctx, &notification[T]{kind: noteAdd, flag: true, key: keys[i], obj: objs[i]})
 		if l.delivered(true) {
 			return false
 		}

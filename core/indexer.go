@@ -195,6 +195,44 @@ func (s *Indexer[T]) update(f func(tx indexTx[T])) {
 	f(indexTx[T]{s})
 }
 
+// keysNow returns every key, without decoding any object, and where it
+// was: its position in base, or -1 (in the map).
+func (s *Indexer[T]) keysNow() (keys []string, where []int32, base *itemBase[T]) {
+	s.rlock()
+	defer s.mu.RUnlock()
+	n := s.items.len()
+	keys, where = make([]string, 0, n), make([]int32, 0, n)
+	for k, pos := range s.items.keys {
+		keys, where = append(keys, k), append(where, int32(pos))
+	}
+	return keys, where, s.items.base
+}
+
+// getAll fills dst with the objects of keys, which keysNow returned with
+// where and base, under one read lock; false if one of the keys is not
+// there. While the base is the same, a key's object is read at its
+// position, in order, without a lookup.
+func (s *Indexer[T]) getAll(keys []string, where []int32, base *itemBase[T], dst []T) bool {
+	s.rlock()
+	defer s.mu.RUnlock()
+	same := base != nil && s.items.base == base
+	for n, k := range keys {
+		if pos := int(where[n]); same && pos >= 0 {
+			if base.isDead(pos) {
+				return false
+			}
+			dst[n] = *base.obj(pos)
+			continue
+		}
+		obj, ok := s.items.get(k)
+		if !ok {
+			return false
+		}
+		dst[n] = obj
+	}
+	return true
+}
+
 // snapshot runs f under the read lock with the number of objects and a
 // walk over them; f must not retain the walk or write to the indexer.
 func (s *Indexer[T]) snapshot(f func(n int, all iter.Seq2[string, T])) {
@@ -340,6 +378,11 @@ func (s *Indexer[T]) AddIndexers(newIndexers Indexers[T]) error {
 			return fmt.Errorf("dbinformer: indexer %q already exists", name)
 		}
 	}
+	if b := s.items.base; b != nil {
+		// The indexes keep keys and values, which must not share a
+		// loaded checkpoint's blocks.
+		b.unpinAll()
+	}
 	// Every value is computed before anything changes, so that a failing
 	// function leaves the indexer as it was.
 	type filed struct {
@@ -369,7 +412,7 @@ func (s *Indexer[T]) AddIndexers(newIndexers Indexers[T]) error {
 				ids[fl.key] = id
 			}
 			for _, v := range fl.vals {
-				idx.add(v, h, id, s.keys)
+				idx.add(v, h, id, s.keys, false)
 			}
 		}
 		s.indexers[name] = f

@@ -3,6 +3,7 @@ package core
 import (
 	"hash/maphash"
 	"math"
+	"strings"
 )
 
 // The indexes' representation. Measured by bench's BenchmarkMemoryPerObject
@@ -275,8 +276,14 @@ func (vs valueSet) each(f func(id uint32)) {
 type index map[string]valueSet
 
 // add puts id (whose key hashes to h) under value; false if it was there.
-func (x index) add(value string, h, id uint32, kt *keyTable) bool {
+// With own set, value shares a checkpoint block the index must not keep
+// (Indexer.loadEmpty): it is copied before it is stored (a map assignment
+// stores the key given, also over an equal one).
+func (x index) add(value string, h, id uint32, kt *keyTable, own bool) bool {
 	vs, ok := x[value]
+	if own && (!ok || vs.set == nil && vs.one != id+1) {
+		value = strings.Clone(value)
+	}
 	switch {
 	case !ok:
 		x[value] = valueSet{one: id + 1}
@@ -314,7 +321,10 @@ func (x index) remove(value string, h, id uint32, kt *keyTable) bool {
 			return false
 		}
 		if vs.set.n == 1 {
-			x[value] = valueSet{one: vs.set.only() + 1}
+			// A copy: value may come from an object loaded from a
+			// checkpoint, sharing its block (a map assignment stores
+			// the key given, also over an equal one).
+			x[strings.Clone(value)] = valueSet{one: vs.set.only() + 1}
 		}
 	}
 	*kt.refs(id)--

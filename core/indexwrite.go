@@ -66,7 +66,7 @@ func (s *Indexer[T]) putLocked(key string, obj T) (old T, existed bool, err erro
 				if !hasID {
 					id, hasID = s.keys.alloc(key, h), true
 				}
-				idx.add(v, h, id, s.keys)
+				idx.add(v, h, id, s.keys, false)
 			}
 		}
 		if hasID {
@@ -197,6 +197,7 @@ func (s *Indexer[T]) loadEmpty(base *itemBase[T]) (ok bool, skipped map[string]e
 			pos := 0
 			for _, p := range base.pages {
 				objs := p.objects()
+				own := p.block != nil && p.block.codec != nil
 			objects:
 				for i := range p.n {
 					key := p.key(i)
@@ -219,7 +220,7 @@ func (s *Indexer[T]) loadEmpty(base *itemBase[T]) (ok bool, skipped map[string]e
 								h = keyHash(key)
 								id, hasID = kt.alloc(key, h), true
 							}
-							fn.idx.add(x, h, id, kt)
+							fn.idx.add(x, h, id, kt, own)
 						}
 					}
 					if hasID {

@@ -255,9 +255,9 @@ func (i *SharedIndexInformer[T]) Run(ctx context.Context) error {
 	})
 	i.warm.Store(nil)
 	if ckpt != nil {
-		ws := &warmState{}
+		ws := &warmState{began: i.clk.Now()}
 		i.reflector.cfg.warm = func(ctx context.Context) (ResourceVersion, bool, bool) { return i.warmStart(ctx, ckpt, ws) }
-		i.reflector.cfg.listed = ws.reach
+		i.reflector.cfg.listed = ws.listed
 		wg.Go(func() { i.checkpointLoop(ctx, ckpt) })
 	}
 	i.handleMu.RLock()
@@ -335,6 +335,9 @@ func (i *SharedIndexInformer[T]) checkSynced() bool {
 	i.indexer.settleListed()
 	if i.synced.CompareAndSwap(false, true) {
 		close(i.syncedCh)
+		if ws := i.warm.Load(); ws != nil {
+			i.logWarmSynced(context.Background(), ws)
+		}
 	}
 	return true
 }
@@ -361,13 +364,13 @@ type notification[T any] struct {
 	sync     bool
 	key      string
 	old, obj T
-	page     *itemPage[T] // noteReplay
+	page     *lazyObjects[T] // noteReplay: the page's records as loaded
 }
 
 // weight is how many of a handler's notifications n stands for.
 func (n *notification[T]) weight() int {
 	if n.kind == noteReplay {
-		return n.page.n
+		return len(n.page.recs)
 	}
 	return 1
 }
@@ -382,6 +385,9 @@ func (n *notification[T]) initial() bool {
 func (i *SharedIndexInformer[T]) handleDeltas(deltas []Delta[T], initial bool) error {
 	i.handleMu.RLock()
 	defer i.handleMu.RUnlock()
+	if ws := i.warm.Load(); ws != nil && !i.synced.Load() {
+		ws.changes.Add(int64(len(deltas)))
+	}
 	notes := i.notes[:0]
 	// Without handlers (listeners change only under handleMu) nothing
 	// reads the notifications: building them cost a tenth of an initial

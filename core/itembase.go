@@ -1,114 +1,17 @@
 package core
 
 import (
-	"encoding/binary"
 	"errors"
-	"fmt"
 	"hash/maphash"
 	"math/bits"
 	"runtime"
 	"sync"
 	"sync/atomic"
-	"unsafe"
 )
 
-// The item base: a checkpoint's (or an initial list's) pages, filed once
-// into an open-addressing table the Indexer serves reads from; itemtable.go
-// holds the map the Indexer writes to.
-
-// itemPage is one checkpoint chunk of n objects. A page is decoded when
-// the chunk is read (keys and objs), or lazily: it keeps the chunk's bytes
-// and where each record starts, reads a key from the bytes when asked,
-// and decodes all its objects the first time one of them is read. Until
-// then a lazy page holds no pointer but its chunk's, so the GC scans
-// nothing of it: loading a checkpoint of a million objects lazily serves
-// its first read within a tenth of the time a list takes
-// (BenchmarkWarmStart).
-type itemPage[T any] struct {
-	n    int
-	keys []string            // decoded pages
-	objs atomic.Pointer[[]T] // nil until decoded
-	lazy *lazyObjects[T]     // lazy pages
-	mu   sync.Mutex          // one decoding at a time
-}
-
-// lazyObjects is what a lazy page reads its keys and decodes its objects
-// from.
-type lazyObjects[T any] struct {
-	data  []byte   // the chunk; keys and decoded strings share its bytes
-	recs  []uint32 // where each record (key, then object, each length first) starts in data
-	codec arenaDecoder[T]
-	what  string // names the checkpoint in a decoding failure
-}
-
-func decodedPage[T any](keys []string, objs []T) *itemPage[T] {
-	p := &itemPage[T]{n: len(keys), keys: keys}
-	p.objs.Store(&objs)
-	return p
-}
-
-func lazyPage[T any](l *lazyObjects[T]) *itemPage[T] {
-	return &itemPage[T]{n: len(l.recs), lazy: l}
-}
-
-// key returns the i-th key.
-func (p *itemPage[T]) key(i int) string {
-	if p.keys != nil {
-		return p.keys[i]
-	}
-	k, _ := p.lazy.record(i)
-	return k
-}
-
-// record returns the i-th record's key and encoded object, sharing data.
-func (l *lazyObjects[T]) record(i int) (key string, enc []byte) {
-	rec := l.data[l.recs[i]:]
-	n, w := binary.Uvarint(rec)
-	rec = rec[w:]
-	if n > 0 {
-		key = unsafe.String(&rec[0], n)
-	}
-	rec = rec[n:]
-	m, w := binary.Uvarint(rec)
-	return key, rec[w : w+int(m)]
-}
-
-// objects returns the page's objects, decoding them first if need be.
-// Readers holding the Indexer's read lock may call it at once: the first
-// decodes, the others wait for it.
-func (p *itemPage[T]) objects() []T {
-	if o := p.objs.Load(); o != nil {
-		return *o
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if o := p.objs.Load(); o != nil {
-		return *o
-	}
-	objs := p.decodeLoaded()
-	p.objs.Store(&objs)
-	return objs
-}
-
-// decodeLoaded decodes a lazy page's objects as they were loaded, into a
-// new slice.
-func (p *itemPage[T]) decodeLoaded() []T {
-	l := p.lazy
-	objs := make([]T, p.n)
-	arena := unsafe.String(unsafe.SliceData(l.data), len(l.data))
-	d := &binDecoder{}
-	for i := range objs {
-		key, enc := l.record(i)
-		at := int(uintptr(unsafe.Pointer(unsafe.SliceData(enc))) - uintptr(unsafe.Pointer(unsafe.SliceData(l.data))))
-		if err := l.codec.decodeArena(d, enc, arena[at:at+len(enc)], &objs[i]); err != nil {
-			// The checkpoint's checksum, its codec's schema and the codec
-			// (lazy pages are only made with a codec that decodes whatever
-			// it encoded) all vouched for these bytes: this is a bug.
-			panic(fmt.Sprintf("dbinformer: %s: object %q of a checked checkpoint does not decode (please report this bug): %v", l.what, key, err))
-		}
-	}
-	return objs
-}
+// The item base: a checkpoint's (or an initial list's) pages (itempage.go),
+// filed once into an open-addressing table the Indexer serves reads from;
+// itemtable.go holds the map the Indexer writes to.
 
 // itemBase is a checkpoint's objects in pages of 1<<pageBits (the last may
 // hold fewer), found through slots: an open-addressing table, at most half
@@ -127,6 +30,10 @@ type itemBase[T any] struct {
 	segMask  uint64   // a segment's slots - 1
 	deadBits []uint64 // nil until the first delete
 	dead     int
+	// movedBits marks the positions written or deleted since the load,
+	// in pages still on their checkpoint block (touch); nil until the
+	// first.
+	movedBits []uint64
 }
 
 // segmentBits: 32,768 slots (256 KiB) per segment.
@@ -162,6 +69,16 @@ func (b *itemBase[T]) isDead(pos int) bool {
 	return b.deadBits != nil && b.deadBits[pos>>6]&(1<<(pos&63)) != 0
 }
 
+// put stores obj at pos, live, and returns what was there.
+func (b *itemBase[T]) put(pos int, obj T) (old T, existed bool) {
+	p := b.obj(pos)
+	old, existed = *p, !b.isDead(pos)
+	*p = obj
+	b.revive(pos)
+	b.touch(pos)
+	return old, existed
+}
+
 // kill marks pos deleted and lets go of its object (if it was decoded).
 func (b *itemBase[T]) kill(pos int) {
 	if b.markDead(pos) {
@@ -169,6 +86,86 @@ func (b *itemBase[T]) kill(pos int) {
 			var zero T
 			(*o)[pos&(1<<b.pageBits-1)] = zero
 		}
+		b.touch(pos)
+	}
+}
+
+// touch notes that pos no longer holds the object loaded; once a quarter
+// of its page's objects have moved, the page moves off its checkpoint
+// block (unpin). A page is unpinned after n/4 writes to it at the cost of
+// decoding n objects at most: amortized, a few decodings per write.
+func (b *itemBase[T]) touch(pos int) {
+	pg := pos >> b.pageBits
+	p := b.pages[pg]
+	if p.block == nil {
+		return
+	}
+	if b.movedBits == nil {
+		b.movedBits = make([]uint64, (b.n+63)/64)
+	}
+	if b.movedBits[pos>>6]&(1<<(pos&63)) != 0 {
+		return
+	}
+	b.movedBits[pos>>6] |= 1 << (pos & 63)
+	p.moved++
+	if p.moved*4 >= p.n {
+		b.unpin(pg)
+	}
+}
+
+func (b *itemBase[T]) moved(pos int) bool {
+	return b.movedBits != nil && b.movedBits[pos>>6]&(1<<(pos&63)) != 0
+}
+
+// unpin moves page pg off its checkpoint block: its keys go into one
+// string of the page's own (a decoded page's have one already), and its live objects still as loaded are
+// decoded again with strings of their own (all of them if the page was
+// not decoded yet). What the page holds then shares nothing with the
+// block, which the GC frees once no page and no object a reader kept
+// holds a string of it.
+func (b *itemBase[T]) unpin(pg int) {
+	p := b.pages[pg]
+	l := p.block
+	if l == nil {
+		return
+	}
+	first := pg << b.pageBits
+	objs := p.objs.Load()
+	switch {
+	case objs == nil:
+		// Lazy, never read: decode the live ones, with strings of
+		// their own.
+		o := make([]T, p.n)
+		d := &binDecoder{}
+		for i := range o {
+			if !b.isDead(first + i) {
+				key, enc := l.record(i)
+				l.decode(d, i, key, enc, "", &o[i])
+			}
+		}
+		objs = &o
+	case l.codec != nil:
+		d := &binDecoder{}
+		for i := range *objs {
+			if pos := first + i; !b.isDead(pos) && !b.moved(pos) {
+				key, enc := l.record(i)
+				var o T
+				l.decode(d, i, key, enc, "", &o)
+				(*objs)[i] = o
+			}
+		}
+	}
+	if p.keys == nil {
+		p.keys = l.keys()
+	}
+	p.objs.Store(objs)
+	p.lazy, p.block = nil, nil
+}
+
+// unpinAll moves every page off its checkpoint block.
+func (b *itemBase[T]) unpinAll() {
+	for pg := range b.pages {
+		b.unpin(pg)
 	}
 }
 

@@ -11,9 +11,10 @@ package core
 // positions, which every CPU fills at once (BenchmarkWarmStart). Writes
 // after the load update a base object in place, delete it by marking its
 // position dead, and put keys the base never had in the map: a key lives in
-// the base or in the map, never both. When half the base is dead its live
-// objects move to the map and the base goes, so that a cache whose keys
-// all changed since the load does not hold the old ones.
+// the base or in the map, never both. When more than a quarter of the base
+// is dead, the live objects of both are filed into a new base (compact),
+// so that a cache whose keys all changed since the load does not hold the
+// old ones.
 type items[T any] struct {
 	m    map[string]T
 	base *itemBase[T]
@@ -91,11 +92,7 @@ func (t *items[T]) at(key string) T {
 func (t *items[T]) swap(key string, obj T) (old T, existed bool) {
 	if b := t.base; b != nil {
 		if pos, ok := b.find(key); ok {
-			p := b.obj(pos)
-			old, existed = *p, !b.isDead(pos)
-			*p = obj
-			b.revive(pos)
-			return old, existed
+			return b.put(pos, obj)
 		}
 	}
 	old, existed = t.m[key]
@@ -106,8 +103,7 @@ func (t *items[T]) swap(key string, obj T) (old T, existed bool) {
 func (t *items[T]) set(key string, obj T) {
 	if b := t.base; b != nil {
 		if pos, ok := b.find(key); ok {
-			*b.obj(pos) = obj
-			b.revive(pos)
+			b.put(pos, obj)
 			return
 		}
 	}
@@ -126,23 +122,25 @@ func (t *items[T]) del(key string) {
 		return
 	}
 	b.kill(pos)
-	if b.dead*2 > b.n {
-		t.fold()
+	if b.dead*4 > b.n {
+		t.compact()
 	}
 }
 
-// fold moves the base's live objects into the map and drops the base.
-func (t *items[T]) fold() {
+// compact files the live objects, the base's and the map's, into a new
+// base (into a map when they fill less than two pages) once more than a
+// quarter of the base is dead, so that the table holds little more than
+// its live objects however its keys churn: a pass over n objects after
+// n/4 deletes, a few steps per delete. The base's pages move off their
+// checkpoint blocks first, since the new pages do not track them.
+func (t *items[T]) compact() {
 	b := t.base
-	t.base = nil
-	m := make(map[string]T, len(t.m)+b.n-b.dead)
-	for k, o := range t.m {
-		m[k] = o
+	b.unpinAll()
+	st := &stagedItems[T]{bits: b.pageBits, minBase: 2 << b.pageBits}
+	for k, o := range t.all {
+		st.add(k, o)
 	}
-	for k, o := range b.all {
-		m[k] = o
-	}
-	t.m = m
+	*t = st.file(0)
 }
 
 func (t *items[T]) len() int {
@@ -151,6 +149,23 @@ func (t *items[T]) len() int {
 		n += b.n - b.dead
 	}
 	return n
+}
+
+// keys yields every key and its position in the base, or -1 for the
+// map's: the base's live ones (decoding no object), then the map's.
+func (t *items[T]) keys(yield func(string, int) bool) {
+	if b := t.base; b != nil {
+		for pos := range b.n {
+			if !b.isDead(pos) && !yield(b.key(pos), pos) {
+				return
+			}
+		}
+	}
+	for k := range t.m {
+		if !yield(k, -1) {
+			return
+		}
+	}
 }
 
 // all yields every key and object: the base's live ones, then the map's.
