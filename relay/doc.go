@@ -35,7 +35,10 @@
 // relist, and it logs why. A group of changes
 // that a dead leader left half-published is closed with an abort message
 // (downstreams drop what they hold of it) and its keys are published again
-// from a relist of the source. A source watch that expires (etcd
+// from a relist of the source, even where the source still equals what
+// the aborted group said (also when the term that aborted it died before
+// its relist was stored: the next term republishes the keys of every
+// aborted group whose messages the stream still holds). A source watch that expires (etcd
 // compaction, a lost slot) is a relist too, published as a diff against
 // the stream (changed keys put, vanished keys deleted) at the list's
 // version, so downstream caches converge without reloading. A relist's

@@ -76,20 +76,55 @@ func (r *Relay[T]) read(ctx context.Context, epoch uint64, wrote bool) (*state, 
 	if last.seq == 0 || last.commitPoint() {
 		return st, 0, nil, nil
 	}
+	// The stream ends inside a group or after an abort: a term died
+	// before its relist was stored whole. Every group aborted so far
+	// whose messages the stream still holds is republished too (see
+	// abortedKeys), or a second failure in a row would leave downstreams
+	// without those keys' changes.
+	force := abortedKeys(entries)
 	if last.kind == kindAbort {
 		// A previous term aborted a group and died before relisting.
-		return st, last.version, map[string]bool{}, nil
+		return st, last.version, force, nil
 	}
 	// An unfinished group (a relay died while publishing it): its keys
 	// are republished from a relist, after an abort message that tells
 	// downstreams to drop what they hold of it.
-	partial := map[string]bool{}
 	for _, e := range entries {
 		if e.kind == kindKey && e.version == last.version && e.prev == last.prev {
-			partial[e.key] = true
+			force[e.key] = true
 		}
 	}
-	return st, last.version, partial, nil
+	return st, last.version, force, nil
+}
+
+// abortedKeys returns the keys whose message in entries belongs to an
+// aborted group: a key message stored before an abort message of its
+// version. Downstreams dropped those changes with the group, but the
+// stream still holds the messages and st.hashes was built from them, so
+// a relist that compared the source with them would skip a key whose
+// aborted put equals the source, or whose aborted delete the source
+// agrees with, and the downstreams would keep the key's state from
+// before the group. The term that aborts a group forces its keys in its
+// relist, which supersedes every such message once stored; only a term
+// that died before that leaves them. (Abort subjects are one per version,
+// so every abort since the stream began is among entries; a key message
+// of an earlier, complete group of the same version is forced too, which
+// costs a republish and is otherwise harmless: forcing a key publishes
+// the source's own state of it.)
+func abortedKeys(entries []entry) map[string]bool {
+	aborts := map[uint64]uint64{} // version -> sequence of its last abort message
+	for _, e := range entries {
+		if e.kind == kindAbort {
+			aborts[e.version] = max(aborts[e.version], e.seq)
+		}
+	}
+	keys := map[string]bool{}
+	for _, e := range entries {
+		if e.kind == kindKey && e.seq < aborts[e.version] {
+			keys[e.key] = true
+		}
+	}
+	return keys
 }
 
 // lateWrites finds the messages of an earlier epoch stored after one of

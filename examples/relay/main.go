@@ -14,7 +14,11 @@
 // pginformer.CommitToken, and asks each downstream over HTTP for a row "as
 // of" that token: the downstream calls WaitFor(token) and answers from its
 // cache, so it reads the write even though it never talked to Postgres.
-// README.md shows the whole setup: a 3-node JetStream cluster, N replicas.
+// With -status ADDR the relay process also serves its status page
+// (/debug/informers/: leader or follower, term, published, stored, lag)
+// and Prometheus /metrics on ADDR, and the demo prints what the page says
+// of each relay. README.md shows the whole setup: a 3-node JetStream
+// cluster, N replicas.
 package main
 
 import (
@@ -42,12 +46,16 @@ import (
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	"github.com/dbinformer/dbinformer/leader"
+	prommetrics "github.com/dbinformer/dbinformer/metrics/prometheus"
 	"github.com/dbinformer/dbinformer/relay"
+	"github.com/dbinformer/dbinformer/statuspage"
 )
 
 // Item is a row of public.items.
@@ -72,17 +80,18 @@ func main() {
 	conn := flag.String("conn", os.Getenv("DATABASE_URL"), "Postgres connection string of a role with REPLICATION that may create tables (default: $DATABASE_URL, else an embedded server)")
 	natsURL := flag.String("nats", "", "NATS URL with JetStream (default: an embedded server)")
 	replicas := flag.Int("replicas", 1, "replicas of the relay stream (3 on a cluster)")
+	status := flag.String("status", "", "serve the relay process's status page (/debug/informers/) and /metrics on this address (default: off)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var err error
 	switch *role {
 	case "relay":
-		err = runRelay(ctx, *conn, *natsURL)
+		err = runRelay(ctx, *conn, *natsURL, *status)
 	case "downstream":
 		err = runDownstream(ctx, *natsURL)
 	case "":
-		err = run(ctx, *conn, *natsURL, *replicas, os.Stdout)
+		err = run(ctx, *conn, *natsURL, *replicas, *status, os.Stdout)
 	default:
 		err = fmt.Errorf("unknown -role %q", *role)
 	}
@@ -104,8 +113,10 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
-// run is the demo: servers, table, stream, three processes, writes, reads.
-func run(ctx context.Context, conn, natsURL string, replicas int, w io.Writer) error {
+// run is the demo: servers, table, stream, three processes, writes, reads;
+// with status (an address), the relay process serves its status page
+// there, and the demo prints what it says of each relay.
+func run(ctx context.Context, conn, natsURL string, replicas int, status string, w io.Writer) error {
 	out := &lockedWriter{w: w}
 	if conn == "" {
 		pg, err := harness.StartPostgresMain()
@@ -166,14 +177,18 @@ func run(ctx context.Context, conn, natsURL string, replicas int, w io.Writer) e
 	if err != nil {
 		return err
 	}
-	relayProc, _, err := start(ctx, self, out, "relay", "-role", "relay", "-conn", conn, "-nats", natsURL)
+	relayArgs, relayWaits := []string{"-role", "relay", "-conn", conn, "-nats", natsURL}, ""
+	if status != "" {
+		relayArgs, relayWaits = append(relayArgs, "-status", status), statusLine
+	}
+	relayProc, page, err := start(ctx, self, out, "relay", relayWaits, relayArgs...)
 	if err != nil {
 		return err
 	}
 	defer relayProc.stop()
 	var downs []string
 	for i := range 2 {
-		p, addr, err := start(ctx, self, out, fmt.Sprintf("downstream-%d", i+1), "-role", "downstream", "-nats", natsURL)
+		p, addr, err := start(ctx, self, out, fmt.Sprintf("downstream-%d", i+1), listeningLine, "-role", "downstream", "-nats", natsURL)
 		if err != nil {
 			return err
 		}
@@ -201,6 +216,41 @@ func run(ctx context.Context, conn, natsURL string, replicas int, w io.Writer) e
 		}
 		fmt.Fprintf(out, "downstream-%d read %s after WaitFor(%d): %s\n", i%len(downs)+1, tb.name, uint64(token), body)
 	}
+	if page != "" {
+		return printRelays(ctx, out, page)
+	}
+	return nil
+}
+
+// printRelays prints what the relay process's status page says of each
+// relay (its JSON form) and each relay's published-messages counter
+// from its /metrics.
+func printRelays(ctx context.Context, out io.Writer, page string) error {
+	body, err := get(ctx, page+"?format=json")
+	if err != nil {
+		return err
+	}
+	var st statuspage.Status
+	if err := json.Unmarshal([]byte(body), &st); err != nil {
+		return fmt.Errorf("status page JSON: %w", err)
+	}
+	for _, r := range st.Relays {
+		lag := "unknown"
+		if r.LagVersions != nil {
+			lag = strconv.FormatUint(*r.LagVersions, 10)
+		}
+		fmt.Fprintf(out, "relay %s: %s, epoch %d, published %d messages, stored up to %d, lag %s, relists %d\n",
+			r.Name, r.Role, r.Epoch, r.Published, uint64(r.Stored), lag, r.Relists)
+	}
+	metrics, err := get(ctx, strings.TrimSuffix(page, "/debug/informers/")+"/metrics")
+	if err != nil {
+		return err
+	}
+	for line := range strings.Lines(metrics) {
+		if strings.HasPrefix(line, "dbinformer_relay_published_messages_total{") {
+			fmt.Fprintf(out, "metric %s", line)
+		}
+	}
 	return nil
 }
 
@@ -219,9 +269,17 @@ func (p *proc) stop() {
 	}
 }
 
+// Lines a process prints that start waits for: its HTTP address (a
+// downstream), its status page's URL (the relay, with -status).
+const (
+	listeningLine = "listening on "
+	statusLine    = "status page: "
+)
+
 // start runs this binary with args; its stdout lines are printed with
-// name, and a line "listening on ADDR" gives its HTTP address.
-func start(ctx context.Context, self string, out io.Writer, name string, args ...string) (*proc, string, error) {
+// name. With wait set, it returns once the process has printed a line
+// starting with wait, and the rest of that line.
+func start(ctx context.Context, self string, out io.Writer, name, wait string, args ...string) (*proc, string, error) {
 	cmd := exec.Command(self, args...)
 	cmd.Stderr = os.Stderr
 	stdout, err := cmd.StdoutPipe()
@@ -237,14 +295,17 @@ func start(ctx context.Context, self string, out io.Writer, name string, args ..
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			line := sc.Text()
-			if a, ok := strings.CutPrefix(line, "listening on "); ok {
-				addrC <- a
+			if a, ok := strings.CutPrefix(line, wait); ok && wait != "" {
+				select {
+				case addrC <- a:
+				default:
+				}
 			}
 			fmt.Fprintf(out, "[%s] %s\n", name, line)
 		}
 		p.done <- cmd.Wait()
 	}()
-	if !strings.Contains(strings.Join(args, " "), "downstream") {
+	if wait == "" {
 		return p, "", nil
 	}
 	select {
@@ -283,7 +344,13 @@ func get(ctx context.Context, u string) (string, error) {
 // process reads: its terms are shared by the relays (leader.Share), so
 // that all tables move to a new leader together — the slot cannot be
 // split between processes.
-func runRelay(ctx context.Context, conn, natsURL string) error {
+//
+// With status set, it serves the relays' status page and Prometheus
+// metrics there (statuspage.Page.AddRelay, prommetrics.Provider.TrackRelay):
+// each relay's part in the election, its term, what it published and
+// JetStream stored, relists and failed terms, and the lag of the stream
+// behind Postgres, read when asked.
+func runRelay(ctx context.Context, conn, natsURL, status string) error {
 	log := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	src, err := pginformer.NewSource(ctx, conn, pginformer.Options{PermanentSlot: true, Slot: slot, Logger: log})
 	if err != nil {
@@ -304,6 +371,12 @@ func runRelay(ctx context.Context, conn, natsURL string) error {
 		return err
 	}
 	election := leader.Share(el)
+	page := statuspage.New(statuspage.Options{Title: "relay example"})
+	reg := prometheus.NewRegistry()
+	pm, err := prommetrics.New(reg, prommetrics.Options{})
+	if err != nil {
+		return err
+	}
 	var runs []func(context.Context) error
 	for _, tb := range tables {
 		table, err := pginformer.NewTable[Item](ctx, src, tb.name, pginformer.TableOptions[Item]{})
@@ -314,7 +387,22 @@ func runRelay(ctx context.Context, conn, natsURL string) error {
 		if err != nil {
 			return err
 		}
+		page.AddRelay(r)
+		pm.TrackRelay(r)
 		runs = append(runs, r.Run)
+	}
+	if status != "" {
+		ln, err := net.Listen("tcp", status)
+		if err != nil {
+			return err
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/debug/informers/", page) // the page, ?format=json
+		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		defer srv.Close()
+		fmt.Printf("%shttp://%s/debug/informers/\n", statusLine, ln.Addr())
 	}
 	runs = append(runs, election.Run)
 	ctx, cancel := context.WithCancel(ctx)
@@ -387,7 +475,7 @@ func runDownstream(ctx context.Context, natsURL string) error {
 		return err
 	}
 	srv := &http.Server{Handler: mux}
-	fmt.Printf("listening on %s\n", ln.Addr())
+	fmt.Printf("%s%s\n", listeningLine, ln.Addr())
 	go func() { _ = srv.Serve(ln) }()
 	<-ctx.Done()
 	_ = srv.Close()
