@@ -217,14 +217,7 @@ func (i *SharedIndexInformer[T]) Run(ctx context.Context) error {
 		return ErrAlreadyRunning
 	}
 	if err := i.setupCheckpoint(); err != nil {
-		// A run that cannot start fails permanently like one that ended:
-		// SyncStatus and WaitForCacheSync say why, not "not started".
-		err = Permanent(err)
-		if i.failure.err != nil {
-			i.failure = &runFailure{done: make(chan struct{})}
-		}
-		i.failure.err = err
-		close(i.failure.done)
+		err = i.failBeforeStartLocked(err)
 		i.mu.Unlock()
 		return err
 	}

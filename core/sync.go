@@ -163,6 +163,19 @@ func (i *SharedIndexInformer[T]) stopped() error {
 	}
 }
 
+// failBeforeStartLocked fails a run that cannot start permanently, like
+// one that ended: SyncStatus and WaitForCacheSync say why, not "not
+// started". Called with i.mu held; returns the run's error.
+func (i *SharedIndexInformer[T]) failBeforeStartLocked(err error) error {
+	err = Permanent(err)
+	if i.failure.err != nil {
+		i.failure = &runFailure{done: make(chan struct{})}
+	}
+	i.failure.err = err
+	close(i.failure.done)
+	return err
+}
+
 // SyncStatus is where an informer's list and watch stand and, when it
 // waits, why. SharedIndexInformer.SyncStatus takes it; String says it in
 // one line; the errors of WaitForCacheSync and WaitFor say the same.

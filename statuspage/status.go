@@ -90,17 +90,6 @@ type InformerStatus struct {
 	SchemaChanges *SchemaChangeStatus `json:"schemaChanges,omitempty"`
 }
 
-// SchemaChangeStatus is what the page shows of an informer's schema
-// changes: how many, and the last one with what was done about it.
-type SchemaChangeStatus struct {
-	Count int64     `json:"count"`
-	At    time.Time `json:"at"`
-	// Action is "relist" (the informer listed again) or "fail" (it
-	// stopped); Last is the change in one line, through Redact.
-	Action string `json:"action"`
-	Last   string `json:"last"`
-}
-
 // ListStats counts an informer's lists.
 type ListStats struct {
 	Lists         int64      `json:"lists"`
@@ -260,9 +249,7 @@ func (p *Page) informerStatus(e *informerEntry, now time.Time) InformerStatus {
 		st := inf.SyncStatus()
 		decodeErr, decodeAt = st.LastDecodeError, st.LastDecodeErrorAt
 		audit = st.Audit
-		if sc := st.SchemaChanges; sc != nil {
-			is.SchemaChanges = &SchemaChangeStatus{Count: sc.Count, At: sc.LastAt, Action: sc.Last.SchemaAction(), Last: clip(Redact(sc.Last.Error()), maxMessage)}
-		}
+		is.SchemaChanges = schemaChangeStatus(st.SchemaChanges)
 		is.Kind = Redact(st.Source)
 		synced, applied, received = st.Synced, st.AppliedVersion, st.LastSyncResourceVersion
 		listErr, stopped = st.ListFailures.Last, st.Stopped
