@@ -86,9 +86,6 @@ func (i *SharedIndexInformer[T]) auditOptions() AuditOptions[T] {
 	if o.MaxHeal <= 0 {
 		o.MaxHeal = 10000
 	}
-	if o.Equal == nil {
-		o.Equal = func(a, b T) bool { return reflect.DeepEqual(a, b) }
-	}
 	return o
 }
 
@@ -117,6 +114,9 @@ func (i *SharedIndexInformer[T]) auditLoop(ctx context.Context) {
 func (i *SharedIndexInformer[T]) audit(ctx context.Context, o AuditOptions[T]) AuditResult {
 	i.auditMu.Lock()
 	defer i.auditMu.Unlock()
+	if o.Equal == nil {
+		o.Equal = deepEqual[T]() // this run's own: one run at a time uses it
+	}
 	r := i.auditRun(ctx, o)
 	i.lastAudit.Store(&r)
 	if m, ok := i.met.(AuditMetrics); ok {
@@ -458,4 +458,20 @@ func (p *pacer) wait(ctx context.Context) error {
 		return p.i.sleep(ctx, d)
 	}
 	return nil
+}
+
+// deepEqual is reflect.DeepEqual of two T without boxing a copy of each
+// (two allocations of T's size per compared object, which made an audit
+// of a table of structs cost more than a List of it): the objects are
+// copied into two T of its own and compared through pointers, which an
+// interface holds without allocating. Not safe for concurrent use.
+func deepEqual[T any]() func(a, b T) bool {
+	x, y := new(T), new(T)
+	return func(a, b T) bool {
+		*x, *y = a, b
+		same := reflect.DeepEqual(x, y)
+		var zero T
+		*x, *y = zero, zero // hold no object past the comparison
+		return same
+	}
 }
