@@ -6,7 +6,6 @@ import (
 	"hash/maphash"
 	"log/slog"
 	"math/rand/v2"
-	"reflect"
 	"sync"
 	"time"
 )
@@ -458,20 +457,4 @@ func (p *pacer) wait(ctx context.Context) error {
 		return p.i.sleep(ctx, d)
 	}
 	return nil
-}
-
-// deepEqual is reflect.DeepEqual of two T without boxing a copy of each
-// (two allocations of T's size per compared object, which made an audit
-// of a table of structs cost more than a List of it): the objects are
-// copied into two T of its own and compared through pointers, which an
-// interface holds without allocating. Not safe for concurrent use.
-func deepEqual[T any]() func(a, b T) bool {
-	x, y := new(T), new(T)
-	return func(a, b T) bool {
-		*x, *y = a, b
-		same := reflect.DeepEqual(x, y)
-		var zero T
-		*x, *y = zero, zero // hold no object past the comparison
-		return same
-	}
 }
