@@ -30,6 +30,10 @@ import (
 // adapter broke the AuditLister contract.
 type AuditCounts struct {
 	Runs, Equal, Divergent, Failed int
+	// DuringFaults counts the runs that overlapped a fault: from its
+	// injection to the informer catching up with the head read at its
+	// heal.
+	DuringFaults int
 	// FailedBy counts failed runs by reason: AuditSourceDown,
 	// AuditCacheLag, AuditListing, AuditContract.
 	FailedBy map[string]int
@@ -45,10 +49,10 @@ type AuditCounts struct {
 	Findings []string
 }
 
-// String is, for example, "12 (9 equal, 0 divergent, 3 failed: source 2,
-// lag 1)".
+// String is, for example, "12 (5 during faults; 9 equal, 0 divergent, 3
+// failed: source 2, lag 1)".
 func (c AuditCounts) String() string {
-	s := fmt.Sprintf("%d (%d equal, %d divergent, %d failed", c.Runs, c.Equal, c.Divergent, c.Failed)
+	s := fmt.Sprintf("%d (%d during faults; %d equal, %d divergent, %d failed", c.Runs, c.DuringFaults, c.Equal, c.Divergent, c.Failed)
 	if c.Failed > 0 {
 		s += ": " + c.failedBy()
 	}
@@ -144,8 +148,16 @@ func (a *auditor) stop() {
 	a.mu.Unlock()
 }
 
-// activeLocked names the faults whose span overlaps [from, to].
+// activeLocked names the faults whose span overlaps [from, to] ("none").
 func (a *auditor) activeLocked(from, to time.Time) string {
+	out := a.overlapLocked(from, to)
+	if len(out) == 0 {
+		return "none"
+	}
+	return strings.Join(out, ", ")
+}
+
+func (a *auditor) overlapLocked(from, to time.Time) []string {
 	var out []string
 	for _, s := range a.faults {
 		if s.from.After(to) || !s.to.IsZero() && s.to.Before(from) {
@@ -157,10 +169,7 @@ func (a *auditor) activeLocked(from, to time.Time) string {
 		}
 		out = append(out, fmt.Sprintf("%s (injected at +%v, %s)", s.kind, s.from.Sub(a.start).Round(time.Millisecond), end))
 	}
-	if len(out) == 0 {
-		return "none"
-	}
-	return strings.Join(out, ", ")
+	return out
 }
 
 // result records one run's result.
@@ -173,6 +182,9 @@ func (a *auditor) result(r core.AuditResult) {
 	c := &a.counts
 	c.Runs++
 	c.InFlight += r.InFlight
+	if len(a.overlapLocked(r.Started, r.Started.Add(r.Duration))) > 0 {
+		c.DuringFaults++
+	}
 	at := fmt.Sprintf("+%v", r.Started.Sub(a.start).Round(time.Millisecond))
 	switch r.Outcome {
 	case core.AuditEqual:
@@ -235,7 +247,7 @@ func (c AuditCounts) add(o AuditCounts) AuditCounts {
 		fb[k] += n
 	}
 	return AuditCounts{
-		Runs: c.Runs + o.Runs, Equal: c.Equal + o.Equal, Divergent: c.Divergent + o.Divergent, Failed: c.Failed + o.Failed,
+		Runs: c.Runs + o.Runs, DuringFaults: c.DuringFaults + o.DuringFaults, Equal: c.Equal + o.Equal, Divergent: c.Divergent + o.Divergent, Failed: c.Failed + o.Failed,
 		FailedBy: fb, FalsePositives: c.FalsePositives + o.FalsePositives, InFlight: c.InFlight + o.InFlight,
 		Findings: append(slices.Clone(c.Findings), o.Findings...),
 	}

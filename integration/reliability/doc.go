@@ -14,7 +14,7 @@
 // that moment, and reports it (p50/p99 per adapter and fault kind).
 //
 // Throughout, the informer audits itself (core.InformerOptions.Audit)
-// every second, report only, and once more after the final checks: a run
+// every quarter second, report only, and once more after the final checks: a run
 // that cannot compare (the source down, the cache behind a fault) is
 // counted as failed and is fine; a divergent run is a divergence of the
 // run, and a false positive when the final checks passed (the cache was

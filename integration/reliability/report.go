@@ -25,7 +25,7 @@ func Report(results []Result, command string, elapsed time.Duration) string {
 	b.WriteString("WorkQueue controller end at the source's state, no key's version ever went backwards in a\n")
 	b.WriteString("handler, and no goroutine is left after stop. A divergence is a run where any check failed.\n")
 	b.WriteString("Throughout, the informer's consistency audit (`InformerOptions.Audit`, report only) compares its cache\n")
-	b.WriteString("with the source about every second, and once more after the final checks; a divergent audit is a\n")
+	b.WriteString("with the source every few hundred milliseconds, and once more after the final checks; a divergent audit is a\n")
 	b.WriteString("divergence of the run (see Consistency audit below).\n")
 	b.WriteString("Each adapter runs through its conformance.Harness (Truth and Faults); `memory` is core/memory behind\n")
 	b.WriteString("an informertest.Spy, a baseline with no server.\n\n")
@@ -123,14 +123,16 @@ func Report(results []Result, command string, elapsed time.Duration) string {
 	}
 
 	b.WriteString("\n## Consistency audit\n\n")
-	b.WriteString("Each run's informer audits itself every `-audit` period (1s; the first one period after its sync,\n")
-	b.WriteString("Pace unlimited) while the faults go on, report only, and once more after the final checks. `failed`\n")
+	fmt.Fprintf(&b, "Each run's informer audits itself every %s (`-audit`; the first one period after its sync, Pace\n", auditPeriods(results))
+	b.WriteString("unlimited) while the faults go on, report only, and once more after the final checks. `failed`\n")
 	b.WriteString("runs could not compare and are fine, by why: `source` = its read failed (a fault), `lag` = the cache did\n")
 	b.WriteString("not reach the audit's version within the period (behind a fault), `list` = a relist was running;\n")
 	b.WriteString("`other` would be an adapter breaking the AuditLister contract, and is a divergence. `divergent` runs\n")
 	b.WriteString("are divergences of their run; `false positives` are those of runs whose final checks passed.\n")
-	b.WriteString("`in flight` = keys left out of comparisons because they changed after the audit's version.\n\n")
-	b.WriteString("| adapter | audits | equal | divergent | false positives | failed (by why) | in flight | audits per run |\n|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("`during faults` = audits that overlapped a fault (from its injection to the informer catching up with\n")
+	b.WriteString("the head read at its heal). `in flight` = keys left out of comparisons because they changed after the\n")
+	b.WriteString("audit's version.\n\n")
+	b.WriteString("| adapter | audits | during faults | equal | divergent | false positives | failed (by why) | in flight | audits per run |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, a := range adapters {
 		var c AuditCounts
 		for _, r := range byAdapter[a] {
@@ -140,7 +142,7 @@ func Report(results []Result, command string, elapsed time.Duration) string {
 		if c.Failed > 0 {
 			failed = fmt.Sprintf("%d (%s)", c.Failed, c.failedBy())
 		}
-		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %s | %d | %.1f |\n", a, c.Runs, c.Equal, c.Divergent, c.FalsePositives, failed,
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %s | %d | %.1f |\n", a, c.Runs, c.DuringFaults, c.Equal, c.Divergent, c.FalsePositives, failed,
 			c.InFlight, float64(c.Runs)/float64(len(byAdapter[a])))
 	}
 	findings := 0
@@ -232,4 +234,21 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 	}
 	i := int(p*float64(len(ds))+0.999999) - 1
 	return ds[min(max(i, 0), len(ds)-1)]
+}
+
+// auditPeriods names the audit periods the results ran with.
+func auditPeriods(results []Result) string {
+	seen := map[time.Duration]bool{}
+	var out []string
+	for _, r := range results {
+		if p := r.Config.AuditPeriod; !seen[p] {
+			seen[p] = true
+			if p < 0 {
+				out = append(out, "(off)")
+			} else {
+				out = append(out, p.String())
+			}
+		}
+	}
+	return strings.Join(out, ", ")
 }
