@@ -132,7 +132,7 @@ func (r Result) Failure() string {
 // Replay is the command that runs this seed again.
 func (r Result) Replay() string {
 	audit := ""
-	if p := r.Config.AuditPeriod; p != DefaultAuditPeriod {
+	if p := r.Config.AuditPeriod; p != 0 && p != DefaultAuditPeriod {
 		audit = fmt.Sprintf(" -audit %v", p)
 	}
 	return fmt.Sprintf("go test ./integration/reliability -run 'TestReliability/%s$' -seed %d -ops %d -faults %d%s -v",
