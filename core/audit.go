@@ -151,7 +151,9 @@ type AuditResult struct {
 	Missing, Extra, Differing int64
 	// InFlight counts keys left out because a change after Version reached
 	// the cache while the run read: their state at Version is not the
-	// cache's any more.
+	// cache's any more. A relist past Version during the run also leaves
+	// out each key missing from the cache (the cache never held the
+	// state at Version; the next run compares them).
 	InFlight int64
 	// Undecodable counts source objects that did not decode; they are not
 	// compared (InformerOptions.Undecodable keeps them out of the cache).

@@ -26,6 +26,14 @@ import (
 //     suspect still differing is a divergence, and a cached key not seen
 //     is extra. A key changed after C is in flight and left out.
 //
+// A relist that completes past C while the run reads moves the cache from
+// a state before C to one after it without ever holding C's: every key it
+// lists or deletes is recorded (in flight), but a key the source created
+// before C and deleted after it, that the watch never delivered, is in
+// neither the cache nor the record. So when a list past C completed, a
+// key missing from the cache is in flight too: the run cannot tell it
+// from a loss, and the next run (without a relist) will.
+//
 // Memory beyond the cache is the suspects (the keys in flight and the
 // divergent ones), the recorded keys (changed during the run) and the seen
 // set, a 64-bit hash per row (two keys of a million share one with odds of
@@ -210,7 +218,13 @@ func (i *SharedIndexInformer[T]) auditRun(ctx context.Context, o AuditOptions[T]
 	if err != nil {
 		return fail(fmt.Errorf("%s: audit: the cache did not reach the source's version %d: %w", i.name, c, err))
 	}
-	heal := p.compare(c)
+	i.mu.Lock()
+	rf := i.reflector
+	i.mu.Unlock()
+	// Read after WaitFor: a list that completed past c did so during the
+	// run (one before it had a version at most a0).
+	relisted := rf != nil && ResourceVersion(rf.lastListRV.Load()) > c
+	heal := p.compare(c, relisted)
 	r.Outcome = AuditEqual
 	if r.Divergent() > 0 {
 		r.Outcome = AuditDivergent
@@ -218,9 +232,6 @@ func (i *SharedIndexInformer[T]) auditRun(ctx context.Context, o AuditOptions[T]
 		case HealKeys:
 			r.Healed = i.auditHeal(tr, c, heal)
 		case HealRelist:
-			i.mu.Lock()
-			rf := i.reflector
-			i.mu.Unlock()
 			if rf != nil {
 				rf.requestRelist()
 				r.Healed = r.Divergent()
@@ -286,8 +297,10 @@ func (p *auditPass[T]) emit(ev Event[T]) error {
 
 // compare decides, once the cache has applied c, which suspects differ
 // and which cached keys the source did not have, and returns what heals
-// them (at most MaxHeal).
-func (p *auditPass[T]) compare(c ResourceVersion) []Delta[T] {
+// them (at most MaxHeal). relisted says that a list past c completed
+// during the run: a key missing from the cache is then in flight (see the
+// top of this file).
+func (p *auditPass[T]) compare(c ResourceVersion, relisted bool) []Delta[T] {
 	r, i := p.r, p.i
 	add := func(keys *[]string, n *int64, d Delta[T]) {
 		*n++
@@ -304,7 +317,7 @@ func (p *auditPass[T]) compare(c ResourceVersion) []Delta[T] {
 		// recorded after C is the state at C.
 		cached, ok := i.indexer.Get(key)
 		switch {
-		case p.tr.after(key, c):
+		case p.tr.after(key, c), !ok && relisted:
 			r.InFlight++
 		case !ok:
 			add(&r.MissingKeys, &r.Missing, Delta[T]{Type: DeltaAdded, Key: key, Object: obj, HasObject: true, RV: c})

@@ -23,8 +23,9 @@ type Reflector[T any] struct {
 	q   Queue[T]
 	cfg reflectorConfig[T]
 
-	lastRV  atomic.Uint64
-	catchUp atomic.Bool // a warm start asks its first watch for a bookmark
+	lastRV     atomic.Uint64
+	lastListRV atomic.Uint64 // the version of the last successful list (the audit's, auditrun.go)
+	catchUp    atomic.Bool   // a warm start asks its first watch for a bookmark
 
 	mu          sync.Mutex
 	progress    chan struct{}           // the open watch's Progress; nil when none can answer
@@ -384,6 +385,7 @@ func (r *Reflector[T]) list(ctx context.Context, relist bool) error {
 	}
 	r.cfg.met.ListProgress(received, estimated)
 	r.lastRV.Store(uint64(rv))
+	r.lastListRV.Store(uint64(rv))
 	if r.cfg.listed != nil {
 		r.cfg.listed(rv)
 	}

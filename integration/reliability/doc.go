@@ -13,6 +13,14 @@
 // after each fault heals, how long the informer takes to reach the head of
 // that moment, and reports it (p50/p99 per adapter and fault kind).
 //
+// Throughout, the informer audits itself (core.InformerOptions.Audit)
+// every quarter second, report only, and once more after the final checks: a run
+// that cannot compare (the source down, the cache behind a fault) is
+// counted as failed and is fine; a divergent run is a divergence of the
+// run, and a false positive when the final checks passed (the cache was
+// right and the audit said otherwise, or it was wrong for a while and
+// nothing else noticed). See AuditCounts.
+//
 // An adapter takes part through its conformance.Harness, the same one its
 // conformance test and benchmarks use, which must also implement
 // conformance.Truth and conformance.Faults. Its file in this package
@@ -39,7 +47,8 @@
 //
 // Flags of the test binary: -seeds N (seeds 1..N per adapter, default 2,
 // the small version that make test runs), -seed N (only that one), -ops and
-// -faults (size of a run), and -report FILE (write RELIABILITY.md). Every
+// -faults (size of a run), -audit D (the audit's period; negative: off),
+// and -report FILE (write RELIABILITY.md). Every
 // divergence found is kept as a regression test that always runs.
 //
 // TestKillRestart is the kill fault of warm restarts (core.CheckpointOptions):

@@ -18,6 +18,7 @@ var (
 	flagOps    = flag.Int("ops", 0, "writes per run (0: the default)")
 	flagFaults = flag.Int("faults", 0, "faults of each kind per run (0: the default)")
 	flagReport = flag.String("report", "", "write a Markdown report of every run to this file")
+	flagAudit  = flag.Duration("audit", 0, "the consistency audit's period (0: reliability.DefaultAuditPeriod; negative: no audit)")
 )
 
 func seeds() []uint64 {
@@ -32,7 +33,7 @@ func seeds() []uint64 {
 }
 
 func config() reliability.Config {
-	cfg := reliability.Config{Ops: *flagOps, FaultsPerKind: *flagFaults}
+	cfg := reliability.Config{Ops: *flagOps, FaultsPerKind: *flagFaults, AuditPeriod: *flagAudit}
 	if cfg.Ops == 0 && *flagReport == "" {
 		cfg.Ops = 40 // the small version inside make test
 	}
@@ -67,7 +68,7 @@ func command() string {
 	args := []string{"go test ./integration/reliability -run 'TestReliability'"}
 	flag.Visit(func(f *flag.Flag) {
 		switch f.Name {
-		case "seed", "seeds", "ops", "faults", "report", "timeout":
+		case "seed", "seeds", "ops", "faults", "report", "timeout", "audit":
 			args = append(args, "-"+f.Name+" "+f.Value.String())
 		case "test.run":
 			args[0] = "go test ./integration/reliability -run '" + f.Value.String() + "'"
@@ -80,8 +81,8 @@ func command() string {
 
 // TestReliability runs the suite for every registered adapter (each
 // adapter's file in the package registers its harness); -seeds, -seed,
-// -ops, -faults and -report size it (the defaults are the small version
-// run by make test).
+// -ops, -faults, -audit and -report size it (the defaults are the small
+// version run by make test).
 func TestReliability(t *testing.T) {
 	start := time.Now()
 	adapters := reliability.Adapters()

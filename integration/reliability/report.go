@@ -24,6 +24,9 @@ func Report(results []Result, command string, elapsed time.Duration) string {
 	b.WriteString("`WaitFor(head)`, then cache == source read directly, handler views and a failing-and-requeuing\n")
 	b.WriteString("WorkQueue controller end at the source's state, no key's version ever went backwards in a\n")
 	b.WriteString("handler, and no goroutine is left after stop. A divergence is a run where any check failed.\n")
+	b.WriteString("Throughout, the informer's consistency audit (`InformerOptions.Audit`, report only) compares its cache\n")
+	b.WriteString("with the source every few hundred milliseconds, and once more after the final checks; a divergent audit is a\n")
+	b.WriteString("divergence of the run (see Consistency audit below).\n")
 	b.WriteString("Each adapter runs through its conformance.Harness (Truth and Faults); `memory` is core/memory behind\n")
 	b.WriteString("an informertest.Spy, a baseline with no server.\n\n")
 	fmt.Fprintf(&b, "- command: `%s`\n", command)
@@ -44,13 +47,15 @@ func Report(results []Result, command string, elapsed time.Duration) string {
 		byAdapter[r.Adapter] = append(byAdapter[r.Adapter], r)
 	}
 
-	b.WriteString("## Summary\n\n| adapter | runs (seeds) | writes | faults injected | relists | watch restarts | divergent runs | variants | mean run time |\n|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("## Summary\n\n| adapter | runs (seeds) | writes | faults injected | relists | watch restarts | divergent runs | audits (equal/divergent/failed) | variants | mean run time |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, a := range adapters {
 		rs := byAdapter[a]
 		var ops, faults, div, relists, restarts int
 		var total time.Duration
 		variants := map[string]int{}
+		var audit AuditCounts
 		for _, r := range rs {
+			audit = audit.add(r.Audit)
 			ops += r.Ops
 			relists += r.Relists
 			restarts += r.Restarts
@@ -68,7 +73,8 @@ func Report(results []Result, command string, elapsed time.Duration) string {
 			vs = append(vs, fmt.Sprintf("%s ×%d", v, n))
 		}
 		slices.Sort(vs)
-		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %d | %s | %s |\n", a, len(rs), ops, faults, relists, restarts, div,
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %d | %d (%d/%d/%d) | %s | %s |\n", a, len(rs), ops, faults, relists, restarts, div,
+			audit.Runs, audit.Equal, audit.Divergent, audit.Failed,
 			strings.Join(vs, ", "), (total / time.Duration(len(rs))).Round(100*time.Millisecond))
 	}
 
@@ -113,6 +119,40 @@ func Report(results []Result, command string, elapsed time.Duration) string {
 				over = fmt.Sprintf("%d (max %s)", len(c.over), fmtDuration(slices.Max(c.over)))
 			}
 			fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %s | %s | %s |\n", a, f, c.runs, c.faults, c.div, p50, p99, over)
+		}
+	}
+
+	b.WriteString("\n## Consistency audit\n\n")
+	fmt.Fprintf(&b, "Each run's informer audits itself every %s (`-audit`; the first one period after its sync, Pace\n", auditPeriods(results))
+	b.WriteString("unlimited) while the faults go on, report only, and once more after the final checks. `failed`\n")
+	b.WriteString("runs could not compare and are fine, by why: `source` = its read failed (a fault), `lag` = the cache did\n")
+	b.WriteString("not reach the audit's version within the period (behind a fault), `list` = a relist was running;\n")
+	b.WriteString("`other` would be an adapter breaking the AuditLister contract, and is a divergence. `divergent` runs\n")
+	b.WriteString("are divergences of their run; `false positives` are those of runs whose final checks passed.\n")
+	b.WriteString("`during faults` = audits that overlapped a fault (from its injection to the informer catching up with\n")
+	b.WriteString("the head read at its heal). `in flight` = keys left out of comparisons because they changed after the\n")
+	b.WriteString("audit's version.\n\n")
+	b.WriteString("| adapter | audits | during faults | equal | divergent | false positives | failed (by why) | in flight | audits per run |\n|---|---|---|---|---|---|---|---|---|\n")
+	for _, a := range adapters {
+		var c AuditCounts
+		for _, r := range byAdapter[a] {
+			c = c.add(r.Audit)
+		}
+		failed := "0"
+		if c.Failed > 0 {
+			failed = fmt.Sprintf("%d (%s)", c.Failed, c.failedBy())
+		}
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %s | %d | %.1f |\n", a, c.Runs, c.DuringFaults, c.Equal, c.Divergent, c.FalsePositives, failed,
+			c.InFlight, float64(c.Runs)/float64(len(byAdapter[a])))
+	}
+	findings := 0
+	for _, r := range results {
+		for _, f := range r.Audit.Findings {
+			if findings == 0 {
+				b.WriteString("\nDivergent audits (replay each with its seed):\n\n")
+			}
+			findings++
+			fmt.Fprintf(&b, "- %s seed %d (%s): %s\n", r.Adapter, r.Seed, r.Variant, f)
 		}
 	}
 
@@ -194,4 +234,21 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 	}
 	i := int(p*float64(len(ds))+0.999999) - 1
 	return ds[min(max(i, 0), len(ds)-1)]
+}
+
+// auditPeriods names the audit periods the results ran with.
+func auditPeriods(results []Result) string {
+	seen := map[time.Duration]bool{}
+	var out []string
+	for _, r := range results {
+		if p := r.Config.AuditPeriod; !seen[p] {
+			seen[p] = true
+			if p < 0 {
+				out = append(out, "(off)")
+			} else {
+				out = append(out, p.String())
+			}
+		}
+	}
+	return strings.Join(out, ", ")
 }

@@ -59,7 +59,17 @@ type Config struct {
 	FailRate      float64       // chance that the WorkQueue handler fails; default 0.3
 	MaxPause      time.Duration // longest pause between writes; default 20ms
 	Settle        time.Duration // deadline for convergence after the workload; default 3m
+	// AuditPeriod is the consistency audit's period (see AuditCounts);
+	// default DefaultAuditPeriod, negative: no audit.
+	AuditPeriod time.Duration
 }
+
+// DefaultAuditPeriod is Config.AuditPeriod's default. Runs last 1 to 15
+// seconds and inject their faults within the first second or two: with a
+// period of a second the fastest adapters (memory, nats) audited only after
+// their faults; a quarter second audits several times during them, at the
+// cost of a 16-key read each (no measurable wall time).
+const DefaultAuditPeriod = 250 * time.Millisecond
 
 func (c Config) withDefaults() Config {
 	if c.Keys <= 0 {
@@ -79,6 +89,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Settle <= 0 {
 		c.Settle = 3 * time.Minute
+	}
+	if c.AuditPeriod == 0 {
+		c.AuditPeriod = DefaultAuditPeriod
 	}
 	return c
 }
@@ -106,6 +119,8 @@ type Result struct {
 	// Overlapped holds, per fault kind, the same times for faults whose
 	// convergence another fault's injection interrupted.
 	Overlapped map[conformance.Fault][]time.Duration
+	// Audit is what the consistency audit said during the run.
+	Audit AuditCounts
 }
 
 // Failure describes a divergent run with the command that replays it.
@@ -116,8 +131,12 @@ func (r Result) Failure() string {
 
 // Replay is the command that runs this seed again.
 func (r Result) Replay() string {
-	return fmt.Sprintf("go test ./integration/reliability -run 'TestReliability/%s$' -seed %d -ops %d -faults %d -v",
-		r.Adapter, r.Seed, r.Config.Ops, r.Config.FaultsPerKind)
+	audit := ""
+	if p := r.Config.AuditPeriod; p != 0 && p != DefaultAuditPeriod {
+		audit = fmt.Sprintf(" -audit %v", p)
+	}
+	return fmt.Sprintf("go test ./integration/reliability -run 'TestReliability/%s$' -seed %d -ops %d -faults %d%s -v",
+		r.Adapter, r.Seed, r.Config.Ops, r.Config.FaultsPerKind, audit)
 }
 
 // scope is the testing.TB a harness gets: its cleanups run when the run
@@ -216,6 +235,11 @@ func Run[T any](t testing.TB, name string, makeHarness MakeHarness[T], seed uint
 
 	var reported atomic.Int64
 	met := &metrics{}
+	aud := newAuditor(t, start)
+	var audit *core.AuditOptions[T]
+	if cfg.AuditPeriod > 0 {
+		audit = auditOptions[T](aud, cfg.AuditPeriod)
+	}
 	inf := core.NewSharedIndexInformer[T](h.ListerWatcher(), core.InformerOptions[T]{
 		Name: "reliability " + name,
 		// Faults make errors by the dozen; they are expected. What counts
@@ -227,6 +251,8 @@ func Run[T any](t testing.TB, name string, makeHarness MakeHarness[T], seed uint
 		Backoff:         core.Backoff{Initial: 50 * time.Millisecond, Max: time.Second},
 		MinWatchTimeout: 30 * time.Second,
 		Metrics:         met,
+		Audit:           audit,
+		Logger:          testLogger(t),
 	})
 
 	queue := workqueue.New(workqueue.Options[string]{
@@ -351,7 +377,7 @@ func Run[T any](t testing.TB, name string, makeHarness MakeHarness[T], seed uint
 	}
 	var convMu sync.Mutex
 	var injected atomic.Int64 // faults injected so far
-	converged := func(f conformance.Fault) {
+	converged := func(f conformance.Fault, span *faultSpan) {
 		healed := time.Now()
 		epoch := injected.Load()
 		var head core.ResourceVersion
@@ -369,6 +395,7 @@ func Run[T any](t testing.TB, name string, makeHarness MakeHarness[T], seed uint
 				return // the run ended first; the final checks report it
 			}
 			d := time.Since(healed)
+			aud.caughtUp(span)
 			overlapped := injected.Load() != epoch
 			convMu.Lock()
 			if overlapped {
@@ -383,6 +410,7 @@ func Run[T any](t testing.TB, name string, makeHarness MakeHarness[T], seed uint
 		for _, f := range plan[i] {
 			t.Logf("%s before write %d: %s (applied %d)", time.Now().Format("15:04:05.000"), i, f, inf.AppliedVersion())
 			injected.Add(1)
+			span := aud.injected(f)
 			end, writable := h.Inject(sc, ctx, f)
 			res.Faults[f]++
 			if writable {
@@ -393,7 +421,7 @@ func Run[T any](t testing.TB, name string, makeHarness MakeHarness[T], seed uint
 			if end != nil {
 				end()
 			}
-			converged(f)
+			converged(f, span)
 		}
 		write()
 	}
@@ -463,6 +491,15 @@ func Run[T any](t testing.TB, name string, makeHarness MakeHarness[T], seed uint
 			diverge("%s", d)
 		}
 	}
+	// One audit more, with every fault healed and the cache checked: it
+	// must find the cache equal (every run audits at least once, however
+	// short).
+	if audit != nil {
+		auditCtx, cancel := context.WithTimeout(ctx, time.Minute)
+		inf.AuditNow(auditCtx)
+		cancel()
+	}
+	aud.stop()
 	res.Faults[Requeue] = int(requeues.Load())
 	res.Relists, res.Restarts = int(met.relists.Load()), int(met.restarts.Load())
 	res.Faults[Panic] = int(met.panics.Load())
@@ -472,6 +509,9 @@ func Run[T any](t testing.TB, name string, makeHarness MakeHarness[T], seed uint
 	closed = true
 	sc.close()
 	res.Divergences = append(div.all(), found...)
+	var auditDiv []string
+	res.Audit, auditDiv = aud.finish(len(res.Divergences) == 0)
+	res.Divergences = append(res.Divergences, auditDiv...)
 	if err := goleak.Find(leaks); err != nil {
 		res.Divergences = append(res.Divergences, fmt.Sprintf("goroutines left after stop: %v", err))
 	}
@@ -481,8 +521,8 @@ func Run[T any](t testing.TB, name string, makeHarness MakeHarness[T], seed uint
 	for _, ds := range res.Overlapped {
 		slices.Sort(ds)
 	}
-	t.Logf("%s seed %d (%s): %d writes, faults %v, %d handler events, %d relists, %d watch restarts, %d informer errors, converged %s, %v",
+	t.Logf("%s seed %d (%s): %d writes, faults %v, %d handler events, %d relists, %d watch restarts, %d informer errors, converged %s, audits %s, %v",
 		name, seed, res.Variant, res.Ops, res.Faults, len(rec.Log()), res.Relists, res.Restarts, reported.Load(),
-		fmtConverge(res.Converge, res.Overlapped), time.Since(start).Round(time.Millisecond))
+		fmtConverge(res.Converge, res.Overlapped), res.Audit, time.Since(start).Round(time.Millisecond))
 	return res
 }
