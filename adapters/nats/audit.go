@@ -37,10 +37,8 @@ func (k *KV[T]) AuditList(ctx context.Context, atLeast core.ResourceVersion, sin
 			return rv, err
 		}
 		k.log.Debug("nats kv audit opens its consumer again", "bucket", k.bucket, "attempt", attempt, "err", err)
-		select {
-		case <-ctx.Done():
+		if !pauseBeforeRetry(ctx, attempt) {
 			return 0, ctx.Err()
-		case <-time.After(min(time.Duration(attempt)*100*time.Millisecond, time.Second)):
 		}
 	}
 }

@@ -222,6 +222,12 @@ func startOver(ctx context.Context, start time.Time, attempt int, err error) boo
 	if attempt >= maxListAttempts && (!transient(err) || time.Since(start) > clusterRetry) {
 		return false
 	}
+	return pauseBeforeRetry(ctx, attempt)
+}
+
+// pauseBeforeRetry waits before attempt+1 (100 ms a past attempt, at most
+// a second) and reports false if ctx ended first.
+func pauseBeforeRetry(ctx context.Context, attempt int) bool {
 	t := time.NewTimer(min(time.Duration(attempt)*100*time.Millisecond, time.Second))
 	defer t.Stop()
 	select {
