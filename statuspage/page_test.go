@@ -489,7 +489,9 @@ func TestDecodeErrors(t *testing.T) {
 	rv := src.InjectDecodeError("bad", errors.New("json: cannot unmarshal number into Go struct field user.name of type string"))
 	informertest.Eventually(t, "the decode error on the page", func() bool {
 		d := snapshotOf(t, page, "users").DecodeErrors
-		return d.Count == 1 && d.Last != ""
+		// The page records the error before passing it on to next, so
+		// wait for both.
+		return d.Count == 1 && d.Last != "" && errs.Len() >= 1
 	})
 	is := snapshotOf(t, page, "users")
 	want := fmt.Sprintf(`key "bad" at version %d: json: cannot unmarshal number`, rv)
