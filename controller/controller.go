@@ -155,11 +155,11 @@ func (c *Controller[K]) Run(ctx context.Context) error {
 			ws := &writes{}
 			wctx := context.WithValue(work, writesKey{}, ws)
 			for {
-				key, err := c.q.GetContext(ctx)
+				t, err := c.q.Take(ctx)
 				if err != nil {
 					return
 				}
-				c.process(wctx, ws, key)
+				c.process(wctx, ws, t)
 			}
 		})
 	}
@@ -242,8 +242,9 @@ func (c *Controller[K]) ShutDown() {
 // process reconciles one key and decides its future: forgotten on
 // success, delayed by the rate limiter on failure, given up after
 // MaxRetries, requeued plainly when the failure was the stop's.
-func (c *Controller[K]) process(ctx context.Context, ws *writes, key K) {
-	defer c.q.Done(key)
+func (c *Controller[K]) process(ctx context.Context, ws *writes, t workqueue.Taken[K]) {
+	defer t.Done()
+	key := t.Item
 	var start time.Time
 	if c.metrics != nil {
 		c.metrics.active.Inc()

@@ -1,6 +1,7 @@
 package workqueue
 
 import (
+	"context"
 	"slices"
 	"testing"
 	"time"
@@ -141,6 +142,7 @@ func FuzzQueue(f *testing.F) {
 		q.slack, q.sweepAt = 0, 0
 		q.noTryLock = len(data)%2 == 1
 		m := &model{items: map[int]*modelItem{}}
+		taken := map[int]Taken[int]{} // each key's latest Take
 
 		if len(data) > 2*fuzzMaxOps {
 			data = data[:2*fuzzMaxOps]
@@ -181,7 +183,17 @@ func FuzzQueue(f *testing.F) {
 				if len(want) == 0 && !m.shut {
 					break
 				}
-				got, shut := q.Get()
+				var got int
+				var shut bool
+				if op == 4 { // Take: Done through its handle below
+					t, err := q.Take(context.Background())
+					got, shut = t.Item, err != nil
+					if !shut {
+						taken[got] = t
+					}
+				} else {
+					got, shut = q.Get()
+				}
 				if len(want) == 0 {
 					if !shut {
 						t.Fatalf("op %d: Get = %d, want shutdown", i/2, got)
@@ -194,7 +206,11 @@ func FuzzQueue(f *testing.F) {
 				it := m.items[got]
 				it.dirty, it.processing = false, true
 			case 5: // Done, on any key: not processing means a no-op
-				q.Done(k)
+				if t, ok := taken[k]; ok && arg&0x80 != 0 {
+					t.Done() // a handle whose item may be done, and its state reused
+				} else {
+					q.Done(k)
+				}
 				if it := m.items[k]; it != nil && it.processing {
 					it.processing = false
 					if it.dirty {

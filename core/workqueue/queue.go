@@ -201,64 +201,114 @@ func (q *Queue[K]) Len() int {
 // Done with it. shutdown is true, and item the zero value, once the queue is
 // shut down and empty. Items queued before ShutDown are still handed out.
 func (q *Queue[K]) Get() (item K, shutdown bool) {
-	for {
-		q.mu.Lock()
-		q.drainedLocked() // a stale slot taken below may have been the last
-		q.promoteLocked()
-		for q.queued == 0 && !q.shutdown.Load() {
-			q.cond.Wait()
-		}
-		if q.queued == 0 {
-			q.unlock()
-			return item, true
-		}
-		s := q.popLocked()
-		q.unlock()
-		if item, ok := q.take(s); ok {
-			return item, false
-		}
-	}
+	item, _, err := q.getContext(context.Background())
+	return item, err != nil
 }
 
 // GetContext is Get that also gives up when ctx is done, returning
 // ctx.Err(); it returns ErrShutDown where Get reports shutdown.
 func (q *Queue[K]) GetContext(ctx context.Context) (K, error) {
+	item, _, err := q.getContext(ctx)
+	return item, err
+}
+
+// Take is GetContext returning the item as a Taken, whose Done finds the
+// item's state without hashing the item and probing the index again: on a
+// queue of many keys that lookup is the larger part of a Done. Worker loops
+// that own the whole Get-process-Done cycle (package controller's) use it.
+func (q *Queue[K]) Take(ctx context.Context) (Taken[K], error) {
+	item, s, err := q.getContext(ctx)
+	if err != nil {
+		return Taken[K]{}, err
+	}
+	return Taken[K]{Item: item, q: q, ref: s.idx + 1, shard: s.shard}, nil
+}
+
+// Taken is an item handed out by Take, being processed until its Done.
+type Taken[K comparable] struct {
+	Item  K
+	q     *Queue[K]
+	ref   int32 // the item's state index + 1; 0 in the zero Taken
+	shard int32
+}
+
+// Done is Queue.Done(t.Item) without the lookup. Like Queue.Done it does
+// nothing for an item no longer being processed, and nothing for the zero
+// Taken.
+func (t Taken[K]) Done() {
+	if t.ref == 0 {
+		return
+	}
+	t.q.done(int(t.shard), t.Item, 0, t.ref-1)
+}
+
+func (q *Queue[K]) getContext(ctx context.Context) (K, slot, error) {
 	var zero K
 	if ctx.Done() == nil {
-		item, shutdown := q.Get()
-		if shutdown {
-			return zero, ErrShutDown
+		for {
+			q.mu.Lock()
+			q.drainedLocked()
+			q.promoteLocked()
+			for q.queued == 0 && !q.shutdown.Load() {
+				q.cond.Wait()
+			}
+			if q.queued == 0 {
+				q.unlock()
+				return zero, slot{}, ErrShutDown
+			}
+			s := q.popLocked()
+			q.unlock()
+			if item, ok := q.take(s); ok {
+				return item, s, nil
+			}
 		}
-		return item, nil
 	}
-	// The broadcast takes the lock, so it cannot fall between a waiter's
-	// check of ctx.Err and its Wait.
-	stop := context.AfterFunc(ctx, func() {
-		q.mu.Lock()
-		q.cond.Broadcast()
-		q.mu.Unlock()
-	})
-	defer stop()
+	// The wake-up at ctx's end is registered only before a wait: a worker
+	// that finds an item queued pays no registration (context.AfterFunc
+	// allocates and takes ctx's lock, shared by every worker; it was a
+	// sixth of a busy worker's time). The broadcast takes the lock, so it
+	// cannot fall between a waiter's check of ctx.Err and its Wait; the
+	// callback always runs on a goroutine of its own, so registering it
+	// while holding the lock cannot deadlock.
+	var stop func() bool
 	for {
 		q.mu.Lock()
 		q.drainedLocked()
 		q.promoteLocked()
 		for q.queued == 0 && !q.shutdown.Load() && ctx.Err() == nil {
+			if stop == nil {
+				stop = context.AfterFunc(ctx, func() {
+					q.mu.Lock()
+					q.cond.Broadcast()
+					q.mu.Unlock()
+				})
+				continue // ctx may have ended before the registration
+			}
 			q.cond.Wait()
 		}
 		if err := ctx.Err(); err != nil {
 			q.unlock()
-			return zero, err
+			unregister(stop)
+			return zero, slot{}, err
 		}
 		if q.queued == 0 {
 			q.unlock()
-			return zero, ErrShutDown
+			unregister(stop)
+			return zero, slot{}, ErrShutDown
 		}
 		s := q.popLocked()
 		q.unlock()
 		if item, ok := q.take(s); ok {
-			return item, nil
+			unregister(stop)
+			return item, s, nil
 		}
+	}
+}
+
+// unregister undoes a context.AfterFunc registration, if one was made.
+func unregister(stop func() bool) {
+	if stop != nil {
+		stop()
 	}
 }
 
@@ -267,14 +317,19 @@ func (q *Queue[K]) GetContext(ctx context.Context) (K, error) {
 // (client-go would queue a duplicate).
 func (q *Queue[K]) Done(item K) {
 	h := q.hash(item)
-	s := shardIndex(h)
+	q.done(shardIndex(h), item, h, -1)
+}
+
+// done is Done of item in shard s, whose state index is idx (Taken's), or
+// is looked up by its hash h when idx is -1.
+func (q *Queue[K]) done(s int, item K, h uint64, idx int32) {
 	sh := &q.shards[s]
 	// With a delayed item due, take the slow path, which promotes first:
 	// promotion may mark this very item dirty.
 	if !q.due() {
 		sh.mu.Lock()
-		idx := sh.index.find(h, item, &q.table)
-		if idx < 0 || q.state(idx).flags&fProcessing == 0 {
+		idx := q.inProcessLocked(sh, h, item, idx)
+		if idx < 0 {
 			sh.mu.Unlock()
 			return
 		}
@@ -300,12 +355,32 @@ func (q *Queue[K]) Done(item K) {
 	q.mu.Lock()
 	q.promoteLocked()
 	sh.mu.Lock()
-	if idx := sh.index.find(h, item, &q.table); idx >= 0 && q.state(idx).flags&fProcessing != 0 {
+	if idx := q.inProcessLocked(sh, h, item, idx); idx >= 0 {
 		q.doneStateLocked(sh, s, item, idx)
 	}
 	sh.mu.Unlock()
 	q.drainedLocked()
 	q.unlock()
+}
+
+// inProcessLocked is item's state index if item is being processed, else
+// -1. idx ≥ 0 is the index Take handed out: states never move, and one
+// being processed is never swept, so it is still item's unless item was
+// done meanwhile and its state reused, which the key comparison catches,
+// or the table emptied by a ShutDown (which holds every shard's lock).
+func (q *Queue[K]) inProcessLocked(sh *shard[K], h uint64, item K, idx int32) int32 {
+	if idx < 0 {
+		idx = sh.index.find(h, item, &q.table)
+		if idx < 0 {
+			return -1
+		}
+	} else if !q.table.has(idx) {
+		return -1
+	}
+	if st := q.state(idx); st.flags&fProcessing == 0 || st.key != item {
+		return -1
+	}
+	return idx
 }
 
 // doneStateLocked ends the processing of item, holding its shard's lock,

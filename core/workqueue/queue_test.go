@@ -320,6 +320,47 @@ func TestGetContext(t *testing.T) {
 	}
 }
 
+// Take hands out an item as Get does; Done through the Taken is Done of
+// the item: a re-add while processing queues it again, a second Done and
+// the zero Taken do nothing, and a Taken outliving a ShutDown that emptied
+// the queue's states is harmless.
+func TestTake(t *testing.T) {
+	q, _ := newFake(t)
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	q.Add("a")
+	if _, err := q.Take(cancelled); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Take with a done context = %v, want context.Canceled", err)
+	}
+	a, err := q.Take(t.Context())
+	if err != nil || a.Item != "a" {
+		t.Fatalf("Take = %q, %v", a.Item, err)
+	}
+	q.Add("a") // while processing: queued again at Done
+	if n := q.Len(); n != 0 {
+		t.Fatalf("Len while a is processing = %d, want 0", n)
+	}
+	a.Done()
+	if n := q.Len(); n != 1 {
+		t.Fatalf("Len after Done of a re-added item = %d, want 1", n)
+	}
+	a.Done() // not processing: nothing
+	Taken[string]{}.Done()
+	again, err := q.Take(context.Background())
+	if err != nil || again.Item != "a" {
+		t.Fatalf("Take = %q, %v", again.Item, err)
+	}
+	again.Done()
+	q.Add("b")
+	b, _ := q.Take(t.Context())
+	b.Done()
+	q.ShutDown() // nothing processing: every state is dropped
+	b.Done()
+	if _, err := q.Take(t.Context()); !errors.Is(err, ErrShutDown) {
+		t.Fatalf("Take after shutdown = %v", err)
+	}
+}
+
 func TestZeroOptionsUsesRealClockAndDefaultLimiter(t *testing.T) {
 	q := New(Options[int]{})
 	defer q.ShutDown()

@@ -105,6 +105,13 @@ func (t *stateTable[K]) at(idx int32) *itemState[K] {
 	return &t.chunks[c][off]
 }
 
+// has reports whether idx is allocated: after a ShutDown that emptied the
+// table, a Taken's index may not be.
+func (t *stateTable[K]) has(idx int32) bool {
+	c, off := stateLoc(idx)
+	return off < len(t.chunks[c])
+}
+
 func (t *stateTable[K]) alloc() int32 {
 	idx := t.next
 	if c, off := stateLoc(idx); off == 0 {
