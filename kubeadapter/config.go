@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/homedir"
@@ -41,4 +42,18 @@ func LoadConfig(path string) (*rest.Config, error) {
 		return nil, fmt.Errorf("kubeinformer: load the Kubernetes config: %w", err)
 	}
 	return cfg, nil
+}
+
+// NewClientset is LoadConfig(path) made into the typed clientset whose
+// resource clients (cs.CoreV1().ConfigMaps(ns), ...) NewResource takes.
+func NewClientset(path string) (*kubernetes.Clientset, error) {
+	cfg, err := LoadConfig(path)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubeinformer: a client for %s: %w", cfg.Host, err)
+	}
+	return cs, nil
 }

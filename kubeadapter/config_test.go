@@ -42,6 +42,18 @@ func TestLoadConfig(t *testing.T) {
 	t.Setenv("KUBECONFIG", "")
 
 	t.Run("explicit path", func(t *testing.T) { reaches(t, kube.Kubeconfig()) })
+	t.Run("NewClientset", func(t *testing.T) {
+		cs, err := kubeinformer.NewClientset(kube.Kubeconfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cs.CoreV1().Namespaces().Get(context.Background(), "default", metav1.GetOptions{}); err != nil {
+			t.Fatalf("NewClientset's clientset does not reach the cluster: %v", err)
+		}
+		if _, err := kubeinformer.NewClientset(filepath.Join(home, "nope.yaml")); err == nil || !strings.Contains(err.Error(), "nope.yaml") {
+			t.Fatalf("NewClientset of a missing file: %v, want an error naming it", err)
+		}
+	})
 	t.Run("$KUBECONFIG", func(t *testing.T) {
 		t.Setenv("KUBECONFIG", filepath.Join(home, "missing")+string(os.PathListSeparator)+kube.Kubeconfig())
 		reaches(t, "")

@@ -107,7 +107,8 @@
 // The client's identity needs list and watch on the resource (RBAC verbs
 // "list" and "watch"), nothing else. Build the clients from a rest.Config:
 // LoadConfig finds one as kubectl does (a file you name, $KUBECONFIG,
-// ~/.kube/config, else the pod's service account), or build it as usual;
+// ~/.kube/config, else the pod's service account) and NewClientset makes
+// the typed clientset from it in the same step, or build it as usual;
 // TLS and authentication options pass through client-go untouched. Raise
 // rest.Config.QPS/Burst if many informers share one config: progress requests
 // and relists are ordinary requests.

@@ -18,7 +18,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/dbinformer/dbinformer/controller"
 	"github.com/dbinformer/dbinformer/core"
@@ -48,11 +47,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: map[bool]slog.Level{true: slog.LevelDebug}[*verbose]}))
-	cfg, err := kubeinformer.LoadConfig(*kubeconfig)
-	if err != nil {
-		return err
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	cs, err := kubeinformer.NewClientset(*kubeconfig)
 	if err != nil {
 		return err
 	}
