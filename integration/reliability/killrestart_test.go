@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -108,6 +109,52 @@ type killRun struct {
 	// that a warm start with a Binary codec (Postgres) loads lazily.
 	lateHandler bool
 	conn        string // $KILLCHILD_CONN: never logged (a kubeconfig's path, not its token)
+	restarts    *restartFigures
+}
+
+// restartFigures collects, over an adapter's seeds, each start's time from
+// exec to synced, for the report: whether warm restarts take about the
+// same time, and what a slow one logged about what it waited for. Figures,
+// not assertions: a loaded machine stretches any start.
+type restartFigures struct {
+	warm, cold []time.Duration
+	warmLogs   []string // the warm start's "warm start synced" log line, by warm start
+}
+
+func (f *restartFigures) add(d time.Duration, warm bool, stderr string) {
+	if !warm {
+		f.cold = append(f.cold, d)
+		return
+	}
+	f.warm = append(f.warm, d)
+	why := "(no warm-start line logged)"
+	for line := range strings.Lines(stderr) {
+		if strings.Contains(line, "warm start synced") {
+			why = strings.TrimSpace(line) // the last start's, in this child's stderr
+		}
+	}
+	f.warmLogs = append(f.warmLogs, why)
+}
+
+// summary says how many starts of each kind were timed, the warm ones'
+// median and maximum, and every warm start over twice the median with what
+// it logged.
+func (f *restartFigures) summary() string {
+	if len(f.warm) == 0 {
+		return fmt.Sprintf("no warm start timed; %d cold", len(f.cold))
+	}
+	sorted := slices.Clone(f.warm)
+	slices.Sort(sorted)
+	med := sorted[len(sorted)/2]
+	out := fmt.Sprintf("%d warm starts timed (exec to synced): median %v, max %v (%.1fx the median); %d cold starts",
+		len(f.warm), med.Round(time.Millisecond), sorted[len(sorted)-1].Round(time.Millisecond),
+		float64(sorted[len(sorted)-1])/float64(med), len(f.cold))
+	for i, d := range f.warm {
+		if d > 2*med {
+			out += fmt.Sprintf("\n  over 2x the median: %v, which logged: %s", d.Round(time.Millisecond), f.warmLogs[i])
+		}
+	}
+	return out
 }
 
 // killAdapter starts an adapter's server once (per TestKillRestart
@@ -215,6 +262,8 @@ func TestKillRestart(t *testing.T) {
 	for _, a := range killAdapters {
 		t.Run(a.name, func(t *testing.T) {
 			newRun := a.start(t)
+			figures := &restartFigures{}
+			defer func() { t.Logf("%s restarts: %s", a.name, figures.summary()) }()
 			for _, seed := range seeds() {
 				t.Run(fmt.Sprintf("seed_%d", seed), func(t *testing.T) {
 					t.Cleanup(func() {
@@ -225,6 +274,7 @@ func TestKillRestart(t *testing.T) {
 					begin := time.Now()
 					run := newRun(t, seed)
 					run.lateHandler = seed%2 == 1
+					run.restarts = figures
 					killRestart(t, run, bin, seed)
 					t.Logf("seed %d took %s", seed, time.Since(begin).Round(time.Millisecond))
 				})
@@ -263,16 +313,31 @@ func killRestart(t *testing.T, run killRun, bin string, seed uint64) {
 		}
 	}
 	var starts []string // what each start did, for the log
+	loadedBy := map[int]bool{}
 	loadedAt := func(k int, v string) {
 		rv, _ := strconv.ParseInt(v, 10, 64)
 		if rv < lastLoaded {
 			t.Errorf("start %d loaded a checkpoint at %d, before the previous start's %d", k, rv, lastLoaded)
 		}
 		lastLoaded = rv
+		loadedBy[k] = true
 		starts[k] += " loaded " + v
+	}
+	// A start that loaded a checkpoint must not list (the source keeps
+	// every change of this short run), and its time from exec to synced
+	// goes to the adapter's restart figures.
+	var began time.Time
+	listed := func(k int, c *child, line string) {
+		if line != "lists 0" && loadedBy[k] {
+			t.Errorf("start %d loaded a checkpoint and still listed (%s); the source kept every change since\n%s", k, line, c.stderr)
+		}
+	}
+	synced := func(k int, c *child) {
+		run.restarts.add(time.Since(began), loadedBy[k], c.stderr.String())
 	}
 	kills := 5
 	for k := range kills {
+		began = time.Now()
 		c := startChild(t, bin, run, dir, false)
 		starts = append(starts, fmt.Sprintf("%d:", k))
 		// Writes while the child starts; then, for half the kills (and the
@@ -296,7 +361,11 @@ func killRestart(t *testing.T, run killRun, bin string, seed uint64) {
 					if v, found := strings.CutPrefix(line, "loaded "); found {
 						loadedAt(k, v)
 					}
+					if strings.HasPrefix(line, "lists ") {
+						listed(k, c, line)
+					}
 					if line == "synced" {
+						synced(k, c)
 						starts[k] += " synced"
 						break wait
 					}
@@ -315,6 +384,9 @@ func killRestart(t *testing.T, run killRun, bin string, seed uint64) {
 			if v, found := strings.CutPrefix(line, "loaded "); found {
 				loadedAt(k, v)
 			}
+			if strings.HasPrefix(line, "lists ") {
+				listed(k, c, line)
+			}
 		}
 		starts[k] += " killed"
 		check(c, fmt.Sprintf("start %d", k))
@@ -322,6 +394,7 @@ func killRestart(t *testing.T, run killRun, bin string, seed uint64) {
 			write()
 		}
 	}
+	began = time.Now()
 	c := startChild(t, bin, run, dir, true)
 	starts = append(starts, "final:")
 	var state map[string]int64
@@ -330,6 +403,9 @@ func killRestart(t *testing.T, run killRun, bin string, seed uint64) {
 		if v, found := strings.CutPrefix(line, "loaded "); found {
 			loaded = true
 			loadedAt(kills, v)
+		}
+		if line == "synced" {
+			synced(kills, c)
 		}
 		if strings.HasPrefix(line, "lists ") {
 			starts[kills] += " " + line
