@@ -3,6 +3,7 @@ package bench_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -174,6 +175,10 @@ func BenchmarkPostgresColumns(b *testing.B) {
 		s.walCPU = procCPU([]int{pid}) - walCPU
 		s.ownCPU = selfCPU() - ownCPU
 		s.readB = float64(readBytes()-read) / float64(updates)
+		if printRounds {
+			fmt.Fprintf(os.Stderr, "round %s %s sync %.3f s, %.0f changes/s, drained %.0f changes/s, walsender %.0f ms, process %.0f ms, %.1f B/change\n",
+				b.Name(), name, s.sync, s.stream, s.drain, s.walCPU, s.ownCPU, s.readB)
+		}
 		got[name] = append(got[name], s)
 	}
 	for range b.N {
