@@ -22,7 +22,7 @@ import (
 
 // narrowRow maps three of wide_rows' five columns: the key and two small
 // ones. The application does not map body (200 bytes of text) nor attrs
-// (a jsonb document of about 150 bytes of text).
+// (a jsonb document of about 110 bytes of text).
 type narrowRow struct {
 	ID  int64  `db:"id"`
 	Org string `db:"org"`
@@ -40,7 +40,7 @@ func wideRowsFrom(lo, hi int) string {
 // default since #36) costs against Options.PublishColumnList, on a table
 // of 1,000,000 rows (20,000 under -short) where T (narrowRow) maps the
 // key and two small columns and the table also holds a 200-byte text and
-// a jsonb document of about 150 bytes that T does not map; none of them
+// a jsonb document of about 110 bytes that T does not map; none of them
 // is TOASTed (pgoutput sends an unchanged TOASTed value as "unchanged",
 // without its bytes, column list or not). Each round runs both sides
 // ("all": the default; "collist": PublishColumnList), alternating, 3
