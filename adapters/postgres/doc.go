@@ -150,8 +150,18 @@
 // publication), ALTER COLUMN ... TYPE of a listed column, and, after
 // ALTER TABLE ... REPLICA IDENTITY FULL, the table's UPDATEs and DELETEs
 // ("column list used by the publication does not cover the replica
-// identity"). A map[string]any Table, a table with REPLICA IDENTITY FULL
-// and a permanent slot's publication never get a column list. A
+// identity"). What the default costs was measured (bench's
+// BenchmarkPostgresColumns, two runs on Postgres 15 and a 2-core machine
+// shared with other work; BENCHMARKS.md, "Streaming every column"): on a
+// 1M-row table where T maps the key and two small columns and leaves a
+// 200-byte text and a ~110-byte jsonb unmapped (none TOASTed), an update
+// streamed 5.8x the bytes (385 against 66), a backlog of them cost the
+// walsender 1.36-1.46x the CPU and this process 1.17-1.34x, and one
+// unpaced writer's updates were applied at 0.55-0.62x the rate. The
+// initial sync reads only the mapped columns either way, and an unchanged
+// TOASTed value is not sent with or without the list. A map[string]any
+// Table, a table with REPLICA IDENTITY FULL and a permanent slot's
+// publication never get a column list. A
 // publication the Source did not create, or an existing one it reuses,
 // must send every column a Table decodes: NewTable (and the first List)
 // refuse a column list that leaves one out, naming it.
