@@ -105,7 +105,7 @@ var rows = []row{
 	{"11 Partial sync (#22), NATS KV of 1M keys, filter matching 1% pushed down: initial sync time, filtered vs whole", "PartialSync/nats", "filtered-s", "", "all-s", "≤", 0.05},
 	{"11 Partial sync, NATS KV of 1M keys, 1% filter: steady heap, filtered vs whole (the in-process nats-server shares the heap)", "PartialSync/nats", "filtered-MB", "", "all-MB", "≤", 0.05},
 	{"11 Partial sync: values decoded by the adapter during writes that touch only non-matching keys", "PartialSync/nats", "decoded-nonmatching", "", "", "≤", 0},
-	{"11 Partial sync, Postgres table of 1M rows, key range matching 1% pushed down (List query, PG15+ row filter and column list): initial sync time, filtered vs whole", "PartialSync/postgres", "filtered-s", "", "all-s", "≤", 0.05},
+	{"11 Partial sync, Postgres table of 1M rows, key range matching 1% pushed down (List query, PG15+ row filter): initial sync time, filtered vs whole", "PartialSync/postgres", "filtered-s", "", "all-s", "≤", 0.05},
 	{"11 Partial sync, Postgres table of 1M rows, 1% key range: steady heap, filtered vs whole (Postgres runs out of process)", "PartialSync/postgres", "filtered-MB", "", "all-MB", "≤", 0.05},
 	{"11 Partial sync, Postgres: rows decoded by the adapter during 10,000 updates of non-matching rows", "PartialSync/postgres", "decoded-nonmatching", "", "", "≤", 0},
 	{"12 Controller (#42): reconcile throughput, package controller vs a hand-written worker loop over the same work queue (4 workers, 200k keys)", "Controller/Throughput", "ours-reconciles/s", "", "loop-reconciles/s", "≥", 0.95},
