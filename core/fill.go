@@ -27,7 +27,9 @@ func (i *SharedIndexInformer[T]) deleteDelta(tx indexTx[T], d *Delta[T], notes [
 // from the object cached for its key: the key's previous state, since
 // deltas are applied in order.
 func fillDelta[T any](tx indexTx[T], d *Delta[T]) (obj T, err error) {
-	cached, ok := tx.get(d.Key)
+	// Owned: the filled object keeps some of the cached one's values, and
+	// must not keep a checkpoint block alive through them.
+	cached, ok := tx.getOwned(d.Key)
 	if !ok {
 		return obj, fmt.Errorf("key %q: the change left unchanged values out for the cache to fill in, but the cache holds no object for the key", d.Key)
 	}

@@ -176,6 +176,13 @@ func (tx indexTx[T]) get(key string) (T, bool) {
 	return tx.s.items.get(key)
 }
 
+// getOwned is get for an object whose parts the caller keeps (see
+// items.getOwned).
+func (tx indexTx[T]) getOwned(key string) (T, bool) {
+	tx.s.settleLocked()
+	return tx.s.items.getOwned(key)
+}
+
 // put stores obj under key and returns what was there. On an index error
 // nothing changes.
 func (tx indexTx[T]) put(key string, obj T) (old T, existed bool, err error) {

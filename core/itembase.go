@@ -49,6 +49,20 @@ func (b *itemBase[T]) obj(pos int) *T {
 	return &b.pages[pos>>b.pageBits].objects()[pos&(1<<b.pageBits-1)]
 }
 
+// ownedObj is the object at pos, decoded again into strings of its own
+// if it is still as loaded on a page whose objects share the block.
+func (b *itemBase[T]) ownedObj(pos int) T {
+	p := b.pages[pos>>b.pageBits]
+	if l := p.block; l != nil && l.codec != nil && !b.moved(pos) {
+		i := pos & (1<<b.pageBits - 1)
+		key, enc := l.record(i)
+		var o T
+		l.decode(&binDecoder{}, i, key, enc, "", &o)
+		return o
+	}
+	return *b.obj(pos)
+}
+
 func (b *itemBase[T]) find(key string) (int, bool) {
 	h := maphash.String(keySeed, key)
 	tag := h << 32

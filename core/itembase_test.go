@@ -267,3 +267,35 @@ func TestIndexerAddIndexersAfterLazyLoadReleasesBlocks(t *testing.T) {
 		t.Errorf("ByIndex(org-7): %d objects, %v; want %d", len(got), err, n/100)
 	}
 }
+
+// An object whose values fill in a change (Event.Fill keeps parts of the
+// cached object in the next state) is read with strings of its own: once
+// every object was replaced by a filled one, no block is live, though each
+// new object holds the old one's Note.
+func TestItemsOwnedReadsReleaseBlocks(t *testing.T) {
+	const n = 20_000
+	keys, objs := ckptRows(n)
+	it := loadedBase(t, keys, objs, true)
+	var blocks []weak.Pointer[byte]
+	for _, p := range it.base.pages {
+		blocks = append(blocks, weak.Make(&p.block.data[0]))
+	}
+	for i := range n {
+		cached, ok := it.getOwned(keys[i])
+		if !ok || cached != objs[i] {
+			t.Fatalf("getOwned(%s) = %v, %v; want %v", keys[i], cached, ok, objs[i])
+		}
+		it.set(keys[i], ckptRow{ID: cached.ID + 1, Note: cached.Note}) // the fill: Note kept
+	}
+	runtime.GC()
+	for _, w := range blocks {
+		if w.Value() != nil {
+			t.Fatal("a block is live after every object was replaced by one filled from an owned read")
+		}
+	}
+	for i := range n {
+		if o, _ := it.get(keys[i]); o.Note != objs[i].Note {
+			t.Fatalf("get(%s).Note = %q, want %q", keys[i], o.Note, objs[i].Note)
+		}
+	}
+}

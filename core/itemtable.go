@@ -81,6 +81,26 @@ func (t *items[T]) get(key string) (T, bool) {
 	return obj, ok
 }
 
+// getOwned is get, except that an object still as a checkpoint loaded it,
+// its strings sharing the checkpoint's block, is decoded again into
+// strings of its own: for a caller that keeps parts of it in a new object
+// (Event.Fill copies unchanged values into the next state), which would
+// otherwise keep the whole block alive for as long as that object lives,
+// after its page moved off the block.
+func (t *items[T]) getOwned(key string) (T, bool) {
+	if b := t.base; b != nil {
+		if pos, ok := b.find(key); ok {
+			if b.isDead(pos) {
+				var zero T
+				return zero, false
+			}
+			return b.ownedObj(pos), true
+		}
+	}
+	obj, ok := t.m[key]
+	return obj, ok
+}
+
 // at is get for a key known to be there (an index names it).
 func (t *items[T]) at(key string) T {
 	obj, _ := t.get(key)
