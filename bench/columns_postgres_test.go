@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -153,18 +152,7 @@ func BenchmarkPostgresColumns(b *testing.B) {
 		s.stream = float64(updates) / time.Since(t0).Seconds()
 
 		pid := slotWalsender(b, probe, src.SlotName())
-		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-			b.Fatalf("stopping the follower's walsender (pid %d): %v; this benchmark signals the server's processes, so it runs as root or as the server's OS user", pid, err)
-		}
-		stopped := true
-		resume := func() {
-			if stopped {
-				stopped = false
-				if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
-					b.Fatalf("resuming the follower's walsender (pid %d): %v", pid, err)
-				}
-			}
-		}
+		resume := holdWalsender(b, pid)
 		defer resume()
 		rv := update(1 + updates)
 		walCPU, ownCPU, read := procCPU([]int{pid}), selfCPU(), readBytes()

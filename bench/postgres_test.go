@@ -446,6 +446,24 @@ func pgStreaming(b *testing.B, pg *harness.Postgres, d time.Duration, rate int, 
 	b.ReportMetric(applyEnd.Sub(writeEnd).Seconds()*1000, "drain-ms")
 }
 
+// holdWalsender stops the walsender pid (SIGSTOP), so that changes pile
+// up in the slot, and returns what lets it go on; resume is idempotent, so
+// a caller can also defer it.
+func holdWalsender(b *testing.B, pid int) (resume func()) {
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		b.Fatalf("stopping the follower's walsender (pid %d): %v; this benchmark signals the server's processes, so it runs as root or as the server's OS user", pid, err)
+	}
+	stopped := true
+	return func() {
+		if stopped {
+			stopped = false
+			if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+				b.Fatalf("resuming the follower's walsender (pid %d): %v", pid, err)
+			}
+		}
+	}
+}
+
 // pgBacklog measures how fast a follower gets through WAL that is already
 // written. It stops the follower's walsender (SIGSTOP: the server runs on
 // this machine) while it waits for work, has the writers commit rows row
@@ -462,18 +480,7 @@ func pgBacklog(b *testing.B, pg *harness.Postgres, rows int, bare bool) {
 		defer stop()
 	}
 	pid := followerWalsender(b, pg)
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		b.Fatalf("stopping the follower's walsender (pid %d): %v; this benchmark signals the server's processes, so it runs as root or as the server's OS user", pid, err)
-	}
-	stopped := true
-	resume := func() {
-		if stopped {
-			stopped = false
-			if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
-				b.Fatalf("resuming the follower's walsender (pid %d): %v", pid, err)
-			}
-		}
-	}
+	resume := holdWalsender(b, pid)
 	defer resume()
 
 	conns := openWriters(b, pg)
