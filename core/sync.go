@@ -82,6 +82,12 @@ func (i *SharedIndexInformer[T]) WaitForCacheSync(ctx context.Context) error {
 		select {
 		case <-ch:
 			continue
+		case <-i.syncedCh:
+			// Synced by followQueue on a change the queue's Changed does
+			// not report (a warm start whose target was reached as it was
+			// read): waiting for the next change would add up to a
+			// progress interval.
+			return nil
 		case <-failure.done:
 			return fmt.Errorf("%s: cache not synced: %w", i.name, failure.err)
 		case <-ctx.Done():

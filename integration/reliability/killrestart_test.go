@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -47,6 +48,9 @@ type child struct {
 	lines  chan string
 	stderr *strings.Builder
 	done   chan error
+	// syncedAt is when the child printed "synced", stamped as the line
+	// was read: the test may read its lines only after writes of its own.
+	syncedAt atomic.Int64
 }
 
 func startChild(t *testing.T, bin string, run killRun, dir string, final bool) *child {
@@ -77,6 +81,9 @@ func startChild(t *testing.T, bin string, run killRun, dir string, final bool) *
 		sc := bufio.NewScanner(stdout)
 		sc.Buffer(make([]byte, 1<<20), 1<<24)
 		for sc.Scan() {
+			if sc.Text() == "synced" {
+				c.syncedAt.Store(time.Now().UnixNano())
+			}
 			c.lines <- sc.Text()
 		}
 		close(c.lines)
@@ -333,7 +340,7 @@ func killRestart(t *testing.T, run killRun, bin string, seed uint64) {
 		}
 	}
 	synced := func(k int, c *child) {
-		run.restarts.add(time.Since(began), loadedBy[k], c.stderr.String())
+		run.restarts.add(time.Unix(0, c.syncedAt.Load()).Sub(began), loadedBy[k], c.stderr.String())
 	}
 	kills := 5
 	for k := range kills {
