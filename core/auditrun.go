@@ -219,6 +219,13 @@ func (i *SharedIndexInformer[T]) auditRun(ctx context.Context, o AuditOptions[T]
 	// The wait is bounded by the period: a cache that cannot reach C in
 	// that long is not compared (the sync status says why it lags).
 	wctx, cancel := context.WithTimeout(ctx, o.Period)
+	// The run's one bookmark request goes out now, not after what is left
+	// of ProgressRequestInterval since a WaitFor of the application's (or
+	// the last run's) asked: that wait, up to 250 ms by default, was
+	// longer than the read of an unpaced audit of 100k Postgres rows.
+	i.progMu.Lock()
+	i.lastReq = time.Time{}
+	i.progMu.Unlock()
 	err = i.WaitFor(wctx, c)
 	cancel()
 	if err != nil {
