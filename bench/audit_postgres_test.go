@@ -2,9 +2,12 @@ package bench_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
+	"time"
 
+	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/integration/harness"
 )
@@ -99,4 +102,94 @@ func BenchmarkPostgresAudit(b *testing.B) {
 			prepare: func() { aopts.Equal = func(a, b pgRow) bool { return a == b } },
 			finish:  func() { aopts.Equal = nil }})
 	b.ReportMetric(cacheMB, "cache-MB")
+}
+
+// BenchmarkPostgresAuditThroughput (#37): the informer's event throughput
+// while audits run, over a Postgres table of pgRows rows (1M; 100k with
+// -short or DBINFORMER_BENCH_SMALL). One writer updates changes rows
+// (200k; 50k small) in transactions of 1,000 (UPDATE … SET n = n + 1 over
+// a window of ids moving through the table), timed from the first UPDATE
+// until WaitFor the last commit's CommitToken, while audits run back to
+// back at the default pace (20,000 rows/s) and unpaced, against the same
+// without an audit; alternating, 3 rounds, medians. The target is paced ≥
+// 0.8× alone. An audit still running when a side's writes are applied is
+// cancelled (a paced audit of 1M rows takes 50 s), so the rounds do not
+// wait for it.
+func BenchmarkPostgresAuditThroughput(b *testing.B) {
+	pg := harness.StartPostgres(b)
+	rows := size(1_000_000, 100_000)
+	changes := size(200_000, 50_000)
+	const txRows = 1000
+	pg.Exec(b, "CREATE TABLE audit_tput ("+pgRowCols+"); INSERT INTO audit_tput "+pgRowsFrom(1, rows))
+	pg.Exec(b, "VACUUM ANALYZE audit_tput")
+	ctx := context.Background()
+
+	src, tbl := newPGTable[pgRow](b, pg, "audit_tput")
+	defer src.Close()
+	aopts := &core.AuditOptions[pgRow]{}
+	inf := core.NewSharedIndexInformer[pgRow](tbl, core.InformerOptions[pgRow]{Name: "audit-tput", Audit: aopts})
+	rctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = inf.Run(rctx) })
+	defer func() { cancel(); wg.Wait() }()
+	if err := inf.WaitForCacheSync(ctx); err != nil {
+		b.Fatal(err)
+	}
+	conn := pg.Conn(b)
+	next := 1
+	update := func() {
+		for done := 0; done < changes; done += txRows {
+			if next+txRows-1 > rows {
+				next = 1
+			}
+			if _, err := conn.Exec(ctx, "UPDATE audit_tput SET n = n + 1 WHERE id BETWEEN $1 AND $2", next, next+txRows-1); err != nil {
+				b.Fatal(err)
+			}
+			next += txRows
+		}
+		last, err := pginformer.CommitToken(ctx, conn)
+		if err != nil {
+			b.Fatal(err)
+		}
+		wctx, wcancel := context.WithTimeout(ctx, 10*time.Minute)
+		defer wcancel()
+		if err := inf.WaitFor(wctx, last); err != nil {
+			b.Fatal(err)
+		}
+	}
+	update() // warm: the first changes' path, not timed
+
+	var stop context.CancelFunc
+	var auditing sync.WaitGroup
+	runs := map[string]int{"paced": 0, "unpaced": 0} // audits completed
+	startAudits := func(name string, pace float64) func() {
+		return func() {
+			aopts.Pace = pace
+			actx, c := context.WithCancel(ctx)
+			stop = c
+			auditing.Go(func() {
+				for actx.Err() == nil {
+					// Changes race the audit here: in flight, never
+					// divergent.
+					r := inf.AuditNow(actx)
+					if r.Outcome == core.AuditFailed && (errors.Is(r.Err, context.Canceled) || actx.Err() != nil) {
+						return
+					}
+					if r.Outcome != core.AuditEqual {
+						b.Errorf("audit under writes: %v", r)
+						return
+					}
+					runs[name]++
+				}
+			})
+		}
+	}
+	stopAudits := func() { stop(); auditing.Wait() }
+	alternate(b, 3,
+		side{name: "paced", n: changes, unit: "change", prepare: startAudits("paced", 0), run: update, finish: stopAudits},
+		side{name: "unpaced", n: changes, unit: "change", prepare: startAudits("unpaced", -1), run: update, finish: stopAudits},
+		side{name: "alone", n: changes, unit: "change", run: update})
+	for name, n := range runs {
+		b.ReportMetric(float64(n)/float64(3*b.N), name+"-audits/round")
+	}
 }

@@ -331,3 +331,53 @@ func TestAuditRelistPastItsVersion(t *testing.T) {
 		t.Errorf("audit after the relist: %v", r)
 	}
 }
+
+// A cache filed from a list of thousands of keys (a base, whose positions
+// the audit marks its seen keys by) and written since (deletes in the
+// base, new keys in the map beside it): a seeded Lossy lies about some of
+// the writes, and one audit names exactly the keys the cache got wrong
+// and heals them.
+func TestAuditFiledCache(t *testing.T) {
+	for seed := range uint64(4) {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			src := memory.New[versioned](memory.Options{MaxBatch: 16})
+			for i := range 6000 {
+				k := fmt.Sprintf("k%04d", i)
+				src.Put(k, versioned{Key: k, V: i})
+			}
+			lossy := informertest.NewLossy[versioned](src, informertest.LossyOptions[versioned]{Seed: seed, Rate: 0.1})
+			inf, _ := informertest.Run[versioned](t, lossy, core.InformerOptions[versioned]{})
+			rng := rand.New(rand.NewPCG(seed, 11))
+			var last core.ResourceVersion
+			for i := range 600 {
+				k := fmt.Sprintf("k%04d", rng.IntN(7000))
+				if rng.IntN(3) == 0 {
+					if rv, ok := src.Delete(k); ok {
+						last = rv
+					}
+					continue
+				}
+				last = src.Put(k, versioned{Key: k, V: 10000 + i})
+			}
+			ctx := context.Background()
+			if err := inf.WaitFor(ctx, last); err != nil {
+				t.Fatal(err)
+			}
+			want, _ := src.Items()
+			wrong := cacheDiff(inf, want)
+			if len(wrong) == 0 {
+				t.Fatal("no wrong key: the test proves nothing")
+			}
+			r := inf.AuditNow(ctx)
+			if r.Outcome != core.AuditDivergent || r.Divergent() != int64(len(wrong)) || r.Healed != int64(len(wrong)) || r.InFlight != 0 || r.Rows != int64(len(want)) {
+				t.Fatalf("audit: %v; the cache had %d keys wrong: %v", r, len(wrong), wrong)
+			}
+			if d := cacheDiff(inf, want); len(d) != 0 {
+				t.Errorf("after healing the cache still differs at %v", d)
+			}
+			if r := inf.AuditNow(ctx); r.Outcome != core.AuditEqual {
+				t.Errorf("second audit: %v", r)
+			}
+		})
+	}
+}

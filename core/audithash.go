@@ -5,17 +5,27 @@ import (
 	"slices"
 )
 
-// hashSet is the audit's set of seen key hashes: 8 bytes a key, a third
-// of a map's, sorted once all are in. maphash values are uniform, so has
-// uses interpolation search (a handful of probes for any size, where a
-// binary search takes twenty for a million): the cache's pass makes one
-// lookup per cached key under the cache's read lock, and that lock is
-// what the informer waits for.
-type hashSet struct{ h []uint64 }
+// hashSet is the audit's set of seen key hashes for the keys it cannot
+// mark by position (auditSeen): 8 bytes a key, a third of a map's, sorted
+// once all are in. maphash values are uniform, so has uses interpolation
+// search (a handful of probes for any size, where a binary search takes
+// twenty for a million): the cache's pass makes one lookup per such key
+// under the cache's read lock, and that lock is what the informer waits
+// for.
+type hashSet struct {
+	h      []uint64
+	sorted int // h[:sorted] is sorted
+}
 
 func (s *hashSet) add(h uint64) { s.h = append(s.h, h) }
 
-func (s *hashSet) seal() { slices.Sort(s.h) }
+// seal sorts what was added since the last seal; has needs it.
+func (s *hashSet) seal() {
+	if s.sorted != len(s.h) {
+		slices.Sort(s.h)
+		s.sorted = len(s.h)
+	}
+}
 
 func (s *hashSet) has(h uint64) bool {
 	lo, hi := 0, len(s.h)-1

@@ -3,7 +3,6 @@ package core
 import (
 	"context"
 	"fmt"
-	"hash/maphash"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -19,7 +18,8 @@ import (
 //     streams its snapshot at C, each row is compared with the cache as it
 //     is then; rows that agree are done, rows that do not are kept (key
 //     and source object) as suspects: the cache may merely lag behind C.
-//     Each row's key goes, hashed, into a set of seen keys.
+//     Each row's key goes into a set of seen keys (auditSeen: a bit at
+//     the key's position in the cache's base, or a hash).
 //  2. Once the read returned C, the run waits for the cache to apply C.
 //     Every change up to C is then in the cache, so a key the cache has
 //     not changed since with a version after C holds its state at C: a
@@ -36,9 +36,10 @@ import (
 //
 // Memory beyond the cache is the suspects (the keys in flight and the
 // divergent ones), the recorded keys (changed during the run) and the seen
-// set, a 64-bit hash per row (two keys of a million share one with odds of
-// about 1 in 3·10⁷, and then an extra key can go unseen: a collision can
-// hide a divergence from one run, never report a false one).
+// set: a bit per key of the cache's base, a 64-bit hash per other key
+// (two keys of a million share one with odds of about 1 in 3·10⁷, and then
+// an extra key can go unseen: a collision can hide a divergence from one
+// run, never report a false one).
 
 // auditTrack records the keys changed while an audit runs.
 type auditTrack struct {
@@ -186,7 +187,9 @@ func (i *SharedIndexInformer[T]) auditRun(ctx context.Context, o AuditOptions[T]
 		return fail(fmt.Errorf("%s: audit: a list is running (started %v); the next period audits", i.name, st.ListStarted.Format(time.RFC3339)))
 	}
 
-	p := &auditPass[T]{i: i, o: o, r: &r, tr: tr, seed: maphash.MakeSeed(), suspects: map[string]T{}, gone: map[string]struct{}{}}
+	p := &auditPass[T]{i: i, o: o, r: &r, tr: tr, seen: newAuditSeen[T](), suspects: map[string]T{}, gone: map[string]struct{}{}}
+	i.indexer.watchSeen(p.seen)
+	defer i.indexer.watchSeen(nil)
 	pace := newPacer(i, o.Pace)
 	c, err := al.AuditList(ctx, a0, ListSink[T]{
 		Emit: func(ev Event[T]) error {
@@ -196,10 +199,13 @@ func (i *SharedIndexInformer[T]) auditRun(ctx context.Context, o AuditOptions[T]
 			}
 			return p.emit(ev)
 		},
-		// Sized once: grown by appends it would hold up to twice the rows.
+		// Sized once for the keys outside the cache's base: grown by
+		// appends it would hold up to twice the rows.
 		Estimate: func(n int64) {
-			if len(p.seen.h) == 0 && n > 0 {
-				p.seen.h = make([]uint64, 0, min(n, 1<<26))
+			if h := &p.seen.hashes.h; len(*h) == 0 && n > 0 {
+				if m := int64(i.indexer.auditUnseenLen()); m > 0 {
+					*h = make([]uint64, 0, min(n, m, 1<<26))
+				}
 			}
 		},
 	})
@@ -213,6 +219,13 @@ func (i *SharedIndexInformer[T]) auditRun(ctx context.Context, o AuditOptions[T]
 	// The wait is bounded by the period: a cache that cannot reach C in
 	// that long is not compared (the sync status says why it lags).
 	wctx, cancel := context.WithTimeout(ctx, o.Period)
+	// The run's one bookmark request goes out now, not after what is left
+	// of ProgressRequestInterval since a WaitFor of the application's (or
+	// the last run's) asked: that wait, up to 250 ms by default, was
+	// longer than the read of an unpaced audit of 100k Postgres rows.
+	i.progMu.Lock()
+	i.lastReq = time.Time{}
+	i.progMu.Unlock()
 	err = i.WaitFor(wctx, c)
 	cancel()
 	if err != nil {
@@ -247,8 +260,7 @@ type auditPass[T any] struct {
 	o    AuditOptions[T]
 	r    *AuditResult
 	tr   *auditTrack
-	seed maphash.Seed
-	seen hashSet // a hash of each row's key
+	seen *auditSeen[T] // each row's key
 	// suspects are keyed, since a source may emit a key again (see
 	// AuditLister): its last emission stands.
 	suspects map[string]T
@@ -268,8 +280,8 @@ func (p *auditPass[T]) emit(ev Event[T]) error {
 		return nil
 	}
 	delete(p.gone, ev.Key)
-	p.seen.add(maphash.String(p.seed, ev.Key))
 	if ev.Err != nil || !ev.HasObject {
+		p.seen.addKey(ev.Key)
 		p.r.Undecodable++
 		return nil
 	}
@@ -277,11 +289,12 @@ func (p *auditPass[T]) emit(ev Event[T]) error {
 	if p.i.opts.Transform != nil {
 		var err error
 		if obj, err = p.i.reflectorTransform(obj); err != nil {
+			p.seen.addKey(ev.Key)
 			p.r.Undecodable++
 			return nil
 		}
 	}
-	if cached, ok := p.i.indexer.Get(ev.Key); ok {
+	if cached, ok := p.i.indexer.auditGet(ev.Key, p.seen); ok {
 		same, err := safeEqual(p.o.Equal, cached, obj)
 		if err != nil {
 			return err
@@ -328,15 +341,23 @@ func (p *auditPass[T]) compare(c ResourceVersion, relisted bool) []Delta[T] {
 		}
 	}
 	p.suspects = nil
-	p.seen.seal()
+	// Detached, the set changes no more (but in auditUnseen, if the base
+	// was replaced since): sorted here, outside the cache's lock.
+	i.indexer.watchSeen(nil)
+	p.seen.hashes.seal()
 	var extra []string
-	i.indexer.Range(func(k string, _ T) bool {
-		ok := p.seen.has(maphash.String(p.seed, k))
-		if _, g := p.gone[k]; !ok || g {
+	i.indexer.auditUnseen(p.seen, func(k string) {
+		if _, g := p.gone[k]; !g {
 			extra = append(extra, k)
 		}
-		return true
 	})
+	// A key whose last emission said absent at C is not seen, even if an
+	// earlier one marked it.
+	for k := range p.gone {
+		if _, ok := i.indexer.Get(k); ok {
+			extra = append(extra, k)
+		}
+	}
 	for _, k := range extra {
 		_, ok := i.indexer.Get(k)
 		switch {

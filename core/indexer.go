@@ -58,6 +58,9 @@ type Indexer[T any] struct {
 	// list's estimate of its size (reserve).
 	staged *stagedItems[T]
 	expect int
+	// seen is the running audit's set of keys, which knows positions of
+	// the base (auditseen.go); nil when no audit runs.
+	seen *auditSeen[T]
 	// stageBits and stageMinBase shape staging (stagedItems); tests
 	// make them small.
 	stageBits    uint

@@ -154,7 +154,8 @@ func (s *Indexer[T]) deleteLocked(key string) (old T, existed bool, err error) {
 			s.keys.release(id)
 		}
 	}
-	s.items.del(key)
+	s.items.del(key) // may compact into a new base
+	s.baseReplacedLocked()
 	return old, true, err
 }
 
@@ -245,6 +246,7 @@ func (s *Indexer[T]) loadEmpty(base *itemBase[T]) (ok bool, skipped map[string]e
 			base.markDead(pos)
 		}
 		s.items = items[T]{m: map[string]T{}, base: base}
+		s.baseReplacedLocked()
 		s.indices, s.keys = indices, kt
 		s.refreshFns()
 		s.mu.Unlock()

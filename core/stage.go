@@ -52,6 +52,7 @@ func (s *Indexer[T]) reserve(n int64) {
 	n = min(n, maxReserve)
 	if len(s.fns) > 0 {
 		s.items = newItems[T](int(n))
+		s.baseReplacedLocked()
 		return
 	}
 	s.expect = int(n)
@@ -88,6 +89,7 @@ func (s *Indexer[T]) settleLocked() {
 	s.staged = nil
 	s.items = st.file(max(0, s.expect-st.n))
 	s.expect = 0
+	s.baseReplacedLocked()
 }
 
 // lenLocked is the number of keys, staged ones included.
