@@ -16,20 +16,23 @@ import (
 )
 
 // BenchmarkNATSAudit (#37): the consistency audit of an informer over a
-// NATS KV bucket of keys keys (one embedded server).
+// NATS KV bucket of keys keys (1M; one embedded server).
 //
 //   - Read: an audit (unpaced, AuditNow) against a List of the same rows
 //     by a second ListerWatcher of the bucket, alternating; the audit's
 //     peak heap above its start beside the cache's own heap (the live heap
 //     the synced informer added), whose ratio is the target "heap beyond
 //     the cache ≤ 5%".
-//   - Throughput: the informer applying keys updates (published async,
+//   - Throughput: the informer applying updates of the first updates keys (published async,
 //     timed until WaitFor their last revision) while audits run back to
 //     back, at the default pace (20,000 rows/s) and unpaced, against the
 //     same without an audit.
 func BenchmarkNATSAudit(b *testing.B) {
-	keys := size(100_000, 2_000)
-	rounds := size(5, 1)
+	keys := size(1_000_000, 2_000)
+	// The throughput sides rewrite the first updates keys each round: a
+	// tenth of the bucket keeps a run of three sides within minutes.
+	updates := size(100_000, 2_000)
+	rounds := size(3, 1)
 	h := natstest.NewKV(b, natstest.Config{Server: harness.StartNATS(b), History: 1})
 	natsFill(b, h, keys)
 	ctx := context.Background()
@@ -89,7 +92,7 @@ func BenchmarkNATSAudit(b *testing.B) {
 	update := func() {
 		version++
 		var last core.ResourceVersion
-		for i := range keys {
+		for i := range updates {
 			_, o := newItem(i)
 			o.N = version
 			v, _ := json.Marshal(o)
@@ -97,7 +100,7 @@ func BenchmarkNATSAudit(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if i == keys-1 {
+			if i == updates-1 {
 				select {
 				case ack := <-f.Ok():
 					last = core.ResourceVersion(ack.Sequence)
@@ -116,12 +119,15 @@ func BenchmarkNATSAudit(b *testing.B) {
 	}
 	b.Run("Throughput", func(b *testing.B) {
 		var stop chan struct{}
+		var cancelAudit context.CancelFunc
 		var auditing sync.WaitGroup
 		runs := map[string]int{}
 		startAudits := func(name string, pace float64) func() {
 			return func() {
 				aopts.Pace = pace
 				stop = make(chan struct{})
+				var actx context.Context
+				actx, cancelAudit = context.WithCancel(ctx)
 				auditing.Go(func() {
 					for {
 						select {
@@ -131,7 +137,7 @@ func BenchmarkNATSAudit(b *testing.B) {
 						}
 						// Changes race the audit here: in flight, never
 						// divergent.
-						r := inf.AuditNow(ctx)
+						r := inf.AuditNow(actx)
 						if r.Outcome == core.AuditFailed && errors.Is(r.Err, context.Canceled) {
 							return
 						}
@@ -144,11 +150,13 @@ func BenchmarkNATSAudit(b *testing.B) {
 				})
 			}
 		}
-		stopAudits := func() { close(stop); auditing.Wait() }
+		// A paced audit of the whole bucket outlasts a side's updates: it
+		// is cancelled, not waited out.
+		stopAudits := func() { close(stop); cancelAudit(); auditing.Wait() }
 		alternate(b, rounds,
-			side{name: "paced", n: keys, unit: "change", prepare: startAudits("paced", 0), run: update, finish: stopAudits},
-			side{name: "unpaced", n: keys, unit: "change", prepare: startAudits("unpaced", -1), run: update, finish: stopAudits},
-			side{name: "alone", n: keys, unit: "change", run: update})
+			side{name: "paced", n: updates, unit: "change", prepare: startAudits("paced", 0), run: update, finish: stopAudits},
+			side{name: "unpaced", n: updates, unit: "change", prepare: startAudits("unpaced", -1), run: update, finish: stopAudits},
+			side{name: "alone", n: updates, unit: "change", run: update})
 		for name, n := range runs {
 			b.ReportMetric(float64(n)/float64(rounds*b.N), name+"-audits/round")
 		}
