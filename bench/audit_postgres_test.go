@@ -2,7 +2,6 @@ package bench_test
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -159,37 +158,10 @@ func BenchmarkPostgresAuditThroughput(b *testing.B) {
 	}
 	update() // warm: the first changes' path, not timed
 
-	var stop context.CancelFunc
-	var auditing sync.WaitGroup
-	runs := map[string]int{"paced": 0, "unpaced": 0} // audits completed
-	startAudits := func(name string, pace float64) func() {
-		return func() {
-			aopts.Pace = pace
-			actx, c := context.WithCancel(ctx)
-			stop = c
-			auditing.Go(func() {
-				for actx.Err() == nil {
-					// Changes race the audit here: in flight, never
-					// divergent.
-					r := inf.AuditNow(actx)
-					if r.Outcome == core.AuditFailed && (errors.Is(r.Err, context.Canceled) || actx.Err() != nil) {
-						return
-					}
-					if r.Outcome != core.AuditEqual {
-						b.Errorf("audit under writes: %v", r)
-						return
-					}
-					runs[name]++
-				}
-			})
-		}
-	}
-	stopAudits := func() { stop(); auditing.Wait() }
+	aud := newBackToBackAudits(b, inf, aopts)
 	alternate(b, 3,
-		side{name: "paced", n: changes, unit: "change", prepare: startAudits("paced", 0), run: update, finish: stopAudits},
-		side{name: "unpaced", n: changes, unit: "change", prepare: startAudits("unpaced", -1), run: update, finish: stopAudits},
+		side{name: "paced", n: changes, unit: "change", prepare: aud.start("paced", 0), run: update, finish: aud.stop},
+		side{name: "unpaced", n: changes, unit: "change", prepare: aud.start("unpaced", -1), run: update, finish: aud.stop},
 		side{name: "alone", n: changes, unit: "change", run: update})
-	for name, n := range runs {
-		b.ReportMetric(float64(n)/float64(3*b.N), name+"-audits/round")
-	}
+	aud.report(3)
 }
