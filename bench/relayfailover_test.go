@@ -167,6 +167,7 @@ func (s *replicaSet) start(b testing.TB, spec relayReplicaSpec) {
 	cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
 	cmd.Env = append(os.Environ(), relayReplicaEnv+"="+string(js))
 	cmd.Stderr = os.Stderr
+	dieWithParent(cmd)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		b.Fatal(err)

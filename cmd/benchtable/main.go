@@ -92,7 +92,7 @@ var rows = []row{
 	{"5 Relay failover (#38): 3 relay processes in one Postgres election, 4 followers, a 3-node JetStream cluster, 1,000 tx/s: follower lag p99 in the minute after the SIGSTOP takeover, ms", "RelayFailover", "stop-lag-p99-ms", "", "", "≤", 1000},
 	{"5 Relay failover (#38): 3 relay processes in one Postgres election, 4 followers, a 3-node JetStream cluster, 1,000 tx/s: relists published from the SIGSTOP to the minute's end", "RelayFailover", "stop-relists", "", "", "≤", 0},
 	{"5 Relay failover (#38): 3 relay processes in one Postgres election, 4 followers, a 3-node JetStream cluster, 1,000 tx/s: replication slots after the SIGSTOP takeover", "RelayFailover", "stop-slots", "", "", "≤", 1},
-	{"5 Relay failover (#38): 3 relay processes in one Postgres election, 4 followers, a 3-node JetStream cluster, 1,000 tx/s: follower relists (Lists beyond each follower's first)", "RelayFailover", "follower-relists", "", "", "≤", 0},
+	{"5 Relay failover (#38): 3 relay processes in one Postgres election, 4 followers, a 3-node JetStream cluster, 1,000 tx/s: follower relists (Lists from the stream) from the first fault to the end", "RelayFailover", "follower-relists", "", "", "≤", 0},
 	{"6 etcd List of 100k keys vs raw clientv3: time", "Etcd/List", "ours-s", "", "raw-s", "≤", 1.1},
 	{"6 etcd watch of 100k changes vs raw clientv3: time", "Etcd/Watch", "ours-s", "", "raw-s", "≤", 1.1},
 	{"7 NATS KV initial sync of 100k keys vs raw KV watcher: time", "NATSKV/List", "ours-s", "", "raw-s", "≤", 1.2},
