@@ -37,9 +37,9 @@ import (
 // over relay.NewDownstream, in this process, one per cluster node round
 // robin) are measured. Two writers put one-row transactions at 1,000/s
 // in all (200/s under -short) over 1,000 keys (200), each row stamped
-// with the time it was sent. After a steady phase the leader's process is killed
-// (SIGKILL), and after a window the new leader's process is frozen
-// (SIGSTOP; SIGCONT once every follower applies changes again). For
+// with the time it was sent. After a steady phase the leader's process
+// is killed (SIGKILL), and after a window the new leader's process is
+// frozen (SIGSTOP; SIGCONT once every follower applies changes again). For
 // each fault: the failover gap (the signal → the first change sent after
 // it applied on every follower, s), the follower lag (send → handler)
 // p50 and p99 of the rows sent in the window after the takeover (a
