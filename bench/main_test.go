@@ -12,6 +12,12 @@ import (
 // sides; whatever they leave running would distort the rows that follow,
 // so a run (the smoke run included) fails if anything is left.
 func TestMain(m *testing.M) {
+	if spec := os.Getenv(relayReplicaEnv); spec != "" {
+		// This test binary, re-executed as a relay replica that
+		// BenchmarkRelayFailover can kill -9 or SIGSTOP
+		// (relayfailover_test.go).
+		os.Exit(runRelayReplica(spec))
+	}
 	code := m.Run()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {

@@ -1,0 +1,551 @@
+package bench_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
+	"github.com/dbinformer/dbinformer/adapters/postgres/pgtest"
+	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/integration/harness"
+	"github.com/dbinformer/dbinformer/leader"
+	"github.com/dbinformer/dbinformer/relay"
+)
+
+// BenchmarkRelayFailover (#38): the relay's leader fails under writes
+// that never pause, for real: three relay replicas, each a process of
+// its own (this test binary re-executed: runRelayReplica), campaign in
+// one Postgres election (leader.NewPostgres at its default lease) and
+// the leader reads the table over one permanent slot into a stream
+// replicated on a 3-node JetStream cluster; four followers (informers
+// over relay.NewDownstream, in this process, one per cluster node round
+// robin) are measured. Two writers put one-row transactions at 1,000/s
+// in all (200/s under -short) over 1,000 keys (200), each row stamped
+// with the time it was sent. After a steady phase the leader's process
+// is killed (SIGKILL), and after a window the new leader's process is
+// frozen (SIGSTOP; SIGCONT once every follower applies changes again). For
+// each fault: the failover gap (the signal → the first change sent after
+// it applied on every follower, s), the follower lag (send → handler)
+// p50 and p99 of the rows sent in the window after the takeover (a
+// minute; 5 s under -short), the relists the replicas published from
+// the fault to the window's end (a takeover resumes from the slot: 0),
+// and the replication slots on the server at the window's end (1). Also
+// the lag of the steady phase, the writers' achieved rate, the
+// followers' Lists from the first fault on (relists from the stream: 0)
+// and before it beyond their first (follower-startup-relists: a
+// follower that lists a young stream at version 0 may find its first
+// messages superseded and relist once, from the stream), and changes
+// that took a key's version backwards in a follower's cache (0). At the
+// end every follower's cache must equal the table, or the run fails.
+func BenchmarkRelayFailover(b *testing.B) {
+	pg := harness.StartPostgres(b)
+	cl := harness.StartNATSCluster(b, 3)
+	for range b.N {
+		runRelayFailover(b, pg, cl)
+	}
+}
+
+// relayReplicaEnv holds, in a re-executed test binary, the relay replica
+// to run (a JSON relayReplicaSpec); see TestMain.
+const relayReplicaEnv = "DBINFORMER_RELAY_REPLICA"
+
+type relayReplicaSpec struct {
+	ID, Conn, NATS, Table, Stream, Prefix, Slot, Election string
+}
+
+// runRelayReplica is a relay replica's process, as examples/relay runs
+// one: a Source over the permanent slot, a relay campaigning in the
+// Postgres election. It reports its transitions on stdout, one line
+// each ("leading <epoch>", "following <epoch>", "relisted <changed>
+// <listed>", "restarted <err>"), and ends on SIGTERM.
+func runRelayReplica(spec string) int {
+	var s relayReplicaSpec
+	if err := json.Unmarshal([]byte(spec), &s); err != nil {
+		fmt.Fprintln(os.Stderr, "relay replica:", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := relayReplica(ctx, s); err != nil {
+		fmt.Fprintf(os.Stderr, "relay replica %s: %v\n", s.ID, err)
+		return 1
+	}
+	return 0
+}
+
+func relayReplica(ctx context.Context, s relayReplicaSpec) error {
+	src, err := pginformer.NewSource(ctx, s.Conn, pginformer.Options{PermanentSlot: true, Slot: s.Slot})
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	table, err := pginformer.NewTable[pgtest.Row](ctx, src, s.Table, pginformer.TableOptions[pgtest.Row]{})
+	if err != nil {
+		return err
+	}
+	nc, err := nats.Connect(s.NATS, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	el, err := leader.NewPostgres(s.Conn, s.Election, leader.PostgresOptions{Identity: s.ID})
+	if err != nil {
+		return err
+	}
+	r, err := relay.New(ctx, js, table, relay.Options[pgtest.Row]{Stream: s.Stream, Prefix: s.Prefix, Elector: el, Metrics: &replicaReport{}})
+	if err != nil {
+		return err
+	}
+	return r.Run(ctx)
+}
+
+// replicaReport prints a replica's transitions for the benchmark.
+type replicaReport struct {
+	relay.NoopMetrics
+	mu sync.Mutex
+}
+
+func (p *replicaReport) printf(format string, args ...any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fmt.Printf(format+"\n", args...)
+}
+
+func (p *replicaReport) Leading(on bool, epoch uint64) {
+	if on {
+		p.printf("leading %d", epoch)
+	} else {
+		p.printf("following %d", epoch)
+	}
+}
+func (p *replicaReport) Relisted(changed, listed int) { p.printf("relisted %d %d", changed, listed) }
+func (p *replicaReport) TermRestarted(err error) {
+	p.printf("restarted %s", strings.ReplaceAll(err.Error(), "\n", " "))
+}
+
+// replicaProc is a relay replica's process, seen from the benchmark.
+type replicaProc struct {
+	id   int
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// replicaSet tracks the replicas' reports.
+type replicaSet struct {
+	mu      sync.Mutex
+	procs   []*replicaProc
+	leader  int    // index of the replica that last said it leads, -1 none
+	epoch   uint64 // its epoch
+	relists atomic.Int64
+	changed chan struct{} // closed and replaced on every leadership report
+}
+
+func (s *replicaSet) start(b testing.TB, spec relayReplicaSpec) {
+	id := len(s.procs)
+	spec.ID = fmt.Sprintf("replica-%d", id)
+	js, err := json.Marshal(spec)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
+	cmd.Env = append(os.Environ(), relayReplicaEnv+"="+string(js))
+	cmd.Stderr = os.Stderr
+	dieWithParent(cmd)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	p := &replicaProc{id: id, cmd: cmd, done: make(chan struct{})}
+	s.procs = append(s.procs, p)
+	go func() {
+		defer close(p.done)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			verb, arg, _ := strings.Cut(sc.Text(), " ")
+			switch verb {
+			case "leading":
+				epoch, _ := strconv.ParseUint(arg, 10, 64)
+				s.mu.Lock()
+				if epoch >= s.epoch {
+					s.leader, s.epoch = id, epoch
+				}
+				close(s.changed)
+				s.changed = make(chan struct{})
+				s.mu.Unlock()
+			case "relisted":
+				s.relists.Add(1)
+			}
+		}
+		_ = cmd.Wait()
+	}()
+}
+
+// waitLeader waits for a leader of an epoch above after and returns it.
+func (s *replicaSet) waitLeader(b testing.TB, after uint64) (int, uint64) {
+	deadline := time.After(2 * time.Minute)
+	for {
+		s.mu.Lock()
+		l, e, ch := s.leader, s.epoch, s.changed
+		s.mu.Unlock()
+		if l >= 0 && e > after {
+			return l, e
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			b.Fatalf("no relay replica leads (an epoch above %d) after 2 minutes", after)
+		}
+	}
+}
+
+// stop ends every replica: SIGCONT (a frozen one), SIGTERM, and SIGKILL
+// if it has not ended within 20 s.
+func (s *replicaSet) stop() {
+	for _, p := range s.procs {
+		_ = p.cmd.Process.Signal(syscall.SIGCONT)
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for _, p := range s.procs {
+		select {
+		case <-p.done:
+		case <-time.After(20 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+	}
+}
+
+// lagSample is one row applied on one follower: when it was sent, and
+// how long after that the follower's handler saw it.
+type lagSample struct {
+	sent int64 // unix ns
+	lag  float64
+}
+
+// failoverFollower is one measured follower.
+type failoverFollower struct {
+	inf        *core.SharedIndexInformer[pgtest.Row]
+	firstAfter atomic.Int64 // when it first applied a row sent after the fault (unix ns)
+}
+
+// faultSample is what one fault measured.
+type faultSample struct {
+	gap, p50, p99  float64
+	relists, slots int
+}
+
+var relayFailoverSeq atomic.Int64
+
+func runRelayFailover(b *testing.B, pg *harness.Postgres, cl *harness.NATSCluster) {
+	sc := &scope{TB: b}
+	defer sc.close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rate := size(1000, 200)
+	nkeys := size(1000, 200)
+	steady := time.Duration(size(30, 5)) * time.Second
+	window := time.Duration(size(60, 5)) * time.Second
+
+	n := relayFailoverSeq.Add(1)
+	h := pgtest.New(sc, pg, pgtest.Options{})
+	// The harness's own Source (its temporary slot) is not the relay's:
+	// only its writes and reads (direct connections) are used.
+	if err := h.Source().Close(); err != nil {
+		b.Fatal(err)
+	}
+	spec := relayReplicaSpec{
+		Conn: pg.ConnString(), NATS: cl.URLs(), Table: h.TableName(),
+		Stream: fmt.Sprintf("FAILOVER%d", n), Prefix: fmt.Sprintf("failover%d", n),
+		Slot: fmt.Sprintf("bench_failover_%d", n), Election: fmt.Sprintf("bench-failover-%d", n),
+	}
+	cfg := relay.StreamConfig(spec.Stream, spec.Prefix)
+	cfg.Replicas = 3
+	if _, err := cl.JetStream(sc, 0).CreateStream(ctx, cfg); err != nil {
+		b.Fatal(err)
+	}
+	sc.Cleanup(func() {
+		// The slot would hold the WAL for the benchmarks that follow.
+		if err := pgtest.DropSlot(context.Background(), pg.ConnString(), spec.Slot); err != nil {
+			b.Errorf("drop the relay's slot: %v", err)
+		}
+		pg.Exec(b, "DROP PUBLICATION IF EXISTS "+spec.Slot)
+	})
+
+	reps := &replicaSet{leader: -1, changed: make(chan struct{})}
+	sc.Cleanup(reps.stop) // runs before the slot is dropped
+	for range 3 {
+		reps.start(sc, spec)
+	}
+	_, epoch := reps.waitLeader(b, 0)
+
+	// The followers.
+	var (
+		mu        sync.Mutex
+		samples   []lagSample
+		faultNs   atomic.Int64
+		backwards atomic.Int64
+		lists     atomic.Int64
+		followers []*failoverFollower
+		wg        sync.WaitGroup
+	)
+	const nf = 4
+	for i := range nf {
+		d, err := relay.NewDownstream[pgtest.Row](ctx, cl.JetStream(sc, i%3), spec.Stream, spec.Prefix, relay.DownstreamOptions[pgtest.Row]{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		f := &failoverFollower{}
+		f.inf = core.NewSharedIndexInformer[pgtest.Row](countingDown{d, &lists}, core.InformerOptions[pgtest.Row]{Name: fmt.Sprintf("follower-%d", i)})
+		rec := func(r pgtest.Row) {
+			now := time.Now().UnixNano()
+			if t := faultNs.Load(); t != 0 && r.V > t {
+				f.firstAfter.CompareAndSwap(0, now)
+			}
+			mu.Lock()
+			samples = append(samples, lagSample{sent: r.V, lag: float64(now-r.V) / 1e6})
+			mu.Unlock()
+		}
+		_, _ = f.inf.AddEventHandler(core.ResourceEventHandlerFuncs[pgtest.Row]{
+			AddFunc: func(_ string, r pgtest.Row, _ bool) { rec(r) },
+			UpdateFunc: func(_ string, old, r pgtest.Row) {
+				if r.V < old.V {
+					backwards.Add(1)
+				}
+				rec(r)
+			},
+		})
+		wg.Go(func() { _ = f.inf.Run(ctx) })
+		followers = append(followers, f)
+	}
+	defer wg.Wait()
+	defer cancel()
+	for _, f := range followers {
+		if err := f.inf.WaitForCacheSync(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+
+	// The writers: one-row transactions at rate in all, until stopped.
+	// Two, each on its own half of the keys (so that a key's versions
+	// still rise with its sends): one alone, a round trip per commit,
+	// fell 3-6% short of 1,000/s here.
+	const nw = 2
+	wctx, stopWriter := context.WithCancel(ctx)
+	type written struct {
+		last    core.ResourceVersion
+		n       int
+		elapsed time.Duration
+		err     error
+	}
+	wres := make(chan written, nw)
+	for j := range nw {
+		go func() {
+			var w written
+			interval := time.Second * nw / time.Duration(rate)
+			start := time.Now()
+			for i := 0; ; i++ {
+				if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
+					select {
+					case <-time.After(d):
+					case <-wctx.Done():
+					}
+				}
+				if wctx.Err() != nil {
+					break
+				}
+				rv, err := h.Put(ctx, "k"+strconv.Itoa((i*nw+j)%nkeys), time.Now().UnixNano())
+				if err != nil {
+					w.err = err
+					break
+				}
+				w.last, w.n = rv, w.n+1
+			}
+			w.elapsed = time.Since(start)
+			wres <- w
+		}()
+	}
+	// stopWriters stops both and sums them up: the last version is the
+	// later one's.
+	stopWriters := func() written {
+		stopWriter()
+		var all written
+		for range nw {
+			w := <-wres
+			all.last = max(all.last, w.last)
+			all.n += w.n
+			all.elapsed = max(all.elapsed, w.elapsed)
+			if all.err == nil {
+				all.err = w.err
+			}
+		}
+		return all
+	}
+	writing := true
+	defer func() {
+		if writing {
+			stopWriters()
+		}
+	}()
+
+	steadyFrom := time.Now().UnixNano()
+	time.Sleep(steady)
+	steadyTo := time.Now().UnixNano()
+
+	// A follower that started on a young stream may relist from it once
+	// (see the report); the failovers' own are counted from here.
+	lists0 := lists.Load()
+	type span struct{ from, to int64 }
+	var faults []faultSample
+	var windows []span
+	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGSTOP} {
+		reps.mu.Lock()
+		victim := reps.procs[reps.leader]
+		reps.mu.Unlock()
+		for _, f := range followers {
+			f.firstAfter.Store(0)
+		}
+		relists0 := reps.relists.Load()
+		if err := victim.cmd.Process.Signal(sig); err != nil {
+			b.Fatal(err)
+		}
+		t0 := time.Now()
+		faultNs.Store(t0.UnixNano())
+		// The gap: until every follower applied a row sent after the fault.
+		deadline := t0.Add(2 * time.Minute)
+		var back int64
+		for {
+			back = 0
+			for _, f := range followers {
+				t := f.firstAfter.Load()
+				if t == 0 {
+					back = -1
+					break
+				}
+				back = max(back, t)
+			}
+			if back > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				b.Fatalf("%v of the relay leader: followers applied nothing sent after it for 2 minutes", sig)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		faultNs.Store(0)
+		var next int
+		next, epoch = reps.waitLeader(b, epoch)
+		b.Logf("%v of replica-%d (pid %d): replica-%d leads (epoch %d); every follower applied a row sent after the fault %v later", sig, victim.id, victim.cmd.Process.Pid, next, epoch, time.Unix(0, back).Sub(t0).Round(time.Millisecond))
+		if sig == syscall.SIGSTOP {
+			// Thawed after the takeover: it must find itself deposed.
+			if err := victim.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+				b.Fatal(err)
+			}
+		}
+		from := back
+		time.Sleep(time.Until(time.Unix(0, from).Add(window)))
+		windows = append(windows, span{from, from + int64(window)})
+		var slots int
+		var names string
+		if err := pg.Conn(sc).QueryRow(ctx, "SELECT count(*), coalesce(string_agg(slot_name || CASE WHEN temporary THEN ' (temporary)' ELSE '' END, ', '), '') FROM pg_replication_slots").Scan(&slots, &names); err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("replication slots after the %v takeover: %s", sig, names)
+		faults = append(faults, faultSample{
+			gap:     float64(back-t0.UnixNano()) / 1e9,
+			relists: int(reps.relists.Load() - relists0),
+			slots:   slots,
+		})
+	}
+
+	// The end: every follower reaches the last write and equals the table.
+	w := stopWriters()
+	writing = false
+	if w.err != nil {
+		b.Fatal(w.err)
+	}
+	ectx, ecancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer ecancel()
+	for i, f := range followers {
+		if err := f.inf.WaitFor(ectx, w.last); err != nil {
+			b.Fatalf("follower %d did not reach the last write: %v", i, err)
+		}
+	}
+	truth, err := h.Truth(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i, f := range followers {
+		got := map[string]int64{}
+		for _, r := range f.inf.Indexer().List() {
+			got[r.K] = r.V
+		}
+		bad := 0
+		for k, v := range truth {
+			if got[k] != v {
+				bad++
+			}
+		}
+		if bad > 0 || len(got) != len(truth) {
+			b.Fatalf("follower %d: the cache holds %d keys, the table %d, %d differ", i, len(got), len(truth), bad)
+		}
+	}
+	if n := backwards.Load(); n > 0 {
+		b.Errorf("%d changes took a key's version backwards in a follower's cache", n)
+	}
+
+	mu.Lock()
+	all := samples
+	mu.Unlock()
+	pcts := func(from, to int64) (float64, float64) {
+		var lags []float64
+		for _, s := range all {
+			if s.sent >= from && s.sent < to {
+				lags = append(lags, s.lag)
+			}
+		}
+		if len(lags) == 0 {
+			b.Fatalf("no row sent in [%v, %v) reached a follower", time.Unix(0, from), time.Unix(0, to))
+		}
+		slices.Sort(lags)
+		return lags[len(lags)/2], lags[min(len(lags)-1, int(0.99*float64(len(lags))))]
+	}
+	sp50, sp99 := pcts(steadyFrom, steadyTo)
+	b.ReportMetric(sp50, "steady-lag-p50-ms")
+	b.ReportMetric(sp99, "steady-lag-p99-ms")
+	for i, name := range []string{"kill", "stop"} {
+		f := faults[i]
+		f.p50, f.p99 = pcts(windows[i].from, windows[i].to)
+		b.ReportMetric(f.gap, name+"-gap-s")
+		b.ReportMetric(f.p50, name+"-lag-p50-ms")
+		b.ReportMetric(f.p99, name+"-lag-p99-ms")
+		b.ReportMetric(float64(f.relists), name+"-relists")
+		b.ReportMetric(float64(f.slots), name+"-slots")
+	}
+	b.ReportMetric(float64(w.n)/w.elapsed.Seconds(), "offered-tx/s")
+	b.ReportMetric(float64(lists.Load()-lists0), "follower-relists")
+	b.ReportMetric(float64(max(lists0-nf, 0)), "follower-startup-relists")
+	b.ReportMetric(float64(backwards.Load()), "backwards")
+}
