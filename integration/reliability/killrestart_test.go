@@ -353,8 +353,16 @@ func killRestart(t *testing.T, run killRun, bin string, seed uint64) {
 			t.Errorf("start %d loaded a checkpoint and listed (%s) without reporting why\n%s", k, line, c.stderr)
 		}
 	}
+	timed := map[int]time.Duration{}
 	synced := func(k int, c *child) {
-		run.restarts.add(time.Unix(0, c.syncedAt.Load()).Sub(began), loadedBy[k], c.stderr.String())
+		timed[k] = time.Unix(0, c.syncedAt.Load()).Sub(began)
+	}
+	// ended adds a start's time to the figures once the child is gone: its
+	// stderr is complete, and no longer written while read.
+	ended := func(k int, c *child) {
+		if d, ok := timed[k]; ok {
+			run.restarts.add(d, loadedBy[k], c.stderr.String())
+		}
 	}
 	kills := 5
 	for k := range kills {
@@ -412,6 +420,7 @@ func killRestart(t *testing.T, run killRun, bin string, seed uint64) {
 		starts[k] += " killed"
 		check(c, fmt.Sprintf("start %d", k))
 		saidWhy(k, c)
+		ended(k, c)
 		for range rnd.IntN(10) {
 			write()
 		}
@@ -444,6 +453,7 @@ func killRestart(t *testing.T, run killRun, bin string, seed uint64) {
 	if err := <-c.done; err != nil {
 		t.Fatalf("final start: %v\n%s", err, c.stderr)
 	}
+	ended(kills, c)
 	check(c, "final start")
 	t.Logf("%d writes; starts: %s", version, strings.Join(starts, "; "))
 	if state == nil {
