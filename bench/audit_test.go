@@ -157,7 +157,8 @@ func (p *heapProbe[T]) AuditList(ctx context.Context, atLeast core.ResourceVersi
 	sink.Emit = func(ev core.Event[T]) error {
 		err := emit(ev)
 		if n++; n == p.at {
-			p.held = liveHeap() - min(p.base, liveHeap())
+			h := liveHeap() // once: two reads could go down in between and wrap
+			p.held = h - min(p.base, h)
 		}
 		return err
 	}
