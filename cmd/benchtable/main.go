@@ -141,18 +141,35 @@ var rows = []row{
 // results maps a sub-benchmark to its metrics, each the values of every run.
 type results map[string]map[string][]float64
 
-var lineRE = regexp.MustCompile(`^Benchmark(\S+?)(?:-\d+)?\s+\d+\s+(.*)$`)
+var (
+	lineRE = regexp.MustCompile(`^Benchmark(\S+?)(?:-\d+)?\s+\d+\s+(.*)$`)
+	// A benchmark that logs while it runs splits its line: the testing
+	// package prints the name, the log lines follow, then the result on a
+	// line of its own.
+	nameRE   = regexp.MustCompile(`^Benchmark(\S+?)(?:-\d+)?\s`)
+	resultRE = regexp.MustCompile(`^\d+\s+(\S+ ns/op.*)$`)
+)
 
 // parse reads `go test -bench` output.
 func parse(r io.Reader) (results, error) {
 	res := results{}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	split := "" // the name of a benchmark whose result line a log line split
 	for sc.Scan() {
-		m := lineRE.FindStringSubmatch(strings.TrimSpace(sc.Text()))
+		line := strings.TrimSpace(sc.Text())
+		m := lineRE.FindStringSubmatch(line)
 		if m == nil {
-			continue
+			if r := resultRE.FindStringSubmatch(line); r != nil && split != "" {
+				m = []string{line, split, r[1]}
+			} else if n := nameRE.FindStringSubmatch(sc.Text()); n != nil {
+				split = n[1]
+				continue
+			} else {
+				continue
+			}
 		}
+		split = ""
 		f := strings.Fields(m[2])
 		for i := 0; i+1 < len(f); i += 2 {
 			v, err := strconv.ParseFloat(f[i], 64)

@@ -62,6 +62,21 @@ BenchmarkWorkQueue/Parallel8x8-2 1 1 ns/op 1200000 ours-items/s 1000000 clientgo
 	}
 }
 
+// A result line split from its benchmark's name by a log line (a
+// benchmark that logs while it runs) is joined back to the name.
+func TestParseSplitLine(t *testing.T) {
+	res, err := parse(strings.NewReader("BenchmarkEtcd/List-2   \t2026/12/07 07:56:57 INFO dbinformer source=x err=\"expired\"\n" +
+		"2026/12/07 07:56:57 INFO dbinformer source=y\n" +
+		"       1\t2000 ns/op\t         2.3 ours-s\t 2.4 raw-s\n" +
+		"BenchmarkEtcd/List-2  1  2 ns/op  2.5 ours-s  2.6 raw-s\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res["Etcd/List"]["ours-s"]; len(got) != 2 || got[0] != 2.3 || got[1] != 2.5 {
+		t.Fatalf("ours-s = %v, want [2.3 2.5]", got)
+	}
+}
+
 // A row whose benchmark ran without the metric it reads is reported; a
 // row whose benchmark did not run at all is not (a -bench filter).
 func TestStaleRows(t *testing.T) {
