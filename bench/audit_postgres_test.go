@@ -2,7 +2,6 @@ package bench_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -38,13 +37,7 @@ func BenchmarkPostgresAudit(b *testing.B) {
 	probe := &heapProbe[pgRow]{lw: tbl}
 	aopts := &core.AuditOptions[pgRow]{Pace: -1}
 	inf := core.NewSharedIndexInformer[pgRow](probe, core.InformerOptions[pgRow]{Name: "audit-bench", Audit: aopts})
-	rctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Go(func() { _ = inf.Run(rctx) })
-	defer func() { cancel(); wg.Wait() }()
-	if err := inf.WaitForCacheSync(ctx); err != nil {
-		b.Fatal(err)
-	}
+	defer runSynced(b, inf)()
 	cacheMB := float64(liveHeap()-before) / (1 << 20)
 
 	lsrc, ltbl := newPGTable[pgRow](b, pg, "audit_rows")
@@ -127,13 +120,7 @@ func BenchmarkPostgresAuditThroughput(b *testing.B) {
 	defer src.Close()
 	aopts := &core.AuditOptions[pgRow]{}
 	inf := core.NewSharedIndexInformer[pgRow](tbl, core.InformerOptions[pgRow]{Name: "audit-tput", Audit: aopts})
-	rctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Go(func() { _ = inf.Run(rctx) })
-	defer func() { cancel(); wg.Wait() }()
-	if err := inf.WaitForCacheSync(ctx); err != nil {
-		b.Fatal(err)
-	}
+	defer runSynced(b, inf)()
 	conn := pg.Conn(b)
 	next := 1
 	update := func() {

@@ -49,13 +49,7 @@ func BenchmarkNATSAudit(b *testing.B) {
 	// runs then, and the period is never reached).
 	aopts := &core.AuditOptions[item]{Pace: -1}
 	inf := core.NewSharedIndexInformer[item](probe, core.InformerOptions[item]{Name: "audit-bench", Audit: aopts})
-	rctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Go(func() { _ = inf.Run(rctx) })
-	defer func() { cancel(); wg.Wait() }()
-	if err := inf.WaitForCacheSync(ctx); err != nil {
-		b.Fatal(err)
-	}
+	defer runSynced(b, inf)()
 	cacheMB := float64(liveHeap()-before) / (1 << 20)
 	listLW := newLW()
 

@@ -1,14 +1,18 @@
 package bench_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"runtime"
 	"runtime/metrics"
 	"slices"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dbinformer/dbinformer/core"
 )
 
 // size picks the full size, or the small one under -short (the smoke run
@@ -201,4 +205,18 @@ func (c cpuSides) report(b *testing.B) {
 	for name, xs := range c {
 		b.ReportMetric(medianOf(xs), name+"-cpu-s")
 	}
+}
+
+// runSynced runs inf until the returned stop, and waits for its cache to
+// sync.
+func runSynced[T any](b *testing.B, inf *core.SharedIndexInformer[T]) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = inf.Run(ctx) })
+	stop = func() { cancel(); wg.Wait() }
+	if err := inf.WaitForCacheSync(context.Background()); err != nil {
+		stop()
+		b.Fatal(err)
+	}
+	return stop
 }
