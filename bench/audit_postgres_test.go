@@ -102,10 +102,10 @@ func BenchmarkPostgresAudit(b *testing.B) {
 // (200k; 50k small) in transactions of 1,000 (UPDATE … SET n = n + 1 over
 // a window of ids moving through the table), timed from the first UPDATE
 // until WaitFor the last commit's CommitToken, while audits run back to
-// back at the default pace (20,000 rows/s) and unpaced, against the same
+// back at the default pace (10,000 rows/s) and unpaced, against the same
 // without an audit; alternating, 3 rounds, medians. The target is paced ≥
 // 0.8× alone. An audit still running when a side's writes are applied is
-// cancelled (a paced audit of 1M rows takes 50 s), so the rounds do not
+// cancelled (a paced audit of 1M rows takes 100 s), so the rounds do not
 // wait for it.
 func BenchmarkPostgresAuditThroughput(b *testing.B) {
 	pg := harness.StartPostgres(b)

@@ -24,7 +24,7 @@ import (
 //     the cache ≤ 5%".
 //   - Throughput: the informer applying updates of the first updates keys (published async,
 //     timed until WaitFor their last revision) while audits run back to
-//     back, at the default pace (20,000 rows/s) and unpaced, against the
+//     back, at the default pace (10,000 rows/s) and unpaced, against the
 //     same without an audit.
 func BenchmarkNATSAudit(b *testing.B) {
 	keys := size(1_000_000, 2_000)

@@ -89,7 +89,7 @@ func (i *SharedIndexInformer[T]) auditOptions() AuditOptions[T] {
 		o.Period = 10 * time.Minute
 	}
 	if o.Pace == 0 {
-		o.Pace = 20000
+		o.Pace = 10000
 	}
 	if o.MaxHeal <= 0 {
 		o.MaxHeal = 10000

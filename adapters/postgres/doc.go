@@ -377,8 +377,8 @@
 // socket), changes nothing the stream or the watches use, and drops the
 // slot before it returns. While it reads it holds a replication slot, a
 // walsender and a snapshot (vacuum keeps the rows deleted meanwhile): a
-// 1M-row table at the default pace of 20,000 rows/s holds them for about
-// 50 s, and a statement_timeout of the role shorter than that ends the
+// 1M-row table at the default pace of 10,000 rows/s holds them for about
+// 100 s, and a statement_timeout of the role shorter than that ends the
 // read (the run fails and says so: raise the pace or the timeout). A
 // reader connection lost mid-read ends the run with an error matching
 // core.ErrExpired; the audit tries again next period. An audit beside a
