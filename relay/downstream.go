@@ -91,6 +91,9 @@ func NewDownstream[T any](ctx context.Context, js jetstream.JetStream, stream, p
 		// is the only copy of the state a Downstream needs, and a Watch
 		// starts at its sequence without replaying the stream.
 		Stateless: true,
+		// checkStream refused age and size limits: a message leaves
+		// the stream only when a later one of its subject supersedes it.
+		Compacted: true,
 		Reduce:    d.reduce,
 		Filter:    prefix + ".>",
 		Key:       func(subject string) (string, error) { return subject, nil },

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -91,5 +93,71 @@ func TestEventStreamStateless(t *testing.T) {
 		if _, err := natsinformer.NewEventStream(ctx, js, "T"+root[1:], opts); err == nil {
 			t.Errorf("NewEventStream accepted Stateless with Snapshot or Where (%+v)", opts)
 		}
+	}
+}
+
+// A Compacted stream removes a message only when a later one of its
+// subject supersedes it, so a Watch from before its first retained
+// sequence misses nothing but superseded messages: it starts where the
+// stream does. Without Compacted the same Watch is expiry (a purge or an
+// age limit looks the same from the stream's state). A stream that can
+// remove a subject's last message is refused Compacted.
+func TestEventStreamCompacted(t *testing.T) {
+	nsrv := harness.StartNATS(t)
+	js := nsrv.JetStream(t)
+	ctx := context.Background()
+	_, root := newStream(t, js, jetstream.StreamConfig{MaxMsgsPerSubject: 1})
+	name := "T" + root[1:]
+	reduce := func(_ item, _ bool, m natsinformer.Message) (item, bool, error) {
+		var it item
+		err := json.Unmarshal(m.Data, &it)
+		return it, err == nil, err
+	}
+	pub := func(key string, n int) uint64 {
+		b, _ := json.Marshal(item{N: n})
+		ack, err := js.Publish(ctx, root+"."+key, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ack.Sequence
+	}
+	from := pub("a", 1) // the List of a young stream ends here,
+	pub("a", 2)         // and before its Watch starts
+	pub("a", 3)         // both are superseded:
+	pub("b", 4)         // the stream holds 3 and 4.
+
+	plain, err := natsinformer.NewEventStream(ctx, js, name, natsinformer.EventStreamOptions[item]{Reduce: reduce, Stateless: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = plain.Watch(ctx, core.ResourceVersion(from), core.WatchOptions[item]{Emit: func([]core.Event[item]) error { return nil }})
+	if !errors.Is(err, core.ErrExpired) {
+		t.Fatalf("Watch from %d of a stream whose first retained sequence is past it, without Compacted: %v, want ErrExpired", from, err)
+	}
+
+	es, err := natsinformer.NewEventStream(ctx, js, name, natsinformer.EventStreamOptions[item]{Reduce: reduce, Stateless: true, Compacted: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := startWatch[item](t, es, core.ResourceVersion(from))
+	end := pub("c", 5)
+	evs := w.wait(t, "the retained messages and the next", hasRV[item](core.ResourceVersion(end)))
+	if err := w.stop(); !errors.Is(err, core.ErrWatchStopped) {
+		t.Fatalf("Watch ended with %v, want ErrWatchStopped", err)
+	}
+	got := map[string]int{}
+	for _, ev := range evs {
+		got[ev.Key] = ev.Object.N
+	}
+	if len(got) != 3 || got["a"] != 3 || got["b"] != 4 || got["c"] != 5 {
+		t.Errorf("a Compacted Watch from %d delivered %v, want a=3 b=4 c=5", from, got)
+	}
+
+	if _, err := natsinformer.NewEventStream(ctx, js, name, natsinformer.EventStreamOptions[item]{Reduce: reduce, Compacted: true}); err == nil {
+		t.Error("NewEventStream accepted Compacted without Stateless")
+	}
+	_, aged := newStream(t, js, jetstream.StreamConfig{MaxMsgsPerSubject: 1, MaxAge: time.Hour})
+	if _, err := natsinformer.NewEventStream(ctx, js, "T"+aged[1:], natsinformer.EventStreamOptions[item]{Reduce: reduce, Stateless: true, Compacted: true}); err == nil || !strings.Contains(err.Error(), "MaxAge") {
+		t.Errorf("NewEventStream of a stream with an age limit, Compacted: %v, want an error naming MaxAge", err)
 	}
 }

@@ -74,6 +74,16 @@ type EventStreamOptions[S any] struct {
 	// only the key; a List keeps each entity's last state only while it
 	// lists. Not with Where or Snapshot, which need the folded state.
 	Stateless bool
+	// Compacted says that the stream removes a message only when later
+	// ones of the same subject supersede it: limits retention, no age or
+	// size limit, at most MaxMsgsPerSubject (NewEventStream checks the
+	// stream's configuration), and nothing purged by hand. A Stateless
+	// watch from before the first retained sequence then misses only
+	// superseded messages (the superseding ones follow), so it starts
+	// where the stream does instead of failing with core.ErrExpired: a
+	// List of a young stream whose first messages were superseded while it
+	// read does not relist. Only with Stateless.
+	Compacted bool
 	// Logger receives debug lines; nil discards them.
 	Logger *slog.Logger
 	// BatchSize bounds buffered messages and events per batch; zero (or
@@ -125,6 +135,9 @@ func NewEventStream[S any](ctx context.Context, js jetstream.JetStream, stream s
 	if opts.Stateless && (opts.Where != nil || opts.Snapshot != nil) {
 		return nil, fmt.Errorf("%s: EventStreamOptions.Stateless keeps no folded state, which Where and Snapshot need: set one or the other", source)
 	}
+	if opts.Compacted && !opts.Stateless {
+		return nil, fmt.Errorf("%s: EventStreamOptions.Compacted needs Stateless (a fold needs every message, superseded ones too)", source)
+	}
 	pattern, residue, err := streamWhere(source, pattern, &opts)
 	if err != nil {
 		return nil, err
@@ -135,6 +148,9 @@ func NewEventStream[S any](ctx context.Context, js jetstream.JetStream, stream s
 			return nil, fmt.Errorf("%s does not exist: create it (jetstream.CreateStream, or `nats stream add %s`) before starting the informer: %w", source, stream, err)
 		}
 		return nil, fmt.Errorf("%s: %w", source, err)
+	}
+	if c := st.CachedInfo().Config; opts.Compacted && (c.Retention != jetstream.LimitsPolicy || c.MaxAge > 0 || c.MaxMsgs > 0 || c.MaxBytes > 0) {
+		return nil, fmt.Errorf("%s: EventStreamOptions.Compacted, but the stream can remove a subject's last message (retention %v, MaxAge %v, MaxMsgs %d, MaxBytes %d): it needs limits retention and no age or size limit, or leave Compacted unset", source, c.Retention, c.MaxAge, c.MaxMsgs, c.MaxBytes)
 	}
 	if opts.BatchSize <= 0 {
 		opts.BatchSize = 256
@@ -416,7 +432,7 @@ func (f *folder[S]) park(rv uint64) {
 }
 
 // complete is false: a replayed fold needs every event after from.
-func (f *folder[S]) complete() bool { return false }
+func (f *folder[S]) complete() bool { return f.es.opts.Compacted }
 
 // skipsSafe: the folded state does not hold values the stream could take
 // back, and skipped sequences are the filter's doing: nothing to check.
