@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -19,6 +20,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/adapters/postgres/pgtest"
@@ -57,8 +61,55 @@ func BenchmarkRelayFailover(b *testing.B) {
 	pg := harness.StartPostgres(b)
 	cl := harness.StartNATSCluster(b, 3)
 	for range b.N {
-		runRelayFailover(b, pg, cl)
+		runRelayFailover(b, pg, cl, failoverRun{elect: "postgres", faults: []string{"kill", "stop", "walsender", "streamleader", "follower"}})
 	}
+}
+
+// BenchmarkRelayFailoverElections (#38): BenchmarkRelayFailover's leader
+// faults (kill -9, then SIGSTOP of the next leader) with the replicas
+// campaigning in the other election backends at their default lease: an
+// etcd lease (a real etcd server, embedded in this process) and a
+// Kubernetes Lease (a real kube-apiserver). The windows after the
+// takeovers are 30 s (BenchmarkRelayFailover's: a minute).
+func BenchmarkRelayFailoverElections(b *testing.B) {
+	pg := harness.StartPostgres(b)
+	cl := harness.StartNATSCluster(b, 3)
+	b.Run("etcd", func(b *testing.B) {
+		e := harness.StartEtcd(b)
+		for range b.N {
+			runRelayFailover(b, pg, cl, failoverRun{elect: "etcd", conn: strings.Join(e.Endpoints(), ","), faults: []string{"kill", "stop"}, window: 30 * time.Second})
+		}
+	})
+	b.Run("kube", func(b *testing.B) {
+		k := harness.StartKube(b)
+		for range b.N {
+			runRelayFailover(b, pg, cl, failoverRun{elect: "kube", conn: k.Kubeconfig(), faults: []string{"kill", "stop"}, window: 30 * time.Second})
+		}
+	})
+}
+
+// failoverRun is what one run of runRelayFailover does: the replicas'
+// election (relayReplicaSpec.Elect and ElectConn), the faults in order
+// and the window measured after each (0: a minute; 5 s under -short).
+//
+//   - kill: SIGKILL of the leading replica's process;
+//   - stop: SIGSTOP of the leading replica's process, SIGCONT once every
+//     follower applied a change sent after it (it must find itself
+//     deposed);
+//   - walsender: pg_terminate_backend of the walsender streaming the
+//     relay's slot (the leader reconnects; no takeover);
+//   - streamleader: the nats-server leading the relay stream is shut down
+//     (the stream elects another leader among the two left; the leader's
+//     publisher and the followers connected to that node reconnect to
+//     another), and started again once every follower applied a change
+//     sent after it;
+//   - follower: one follower's informer is stopped and a new one started
+//     over a new Downstream (a restarted follower process, listing from
+//     the stream: its own List is not counted as a relist).
+type failoverRun struct {
+	elect, conn string
+	faults      []string
+	window      time.Duration
 }
 
 // relayReplicaEnv holds, in a re-executed test binary, the relay replica
@@ -67,6 +118,10 @@ const relayReplicaEnv = "DBINFORMER_RELAY_REPLICA"
 
 type relayReplicaSpec struct {
 	ID, Conn, NATS, Table, Stream, Prefix, Slot, Election string
+	// Elect is the election's backend: "postgres" (Conn), "etcd"
+	// (ElectConn: its endpoints, comma-separated) or "kube" (ElectConn:
+	// a kubeconfig file), each at its default lease.
+	Elect, ElectConn string
 }
 
 // runRelayReplica is a relay replica's process, as examples/relay runs
@@ -90,7 +145,10 @@ func runRelayReplica(spec string) int {
 }
 
 func relayReplica(ctx context.Context, s relayReplicaSpec) error {
-	src, err := pginformer.NewSource(ctx, s.Conn, pginformer.Options{PermanentSlot: true, Slot: s.Slot})
+	// Its transitions and what it did about them (term starts, resumes,
+	// relists and why) on stderr, which the benchmark passes on.
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("replica", s.ID)
+	src, err := pginformer.NewSource(ctx, s.Conn, pginformer.Options{PermanentSlot: true, Slot: s.Slot, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -108,15 +166,47 @@ func relayReplica(ctx context.Context, s relayReplicaSpec) error {
 	if err != nil {
 		return err
 	}
-	el, err := leader.NewPostgres(s.Conn, s.Election, leader.PostgresOptions{Identity: s.ID})
+	el, closeEl, err := failoverElector(s)
 	if err != nil {
 		return err
 	}
-	r, err := relay.New(ctx, js, table, relay.Options[pgtest.Row]{Stream: s.Stream, Prefix: s.Prefix, Elector: el, Metrics: &replicaReport{}})
+	defer closeEl()
+	r, err := relay.New(ctx, js, table, relay.Options[pgtest.Row]{Stream: s.Stream, Prefix: s.Prefix, Elector: el, Metrics: &replicaReport{}, Logger: log})
 	if err != nil {
 		return err
 	}
 	return r.Run(ctx)
+}
+
+// failoverElector is the election a replica campaigns in (see
+// relayReplicaSpec.Elect); close releases its client.
+func failoverElector(s relayReplicaSpec) (leader.Elector, func(), error) {
+	switch s.Elect {
+	case "etcd":
+		client, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(s.ElectConn, ","), DialTimeout: 5 * time.Second})
+		if err != nil {
+			return nil, nil, err
+		}
+		el, err := leader.NewEtcd(client, "/"+s.Election, leader.EtcdOptions{Identity: s.ID})
+		if err != nil {
+			_ = client.Close()
+			return nil, nil, err
+		}
+		return el, func() { _ = client.Close() }, nil
+	case "kube":
+		cfg, err := clientcmd.BuildConfigFromFlags("", s.ElectConn)
+		if err != nil {
+			return nil, nil, err
+		}
+		client, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return nil, nil, err
+		}
+		el, err := leader.NewKube(client, "default", s.Election, leader.KubeOptions{Identity: s.ID})
+		return el, func() {}, err
+	}
+	el, err := leader.NewPostgres(s.Conn, s.Election, leader.PostgresOptions{Identity: s.ID})
+	return el, func() {}, err
 }
 
 // replicaReport prints a replica's transitions for the benchmark.
@@ -249,6 +339,27 @@ type lagSample struct {
 type failoverFollower struct {
 	inf        *core.SharedIndexInformer[pgtest.Row]
 	firstAfter atomic.Int64 // when it first applied a row sent after the fault (unix ns)
+	stop       func()       // stops the informer and waits for its Run
+	done       chan struct{}
+}
+
+// failoverJetStream is a JetStream context on a connection to node first
+// that knows the others' addresses, as a client of a real cluster would
+// be configured: when node first is shut down it reconnects to another.
+func failoverJetStream(tb testing.TB, cl *harness.NATSCluster, first int) jetstream.JetStream {
+	tb.Helper()
+	urls := strings.Split(cl.URLs(), ",")
+	urls = append(urls[first:], urls[:first]...)
+	nc, err := nats.Connect(strings.Join(urls, ","), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.DontRandomize())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return js
 }
 
 // faultSample is what one fault measured.
@@ -259,7 +370,7 @@ type faultSample struct {
 
 var relayFailoverSeq atomic.Int64
 
-func runRelayFailover(b *testing.B, pg *harness.Postgres, cl *harness.NATSCluster) {
+func runRelayFailover(b *testing.B, pg *harness.Postgres, cl *harness.NATSCluster, run failoverRun) {
 	sc := &scope{TB: b}
 	defer sc.close()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -268,6 +379,14 @@ func runRelayFailover(b *testing.B, pg *harness.Postgres, cl *harness.NATSCluste
 	nkeys := size(1000, 200)
 	steady := time.Duration(size(30, 5)) * time.Second
 	window := time.Duration(size(60, 5)) * time.Second
+	if run.window > 0 {
+		window = time.Duration(size(int(run.window), int(window)))
+	}
+	// DBINFORMER_FAILOVER_FAULTS=streamleader,follower runs only those
+	// (to look into one).
+	if v := os.Getenv("DBINFORMER_FAILOVER_FAULTS"); v != "" {
+		run.faults = strings.Split(v, ",")
+	}
 
 	n := relayFailoverSeq.Add(1)
 	h := pgtest.New(sc, pg, pgtest.Options{})
@@ -280,6 +399,7 @@ func runRelayFailover(b *testing.B, pg *harness.Postgres, cl *harness.NATSCluste
 		Conn: pg.ConnString(), NATS: cl.URLs(), Table: h.TableName(),
 		Stream: fmt.Sprintf("FAILOVER%d", n), Prefix: fmt.Sprintf("failover%d", n),
 		Slot: fmt.Sprintf("bench_failover_%d", n), Election: fmt.Sprintf("bench-failover-%d", n),
+		Elect: run.elect, ElectConn: run.conn,
 	}
 	cfg := relay.StreamConfig(spec.Stream, spec.Prefix)
 	cfg.Replicas = 3
@@ -312,13 +432,15 @@ func runRelayFailover(b *testing.B, pg *harness.Postgres, cl *harness.NATSCluste
 		wg        sync.WaitGroup
 	)
 	const nf = 4
-	for i := range nf {
-		d, err := relay.NewDownstream[pgtest.Row](ctx, cl.JetStream(sc, i%3), spec.Stream, spec.Prefix, relay.DownstreamOptions[pgtest.Row]{})
+	// startFollower starts follower i: an informer over a Downstream on a
+	// connection that knows every node, node i%3 first.
+	startFollower := func(i int, lists *atomic.Int64) *failoverFollower {
+		d, err := relay.NewDownstream[pgtest.Row](ctx, failoverJetStream(sc, cl, i%3), spec.Stream, spec.Prefix, relay.DownstreamOptions[pgtest.Row]{})
 		if err != nil {
 			b.Fatal(err)
 		}
-		f := &failoverFollower{}
-		f.inf = core.NewSharedIndexInformer[pgtest.Row](countingDown{d, &lists}, core.InformerOptions[pgtest.Row]{Name: fmt.Sprintf("follower-%d", i)})
+		f := &failoverFollower{done: make(chan struct{})}
+		f.inf = core.NewSharedIndexInformer[pgtest.Row](countingDown{d, lists}, core.InformerOptions[pgtest.Row]{Name: fmt.Sprintf("follower-%d", i)})
 		rec := func(r pgtest.Row) {
 			now := time.Now().UnixNano()
 			if t := faultNs.Load(); t != 0 && r.V > t {
@@ -337,8 +459,13 @@ func runRelayFailover(b *testing.B, pg *harness.Postgres, cl *harness.NATSCluste
 				rec(r)
 			},
 		})
-		wg.Go(func() { _ = f.inf.Run(ctx) })
-		followers = append(followers, f)
+		fctx, fcancel := context.WithCancel(ctx)
+		f.stop = func() { fcancel(); <-f.done }
+		wg.Go(func() { defer close(f.done); _ = f.inf.Run(fctx) })
+		return f
+	}
+	for i := range nf {
+		followers = append(followers, startFollower(i, &lists))
 	}
 	defer wg.Wait()
 	defer cancel()
@@ -420,19 +547,78 @@ func runRelayFailover(b *testing.B, pg *harness.Postgres, cl *harness.NATSCluste
 	type span struct{ from, to int64 }
 	var faults []faultSample
 	var windows []span
-	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGSTOP} {
+	var restartLists atomic.Int64 // the restarted followers' Lists (the first of each is its start)
+	restarts := int64(0)
+	var t0 time.Time              // when the fault under way was injected
+	// inject starts fault name and returns what heals it once every
+	// follower applied a change sent after it (nil: nothing), and the
+	// victim's description for the log.
+	inject := func(name string) (heal func(), victim string) {
 		reps.mu.Lock()
-		victim := reps.procs[reps.leader]
+		lead := reps.procs[reps.leader]
 		reps.mu.Unlock()
+		switch name {
+		case "kill", "stop":
+			sig := map[string]syscall.Signal{"kill": syscall.SIGKILL, "stop": syscall.SIGSTOP}[name]
+			if err := lead.cmd.Process.Signal(sig); err != nil {
+				b.Fatal(err)
+			}
+			victim = fmt.Sprintf("%v of replica-%d (pid %d)", sig, lead.id, lead.cmd.Process.Pid)
+			if sig == syscall.SIGSTOP {
+				// Thawed after the takeover: it must find itself deposed.
+				heal = func() {
+					if err := lead.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		case "walsender":
+			// The slot's walsender may be between connections: wait for it.
+			var pid int32
+			for deadline := time.Now().Add(time.Minute); pid == 0; time.Sleep(10 * time.Millisecond) {
+				if err := pg.Conn(sc).QueryRow(ctx, "SELECT coalesce((SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1 AND active), 0)", spec.Slot).Scan(&pid); err != nil {
+					b.Fatal(err)
+				}
+				if pid == 0 && time.Now().After(deadline) {
+					b.Fatalf("the relay's slot %s has had no walsender for a minute", spec.Slot)
+				}
+			}
+			var ok bool
+			if err := pg.Conn(sc).QueryRow(ctx, "SELECT pg_terminate_backend($1)", pid).Scan(&ok); err != nil || !ok {
+				b.Fatalf("terminate the walsender %d: %v, %v", pid, ok, err)
+			}
+			victim = fmt.Sprintf("pg_terminate_backend of the slot's walsender (pid %d)", pid)
+		case "streamleader":
+			i := cl.WaitStreamLeader(sc, spec.Stream)
+			cl.Nodes[i].Stop()
+			victim = fmt.Sprintf("shutdown of nats-server %d, the stream's leader", i)
+			heal = func() {
+				cl.Nodes[i].Restart(sc)
+				cl.WaitReady(sc)
+			}
+		case "follower":
+			followers[0].stop()
+			stopped := time.Since(t0)
+			followers[0] = startFollower(0, &restartLists)
+			restarts++
+			if err := followers[0].inf.WaitForCacheSync(ctx); err != nil {
+				b.Fatal(err)
+			}
+			victim = fmt.Sprintf("a restart of follower 0 (a new informer over a new Downstream; the old one stopped in %v, the new one synced %v later)",
+				stopped.Round(time.Millisecond), (time.Since(t0) - stopped).Round(time.Millisecond))
+		default:
+			b.Fatalf("no fault %q", name)
+		}
+		return heal, victim
+	}
+	for _, name := range run.faults {
 		for _, f := range followers {
 			f.firstAfter.Store(0)
 		}
 		relists0 := reps.relists.Load()
-		if err := victim.cmd.Process.Signal(sig); err != nil {
-			b.Fatal(err)
-		}
-		t0 := time.Now()
+		t0 = time.Now()
 		faultNs.Store(t0.UnixNano())
+		heal, victim := inject(name)
 		// The gap: until every follower applied a row sent after the fault.
 		deadline := t0.Add(2 * time.Minute)
 		var back int64
@@ -450,19 +636,20 @@ func runRelayFailover(b *testing.B, pg *harness.Postgres, cl *harness.NATSCluste
 				break
 			}
 			if time.Now().After(deadline) {
-				b.Fatalf("%v of the relay leader: followers applied nothing sent after it for 2 minutes", sig)
+				b.Fatalf("%s: followers applied nothing sent after it for 2 minutes", victim)
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
 		faultNs.Store(0)
-		var next int
-		next, epoch = reps.waitLeader(b, epoch)
-		b.Logf("%v of replica-%d (pid %d): replica-%d leads (epoch %d); every follower applied a row sent after the fault %v later", sig, victim.id, victim.cmd.Process.Pid, next, epoch, time.Unix(0, back).Sub(t0).Round(time.Millisecond))
-		if sig == syscall.SIGSTOP {
-			// Thawed after the takeover: it must find itself deposed.
-			if err := victim.cmd.Process.Signal(syscall.SIGCONT); err != nil {
-				b.Fatal(err)
-			}
+		if name == "kill" || name == "stop" {
+			var next int
+			next, epoch = reps.waitLeader(b, epoch)
+			b.Logf("%s: replica-%d leads (epoch %d); every follower applied a row sent after the fault %v later", victim, next, epoch, time.Unix(0, back).Sub(t0).Round(time.Millisecond))
+		} else {
+			b.Logf("%s: every follower applied a row sent after the fault %v later", victim, time.Unix(0, back).Sub(t0).Round(time.Millisecond))
+		}
+		if heal != nil {
+			heal()
 		}
 		from := back
 		time.Sleep(time.Until(time.Unix(0, from).Add(window)))
@@ -472,7 +659,7 @@ func runRelayFailover(b *testing.B, pg *harness.Postgres, cl *harness.NATSCluste
 		if err := pg.Conn(sc).QueryRow(ctx, "SELECT count(*), coalesce(string_agg(slot_name || CASE WHEN temporary THEN ' (temporary)' ELSE '' END, ', '), '') FROM pg_replication_slots").Scan(&slots, &names); err != nil {
 			b.Fatal(err)
 		}
-		b.Logf("replication slots after the %v takeover: %s", sig, names)
+		b.Logf("replication slots after the %s: %s", name, names)
 		faults = append(faults, faultSample{
 			gap:     float64(back-t0.UnixNano()) / 1e9,
 			relists: int(reps.relists.Load() - relists0),
@@ -535,7 +722,7 @@ func runRelayFailover(b *testing.B, pg *harness.Postgres, cl *harness.NATSCluste
 	sp50, sp99 := pcts(steadyFrom, steadyTo)
 	b.ReportMetric(sp50, "steady-lag-p50-ms")
 	b.ReportMetric(sp99, "steady-lag-p99-ms")
-	for i, name := range []string{"kill", "stop"} {
+	for i, name := range run.faults {
 		f := faults[i]
 		f.p50, f.p99 = pcts(windows[i].from, windows[i].to)
 		b.ReportMetric(f.gap, name+"-gap-s")
@@ -545,7 +732,7 @@ func runRelayFailover(b *testing.B, pg *harness.Postgres, cl *harness.NATSCluste
 		b.ReportMetric(float64(f.slots), name+"-slots")
 	}
 	b.ReportMetric(float64(w.n)/w.elapsed.Seconds(), "offered-tx/s")
-	b.ReportMetric(float64(lists.Load()-lists0), "follower-relists")
+	b.ReportMetric(float64(lists.Load()-lists0+max(restartLists.Load()-restarts, 0)), "follower-relists")
 	b.ReportMetric(float64(max(lists0-nf, 0)), "follower-startup-relists")
 	b.ReportMetric(float64(backwards.Load()), "backwards")
 }
