@@ -549,7 +549,7 @@ func runRelayFailover(b *testing.B, pg *harness.Postgres, cl *harness.NATSCluste
 	var windows []span
 	var restartLists atomic.Int64 // the restarted followers' Lists (the first of each is its start)
 	restarts := int64(0)
-	var t0 time.Time              // when the fault under way was injected
+	var t0 time.Time // when the fault under way was injected
 	// inject starts fault name and returns what heals it once every
 	// follower applied a change sent after it (nil: nothing), and the
 	// victim's description for the log.
