@@ -18,6 +18,11 @@ func TestMain(m *testing.M) {
 		// (relayfailover_test.go).
 		os.Exit(runRelayReplica(spec))
 	}
+	if spec := os.Getenv(shardMemberEnv); spec != "" {
+		// A shard member that BenchmarkShardChurn can kill -9 or
+		// SIGSTOP (shardchurn_test.go).
+		os.Exit(runShardMember(spec))
+	}
 	code := m.Run()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
