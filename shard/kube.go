@@ -40,6 +40,14 @@ const kubeGroupLabel = "shard.dbinformer.io/group"
 // NewKube returns the backend of the replicas that share the namespace and
 // name (a DNS label: the prefix of the Leases' names). The client needs
 // get, list, create, update and delete on leases in namespace.
+//
+// Each round of the Sharder's loop lists the member Leases, and while
+// shards wait to be taken (rounds every tenth of a second) the shard
+// Leases too, and writes the ones it takes: a few requests a round. Give
+// it a client whose rest.Config allows 20 requests a second or more
+// (controller-runtime's default; client-go's own, 5 with a burst of 10,
+// stretched handoffs to several seconds in BenchmarkShardChurn), or a
+// client of its own rather than the one its informers' relists share.
 func NewKube(client kubernetes.Interface, namespace, name string) (*Kube, error) {
 	if client == nil {
 		return nil, errors.New("shard: NewKube needs a Kubernetes client")
@@ -93,6 +101,20 @@ type kubeSession struct {
 	lease *coordv1.Lease // this member's, as last written
 
 	seen map[string]observed // member Lease name → what this replica saw (loop goroutine only)
+
+	// One read of each kind per round of the Sharder's loop, not one per
+	// shard (loop goroutine only): Members lists the member Leases and
+	// marks the shard Leases stale; the round's first Acquire lists those.
+	// A round with a dozen shards to take made three dozen requests, and
+	// client-go's default rate limit (5 a second) throttled handoffs to
+	// 6-15 s. A list a few milliseconds old is enough: every write is
+	// conditioned on the resourceVersion read (a Lease changed since is a
+	// conflict, retried next round); only a member Lease missing from the
+	// list, or of another UID, is read again (it may be newer than the
+	// list).
+	members map[string]*coordv1.Lease // by name, as Members last listed them
+	shards  map[string]*coordv1.Lease // by name, nil: list again
+	gone    map[string]bool           // holders found gone this round
 }
 
 // observed is a member Lease as this replica last saw it change.
@@ -159,9 +181,12 @@ func (s *kubeSession) Members(ctx context.Context) ([]Member, error) {
 	if err != nil {
 		return nil, fmt.Errorf("shard: %s: read members: %w", s.k, err)
 	}
+	s.members = make(map[string]*coordv1.Lease, len(list.Items))
+	s.shards, s.gone = nil, map[string]bool{}
 	var out []Member
 	for i := range list.Items {
 		l := &list.Items[i]
+		s.members[l.Name] = l
 		// Keyed as holderGone keys it: the clock a take waits on starts
 		// with the first sight of the member, not with the first take.
 		if s.observe(l.Name+"@"+string(l.UID), l) {
@@ -183,8 +208,18 @@ func (s *kubeSession) Acquire(ctx context.Context, shard int) (uint64, bool, err
 		return 0, false, fmt.Errorf("shard: %s: member %q: acquire shard %d: %w", s.k, s.self.ID, shard, err)
 	}
 	name := s.k.shardName(shard)
-	l, err := s.k.leases.Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
+	if s.shards == nil {
+		list, err := s.k.leases.List(ctx, metav1.ListOptions{LabelSelector: kubeGroupLabel + "=" + s.k.name + "-shards"})
+		if err != nil {
+			return fail(err)
+		}
+		s.shards = make(map[string]*coordv1.Lease, len(list.Items))
+		for i := range list.Items {
+			s.shards[list.Items[i].Name] = &list.Items[i]
+		}
+	}
+	l, found := s.shards[name]
+	if !found {
 		one := int32(1)
 		now := metav1.NewMicroTime(time.Now())
 		_, err := s.k.leases.Create(ctx, &coordv1.Lease{
@@ -192,6 +227,7 @@ func (s *kubeSession) Acquire(ctx context.Context, shard int) (uint64, bool, err
 			Spec:       coordv1.LeaseSpec{HolderIdentity: &s.token, LeaseTransitions: &one, AcquireTime: &now},
 		}, metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {
+			s.shards = nil
 			return 0, false, nil
 		}
 		if err != nil {
@@ -199,9 +235,7 @@ func (s *kubeSession) Acquire(ctx context.Context, shard int) (uint64, bool, err
 		}
 		return 1, true, nil
 	}
-	if err != nil {
-		return fail(err)
-	}
+	l = l.DeepCopy()
 	holder, term := "", uint64(0)
 	if l.Spec.HolderIdentity != nil {
 		holder = *l.Spec.HolderIdentity
@@ -222,7 +256,8 @@ func (s *kubeSession) Acquire(ctx context.Context, shard int) (uint64, bool, err
 	now := metav1.NewMicroTime(time.Now())
 	l.Spec.HolderIdentity, l.Spec.LeaseTransitions, l.Spec.AcquireTime = &s.token, &next, &now
 	if _, err := s.k.leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
-		if apierrors.IsConflict(err) {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			s.shards = nil
 			return 0, false, nil
 		}
 		return fail(err)
@@ -238,22 +273,41 @@ func (s *kubeSession) Acquire(ctx context.Context, shard int) (uint64, bool, err
 // lease time here: then deleted on the version seen, so that a late
 // renewal fails (or, if the renewal came first, the deletion does).
 func (s *kubeSession) holderGone(ctx context.Context, holder string) (bool, error) {
+	if s.gone[holder] {
+		return true, nil // a dead owner's other shards: once a round
+	}
+	gone, err := s.holderGoneRead(ctx, holder)
+	if gone && s.gone != nil {
+		s.gone[holder] = true
+	}
+	return gone, err
+}
+
+func (s *kubeSession) holderGoneRead(ctx context.Context, holder string) (bool, error) {
 	id, uid, _ := strings.Cut(holder, "/")
 	name := s.k.memberName(id)
-	l, err := s.k.leases.Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) || err == nil && string(l.UID) != uid {
-		return true, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("shard: %s: read the Lease of owner %q: %w", s.k, id, err)
+	// The round's list serves when it holds this very incarnation; a
+	// Lease missing from it or of another UID may have been created
+	// after it was taken (a member that joined since): read it.
+	l := s.members[name]
+	if l == nil || string(l.UID) != uid {
+		var err error
+		l, err = s.k.leases.Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || err == nil && string(l.UID) != uid {
+			return true, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("shard: %s: read the Lease of owner %q: %w", s.k, id, err)
+		}
 	}
 	if !s.observe(name+"@"+uid, l) {
 		return false, nil
 	}
 	u, rv := l.UID, l.ResourceVersion
-	err = s.k.leases.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &u, ResourceVersion: &rv}})
+	err := s.k.leases.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &u, ResourceVersion: &rv}})
 	switch {
 	case err == nil, apierrors.IsNotFound(err):
+		delete(s.members, name)
 		return true, nil
 	case apierrors.IsConflict(err):
 		return false, nil // renewed meanwhile: alive
