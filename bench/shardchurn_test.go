@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -20,6 +21,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,9 +32,13 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	etcdinformer "github.com/dbinformer/dbinformer/adapters/etcd"
+	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
+	"github.com/dbinformer/dbinformer/adapters/postgres/pgtest"
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	kubeinformer "github.com/dbinformer/dbinformer/kubeadapter"
+	"github.com/dbinformer/dbinformer/leader"
+	"github.com/dbinformer/dbinformer/relay"
 	"github.com/dbinformer/dbinformer/shard"
 )
 
@@ -43,6 +52,12 @@ import (
 //     (shard.NewEtcd); each handler copies its change to /out/<key> in a
 //     transaction fenced on the shard's term (shard.Etcd.Fence) and
 //     reports only the calls whose write the fence let through;
+//   - relay: a Postgres table read by one relay into a stream on a
+//     nats-server, each replica's Downstream wrapped in shard.NewSource
+//     (one slot, one reader, N partial caches), membership and ownership
+//     in Postgres (shard.NewPostgres); each handler upserts its change
+//     into a table in a transaction fenced on the shard's term
+//     (shard.Postgres.Fence), ordered by a sequence read after the fence;
 //   - kube: the ConfigMaps of a namespace of a real kube-apiserver,
 //     membership in its Leases (shard.NewKube); the Kubernetes API has no
 //     fence, so every handler call counts.
@@ -59,8 +74,8 @@ import (
 // Reported: for each change, the handoff time's p99 over the shards it
 // moved (the change → the new owner has loaded the shard, s; targets
 // ≤ 2 s graceful, ≤ lease + 2 s after the kill and the freeze); overlaps
-// (0): on etcd, a write of one replica committed after another's under a
-// later term (the fence's order, by commit revision); on kube, calls on one
+// (0): on etcd and through the relay, a write of one replica committed
+// after another's under a later term (the fence's order); on kube, calls on one
 // key by two replicas at overlapping times; wall-overlaps, calls that
 // overlap in wall time on etcd (a replica frozen between its write's
 // commit and its reply shows one; counted, not a fault); lost, the
@@ -73,6 +88,13 @@ func BenchmarkShardChurn(b *testing.B) {
 		e := harness.StartEtcd(b)
 		for range b.N {
 			runShardChurn(b, &etcdChurn{e: e, client: e.Client(b)})
+		}
+	})
+	b.Run("relay", func(b *testing.B) {
+		pg := harness.StartPostgres(b)
+		nsrv := harness.StartNATS(b)
+		for range b.N {
+			runShardChurn(b, &relayChurn{pg: pg, nsrv: nsrv})
 		}
 	})
 	b.Run("kube", func(b *testing.B) {
@@ -184,9 +206,13 @@ const shardMemberEnv = "DBINFORMER_SHARD_MEMBER"
 
 type shardMemberSpec struct {
 	// Kind is "etcd" (the keys of Prefix/data, membership under
-	// Prefix/shards, Conn: the endpoints) or "kube" (the ConfigMaps of
-	// namespace Prefix, membership in its Leases, Conn: a kubeconfig).
+	// Prefix/shards, Conn: the endpoints), "kube" (the ConfigMaps of
+	// namespace Prefix, membership in its Leases, Conn: a kubeconfig) or
+	// "relay" (a Postgres table through the relay stream Stream, subjects
+	// Prefix, on the nats-server NATS; membership in Postgres tables named
+	// Prefix, Conn: the database).
 	Kind, ID, Conn, Prefix string
+	NATS, Stream           string
 	Shards                 int
 	Lease                  time.Duration
 }
@@ -274,6 +300,9 @@ func shardMember(ctx context.Context, s shardMemberSpec) error {
 		// another object: no fence, every call counts.
 		return runMember(ctx, s, log, out, sh, lw, configMapValue, nil)
 	}
+	if s.Kind == "relay" {
+		return relayMember(ctx, s, log, out, opts)
+	}
 	client, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(s.Conn, ","), DialTimeout: 5 * time.Second})
 	if err != nil {
 		return err
@@ -302,6 +331,59 @@ func shardMember(ctx context.Context, s shardMemberSpec) error {
 		return resp.Header.Revision, nil
 	}
 	return runMember(ctx, s, log, out, sh, lw, func(v shardValue) int64 { return v.V }, fenced)
+}
+
+// relayMember is a member over a relay stream, its membership and fence
+// in Postgres: the handler's write goes to the table Prefix_out in a
+// transaction fenced on the shard's term (shard.Postgres.Fence), and the
+// order of such writes is a sequence read after the fence (which locks the
+// shard's ownership until the transaction ends).
+func relayMember(ctx context.Context, s shardMemberSpec, log *slog.Logger, out *memberOut, opts shard.Options) error {
+	pool, err := pgxpool.New(ctx, s.Conn)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	backend, err := shard.NewPostgres(ctx, pool, s.Prefix)
+	if err != nil {
+		return err
+	}
+	sh, err := shard.New(backend, opts)
+	if err != nil {
+		return err
+	}
+	nc, err := nats.Connect(s.NATS, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	down, err := relay.NewDownstream[pgtest.Row](ctx, js, s.Stream, s.Prefix, relay.DownstreamOptions[pgtest.Row]{Logger: log})
+	if err != nil {
+		return err
+	}
+	outTable := pgx.Identifier{s.Prefix + "_out"}.Sanitize()
+	fenced := func(ctx context.Context, tk shard.Ticket, key string, v int64) (int64, error) {
+		var order int64
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if err := backend.Fence(ctx, tx, tk.Shard, tk.Term); err != nil {
+				return err
+			}
+			if err := tx.QueryRow(ctx, "SELECT nextval($1)", s.Prefix+"_out_order").Scan(&order); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, "INSERT INTO "+outTable+" (k, v) VALUES ($1, $2) ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v", key, v)
+			return err
+		})
+		if errors.Is(err, shard.ErrFenced) {
+			return 0, nil
+		}
+		return order, err
+	}
+	return runMember(ctx, s, log, out, sh, core.ListerWatcher[pgtest.Row](down), func(r pgtest.Row) int64 { return r.V }, fenced)
 }
 
 // configMapValue is the churn's value in a ConfigMap.
@@ -532,6 +614,71 @@ func (st *churnState) handoffP99(t0 int64) (float64, int) {
 	}
 	slices.Sort(ds)
 	return ds[min(len(ds)-1, int(0.99*float64(len(ds))))], len(ds)
+}
+
+// relayChurn is a Postgres table (pgtest's) read by one relay, in this
+// process, into a stream on a single nats-server.
+type relayChurn struct {
+	pg   *harness.Postgres
+	nsrv *harness.NATS
+	h    *pgtest.Harness
+}
+
+func (c *relayChurn) setup(b *testing.B, n int) shardMemberSpec {
+	ctx := context.Background()
+	seq := shardChurnSeq.Add(1)
+	c.h = pgtest.New(b, c.pg, pgtest.Options{})
+	if err := c.h.Source().Close(); err != nil { // only its table and writes are used
+		b.Fatal(err)
+	}
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k%04d", i)
+	}
+	if _, err := c.h.PutAll(ctx, keys, 0); err != nil {
+		b.Fatal(err)
+	}
+	spec := shardMemberSpec{Kind: "relay", Conn: c.pg.ConnString(), NATS: c.nsrv.URL(), Stream: fmt.Sprintf("CHURN%d", seq), Prefix: fmt.Sprintf("churn%d", seq)}
+	c.pg.Exec(b, fmt.Sprintf("CREATE TABLE %s_out (k text PRIMARY KEY, v bigint NOT NULL); CREATE SEQUENCE %s_out_order", spec.Prefix, spec.Prefix))
+	if _, err := c.nsrv.JetStream(b).CreateStream(ctx, relay.StreamConfig(spec.Stream, spec.Prefix)); err != nil {
+		b.Fatal(err)
+	}
+	// The relay: its own Source (a temporary slot) and a one-candidate
+	// election, until the benchmark ends.
+	rctx, cancel := context.WithCancel(ctx)
+	src, err := pginformer.NewSource(rctx, c.pg.ConnString(), pginformer.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	table, err := pginformer.NewTable[pgtest.Row](rctx, src, c.h.TableName(), pginformer.TableOptions[pgtest.Row]{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	el, err := leader.NewPostgres(c.pg.ConnString(), spec.Prefix+"-relay", leader.PostgresOptions{Identity: "relay"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	r, err := relay.New(rctx, c.nsrv.JetStream(b), table, relay.Options[pgtest.Row]{Stream: spec.Stream, Prefix: spec.Prefix, Elector: el})
+	if err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.Run(rctx) }()
+	b.Cleanup(func() { cancel(); <-done; _ = src.Close() })
+	return spec
+}
+
+func (c *relayChurn) put(ctx context.Context, i int, v int64) error {
+	_, err := c.h.Put(ctx, fmt.Sprintf("k%04d", i), v)
+	return err
+}
+
+func (c *relayChurn) truth(b *testing.B) map[string]int64 {
+	t, err := c.h.Truth(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	return t
 }
 
 func runShardChurn(b *testing.B, src churnSource) {
