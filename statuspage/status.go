@@ -1,7 +1,6 @@
 package statuspage
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -275,28 +274,7 @@ func (p *Page) informerStatus(e *informerEntry, now time.Time) InformerStatus {
 	is.AppliedVersion = uint64(applied)
 	is.ReceivedVersion = uint64(max(received, applied))
 
-	// The applied version's last move, as the metrics or the page saw it.
-	if applied != r.applied || r.appliedChangedAt.IsZero() {
-		if inf != nil && applied != r.applied {
-			r.applied, r.appliedChangedAt = applied, now
-		} else if r.appliedChangedAt.IsZero() {
-			r.appliedChangedAt = now
-		}
-	}
-
-	// Stuck since: the later of the applied version's last move and the
-	// first time the page saw the informer behind what it received.
-	if received > applied {
-		if r.behindSince.IsZero() {
-			r.behindSince = now
-		}
-	} else {
-		r.behindSince = time.Time{}
-	}
-	stuckSince := r.appliedChangedAt
-	if r.behindSince.After(stuckSince) {
-		stuckSince = r.behindSince
-	}
+	stuckSince := r.stuckSinceLocked(inf != nil, applied, received, now)
 
 	is.HeadError = headErr
 	is.NoHead = noHead
@@ -304,18 +282,7 @@ func (p *Page) informerStatus(e *informerEntry, now time.Time) InformerStatus {
 		is.LagUnknownSince = timePtr(failedAt)
 	}
 	if headKnown {
-		h := uint64(head)
-		is.HeadVersion = &h
-		lag := uint64(0)
-		if head > applied {
-			lag = uint64(head - applied)
-		}
-		is.LagVersions = &lag
-		secs := 0.0
-		if since, ok := r.lagSinceLocked(applied); ok {
-			secs = now.Sub(since).Seconds()
-		}
-		is.LagSeconds = &secs
+		is.HeadVersion, is.LagVersions, is.LagSeconds = r.lagLocked(head, applied, now)
 	}
 
 	is.Lists = ListStats{
@@ -326,28 +293,7 @@ func (p *Page) informerStatus(e *informerEntry, now time.Time) InformerStatus {
 	if listErr != nil {
 		is.Lists.LastError = describeError(listErr)
 	}
-	if r.listing {
-		pr := &Progress{
-			Relist:         r.listedOnce,
-			Received:       r.listReceived,
-			Estimated:      r.listEstimated,
-			StartedAt:      r.listStart,
-			LastReportAt:   r.listLastAt,
-			ElapsedSeconds: now.Sub(r.listStart).Seconds(),
-		}
-		if pr.Estimated > 0 {
-			pc := min(100, 100*float64(pr.Received)/float64(pr.Estimated))
-			pr.Percent = &pc
-		}
-		if el := pr.ElapsedSeconds; el > 0 && r.listReceived > r.listStartCount {
-			pr.RatePerSecond = float64(r.listReceived-r.listStartCount) / el
-			if pr.Estimated > pr.Received {
-				eta := float64(pr.Estimated-pr.Received) / pr.RatePerSecond
-				pr.ETASeconds = &eta
-			}
-		}
-		is.Progress = pr
-	}
+	is.Progress = r.progressLocked(now)
 	is.WatchRestarts = RestartStats{
 		Total:   r.restartsTimeout + r.restartsExpired + r.restartsError,
 		Timeout: r.restartsTimeout, Expired: r.restartsExpired, Error: r.restartsError,
@@ -358,12 +304,7 @@ func (p *Page) informerStatus(e *informerEntry, now time.Time) InformerStatus {
 		is.DecodeErrors.Last, is.DecodeErrors.LastAt = describeDecodeError(decodeErr), timePtr(decodeAt)
 	}
 
-	for name, h := range r.handlers {
-		is.Handlers = append(is.Handlers, HandlerStatus{Name: Redact(name), Pending: h.pending, PeakPending: h.peak, Panics: h.panics})
-	}
-	slices.SortFunc(is.Handlers, func(a, b HandlerStatus) int {
-		return cmp.Or(cmp.Compare(b.Pending, a.Pending), cmp.Compare(a.Name, b.Name))
-	})
+	is.Handlers = append(is.Handlers, r.handlersLocked()...)
 	if len(is.Handlers) > 0 && is.Handlers[0].Pending > 0 {
 		is.SlowestHandler = is.Handlers[0].Name
 	}
@@ -373,40 +314,19 @@ func (p *Page) informerStatus(e *informerEntry, now time.Time) InformerStatus {
 		permanent, permanentAt = describeError(stopped), now
 	}
 
-	// Why not synced.
 	if !is.Synced {
-		switch {
-		case permanent != "":
-			is.NotSyncedReason = "failed permanently: " + permanent
-		case is.Progress != nil && !is.Progress.Relist:
-			is.NotSyncedReason = "listing: " + progressText(is.Progress)
-			if is.Lists.LastError != "" {
-				is.NotSyncedReason += "; last list error: " + is.Lists.LastError
-			}
-		case is.Lists.LastError != "":
-			is.NotSyncedReason = "last list error: " + is.Lists.LastError
-		case inf != nil && r.lists > 0:
-			is.NotSyncedReason = "the list has finished; its objects are being applied"
-		case !r.metrics && inf == nil:
-			is.NotSyncedReason = "unknown informer"
-		case r.metrics:
-			is.NotSyncedReason = "waiting for the first list (no progress reported yet)"
-		default:
-			is.NotSyncedReason = "no list has finished yet"
-		}
+		is.NotSyncedReason = r.notSyncedReasonLocked(&is, inf != nil, permanent)
 	}
 
 	// Live: not failed permanently, not stalled.
-	is.Live = true
 	switch {
 	case permanent != "":
-		is.Live = false
 		is.NotLiveReason = fmt.Sprintf("stopped: failed permanently at %s, the cache is frozen at version %d: %s", permanentAt.UTC().Format(time.RFC3339), applied, permanent)
 	case p.opts.StallTimeout > 0 && received > applied && now.Sub(stuckSince) >= p.opts.StallTimeout:
-		is.Live = false
 		is.NotLiveReason = fmt.Sprintf("stalled: received version %d but the applied version has stayed at %d for %s (a handler blocking the informer through MaxPending? a deadlock?)",
 			received, applied, now.Sub(stuckSince).Truncate(time.Second))
 	}
+	is.Live = is.NotLiveReason == ""
 	if r.failing != "" {
 		is.Retrying = fmt.Sprintf("since %s: %s", r.failingSince.UTC().Format(time.RFC3339), r.failing)
 	}
