@@ -59,7 +59,7 @@ type Downstream[T any] struct {
 	shards     int
 	logLayout  sync.Once
 
-	read atomic.Uint64 // messages parsed, for tests
+	read atomic.Uint64 // messages parsed: MessagesRead
 
 	mu       sync.Mutex
 	view     *view // nil: every key
@@ -130,6 +130,10 @@ func NewDownstream[T any](ctx context.Context, js jetstream.JetStream, stream, p
 	}
 	return d, nil
 }
+
+// MessagesRead returns how many messages this Downstream has read from
+// the stream (Lists, watches, audits): with owned shards, only theirs.
+func (d *Downstream[T]) MessagesRead() uint64 { return d.read.Load() }
 
 // reduce parses every message as the state of its subject: the relay
 // stream is already the per-key state (the event stream is Stateless).

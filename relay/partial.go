@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -63,6 +64,7 @@ type view struct {
 	filters []string
 	es      *natsinformer.EventStream[entry]
 	all     bool
+	unknown bool // all because the stream held no key yet: look again
 }
 
 // keeps reports whether key belongs to the view's shards.
@@ -93,6 +95,13 @@ func (d *Downstream[T]) FilterShards(ctx context.Context, shards int, owned []in
 		}
 		v.owned[s] = true
 	}
+	d.mu.Lock()
+	same := d.view != nil && !d.view.unknown && d.view.shards == shards && slices.Equal(d.view.owned, v.owned)
+	d.mu.Unlock()
+	if same {
+		// The List's view, now for its Watch: keep its parked position.
+		return nil
+	}
 	relayShards, known, err := d.layout(ctx)
 	if err != nil {
 		return err
@@ -101,7 +110,7 @@ func (d *Downstream[T]) FilterShards(ctx context.Context, shards int, owned []in
 	case !known && d.shards == 0, known && relayShards == 0:
 		// Without shards in the subjects (or nothing published yet and no
 		// declared count): read everything.
-		v.all = true
+		v.all, v.unknown = true, !known
 		if known {
 			d.logLayout.Do(func() {
 				d.log.Info("relay stream is laid out without shards: this downstream reads every key and its caller filters at decode; set the relay's Options.Shards to let JetStream filter",

@@ -135,7 +135,7 @@ func TestShardedDownstreams(t *testing.T) {
 	// unsharded downstream would have read, not three times it.
 	var total uint64
 	for i, r := range reps {
-		n := relay.MessagesRead(r.down)
+		n := r.down.MessagesRead()
 		var mine uint64
 		for s := range r.owned {
 			mine += published[s]
@@ -152,7 +152,7 @@ func TestShardedDownstreams(t *testing.T) {
 	}
 	winf, _ := informertest.Run(t, whole, core.InformerOptions[pgtest.Row]{Name: "whole"})
 	informertest.WaitFor(t, winf, last)
-	t.Logf("an unsharded downstream listing once read %d messages; the three sharded ones, watching all along, %d together", relay.MessagesRead(whole), total)
+	t.Logf("an unsharded downstream listing once read %d messages; the three sharded ones, watching all along, %d together", whole.MessagesRead(), total)
 	if winf.Indexer().Len() != len(want) {
 		t.Fatalf("the unsharded downstream caches %d keys, want %d", winf.Indexer().Len(), len(want))
 	}
