@@ -186,9 +186,6 @@ func (d *Downstream[T]) layout(ctx context.Context) (shards int, known bool, err
 // reads the message at p. ok false: not now (a message after p, or the
 // one at p gone).
 func (d *Downstream[T]) confirm(ctx context.Context, v *view, p uint64) (c uint64, ok bool, err error) {
-	if p == 0 {
-		return 0, false, nil
-	}
 	var (
 		wg    sync.WaitGroup
 		mu    sync.Mutex
@@ -218,22 +215,40 @@ func (d *Downstream[T]) confirm(ctx context.Context, v *view, p uint64) (c uint6
 	if found {
 		return 0, false, nil
 	}
-	m, err := d.stream.GetMsg(ctx, p)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return 0, false, nil // superseded since: the next bookmark
+	if p == 0 {
+		return 0, true, nil // an empty stream
 	}
-	if err != nil {
-		return 0, false, fmt.Errorf("%s: read the message at sequence %d: %w", d.source, p, err)
+	// The message at p, or, if a later one of its subject superseded it,
+	// the closest before it that is still there: the stream was complete
+	// up to what it says when it was stored, before p.
+	var m *jetstream.RawStreamMsg
+	for q := p; q > 0 && q+maxWalkBack > p; q-- {
+		m, err = d.stream.GetMsg(ctx, q)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			m = nil
+			continue
+		}
+		if err != nil {
+			return 0, false, fmt.Errorf("%s: read the message at sequence %d: %w", d.source, q, err)
+		}
+		break
+	}
+	if m == nil {
+		return 0, false, nil // the next bookmark
 	}
 	e, err := parse(d.prefix, m.Subject, m.Sequence, m.Header, nil)
 	if err != nil {
 		return 0, false, err
 	}
 	if e.kind == kindKey && e.shards != v.shards {
-		return 0, false, fmt.Errorf("%s: the message at sequence %d was published %s, this downstream reads %s (a relay with another Options.Shards writes the stream): %w", d.source, p, layout(e.shards), layout(v.shards), core.ErrExpired)
+		return 0, false, fmt.Errorf("%s: the message at sequence %d was published %s, this downstream reads %s (a relay with another Options.Shards writes the stream): %w", d.source, e.seq, layout(e.shards), layout(v.shards), core.ErrExpired)
 	}
 	return e.committed(), true, nil
 }
+
+// maxWalkBack bounds how many sequences confirm looks back from a
+// bookmark's for a message still in the stream.
+const maxWalkBack = 16
 
 // readToBookmark reads the owned shards after sequence after, handing fn
 // every message, until the event stream sends a Bookmark (asked for at
@@ -243,11 +258,14 @@ func (d *Downstream[T]) readToBookmark(ctx context.Context, v *view, after uint6
 	defer cancel()
 	progress := make(chan struct{}, 1)
 	progress <- struct{}{}
-	var at uint64
+	var (
+		at  uint64
+		got bool
+	)
 	err := v.es.Watch(cctx, core.ResourceVersion(after), core.WatchOptions[entry]{Progress: progress, Emit: func(batch []core.Event[entry]) error {
 		for _, ev := range batch {
 			if ev.Type == core.Bookmark {
-				at = uint64(ev.RV)
+				at, got = uint64(ev.RV), true
 				cancel()
 				return nil
 			}
@@ -255,7 +273,7 @@ func (d *Downstream[T]) readToBookmark(ctx context.Context, v *view, after uint6
 		}
 		return nil
 	}})
-	if at > 0 {
+	if got {
 		return at, nil
 	}
 	if ctx.Err() != nil {
@@ -345,11 +363,13 @@ func (w *partialWatch[T]) put(ev core.Event[T]) {
 
 func (w *partialWatch[T]) take(batch []core.Event[entry]) error {
 	var bookmark uint64
+	fresh := false
 	for _, ev := range batch {
 		if ev.Type == core.Bookmark {
 			bookmark = max(bookmark, uint64(ev.RV))
 			continue
 		}
+		fresh = true
 		if ev.Err != nil {
 			w.put(core.Event[T]{Type: core.Modified, Key: ev.Key, Err: ev.Err})
 			continue
@@ -383,9 +403,11 @@ func (w *partialWatch[T]) take(batch []core.Event[entry]) error {
 			w.lastSeq = bookmark
 		}
 	}
-	if len(w.events) > 0 || (bookmark > 0 && len(w.out) == 0) {
-		// Held changes, or a bookmark that proved nothing: ask for the
-		// next one.
+	if fresh && len(w.events) > 0 {
+		// Changes read and held: ask for the bookmark that can prove
+		// them. (Not after a bookmark alone that proved nothing, as when
+		// the relay stopped inside a group: the next message, the idle
+		// check or the informer's next request asks again.)
 		select {
 		case w.want <- struct{}{}:
 		default:

@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/dbinformer/dbinformer/adapters/postgres/pgtest"
 	"github.com/dbinformer/dbinformer/core"
@@ -190,4 +193,178 @@ func (c *keyCheck) Watch(ctx context.Context, from core.ResourceVersion, opts co
 		return emit(batch)
 	}
 	return c.Downstream.Watch(ctx, from, opts)
+}
+
+// Under writes that never pause, on keys busy enough that a downstream
+// often misses a message superseded before it read it: each WaitFor(v)
+// right after a write at v finds, for every key of its shards, a value at
+// least the last one written up to v (values only grow), and at the end
+// the caches equal the table.
+func TestShardedDownstreamsUnderWrites(t *testing.T) {
+	nsrv := harness.StartNATS(t)
+	pg := harness.StartPostgres(t)
+	src := pgtest.New(t, pg, pgtest.Options{})
+	const shards = 4
+	h := relaytest.New(t, src, nsrv.JetStream(t), relaytest.Options{
+		Shards: shards,
+		NewElector: func(int) leader.Elector {
+			el, err := leader.NewPostgres(pg.ConnString(), "sharded-"+t.Name(), leader.PostgresOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return el
+		},
+	})
+	ctx := context.Background()
+	// Six busy keys for each downstream.
+	var hot []string
+	per := map[int]int{}
+	for i := 0; len(hot) < 12; i++ {
+		k := fmt.Sprintf("h%02d", i)
+		if o := shard.Of(k, shards) / 2; per[o] < 6 {
+			per[o]++
+			hot = append(hot, k)
+		}
+	}
+	type write struct {
+		v    core.ResourceVersion
+		keys []string
+		n    int64
+	}
+	var (
+		mu     sync.Mutex
+		writes []write
+	)
+	record := func(v core.ResourceVersion, keys []string, n int64) {
+		mu.Lock()
+		writes = append(writes, write{v, keys, n})
+		mu.Unlock()
+	}
+	// ok reports whether n is key's value as of version v or a later one
+	// (a cache may run ahead of its version, never behind it). One
+	// goroutine writes: commit order is the order of writes.
+	ok := func(key string, n int64, v core.ResourceVersion) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		asOf := -1
+		for i, w := range writes {
+			if w.v <= v && slices.Contains(w.keys, key) {
+				asOf = i
+			}
+		}
+		for _, w := range writes[max(asOf, 0):] {
+			if w.n == n && slices.Contains(w.keys, key) {
+				return true
+			}
+		}
+		// The write in flight (committed, not recorded yet) is after v.
+		return !slices.ContainsFunc(writes, func(w write) bool { return w.n == n })
+	}
+	var counter atomic.Int64 // every write's value is its own
+	n0 := counter.Add(1)
+	v, err := src.PutAll(ctx, hot, n0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	record(v, hot, n0)
+	var downs []*relay.Downstream[pgtest.Row]
+	var infs []*core.SharedIndexInformer[pgtest.Row]
+	for i, set := range [][]int{{0, 1}, {2, 3}} {
+		down, err := h.NewShardDownstream(ctx, nsrv.JetStream(t), set)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inf, _ := informertest.Run(t, down, core.InformerOptions[pgtest.Row]{Name: fmt.Sprintf("busy%d", i)})
+		downs, infs = append(downs, down), append(infs, inf)
+	}
+	var (
+		stopping atomic.Bool
+		wg       sync.WaitGroup
+		werr     atomic.Pointer[error]
+	)
+	wg.Go(func() {
+		for !stopping.Load() {
+			n := counter.Add(1)
+			a := n % int64(len(hot))
+			keys := []string{hot[a], hot[(a+1+n%int64(len(hot)-1))%int64(len(hot))]} // two keys, never the same
+			v, err := src.PutAll(ctx, keys, n)
+			if err != nil {
+				werr.Store(&err)
+				return
+			}
+			record(v, keys, n)
+		}
+	})
+	defer func() { stopping.Store(true); wg.Wait() }()
+	owner := func(k string) int { return shard.Of(k, shards) / 2 }
+	began := time.Now()
+	for round := range 30 {
+		// The last write so far, whichever it is: WaitFor(v) right
+		// after it.
+		informertest.Eventually(t, "a write after the last round's", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(writes) > round+1
+		})
+		mu.Lock()
+		v := writes[len(writes)-1].v
+		mu.Unlock()
+		for i, inf := range infs {
+			informertest.WaitFor(t, inf, v)
+			for _, key := range hot {
+				if owner(key) != i {
+					continue
+				}
+				row, present := inf.Indexer().Get(key)
+				if !present || !ok(key, row.V, v) {
+					mu.Lock()
+					for _, w := range writes {
+						if slices.Contains(w.keys, key) {
+							t.Logf("write %v %v %d", w.v, w.keys, w.n)
+						}
+					}
+					mu.Unlock()
+					t.Logf("informer at %v", inf.LastSyncResourceVersion())
+					t.Fatalf("round %d: downstream %d after WaitFor(%v) holds %q = %+v (present %v): a value from before v", round, i, v, key, row, present)
+				}
+			}
+		}
+	}
+	t.Logf("30 rounds of WaitFor on both downstreams under writes: %v", time.Since(began).Round(time.Millisecond))
+	stopping.Store(true)
+	wg.Wait()
+	if p := werr.Load(); p != nil {
+		t.Fatal(*p)
+	}
+	mu.Lock()
+	last := writes[len(writes)-1].v
+	for _, w := range writes {
+		last = max(last, w.v)
+	}
+	mu.Unlock()
+	for i, inf := range infs {
+		informertest.WaitFor(t, inf, last)
+		mu.Lock()
+		final := map[string]int64{}
+		var vs = map[string]core.ResourceVersion{}
+		for _, w := range writes {
+			for _, k := range w.keys {
+				if owner(k) == i && w.v >= vs[k] {
+					final[k], vs[k] = w.n, w.v
+				}
+			}
+		}
+		mu.Unlock()
+		got := map[string]int64{}
+		for _, row := range inf.Indexer().List() {
+			got[row.K] = row.V
+		}
+		if d := informertest.Diff(fmt.Sprintf("downstream %d", i), got, final); len(d) > 0 {
+			t.Fatalf("%v", d)
+		}
+		t.Logf("downstream %d read %d messages", i, downs[i].MessagesRead())
+	}
+	mu.Lock()
+	t.Logf("%d transactions written", len(writes))
+	mu.Unlock()
 }
