@@ -2,9 +2,11 @@ package relay_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -367,4 +369,65 @@ func TestShardedDownstreamsUnderWrites(t *testing.T) {
 	mu.Lock()
 	t.Logf("%d transactions written", len(writes))
 	mu.Unlock()
+}
+
+// A stream holds one layout: a relay with another Options.Shards refuses
+// to lead over it, and a downstream asked for another count refuses too,
+// both naming the fix. A downstream without shards reads a sharded stream
+// whole. (One asked for shards over a stream without them reads every key:
+// shard's TestRelaySharded/decode.)
+func TestShardLayoutMismatch(t *testing.T) {
+	nsrv := harness.StartNATS(t)
+	pg := harness.StartPostgres(t)
+	src := pgtest.New(t, pg, pgtest.Options{})
+	ctx := context.Background()
+	js := nsrv.JetStream(t)
+	if _, err := js.CreateStream(ctx, relay.StreamConfig("L", "l")); err != nil {
+		t.Fatal(err)
+	}
+	elector := func(name string) leader.Elector {
+		el, err := leader.NewPostgres(pg.ConnString(), name, leader.PostgresOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return el
+	}
+	r, err := relay.New(ctx, js, src.ListerWatcher(), relay.Options[pgtest.Row]{Stream: "L", Prefix: "l", Elector: elector("plain"), Shards: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(rctx) }()
+	v, err := src.Put(ctx, "a", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	down, err := relay.NewDownstream[pgtest.Row](ctx, js, "L", "l", relay.DownstreamOptions[pgtest.Row]{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inf, _ := informertest.Run(t, down, core.InformerOptions[pgtest.Row]{Name: "whole"})
+	informertest.WaitFor(t, inf, v)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+
+	// Another count: the relay refuses, naming the fix.
+	r8, err := relay.New(ctx, js, src.ListerWatcher(), relay.Options[pgtest.Row]{Stream: "L", Prefix: "l", Elector: elector("eight"), Shards: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = r8.Run(ctx)
+	if !errors.Is(err, core.ErrPermanent) || !strings.Contains(err.Error(), "purge") {
+		t.Fatalf("a relay with 8 shards over a stream of 4: %v, want a permanent error naming the purge", err)
+	}
+	t.Log(err)
+	// A downstream asked for another count refuses too.
+	if _, err := relay.NewDownstream[pgtest.Row](ctx, js, "L", "l", relay.DownstreamOptions[pgtest.Row]{Shards: 8, Owned: []int{1}}); err == nil || !strings.Contains(err.Error(), "Options.Shards") {
+		t.Fatalf("a downstream of 8 shards over a stream of 4: %v, want an error naming Options.Shards", err)
+	} else {
+		t.Log(err)
+	}
 }
