@@ -162,9 +162,9 @@
 // has its last message at or before a stream position it read up to and
 // that the stream there is complete up to C (the event stream's Bookmark
 // at its head, no message of its shards after it, the message there says
-// C). Until then it holds what it read (each key's last change) and asks
-// for the next bookmark; then it delivers them right after the last
-// version it confirmed, and a Bookmark at C, as a catch-up does. So
+// C). Until then it holds what it read and asks for the next bookmark;
+// then it delivers each change at its own version (at C if it was read
+// past C), and a Bookmark at C. So
 // WaitFor never returns over a change of its shards it did not deliver,
 // however many messages were superseded before it read them, and it never
 // mistakes other shards' messages for missing ones. The price is that a

@@ -39,12 +39,13 @@ import (
 //   - the message at P, any subject, says how far the stream is complete
 //     (entry.committed): C.
 //
-// Until then it holds what it read (each key's last change, like a
-// catch-up) and asks the event stream for the next bookmark; at the proof
-// it delivers them at the version right after the last one it confirmed,
-// then a Bookmark at C — so WaitFor never returns for a change of its
-// shards it did not deliver, and a cache may hold a key's change newer
-// than its version, never an older one. Progress and abort messages are
+// Until then it holds what it read, in stream order (past maxHeld
+// changes, each key's last only, like a catch-up), and asks the event
+// stream for the next bookmark; at the proof it delivers each at its own
+// version, or at C if it is past C (read ahead of the proof), then a
+// Bookmark at C — so WaitFor never returns for a change of its shards it
+// did not deliver, and a cache may hold a key's change newer than its
+// version, never an older one. Progress and abort messages are
 // not read: the relay's progress message is the stream's head when the
 // source is idle, read as the message at P, and an aborted group's keys
 // are republished by the next term, superseding what it delivered.
@@ -347,18 +348,34 @@ type partialWatch[T any] struct {
 	emit func([]core.Event[T]) error
 	want chan<- struct{} // asks the event stream for a bookmark
 
-	lastV, lastSeq uint64 // confirmed: version, and the position it was proven at
-	events         map[string]core.Event[T]
-	order          []string
+	lastV, lastSeq uint64          // confirmed: version, and the position it was proven at
+	held           []core.Event[T] // read, not confirmed yet, in stream order
 	out            []core.Event[T]
 	ahead          []aheadEvent[T]
 }
 
+// maxHeld bounds the changes a watch holds while its shards are not
+// proven: past it, only each key's last change is kept.
+const maxHeld = 1 << 16
+
 func (w *partialWatch[T]) put(ev core.Event[T]) {
-	if _, ok := w.events[ev.Key]; !ok {
-		w.order = append(w.order, ev.Key)
+	w.held = append(w.held, ev)
+	if len(w.held) <= maxHeld {
+		return
 	}
-	w.events[ev.Key] = ev
+	last := make(map[string]int, len(w.held))
+	for i, ev := range w.held {
+		last[ev.Key] = i
+	}
+	n := 0
+	for i, ev := range w.held {
+		if last[ev.Key] == i {
+			w.held[n] = ev
+			n++
+		}
+	}
+	clear(w.held[n:])
+	w.held = w.held[:n]
 }
 
 func (w *partialWatch[T]) take(batch []core.Event[entry]) error {
@@ -385,9 +402,12 @@ func (w *partialWatch[T]) take(batch []core.Event[entry]) error {
 			return err
 		}
 		if ok && c > w.lastV {
+			// Each change at its own version, as far as C: one of a
+			// version past C (read ahead of the proof) at C; never
+			// before one delivered earlier.
 			rv := core.ResourceVersion(w.lastV + 1)
-			for _, key := range w.order {
-				ev := w.events[key]
+			for _, ev := range w.held {
+				rv = max(rv, min(ev.RV, core.ResourceVersion(c)))
 				if ev.RV > rv && w.d.audit.running() {
 					w.ahead = append(w.ahead, aheadEvent[T]{v: uint64(ev.RV), ev: ev})
 					w.ahead[len(w.ahead)-1].ev.RV = rv
@@ -395,15 +415,15 @@ func (w *partialWatch[T]) take(batch []core.Event[entry]) error {
 				ev.RV = rv
 				w.out = append(w.out, ev)
 			}
-			clear(w.events)
-			w.order = w.order[:0]
+			clear(w.held)
+			w.held = w.held[:0]
 			w.out = append(w.out, core.Event[T]{Type: core.Bookmark, RV: core.ResourceVersion(c)})
 			w.lastV, w.lastSeq = c, bookmark
 		} else if ok {
 			w.lastSeq = bookmark
 		}
 	}
-	if fresh && len(w.events) > 0 {
+	if fresh && len(w.held) > 0 {
 		// Changes read and held: ask for the bookmark that can prove
 		// them. (Not after a bookmark alone that proved nothing, as when
 		// the relay stopped inside a group: the next message, the idle
@@ -467,7 +487,7 @@ func (d *Downstream[T]) watchPartial(ctx context.Context, v *view, from core.Res
 		}()
 	}
 	w := &partialWatch[T]{ctx: wctx, d: d, v: v, emit: opts.Emit, want: want,
-		lastV: uint64(from), lastSeq: seq, events: map[string]core.Event[T]{}}
+		lastV: uint64(from), lastSeq: seq}
 	err = v.es.Watch(wctx, core.ResourceVersion(seq), core.WatchOptions[entry]{Emit: w.take, Progress: want})
 	cancel()
 	fwd.Wait()

@@ -45,8 +45,12 @@ type Options struct {
 	// nil discards them.
 	Logger *slog.Logger
 	// Shards is the relays' Options.Shards (per-shard subjects); zero
-	// means none. The harness's own downstream reads every shard.
+	// means none.
 	Shards int
+	// OwnAllShards makes the harness's own downstream (ListerWatcher)
+	// one that owns every shard: it consumes every shard's subject and
+	// confirms versions as a sharded downstream does.
+	OwnAllShards bool
 }
 
 // Harness is a source harness re-served through relays.
@@ -137,7 +141,14 @@ func New[T any](tb testing.TB, src conformance.Harness[T], js jetstream.JetStrea
 			}
 		}
 	})
-	down, err := relay.NewDownstream[T](ctx, js, h.stream, h.prefix, relay.DownstreamOptions[T]{IdleCheck: time.Second, Logger: h.log})
+	dopts := relay.DownstreamOptions[T]{IdleCheck: time.Second, Logger: h.log}
+	if opts.OwnAllShards {
+		dopts.Shards = opts.Shards
+		for s := range opts.Shards {
+			dopts.Owned = append(dopts.Owned, s)
+		}
+	}
+	down, err := relay.NewDownstream[T](ctx, js, h.stream, h.prefix, dopts)
 	if err != nil {
 		tb.Fatalf("relaytest: downstream: %v", err)
 	}
