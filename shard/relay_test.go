@@ -3,6 +3,7 @@ package shard_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 
 	"github.com/dbinformer/dbinformer/adapters/etcd/etcdtest"
@@ -62,8 +63,9 @@ func testRelaySharded(t *testing.T, subjects bool) uint64 {
 	b := etcdBackend(t, client, "/relay-shards")
 	type rep struct {
 		*replica
-		inf  *core.SharedIndexInformer[etcdtest.Item]
-		down *relay.Downstream[etcdtest.Item]
+		inf           *core.SharedIndexInformer[etcdtest.Item]
+		down          *relay.Downstream[etcdtest.Item]
+		adds, deletes *atomic.Int64 // events handlers saw: enter, leave
 	}
 	newRep := func(id string) rep {
 		r := newReplica(t, b, shard.Options{ID: id, Shards: shards, Lease: lease})
@@ -85,7 +87,14 @@ func testRelaySharded(t *testing.T, subjects bool) uint64 {
 			t.Fatal(err)
 		}
 		r.run(t)
-		return rep{r, inf, down}
+		adds, deletes := new(atomic.Int64), new(atomic.Int64)
+		if _, err := inf.AddEventHandler(core.ResourceEventHandlerFuncs[etcdtest.Item]{
+			AddFunc:    func(string, etcdtest.Item, bool) { adds.Add(1) },
+			DeleteFunc: func(string, etcdtest.Item, bool) { deletes.Add(1) },
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return rep{r, inf, down, adds, deletes}
 	}
 	check := func(rs ...rep) {
 		t.Helper()
@@ -117,8 +126,15 @@ func testRelaySharded(t *testing.T, subjects bool) uint64 {
 	}
 	a, bb := newRep("a"), newRep("b")
 	check(a, bb)
+	left := a.deletes.Load() + bb.deletes.Load()
 	c := newRep("c")
 	check(a, bb, c)
+	// c's keys entered its cache as adds and left a's or b's as deletes
+	// (a member that joins takes only the shards it wins).
+	moved := int64(c.inf.Indexer().Len())
+	informertest.Eventually(t, "the moved keys' enter and leave events", func() bool {
+		return c.adds.Load() == moved && a.deletes.Load()+bb.deletes.Load()-left == moved
+	})
 	t.Logf("cached: a %d, b %d, c %d of %d keys", a.inf.Indexer().Len(), bb.inf.Indexer().Len(), c.inf.Indexer().Len(), keys)
 	t.Logf("messages read: a %d, b %d, c %d", a.down.MessagesRead(), bb.down.MessagesRead(), c.down.MessagesRead())
 	return a.down.MessagesRead() + bb.down.MessagesRead() + c.down.MessagesRead()
