@@ -43,6 +43,7 @@ import (
 func (d *Downstream[T]) AuditList(ctx context.Context, atLeast core.ResourceVersion, sink core.ListSink[T]) (core.ResourceVersion, error) {
 	rec := d.audit.start()
 	defer d.audit.end(rec)
+	v := d.currentView() // the cache holds the owned shards' keys only
 	var (
 		last entry
 		n    int64
@@ -52,7 +53,7 @@ func (d *Downstream[T]) AuditList(ctx context.Context, atLeast core.ResourceVers
 		if ev.Err != nil {
 			return sink.Emit(core.Event[T]{Type: core.Added, Key: ev.Key, RV: ev.RV, Err: ev.Err})
 		}
-		if e := ev.Object; e.kind == kindKey {
+		if e := ev.Object; e.kind == kindKey && d.auditKeeps(v, e.key) {
 			return sink.Emit(d.event(core.Added, e, core.ResourceVersion(e.version)))
 		}
 		return nil

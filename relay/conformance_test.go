@@ -63,3 +63,33 @@ func TestPostgresConformance(t *testing.T) {
 		})
 	})
 }
+
+// A downstream that owns shards (here all of them, of a relay with
+// per-shard subjects) passes the suite too: it reads the shards' subjects
+// and confirms versions by its own proof (see Downstream's Shards). It
+// delivers changes right after the last version it confirmed, not at
+// their own: the suite's read-your-writes rule, not ExactWriteRV.
+func TestShardedConformance(t *testing.T) {
+	nsrv := harness.StartNATS(t)
+	pg := harness.StartPostgres(t)
+	n := 0
+	sharded := caps
+	sharded.ExactWriteRV = false
+	conformance.Run(t, sharded, func(t *testing.T) conformance.Harness[pgtest.Row] {
+		n++
+		src := pgtest.New(t, pg, pgtest.Options{})
+		name := fmt.Sprintf("relay-sharded-%d", n)
+		return relaytest.New(t, src, nsrv.JetStream(t), relaytest.Options{
+			History:      -1,
+			Shards:       4,
+			OwnAllShards: true,
+			NewElector: func(i int) leader.Elector {
+				el, err := leader.NewPostgres(pg.ConnString(), name, leader.PostgresOptions{Check: 2e8})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return el
+			},
+		})
+	})
+}

@@ -92,11 +92,12 @@
 // does not exist, has another retention, other subjects or limits that
 // could remove a key's only message, and say how to fix it. Messages:
 //
-//	<prefix>.k.<key>         a change: op put|del|err, data = Codec bytes
-//	<prefix>.progress        the source's head: nothing changed up to it
-//	<prefix>.abort.<version> drop the unfinished group at version
+//	<prefix>.k.<key>                  a change: op put|del|err, data = Codec bytes
+//	<prefix>.s.<shards>.<shard>.<key> the same, with Options.Shards (see Shards)
+//	<prefix>.progress                 the source's head: nothing changed up to it
+//	<prefix>.abort.<version>          drop the unfinished group at version
 //
-// Keys are encoded into one subject token (KeySubject). Every message
+// Keys are encoded into one subject token (KeySubject, ShardKeySubject). Every message
 // carries one Dbi header: the source version, the version of the group of
 // changes before it and the epoch, then, on a key message, its op, its
 // position in and the size of the source transaction's group, and the
@@ -140,6 +141,44 @@
 //
 // Deleted keys stay in the stream as one small message each (a tombstone),
 // so that a downstream that lists later still learns of the delete.
+//
+// # Shards
+//
+// With Options.Shards a relay publishes each key's changes on a subject
+// that carries its shard (the hash package shard assigns keys with, over
+// the same count), and a Downstream that owns some shards
+// (DownstreamOptions.Shards and Owned, or FilterShards, which a
+// shard.Source calls with its owned set before each List and Watch)
+// consumes only their subjects, with one JetStream consumer filtering on
+// all of them: JetStream does the filtering, so a replica's network and
+// decode work shrink with the number of replicas, as its cache does. One
+// slot, one reader, N partial caches. At a handoff the informer relists
+// through the new set (enter and leave events) and the watch after it
+// opens its consumer with the new filters.
+//
+// The group metadata chains every message of the stream, and a Downstream
+// that reads some shards does not see the chain: it confirms a version C
+// only on proof, read from the stream leader, that every key of its shards
+// has its last message at or before a stream position it read up to and
+// that the stream there is complete up to C (the event stream's Bookmark
+// at its head, no message of its shards after it, the message there says
+// C). Until then it holds what it read and asks for the next bookmark;
+// then it delivers each change at its own version (at C if it was read
+// past C), and a Bookmark at C. So
+// WaitFor never returns over a change of its shards it did not deliver,
+// however many messages were superseded before it read them, and it never
+// mistakes other shards' messages for missing ones. The price is that a
+// confirmation needs the owned shards quiet for one round of reads (one
+// per owned shard, concurrently); under writes to them that never pause
+// for that long, WaitFor and the delivery of new changes wait.
+//
+// A stream holds one layout: a relay that finds keys published with
+// another Options.Shards (or none) in its stream refuses to lead, and
+// says how to move (stop the relays, purge the stream, start them with the
+// new setting: the first leader relists the source into it; downstreams
+// relist from the stream). A Downstream asked for shards over a stream
+// without them reads every key, as before, and its shard.Source filters at
+// decode; over a stream with another count it refuses, naming the fix.
 //
 // # Status and metrics
 //

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -28,6 +29,13 @@ type DownstreamOptions[T any] struct {
 	// Metrics receives the Downstream's own counters (its informer's go
 	// through core.InformerMetrics); nil means none.
 	Metrics DownstreamMetrics
+	// Shards is the relay's Options.Shards, and Owned the shards this
+	// Downstream reads: only their subjects are consumed (see
+	// FilterShards, which a shard.Source calls with its owned set; Owned
+	// nil with Shards set reads no key until then). Zero Shards reads
+	// every key.
+	Shards int
+	Owned  []int
 }
 
 // Downstream is a core.ListerWatcher over a relay's stream whose resource
@@ -43,7 +51,18 @@ type Downstream[T any] struct {
 	log    *slog.Logger
 	met    DownstreamMetrics
 
+	// For the views of FilterShards.
+	js         jetstream.JetStream
+	streamName string
+	logger     *slog.Logger
+	idle       time.Duration
+	shards     int
+	logLayout  sync.Once
+
+	read atomic.Uint64 // messages parsed: MessagesRead
+
 	mu       sync.Mutex
+	view     *view // nil: every key
 	parked   *downPark
 	catchUps catchUpStats // since the last summary logged
 
@@ -84,8 +103,12 @@ func NewDownstream[T any](ctx context.Context, js jetstream.JetStream, stream, p
 	if opts.Metrics == nil {
 		opts.Metrics = NoopMetrics{}
 	}
+	if opts.Shards < 0 {
+		return nil, fmt.Errorf("relay stream %q: DownstreamOptions.Shards is %d", stream, opts.Shards)
+	}
 	d := &Downstream[T]{stream: st, prefix: prefix, codec: opts.Codec, log: log, met: opts.Metrics,
-		source: fmt.Sprintf("relay stream %q", stream)}
+		source: fmt.Sprintf("relay stream %q", stream),
+		js:     js, streamName: stream, logger: opts.Logger, idle: opts.IdleCheck, shards: opts.Shards}
 	d.es, err = natsinformer.NewEventStream(ctx, js, stream, natsinformer.EventStreamOptions[entry]{
 		// The stream holds each key's last change: the informer's cache
 		// is the only copy of the state a Downstream needs, and a Watch
@@ -103,12 +126,22 @@ func NewDownstream[T any](ctx context.Context, js jetstream.JetStream, stream, p
 	if err != nil {
 		return nil, err
 	}
+	if opts.Shards > 0 {
+		if err := d.FilterShards(ctx, opts.Shards, opts.Owned); err != nil {
+			return nil, err
+		}
+	}
 	return d, nil
 }
+
+// MessagesRead returns how many messages this Downstream has read from
+// the stream (Lists, watches, audits): with owned shards, only theirs.
+func (d *Downstream[T]) MessagesRead() uint64 { return d.read.Load() }
 
 // reduce parses every message as the state of its subject: the relay
 // stream is already the per-key state (the event stream is Stateless).
 func (d *Downstream[T]) reduce(_ entry, _ bool, m natsinformer.Message) (entry, bool, error) {
+	d.read.Add(1)
 	e, err := parse(d.prefix, m.Subject, m.Sequence, m.Header, m.Data)
 	return e, err == nil, err
 }
@@ -161,6 +194,12 @@ func (d *Downstream[T]) last(ctx context.Context) (entry, bool, error) {
 // earlier message, so a read that stopped at an older head could miss
 // it), and emits every key whose last change is a put, at that version.
 func (d *Downstream[T]) List(ctx context.Context, sink core.ListSink[T]) (core.ResourceVersion, error) {
+	if v := d.currentView(); v != nil && !v.all {
+		if v.es == nil {
+			return d.listNone(ctx)
+		}
+		return d.listPartial(ctx, v, sink)
+	}
 	state := map[string]entry{}
 	var bad []core.Event[entry]
 	var last entry
@@ -321,6 +360,12 @@ func (d *Downstream[T]) park(version, seq uint64) {
 func (d *Downstream[T]) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[T]) error {
 	if opts.Emit == nil {
 		return fmt.Errorf("%s: WatchOptions.Emit is required", d.source)
+	}
+	if v := d.currentView(); v != nil && !v.all {
+		if v.es == nil {
+			return d.watchNone(ctx, from, opts)
+		}
+		return d.watchPartial(ctx, v, from, opts)
 	}
 	seq, err := d.seqFor(ctx, uint64(from))
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/internal/keyshard"
 	"github.com/dbinformer/dbinformer/leader"
 )
 
@@ -55,6 +56,16 @@ type Options[T any] struct {
 	// Name names the relay on a status page and in metrics; "" means the
 	// stream's name.
 	Name string
+	// Shards, when positive, publishes each key's changes on a subject
+	// that carries its shard (ShardKeySubject: shard.Of(key, Shards), the
+	// hash package shard assigns keys with), so that a Downstream owning
+	// some shards (DownstreamOptions.Shards, or a shard.Source over it)
+	// consumes only their subjects and JetStream does the filtering. It
+	// must equal the sharders' shard count. Zero keeps one subject per key
+	// without its shard (KeySubject). A stream holds one layout: a relay
+	// that finds keys of another layout in its stream refuses to lead and
+	// says how to move (purge the stream, so that it relists into it).
+	Shards int
 }
 
 // Relay reads one source ListerWatcher while its process is the leader
@@ -100,6 +111,9 @@ func New[T any](ctx context.Context, js jetstream.JetStream, src core.ListerWatc
 	if opts.Metrics == nil {
 		opts.Metrics = NoopMetrics{}
 	}
+	if opts.Shards < 0 {
+		return nil, fmt.Errorf("relay: Options.Shards is %d; use zero for subjects without shards or the sharders' shard count", opts.Shards)
+	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -114,6 +128,14 @@ func New[T any](ctx context.Context, js jetstream.JetStream, src core.ListerWatc
 		r.durable = a
 	}
 	return r, nil
+}
+
+// subject is the subject of key's changes; tok is encodeKey(key).
+func (r *Relay[T]) subject(key, tok string) string {
+	if r.opts.Shards > 0 {
+		return shardPrefix(r.opts.Prefix, r.opts.Shards, keyshard.Of(key, r.opts.Shards)) + tok
+	}
+	return r.opts.Prefix + "." + tokKey + "." + tok
 }
 
 // Leading reports whether this relay is the elected leader now.
@@ -309,7 +331,7 @@ func (r *Relay[T]) group(st *state, v uint64, changes []change, relist bool) []*
 		}
 		tok := encodeKey(c.key)
 		idx := len(msgs)
-		m := message(r.opts.Prefix+"."+tokKey+"."+tok, v, st.lastChange, st.epoch, keyMeta(kb[:0], c.op, idx, n, idx == n-1, relist))
+		m := message(r.subject(c.key, tok), v, st.lastChange, st.epoch, keyMeta(kb[:0], c.op, idx, n, idx == n-1, relist))
 		// (version, position, key, term): a retry of the same publish is
 		// stored once; the term keeps a later term's republish of a version
 		// (after an aborted group) from being taken for a duplicate, which

@@ -58,6 +58,12 @@ func (r *Relay[T]) read(ctx context.Context, epoch uint64, wrote bool) (*state, 
 			st.puts = append(st.puts, e)
 		}
 	}
+	for _, e := range entries {
+		if e.kind == kindKey && e.shards != r.opts.Shards {
+			return nil, 0, nil, core.Permanent(fmt.Errorf("%s: the stream holds keys published %s (%q at sequence %d), this relay publishes %s: a stream holds one layout, or downstreams of one would miss the other's keys; to move, stop the relays, purge the stream (`nats stream purge %s`) and start them with the new setting: the first leader relists the source into it (downstreams relist from the stream)",
+				r.source, layout(e.shards), e.key, e.seq, layout(r.opts.Shards), r.opts.Stream))
+		}
+	}
 	// Any later epoch, not only the last message's: a deposed relay's
 	// late messages may follow a later term's (see lateWrites).
 	for _, e := range entries {

@@ -9,6 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/dbinformer/dbinformer/internal/keyshard"
 )
 
 // Headers of a relayed message. Every message carries hdrMeta, one header
@@ -45,6 +47,7 @@ const (
 // Subject tokens below the prefix.
 const (
 	tokKey      = "k"        // <prefix>.k.<encoded key>: a change
+	tokShard    = "s"        // <prefix>.s.<shards>.<shard>.<encoded key>: a change, with Options.Shards
 	tokProgress = "progress" // <prefix>.progress: the source's head
 	tokAbort    = "abort"    // <prefix>.abort.<version>: drop an unfinished group
 )
@@ -80,6 +83,8 @@ const (
 type entry struct {
 	kind    kind
 	key     string // for kindKey
+	shards  int    // for kindKey: the relay's Options.Shards (0: published without)
+	shard   int    // for kindKey with shards: the key's shard
 	op      string // for kindKey
 	seq     uint64
 	version uint64
@@ -132,6 +137,22 @@ func parse(prefix, subject string, seq uint64, h nats.Header, data []byte) (entr
 		e.kind = kindKey
 		var err error
 		if e.key, err = decodeKey(strings.TrimPrefix(rest, tokKey+".")); err != nil {
+			return e, fmt.Errorf("subject %q sequence %d: %w", subject, seq, err)
+		}
+	case strings.HasPrefix(rest, tokShard+"."):
+		e.kind = kindKey
+		toks := strings.Split(rest, ".")
+		if len(toks) != 4 {
+			return e, fmt.Errorf("subject %q sequence %d: not a relay subject", subject, seq)
+		}
+		n, err1 := strconv.Atoi(toks[1])
+		sh, err2 := strconv.Atoi(toks[2])
+		if err1 != nil || err2 != nil || n <= 0 || sh < 0 || sh >= n {
+			return e, fmt.Errorf("subject %q sequence %d: tokens %q.%q are not a shard count and a shard below it", subject, seq, toks[1], toks[2])
+		}
+		e.shards, e.shard = n, sh
+		var err error
+		if e.key, err = decodeKey(toks[3]); err != nil {
 			return e, fmt.Errorf("subject %q sequence %d: %w", subject, seq, err)
 		}
 	default:
@@ -269,4 +290,47 @@ func isFenced(err error) bool {
 // after a "k">. The last message on it is the key's last change.
 func KeySubject(prefix, key string) string {
 	return prefix + "." + tokKey + "." + encodeKey(key)
+}
+
+// keySubject is the subject of key's changes for a relay publishing with
+// the given count of shards (0: none, KeySubject's).
+func keySubject(prefix string, shards int, key string) string {
+	if shards <= 0 {
+		return KeySubject(prefix, key)
+	}
+	return ShardKeySubject(prefix, shards, key)
+}
+
+// ShardKeySubject returns the subject under which a relay with the given
+// prefix and Options.Shards publishes the changes of key:
+// prefix.s.<shards>.<shard>.<key as in KeySubject>, where shard is
+// shard.Of(key, shards) (the same hash as the sharder's assignment). The
+// count is in the subject, so that a downstream never reads a stream
+// published with another count as if it were its own.
+func ShardKeySubject(prefix string, shards int, key string) string {
+	return shardPrefix(prefix, shards, keyshard.Of(key, shards)) + encodeKey(key)
+}
+
+// shardPrefix is the subject prefix of shard's keys, up to the key's
+// token: prefix.s.<shards>.<shard>.
+func shardPrefix(prefix string, shards, shard int) string {
+	return prefix + "." + tokShard + "." + strconv.Itoa(shards) + "." + strconv.Itoa(shard) + "."
+}
+
+// ShardSubjects returns the subject filters of the given shards' changes
+// (prefix.s.<shards>.<shard>.*), what a Downstream owning them consumes.
+func ShardSubjects(prefix string, shards int, owned []int) []string {
+	out := make([]string, 0, len(owned))
+	for _, s := range owned {
+		out = append(out, shardPrefix(prefix, shards, s)+"*")
+	}
+	return out
+}
+
+// layout names how a relay lays keys out in subjects, for errors.
+func layout(shards int) string {
+	if shards <= 0 {
+		return "without Options.Shards (subjects <prefix>.k.<key>)"
+	}
+	return fmt.Sprintf("with Options.Shards %d (subjects <prefix>.s.%d.<shard>.<key>)", shards, shards)
 }

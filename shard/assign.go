@@ -3,9 +3,10 @@ package shard
 import (
 	"cmp"
 	"fmt"
-	"hash/fnv"
 	"math"
 	"slices"
+
+	"github.com/dbinformer/dbinformer/internal/keyshard"
 )
 
 // Member is one replica as the membership knows it.
@@ -28,32 +29,17 @@ func (m Member) weight() float64 {
 // Hash is the stable 64-bit hash of a key: FNV-1a, mixed by splitmix64's
 // finalizer so that keys differing in their last bytes spread over the
 // whole range. Stable across processes, platforms and releases: replicas
-// of different builds must agree on it, so it never changes.
-func Hash(key string) uint64 {
-	h := fnv.New64a()
-	_, _ = h.Write([]byte(key))
-	return mix(h.Sum64())
-}
+// of different builds must agree on it, so it never changes. (The relay
+// publishes a key on its shard's subject with the same hash.)
+func Hash(key string) uint64 { return keyshard.Hash(key) }
 
 // mix is splitmix64's finalizer.
-func mix(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x
-}
+func mix(x uint64) uint64 { return keyshard.Mix(x) }
 
 // Of returns the virtual shard of key among shards (0 ≤ Of < shards). The
 // count of shards is fixed for the life of a deployment: changing it moves
 // almost every key.
-func Of(key string, shards int) int {
-	if shards <= 0 {
-		panic(fmt.Sprintf("shard.Of: %d shards", shards))
-	}
-	return int(Hash(key) % uint64(shards))
-}
+func Of(key string, shards int) int { return keyshard.Of(key, shards) }
 
 // score is member m's rendezvous weight for shard s. Members with the same
 // weight compare by the hash alone (integers: every replica computes the

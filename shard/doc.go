@@ -53,7 +53,10 @@
 // leave the cache as deletes) and the shard is released. On the new
 // owner: the shard is taken, the informer relists with it (its keys enter
 // as adds) and the shard counts as loaded (Owns). Why a relist rather than
-// one informer per shard: see Source. Handler gates event handlers by
+// one informer per shard: see Source. A ListerWatcher that filters by
+// shard itself (ShardFilter: a relay.Downstream over a relay with
+// per-shard subjects) is handed the owned set before each List and Watch,
+// so that other shards' keys never reach the process. Handler gates event handlers by
 // Begin, so that they see the enter events and not the leaves (a key that
 // moved was not deleted). A controller Manager in sharded mode
 // (controller.ManagerOptions.Sharder) reconciles only loaded shards' keys
@@ -70,7 +73,11 @@
 //   - Each handoff round relists the informer from the source (one list per
 //     round, not per shard); a relist replays the keys kept as updates
 //     with the old object equal to the new, as any relist does.
-//   - Through the relay, each replica still reads every change and drops
-//     what is not its shards' at decode; per-shard subjects would let
-//     JetStream do the filtering (not built yet).
+//   - Through the relay with per-shard subjects (relay.Options.Shards
+//     equal to Options.Shards), a replica's Downstream consumes only its
+//     shards' subjects (Source hands it the owned set: ShardFilter), and
+//     confirms versions only when its shards are quiet for one round of
+//     reads: under writes to them that never pause, its WaitFor waits
+//     (see package relay). Without the relay's option, each replica reads
+//     every change and drops other shards' at decode.
 package shard

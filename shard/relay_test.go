@@ -3,6 +3,7 @@ package shard_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 
 	"github.com/dbinformer/dbinformer/adapters/etcd/etcdtest"
@@ -10,19 +11,41 @@ import (
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	"github.com/dbinformer/dbinformer/leader"
+	"github.com/dbinformer/dbinformer/relay"
 	"github.com/dbinformer/dbinformer/relay/relaytest"
 	"github.com/dbinformer/dbinformer/shard"
 )
 
-// Through the relay as it is today: one relay reads the source, each
-// replica's downstream reads the whole stream and its Source keeps only
-// its shards' keys (filtering at decode; per-shard subjects would let
-// JetStream filter instead). N partial caches, one source reader.
+// Through the relay: one relay reads the source, each replica's Source
+// keeps only its shards' keys. Without the relay's Options.Shards each
+// downstream reads the whole stream and Source filters at decode; with it,
+// Source hands its owned set to the downstream, which consumes only those
+// shards' subjects (JetStream filters), and reopens its consumer with the
+// new set at each handoff. N partial caches, one source reader.
 func TestRelaySharded(t *testing.T) {
+	var decode, subjects uint64
+	t.Run("decode", func(t *testing.T) { decode = testRelaySharded(t, false) })
+	t.Run("subjects", func(t *testing.T) { subjects = testRelaySharded(t, true) })
+	// Each handoff round relists; a List reads the whole stream without
+	// per-shard subjects, the owned shards' subjects with them.
+	t.Logf("messages the three downstreams read: %d filtering at decode, %d consuming their shards' subjects", decode, subjects)
+	if decode > 0 && subjects > 0 && 2*subjects > decode {
+		t.Errorf("with per-shard subjects the downstreams read %d messages, not well below the %d they read filtering at decode", subjects, decode)
+	}
+}
+
+// testRelaySharded returns how many messages the downstreams read.
+func testRelaySharded(t *testing.T, subjects bool) uint64 {
 	nsrv := harness.StartNATS(t)
 	esrv := harness.StartEtcd(t)
 	client := esrv.Client(t)
+	const keys, shards = 60, 16
+	relayShards := 0
+	if subjects {
+		relayShards = shards
+	}
 	h := relaytest.New(t, etcdtest.New(t, esrv, etcdtest.Options{}), nsrv.JetStream(t), relaytest.Options{
+		Shards: relayShards,
 		NewElector: func(int) leader.Elector {
 			el, err := leader.NewEtcd(client, "/relay-election", leader.EtcdOptions{TTL: 2e9})
 			if err != nil {
@@ -32,7 +55,6 @@ func TestRelaySharded(t *testing.T) {
 		},
 	})
 	ctx := context.Background()
-	const keys, shards = 60, 16
 	for i := range keys {
 		if _, err := h.Put(ctx, fmt.Sprintf("k%02d", i), 1); err != nil {
 			t.Fatal(err)
@@ -41,7 +63,9 @@ func TestRelaySharded(t *testing.T) {
 	b := etcdBackend(t, client, "/relay-shards")
 	type rep struct {
 		*replica
-		inf *core.SharedIndexInformer[etcdtest.Item]
+		inf           *core.SharedIndexInformer[etcdtest.Item]
+		down          *relay.Downstream[etcdtest.Item]
+		adds, deletes *atomic.Int64 // events handlers saw: enter, leave
 	}
 	newRep := func(id string) rep {
 		r := newReplica(t, b, shard.Options{ID: id, Shards: shards, Lease: lease})
@@ -63,7 +87,14 @@ func TestRelaySharded(t *testing.T) {
 			t.Fatal(err)
 		}
 		r.run(t)
-		return rep{r, inf}
+		adds, deletes := new(atomic.Int64), new(atomic.Int64)
+		if _, err := inf.AddEventHandler(core.ResourceEventHandlerFuncs[etcdtest.Item]{
+			AddFunc:    func(string, etcdtest.Item, bool) { adds.Add(1) },
+			DeleteFunc: func(string, etcdtest.Item, bool) { deletes.Add(1) },
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return rep{r, inf, down, adds, deletes}
 	}
 	check := func(rs ...rep) {
 		t.Helper()
@@ -95,7 +126,16 @@ func TestRelaySharded(t *testing.T) {
 	}
 	a, bb := newRep("a"), newRep("b")
 	check(a, bb)
+	left := a.deletes.Load() + bb.deletes.Load()
 	c := newRep("c")
 	check(a, bb, c)
+	// c's keys entered its cache as adds and left a's or b's as deletes
+	// (a member that joins takes only the shards it wins).
+	moved := int64(c.inf.Indexer().Len())
+	informertest.Eventually(t, "the moved keys' enter and leave events", func() bool {
+		return c.adds.Load() == moved && a.deletes.Load()+bb.deletes.Load()-left == moved
+	})
 	t.Logf("cached: a %d, b %d, c %d of %d keys", a.inf.Indexer().Len(), bb.inf.Indexer().Len(), c.inf.Indexer().Len(), keys)
+	t.Logf("messages read: a %d, b %d, c %d", a.down.MessagesRead(), bb.down.MessagesRead(), c.down.MessagesRead())
+	return a.down.MessagesRead() + bb.down.MessagesRead() + c.down.MessagesRead()
 }

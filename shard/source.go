@@ -41,6 +41,32 @@ type Source[T any] struct {
 	inf      Waiter
 }
 
+// ShardFilter is a ListerWatcher that can itself read only some shards'
+// keys, so that they are filtered before they reach this process:
+// relay.Downstream over a relay with Options.Shards consumes only the
+// owned shards' subjects (JetStream does the filtering). Source finds it
+// through Unwrap (core.Capability) and calls it with the owned set before
+// each List and Watch; it still drops other shards' keys at decode, which
+// then finds none.
+type ShardFilter interface {
+	FilterShards(ctx context.Context, shards int, owned []int) error
+}
+
+// pushDown hands the set to the ListerWatcher when it filters by shard.
+func (s *Source[T]) pushDown(ctx context.Context, set []bool) error {
+	f, ok := core.Capability[ShardFilter](s.lw)
+	if !ok {
+		return nil
+	}
+	var owned []int
+	for sh, in := range set {
+		if in {
+			owned = append(owned, sh)
+		}
+	}
+	return f.FilterShards(ctx, len(set), owned)
+}
+
 // Waiter is what Source needs of the informer over it: to wait until it
 // applied a version (core.SharedIndexInformer).
 type Waiter interface {
@@ -84,6 +110,9 @@ func (s *Source[T]) pass(set []bool, key string) bool { return set[Of(key, len(s
 
 func (s *Source[T]) List(ctx context.Context, sink core.ListSink[T]) (core.ResourceVersion, error) {
 	set, gen, _ := s.snapshot()
+	if err := s.pushDown(ctx, set); err != nil {
+		return 0, err
+	}
 	emit := sink.Emit
 	sink.Emit = func(ev core.Event[T]) error {
 		// An undecodable key is reported by its shard's owner alone (an
@@ -114,6 +143,9 @@ func (s *Source[T]) Watch(ctx context.Context, from core.ResourceVersion, opts c
 	s.mu.Unlock()
 	if stale {
 		return errSetChanged
+	}
+	if err := s.pushDown(ctx, set); err != nil {
+		return err
 	}
 	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)

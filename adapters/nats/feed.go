@@ -101,7 +101,9 @@ func (r *streamReader) openFeed(ctx context.Context, cfg jetstream.ConsumerConfi
 		// Cleans up after a process that died without stopping.
 		cfg.InactiveThreshold = 2 * time.Minute
 	}
-	if cfg.FilterSubject == "" {
+	if len(r.filters) > 0 && cfg.FilterSubject == "" && len(cfg.FilterSubjects) == 0 {
+		cfg.FilterSubjects = r.filters
+	} else if cfg.FilterSubject == "" && len(cfg.FilterSubjects) == 0 {
 		cfg.FilterSubject = r.filter
 	}
 	create := func(ctx context.Context) (jetstream.Consumer, error) { return r.stream.CreateConsumer(ctx, cfg) }

@@ -46,6 +46,11 @@ type EventStreamOptions[S any] struct {
 	// Filter is a subject pattern within the stream ("orders.*.events");
 	// empty means every subject of the stream.
 	Filter string
+	// Filters, instead of Filter, are several subject patterns within
+	// the stream, consumed by one consumer (nats-server 2.10's
+	// FilterSubjects): a relay Downstream that owns some shards reads
+	// their subjects only. Not with Filter or Where.
+	Filters []string
 	// Where, when set, makes the informer a partial sync over the folded
 	// entities (package filter): an Eq on filter.Key can narrow Filter
 	// (see filter.go), the rest is evaluated on each folded state; an
@@ -126,8 +131,21 @@ func NewEventStream[S any](ctx context.Context, js jetstream.JetStream, stream s
 	if err := checkPattern("stream name", stream, false); err != nil || strings.Contains(stream, ".") {
 		return nil, fmt.Errorf("%s: invalid stream name", source)
 	}
+	if len(opts.Filters) > 0 && (opts.Filter != "" || opts.Where != nil) {
+		return nil, fmt.Errorf("%s: EventStreamOptions.Filters is instead of Filter and Where: set one", source)
+	}
+	for _, p := range opts.Filters {
+		if err := checkPattern("EventStreamOptions.Filters", p, true); err != nil {
+			return nil, fmt.Errorf("%s: %w", source, err)
+		}
+	}
 	pattern := opts.Filter
-	if pattern == "" {
+	if len(opts.Filters) == 1 {
+		pattern = opts.Filters[0]
+	}
+	if pattern == "" && len(opts.Filters) > 1 {
+		pattern = ">" // unused: the consumer and the proofs take filters
+	} else if pattern == "" {
 		pattern = ">"
 	} else if err := checkPattern("EventStreamOptions.Filter", pattern, true); err != nil {
 		return nil, fmt.Errorf("%s: %w", source, err)
@@ -161,6 +179,9 @@ func NewEventStream[S any](ctx context.Context, js jetstream.JetStream, stream s
 	opts.Snapshot = maps.Clone(opts.Snapshot)
 	s := &EventStream[S]{opts: opts, residue: residue}
 	s.init(js, st, source, pattern, opts.BatchSize, opts.IdleCheck, opts.Logger)
+	if len(opts.Filters) > 1 {
+		s.filters = slices.Clone(opts.Filters)
+	}
 	return s, nil
 }
 

@@ -40,10 +40,13 @@ type streamReader struct {
 	nc     *nats.Conn
 	api    string // JetStream API prefix, "$JS.API." by default
 	filter string // subject filter of what is watched
-	batch  int
-	idle   time.Duration // <= 0: no idle checks
-	log    *slog.Logger
-	id     identity
+	// filters, when set (more than one), replace filter: the consumer
+	// takes them all and every proof asks about each.
+	filters []string
+	batch   int
+	idle    time.Duration // <= 0: no idle checks
+	log     *slog.Logger
+	id      identity
 	// relocateAt is relocateMin, lowered by tests.
 	relocateAt uint64
 }
@@ -318,11 +321,20 @@ func (r *streamReader) covered(ctx context.Context, after, to uint64) (bool, err
 	if after >= to {
 		return true, nil
 	}
-	seq, found, err := r.get(ctx, msgGetRequest{Seq: after + 1, NextFor: r.filter})
-	if err != nil {
-		return false, fmt.Errorf("%s: look for messages after sequence %d: %w", r.source, after, err)
+	filters := r.filters
+	if len(filters) == 0 {
+		filters = []string{r.filter}
 	}
-	return !found || seq > to, nil
+	for _, f := range filters {
+		seq, found, err := r.get(ctx, msgGetRequest{Seq: after + 1, NextFor: f})
+		if err != nil {
+			return false, fmt.Errorf("%s: look for messages after sequence %d: %w", r.source, after, err)
+		}
+		if found && seq <= to {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // identity remembers when the stream was created, so that a stream deleted

@@ -44,6 +44,13 @@ type Options struct {
 	// Logger receives the relays' and the harness's downstream's logs;
 	// nil discards them.
 	Logger *slog.Logger
+	// Shards is the relays' Options.Shards (per-shard subjects); zero
+	// means none.
+	Shards int
+	// OwnAllShards makes the harness's own downstream (ListerWatcher)
+	// one that owns every shard: it consumes every shard's subject and
+	// confirms versions as a sharded downstream does.
+	OwnAllShards bool
 }
 
 // Harness is a source harness re-served through relays.
@@ -56,6 +63,7 @@ type Harness[T any] struct {
 
 	noWait bool
 	log    *slog.Logger
+	shards int
 
 	mu      sync.Mutex
 	relays  []*runner[T]
@@ -88,7 +96,7 @@ func New[T any](tb testing.TB, src conformance.Harness[T], js jetstream.JetStrea
 		opts.ProgressInterval = 100 * time.Millisecond
 	}
 	n := seq.Add(1)
-	h := &Harness[T]{src: src, js: js, noWait: opts.NoWait, log: opts.Logger, stream: fmt.Sprintf("RELAY%d", n), prefix: fmt.Sprintf("relay.t%d", n)}
+	h := &Harness[T]{src: src, js: js, noWait: opts.NoWait, log: opts.Logger, shards: opts.Shards, stream: fmt.Sprintf("RELAY%d", n), prefix: fmt.Sprintf("relay.t%d", n)}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cfg := relay.StreamConfig(h.stream, h.prefix)
@@ -108,7 +116,7 @@ func New[T any](tb testing.TB, src conformance.Harness[T], js jetstream.JetStrea
 		defer ncancel()
 		r, err := relay.New(nctx, rjs, src.ListerWatcher(), relay.Options[T]{
 			Stream: h.stream, Prefix: h.prefix, Elector: opts.NewElector(i), ProgressInterval: opts.ProgressInterval,
-			Logger: opts.Logger,
+			Logger: opts.Logger, Shards: opts.Shards,
 		})
 		if err != nil {
 			tb.Fatalf("relaytest: relay %d: %v", i, err)
@@ -133,7 +141,14 @@ func New[T any](tb testing.TB, src conformance.Harness[T], js jetstream.JetStrea
 			}
 		}
 	})
-	down, err := relay.NewDownstream[T](ctx, js, h.stream, h.prefix, relay.DownstreamOptions[T]{IdleCheck: time.Second, Logger: h.log})
+	dopts := relay.DownstreamOptions[T]{IdleCheck: time.Second, Logger: h.log}
+	if opts.OwnAllShards {
+		dopts.Shards = opts.Shards
+		for s := range opts.Shards {
+			dopts.Owned = append(dopts.Owned, s)
+		}
+	}
+	down, err := relay.NewDownstream[T](ctx, js, h.stream, h.prefix, dopts)
 	if err != nil {
 		tb.Fatalf("relaytest: downstream: %v", err)
 	}
@@ -254,6 +269,12 @@ func (h *Harness[T]) Source() conformance.Harness[T] { return h.src }
 // NewDownstream returns another Downstream over the stream, through js.
 func (h *Harness[T]) NewDownstream(ctx context.Context, js jetstream.JetStream) (*relay.Downstream[T], error) {
 	return relay.NewDownstream[T](ctx, js, h.stream, h.prefix, relay.DownstreamOptions[T]{IdleCheck: time.Second, Logger: h.log})
+}
+
+// NewShardDownstream returns a Downstream reading only the owned shards'
+// subjects (the relays' Options.Shards must be set).
+func (h *Harness[T]) NewShardDownstream(ctx context.Context, js jetstream.JetStream, owned []int) (*relay.Downstream[T], error) {
+	return relay.NewDownstream[T](ctx, js, h.stream, h.prefix, relay.DownstreamOptions[T]{IdleCheck: time.Second, Logger: h.log, Shards: h.shards, Owned: owned})
 }
 
 // ListerWatcher is the Downstream.
