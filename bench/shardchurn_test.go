@@ -58,6 +58,9 @@ import (
 //     in Postgres (shard.NewPostgres); each handler upserts its change
 //     into a table in a transaction fenced on the shard's term
 //     (shard.Postgres.Fence), ordered by a sequence read after the fence;
+//   - relay-subjects: the same with the relay publishing per-shard
+//     subjects (relay.Options.Shards), each Downstream consuming only its
+//     shards' (JetStream filters instead of the decoder);
 //   - kube: the ConfigMaps of a namespace of a real kube-apiserver,
 //     membership in its Leases (shard.NewKube); the Kubernetes API has no
 //     fence, so every handler call counts.
@@ -95,6 +98,13 @@ func BenchmarkShardChurn(b *testing.B) {
 		nsrv := harness.StartNATS(b)
 		for range b.N {
 			runShardChurn(b, &relayChurn{pg: pg, nsrv: nsrv})
+		}
+	})
+	b.Run("relay-subjects", func(b *testing.B) {
+		pg := harness.StartPostgres(b)
+		nsrv := harness.StartNATS(b)
+		for range b.N {
+			runShardChurn(b, &relayChurn{pg: pg, nsrv: nsrv, shards: churnShards})
 		}
 	})
 	b.Run("kube", func(b *testing.B) {
@@ -213,6 +223,7 @@ type shardMemberSpec struct {
 	// Prefix, Conn: the database).
 	Kind, ID, Conn, Prefix string
 	NATS, Stream           string
+	RelayShards            int // the relay's Options.Shards (0: one subject per key)
 	Shards                 int
 	Lease                  time.Duration
 }
@@ -361,7 +372,7 @@ func relayMember(ctx context.Context, s shardMemberSpec, log *slog.Logger, out *
 	if err != nil {
 		return err
 	}
-	down, err := relay.NewDownstream[pgtest.Row](ctx, js, s.Stream, s.Prefix, relay.DownstreamOptions[pgtest.Row]{Logger: log})
+	down, err := relay.NewDownstream[pgtest.Row](ctx, js, s.Stream, s.Prefix, relay.DownstreamOptions[pgtest.Row]{Logger: log, Shards: s.RelayShards})
 	if err != nil {
 		return err
 	}
@@ -622,6 +633,9 @@ type relayChurn struct {
 	pg   *harness.Postgres
 	nsrv *harness.NATS
 	h    *pgtest.Harness
+	// shards, when positive, is the relay's Options.Shards: per-shard
+	// subjects, each member's Downstream consuming only its shards'.
+	shards int
 }
 
 func (c *relayChurn) setup(b *testing.B, n int) shardMemberSpec {
@@ -638,7 +652,7 @@ func (c *relayChurn) setup(b *testing.B, n int) shardMemberSpec {
 	if _, err := c.h.PutAll(ctx, keys, 0); err != nil {
 		b.Fatal(err)
 	}
-	spec := shardMemberSpec{Kind: "relay", Conn: c.pg.ConnString(), NATS: c.nsrv.URL(), Stream: fmt.Sprintf("CHURN%d", seq), Prefix: fmt.Sprintf("churn%d", seq)}
+	spec := shardMemberSpec{Kind: "relay", Conn: c.pg.ConnString(), NATS: c.nsrv.URL(), Stream: fmt.Sprintf("CHURN%d", seq), Prefix: fmt.Sprintf("churn%d", seq), RelayShards: c.shards}
 	c.pg.Exec(b, fmt.Sprintf("CREATE TABLE %s_out (k text PRIMARY KEY, v bigint NOT NULL); CREATE SEQUENCE %s_out_order", spec.Prefix, spec.Prefix))
 	if _, err := c.nsrv.JetStream(b).CreateStream(ctx, relay.StreamConfig(spec.Stream, spec.Prefix)); err != nil {
 		b.Fatal(err)
@@ -658,7 +672,7 @@ func (c *relayChurn) setup(b *testing.B, n int) shardMemberSpec {
 	if err != nil {
 		b.Fatal(err)
 	}
-	r, err := relay.New(rctx, c.nsrv.JetStream(b), table, relay.Options[pgtest.Row]{Stream: spec.Stream, Prefix: spec.Prefix, Elector: el})
+	r, err := relay.New(rctx, c.nsrv.JetStream(b), table, relay.Options[pgtest.Row]{Stream: spec.Stream, Prefix: spec.Prefix, Elector: el, Shards: c.shards})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -681,8 +695,11 @@ func (c *relayChurn) truth(b *testing.B) map[string]int64 {
 	return t
 }
 
+// churnShards is the churn's shard count.
+const churnShards = 32
+
 func runShardChurn(b *testing.B, src churnSource) {
-	const shards = 32
+	const shards = churnShards
 	const lease = 3 * time.Second
 	nkeys := size(1000, 200)
 	rate := size(1000, 200)
