@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -20,8 +22,9 @@ import (
 // racing the take is either seen or refused. Terms come from the sequence
 // <name>_term.
 type Postgres struct {
-	pool *pgxpool.Pool
-	name string
+	pool  *pgxpool.Pool
+	name  string
+	lease atomic.Int64 // the members' lease, ns, as the last Join here gave it
 }
 
 var identRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,40}$`)
@@ -74,12 +77,28 @@ func (p *Postgres) String() string {
 // until tx ends: a take of the shard (or the owner's expiry turning into
 // a take) waits for tx, so a write in tx after a nil Fence is a write of
 // the current owner. It returns an error matching ErrFenced otherwise.
+//
+// It also sets the transaction's idle_in_transaction_session_timeout to
+// the lease: a transaction left idle longer (its process frozen, or a
+// handler waiting on something else between statements) is ended by the
+// server, which rolls it back and frees the lock, so that it never holds
+// the next owner's take for longer than a lease.
 func (p *Postgres) Fence(ctx context.Context, tx pgx.Tx, shard int, term uint64) error {
+	// The lock would make a frozen owner's open transaction block the
+	// next owner's take for as long as the process stays frozen (its
+	// connection open, the server waiting for its next command): the
+	// transaction may sit idle for a lease at most, then the server ends
+	// its session and the lock goes with it.
+	idle := time.Duration(p.lease.Load())
+	if idle <= 0 {
+		idle = defaultLease
+	}
 	var one int
 	err := tx.QueryRow(ctx, fmt.Sprintf(`
-SELECT 1 FROM %[1]s_owners o JOIN %[1]s_members m ON m.id = o.owner AND m.incarnation = o.incarnation
+SELECT 1, set_config('idle_in_transaction_session_timeout', $3, true)
+FROM %[1]s_owners o JOIN %[1]s_members m ON m.id = o.owner AND m.incarnation = o.incarnation
 WHERE o.shard = $1 AND o.term = $2 AND m.expires_at > clock_timestamp()
-FOR SHARE OF o FOR KEY SHARE OF m`, p.name), shard, int64(term)).Scan(&one)
+FOR SHARE OF o FOR KEY SHARE OF m`, p.name), shard, int64(term), strconv.FormatInt(idle.Milliseconds(), 10)).Scan(&one, nil)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("shard: %s: shard %d, term %d: %w", p, shard, term, ErrFenced)
 	}
@@ -97,6 +116,7 @@ func (p *Postgres) Join(ctx context.Context, self Member, ttl time.Duration) (Se
 	if self.ID == "" {
 		return nil, fmt.Errorf("shard: %s: empty member ID", p)
 	}
+	p.lease.Store(int64(ttl))
 	var inc int64
 	err := p.pool.QueryRow(ctx, fmt.Sprintf(`
 INSERT INTO %[1]s_members (id, weight, incarnation, expires_at)

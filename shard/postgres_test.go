@@ -102,12 +102,29 @@ func TestPostgresFrozenMemberLeaves(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = px.Close() })
-	fb := pgBackend(t, pgPool(t, pg, px), "test_shards")
+	fpool := pgPool(t, pg, px)
+	fb := pgBackend(t, fpool, "test_shards")
 	const shards = 16
 	opts := func(id string) shard.Options { return shard.Options{ID: id, Shards: shards, Lease: lease} }
 	a, bb := start(t, b, opts("a")), start(t, b, opts("b"))
 	f := start(t, fb, opts("f"))
 	settled(t, shards, a, bb, f)
+	// Frozen inside a fenced transaction, as a process stopped in its
+	// handler: the lock Fence took must not hold the take past the lease.
+	var fencedShard int
+	var fencedTerm uint64
+	for sh, term := range f.s.Owned() {
+		fencedShard, fencedTerm = sh, term
+		break
+	}
+	ctx := context.Background()
+	tx, err := fpool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fb.Fence(ctx, tx, fencedShard, fencedTerm); err != nil {
+		t.Fatal(err)
+	}
 	frozenAt := time.Now()
 	px.Freeze()
 	settled(t, shards, a, bb)
@@ -118,5 +135,8 @@ func TestPostgresFrozenMemberLeaves(t *testing.T) {
 		t.Fatalf("the frozen member still hands out work for shards %v", owned)
 	}
 	px.Thaw()
+	if err := tx.Commit(ctx); err == nil {
+		t.Error("the frozen member's fenced transaction committed after its shard moved")
+	}
 	settled(t, shards, a, bb, f)
 }

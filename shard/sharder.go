@@ -111,7 +111,7 @@ func New(b Backend, opts Options) (*Sharder, error) {
 		return nil, fmt.Errorf("shard: Options.Shards %d is negative", opts.Shards)
 	}
 	if opts.Lease == 0 {
-		opts.Lease = 10 * time.Second
+		opts.Lease = defaultLease
 	}
 	if opts.Lease < time.Second {
 		return nil, fmt.Errorf("shard: Options.Lease %v is below one second", opts.Lease)
@@ -259,3 +259,6 @@ func (s *Sharder) notifyLocked() {
 		}
 	}
 }
+
+// defaultLease is Options.Lease's zero value.
+const defaultLease = 10 * time.Second
