@@ -4,6 +4,8 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
+	"runtime/trace"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -118,6 +120,45 @@ func (p *warmProcess) stop(b *testing.B) {
 	p.src.Close()
 }
 
+// profileWarm (DBINFORMER_WARM_PROFILE=dir) writes a CPU profile and an
+// execution trace of each warm run into dir (warm-N.cpu, warm-N.trace),
+// for looking at the warm side alone: a whole-benchmark profile is
+// mostly the cold side's list and the table's creation. It returns the
+// function that ends them.
+func profileWarm(b *testing.B) (stop func()) {
+	dir := os.Getenv("DBINFORMER_WARM_PROFILE")
+	if dir == "" {
+		return func() {}
+	}
+	warmProfiles++
+	name := filepath.Join(dir, "warm-"+strconv.Itoa(warmProfiles))
+	cpu, err := os.Create(name + ".cpu")
+	if err != nil {
+		b.Fatal(err)
+	}
+	tr, err := os.Create(name + ".trace")
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(cpu); err != nil {
+		b.Fatal(err)
+	}
+	if err := trace.Start(tr); err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		trace.Stop()
+		pprof.StopCPUProfile()
+		for _, f := range []*os.File{cpu, tr} {
+			if err := f.Close(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
+
+var warmProfiles int
+
 // rowsRead is how many rows Postgres read from warm_rows so far, by
 // sequential and index scans. Statistics are flushed when a backend ends
 // (every Source connection has ended when it is read) and otherwise at
@@ -196,6 +237,7 @@ func BenchmarkWarmStart(b *testing.B) {
 	warm := side{name: "warm", n: rows, unit: "row",
 		prepare: func() { before = rowsRead(b, pg) },
 		run: func() {
+			defer profileWarm(b)()
 			proc = startWarmProcess(b, pg, slot, store, nil)
 			proc.waitSynced(b)
 		},

@@ -14,7 +14,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/informertest"
@@ -682,5 +684,58 @@ func TestCheckpointSaveWhileKeysAreDeleted(t *testing.T) {
 	}
 	if got, want := cacheState(inf2), truth(src); !mapsEqual(got, want) {
 		t.Errorf("the cache differs from the source on %d keys", len(diffKeys(got, want)))
+	}
+}
+
+// failingWatch is a source whose first watches fail: a restart whose
+// stream cannot start at once (a slot still held by a dead process's
+// walsender, say).
+type failingWatch struct {
+	*memory.Source[versioned]
+	fails atomic.Int32
+}
+
+func (f *failingWatch) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[versioned]) error {
+	if f.fails.Add(-1) >= 0 {
+		return errors.New("replication slot is active for PID 4242")
+	}
+	return f.Source.Watch(ctx, from, opts)
+}
+
+// A warm start that met errors before it synced says so in its log line:
+// how many, and the last one (a restart slower than usual says why).
+func TestCheckpointWarmStartLogsItsErrors(t *testing.T) {
+	dir := t.TempDir()
+	src := memory.New[versioned](memory.Options{})
+	src.Put("a", versioned{"a", 1})
+	runOnce(t, src, ckptOptions(t, dir))
+	src.Put("a", versioned{"a", 2})
+
+	var mu sync.Mutex
+	var logs bytes.Buffer
+	opts := ckptOptions(t, dir)
+	opts.ErrorHandler = nil
+	opts.Backoff = core.Backoff{Initial: time.Millisecond, Max: time.Millisecond}
+	opts.Logger = slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))
+	fw := &failingWatch{Source: src}
+	fw.fails.Store(2)
+	inf := core.NewSharedIndexInformer[versioned](fw, opts)
+	runUntilStopped(t, inf)
+	syncOrFail(t, inf)
+	line := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		for l := range strings.Lines(logs.String()) {
+			if strings.Contains(l, "warm start synced") {
+				return l
+			}
+		}
+		return ""
+	}
+	informertest.Eventually(t, "the warm start's log line", func() bool { return line() != "" })
+	for _, want := range []string{"errors=2", `last_error="users: watch from version 1: replication slot is active for PID 4242"`} {
+		if !strings.Contains(line(), want) {
+			t.Errorf("log line %q lacks %s", line(), want)
+		}
 	}
 }

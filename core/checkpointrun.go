@@ -52,6 +52,7 @@ type warmState struct {
 	known  atomic.Bool // target is set
 
 	began    time.Time
+	errsAt   int64        // the errors the informer had reported when it began
 	loadedAt atomic.Int64 // UnixNano; 0 until the checkpoint is in the cache
 	objects  atomic.Int64 // the checkpoint's
 	changes  atomic.Int64 // deltas applied before synced
@@ -98,6 +99,11 @@ func (i *SharedIndexInformer[T]) logWarmSynced(ctx context.Context, w *warmState
 		slog.String("waited_for", what),
 		slog.Uint64("head", w.target.Load()), slog.Int64("changes", w.changes.Load()),
 		slog.Duration("catch_up", now.Sub(loaded)))
+	// What went wrong meanwhile (each was reported when it happened):
+	// the watch's retries, a Restore or a head read that failed.
+	if n, last := i.rep.reported(); n > w.errsAt {
+		attrs = append(attrs, slog.Int64("errors", n-w.errsAt), slog.String("last_error", last.Error()))
+	}
 	i.rep.logger.LogAttrs(ctx, slog.LevelInfo, "dbinformer: warm start synced", attrs...)
 }
 

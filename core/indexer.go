@@ -226,12 +226,15 @@ func (s *Indexer[T]) getAll(keys []string, where []int32, base *itemBase[T], dst
 	s.rlock()
 	defer s.mu.RUnlock()
 	same := base != nil && s.items.base == base
+	d := &binDecoder{}
 	for n, k := range keys {
 		if pos := int(where[n]); same && pos >= 0 {
 			if base.isDead(pos) {
 				return false
 			}
-			dst[n] = *base.obj(pos)
+			// A lazily loaded page stays lazy: the caller (a
+			// checkpoint's write) holds dst only while it encodes it.
+			dst[n] = base.peekObj(pos, d)
 			continue
 		}
 		obj, ok := s.items.get(k)

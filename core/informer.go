@@ -249,6 +249,7 @@ func (i *SharedIndexInformer[T]) Run(ctx context.Context) error {
 	i.warm.Store(nil)
 	if ckpt != nil {
 		ws := &warmState{began: i.clk.Now()}
+		ws.errsAt, _ = i.rep.reported()
 		i.reflector.cfg.warm = func(ctx context.Context) (ResourceVersion, bool, bool) { return i.warmStart(ctx, ckpt, ws) }
 		i.reflector.cfg.listed = ws.listed
 		wg.Go(func() { i.checkpointLoop(ctx, ckpt) })

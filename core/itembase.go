@@ -49,6 +49,27 @@ func (b *itemBase[T]) obj(pos int) *T {
 	return &b.pages[pos>>b.pageBits].objects()[pos&(1<<b.pageBits-1)]
 }
 
+// peekObj is the object at pos for a reader that lets go of it before
+// the Indexer's read lock it holds (a checkpoint's write): an object of a
+// lazy page no one has read yet is decoded for the caller alone, its
+// strings sharing the checkpoint block, and the page stays lazy. Reading
+// it with obj would decode the whole page and keep it decoded: a
+// checkpoint's write, reading every object, turned every lazily loaded
+// page into decoded objects that, their strings sharing the blocks, kept
+// every block of the checkpoint alive as well (BenchmarkWarmRestartMemory).
+// d is the caller's decoder, reused across calls.
+func (b *itemBase[T]) peekObj(pos int, d *binDecoder) T {
+	p := b.pages[pos>>b.pageBits]
+	if l := p.lazy; l != nil && p.objs.Load() == nil {
+		// No object of the page was read or written (a write decodes
+		// the page first): the record is the object.
+		var o T
+		l.decodeAt(d, pos&(1<<b.pageBits-1), &o)
+		return o
+	}
+	return *b.obj(pos)
+}
+
 // ownedObj is the object at pos, decoded again into strings of its own
 // if it is still as loaded on a page whose objects share the block.
 func (b *itemBase[T]) ownedObj(pos int) T {

@@ -299,3 +299,49 @@ func TestItemsOwnedReadsReleaseBlocks(t *testing.T) {
 		}
 	}
 }
+
+// A checkpoint written from a lazily loaded Indexer (as encodeCache reads
+// it: keysNow, then getAll a chunk at a time) leaves the pages lazy: it
+// decodes each object for the write alone. Decoding the pages for it kept
+// every page decoded, and, the decoded strings sharing the checkpoint's
+// blocks, every block alive beside them, for the rest of the run. The
+// checkpoint written is the one loaded, byte for byte.
+func TestCheckpointWriteLeavesLazyPagesLazy(t *testing.T) {
+	const n = 20_000
+	keys, objs := ckptRows(n)
+	codec, err := NewBinary[ckptRow]()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var loaded bytes.Buffer
+	if err := encodeCheckpoint(&loaded, codec, "x", 7, keys, objs); err != nil {
+		t.Fatal(err)
+	}
+	_, l, err := decodeCheckpoint(bytes.NewReader(loaded.Bytes()), codec, "x", true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewIndexer[ckptRow](nil)
+	if ok, _ := s.loadEmpty(l.base); !ok {
+		t.Fatal("loadEmpty refused an empty indexer")
+	}
+	ks, where, base := s.keysNow()
+	var saved bytes.Buffer
+	err = encodeCheckpointOf(&saved, codec, "x", 7, ks, func(lo int, keys []string, dst []ckptRow) error {
+		if !s.getAll(keys, where[lo:lo+len(keys)], base, dst) {
+			return errKeyGone
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range l.base.pages {
+		if p.objs.Load() != nil {
+			t.Fatalf("page %d of %d was decoded (and kept) by the checkpoint's write", i, len(l.base.pages))
+		}
+	}
+	if !bytes.Equal(saved.Bytes(), loaded.Bytes()) {
+		t.Errorf("the checkpoint written from the lazily loaded cache (%d bytes) differs from the one loaded (%d bytes)", saved.Len(), loaded.Len())
+	}
+}

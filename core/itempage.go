@@ -106,14 +106,19 @@ func (p *itemPage[T]) objects() []T {
 // their strings share the chunk's bytes.
 func (l *lazyObjects[T]) decodeLoaded() []T {
 	objs := make([]T, len(l.recs))
-	arena := unsafe.String(unsafe.SliceData(l.data), len(l.data))
 	d := &binDecoder{}
 	for i := range objs {
-		key, enc := l.record(i)
-		at := int(uintptr(unsafe.Pointer(unsafe.SliceData(enc))) - uintptr(unsafe.Pointer(unsafe.SliceData(l.data))))
-		l.decode(d, i, key, enc, arena[at:at+len(enc)], &objs[i])
+		l.decodeAt(d, i, &objs[i])
 	}
 	return objs
+}
+
+// decodeAt decodes record i into dst, its strings sharing the chunk's
+// bytes.
+func (l *lazyObjects[T]) decodeAt(d *binDecoder, i int, dst *T) {
+	key, enc := l.record(i)
+	at := int(uintptr(unsafe.Pointer(unsafe.SliceData(enc))) - uintptr(unsafe.Pointer(unsafe.SliceData(l.data))))
+	l.decode(d, i, key, enc, unsafe.String(unsafe.SliceData(l.data), len(l.data))[at:at+len(enc)], dst)
 }
 
 // decode decodes record i (key, enc) into dst, taking its strings from

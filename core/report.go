@@ -23,6 +23,28 @@ type reporter struct {
 	// schemaMet counts schema changes (the informer's metrics, when they
 	// implement SchemaMetrics); nil when they do not.
 	schemaMet SchemaMetrics
+	// seen counts the errors reported, for the warm start's log line.
+	seen *reportsSeen
+}
+
+// reportsSeen is how many errors an informer reported, and the last one:
+// a warm start's log line names those reported while it waited (a
+// restart slower than usual says why: a slot held by the walsender of a
+// process that died, a server that refused connections).
+type reportsSeen struct {
+	mu   sync.Mutex
+	n    int64
+	last error
+}
+
+// reported returns how many errors were reported so far, and the last.
+func (r reporter) reported() (int64, error) {
+	if r.seen == nil {
+		return 0, nil
+	}
+	r.seen.mu.Lock()
+	defer r.seen.mu.Unlock()
+	return r.seen.n, r.seen.last
 }
 
 // lastDecode is the last *DecodeError an informer reported and when.
@@ -37,7 +59,7 @@ func newReporter(name string, handler func(error), logger *slog.Logger, clk cloc
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return reporter{name: name, handler: handler, logger: logger, decode: &lastDecode{clk: clock.Or(clk)}, schema: &lastSchema{}}
+	return reporter{name: name, handler: handler, logger: logger, decode: &lastDecode{clk: clock.Or(clk)}, schema: &lastSchema{}, seen: &reportsSeen{}}
 }
 
 // lastDecodeError returns the last *DecodeError reported and when; nil
@@ -52,6 +74,12 @@ func (r reporter) lastDecodeError() (*DecodeError, time.Time) {
 }
 
 func (r reporter) report(ctx context.Context, err error) {
+	if r.seen != nil {
+		r.seen.mu.Lock()
+		r.seen.n++
+		r.seen.last = err
+		r.seen.mu.Unlock()
+	}
 	var de *DecodeError
 	if r.decode != nil && errors.As(err, &de) {
 		now := r.decode.clk.Now()

@@ -69,19 +69,51 @@ func (s *Source) baseSamples(ctx context.Context, conn *pgx.Conn, oid uint32) []
 	return nil
 }
 
+// mappedField is a field (name, type) and the column it maps to.
+type mappedField struct {
+	col  column
+	name string
+	typ  reflect.Type
+}
+
+// proveMappings proves each field's mapping (proveMapping), in order. The
+// server renders every column's samples in one statement: one round trip
+// for the table instead of two per column, which was most of NewTable's
+// time (and of a warm restart's, which reads no row).
+func (s *Source) proveMappings(ctx context.Context, conn *pgx.Conn, tm *pgtype.Map, st *tableState, fields []mappedField) error {
+	samples := make([][]string, len(fields))
+	var lits, types []string
+	for i, f := range fields {
+		samples[i] = s.samples(ctx, conn, f.col)
+		for _, lit := range samples[i] {
+			lits = append(lits, lit)
+			types = append(types, f.col.typname)
+		}
+	}
+	texts, err := s.castSamples(ctx, conn, lits, types)
+	if err != nil {
+		return s.wrap("render sample values of the columns of "+st.ident.Sanitize(), err)
+	}
+	for i, f := range fields {
+		n := len(samples[i])
+		if err := s.proveMapping(ctx, conn, tm, st, f.col, f.name, f.typ, texts[:n:n]); err != nil {
+			return err
+		}
+		texts = texts[n:]
+	}
+	return nil
+}
+
 // proveMapping checks that field (of type ft) can hold every value of
-// column c. tm knows the table's derived types.
-func (s *Source) proveMapping(ctx context.Context, conn *pgx.Conn, tm *pgtype.Map, st *tableState, c column, field string, ft reflect.Type) error {
+// column c, given its samples as the server rendered them (texts; nil for
+// those the column's type does not accept). tm knows the table's derived
+// types.
+func (s *Source) proveMapping(ctx context.Context, conn *pgx.Conn, tm *pgtype.Map, st *tableState, c column, field string, ft reflect.Type, texts []*string) error {
 	ident := st.ident.Sanitize()
 	if !c.notNull {
 		if err := tm.Scan(c.oid, pgtype.TextFormatCode, nil, reflect.New(ft).Interface()); err != nil {
 			return fmt.Errorf("postgres table %s: column %q (%s) is nullable, and field %s (%s) cannot hold NULL: make the field a pointer (*%s) or a type that holds NULL (a pgtype type, sql.Null...), or declare the column NOT NULL", ident, c.name, c.typname, field, ft, ft)
 		}
-	}
-	samples := s.samples(ctx, conn, c)
-	texts, err := s.castSamples(ctx, conn, samples, c.typname)
-	if err != nil {
-		return s.wrap(fmt.Sprintf("render sample values of column %q of %s", c.name, ident), err)
 	}
 	tried := 0
 	for _, text := range texts {
@@ -137,9 +169,9 @@ EXCEPTION WHEN OTHERS THEN
 END
 $f$`
 
-// castSamples renders each literal as a value of type typname (a
-// format_type output), nil for those the type does not accept.
-func (s *Source) castSamples(ctx context.Context, conn *pgx.Conn, lits []string, typname string) ([]*string, error) {
+// castSamples renders each literal lits[i] as a value of type typnames[i]
+// (a format_type output), nil for those the type does not accept.
+func (s *Source) castSamples(ctx context.Context, conn *pgx.Conn, lits, typnames []string) ([]*string, error) {
 	if len(lits) == 0 {
 		return nil, nil
 	}
@@ -149,13 +181,16 @@ func (s *Source) castSamples(ctx context.Context, conn *pgx.Conn, lits []string,
 		out := make([]*string, len(lits))
 		for i, lit := range lits {
 			var text string
-			if conn.QueryRow(ctx, "SELECT CAST($1::text AS "+typname+")::text", lit).Scan(&text) == nil {
+			if conn.QueryRow(ctx, "SELECT CAST($1::text AS "+typnames[i]+")::text", lit).Scan(&text) == nil {
 				out[i] = &text
 			}
 		}
 		return out, nil
 	}
 	var out []*string
-	err := conn.QueryRow(ctx, "SELECT array_agg(pg_temp.dbinformer_cast_sample(v, $2) ORDER BY n) FROM unnest($1::text[]) WITH ORDINALITY AS l(v, n)", lits, typname).Scan(&out)
+	err := conn.QueryRow(ctx, "SELECT array_agg(pg_temp.dbinformer_cast_sample(v, t) ORDER BY n) FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS l(v, t, n)", lits, typnames).Scan(&out)
+	if err == nil && len(out) != len(lits) {
+		err = fmt.Errorf("%d sample values rendered for %d", len(out), len(lits))
+	}
 	return out, err
 }

@@ -37,3 +37,12 @@ func KeptToast[T any](t *Table[T]) (keys, bytes int) {
 	}
 	return len(seen), bytes
 }
+
+// StreamPosition returns the position s's replication stream delivered
+// up to (the fan-out's), and whether the stream runs.
+func StreamPosition(s *Source) (pos uint64, streaming bool) {
+	s.mu.Lock()
+	streaming = s.sess != nil && s.sess.streaming
+	s.mu.Unlock()
+	return uint64(s.fan.position()), streaming
+}

@@ -128,7 +128,39 @@ func (t *Table[T]) Restore(ctx context.Context, rv core.ResourceVersion, objects
 	}
 	st.resetKnown()
 	s.log.Info("table restored from a checkpoint", "table", st.ident.Sanitize(), "rv", lsn(rv))
+	s.streamEarly(ctx, sess)
 	return nil
+}
+
+// streamEarly starts the resumed slot's stream as soon as the last
+// checkpointing table of the Source has restored, instead of at the first
+// Watch: an informer calls Restore as soon as its checkpoint's header is
+// read, while it reads and decodes the objects, so that the stream's start,
+// the server's keepalive with its WAL end and the catalog checks that
+// vouch for it (guard.go) overlap the decoding, and the first watch finds
+// the head reached (a warm start's catch-up) instead of waiting for them.
+// The stream keeps the restored table's transactions until its watch
+// comes (they are not acknowledged before), as after a List. It waits,
+// like ensureStreaming, for every other checkpointing table to restore or
+// list: a stream running past another table's checkpoint would make its
+// Restore fail. A stream that fails to start here is started again by
+// the first Watch (ensureStreaming resumes it). Called with setupMu held.
+func (s *Source) streamEarly(ctx context.Context, sess *session) {
+	if waiting, _ := s.fan.awaitingRestore(); waiting {
+		return
+	}
+	s.mu.Lock()
+	current := s.sess == sess && !s.closed && sess.resumed && !sess.streaming
+	s.mu.Unlock()
+	if !current {
+		return
+	}
+	// The stream's first status update asks for a keepalive: its WAL
+	// end moves the stream's position up to the server's head at once.
+	s.fan.probe()
+	if err := s.startStream(ctx, sess); err != nil {
+		s.log.Debug("start the stream after restoring (the first watch starts it again)", "err", err)
+	}
 }
 
 // checkRestorable refuses a filtered REPLICA IDENTITY DEFAULT table with

@@ -230,6 +230,10 @@ func (s *Source) checkFields(ctx context.Context, conn *pgx.Conn, tm *pgtype.Map
 	}
 	m.forget(rel)
 	mapped := map[string]bool{}
+	// The fields are proven in column order, up to the first that maps to
+	// a generated column (whose error comes after the proofs before it).
+	var fields []mappedField
+	var generated error
 	for i, f := range p.fields {
 		if f == nil {
 			continue
@@ -237,11 +241,16 @@ func (s *Source) checkFields(ctx context.Context, conn *pgx.Conn, tm *pgtype.Map
 		field := m.typ.FieldByIndex(f)
 		mapped[fmt.Sprint(f)] = true
 		if cols[i].generated {
-			return fmt.Errorf("pginformer: table %s: field %s maps to generated column %q, which pgoutput (before Postgres 18) does not stream: rows from the stream would carry a zero value. Leave the field out (tag it `db:\"-\"`) or name the column in TableOptions.Omit and drop the field", ident, field.Name, cols[i].name)
+			generated = fmt.Errorf("pginformer: table %s: field %s maps to generated column %q, which pgoutput (before Postgres 18) does not stream: rows from the stream would carry a zero value. Leave the field out (tag it `db:\"-\"`) or name the column in TableOptions.Omit and drop the field", ident, field.Name, cols[i].name)
+			break
 		}
-		if err := s.proveMapping(ctx, conn, tm, st, cols[i], field.Name, field.Type); err != nil {
-			return err
-		}
+		fields = append(fields, mappedField{col: cols[i], name: field.Name, typ: field.Type})
+	}
+	if err := s.proveMappings(ctx, conn, tm, st, fields); err != nil {
+		return err
+	}
+	if generated != nil {
+		return generated
 	}
 	for _, f := range structFields(m.typ, nil) {
 		if !mapped[fmt.Sprint(f.path)] {
