@@ -47,7 +47,7 @@ func BenchmarkShardRelayHeap(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	h := relaytest.New(b, src, nsrv.JetStream(b), relaytest.Options{Shards: shards, NoWait: true, NewElector: func(int) leader.Elector {
+	h := relaytest.New(b, src, nsrv.JetStream(b), relaytest.Options{Shards: shards, NoWait: true, StartTimeout: 20 * time.Minute, NewElector: func(int) leader.Elector {
 		el, err := leader.NewPostgres(pg.ConnString(), "bench-shards-"+src.TableName(), leader.PostgresOptions{})
 		if err != nil {
 			b.Fatal(err)

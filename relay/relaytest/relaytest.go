@@ -51,6 +51,10 @@ type Options struct {
 	// one that owns every shard: it consumes every shard's subject and
 	// confirms versions as a sharded downstream does.
 	OwnAllShards bool
+	// StartTimeout bounds New's wait for the first relay to publish its
+	// relist of the source; zero means a minute (a benchmark's million
+	// rows need longer).
+	StartTimeout time.Duration
 }
 
 // Harness is a source harness re-served through relays.
@@ -97,7 +101,10 @@ func New[T any](tb testing.TB, src conformance.Harness[T], js jetstream.JetStrea
 	}
 	n := seq.Add(1)
 	h := &Harness[T]{src: src, js: js, noWait: opts.NoWait, log: opts.Logger, shards: opts.Shards, stream: fmt.Sprintf("RELAY%d", n), prefix: fmt.Sprintf("relay.t%d", n)}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	if opts.StartTimeout <= 0 {
+		opts.StartTimeout = time.Minute
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opts.StartTimeout)
 	defer cancel()
 	cfg := relay.StreamConfig(h.stream, h.prefix)
 	cfg.Replicas = opts.Replicas
