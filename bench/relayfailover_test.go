@@ -344,6 +344,23 @@ type failoverFollower struct {
 	done       chan struct{}
 }
 
+// waitStopped waits until process pid is stopped (state T in
+// /proc/<pid>/stat); where there is no /proc it returns at once.
+func waitStopped(tb testing.TB, pid int) {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return
+		}
+		// pid (comm) state ...: comm may hold spaces, the state follows
+		// its closing parenthesis.
+		if i := strings.LastIndexByte(string(stat), ')'); i >= 0 && i+2 < len(stat) && stat[i+2] == 'T' {
+			return
+		}
+	}
+	tb.Fatalf("process %d did not stop within 10 s of SIGSTOP", pid)
+}
+
 // failoverJetStream is a JetStream context on a connection to node first
 // that knows the others' addresses, as a client of a real cluster would
 // be configured: when node first is shut down it reconnects to another.
@@ -565,6 +582,18 @@ func runRelayFailover(b *testing.B, pg *harness.Postgres, cl *harness.NATSCluste
 				b.Fatal(err)
 			}
 			victim = fmt.Sprintf("%v of replica-%d (pid %d)", sig, lead.id, lead.cmd.Process.Pid)
+			// A signal takes effect when the process is next scheduled:
+			// the fault starts once it is gone or stopped, so that a
+			// change it still published in between is not taken for the
+			// new leader's (one kube SIGSTOP gap read 2 ms, and its
+			// takeover fell inside the lag window).
+			if sig == syscall.SIGKILL {
+				<-lead.done
+			} else {
+				waitStopped(b, lead.cmd.Process.Pid)
+			}
+			t0 = time.Now()
+			faultNs.Store(t0.UnixNano())
 			if sig == syscall.SIGSTOP {
 				// Thawed after the takeover: it must find itself deposed.
 				heal = func() {
