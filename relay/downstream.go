@@ -230,7 +230,13 @@ func (d *Downstream[T]) List(ctx context.Context, sink core.ListSink[T]) (core.R
 			return 0, err
 		}
 	}
-	v := last.version
+	return d.emitListed(sink, bad, state, last.version, pos)
+}
+
+// emitListed ends a List at source version v, read up to stream sequence
+// pos: the undecodable keys first (events with Err), then every key's
+// state, and v parked for the Watch that follows.
+func (d *Downstream[T]) emitListed(sink core.ListSink[T], bad []core.Event[entry], state map[string]entry, v, pos uint64) (core.ResourceVersion, error) {
 	rv := core.ResourceVersion(v)
 	for _, ev := range bad {
 		if err := sink.Emit(core.Event[T]{Type: core.Added, Key: ev.Key, RV: rv, Err: ev.Err}); err != nil {

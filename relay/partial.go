@@ -321,22 +321,7 @@ func (d *Downstream[T]) listPartial(ctx context.Context, v *view, sink core.List
 			return 0, err
 		}
 	}
-	rv := core.ResourceVersion(c)
-	for _, ev := range bad {
-		if err := sink.Emit(core.Event[T]{Type: core.Added, Key: ev.Key, RV: rv, Err: ev.Err}); err != nil {
-			return 0, err
-		}
-	}
-	for _, e := range state {
-		if e.kind != kindKey || e.op == opDel {
-			continue
-		}
-		if err := sink.Emit(d.event(core.Added, e, rv)); err != nil {
-			return 0, err
-		}
-	}
-	d.park(c, pos)
-	return rv, nil
+	return d.emitListed(sink, bad, state, c, pos)
 }
 
 // partialWatch turns the owned shards' messages into batches confirmed by
