@@ -504,21 +504,7 @@ type churnCall struct {
 }
 
 func (st *churnState) start(b *testing.B, spec shardMemberSpec) *churnMember {
-	js, err := json.Marshal(spec)
-	if err != nil {
-		b.Fatal(err)
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
-	cmd.Env = append(os.Environ(), shardMemberEnv+"="+string(js))
-	cmd.Stderr = os.Stderr
-	dieWithParent(cmd)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
+	cmd, out := startChild(b, shardMemberEnv, spec)
 	m := &churnMember{id: spec.ID, cmd: cmd, done: make(chan struct{}), cache: make(chan map[string]int64, 1)}
 	go func() {
 		defer close(m.done)
