@@ -44,6 +44,25 @@ type AuditLister[T any] interface {
 	AuditList(ctx context.Context, atLeast ResourceVersion, sink ListSink[T]) (ResourceVersion, error)
 }
 
+// AuditRechecker is implemented by an AuditLister whose source can remove
+// an object without a change of its own: a NATS KV bucket's MaxAge, or a
+// purge below a sequence, drops a key's value and leaves nothing a watch
+// delivers. The audit's rule, that a key the cache has not changed since
+// the snapshot's version C holds its state at C, then fails for a key the
+// cache never held: the informer reaches C without it (rightly: the key is
+// gone) while the snapshot still had it.
+//
+// So before a run reports a key as missing from the cache or differing,
+// and before it heals one, it asks AuditUnchanged whether the source still
+// holds the object its AuditList emitted for key, at version rv (that
+// event's RV). A key the source no longer holds that way changed after C:
+// it is counted in flight, never reported or healed (a heal would put back
+// an object the source dropped). An error fails the run. At most MaxHeal
+// keys are asked; any beyond are reported unasked.
+type AuditRechecker interface {
+	AuditUnchanged(ctx context.Context, key string, rv ResourceVersion) (bool, error)
+}
+
 // AuditOptions turns on the consistency audit of an informer
 // (InformerOptions.Audit): every Period the informer compares its cache with
 // the source as of one version and reports (and by default heals) what
@@ -158,7 +177,9 @@ type AuditResult struct {
 	// the cache while the run read: their state at Version is not the
 	// cache's any more. A relist past Version during the run also leaves
 	// out each key missing from the cache (the cache never held the
-	// state at Version; the next run compares them).
+	// state at Version; the next run compares them), and so does a key
+	// the source dropped without a version since it was read (see
+	// AuditRechecker).
 	InFlight int64
 	// Undecodable counts source objects that did not decode; they are not
 	// compared (InformerOptions.Undecodable keeps them out of the cache).

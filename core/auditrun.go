@@ -187,7 +187,7 @@ func (i *SharedIndexInformer[T]) auditRun(ctx context.Context, o AuditOptions[T]
 		return fail(fmt.Errorf("%s: audit: a list is running (started %v); the next period audits", i.name, st.ListStarted.Format(time.RFC3339)))
 	}
 
-	p := &auditPass[T]{i: i, o: o, r: &r, tr: tr, seen: newAuditSeen[T](), suspects: map[string]T{}, gone: map[string]struct{}{}}
+	p := &auditPass[T]{i: i, o: o, r: &r, tr: tr, seen: newAuditSeen[T](), suspects: map[string]auditSuspect[T]{}, gone: map[string]struct{}{}}
 	i.indexer.watchSeen(p.seen)
 	defer i.indexer.watchSeen(nil)
 	pace := newPacer(i, o.Pace)
@@ -237,7 +237,11 @@ func (i *SharedIndexInformer[T]) auditRun(ctx context.Context, o AuditOptions[T]
 	// Read after WaitFor: a list that completed past c did so during the
 	// run (one before it had a version at most a0).
 	relisted := rf != nil && ResourceVersion(rf.lastListRV.Load()) > c
-	heal := p.compare(c, relisted)
+	rc, _ := Capability[AuditRechecker](i.lw)
+	heal, err := p.compare(ctx, c, relisted, rc)
+	if err != nil {
+		return fail(fmt.Errorf("%s: audit: %w", i.name, err))
+	}
 	r.Outcome = AuditEqual
 	if r.Divergent() > 0 {
 		r.Outcome = AuditDivergent
@@ -263,7 +267,7 @@ type auditPass[T any] struct {
 	seen *auditSeen[T] // each row's key
 	// suspects are keyed, since a source may emit a key again (see
 	// AuditLister): its last emission stands.
-	suspects map[string]T
+	suspects map[string]auditSuspect[T]
 	gone     map[string]struct{}
 	heal     []Delta[T]
 }
@@ -304,16 +308,25 @@ func (p *auditPass[T]) emit(ev Event[T]) error {
 			return nil
 		}
 	}
-	p.suspects[ev.Key] = obj
+	p.suspects[ev.Key] = auditSuspect[T]{obj: obj, rv: ev.RV}
 	return nil
+}
+
+// auditSuspect is a source object that differed from the cache as it was
+// read, and its version (for AuditRechecker).
+type auditSuspect[T any] struct {
+	obj T
+	rv  ResourceVersion
 }
 
 // compare decides, once the cache has applied c, which suspects differ
 // and which cached keys the source did not have, and returns what heals
 // them (at most MaxHeal). relisted says that a list past c completed
 // during the run: a key missing from the cache is then in flight (see the
-// top of this file).
-func (p *auditPass[T]) compare(c ResourceVersion, relisted bool) []Delta[T] {
+// top of this file). rc, when the source has one, rechecks each missing
+// or differing key first (see AuditRechecker); an extra key needs no
+// recheck, as a change without a version only removes.
+func (p *auditPass[T]) compare(ctx context.Context, c ResourceVersion, relisted bool, rc AuditRechecker) ([]Delta[T], error) {
 	r, i := p.r, p.i
 	add := func(keys *[]string, n *int64, d Delta[T]) {
 		*n++
@@ -324,21 +337,39 @@ func (p *auditPass[T]) compare(c ResourceVersion, relisted bool) []Delta[T] {
 			p.heal = append(p.heal, d)
 		}
 	}
-	for key, obj := range p.suspects {
+	asked := 0
+	for key, s := range p.suspects {
 		// Read the cache before asking the track: a change is recorded
 		// before it is applied, so a cached state read first and not
 		// recorded after C is the state at C.
 		cached, ok := i.indexer.Get(key)
+		var keys *[]string
+		var n *int64
+		d := Delta[T]{Key: key, Object: s.obj, HasObject: true, RV: c}
 		switch {
 		case p.tr.after(key, c), !ok && relisted:
 			r.InFlight++
+			continue
 		case !ok:
-			add(&r.MissingKeys, &r.Missing, Delta[T]{Type: DeltaAdded, Key: key, Object: obj, HasObject: true, RV: c})
-		case !p.o.Equal(cached, obj):
-			add(&r.DifferingKeys, &r.Differing, Delta[T]{Type: DeltaUpdated, Key: key, Object: obj, HasObject: true, RV: c})
+			keys, n, d.Type = &r.MissingKeys, &r.Missing, DeltaAdded
+		case !p.o.Equal(cached, s.obj):
+			keys, n, d.Type = &r.DifferingKeys, &r.Differing, DeltaUpdated
 		default:
 			r.Compared++
+			continue
 		}
+		if rc != nil && asked < p.o.MaxHeal {
+			asked++
+			same, err := rc.AuditUnchanged(ctx, key, s.rv)
+			if err != nil {
+				return nil, fmt.Errorf("recheck key %q at version %d: %w", key, s.rv, err)
+			}
+			if !same {
+				r.InFlight++ // dropped or changed after C without the cache seeing it yet
+				continue
+			}
+		}
+		add(keys, n, d)
 	}
 	p.suspects = nil
 	// Detached, the set changes no more (but in auditUnseen, if the base
@@ -367,7 +398,7 @@ func (p *auditPass[T]) compare(c ResourceVersion, relisted bool) []Delta[T] {
 			add(&r.ExtraKeys, &r.Extra, Delta[T]{Type: DeltaDeleted, Key: k, FinalStateUnknown: true, RV: c})
 		}
 	}
-	return p.heal
+	return p.heal, nil
 }
 
 // safeEqual runs the user's Equal; a panic is an error that ends the

@@ -43,6 +43,19 @@ func (k *KV[T]) AuditList(ctx context.Context, atLeast core.ResourceVersion, sin
 	}
 }
 
+// AuditUnchanged implements core.AuditRechecker: a bucket's MaxAge, or a
+// purge below a sequence, removes a key's value without a message the
+// watch delivers, so a key an audit read may be gone by the time the cache
+// is compared. It reports whether the key's last message is still the one
+// at sequence rv, read from the stream's leader.
+func (k *KV[T]) AuditUnchanged(ctx context.Context, key string, rv core.ResourceVersion) (bool, error) {
+	seq, found, err := k.get(ctx, msgGetRequest{LastFor: k.subject + key})
+	if err != nil {
+		return false, fmt.Errorf("%s: read the last message of key %q: %w", k.source, key, err)
+	}
+	return found && seq == uint64(rv), nil
+}
+
 func (k *KV[T]) auditRead(ctx context.Context, atLeast core.ResourceVersion, sink core.ListSink[T]) (core.ResourceVersion, error) {
 	info, err := k.info(ctx)
 	if err != nil {

@@ -1,9 +1,11 @@
 package natsinformer_test
 
 import (
+	"context"
 	"testing"
 
 	"github.com/dbinformer/dbinformer/adapters/nats/natstest"
+	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/conformance"
 	"github.com/dbinformer/dbinformer/filter"
 	"github.com/dbinformer/dbinformer/integration/harness"
@@ -65,4 +67,49 @@ func TestClusterEventStreamAuditConformance(t *testing.T) {
 	conformance.RunAudit(t, caps, func(t *testing.T) conformance.Harness[natstest.Obj] {
 		return natstest.NewEventStream(t, natstest.Config{Cluster: c, ListenNode: 2, WriteNode: 0})
 	})
+}
+
+// A bucket's MaxAge or a purge drops a key's value without a message the
+// watch delivers: the audit asks, before it reports a key, whether the
+// bucket still holds the value it read (core.AuditRechecker), and the
+// answer is found through a filter's wrapper too.
+func TestKVAuditRecheck(t *testing.T) {
+	h := natstest.NewKV(t, natstest.Config{Server: harness.StartNATS(t)})
+	ctx := context.Background()
+	wrapped := filter.Wrap[natstest.Obj](h.ListerWatcher(), filter.MustNew[natstest.Obj](filter.Prefix(filter.Key, "k")))
+	rc, ok := core.Capability[core.AuditRechecker](wrapped)
+	if !ok {
+		t.Fatal("the KV ListerWatcher behind filter.Wrap offers no core.AuditRechecker")
+	}
+	unchanged := func(key string, rv core.ResourceVersion) bool {
+		t.Helper()
+		same, err := rc.AuditUnchanged(ctx, key, rv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return same
+	}
+	first, err := h.Put(ctx, "k1", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !unchanged("k1", first) {
+		t.Fatalf("k1 at %d, its last value, reported changed", first)
+	}
+	second, err := h.Put(ctx, "k1", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if unchanged("k1", first) || !unchanged("k1", second) {
+		t.Fatalf("after a rewrite: k1 at %d should be changed, at %d unchanged", first, second)
+	}
+	if unchanged("k2", second) {
+		t.Fatal("k2, never written, reported unchanged")
+	}
+	if err := h.Expire(ctx); err != nil { // a purge: no delete marker
+		t.Fatal(err)
+	}
+	if unchanged("k1", second) {
+		t.Fatalf("k1 at %d reported unchanged after the stream was purged", second)
+	}
 }
