@@ -293,6 +293,10 @@ func (p *Postgres) Restart(tb testing.TB, mode string) {
 	p.Start(tb)
 }
 
+// Bin is the path of the server's client program prog (psql, pg_dump),
+// from the same installation as the server.
+func (p *Postgres) Bin(prog string) string { return filepath.Join(p.bin, prog) }
+
 // ConnString is a key=value connection string for the superuser over TCP.
 func (p *Postgres) ConnString() string {
 	return p.connString(p.User, p.Password, "")
