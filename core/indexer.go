@@ -6,6 +6,7 @@ import (
 	"iter"
 	"sort"
 	"sync"
+	"sync/atomic"
 )
 
 // IndexFunc computes the index values of an object. One object may have
@@ -58,6 +59,9 @@ type Indexer[T any] struct {
 	// list's estimate of its size (reserve).
 	staged *stagedItems[T]
 	expect int
+	// reserved is the map reserve is making for a large list, adopted by
+	// the first update (stage.go).
+	reserved atomic.Pointer[reservedItems[T]]
 	// seen is the running audit's set of keys, which knows positions of
 	// the base (auditseen.go); nil when no audit runs.
 	seen *auditSeen[T]
@@ -200,6 +204,7 @@ func (tx indexTx[T]) delete(key string) (old T, existed bool, err error) {
 // update runs f under the write lock: readers see everything f does or
 // nothing of it.
 func (s *Indexer[T]) update(f func(tx indexTx[T])) {
+	s.adoptReserved()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	f(indexTx[T]{s})
