@@ -5,10 +5,12 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // InCI reports whether the tests run under CI (CI=true), where a server that
@@ -36,8 +38,9 @@ func Unavailable(tb testing.TB, format string, args ...any) {
 // process (a route between two nodes, a client) may take as its local port
 // before the server binds it — a 3-node NATS cluster in CI failed with
 // "listen tcp 127.0.0.1:41661: bind: address already in use" that way.
-// Below that range only another explicit bind can collide, and a random
-// draw out of ~20,000 ports makes that rare.
+// Below that range only another explicit bind can collide: a random draw
+// out of ~20,000 ports makes that rare, and claimPort keeps this
+// harness's processes from drawing one another's ports.
 func FreePort(tb testing.TB) int {
 	tb.Helper()
 	port, err := freePort()
@@ -55,6 +58,9 @@ func freePort() (int, error) {
 			break
 		}
 		port := lo + rand.IntN(hi-lo+1)
+		if !claimPort(port) {
+			continue
+		}
 		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
 		if err == nil {
 			l.Close()
@@ -67,6 +73,46 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// portHold is how long a port drawn by FreePort stays claimed.
+const portHold = 2 * time.Minute
+
+// claimPort claims port for portHold against every process that draws
+// ports here (a file per port in a directory under os.TempDir(), created
+// exclusively), this one included. A port is free when drawn, but the
+// server that will bind it may start a second later (a cluster's last
+// node): two test processes running side by side (go test runs packages
+// in parallel) drew the same port in that window, and one node failed
+// with "bind: address already in use". A claim older than portHold is
+// stale and taken over; one rename wins it.
+func claimPort(port int) bool {
+	dir := filepath.Join(os.TempDir(), "dbinformer-ports")
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return true // no registry: the probe alone decides, as before
+	}
+	path := filepath.Join(dir, strconv.Itoa(port))
+	create := func() bool {
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o666)
+		if err != nil {
+			return false
+		}
+		f.Close()
+		return true
+	}
+	if create() {
+		return true
+	}
+	fi, err := os.Stat(path)
+	if err != nil || time.Since(fi.ModTime()) < portHold {
+		return false
+	}
+	stale := fmt.Sprintf("%s.stale.%d.%d", path, os.Getpid(), rand.Int64())
+	if os.Rename(path, stale) != nil {
+		return false // another process took it over first
+	}
+	os.Remove(stale)
+	return create()
 }
 
 // ephemeralLow is the lowest port of the kernel's ephemeral range, 32768
