@@ -8,7 +8,8 @@
 // start-up (seconds since exec): source (NewSource returned), table
 // (NewTable returned), list (the informer's List began), first-row (the
 // List's first row read) and synced.
-// USERPROG_LOG=debug logs the Source's steps to stderr.
+// USERPROG_LOG=debug logs the Source's steps to stderr;
+// USERPROG_CPUPROFILE=file writes a CPU profile of the run there.
 package main
 
 import (
@@ -16,6 +17,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime/pprof"
 	"sync/atomic"
 	"time"
 
@@ -47,6 +49,12 @@ func main() {
 	if len(os.Args) != 3 {
 		fmt.Fprintln(os.Stderr, "usage: informer <conn string> <table>")
 		os.Exit(2)
+	}
+	if path := os.Getenv("USERPROG_CPUPROFILE"); path != "" {
+		f, err := os.Create(path)
+		if err == nil && pprof.StartCPUProfile(f) == nil {
+			defer pprof.StopCPUProfile()
+		}
 	}
 	if err := run(clk, os.Args[1], os.Args[2]); err != nil {
 		fmt.Fprintln(os.Stderr, "informer:", err)
