@@ -23,6 +23,11 @@ func TestMain(m *testing.M) {
 		// SIGSTOP (shardchurn_test.go).
 		os.Exit(runShardMember(spec))
 	}
+	if spec := os.Getenv(shardHeapEnv); spec != "" {
+		// One downstream of BenchmarkShardRelayHeap, its heap its own
+		// (shardrelay_test.go).
+		os.Exit(runShardHeapChild(spec))
+	}
 	code := m.Run()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {

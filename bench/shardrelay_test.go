@@ -2,17 +2,25 @@ package bench_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/dbinformer/dbinformer/adapters/postgres/pgtest"
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	"github.com/dbinformer/dbinformer/leader"
+	"github.com/dbinformer/dbinformer/relay"
 	"github.com/dbinformer/dbinformer/relay/relaytest"
 	"github.com/dbinformer/dbinformer/shard"
 )
@@ -22,14 +30,21 @@ import (
 // per-shard subjects (relay.Options.Shards 64): the live heap of one
 // replica's informer and Downstream, which consumes only the subjects of
 // the shards rendezvous hashing gives it among 4 members, against that of
-// an unsharded downstream informer over the same stream. The issue's
+// an unsharded downstream informer over the same stream; each in a
+// process of its own (the test binary re-executed), its heap measured
+// there, apart from the nats-server, Postgres and the relays. The issue's
 // target: ratio-vs-quarter, the replica's heap / (unsharded / 4), at most
 // 1.3. heap-vs-share divides instead by the share of keys the replica
 // really owns (4 members' shares of 64 shards are not exactly 1/4), the
 // cost of sharding itself. read-share is the share of the stream's
-// messages the replica's Downstream read.
+// messages the replica's Downstream read. DBINFORMER_SHARD_ROWS sets
+// another row count; DBINFORMER_HEAP_PROFILE=dir writes each side's heap
+// profile there (unsharded.pprof, replica.pprof) when it is measured.
 func BenchmarkShardRelayHeap(b *testing.B) {
 	rows := size(1_000_000, 20_000)
+	if v, _ := strconv.Atoi(os.Getenv("DBINFORMER_SHARD_ROWS")); v > 0 {
+		rows = v
+	}
 	const shards, members = 64, 4
 	nsrv := harness.StartNATS(b)
 	pg := harness.StartPostgres(b)
@@ -69,53 +84,126 @@ func BenchmarkShardRelayHeap(b *testing.B) {
 			want++
 		}
 	}
+	url := nsrv.URL()
 	for b.Loop() {
-		base := liveHeap()
-		down, err := h.NewDownstream(ctx, nsrv.JetStream(b))
-		if err != nil {
-			b.Fatal(err)
-		}
-		plain := core.NewSharedIndexInformer[pgtest.Row](down, core.InformerOptions[pgtest.Row]{Name: "unsharded"})
-		stop := runSynced(b, plain)
-		informersFill(b, plain, rows)
-		unsharded := float64(liveHeap() - base)
-		stop()
-		runtime.KeepAlive(plain)
-		runtime.KeepAlive(down)
-
-		base = liveHeap()
-		sd, err := h.NewShardDownstream(ctx, nsrv.JetStream(b), owned)
-		if err != nil {
-			b.Fatal(err)
-		}
-		replica := core.NewSharedIndexInformer[pgtest.Row](sd, core.InformerOptions[pgtest.Row]{Name: "r1"})
-		stop = runSynced(b, replica)
-		informersFill(b, replica, want)
-		sharded := float64(liveHeap() - base)
-		read := sd.MessagesRead()
-		stop()
-		runtime.KeepAlive(replica)
-		runtime.KeepAlive(sd)
-
+		unsharded := measureDownstreamHeap(b, shardHeapSpec{URL: url, Stream: h.Stream(), Prefix: h.Prefix(), Want: rows})
+		replica := measureDownstreamHeap(b, shardHeapSpec{URL: url, Stream: h.Stream(), Prefix: h.Prefix(), Shards: shards, Owned: owned, Want: want})
 		share := float64(want) / float64(rows)
-		b.ReportMetric(unsharded/(1<<20), "unsharded-MiB")
-		b.ReportMetric(sharded/(1<<20), "replica-MiB")
+		b.ReportMetric(unsharded.Heap/(1<<20), "unsharded-MiB")
+		b.ReportMetric(replica.Heap/(1<<20), "replica-MiB")
 		b.ReportMetric(share, "key-share")
-		b.ReportMetric(float64(read)/float64(rows), "read-share")
-		b.ReportMetric(sharded/(unsharded/members), "ratio-vs-quarter")
-		b.ReportMetric(sharded/(unsharded*share), "heap-vs-share")
+		b.ReportMetric(float64(replica.Read)/float64(rows), "read-share")
+		b.ReportMetric(replica.Heap/(unsharded.Heap/members), "ratio-vs-quarter")
+		b.ReportMetric(replica.Heap/(unsharded.Heap*share), "heap-vs-share")
 	}
 }
 
-// informersFill waits until inf holds n keys (the relay publishes the
-// table's rows while the first informer lists).
-func informersFill(b *testing.B, inf *core.SharedIndexInformer[pgtest.Row], n int) {
+// shardHeapEnv carries a shardHeapSpec to this test binary re-executed as
+// one downstream of BenchmarkShardRelayHeap: its own process, so that its
+// heap is its own, not the in-process nats-server's or the relays' (the
+// server's filtered reads of a 1M-message stream took 8 MB buffers from
+// its pools while the replica was measured in the same process).
+const shardHeapEnv = "DBINFORMER_SHARD_HEAP_CHILD"
+
+// shardHeapSpec is one downstream to measure: the whole stream, or the
+// owned shards' subjects (Shards > 0).
+type shardHeapSpec struct {
+	URL, Stream, Prefix string
+	Shards              int
+	Owned               []int
+	Want                int // keys the informer holds once synced
+}
+
+// shardHeapResult is what a downstream's process reports: its live heap
+// held by the Downstream and its informer, and the messages it read.
+type shardHeapResult struct {
+	Heap float64
+	Read uint64
+}
+
+// measureDownstreamHeap runs one downstream in its own process and returns
+// its report.
+func measureDownstreamHeap(b *testing.B, spec shardHeapSpec) shardHeapResult {
 	b.Helper()
+	cmd, out := startChild(b, shardHeapEnv, spec)
+	var r shardHeapResult
+	if err := json.NewDecoder(out).Decode(&r); err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		b.Fatalf("downstream process: no report: %v", err)
+	}
+	if err := cmd.Wait(); err != nil {
+		b.Fatalf("downstream process: %v", err)
+	}
+	return r
+}
+
+// runShardHeapChild is the downstream's process: it measures the live heap
+// before and after a Downstream and its informer hold every key they
+// should (the lowest of three samples after), prints the result as JSON
+// and stops.
+func runShardHeapChild(spec string) int {
+	var s shardHeapSpec
+	if err := json.Unmarshal([]byte(spec), &s); err != nil {
+		fmt.Fprintln(os.Stderr, "downstream:", err)
+		return 2
+	}
+	if err := shardHeapChild(s); err != nil {
+		fmt.Fprintln(os.Stderr, "downstream:", err)
+		return 1
+	}
+	return 0
+}
+
+func shardHeapChild(s shardHeapSpec) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	base := liveHeap()
+	nc, err := nats.Connect(s.URL)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	down, err := relay.NewDownstream[pgtest.Row](ctx, js, s.Stream, s.Prefix, relay.DownstreamOptions[pgtest.Row]{IdleCheck: time.Second, Shards: s.Shards, Owned: s.Owned})
+	if err != nil {
+		return err
+	}
+	inf := core.NewSharedIndexInformer[pgtest.Row](down, core.InformerOptions[pgtest.Row]{Name: "downstream"})
+	done := make(chan error, 1)
+	go func() { done <- inf.Run(ctx) }()
 	deadline := time.Now().Add(10 * time.Minute)
-	for inf.Indexer().Len() < n && time.Now().Before(deadline) {
+	for inf.Indexer().Len() < s.Want && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
-	if got := inf.Indexer().Len(); got != n {
-		b.Fatalf("informer %s holds %d keys, want %d", inf.Name(), got, n)
+	if got := inf.Indexer().Len(); got != s.Want {
+		return fmt.Errorf("informer holds %d keys, want %d", got, s.Want)
+	}
+	held := liveHeap()
+	for range 2 {
+		time.Sleep(300 * time.Millisecond)
+		held = min(held, liveHeap())
+	}
+	writeHeapProfile(map[bool]string{true: "replica", false: "unsharded"}[s.Shards > 0])
+	r := shardHeapResult{Heap: float64(held - min(held, base)), Read: down.MessagesRead()}
+	runtime.KeepAlive(inf)
+	cancel()
+	<-done
+	return json.NewEncoder(os.Stdout).Encode(r)
+}
+
+// writeHeapProfile writes the heap profile name.pprof into the directory
+// DBINFORMER_HEAP_PROFILE names, if it names one.
+func writeHeapProfile(name string) {
+	d := os.Getenv("DBINFORMER_HEAP_PROFILE")
+	if d == "" {
+		return
+	}
+	if f, err := os.Create(filepath.Join(d, name+".pprof")); err == nil {
+		pprof.WriteHeapProfile(f)
+		f.Close()
 	}
 }
