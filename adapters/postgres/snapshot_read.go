@@ -142,17 +142,7 @@ func (t *Table[T]) read(ctx context.Context, r *snapReaders, rv core.ResourceVer
 	ident := st.ident.Sanitize()
 	tx := r.first.tx
 	// The columns as of the snapshot, less those left out.
-	rows, _ := tx.Query(ctx, `SELECT attname, atttypid, attlen, attstorage FROM pg_attribute
-		WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped AND attgenerated = '' ORDER BY attnum`, st.oid)
-	cols, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (snapColumn, error) {
-		var c snapColumn
-		var storage string
-		err := row.Scan(&c.name, &c.oid, &c.attlen, &storage)
-		if len(storage) > 0 {
-			c.storage = storage[0]
-		}
-		return c, err
-	})
+	cols, err := snapColumns(ctx, tx, st.oid)
 	if err != nil {
 		return s.wrap("read columns of "+ident, err)
 	}
@@ -189,8 +179,7 @@ func (t *Table[T]) read(ctx context.Context, r *snapReaders, rv core.ResourceVer
 		st.knownMu.Unlock()
 	}
 
-	// Ranges of blocks, open-ended at the end (rows of blocks past the
-	// size read above are not in the snapshot, but need no proof of it).
+	// Ranges of blocks (blockRanges).
 	sel := "SELECT " + joinComma(l.exprs) + " FROM " + ident
 	// A partial sync's pushed-down conditions (TableOptions.Where) narrow
 	// every range; what Postgres cannot evaluate exactly is checked on
@@ -211,27 +200,11 @@ func (t *Table[T]) read(ctx context.Context, r *snapReaders, rv core.ResourceVer
 	if sink.Estimate != nil && reltuples >= 0 {
 		sink.Estimate(int64(reltuples))
 	}
-	var queries []string
 	n := 1
 	if !audit && !st.partitioned && version >= 140000 && blocks >= 2*rangeBlocks && (where == "" || reltuples*4 >= float64(blocks)*rowsPerBlockFloor) {
 		n = int(min(blocks/rangeBlocks, int64(4*cap(s.readers))))
 	}
-	if n <= 1 {
-		queries = []string{sel}
-	} else {
-		step := (blocks + int64(n) - 1) / int64(n)
-		for i := range n {
-			lo, hi := int64(i)*step, int64(i+1)*step
-			q := sel + " WHERE ctid >= '(" + strconv.FormatInt(lo, 10) + ",0)'::tid"
-			if where != "" {
-				q = sel + " AND ctid >= '(" + strconv.FormatInt(lo, 10) + ",0)'::tid"
-			}
-			if i < n-1 {
-				q += " AND ctid < '(" + strconv.FormatInt(hi, 10) + ",0)'::tid"
-			}
-			queries = append(queries, q)
-		}
-	}
+	queries := blockRanges(sel, where != "", blocks, n)
 
 	lr := &listRead[T]{t: t, l: l, p: p, rv: rv, fresh: fresh, audit: audit, sink: sink}
 	if fn := s.opts.SyncProgress; fn != nil && !audit {
@@ -242,50 +215,7 @@ func (t *Table[T]) read(ctx context.Context, r *snapReaders, rv core.ResourceVer
 		lr.progress = newSyncProgress(fn, ident, est)
 		defer lr.progress.done()
 	}
-	work := make(chan string, len(queries))
-	for _, q := range queries {
-		work <- q
-	}
-	close(work)
-	rctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	// copyOne reads one range through rd; false ends that reader.
-	copyOne := func(rd *snapReader, q string) bool {
-		if err := lr.copy(rctx, rd, q); err != nil {
-			lr.fail(err)
-			cancel()
-			return false
-		}
-		return true
-	}
-	var wg sync.WaitGroup
-	readers := 1
-	// The first reader adds readers while ranges wait unread and reader
-	// slots are free, before each range it takes: at the start, and
-	// again later, so that a List that began while other Lists held the
-	// slots (a Source syncing several tables) takes them up as those
-	// finish.
-	for q := range work {
-		for len(work) > 0 {
-			rd := r.more(rctx)
-			if rd == nil {
-				break
-			}
-			readers++
-			wg.Go(func() {
-				defer rd.close(s)
-				for q := range work {
-					if !copyOne(rd, q) {
-						return
-					}
-				}
-			})
-		}
-		if !copyOne(r.first, q) {
-			break
-		}
-	}
-	wg.Wait()
+	readers := lr.readAll(ctx, r, queries)
 	if testHookReaders != nil {
 		testHookReaders(st.name, readers, len(queries))
 	}
@@ -309,6 +239,97 @@ func (t *Table[T]) read(ctx context.Context, r *snapReaders, rv core.ResourceVer
 		s.log.Warn("rows left out of the cache: they do not decode", "table", ident, "rows", lr.bad.n, "first", lr.bad.first[0])
 	}
 	return nil
+}
+
+// snapColumns reads the table's columns (oid) as the snapshot of tx sees
+// them, generated ones left out.
+func snapColumns(ctx context.Context, tx pgx.Tx, oid uint32) ([]snapColumn, error) {
+	rows, _ := tx.Query(ctx, `SELECT attname, atttypid, attlen, attstorage FROM pg_attribute
+		WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped AND attgenerated = '' ORDER BY attnum`, oid)
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (snapColumn, error) {
+		var c snapColumn
+		var storage string
+		err := row.Scan(&c.name, &c.oid, &c.attlen, &storage)
+		if len(storage) > 0 {
+			c.storage = storage[0]
+		}
+		return c, err
+	})
+}
+
+// blockRanges splits the statement sel over a table of blocks blocks into
+// n ranges of ctid (one statement, sel itself, when n ≤ 1); filtered says
+// sel has a WHERE clause already. The last range is open-ended: rows of
+// blocks past the size read are not in the snapshot, but need no proof of
+// it.
+func blockRanges(sel string, filtered bool, blocks int64, n int) []string {
+	if n <= 1 {
+		return []string{sel}
+	}
+	queries := make([]string, 0, n)
+	step := (blocks + int64(n) - 1) / int64(n)
+	for i := range n {
+		lo, hi := int64(i)*step, int64(i+1)*step
+		q := sel + " WHERE ctid >= '(" + strconv.FormatInt(lo, 10) + ",0)'::tid"
+		if filtered {
+			q = sel + " AND ctid >= '(" + strconv.FormatInt(lo, 10) + ",0)'::tid"
+		}
+		if i < n-1 {
+			q += " AND ctid < '(" + strconv.FormatInt(hi, 10) + ",0)'::tid"
+		}
+		queries = append(queries, q)
+	}
+	return queries
+}
+
+// readAll reads queries through r's readers and returns how many read.
+// The first reader adds readers while ranges wait unread and reader slots
+// are free, before each range it takes: at the start, and again later, so
+// that a List that began while other Lists held the slots (a Source
+// syncing several tables) takes them up as those finish. The first error
+// ends every reader (lr.err says it).
+func (lr *listRead[T]) readAll(ctx context.Context, r *snapReaders, queries []string) (readers int) {
+	s := lr.t.src
+	work := make(chan string, len(queries))
+	for _, q := range queries {
+		work <- q
+	}
+	close(work)
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// copyOne reads one range through rd; false ends that reader.
+	copyOne := func(rd *snapReader, q string) bool {
+		if err := lr.copy(rctx, rd, q); err != nil {
+			lr.fail(err)
+			cancel()
+			return false
+		}
+		return true
+	}
+	var wg sync.WaitGroup
+	readers = 1
+	for q := range work {
+		for len(work) > 0 {
+			rd := r.more(rctx)
+			if rd == nil {
+				break
+			}
+			readers++
+			wg.Go(func() {
+				defer rd.close(s)
+				for q := range work {
+					if !copyOne(rd, q) {
+						return
+					}
+				}
+			})
+		}
+		if !copyOne(r.first, q) {
+			break
+		}
+	}
+	wg.Wait()
+	return readers
 }
 
 func joinComma(ss []string) string {
