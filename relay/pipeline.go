@@ -69,6 +69,7 @@ type pipeline struct {
 	ctx    context.Context         // parent, cancelled with the first failure
 	cancel context.CancelCauseFunc //
 	queue  chan inflight           // published, in order; closed by close
+	room   chan struct{}           // a token per message published and not yet settled by ack: the window
 	done   chan struct{}           // closed when ack has returned
 
 	mu     sync.Mutex
@@ -88,7 +89,7 @@ type inflight struct {
 // flight. close must be called once the term stops publishing.
 func newPipeline(ctx context.Context, js jetstream.JetStream, source string, window int, count *atomic.Uint64, onAck func(uint64)) *pipeline {
 	p := &pipeline{js: js, source: source, onAck: onAck, count: count, parent: ctx,
-		queue: make(chan inflight, max(window-1, 0)), done: make(chan struct{})}
+		queue: make(chan inflight, window+1), room: make(chan struct{}, max(window, 1)), done: make(chan struct{})}
 	p.ctx, p.cancel = context.WithCancelCause(ctx)
 	go p.ack()
 	return p
@@ -139,8 +140,17 @@ func (p *pipeline) send(st *state, msgs []*nats.Msg, version uint64) error {
 			id = "s" + strconv.FormatUint(st.lastSeq+1, 10) + "-" + strconv.FormatUint(st.epoch, 10)
 			m.Header.Set(jetstream.MsgIDHeader, id)
 		}
+		// The window: ack gives the token back once the message is
+		// settled (queue alone would not bound it: ack takes messages
+		// from it ahead of their turn, see resendAhead).
+		select {
+		case p.room <- struct{}{}:
+		case <-p.ctx.Done():
+			return p.stopped()
+		}
 		f, err := p.js.PublishMsgAsync(m, jetstream.WithExpectLastSequence(st.lastSeq))
 		if err != nil {
+			<-p.room
 			err = &publishError{fmt.Errorf("%s: %w", p.source, err)}
 			p.fail(err)
 			return err
@@ -156,6 +166,7 @@ func (p *pipeline) send(st *state, msgs []*nats.Msg, version uint64) error {
 			// Not queued: the ack goroutine has stopped waiting (a
 			// failure, or the term ends); what it settles is unknown
 			// until the stream is read again.
+			<-p.room
 			if err := p.failure(); err != nil {
 				return err
 			}
@@ -245,6 +256,7 @@ func (p *pipeline) ack() {
 					// rather than one resendAfter each.
 					ahead, closed = p.resendAhead(ahead, closed)
 				}
+				<-p.room
 				continue
 			}
 			p.fail(err)
@@ -253,10 +265,12 @@ func (p *pipeline) ack() {
 				// Its answer (or its ackTimeout) is spent: waiting on
 				// it again would only wait out drainBy.
 				failedInQueue = true
+				<-p.room
 				continue
 			}
 		}
 		p.settle(in, drainBy, failedInQueue)
+		<-p.room
 	}
 }
 

@@ -42,9 +42,12 @@ type Options[T any] struct {
 	// MaxInFlight bounds the messages published and not yet acknowledged
 	// by JetStream: the relay keeps publishing the next source changes
 	// while earlier ones await their acknowledgements, in order, up to
-	// this many. Zero means DefaultMaxInFlight. It must not exceed the
-	// JetStream context's own bound (jetstream.WithPublishAsyncMaxPending,
-	// 4000 by default), or publishes stall and fail.
+	// this many. Zero means DefaultMaxInFlight. Twice this must not
+	// exceed the JetStream context's own bound
+	// (jetstream.WithPublishAsyncMaxPending, 4000 by default), or
+	// publishes stall and fail: after a message was lost (a stream
+	// leader went down with it) the relay sends the ones in flight
+	// behind it again, each copy an asynchronous publish of its own.
 	MaxInFlight int
 	// Logger receives the relay's transitions and errors; nil discards
 	// them.
