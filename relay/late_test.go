@@ -81,6 +81,10 @@ func TestHarmlessLate(t *testing.T) {
 		// The later term's message is a change, not its first progress.
 		{name: "intruder is a change", entries: []entry{before, keyAt("z", 11, 2, 6, 5), keyAt("b", 12, 1, 7, 5)}},
 		{name: "intruder read elsewhere", entries: []entry{before, progress(11, 2, 5, 4), keyAt("b", 12, 1, 7, 4)}},
+		// The intruder's term went on behind the late write: its message
+		// at 12 was refused, and its next one stored at 13.
+		{name: "the later term's chain broken", entries: []entry{before, intruder, keyAt("b", 12, 1, 7, 5), keyAt("z", 13, 2, 9, 5)}},
+		{name: "two intruders", entries: []entry{before, intruder, keyAt("b", 12, 1, 7, 5), progress(13, 2, 7, 7), keyAt("c", 14, 1, 8, 7)}},
 		{name: "two deposed terms", entries: []entry{keyAt("x", 9, 3, 4, 3), before, intruder, keyAt("b", 12, 1, 7, 5)}},
 		{name: "no late write", entries: []entry{before, intruder}},
 	} {

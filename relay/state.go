@@ -192,7 +192,8 @@ func lateWrites(entries []entry, last entry, ours bool) (string, map[string]bool
 //     been either the last of its group, moving prev, or not the last,
 //     making s+1 the same group's next); and
 //
-// all late writes are of one term. Anything else (a message superseded
+// all late writes are of one term and follow one message of a later term,
+// with nothing of another term behind them. Anything else (a message superseded
 // by a later one of its subject, several terms) is not proved harmless:
 // the caller relists.
 func harmlessLate(entries []entry) bool {
@@ -215,10 +216,20 @@ func harmlessLate(entries []entry) bool {
 	if lastLate == 0 {
 		return false
 	}
+	var intruder uint64
 	for _, e := range bySeq {
-		if e.seq >= lastLate || e.epoch <= a {
+		switch {
+		case intruder != 0 && e.epoch != a:
+			// Only the late writes follow the one message of a later
+			// term: a later term's message behind them may have been
+			// stored after one of its own that they refused, a change
+			// the stream then lacks (that term's pipeline saw its chain
+			// broken, but the term may be gone).
+			return false
+		case e.seq >= lastLate || e.epoch <= a:
 			continue
 		}
+		intruder = e.seq
 		before, ok := at[e.seq-1]
 		if !ok || before.epoch != a || !before.commitPoint() || e.kind != kindProgress ||
 			e.version != before.committed() || e.prev != before.lastChange() {
