@@ -95,10 +95,12 @@
 // resumes from the last version it holds completely, as after a crash. A
 // window holds at most MaxInFlight changes, so a Postgres source resumes
 // from its in-memory History (pginformer.Options.History, 10000 changes by
-// default) rather than relisting, when the window is smaller. Twice
-// MaxInFlight (the window and its copies) must not exceed the JetStream
-// context's own bound on pending asynchronous publishes
-// (jetstream.WithPublishAsyncMaxPending).
+// default) rather than relisting, when the window is smaller. The relay
+// publishes through a JetStream context of its own on the connection of
+// the one given to New, with a bound on pending asynchronous publishes
+// that fits the window and its copies, and a timeout on them (an
+// acknowledgement lost with a stream leader is otherwise pending for
+// good).
 //
 // # The stream
 //
