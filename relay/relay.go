@@ -73,6 +73,7 @@ type Options[T any] struct {
 // and publishes every change, in source order, into a JetStream stream.
 type Relay[T any] struct {
 	js     jetstream.JetStream // publishes (see publisher)
+	ownJS  bool                // js is the relay's own: Run cleans its publisher up
 	src    core.ListerWatcher[T]
 	opts   Options[T]
 	down   *Downstream[T] // reads the stream back at the start of a term
@@ -123,7 +124,8 @@ func New[T any](ctx context.Context, js jetstream.JetStream, src core.ListerWatc
 	if err != nil {
 		return nil, err
 	}
-	r := &Relay[T]{js: publisher(js, opts.MaxInFlight), src: src, opts: opts, down: down, log: log, name: cmp.Or(opts.Name, opts.Stream),
+	pub, own := publisher(js, opts.MaxInFlight)
+	r := &Relay[T]{js: pub, ownJS: own, src: src, opts: opts, down: down, log: log, name: cmp.Or(opts.Name, opts.Stream),
 		source: fmt.Sprintf("relay to stream %q", opts.Stream)}
 	if a, ok := core.Capability[core.DurableAcknowledger](src); ok {
 		r.durable = a
@@ -139,19 +141,19 @@ func New[T any](ctx context.Context, js jetstream.JetStream, src core.ListerWatc
 // pipeline settles those messages by sending them again) would otherwise
 // stay pending in the caller's context for good, and after a few such
 // losses fill its bound (4000 by default) and stall every publish. js
-// itself when its connection is not at hand.
-func publisher(js jetstream.JetStream, window int) jetstream.JetStream {
+// itself (own false) when its connection is not at hand.
+func publisher(js jetstream.JetStream, window int) (pub jetstream.JetStream, own bool) {
 	nc := js.Conn()
 	if nc == nil {
-		return js
+		return js, false
 	}
 	// The window, the copies of it sent after a loss, and the lost ones
 	// until they time out.
 	pub, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(ackTimeout), jetstream.WithPublishAsyncMaxPending(4*window))
 	if err != nil {
-		return js
+		return js, false
 	}
-	return pub
+	return pub, true
 }
 
 // subject is the subject of key's changes; tok is encodeKey(key).
@@ -175,6 +177,12 @@ func (r *Relay[T]) Relists() uint64 { return r.relists.Load() }
 // Run campaigns through the Elector and relays while leader, until ctx
 // ends (then nil) or the source fails permanently (that error).
 func (r *Relay[T]) Run(ctx context.Context) error {
+	if r.ownJS {
+		// Its reply subscription and the goroutine that watches the
+		// connection for it, and what is still pending (a publish of an
+		// ended term): the connection may outlive the relay.
+		defer r.js.CleanupPublisher()
+	}
 	return r.opts.Elector.Run(ctx, r.lead)
 }
 
