@@ -62,12 +62,27 @@
 // relay whose message failed sees a later one acknowledged and relists,
 // and a term that finds an earlier term's message stored after a later
 // one's relists too (republishing those keys, so that the next term does
-// not find them again). A relist republishes whatever the stream lacks.
+// not find them again), unless the message that late write cost provably
+// carried no change (the later term's first progress message took the
+// place of the earlier term's progress message: the earlier term's next
+// message starts a group with the same last complete group), when it
+// resumes from the stream. A relist republishes whatever the stream lacks.
 // (Chaining by message id, Nats-Expected-Last-Msg-Id, is not an option:
 // a replicated stream checks it only when its replicas apply the message,
 // and nats-server 2.15 then stops the stream on every replica.) Each
 // acknowledgement must name the sequence computed for it; a duplicate
-// acknowledgement is an error.
+// acknowledgement is an error, but for a copy (below).
+//
+// A message without an acknowledgement after a second (lost with a
+// stream leader that went down, or published while the stream elected
+// another, whose replicas drop it), or with an error that says nothing of
+// the stream (no responders, a lost connection), is published again,
+// unchanged, until the acknowledgement timeout: its Nats-Msg-Id makes a
+// copy of a stored message a duplicate answered with the sequence it was
+// stored at, and its expected last sequence stores a copy only where the
+// message belongs, or refuses it for good. The messages in flight behind
+// a lost one are published again at once. A stream leader's election
+// thus costs the relay the election, not a restart of its term.
 //
 // The source is acknowledged only up to what JetStream has stored: a
 // source that acknowledges positions to its server (the Postgres slot:
@@ -80,9 +95,12 @@
 // resumes from the last version it holds completely, as after a crash. A
 // window holds at most MaxInFlight changes, so a Postgres source resumes
 // from its in-memory History (pginformer.Options.History, 10000 changes by
-// default) rather than relisting, when the window is smaller. MaxInFlight
-// must not exceed the JetStream context's own bound on pending
-// asynchronous publishes (jetstream.WithPublishAsyncMaxPending).
+// default) rather than relisting, when the window is smaller. The relay
+// publishes through a JetStream context of its own on the connection of
+// the one given to New, with a bound on pending asynchronous publishes
+// that fits the window and its copies, and a timeout on them (an
+// acknowledgement lost with a stream leader is otherwise pending for
+// good).
 //
 // # The stream
 //

@@ -43,3 +43,55 @@ func TestLateWrites(t *testing.T) {
 		})
 	}
 }
+
+// A late write of a deposed term is resumed from only when the message
+// it cost (the deposed term's own, refused at the sequence the later
+// term's progress message took) provably carried no change: the
+// deposed term's next message starts a group with the same last complete
+// group as before.
+func TestHarmlessLate(t *testing.T) {
+	// keyAt is a one-key group: a commit point whose lastChange is v.
+	keyAt := func(k string, seq, epoch, v, prev uint64) entry {
+		return entry{kind: kindKey, key: k, seq: seq, epoch: epoch, version: v, prev: prev, index: 0, count: 1}
+	}
+	progress := func(seq, epoch, v, prev uint64) entry {
+		return entry{kind: kindProgress, seq: seq, epoch: epoch, version: v, prev: prev}
+	}
+	// The deposed term 1 ends at sequence 10 (version 5) when term 2
+	// reads the stream; term 2's progress takes sequence 11.
+	before := keyAt("a", 10, 1, 5, 4)
+	intruder := progress(11, 2, 5, 5)
+	for _, tc := range []struct {
+		name    string
+		entries []entry
+		want    bool
+	}{
+		// Term 1's message at 11 was progress (version 6, prev 5): its
+		// next group, version 7, still has prev 5.
+		{name: "lost progress", entries: []entry{before, intruder, keyAt("b", 12, 1, 7, 5), keyAt("c", 13, 1, 8, 7)}, want: true},
+		{name: "lost progress, then progress", entries: []entry{before, intruder, progress(12, 1, 6, 5), keyAt("c", 13, 1, 8, 5)}, want: true},
+		// Term 1's message at 11 completed group 6.
+		{name: "lost a group", entries: []entry{before, intruder, keyAt("b", 12, 1, 7, 6)}},
+		// Term 1's message at 11 began group 6 of two keys.
+		{name: "lost a group's first key", entries: []entry{before, intruder, {kind: kindKey, key: "b", seq: 12, epoch: 1, version: 6, prev: 5, index: 1, count: 2}}},
+		// Sequence 12 was superseded by a later message of its subject:
+		// nothing proves what 11 was.
+		{name: "next superseded", entries: []entry{before, intruder, keyAt("c", 13, 1, 8, 7)}},
+		{name: "before superseded", entries: []entry{intruder, keyAt("b", 12, 1, 7, 5)}},
+		// The later term's message is a change, not its first progress.
+		{name: "intruder is a change", entries: []entry{before, keyAt("z", 11, 2, 6, 5), keyAt("b", 12, 1, 7, 5)}},
+		{name: "intruder read elsewhere", entries: []entry{before, progress(11, 2, 5, 4), keyAt("b", 12, 1, 7, 4)}},
+		// The intruder's term went on behind the late write: its message
+		// at 12 was refused, and its next one stored at 13.
+		{name: "the later term's chain broken", entries: []entry{before, intruder, keyAt("b", 12, 1, 7, 5), keyAt("z", 13, 2, 9, 5)}},
+		{name: "two intruders", entries: []entry{before, intruder, keyAt("b", 12, 1, 7, 5), progress(13, 2, 7, 7), keyAt("c", 14, 1, 8, 7)}},
+		{name: "two deposed terms", entries: []entry{keyAt("x", 9, 3, 4, 3), before, intruder, keyAt("b", 12, 1, 7, 5)}},
+		{name: "no late write", entries: []entry{before, intruder}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := harmlessLate(tc.entries); got != tc.want {
+				t.Fatalf("harmlessLate = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -279,3 +280,74 @@ func (h *signalHandler) Handle(_ context.Context, r slog.Record) error {
 }
 func (h *signalHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h *signalHandler) WithGroup(string) slog.Handler      { return h }
+
+// The stream's leader goes down with messages of the relay in flight and
+// more published while the stream elects another: the relay sends what
+// got no acknowledgement again (each copy deduplicated by its
+// Nats-Msg-Id and chained by its expected last sequence) and goes on
+// within its term, instead of waiting out its ackTimeout and restarting
+// from the stream; the downstream ends with the source.
+func TestPipelineResendsAcrossStreamLeaderLoss(t *testing.T) {
+	c := harness.StartNATSCluster(t, 3)
+	c.WaitReady(t)
+	ctx := context.Background()
+	cfg := relay.StreamConfig("R", "r")
+	cfg.Replicas = 3
+	if _, err := c.JetStream(t, 0).CreateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	lead := c.WaitStreamLeader(t, "R")
+	// The relay and the downstream are on another node, which stays up.
+	node := (lead + 1) % 3
+	js := c.JetStream(t, node)
+	src := memory.New[int](memory.Options{MaxBatch: 20})
+	restarted := &flagHandler{want: "relay restarts from the stream", t: t}
+	r, err := relay.New[int](ctx, js, src, relay.Options[int]{Stream: "R", Prefix: "r", Elector: fixedElector{1}, Logger: slog.New(restarted)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	down, err := relay.NewDownstream[int](ctx, js, "R", "r", relay.DownstreamOptions[int]{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inf, _ := informertest.Run(t, down, core.InformerOptions[int]{Name: "down"}, informertest.NewRecorder(t, func(v int) int64 { return int64(v) }))
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error)
+	go func() { done <- r.Run(rctx) }()
+	defer func() { cancel(); <-done }()
+	informertest.WaitFor(t, inf, src.Put("first", 0))
+
+	// A writer all along.
+	wctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var writes atomic.Int64
+	wg.Go(func() {
+		for i := 1; wctx.Err() == nil; i++ {
+			src.Put("k"+strconv.Itoa(i%200), i)
+			writes.Add(1)
+			time.Sleep(time.Millisecond) // about the benchmark's pace
+		}
+	})
+	informertest.Eventually(t, "the writer goes on", func() bool { return writes.Load() > 500 })
+	c.Nodes[lead].Stop()
+	informertest.WaitFor(t, inf, src.Put("while down", 1))
+	c.Nodes[lead].Restart(t)
+	informertest.WaitFor(t, inf, src.Put("back", 1))
+	stop()
+	wg.Wait()
+	informertest.WaitFor(t, inf, src.HeadRV())
+	want, _ := src.Items()
+	got := map[string]int{}
+	for _, k := range inf.Indexer().ListKeys() {
+		got[k], _ = inf.Indexer().Get(k)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("downstream cache:\n%v\nwant the source's:\n%v", got, want)
+	}
+	if restarted.seen.Load() {
+		t.Errorf("the relay restarted its term across the stream leader's election; it should have sent the lost messages again")
+	}
+	if n := r.Relists(); n != 1 {
+		t.Errorf("the relay published %d relists, want only its first", n)
+	}
+}

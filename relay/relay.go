@@ -42,9 +42,10 @@ type Options[T any] struct {
 	// MaxInFlight bounds the messages published and not yet acknowledged
 	// by JetStream: the relay keeps publishing the next source changes
 	// while earlier ones await their acknowledgements, in order, up to
-	// this many. Zero means DefaultMaxInFlight. It must not exceed the
-	// JetStream context's own bound (jetstream.WithPublishAsyncMaxPending,
-	// 4000 by default), or publishes stall and fail.
+	// this many. Zero means DefaultMaxInFlight. (The relay publishes
+	// through a JetStream context of its own on the connection of the one
+	// New is given, whose bound on pending asynchronous publishes fits
+	// this window and the copies sent after a loss.)
 	MaxInFlight int
 	// Logger receives the relay's transitions and errors; nil discards
 	// them.
@@ -71,7 +72,8 @@ type Options[T any] struct {
 // Relay reads one source ListerWatcher while its process is the leader
 // and publishes every change, in source order, into a JetStream stream.
 type Relay[T any] struct {
-	js     jetstream.JetStream
+	js     jetstream.JetStream // publishes (see publisher)
+	ownJS  bool                // js is the relay's own: Run cleans its publisher up
 	src    core.ListerWatcher[T]
 	opts   Options[T]
 	down   *Downstream[T] // reads the stream back at the start of a term
@@ -122,12 +124,36 @@ func New[T any](ctx context.Context, js jetstream.JetStream, src core.ListerWatc
 	if err != nil {
 		return nil, err
 	}
-	r := &Relay[T]{js: js, src: src, opts: opts, down: down, log: log, name: cmp.Or(opts.Name, opts.Stream),
+	pub, own := publisher(js, opts.MaxInFlight)
+	r := &Relay[T]{js: pub, ownJS: own, src: src, opts: opts, down: down, log: log, name: cmp.Or(opts.Name, opts.Stream),
 		source: fmt.Sprintf("relay to stream %q", opts.Stream)}
 	if a, ok := core.Capability[core.DurableAcknowledger](src); ok {
 		r.durable = a
 	}
 	return r, nil
+}
+
+// publisher returns the JetStream context the relay publishes through: one
+// of its own on js's connection, whose pending asynchronous publishes time
+// out after ackTimeout and whose bound on them fits window. nats.go keeps
+// a publish's future until it is answered, times out or the connection
+// reconnects; the acknowledgements lost with a stream leader (the
+// pipeline settles those messages by sending them again) would otherwise
+// stay pending in the caller's context for good, and after a few such
+// losses fill its bound (4000 by default) and stall every publish. js
+// itself (own false) when its connection is not at hand.
+func publisher(js jetstream.JetStream, window int) (pub jetstream.JetStream, own bool) {
+	nc := js.Conn()
+	if nc == nil {
+		return js, false
+	}
+	// The window, the copies of it sent after a loss, and the lost ones
+	// until they time out.
+	pub, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(ackTimeout), jetstream.WithPublishAsyncMaxPending(4*window))
+	if err != nil {
+		return js, false
+	}
+	return pub, true
 }
 
 // subject is the subject of key's changes; tok is encodeKey(key).
@@ -151,6 +177,12 @@ func (r *Relay[T]) Relists() uint64 { return r.relists.Load() }
 // Run campaigns through the Elector and relays while leader, until ctx
 // ends (then nil) or the source fails permanently (that error).
 func (r *Relay[T]) Run(ctx context.Context) error {
+	if r.ownJS {
+		// Its reply subscription and the goroutine that watches the
+		// connection for it, and what is still pending (a publish of an
+		// ended term): the connection may outlive the relay.
+		defer r.js.CleanupPublisher()
+	}
 	return r.opts.Elector.Run(ctx, r.lead)
 }
 

@@ -75,9 +75,14 @@ func (r *Relay[T]) read(ctx context.Context, epoch uint64, wrote bool) (*state, 
 	if late, keys := lateWrites(entries, last, wrote && last.epoch < epoch); late != "" {
 		// A deposed relay's message landed after a later term's: it
 		// was fenced by position only (see pipeline), so the message
-		// before it may be missing. A relist republishes what is.
-		r.log.Warn("relay stream holds a late write of an earlier term; relisting", "relay", r.source, "epoch", epoch, "late", late)
-		st.late = keys
+		// before it may be missing. A relist republishes what is,
+		// unless what is missing provably carried no change.
+		if last.commitPoint() && harmlessLate(entries) {
+			r.log.Info("relay stream holds a late write of an earlier term that lost no change; resuming after it", "relay", r.source, "epoch", epoch, "late", late)
+		} else {
+			r.log.Warn("relay stream holds a late write of an earlier term; relisting", "relay", r.source, "epoch", epoch, "late", late)
+			st.late = keys
+		}
 	}
 	if last.seq == 0 || last.commitPoint() {
 		return st, 0, nil, nil
@@ -164,4 +169,76 @@ func lateWrites(entries []entry, last entry, ours bool) (string, map[string]bool
 		}
 	}
 	return first, keys
+}
+
+// harmlessLate reports whether the late writes among entries (see
+// lateWrites) provably lost no change, so that the stream, ending at a
+// commit point after them, holds every change up to its last version and
+// a new term may resume from it instead of relisting.
+//
+// A late write is the deposed term A's message stored at sequence s+1
+// after the later term B's message at s: A's own message for s, expecting
+// the stream to end at s-1 as B's did, was refused, and nothing else
+// holds what it carried. That is harmless only when it was a progress
+// message. It is proved so when, for every message of a later term stored
+// before A's last late write (each took the place of one of A's):
+//   - it is a progress message written from a read of the stream that
+//     ended at s-1 with A's message (its version and prev are that
+//     message's committed and lastChange), and
+//   - A's message at s+1 is in the stream, starts a group or is progress,
+//     and has the same prev: A's last complete group of changes did not
+//     move across the lost message, which therefore completed no group
+//     and was no part of the group at s+1 (a key message at s would have
+//     been either the last of its group, moving prev, or not the last,
+//     making s+1 the same group's next); and
+//
+// all late writes are of one term and follow one message of a later term,
+// with nothing of another term behind them. Anything else (a message superseded
+// by a later one of its subject, several terms) is not proved harmless:
+// the caller relists.
+func harmlessLate(entries []entry) bool {
+	bySeq := slices.SortedFunc(slices.Values(entries), func(a, b entry) int { return cmp.Compare(a.seq, b.seq) })
+	at := make(map[uint64]entry, len(entries))
+	var top entry
+	var a, lastLate uint64 // the late writes' epoch, and the last's sequence
+	for _, e := range bySeq {
+		at[e.seq] = e
+		switch {
+		case e.epoch < top.epoch:
+			if a != 0 && e.epoch != a {
+				return false
+			}
+			a, lastLate = e.epoch, e.seq
+		case e.epoch > top.epoch:
+			top = e
+		}
+	}
+	if lastLate == 0 {
+		return false
+	}
+	var intruder uint64
+	for _, e := range bySeq {
+		switch {
+		case intruder != 0 && e.epoch != a:
+			// Only the late writes follow the one message of a later
+			// term: a later term's message behind them may have been
+			// stored after one of its own that they refused, a change
+			// the stream then lacks (that term's pipeline saw its chain
+			// broken, but the term may be gone).
+			return false
+		case e.seq >= lastLate || e.epoch <= a:
+			continue
+		}
+		intruder = e.seq
+		before, ok := at[e.seq-1]
+		if !ok || before.epoch != a || !before.commitPoint() || e.kind != kindProgress ||
+			e.version != before.committed() || e.prev != before.lastChange() {
+			return false
+		}
+		after, ok := at[e.seq+1]
+		if !ok || after.epoch != a || (after.kind != kindProgress && (after.kind != kindKey || after.index != 0)) || after.prev != e.prev {
+			return false
+		}
+	}
+	return true
 }

@@ -1,0 +1,204 @@
+package relay_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
+	"github.com/dbinformer/dbinformer/adapters/postgres/pgtest"
+	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/informertest"
+	"github.com/dbinformer/dbinformer/integration/harness"
+	"github.com/dbinformer/dbinformer/relay"
+)
+
+// A deposed leader's message stored after the new term's first one (a
+// frozen leader whose publishes were already on their way: its message
+// for the sequence the new term's progress took is refused, and its next
+// one, expecting the stream to end at that very sequence, is stored
+// behind it). The stream is laid out so by hand, on a real server, after
+// a first relay (epoch 1) stopped: a progress message of epoch 2 at the
+// sequence after the first relay's last, then the first relay's late
+// change. A new leader (epoch 3, its own Source over the permanent slot)
+// resumes from the stream when the refused message provably carried no
+// change (its late successor starts a group with the same last complete
+// group), and relists when it may have (the late successor names a group
+// the stream does not hold): either way every downstream ends with the
+// table.
+func TestLateWriteOfDeposedTerm(t *testing.T) {
+	t.Run("lost progress: resume", func(t *testing.T) { lateWrite(t, false) })
+	t.Run("lost change: relist", func(t *testing.T) { lateWrite(t, true) })
+}
+
+func lateWrite(t *testing.T, lostChange bool) {
+	nsrv := harness.StartNATS(t)
+	pg := harness.StartPostgres(t)
+	h := pgtest.New(t, pg, pgtest.Options{Slot: "relay_late"})
+	ctx := context.Background()
+	js := nsrv.JetStream(t)
+	stream, err := js.CreateStream(ctx, relay.StreamConfig("L", "l"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	down, err := relay.NewDownstream[pgtest.Row](ctx, js, "L", "l", relay.DownstreamOptions[pgtest.Row]{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inf, _ := informertest.Run(t, down, core.InformerOptions[pgtest.Row]{Name: "down"}, informertest.NewRecorder(t, h.Version))
+	run := func(lw core.ListerWatcher[pgtest.Row], epoch uint64, log *slog.Logger) (*relay.Relay[pgtest.Row], func()) {
+		r, err := relay.New(ctx, js, lw, relay.Options[pgtest.Row]{Stream: "L", Prefix: "l", Elector: fixedElector{epoch}, Logger: log, ProgressInterval: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- r.Run(rctx) }()
+		stopped := false
+		return r, func() {
+			if stopped {
+				return
+			}
+			stopped = true
+			cancel()
+			if err := <-done; err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	put := func(key string, n int64) uint64 {
+		t.Helper()
+		rv, err := h.Put(ctx, key, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return uint64(rv)
+	}
+
+	// The first leader (epoch 1) relays a few writes, then stops.
+	_, stopA := run(h.ListerWatcher(), 1, nil)
+	for i := range 10 {
+		put("a"+strconv.Itoa(i), int64(i))
+	}
+	informertest.WaitFor(t, inf, core.ResourceVersion(put("a", 100)))
+	stopA()
+	if err := h.Source().Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The stream's last message: where the deposed leader's chain was
+	// when the new term read the stream.
+	info, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	top := info.State.LastSeq
+	m, err := stream.GetMsg(ctx, top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(m.Header.Get("Dbi"))
+	committed, _ := strconv.ParseUint(f[0], 10, 64)
+	lastChange, _ := strconv.ParseUint(f[1], 10, 64)
+	switch {
+	case len(f) == 3: // progress
+	case len(f) >= 7 && f[6] == "commit": // the last key of its group
+		lastChange = committed
+	default:
+		t.Fatalf("the first leader's last message (sequence %d) ends no group: %v", top, f)
+	}
+
+	// The deposed leader's writes, in the slot only: the refused message
+	// was a change ("lost", completing a group whose version the late one
+	// names as its prev), or progress (carrying nothing).
+	prev := lastChange
+	if lostChange {
+		prev = put("lost", 5)
+	}
+	late := put("late", 7)
+	put("gap", 1)
+
+	publish := func(m *nats.Msg, after uint64) {
+		t.Helper()
+		ack, err := js.PublishMsg(ctx, m, jetstream.WithExpectLastSequence(after))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ack.Sequence != after+1 {
+			t.Fatalf("stored at %d, not %d", ack.Sequence, after+1)
+		}
+	}
+	// The later term's first message, from its read of the stream.
+	intruder := nats.NewMsg("l.progress")
+	intruder.Header.Set("Dbi", strconv.FormatUint(committed, 10)+" "+strconv.FormatUint(lastChange, 10)+" 2")
+	publish(intruder, top)
+	// The deposed leader's next message, stored behind it.
+	data, err := json.Marshal(pgtest.Row{K: "late", V: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lateMsg := nats.NewMsg(relay.KeySubject("l", "late"))
+	lateMsg.Header.Set("Dbi", strconv.FormatUint(late, 10)+" "+strconv.FormatUint(prev, 10)+" 1 put 0 1 commit")
+	lateMsg.Data = data
+	publish(lateMsg, top+1)
+
+	// The new leader: a Source of its own over the same permanent slot.
+	srcB, err := pginformer.NewSource(ctx, pg.ConnString(), pginformer.Options{PermanentSlot: true, Slot: "relay_late"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srcB.Close()
+	tableB, err := pginformer.NewTable[pgtest.Row](ctx, srcB, h.TableName(), pginformer.TableOptions[pgtest.Row]{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lw := &countLists{Table: tableB}
+	want := "late write of an earlier term that lost no change; resuming"
+	if lostChange {
+		want = "late write of an earlier term; relisting"
+	}
+	logged := &flagHandler{want: want, t: t}
+	rB, stopB := run(lw, 3, slog.New(logged))
+	defer stopB()
+	informertest.WaitFor(t, inf, core.ResourceVersion(put("after", 1)))
+	if lostChange {
+		informertest.Eventually(t, "the new leader counts its relist", func() bool { return rB.Relists() > 0 })
+	}
+	stopB()
+
+	wantLists := int64(0)
+	if lostChange {
+		wantLists = 1
+	}
+	if n := lw.lists.Load(); n != wantLists {
+		t.Errorf("the new leader listed the table %d times, want %d", n, wantLists)
+	}
+	if n := rB.Relists(); n != uint64(wantLists) {
+		t.Errorf("the new leader published %d relists, want %d", n, wantLists)
+	}
+	if !logged.seen.Load() {
+		t.Errorf("the new leader did not log %q", want)
+	}
+	truth, err := h.Truth(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, row := range inf.Indexer().List() {
+		got[row.K] = row.V
+	}
+	if len(got) != len(truth) {
+		t.Errorf("the cache holds %d keys, the table %d", len(got), len(truth))
+	}
+	for k, v := range truth {
+		if g, ok := got[k]; !ok || g != v {
+			t.Errorf("key %s: cache %d (present %v), table %d", k, g, ok, v)
+		}
+	}
+}
