@@ -41,16 +41,18 @@ import (
 //     cold side lists. This process updates 2,000 rows a second, in
 //     transactions of 200 rows walking through the table.
 //   - etcd: 500,000 keys under one prefix (etcdWarmValue, the same
-//     fields as warmRow, JSON of about 130 bytes; 20,000 under -short,
+//     fields as warmRow, JSON of about 110 bytes; 20,000 under -short,
 //     DBINFORMER_WARM_KEYS sets another number), the checkpoint in the
 //     Binary codec (lazily decoded pages, as Postgres's). A first run in
 //     this process lists and saves the checkpoint; the warm side loads it
 //     and watches from its revision, the cold side lists. This process
 //     puts 2,000 keys a second, in transactions of 100 walking through
-//     the keys. 500k rather than 1M: the load (one transaction of 128
-//     puts per revision) and the cold List take half as long on this
-//     2-core machine, whose embedded etcd shares the benchmark's process
-//     (this one, not a side's), while the cache is still hundreds of MB.
+//     the keys. 500k rather than 1M: putting them (transactions of 128,
+//     four at a time) took 48 s on the loaded 2-core machine this was
+//     written on, into an etcd embedded in this process (not a side's),
+//     1M would take twice that and its cold Lists as well, and 500k
+//     already makes a cache of hundreds of MB, past the sides' common
+//     baseline (the test binary's ~70 MB RSS).
 //     The history the churn leaves is compacted once each side has
 //     applied it (never before the warm side watched from its revision:
 //     it would relist), so the backend stays well under etcd's quota.
@@ -92,7 +94,9 @@ func BenchmarkWarmRestartMemory(b *testing.B) {
 		}
 		e := harness.StartEtcd(b)
 		client := e.Client(b)
+		t0 := time.Now()
 		etcdWarmLoad(b, client, keys)
+		b.Logf("put %d keys in %.1f s", keys, time.Since(t0).Seconds())
 		for b.Loop() {
 			warmMemEtcd(b, e, client, keys, seconds)
 		}
@@ -266,6 +270,14 @@ func startWarmMemSide(b *testing.B, spec warmMemSpec) *warmMemSide {
 	b.Helper()
 	cmd, in, out := startChildWithInput(b, warmMemEnv, spec)
 	s := &warmMemSide{name: spec.Source + "/" + spec.Side, cmd: cmd, in: in, out: bufio.NewScanner(out)}
+	// A benchmark that fails before finish leaves no side running.
+	b.Cleanup(func() {
+		if s.cmd.ProcessState == nil {
+			s.in.Close()
+			_ = s.cmd.Process.Kill()
+			_ = s.cmd.Wait()
+		}
+	})
 	var lists int
 	if !s.out.Scan() || !scanLine(s.out.Text(), "synced", &lists) {
 		s.fail(b, "did not sync")
