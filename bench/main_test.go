@@ -28,6 +28,11 @@ func TestMain(m *testing.M) {
 		// (shardrelay_test.go).
 		os.Exit(runShardHeapChild(spec))
 	}
+	if spec := os.Getenv(warmMemEnv); spec != "" {
+		// One side of BenchmarkWarmRestartMemory, whose RSS is its
+		// own (warmmemory_test.go).
+		os.Exit(runWarmMemSide(spec))
+	}
 	code := m.Run()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {

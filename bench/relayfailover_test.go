@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -329,29 +328,6 @@ type failoverFollower struct {
 	firstAfter atomic.Int64 // when it first applied a row sent after the fault (unix ns)
 	stop       func()       // stops the informer and waits for its Run
 	done       chan struct{}
-}
-
-// startChild re-executes this test binary as a child process that TestMain
-// hands to its role: env set to spec as JSON. Its stderr is ours, its
-// stdout is returned for its reports, and it dies with this process.
-func startChild(tb testing.TB, env string, spec any) (*exec.Cmd, io.ReadCloser) {
-	tb.Helper()
-	js, err := json.Marshal(spec)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
-	cmd.Env = append(os.Environ(), env+"="+string(js))
-	cmd.Stderr = os.Stderr
-	dieWithParent(cmd)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	return cmd, out
 }
 
 // waitStopped waits until process pid is stopped (state T in

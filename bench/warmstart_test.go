@@ -70,54 +70,78 @@ func startWarmProcess(b *testing.B, pg *harness.Postgres, slot string, store cor
 // interval (negative: only when the run ends and when asked).
 func startWarmProcessEvery(b *testing.B, pg *harness.Postgres, slot string, store core.CheckpointStore, h core.ResourceEventHandler[warmRow], interval time.Duration) *warmProcess {
 	b.Helper()
+	p, err := openWarmProcess(pg.ConnString(), slot, store, h, interval, b.Logf)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return p
+}
+
+// openWarmProcess starts a warmProcess on the database at conn, the
+// informer's errors reported to logf; a child process (which has no
+// testing.B) uses it directly.
+func openWarmProcess(conn, slot string, store core.CheckpointStore, h core.ResourceEventHandler[warmRow], interval time.Duration, logf func(string, ...any)) (*warmProcess, error) {
 	ctx := context.Background()
 	opts := pginformer.Options{}
 	if slot != "" {
 		opts.PermanentSlot, opts.Slot = true, slot
 	}
-	src, err := pginformer.NewSource(ctx, pg.ConnString(), opts)
+	src, err := pginformer.NewSource(ctx, conn, opts)
 	if err != nil {
-		b.Fatal(err)
+		return nil, err
 	}
 	tbl, err := pginformer.NewTable[warmRow](ctx, src, "warm_rows", pginformer.TableOptions[warmRow]{})
 	if err != nil {
 		src.Close()
-		b.Fatal(err)
+		return nil, err
 	}
 	p := &warmProcess{src: src, spy: informertest.Wrap[warmRow](tbl), done: make(chan error, 1)}
-	io := core.InformerOptions[warmRow]{Name: "warm_rows", ErrorHandler: func(err error) { b.Logf("informer: %v", err) }}
+	io := core.InformerOptions[warmRow]{Name: "warm_rows", ErrorHandler: func(err error) { logf("informer: %v", err) }}
 	if store != nil {
 		io.Checkpoint = &core.CheckpointOptions[warmRow]{Store: store, Interval: interval}
 	}
 	p.inf = core.NewSharedIndexInformer[warmRow](p.spy, io)
 	if h != nil {
 		if _, err := p.inf.AddEventHandler(h); err != nil {
-			b.Fatal(err)
+			src.Close()
+			return nil, err
 		}
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	p.cancel = cancel
 	go func() { p.done <- p.inf.Run(rctx) }()
-	return p
+	return p, nil
 }
 
 func (p *warmProcess) waitSynced(b *testing.B) {
 	b.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	if err := p.inf.WaitForCacheSync(ctx); err != nil {
+	if err := p.synced(); err != nil {
 		b.Fatal(err)
 	}
+}
+
+// synced waits (10 minutes at most) until the informer synced.
+func (p *warmProcess) synced() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	return p.inf.WaitForCacheSync(ctx)
 }
 
 // stop ends the informer (saving its final checkpoint) and the Source.
 func (p *warmProcess) stop(b *testing.B) {
 	b.Helper()
-	p.cancel()
-	if err := <-p.done; err != nil {
+	if err := p.close(); err != nil {
 		b.Fatal(err)
 	}
+}
+
+// close is stop returning the informer's error; the Source is closed
+// either way.
+func (p *warmProcess) close() error {
+	p.cancel()
+	err := <-p.done
 	p.src.Close()
+	return err
 }
 
 // profileWarm (DBINFORMER_WARM_PROFILE=dir) writes a CPU profile and an

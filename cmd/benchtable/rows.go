@@ -187,5 +187,10 @@ var rows = []row{
 	{"13 Audit, Postgres table of 1M rows: live heap the audit holds at its last row vs the informer's cache", "PostgresAudit", "audit-retained-MB", "", "cache-MB", "≤", 0.05},
 	{"13 Audit, Postgres table of 1M rows: informer throughput (200k rows updated, 1,000 a transaction) while audits at the default pace (10,000 rows/s) run back to back vs without", "PostgresAuditThroughput", "paced-changes/s", "", "alone-changes/s", "≥", 0.8},
 	{"13 Audit, Postgres table of 1M rows: informer throughput while unpaced audits run back to back vs without (2 cores, Postgres on the same machine)", "PostgresAuditThroughput", "unpaced-changes/s", "", "alone-changes/s", "", 0},
-	{"10 Postgres warm restart memory (#39), 1M rows, then 5 min of 2,000 updates/s: heap, warm start vs cold start", "WarmRestartMemory", "warm-heap-MB", "", "cold-heap-MB", "≤", 1.1},
+	{"10 Postgres warm restart memory (#39), 1M rows, then 5 min of 2,000 updates/s, each side its own process: heap, warm start vs cold start", "WarmRestartMemory/postgres", "warm-heap-MB", "", "cold-heap-MB", "≤", 1.1},
+	{"10 Postgres warm restart memory, 1M rows, then 5 min of 2,000 updates/s: RSS, warm start vs cold start", "WarmRestartMemory/postgres", "warm-rss-MB", "", "cold-rss-MB", "≤", 1.1},
+	{"10 Postgres warm restart memory, 1M rows: peak RSS (the load or the list included), warm start vs cold start", "WarmRestartMemory/postgres", "warm-peak-rss-MB", "", "cold-peak-rss-MB", "", 0},
+	{"10 etcd warm restart memory (#39), 500k keys, then 5 min of 2,000 puts/s, each side its own process: heap, warm start (checkpoint, watch from its revision) vs cold start", "WarmRestartMemory/etcd", "warm-heap-MB", "", "cold-heap-MB", "≤", 1.1},
+	{"10 etcd warm restart memory, 500k keys, then 5 min of 2,000 puts/s: RSS, warm start vs cold start", "WarmRestartMemory/etcd", "warm-rss-MB", "", "cold-rss-MB", "≤", 1.1},
+	{"10 etcd warm restart memory, 500k keys: peak RSS (the load or the list included), warm start vs cold start", "WarmRestartMemory/etcd", "warm-peak-rss-MB", "", "cold-peak-rss-MB", "", 0},
 }
