@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/metrics"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"syscall"
@@ -78,6 +80,31 @@ func liveHeap() uint64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return m.HeapAlloc
+}
+
+// steadyHeap is the lowest of three liveHeap samples 300 ms apart: the
+// heap a process holds steadily, not one a checkpoint being written or a
+// batch being applied adds to for a moment.
+func steadyHeap() uint64 {
+	h := liveHeap()
+	for range 2 {
+		time.Sleep(300 * time.Millisecond)
+		h = min(h, liveHeap())
+	}
+	return h
+}
+
+// writeHeapProfile writes the heap profile name.pprof into the directory
+// DBINFORMER_HEAP_PROFILE names, if it names one.
+func writeHeapProfile(name string) {
+	d := os.Getenv("DBINFORMER_HEAP_PROFILE")
+	if d == "" {
+		return
+	}
+	if f, err := os.Create(filepath.Join(d, name+".pprof")); err == nil {
+		pprof.WriteHeapProfile(f)
+		f.Close()
+	}
 }
 
 // side is one contender of a side-by-side benchmark.

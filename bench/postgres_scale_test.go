@@ -61,17 +61,7 @@ func createScaleTable(b *testing.B, pg *harness.Postgres, name string, rows int)
 // OS (Linux; 0 elsewhere).
 func rssMB() float64 {
 	debug.FreeOSMemory()
-	data, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
-			kb, _ := strconv.ParseFloat(f[1], 64)
-			return kb / 1024
-		}
-	}
-	return 0
+	return float64(procStatusKB("VmRSS:")) / 1024
 }
 
 // scaleSync is an informer's initial sync of the scale table on a fresh

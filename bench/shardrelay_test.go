@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"runtime"
-	"runtime/pprof"
 	"strconv"
 	"testing"
 	"time"
@@ -182,28 +180,11 @@ func shardHeapChild(s shardHeapSpec) error {
 	if got := inf.Indexer().Len(); got != s.Want {
 		return fmt.Errorf("informer holds %d keys, want %d", got, s.Want)
 	}
-	held := liveHeap()
-	for range 2 {
-		time.Sleep(300 * time.Millisecond)
-		held = min(held, liveHeap())
-	}
+	held := steadyHeap()
 	writeHeapProfile(map[bool]string{true: "replica", false: "unsharded"}[s.Shards > 0])
 	r := shardHeapResult{Heap: float64(held - min(held, base)), Read: down.MessagesRead()}
 	runtime.KeepAlive(inf)
 	cancel()
 	<-done
 	return json.NewEncoder(os.Stdout).Encode(r)
-}
-
-// writeHeapProfile writes the heap profile name.pprof into the directory
-// DBINFORMER_HEAP_PROFILE names, if it names one.
-func writeHeapProfile(name string) {
-	d := os.Getenv("DBINFORMER_HEAP_PROFILE")
-	if d == "" {
-		return
-	}
-	if f, err := os.Create(filepath.Join(d, name+".pprof")); err == nil {
-		pprof.WriteHeapProfile(f)
-		f.Close()
-	}
 }

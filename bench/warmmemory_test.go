@@ -11,7 +11,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 	"testing"
@@ -227,20 +226,11 @@ func measureWarmMemSide[T any](s warmMemSpec, inf *core.SharedIndexInformer[T], 
 	}
 	// RSS as the program runs, before a forced GC.
 	rss := procStatusKB("VmRSS:")
-	running := liveHeap()
-	for range 2 {
-		time.Sleep(300 * time.Millisecond)
-		running = min(running, liveHeap())
-	}
+	running := steadyHeap()
 	// The kernel updates the high-water mark lazily: it can lag the RSS
 	// read above.
 	peak := max(procStatusKB("VmHWM:"), rss)
-	if d := os.Getenv("DBINFORMER_HEAP_PROFILE"); d != "" {
-		if f, err := os.Create(d + "/" + s.Source + "-" + s.Side + ".pprof"); err == nil {
-			_ = pprof.WriteHeapProfile(f)
-			f.Close()
-		}
-	}
+	writeHeapProfile(s.Source + "-" + s.Side)
 	n := lists()
 	if err := stop(); err != nil {
 		return err
