@@ -2,7 +2,6 @@ package bench_test
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"os"
 	"runtime"
@@ -15,9 +14,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
+	"github.com/dbinformer/dbinformer/bench/internal/userprog"
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/integration/harness"
 )
@@ -25,16 +24,9 @@ import (
 // scaleRow is a row of the Postgres-at-scale table: an int key, a short
 // text, an int, a numeric, a timestamptz, a small jsonb document and a body
 // that is 32 characters on most rows and 3.2 kB, stored out of line
-// (STORAGE EXTERNAL: TOAST), on one row in 50.
-type scaleRow struct {
-	ID     int64           `db:"id"`
-	Org    string          `db:"org"`
-	N      int32           `db:"n"`
-	Amount pgtype.Numeric  `db:"amount"`
-	At     time.Time       `db:"at"`
-	Attrs  json.RawMessage `db:"attrs"`
-	Body   string          `db:"body"`
-}
+// (STORAGE EXTERNAL: TOAST), on one row in 50. It is the user programs'
+// row type (BenchmarkUserProgram reads the same table).
+type scaleRow = userprog.Account
 
 const scaleCols = "id bigint PRIMARY KEY, org text NOT NULL, n int NOT NULL, amount numeric NOT NULL, at timestamptz NOT NULL, attrs jsonb NOT NULL, body text NOT NULL"
 
