@@ -139,7 +139,11 @@
 // stream's audit folds the stream up to its head into a state of its own
 // (one S per entity while it reads: a fold needs each entity's previous
 // state), or, Stateless, streams each message. Neither parks anything for
-// the watches.
+// the watches. A bucket's MaxAge or a purge drops values without a message
+// a watch delivers, so a KV answers core.AuditRechecker too: before an
+// audit reports or heals a key it read, it asks the stream's leader
+// whether the key's last message is still the one read; a key dropped
+// meanwhile is in flight, not missing (a heal would put it back).
 //
 // # Clusters
 //
