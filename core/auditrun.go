@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"sync"
 	"time"
 )
 
@@ -13,7 +12,7 @@ import (
 // source is read as it streams, so the run compares in two steps:
 //
 //  1. Before the read, the informer starts recording every key it applies
-//     a change to, with the change's version (auditTrack.touch, called in
+//     a change to, with the change's version (changeRecord.touch, called in
 //     handleDeltas under the cache's write lock). While the source
 //     streams its snapshot at C, each row is compared with the cache as it
 //     is then; rows that agree are done, rows that do not are kept (key
@@ -41,35 +40,9 @@ import (
 // an extra key can go unseen: a collision can hide a divergence from one
 // run, never report a false one).
 
-// auditTrack records the keys changed while an audit runs.
-type auditTrack struct {
-	mu      sync.Mutex
-	touched map[string]ResourceVersion
-}
-
-// unknownRV marks a key whose change's version is unknown (a relist's
-// object): always in flight.
-const unknownRV = ^ResourceVersion(0)
-
-func (t *auditTrack) touch(key string, rv ResourceVersion) {
-	t.mu.Lock()
-	if old, ok := t.touched[key]; !ok || rv > old {
-		t.touched[key] = rv
-	}
-	t.mu.Unlock()
-}
-
-// after reports whether key changed with a version after c.
-func (t *auditTrack) after(key string, c ResourceVersion) bool {
-	t.mu.Lock()
-	rv, ok := t.touched[key]
-	t.mu.Unlock()
-	return ok && rv > c
-}
-
 // touchDelta records d for a running audit; called under the cache's
 // write lock before d is applied.
-func touchDelta[T any](t *auditTrack, d *Delta[T]) {
+func touchDelta[T any](t *changeRecord, d *Delta[T]) {
 	if t == nil || d.Type == DeltaSync {
 		return
 	}
@@ -171,7 +144,7 @@ func (i *SharedIndexInformer[T]) auditRun(ctx context.Context, o AuditOptions[T]
 	if !ok {
 		return fail(fmt.Errorf("%s: %w", i.name, ErrAuditUnsupported))
 	}
-	tr := &auditTrack{touched: map[string]ResourceVersion{}}
+	tr := newChangeRecord()
 	// Set before reading the version received: a change applied without
 	// being recorded (its batch began before the store) was received
 	// before, so its version is at most a0, and the source's snapshot
@@ -263,7 +236,7 @@ type auditPass[T any] struct {
 	i    *SharedIndexInformer[T]
 	o    AuditOptions[T]
 	r    *AuditResult
-	tr   *auditTrack
+	tr   *changeRecord
 	seen *auditSeen[T] // each row's key
 	// suspects are keyed, since a source may emit a key again (see
 	// AuditLister): its last emission stands.
@@ -427,7 +400,7 @@ func (i *SharedIndexInformer[T]) reflectorTransform(obj T) (out T, err error) {
 // handleDeltas applies changes, except for a key changed after c since
 // (the watch has its newer state). It holds handleMu for writing so that
 // handlers get its notifications in order with the watch's.
-func (i *SharedIndexInformer[T]) auditHeal(tr *auditTrack, c ResourceVersion, heal []Delta[T]) int64 {
+func (i *SharedIndexInformer[T]) auditHeal(tr *changeRecord, c ResourceVersion, heal []Delta[T]) int64 {
 	if len(heal) == 0 {
 		return 0
 	}

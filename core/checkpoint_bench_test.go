@@ -46,13 +46,13 @@ func BenchmarkCheckpoint(b *testing.B) {
 		codec Codec[ckptRow]
 	}{{"json", JSON[ckptRow]{}}, {"binary", bin}} {
 		var buf bytes.Buffer
-		if err := encodeCheckpoint(&buf, c.codec, "x", 7, keys, objs); err != nil {
+		if err := encodeCheckpoint(&buf, c.codec, "x", 7, keys, objs, nil); err != nil {
 			b.Fatal(err)
 		}
 		b.Run(c.name+"/save", func(b *testing.B) {
 			b.ReportMetric(float64(buf.Len())/float64(n), "B/object")
 			for b.Loop() {
-				if err := encodeCheckpoint(io.Discard, c.codec, "x", 7, keys, objs); err != nil {
+				if err := encodeCheckpoint(io.Discard, c.codec, "x", 7, keys, objs, nil); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -78,6 +78,44 @@ func runOnce(t *testing.T, src core.ListerWatcher[versioned], opts core.Informer
 	stop()
 }
 
+// heldRestart starts an informer over src with the checkpoint in dir, a
+// Recorder as its handler (which fails the test when a key's version goes
+// backwards), and its watches held until gate is released; it returns once
+// the first watch waits at the gate.
+func heldRestart(t *testing.T, src *memory.Source[versioned], dir string) (*informertest.Spy[versioned], *informertest.Gate, *core.SharedIndexInformer[versioned], *informertest.Recorder[versioned]) {
+	t.Helper()
+	spy := informertest.Wrap[versioned](src)
+	gate := spy.HoldWatches()
+	inf := core.NewSharedIndexInformer[versioned](spy, ckptOptions(t, dir))
+	rec := informertest.NewRecorder[versioned](t, versionOf)
+	if _, err := inf.AddEventHandler(rec); err != nil {
+		t.Fatal(err)
+	}
+	runUntilStopped(t, inf)
+	ctx, cancel := context.WithTimeout(context.Background(), informertest.Timeout)
+	defer cancel()
+	if err := gate.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return spy, gate, inf, rec
+}
+
+// expectCaughtUp waits for inf to sync and apply the source's head, and
+// checks that it did not list and that its cache equals the source.
+func expectCaughtUp(t *testing.T, what string, spy *informertest.Spy[versioned], inf *core.SharedIndexInformer[versioned], src *memory.Source[versioned]) {
+	t.Helper()
+	syncOrFail(t, inf)
+	if err := inf.WaitFor(context.Background(), src.HeadRV()); err != nil {
+		t.Fatal(err)
+	}
+	if n := spy.Lists(); n != 0 {
+		t.Errorf("%s: the restart listed %d times, want 0", what, n)
+	}
+	if got, want := cacheState(inf), truth(src); !mapsEqual(got, want) {
+		t.Errorf("%s: the cache differs from the source on %d keys", what, len(diffKeys(got, want)))
+	}
+}
+
 func cacheState(inf *core.SharedIndexInformer[versioned]) map[string]int64 {
 	m := map[string]int64{}
 	inf.Indexer().Range(func(k string, o versioned) bool { m[k] = int64(o.V); return true })
@@ -126,19 +164,7 @@ func TestCheckpointWarmRestart(t *testing.T) {
 	src.Delete("c")
 	src.Put("d", versioned{"d", 5})
 
-	spy := informertest.Wrap[versioned](src)
-	gate := spy.HoldWatches()
-	inf2 := core.NewSharedIndexInformer[versioned](spy, ckptOptions(t, dir))
-	rec := informertest.NewRecorder[versioned](t, versionOf)
-	if _, err := inf2.AddEventHandler(rec); err != nil {
-		t.Fatal(err)
-	}
-	runUntilStopped(t, inf2)
-	ctx, cancel := context.WithTimeout(context.Background(), informertest.Timeout)
-	defer cancel()
-	if err := gate.Wait(ctx); err != nil {
-		t.Fatal(err)
-	}
+	spy, gate, inf2, rec := heldRestart(t, src, dir)
 	// The watch is held: the cache is the checkpoint, readers see it, and
 	// the informer says it is not synced yet.
 	informertest.Eventually(t, "checkpoint loaded", func() bool { return len(cacheState(inf2)) == 3 })
@@ -560,16 +586,7 @@ func TestCheckpointSavedUnderWrites(t *testing.T) {
 	spy := informertest.Wrap[versioned](src)
 	inf2 := core.NewSharedIndexInformer[versioned](spy, ckptOptions(t, dir))
 	runUntilStopped(t, inf2)
-	syncOrFail(t, inf2)
-	if err := inf2.WaitFor(ctx, src.HeadRV()); err != nil {
-		t.Fatal(err)
-	}
-	if n := spy.Lists(); n != 0 {
-		t.Errorf("the restart listed %d times, want 0", n)
-	}
-	if got, want := cacheState(inf2), truth(src); !mapsEqual(got, want) {
-		t.Errorf("after a restart from a checkpoint saved under writes (last write at %d), the cache differs from the source on %d keys", last, len(diffKeys(got, want)))
-	}
+	expectCaughtUp(t, fmt.Sprintf("after a restart from a checkpoint saved under writes (last write at %d)", last), spy, inf2, src)
 }
 
 func diffKeys(a, b map[string]int64) []string {
@@ -625,18 +642,14 @@ func (s *pausingStore) Save(ctx context.Context, name string, write func(io.Writ
 	return err
 }
 
-// A checkpoint is written a chunk at a time from the cache: when keys are
-// deleted from the cache meanwhile, the save starts again from a copy
-// taken at once, and the checkpoint holds the cache's objects.
-func TestCheckpointSaveWhileKeysAreDeleted(t *testing.T) {
+// savePaused runs an informer with a checkpoint over src until it has
+// synced, saves one checkpoint whose write runs pause once it has begun
+// writing (its version read, most chunks not), and stops. It returns
+// which of the saves that made (a failed write starts again) failed, and
+// a directory holding only that checkpoint.
+func savePaused(t *testing.T, src *memory.Source[versioned], pause func(inf *core.SharedIndexInformer[versioned])) (failed []bool, dir2 string) {
+	t.Helper()
 	dir := t.TempDir()
-	src := memory.New[versioned](memory.Options{})
-	// Many more chunks (512 objects) than the writer encodes ahead of
-	// what it wrote (two per CPU).
-	n := 512 * (8*runtime.GOMAXPROCS(0) + 8)
-	for k := range n {
-		src.Put("k"+strconv.Itoa(k), versioned{"k" + strconv.Itoa(k), 1})
-	}
 	dirStore, err := core.NewDirCheckpointStore(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -647,22 +660,9 @@ func TestCheckpointSaveWhileKeysAreDeleted(t *testing.T) {
 	inf := core.NewSharedIndexInformer[versioned](src, opts)
 	stop := runUntilStopped(t, inf)
 	syncOrFail(t, inf)
-	ctx := context.Background()
-	// While the first save writes its first bytes, every other key goes:
-	// the chunks read after that miss some.
-	store.pause = func() {
-		for k := 0; k < n; k += 2 {
-			src.Delete("k" + strconv.Itoa(k))
-		}
-		if err := inf.WaitFor(ctx, src.HeadRV()); err != nil {
-			t.Error(err)
-		}
-	}
-	if err := inf.Checkpoint(ctx); err != nil {
+	store.pause = func() { pause(inf) }
+	if err := inf.Checkpoint(context.Background()); err != nil {
 		t.Fatal(err)
-	}
-	if want := []bool{true, false}; !slices.Equal(store.failed, want) {
-		t.Errorf("saves whose write failed: %v, want %v", store.failed, want)
 	}
 	// The restart loads that checkpoint, not the one the run saves when
 	// it stops.
@@ -670,21 +670,49 @@ func TestCheckpointSaveWhileKeysAreDeleted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	failed = slices.Clone(store.failed)
 	stop()
-	dir2 := t.TempDir()
+	dir2 = t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir2, "users.ckpt"), saved, 0o600); err != nil {
 		t.Fatal(err)
+	}
+	return failed, dir2
+}
+
+// manyChunks puts many more chunks of keys (512 objects) into src than a
+// save encodes ahead of what it wrote (two per CPU), each at version 1.
+func manyChunks(src *memory.Source[versioned]) int {
+	n := 512 * (8*runtime.GOMAXPROCS(0) + 8)
+	for k := range n {
+		src.Put("k"+strconv.Itoa(k), versioned{"k" + strconv.Itoa(k), 1})
+	}
+	return n
+}
+
+// A checkpoint is written a chunk at a time from the cache: when keys are
+// deleted from the cache meanwhile, the save starts again from a copy
+// taken at once, and the checkpoint holds the cache's objects.
+func TestCheckpointSaveWhileKeysAreDeleted(t *testing.T) {
+	src := memory.New[versioned](memory.Options{})
+	n := manyChunks(src)
+	ctx := context.Background()
+	// While the first save writes its first bytes, every other key goes:
+	// the chunks read after that miss some.
+	failed, dir2 := savePaused(t, src, func(inf *core.SharedIndexInformer[versioned]) {
+		for k := 0; k < n; k += 2 {
+			src.Delete("k" + strconv.Itoa(k))
+		}
+		if err := inf.WaitFor(ctx, src.HeadRV()); err != nil {
+			t.Error(err)
+		}
+	})
+	if want := []bool{true, false}; !slices.Equal(failed, want) {
+		t.Errorf("saves whose write failed: %v, want %v", failed, want)
 	}
 	spy := informertest.Wrap[versioned](src)
 	inf2 := core.NewSharedIndexInformer[versioned](spy, ckptOptions(t, dir2))
 	runUntilStopped(t, inf2)
-	syncOrFail(t, inf2)
-	if n := spy.Lists(); n != 0 {
-		t.Errorf("the restart listed %d times, want 0", n)
-	}
-	if got, want := cacheState(inf2), truth(src); !mapsEqual(got, want) {
-		t.Errorf("the cache differs from the source on %d keys", len(diffKeys(got, want)))
-	}
+	expectCaughtUp(t, "a checkpoint saved while keys were deleted", spy, inf2, src)
 }
 
 // failingWatch is a source whose first watches fail: a restart whose
@@ -738,4 +766,44 @@ func TestCheckpointWarmStartLogsItsErrors(t *testing.T) {
 			t.Errorf("log line %q lacks %s", line(), want)
 		}
 	}
+}
+
+// A save reads the cache a chunk at a time while it moves on: a key read
+// after two changes past the checkpoint's version is in a later state
+// than the version, and the restart's watch from that version replays
+// both changes. The checkpoint says which objects it holds in a later
+// state, and the warm start drops the changes they already hold: no
+// handler sees a version go backwards (the Recorder fails the test if
+// one does), and the cache ends equal to the source without a list.
+func TestCheckpointSavedMidChangeReplaysForward(t *testing.T) {
+	src := memory.New[versioned](memory.Options{})
+	n := manyChunks(src)
+	ctx := context.Background()
+	// While the save writes its first bytes, every key changes twice.
+	failed, dir2 := savePaused(t, src, func(inf *core.SharedIndexInformer[versioned]) {
+		for v := 2; v <= 3; v++ {
+			for k := range n {
+				src.Put("k"+strconv.Itoa(k), versioned{"k" + strconv.Itoa(k), v})
+			}
+		}
+		if err := inf.WaitFor(ctx, src.HeadRV()); err != nil {
+			t.Error(err)
+		}
+	})
+	if want := []bool{false}; !slices.Equal(failed, want) {
+		t.Fatalf("saves whose write failed: %v, want %v", failed, want)
+	}
+	// The checkpoint's objects are a mix: some at 1 (read before the
+	// writes), some at 3.
+	spy, gate, inf2, _ := heldRestart(t, src, dir2)
+	informertest.Eventually(t, "checkpoint loaded", func() bool { return len(cacheState(inf2)) == n })
+	loaded := map[int64]int{}
+	for _, v := range cacheState(inf2) {
+		loaded[v]++
+	}
+	if loaded[3] == 0 || loaded[1] == 0 {
+		t.Fatalf("versions of the loaded objects: %v; the test needs some read before the writes and some after", loaded)
+	}
+	gate.Release()
+	expectCaughtUp(t, "a checkpoint saved while keys changed", spy, inf2, src)
 }

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"maps"
 	"runtime"
+	"slices"
 	"sync"
 )
 
-// The checkpoint format, version 2: magic, format version (uint16), the
+// The checkpoint format, version 3: magic, format version (uint16), the
 // object type, the checkpoint's name, the codec (its Go type, and its
 // Schema when it has one, so that objects are never decoded by another
 // codec or another layout), the version and the count of objects; then
@@ -19,14 +21,20 @@ import (
 // each preceded by its length (uvarint); a chunk of zero objects ends
 // them; every chunk but the last holds checkpointChunk objects, so that a
 // loaded chunk is a page of the Indexer's base (itemtable.go) as it is.
-// Then the end magic, the count again and a CRC-32C of every byte before
-// it. Fixed-size integers are big-endian. Chunks let a load decode objects
-// on every CPU and a save encode them so. Version 1 (one run of
-// objects, no codec) is refused: the informer lists instead.
+// Then the objects written in a state later than the version (the cache
+// moves on while a save reads it): a uvarint count, then per object its
+// key (length-prefixed) and the uvarint version of its state, so that a
+// warm start does not replay older changes onto it (replayFilter). Then
+// the end magic, the count again and a CRC-32C of every byte before it.
+// Fixed-size integers are big-endian. Chunks let a load decode objects on
+// every CPU and a save encode them so. Version 2 (without the later
+// states) is read as having none; version 1 (one run of objects, no
+// codec) is refused: the informer lists instead.
 const (
 	checkpointMagic     = "DBINFCKP"
 	checkpointEnd       = "DBINFEND"
-	checkpointFormat    = 2
+	checkpointFormat    = 3
+	checkpointFormatMin = 2 // the oldest format read
 	checkpointMaxItem   = 1 << 30
 	checkpointChunkBits = 9
 	checkpointChunk     = 1 << checkpointChunkBits // objects per chunk: every chunk but the last holds this many
@@ -92,20 +100,22 @@ func encodeChunk[T any](dst []byte, codec Codec[T], base, total int, keys []stri
 	return dst, nil
 }
 
-// encodeCheckpoint writes the objects in keys/objs (at rv) to w, encoding
-// chunks on every CPU.
-func encodeCheckpoint[T any](w io.Writer, codec Codec[T], name string, rv ResourceVersion, keys []string, objs []T) error {
+// encodeCheckpoint writes the objects in keys/objs (at rv, those in later
+// at the version it gives) to w, encoding chunks on every CPU.
+func encodeCheckpoint[T any](w io.Writer, codec Codec[T], name string, rv ResourceVersion, keys []string, objs []T, later map[string]ResourceVersion) error {
 	return encodeCheckpointOf(w, codec, name, rv, keys, func(lo int, keys []string, dst []T) error {
 		copy(dst, objs[lo:lo+len(keys)])
 		return nil
-	})
+	}, func() (map[string]ResourceVersion, error) { return later, nil })
 }
 
 // encodeCheckpointOf writes the objects of keys (at rv) to w, encoding
 // chunks on every CPU; get fills dst with the objects of keys, which start
 // at keys[lo], a chunk at a time (a failure ends the write), so that no
-// more than a few chunks of objects are held at once.
-func encodeCheckpointOf[T any](w io.Writer, codec Codec[T], name string, rv ResourceVersion, keys []string, get func(lo int, keys []string, dst []T) error) error {
+// more than a few chunks of objects are held at once. later, called once
+// every object is read, returns the objects read in a state later than rv
+// and its version.
+func encodeCheckpointOf[T any](w io.Writer, codec Codec[T], name string, rv ResourceVersion, keys []string, get func(lo int, keys []string, dst []T) error, later func() (map[string]ResourceVersion, error)) error {
 	bw := bufio.NewWriterSize(w, 1<<16)
 	crc := crc32.New(crcTable)
 	out := io.MultiWriter(bw, crc)
@@ -190,7 +200,12 @@ func encodeCheckpointOf[T any](w io.Writer, codec Codec[T], name string, rv Reso
 		bufs.Put(r.data[:0]) // boxing the slice header costs little next to a chunk
 	}
 	wg.Wait()
-	tail := append([]byte{0}, checkpointEnd...)
+	lat, err := later()
+	if err != nil {
+		return err
+	}
+	tail := appendLater([]byte{0}, lat)
+	tail = append(tail, checkpointEnd...)
 	tail = binary.BigEndian.AppendUint64(tail, uint64(len(keys)))
 	if _, err := out.Write(tail); err != nil {
 		return err
@@ -199,4 +214,16 @@ func encodeCheckpointOf[T any](w io.Writer, codec Codec[T], name string, rv Reso
 		return err
 	}
 	return bw.Flush()
+}
+
+// appendLater appends the later states' section: sorted by key, so that
+// the same cache writes the same bytes.
+func appendLater(dst []byte, later map[string]ResourceVersion) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(later)))
+	for _, k := range slices.Sorted(maps.Keys(later)) {
+		dst = binary.AppendUvarint(dst, uint64(len(k)))
+		dst = append(dst, k...)
+		dst = binary.AppendUvarint(dst, uint64(later[k]))
+	}
+	return dst
 }

@@ -23,6 +23,9 @@ type loaded[T any] struct {
 	parts []*loadedPart[T]
 	n     int
 	base  *itemBase[T]
+	// later holds the objects written in a state later than the
+	// checkpoint's version, with that state's version.
+	later map[string]ResourceVersion
 }
 
 type loadedPart[T any] struct {
@@ -248,8 +251,9 @@ func decodeCheckpoint[T any](r io.Reader, codec Codec[T], name string, lazy bool
 	if string(head[:len(checkpointMagic)]) != checkpointMagic {
 		return 0, nil, errors.New("not a dbinformer checkpoint (bad magic)")
 	}
-	if f := binary.BigEndian.Uint16(head[len(checkpointMagic):]); f != checkpointFormat {
-		return 0, nil, fmt.Errorf("format version %d, this build reads version %d", f, checkpointFormat)
+	format := binary.BigEndian.Uint16(head[len(checkpointMagic):])
+	if format < checkpointFormatMin || format > checkpointFormat {
+		return 0, nil, fmt.Errorf("format version %d, this build reads versions %d to %d", format, checkpointFormatMin, checkpointFormat)
 	}
 	typ, err := c.bytes()
 	if err != nil {
@@ -352,6 +356,11 @@ func decodeCheckpoint[T any](r io.Reader, codec Codec[T], name string, lazy bool
 	if err != nil {
 		return 0, nil, err
 	}
+	if format >= 3 {
+		if out.later, err = readLater(c, count); err != nil {
+			return 0, nil, err
+		}
+	}
 	end, err := c.next(len(checkpointEnd)+8, false)
 	if err != nil {
 		return 0, nil, err
@@ -392,4 +401,29 @@ func decodeCheckpoint[T any](r io.Reader, codec Codec[T], name string, lazy bool
 		return 0, nil, err
 	}
 	return ResourceVersion(rv), out, nil
+}
+
+// readLater reads the section of objects written in a later state (at
+// most count of them).
+func readLater(c *checkpointReader, count uint64) (map[string]ResourceVersion, error) {
+	n, err := c.uvarint(count)
+	if err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	later := make(map[string]ResourceVersion, n)
+	for range n {
+		k, err := c.bytes()
+		if err != nil {
+			return nil, err
+		}
+		v, err := binary.ReadUvarint(c)
+		if err != nil {
+			return nil, fmt.Errorf("truncated or corrupt version: %w", err)
+		}
+		later[string(k)] = ResourceVersion(v)
+	}
+	return later, nil
 }

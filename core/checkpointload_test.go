@@ -2,6 +2,9 @@ package core
 
 import (
 	"bytes"
+	"encoding/binary"
+	"hash/crc32"
+	"maps"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -125,7 +128,7 @@ func TestCheckpointFormatCodecs(t *testing.T) {
 	}
 	for _, c := range []Codec[ckptRow]{JSON[ckptRow]{}, bin} {
 		var buf bytes.Buffer
-		if err := encodeCheckpoint(&buf, c, "x", 9, keys, objs); err != nil {
+		if err := encodeCheckpoint(&buf, c, "x", 9, keys, objs, nil); err != nil {
 			t.Fatal(err)
 		}
 		for _, lazy := range []bool{false, true} {
@@ -185,7 +188,7 @@ func TestCheckpointFromFile(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := encodeCheckpoint(f, Codec[ckptRow](bin), "x", 3, keys, objs[:len(keys)]); err != nil {
+		if err := encodeCheckpoint(f, Codec[ckptRow](bin), "x", 3, keys, objs[:len(keys)], nil); err != nil {
 			t.Fatal(err)
 		}
 		f.Close()
@@ -212,5 +215,45 @@ func TestCheckpointFromFile(t *testing.T) {
 		if _, err := load(dup, lazy); err == nil || !strings.Contains(err.Error(), "twice") {
 			t.Errorf("lazy=%v: a repeated key: %v", lazy, err)
 		}
+	}
+}
+
+// A checkpoint says which objects it holds in a state later than its
+// version; one of format 2, written before it could, loads with none.
+func TestCheckpointLaterStates(t *testing.T) {
+	keys, objs := ckptRows(checkpointChunk + 3)
+	later := map[string]ResourceVersion{keys[1]: 12, keys[checkpointChunk+2]: 15}
+	var buf bytes.Buffer
+	if err := encodeCheckpoint(&buf, JSON[ckptRow]{}, "x", 9, keys, objs, later); err != nil {
+		t.Fatal(err)
+	}
+	_, l, err := decodeCheckpoint(bytes.NewReader(buf.Bytes()), JSON[ckptRow]{}, "x", false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !maps.Equal(l.later, later) {
+		t.Errorf("later states %v, want %v", l.later, later)
+	}
+
+	// Format 2: no section (its count, one byte when empty, goes), the
+	// format number and the checksum of what is left.
+	buf.Reset()
+	if err := encodeCheckpoint(&buf, JSON[ckptRow]{}, "x", 9, keys, objs, nil); err != nil {
+		t.Fatal(err)
+	}
+	b := buf.Bytes()
+	end := bytes.LastIndex(b, []byte(checkpointEnd))
+	if b[end-1] != 0 {
+		t.Fatalf("the byte before the end magic is %d, want an empty section's count", b[end-1])
+	}
+	v2 := append(slices.Clone(b[:end-1]), b[end:len(b)-4]...)
+	binary.BigEndian.PutUint16(v2[len(checkpointMagic):], 2)
+	v2 = binary.BigEndian.AppendUint32(v2, crc32.Checksum(v2, crcTable))
+	rv, l, err := decodeCheckpoint(bytes.NewReader(v2), JSON[ckptRow]{}, "x", false, nil)
+	if err != nil {
+		t.Fatalf("format 2: %v", err)
+	}
+	if rv != 9 || l.n != len(keys) || l.later != nil {
+		t.Fatalf("format 2: rv %d, %d objects, later %v; want 9, %d objects, none later", rv, l.n, l.later, len(keys))
 	}
 }

@@ -18,6 +18,10 @@ type checkpointer[T any] struct {
 	name  string
 	codec Codec[T]
 	ack   DurableAcknowledger // nil when the source acknowledges nothing
+	// rec records each change the cache applies (handleDeltas), so that
+	// a save knows which objects it read in a state later than its
+	// version.
+	rec *changeRecord
 
 	mu    sync.Mutex // one save at a time
 	saved ResourceVersion
@@ -116,7 +120,7 @@ func (i *SharedIndexInformer[T]) setupCheckpoint() error {
 	if o.Store == nil {
 		return fmt.Errorf("%s: InformerOptions.Checkpoint.Store is nil (use core.NewDirCheckpointStore(dir))", i.name)
 	}
-	c := &checkpointer[T]{opts: *o, name: o.Name, codec: o.Codec}
+	c := &checkpointer[T]{opts: *o, name: o.Name, codec: o.Codec, rec: newChangeRecord()}
 	if c.name == "" {
 		c.name = i.name
 	}
@@ -139,6 +143,7 @@ func (i *SharedIndexInformer[T]) setupCheckpoint() error {
 		i.opts.Equal = codecEqual(c.codec)
 	}
 	i.ckpt = c
+	i.ckptRec.Store(c.rec)
 	return nil
 }
 
@@ -165,15 +170,24 @@ func (i *SharedIndexInformer[T]) saveCheckpoint(ctx context.Context, c *checkpoi
 	if !i.checkSynced() {
 		return nil
 	}
-	// Everything up to rv is in the cache; the snapshot taken after it may
-	// hold later changes too, which a watch from rv replays onto it: each
-	// change carries the key's whole state, so replaying is harmless.
+	// A relist's objects carry no version of their own: while one is
+	// applied, the cache holds states whose versions nothing records.
+	// The next interval saves.
+	lists, listing := i.queue.(listStater).listState()
+	if listing {
+		return nil
+	}
+	// Everything up to rv is in the cache. The cache moves on while the
+	// save reads it: an object read in a state after rv is written down
+	// with its version (c.rec), and a warm start drops the older changes
+	// the watch from rv replays onto it.
 	rv := i.queue.AppliedVersion()
 	if c.wrote && rv == c.saved {
 		return nil
 	}
+	c.rec.forget(rv)
 	err := c.opts.Store.Save(ctx, c.name, func(w io.Writer) error {
-		return i.encodeCache(w, c, rv)
+		return i.encodeCache(w, c, rv, lists)
 	})
 	if errors.Is(err, errKeyGone) {
 		// A key went between the listing of the keys and the reading of
@@ -181,15 +195,29 @@ func (i *SharedIndexInformer[T]) saveCheckpoint(ctx context.Context, c *checkpoi
 		err = c.opts.Store.Save(ctx, c.name, func(w io.Writer) error {
 			var keys []string
 			var objs []T
+			later := map[string]ResourceVersion{}
 			i.indexer.snapshot(func(n int, all iter.Seq2[string, T]) {
 				keys, objs = make([]string, 0, n), make([]T, 0, n)
 				for k, o := range all {
 					keys = append(keys, k)
 					objs = append(objs, o)
 				}
+				c.rec.laterThan(rv, func(version func(string) (ResourceVersion, bool)) {
+					for _, k := range keys {
+						if v, ok := version(k); ok {
+							later[k] = v
+						}
+					}
+				})
 			})
-			return encodeCheckpoint(w, c.codec, c.name, rv, keys, objs)
+			if now, listing := i.queue.(listStater).listState(); now != lists || listing {
+				return errListed
+			}
+			return encodeCheckpoint(w, c.codec, c.name, rv, keys, objs, later)
 		})
+	}
+	if errors.Is(err, errListed) {
+		return nil
 	}
 	if err != nil {
 		err = &CheckpointError{Name: c.name, Op: "save", Err: err}
@@ -206,26 +234,97 @@ func (i *SharedIndexInformer[T]) saveCheckpoint(ctx context.Context, c *checkpoi
 	return nil
 }
 
+// listStater is both queues' listState (queueBase).
+type listStater interface {
+	listState() (begun uint64, listing bool)
+}
+
 // errKeyGone: a key was deleted while a checkpoint was written.
 var errKeyGone = errors.New("a key was deleted while the checkpoint was written")
 
+// errListed: a relist began while a checkpoint was written (the save is
+// dropped; the next interval's writes the list's result).
+var errListed = errors.New("a list began while the checkpoint was written")
+
 // encodeCache writes the cache as a checkpoint at rv, everything up to
 // which it holds. It copies the keys (and their positions in the base),
-// then reads the objects a chunk at a time, each chunk under the read lock, so that a save holds a few chunks
-// of objects, not a second copy of the cache, and writers wait for one
-// chunk at most. Each object read is its key's state at rv or later, which
-// a watch from rv brings up to date as it would a snapshot taken at once
-// (each change carries the key's whole state, or is filled in from the
-// cached one). A key deleted meanwhile fails the write with errKeyGone:
-// the count in the checkpoint's header is the keys'.
-func (i *SharedIndexInformer[T]) encodeCache(w io.Writer, c *checkpointer[T], rv ResourceVersion) error {
+// then reads the objects a chunk at a time, each chunk under the read
+// lock, so that a save holds a few chunks of objects, not a second copy of
+// the cache, and writers wait for one chunk at most. An object read in a
+// state after rv is written down with that state's version, read under
+// the same lock (c.rec). A key deleted meanwhile fails the write with
+// errKeyGone: the count in the checkpoint's header is the keys'. A list
+// begun since lists (the queue's count then) fails it with errListed.
+func (i *SharedIndexInformer[T]) encodeCache(w io.Writer, c *checkpointer[T], rv ResourceVersion, lists uint64) error {
 	keys, where, base := i.indexer.keysNow()
-	return encodeCheckpointOf(w, c.codec, c.name, rv, keys, func(lo int, keys []string, dst []T) error {
-		if !i.indexer.getAll(keys, where[lo:lo+len(keys)], base, dst) {
+	var mu sync.Mutex
+	later := map[string]ResourceVersion{}
+	get := func(lo int, keys []string, dst []T) error {
+		ok := i.indexer.getAll(keys, where[lo:lo+len(keys)], base, dst, func() {
+			c.rec.laterThan(rv, func(version func(string) (ResourceVersion, bool)) {
+				mu.Lock()
+				defer mu.Unlock()
+				for _, k := range keys {
+					if v, ok := version(k); ok {
+						later[k] = v
+					}
+				}
+			})
+		})
+		if !ok {
 			return errKeyGone
 		}
 		return nil
+	}
+	return encodeCheckpointOf(w, c.codec, c.name, rv, keys, get, func() (map[string]ResourceVersion, error) {
+		if now, listing := i.queue.(listStater).listState(); now != lists || listing {
+			return nil, errListed
+		}
+		return later, nil
 	})
+}
+
+// recordDelta records d's change for the checkpoints' saves; called under
+// the cache's write lock before d is applied. A list's objects have no
+// version (a save waits for a list to be applied).
+func recordDelta[T any](rec *changeRecord, d *Delta[T]) {
+	if rec == nil || !d.change() || d.RV == 0 {
+		return
+	}
+	rec.touch(d.Key, d.RV)
+}
+
+// replayFilter holds what a warm start must not apply: the loaded objects
+// whose state is later than the checkpoint's version, and that state's
+// version. The watch from the checkpoint's version replays every change
+// after it, and a change at or before such an object's version is older
+// than (or already in) the object: applied, it would take the key back,
+// and a handler would see its version go backwards. Once the cache has
+// applied upTo, no such change can come.
+type replayFilter struct {
+	later map[string]ResourceVersion
+	upTo  ResourceVersion
+}
+
+func newReplayFilter(later map[string]ResourceVersion) *replayFilter {
+	if len(later) == 0 {
+		return nil
+	}
+	f := &replayFilter{later: later}
+	for _, v := range later {
+		f.upTo = max(f.upTo, v)
+	}
+	return f
+}
+
+// stale reports whether a change (change: not a list's or a resync's
+// delta) of key at rv is older than the key's loaded state.
+func (f *replayFilter) stale(key string, rv ResourceVersion, change bool) bool {
+	if f == nil || !change || rv == 0 {
+		return false
+	}
+	v, ok := f.later[key]
+	return ok && rv <= v
 }
 
 // checkpointLoop saves checkpoints every Interval until ctx ends.
@@ -348,6 +447,13 @@ func (i *SharedIndexInformer[T]) warmStart(ctx context.Context, c *checkpointer[
 	ws.from = rv
 	ws.objects.Store(int64(objs.n))
 	i.warm.Store(ws)
+	// Before the objects are in the cache: the watch's first change must
+	// find the filter. The record learns the loaded states' versions, for
+	// the next save.
+	for k, v := range objs.later {
+		c.rec.touch(k, v)
+	}
+	i.replay.Store(newReplayFilter(objs.later))
 	if !i.loadCheckpoint(ctx, rv, objs) {
 		// The cache holds a previous run's objects: the checkpoint
 		// replaces them like a list, which tells handlers the

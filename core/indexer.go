@@ -224,12 +224,16 @@ func (s *Indexer[T]) keysNow() (keys []string, where []int32, base *itemBase[T])
 }
 
 // getAll fills dst with the objects of keys, which keysNow returned with
-// where and base, under one read lock; false if one of the keys is not
-// there. While the base is the same, a key's object is read at its
-// position, in order, without a lookup.
-func (s *Indexer[T]) getAll(keys []string, where []int32, base *itemBase[T], dst []T) bool {
+// where and base, under one read lock, and runs also (if set) under the
+// same lock; false if one of the keys is not there. While the base is the
+// same, a key's object is read at its position, in order, without a
+// lookup.
+func (s *Indexer[T]) getAll(keys []string, where []int32, base *itemBase[T], dst []T, also func()) bool {
 	s.rlock()
 	defer s.mu.RUnlock()
+	if also != nil {
+		defer also()
+	}
 	same := base != nil && s.items.base == base
 	d := &binDecoder{}
 	for n, k := range keys {

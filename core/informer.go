@@ -135,10 +135,15 @@ type SharedIndexInformer[T any] struct {
 
 	ckpt *checkpointer[T]          // nil without Options.Checkpoint
 	warm atomic.Pointer[warmState] // the run's warm start, if any
+	// ckptRec is ckpt's record of changes (set with ckpt, read by
+	// handleDeltas without i.mu); replay, the changes a warm start
+	// drops (a loaded object's state is later than them).
+	ckptRec atomic.Pointer[changeRecord]
+	replay  atomic.Pointer[replayFilter]
 
-	auditMu   sync.Mutex                  // one audit at a time
-	auditTr   atomic.Pointer[auditTrack]  // the running audit's record
-	lastAudit atomic.Pointer[AuditResult] // for LastAudit and SyncStatus
+	auditMu   sync.Mutex                   // one audit at a time
+	auditTr   atomic.Pointer[changeRecord] // the running audit's record
+	lastAudit atomic.Pointer[AuditResult]  // for LastAudit and SyncStatus
 }
 
 // NewSharedIndexInformer returns an informer over lw. Run starts it.
@@ -247,6 +252,7 @@ func (i *SharedIndexInformer[T]) Run(ctx context.Context) error {
 		reserve:          i.indexer.reserve,
 	})
 	i.warm.Store(nil)
+	i.replay.Store(nil)
 	if ckpt != nil {
 		ws := &warmState{began: i.clk.Now()}
 		ws.errsAt, _ = i.rep.reported()
@@ -306,7 +312,11 @@ func (i *SharedIndexInformer[T]) followQueue(ctx context.Context) {
 	kicks := i.queue.(interface{ kicks() <-chan struct{} }).kicks()
 	for {
 		i.checkSynced()
-		i.met.Applied(i.queue.AppliedVersion())
+		applied := i.queue.AppliedVersion()
+		i.met.Applied(applied)
+		if r := i.replay.Load(); r != nil && applied >= r.upTo {
+			i.replay.CompareAndSwap(r, nil)
+		}
 		select {
 		case <-kicks:
 		case <-ctx.Done():
@@ -390,11 +400,15 @@ func (i *SharedIndexInformer[T]) handleDeltas(deltas []Delta[T], initial bool) e
 	// Errors are reported after the update: an error handler that reads
 	// the cache must not deadlock.
 	var errs []error
-	tr := i.auditTr.Load()
+	tr, rec, replay := i.auditTr.Load(), i.ckptRec.Load(), i.replay.Load()
 	i.indexer.update(func(tx indexTx[T]) {
 		for k := range deltas {
 			d := &deltas[k]
+			if replay.stale(d.Key, d.RV, d.change()) {
+				continue
+			}
 			touchDelta(tr, d)
+			recordDelta(rec, d)
 			switch d.Type {
 			case DeltaSync:
 				if !listening {

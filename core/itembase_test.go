@@ -20,7 +20,7 @@ func loadedBase(t *testing.T, keys []string, objs []ckptRow, lazy bool) items[ck
 		t.Fatal(err)
 	}
 	var buf bytes.Buffer
-	if err := encodeCheckpoint(&buf, codec, "x", 7, keys, objs); err != nil {
+	if err := encodeCheckpoint(&buf, codec, "x", 7, keys, objs, nil); err != nil {
 		t.Fatal(err)
 	}
 	_, l, err := decodeCheckpoint(&buf, codec, "x", lazy, nil)
@@ -314,7 +314,7 @@ func TestCheckpointWriteLeavesLazyPagesLazy(t *testing.T) {
 		t.Fatal(err)
 	}
 	var loaded bytes.Buffer
-	if err := encodeCheckpoint(&loaded, codec, "x", 7, keys, objs); err != nil {
+	if err := encodeCheckpoint(&loaded, codec, "x", 7, keys, objs, nil); err != nil {
 		t.Fatal(err)
 	}
 	_, l, err := decodeCheckpoint(bytes.NewReader(loaded.Bytes()), codec, "x", true, nil)
@@ -328,11 +328,11 @@ func TestCheckpointWriteLeavesLazyPagesLazy(t *testing.T) {
 	ks, where, base := s.keysNow()
 	var saved bytes.Buffer
 	err = encodeCheckpointOf(&saved, codec, "x", 7, ks, func(lo int, keys []string, dst []ckptRow) error {
-		if !s.getAll(keys, where[lo:lo+len(keys)], base, dst) {
+		if !s.getAll(keys, where[lo:lo+len(keys)], base, dst, nil) {
 			return errKeyGone
 		}
 		return nil
-	})
+	}, func() (map[string]ResourceVersion, error) { return nil, nil })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,7 @@ type watermark struct {
 	queued  ResourceVersion
 	listing int
 	floor   ResourceVersion
+	lists   uint64 // lists begun
 }
 
 // applied is the applied version, given the smallest version of a change
@@ -52,6 +53,7 @@ func (w *watermark) advance(rv ResourceVersion) {
 func (w *watermark) beginList(applied ResourceVersion) {
 	w.floor = applied
 	w.listing++
+	w.lists++
 }
 
 // endList records a list that ended at version rv.
@@ -227,6 +229,14 @@ func (q *queueBase) Close() {
 		q.closed = true
 		close(q.done)
 	}
+}
+
+// listState returns how many lists the queue has begun, and whether one
+// is being applied (streaming, or its objects queued or in flight).
+func (q *queueBase) listState() (begun uint64, listing bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.wm.lists, q.wm.listing > 0
 }
 
 // HasSynced implements Queue.
