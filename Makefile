@@ -46,7 +46,7 @@ vet:
 # runs 2 seeds per adapter. A failing seed prints its replay command.
 N ?= 50
 reliability: deps
-	$(GO) test -count=1 -timeout 120m ./integration/reliability -run 'TestReliability$$|TestKillRestart$$' -seeds $(N) -report $(CURDIR)/RELIABILITY.md
+	$(GO) test -count=1 -timeout 120m ./integration/reliability -run 'TestReliability$$|TestKillRestart$$|TestShardedReliability$$' -seeds $(N) -report $(CURDIR)/RELIABILITY.md
 
 # Side by side with client-go, a plain map, a raw Postgres COPY and the raw
 # etcd and NATS clients, as ratios measured in one process; every benchmark

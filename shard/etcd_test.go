@@ -13,7 +13,6 @@ import (
 
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/integration/harness"
-	"github.com/dbinformer/dbinformer/integration/proxy"
 	"github.com/dbinformer/dbinformer/shard"
 )
 
@@ -23,24 +22,6 @@ func etcdBackend(t testing.TB, client *clientv3.Client, prefix string) *shard.Et
 		t.Fatal(err)
 	}
 	return b
-}
-
-// proxiedClient is a client of e whose traffic passes a proxy the test can
-// freeze: the TCP connection stays open, nothing gets through.
-func proxiedClient(t *testing.T, e *harness.Etcd) (*clientv3.Client, *proxy.Proxy) {
-	px, err := proxy.New(strings.TrimPrefix(e.Endpoints()[0], "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = px.Close() })
-	cfg := e.ClientConfig()
-	cfg.Endpoints = []string{"http://" + px.Addr()}
-	c, err := clientv3.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c, px
 }
 
 const lease = 2 * time.Second
@@ -117,7 +98,7 @@ func TestEtcdMembershipAssignmentFencing(t *testing.T) {
 func TestEtcdFrozenMemberLeaves(t *testing.T) {
 	e := harness.StartEtcd(t)
 	b := etcdBackend(t, e.Client(t), "/test/shards")
-	frozenClient, px := proxiedClient(t, e)
+	frozenClient, px := e.ProxiedClient(t)
 	const shards = 16
 	opts := func(id string) shard.Options { return shard.Options{ID: id, Shards: shards, Lease: lease} }
 	a, bb := start(t, b, opts("a")), start(t, b, opts("b"))

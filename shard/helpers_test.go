@@ -2,16 +2,12 @@ package shard_test
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"maps"
-	"slices"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/shard"
+	"github.com/dbinformer/dbinformer/shard/shardtest"
 )
 
 // replica is one Sharder running in the test.
@@ -72,87 +68,13 @@ func (r *replica) run(t *testing.T) {
 	t.Cleanup(func() { r.stop(t) })
 }
 
-// settled waits until the live replicas own, between them, every shard
-// exactly once, each exactly the shards Assign gives it over their IDs,
-// and returns the owner of each shard.
+// settled waits until the live replicas own their assigned shards
+// (shardtest.Settled) and returns the owner of each shard.
 func settled(t *testing.T, shards int, rs ...*replica) []string {
 	t.Helper()
-	var members []shard.Member
+	var live []*shard.Sharder
 	for _, r := range rs {
-		members = append(members, shard.Member{ID: r.s.ID()})
+		live = append(live, r.s)
 	}
-	want, err := shard.Assign(shards, members)
-	if err != nil {
-		t.Fatal(err)
-	}
-	informertest.Eventually(t, fmt.Sprintf("%d replicas to own their assigned shards", len(rs)), func() bool {
-		for _, r := range rs {
-			got := slices.Sorted(maps.Keys(r.s.Owned()))
-			if !slices.Equal(got, shard.Owned(want, r.s.ID())) {
-				return false
-			}
-		}
-		return true
-	})
-	return want
-}
-
-// handlerLog records every piece of work done for a key: which replica,
-// under which term, from when to when. check finds two replicas working
-// on one key at overlapping times.
-type handlerLog struct {
-	mu    sync.Mutex
-	calls []call
-}
-
-type call struct {
-	key, replica string
-	term         uint64
-	start, end   time.Time
-}
-
-func (l *handlerLog) add(c call) {
-	l.mu.Lock()
-	l.calls = append(l.calls, c)
-	l.mu.Unlock()
-}
-
-func (l *handlerLog) check(t *testing.T) {
-	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	byKey := map[string][]call{}
-	for _, c := range l.calls {
-		byKey[c.key] = append(byKey[c.key], c)
-	}
-	overlaps, shared := 0, 0
-	for key, cs := range byKey {
-		replicas := map[string]bool{}
-		for _, c := range cs {
-			replicas[c.replica] = true
-		}
-		if len(replicas) > 1 {
-			shared++
-		}
-		slices.SortFunc(cs, func(a, b call) int { return a.start.Compare(b.start) })
-		// Sweep: the latest end so far, and whose it was.
-		var last call
-		for i, c := range cs {
-			if i > 0 && c.replica != last.replica && c.start.Before(last.end) {
-				overlaps++
-				if overlaps <= 5 {
-					t.Errorf("key %q handled by %s (term %d) from %v to %v and by %s (term %d) from %v to %v",
-						key, last.replica, last.term, last.start.Format(time.StampMicro), last.end.Format(time.StampMicro),
-						c.replica, c.term, c.start.Format(time.StampMicro), c.end.Format(time.StampMicro))
-				}
-			}
-			if i == 0 || c.end.After(last.end) {
-				last = c
-			}
-		}
-	}
-	t.Logf("checker: %d handler calls on %d keys, %d keys handled by several replicas in turn, %d overlaps", len(l.calls), len(byKey), shared, overlaps)
-	if shared == 0 {
-		t.Fatal("checker: no key was handled by two replicas in turn: the test moved nothing")
-	}
+	return shardtest.Settled(t, shards, live...)
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/dbinformer/dbinformer/integration/harness"
 	"github.com/dbinformer/dbinformer/integration/proxy"
 	"github.com/dbinformer/dbinformer/shard"
+	"github.com/dbinformer/dbinformer/shard/shardtest"
 )
 
 type item struct {
@@ -39,7 +40,7 @@ type member struct {
 	gatedDel map[string]int // gated deletes per key
 }
 
-func newMember(t *testing.T, b shard.Backend, source *clientv3.Client, opts shard.Options, log *handlerLog) *member {
+func newMember(t *testing.T, b shard.Backend, source *clientv3.Client, opts shard.Options, log *shardtest.CallLog) *member {
 	t.Helper()
 	m := &member{replica: newReplica(t, b, opts), entered: map[string]int{}, left: map[string]int{}, gated: map[string]int{}, gatedIn: map[string]int{}, gatedDel: map[string]int{}}
 	ctx := context.Background()
@@ -62,7 +63,7 @@ func newMember(t *testing.T, b shard.Backend, source *clientv3.Client, opts shar
 		m.count(m.gated, key)
 		time.Sleep(100 * time.Microsecond) // widen the window a second owner would overlap
 		if log != nil {
-			log.add(call{key: key, replica: opts.ID, term: tk.Term, start: start, end: time.Now()})
+			log.Add(shardtest.Call{Key: key, Replica: opts.ID, Term: tk.Term, Start: start, End: time.Now()})
 		}
 	}
 	_, _ = m.inf.AddEventHandler(shard.Handler(m.s, shard.HandlerFuncs[item]{
@@ -218,7 +219,7 @@ func TestEtcdHandoffEnterLeave(t *testing.T) {
 func TestEtcdChurn(t *testing.T) {
 	e := harness.StartEtcd(t)
 	client := e.Client(t)
-	frozenClient, px := proxiedClient(t, e)
+	frozenClient, px := e.ProxiedClient(t)
 	churn(t, client, etcdBackend(t, client, "/test/shards"), etcdBackend(t, frozenClient, "/test/shards"), px)
 }
 
@@ -247,7 +248,7 @@ func churn(t *testing.T, client *clientv3.Client, b, frozenB shard.Backend, px *
 	opts := func(id string) shard.Options {
 		return shard.Options{ID: id, Shards: shards, Lease: lease, Observer: loads}
 	}
-	var log handlerLog
+	var log shardtest.CallLog
 	for i := range keys {
 		put(t, client, fmt.Sprintf("k%03d", i), 0)
 	}
@@ -289,7 +290,9 @@ func churn(t *testing.T, client *clientv3.Client, b, frozenB shard.Backend, px *
 	stopWrites()
 	wg.Wait()
 	converged(t, client, []*member{a, bm}, c)
-	log.check(t)
+	if _, shared, _ := log.Check(t); shared == 0 {
+		t.Fatal("checker: no key was handled by two replicas in turn: the test moved nothing")
+	}
 	t.Logf("%d writes", writes.Load())
 }
 

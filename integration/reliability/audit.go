@@ -233,7 +233,8 @@ func (w logWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func testLogger(t testing.TB) *slog.Logger {
+// TestLogger logs to t (a run's informers and the sharded variant's replicas).
+func TestLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(logWriter{t}, nil))
 }
 

@@ -21,6 +21,14 @@
 // right and the audit said otherwise, or it was wrong for a while and
 // nothing else noticed). See AuditCounts.
 //
+// TestShardedReliability is the sharded variant (package shard): replicas
+// splitting the keys of an etcd prefix or a Postgres table join, leave and
+// lose their membership connection, as the seed says, while the same
+// source faults break their reads and the keys are written throughout; no
+// key may be handled by two replicas at overlapping times
+// (shardtest.CallLog), and every key must end cached by exactly its
+// owner, at the source's version.
+//
 // An adapter takes part through its conformance.Harness, the same one its
 // conformance test and benchmarks use, which must also implement
 // conformance.Truth and conformance.Faults. Its file in this package

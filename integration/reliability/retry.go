@@ -7,9 +7,9 @@ import (
 	"time"
 )
 
-// retry calls f until it succeeds; a write may fail while a fault lasts
+// Retry calls f until it succeeds; a write may fail while a fault lasts
 // (the direct connection broken by a restart). It gives up after a minute.
-func retry(t testing.TB, ctx context.Context, what string, f func(context.Context) error) {
+func Retry(t testing.TB, ctx context.Context, what string, f func(context.Context) error) {
 	t.Helper()
 	retryEach(t, ctx, what, 10*time.Second, f)
 }

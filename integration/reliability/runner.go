@@ -82,7 +82,7 @@ func Run[T any](t testing.TB, name string, makeHarness MakeHarness[T], seed uint
 		MinWatchTimeout: 30 * time.Second,
 		Metrics:         met,
 		Audit:           audit,
-		Logger:          testLogger(t),
+		Logger:          TestLogger(t),
 	})
 
 	queue := workqueue.New(workqueue.Options[string]{
@@ -191,7 +191,7 @@ func Run[T any](t testing.TB, name string, makeHarness MakeHarness[T], seed uint
 		key := fmt.Sprintf("k%02d", rnd.IntN(cfg.Keys))
 		del := rnd.IntN(4) == 0
 		v := ver
-		retry(t, ctx, fmt.Sprintf("write %s", key), func(ctx context.Context) error {
+		Retry(t, ctx, fmt.Sprintf("write %s", key), func(ctx context.Context) error {
 			var err error
 			if del {
 				_, err = h.Delete(ctx, key)
@@ -259,13 +259,13 @@ func Run[T any](t testing.TB, name string, makeHarness MakeHarness[T], seed uint
 
 	// Settle: the cache reaches the head, then equals the source.
 	var head core.ResourceVersion
-	retry(t, ctx, "read head", func(ctx context.Context) error {
+	Retry(t, ctx, "read head", func(ctx context.Context) error {
 		var err error
 		head, err = h.Head(ctx)
 		return err
 	})
 	var truth map[string]int64
-	retry(t, ctx, "read source", func(ctx context.Context) error {
+	Retry(t, ctx, "read source", func(ctx context.Context) error {
 		var err error
 		truth, err = h.Truth(ctx)
 		return err

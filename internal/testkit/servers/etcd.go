@@ -14,6 +14,8 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/dbinformer/dbinformer/internal/testkit/proxy"
 )
 
 // EtcdProgressNotifyInterval is how often the embedded etcd sends progress
@@ -218,6 +220,26 @@ func (e *Etcd) ClientConfig() clientv3.Config {
 		DialKeepAliveTimeout: EtcdKeepAliveTimeout,
 		Logger:               e.zlog.Named("client"),
 	}
+}
+
+// ProxiedClient returns a new client whose traffic passes a proxy the
+// test can cut or freeze (the TCP connection open, nothing passing); both
+// are closed when the test ends.
+func (e *Etcd) ProxiedClient(tb testing.TB) (*clientv3.Client, *proxy.Proxy) {
+	tb.Helper()
+	px, err := proxy.New(strings.TrimPrefix(e.Endpoints()[0], "http://"))
+	if err != nil {
+		tb.Fatalf("harness: etcd proxy: %v", err)
+	}
+	tb.Cleanup(func() { _ = px.Close() })
+	cfg := e.ClientConfig()
+	cfg.Endpoints = []string{"http://" + px.Addr()}
+	c, err := clientv3.New(cfg)
+	if err != nil {
+		tb.Fatalf("harness: etcd client: %v", err)
+	}
+	tb.Cleanup(func() { _ = c.Close() })
+	return c, px
 }
 
 func (e *Etcd) newClient(tb testing.TB) *clientv3.Client {
