@@ -126,64 +126,14 @@ func (i *SharedIndexInformer[T]) warmStart(ctx context.Context, c *checkpointer[
 	// each handler's goroutine (loadCheckpoint).
 	lazy := len(i.indexer.GetIndexers()) == 0
 
-	// Once the header names the version, the source restores its state
-	// for it and its head is read, while the objects are read and decoded:
-	// both wait on the network. Restore's objects wait for the decoding,
-	// and are none if the checkpoint turns out unusable (the informer then
-	// lists, which replaces whatever Restore set up).
-	var (
-		objs        *loaded[T]
-		decoded     = make(chan struct{})
-		restoreErr  error
-		restored    = make(chan struct{})
-		head        ResourceVersion
-		headOK      bool
-		headRead    = make(chan struct{})
-		began       bool
-		hctx, hstop = context.WithCancel(ctx)
-	)
-	defer hstop()
-	onHeader := func(rv ResourceVersion) {
-		began = true
-		go func() {
-			defer close(headRead)
-			head, headOK = i.readHead(hctx, rv)
-		}()
-		r, ok := Capability[Restorer[T]](i.lw)
-		if !ok {
-			close(restored)
-			return
-		}
-		go func() {
-			defer close(restored)
-			restoreErr = r.Restore(ctx, rv, func(yield func(string, T) bool) {
-				<-decoded
-				if objs != nil {
-					objs.all(yield)
-				}
-			})
-		}()
-	}
-	rv, l, err := decodeCheckpoint(rc, c.codec, c.name, lazy, onHeader)
+	// Restore and the head's read overlap the decoding (warmOverlap).
+	ov := i.newWarmOverlap(ctx)
+	defer ov.hstop()
+	rv, objs, err := decodeCheckpoint(rc, c.codec, c.name, lazy, ov.onHeader)
 	rc.Close()
-	if err == nil {
-		objs = l
-	}
-	close(decoded)
-	// wait ends what onHeader started; the head is waited for only when
-	// it is needed.
-	wait := func(needHead bool) {
-		if !began {
-			return
-		}
-		<-restored
-		if !needHead {
-			hstop()
-		}
-		<-headRead
-	}
+	ov.decodedAs(objs, err)
 	if err != nil {
-		wait(false)
+		ov.wait(false)
 		if ctx.Err() == nil {
 			i.rep.report(ctx, &CheckpointError{Name: c.name, Op: "load", Err: err})
 		}
@@ -199,23 +149,10 @@ func (i *SharedIndexInformer[T]) warmStart(ctx context.Context, c *checkpointer[
 		c.rec.touch(k, v)
 	}
 	i.replay.Store(newReplayFilter(objs.later))
-	if !i.loadCheckpoint(ctx, rv, objs) {
-		// The cache holds a previous run's objects: the checkpoint
-		// replaces them like a list, which tells handlers the
-		// differences.
-		err = i.queue.Replace(ctx, func(put func(Delta[T]) error) (ResourceVersion, error) {
-			for k, o := range objs.all {
-				if err := put(Delta[T]{Type: DeltaReplaced, Key: k, Object: o, HasObject: true}); err != nil {
-					return 0, err
-				}
-			}
-			return rv, nil
-		})
-		if err != nil {
-			// Only ctx ends a Replace that lists from memory.
-			wait(false)
-			return 0, false, false
-		}
+	if err := i.putCheckpoint(ctx, rv, objs); err != nil {
+		// Only ctx ends a Replace that lists from memory.
+		ov.wait(false)
+		return 0, false, false
 	}
 	ws.loadedAt.Store(i.clk.Now().UnixNano())
 	c.mu.Lock()
@@ -223,16 +160,118 @@ func (i *SharedIndexInformer[T]) warmStart(ctx context.Context, c *checkpointer[
 	c.saved, c.wrote = rv, true
 	c.statMu.Unlock()
 	c.mu.Unlock()
-	<-restored
-	watch = restoreErr == nil
+	<-ov.restored
+	watch = ov.restoreErr == nil
 	if !watch && ctx.Err() == nil {
-		i.rep.report(ctx, fmt.Errorf("%s: restore the source's state at checkpoint version %d (relisting instead): %w", i.name, rv, restoreErr))
+		i.rep.report(ctx, fmt.Errorf("%s: restore the source's state at checkpoint version %d (relisting instead): %w", i.name, rv, ov.restoreErr))
 	}
-	wait(watch)
-	if watch && headOK {
-		ws.reach(head)
+	ov.wait(watch)
+	if watch && ov.headOK {
+		ws.reach(ov.head)
 	}
 	return rv, watch, true
+}
+
+// warmOverlap is what a warm start does while it reads the checkpoint.
+// Once the header names the version, the source restores its state
+// for it and its head is read, while the objects are read and decoded:
+// both wait on the network. Restore's objects wait for the decoding,
+// and are none if the checkpoint turns out unusable (the informer then
+// lists, which replaces whatever Restore set up).
+type warmOverlap[T any] struct {
+	i   *SharedIndexInformer[T]
+	ctx context.Context
+
+	objs       *loaded[T] // set before decoded is closed
+	decoded    chan struct{}
+	restoreErr error
+	restored   chan struct{}
+	head       ResourceVersion
+	headOK     bool
+	headRead   chan struct{}
+	began      bool // onHeader ran (in decodeCheckpoint's goroutine)
+	hctx       context.Context
+	hstop      context.CancelFunc
+}
+
+// newWarmOverlap returns a warm start's overlap before its header is read;
+// the caller calls hstop when the warm start ends.
+func (i *SharedIndexInformer[T]) newWarmOverlap(ctx context.Context) *warmOverlap[T] {
+	o := &warmOverlap[T]{
+		i:        i,
+		ctx:      ctx,
+		decoded:  make(chan struct{}),
+		restored: make(chan struct{}),
+		headRead: make(chan struct{}),
+	}
+	o.hctx, o.hstop = context.WithCancel(ctx)
+	return o
+}
+
+// onHeader is decodeCheckpoint's hook once the header matches: it starts
+// reading the source's head, and restoring the source's state at rv.
+func (o *warmOverlap[T]) onHeader(rv ResourceVersion) {
+	o.began = true
+	go func() {
+		defer close(o.headRead)
+		o.head, o.headOK = o.i.readHead(o.hctx, rv)
+	}()
+	r, ok := Capability[Restorer[T]](o.i.lw)
+	if !ok {
+		close(o.restored)
+		return
+	}
+	go func() {
+		defer close(o.restored)
+		o.restoreErr = r.Restore(o.ctx, rv, func(yield func(string, T) bool) {
+			<-o.decoded
+			if o.objs != nil {
+				o.objs.all(yield)
+			}
+		})
+	}()
+}
+
+// decodedAs hands Restore the decoded objects (none if the decoding
+// failed) once decodeCheckpoint has returned.
+func (o *warmOverlap[T]) decodedAs(objs *loaded[T], err error) {
+	if err == nil {
+		o.objs = objs
+	}
+	close(o.decoded)
+}
+
+// wait ends what onHeader started; the head is waited for only when
+// it is needed.
+func (o *warmOverlap[T]) wait(needHead bool) {
+	if !o.began {
+		return
+	}
+	<-o.restored
+	if !needHead {
+		o.hstop()
+	}
+	<-o.headRead
+}
+
+// putCheckpoint puts the loaded checkpoint into the cache: in one pass
+// into an empty one (loadCheckpoint), else as a list would. An error is
+// ctx's.
+func (i *SharedIndexInformer[T]) putCheckpoint(ctx context.Context, rv ResourceVersion, objs *loaded[T]) error {
+	if i.loadCheckpoint(ctx, rv, objs) {
+		return nil
+	}
+	// The cache holds a previous run's objects: the checkpoint
+	// replaces them like a list, which tells handlers the
+	// differences.
+	return i.queue.Replace(ctx, func(put func(Delta[T]) error) (ResourceVersion, error) {
+		for k, o := range objs.all {
+			if err := put(Delta[T]{Type: DeltaReplaced, Key: k, Object: o, HasObject: true}); err != nil {
+				return 0, err
+			}
+		}
+		return rv, nil
+	})
 }
 
 // loadCheckpoint puts a checkpoint's objects into an empty cache in one
