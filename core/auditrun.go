@@ -128,6 +128,10 @@ func (i *SharedIndexInformer[T]) logAudit(ctx context.Context, r AuditResult) {
 	}
 }
 
+// auditRun is one run, in the two steps the top of this file describes:
+// the source's read (auditPass.read), then, once the cache has applied its
+// version (auditWaitFor), the comparison and the healing. A panic fails
+// the run, not the informer.
 func (i *SharedIndexInformer[T]) auditRun(ctx context.Context, o AuditOptions[T]) (r AuditResult) {
 	r.Started = i.clk.Now()
 	defer func() {
@@ -163,25 +167,7 @@ func (i *SharedIndexInformer[T]) auditRun(ctx context.Context, o AuditOptions[T]
 	p := &auditPass[T]{i: i, o: o, r: &r, tr: tr, seen: newAuditSeen[T](), suspects: map[string]auditSuspect[T]{}, gone: map[string]struct{}{}}
 	i.indexer.watchSeen(p.seen)
 	defer i.indexer.watchSeen(nil)
-	pace := newPacer(i, o.Pace)
-	c, err := al.AuditList(ctx, a0, ListSink[T]{
-		Emit: func(ev Event[T]) error {
-			r.Rows++
-			if err := pace.wait(ctx); err != nil {
-				return err
-			}
-			return p.emit(ev)
-		},
-		// Sized once for the keys outside the cache's base: grown by
-		// appends it would hold up to twice the rows.
-		Estimate: func(n int64) {
-			if h := &p.seen.hashes.h; len(*h) == 0 && n > 0 {
-				if m := int64(i.indexer.auditUnseenLen()); m > 0 {
-					*h = make([]uint64, 0, min(n, m, 1<<26))
-				}
-			}
-		},
-	})
+	c, err := p.read(ctx, al, a0)
 	r.Version = c
 	if err != nil {
 		return fail(fmt.Errorf("%s: audit: read the source: %w", i.name, err))
@@ -189,19 +175,7 @@ func (i *SharedIndexInformer[T]) auditRun(ctx context.Context, o AuditOptions[T]
 	if c < a0 {
 		return fail(fmt.Errorf("%s: audit: the source's snapshot at version %d is older than the cache (version %d); a source that lags must refuse it", i.name, c, a0))
 	}
-	// The wait is bounded by the period: a cache that cannot reach C in
-	// that long is not compared (the sync status says why it lags).
-	wctx, cancel := context.WithTimeout(ctx, o.Period)
-	// The run's one bookmark request goes out now, not after what is left
-	// of ProgressRequestInterval since a WaitFor of the application's (or
-	// the last run's) asked: that wait, up to 250 ms by default, was
-	// longer than the read of an unpaced audit of 100k Postgres rows.
-	i.progMu.Lock()
-	i.lastReq = time.Time{}
-	i.progMu.Unlock()
-	err = i.WaitFor(wctx, c)
-	cancel()
-	if err != nil {
+	if err := i.auditWaitFor(ctx, c, o.Period); err != nil {
 		return fail(fmt.Errorf("%s: audit: the cache did not reach the source's version %d: %w", i.name, c, err))
 	}
 	i.mu.Lock()
@@ -229,6 +203,50 @@ func (i *SharedIndexInformer[T]) auditRun(ctx context.Context, o AuditOptions[T]
 		}
 	}
 	return r
+}
+
+// read is the run's step 1: it streams the source's snapshot (at a0 or
+// later) into emit at the audit's pace, and returns the snapshot's
+// version C.
+func (p *auditPass[T]) read(ctx context.Context, al AuditLister[T], a0 ResourceVersion) (ResourceVersion, error) {
+	i := p.i
+	pace := newPacer(i, p.o.Pace)
+	return al.AuditList(ctx, a0, ListSink[T]{
+		Emit: func(ev Event[T]) error {
+			p.r.Rows++
+			if err := pace.wait(ctx); err != nil {
+				return err
+			}
+			return p.emit(ev)
+		},
+		// Sized once for the keys outside the cache's base: grown by
+		// appends it would hold up to twice the rows.
+		Estimate: func(n int64) {
+			if h := &p.seen.hashes.h; len(*h) == 0 && n > 0 {
+				if m := int64(i.indexer.auditUnseenLen()); m > 0 {
+					*h = make([]uint64, 0, min(n, m, 1<<26))
+				}
+			}
+		},
+	})
+}
+
+// auditWaitFor waits for the cache to apply c, the version the source's
+// snapshot was read at: the run's step 2 compares only a cache that holds
+// every change up to c.
+func (i *SharedIndexInformer[T]) auditWaitFor(ctx context.Context, c ResourceVersion, period time.Duration) error {
+	// The wait is bounded by the period: a cache that cannot reach C in
+	// that long is not compared (the sync status says why it lags).
+	wctx, cancel := context.WithTimeout(ctx, period)
+	defer cancel()
+	// The run's one bookmark request goes out now, not after what is left
+	// of ProgressRequestInterval since a WaitFor of the application's (or
+	// the last run's) asked: that wait, up to 250 ms by default, was
+	// longer than the read of an unpaced audit of 100k Postgres rows.
+	i.progMu.Lock()
+	i.lastReq = time.Time{}
+	i.progMu.Unlock()
+	return i.WaitFor(wctx, c)
 }
 
 // auditPass is one run's comparison (see the top of this file).
@@ -448,51 +466,4 @@ func (i *SharedIndexInformer[T]) auditHeal(tr *changeRecord, c ResourceVersion, 
 		}
 	}
 	return healed
-}
-
-// pacer spaces the audit's reads to at most rate objects per second,
-// sleeping once per batch of objects rather than per object.
-type pacer struct {
-	i interface {
-		sleep(context.Context, time.Duration) error
-	}
-	rate  float64
-	start time.Time
-	n     int64
-	now   func() time.Time
-}
-
-func newPacer[T any](i *SharedIndexInformer[T], rate float64) *pacer {
-	return &pacer{rate: rate, now: i.clk.Now, i: sleeperFunc(func(ctx context.Context, d time.Duration) error {
-		t := i.clk.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-t.C():
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	})}
-}
-
-type sleeperFunc func(context.Context, time.Duration) error
-
-func (f sleeperFunc) sleep(ctx context.Context, d time.Duration) error { return f(ctx, d) }
-
-func (p *pacer) wait(ctx context.Context) error {
-	if p.rate <= 0 {
-		return nil
-	}
-	if p.n == 0 {
-		p.start = p.now()
-	}
-	p.n++
-	if p.n%64 != 0 {
-		return nil
-	}
-	due := p.start.Add(time.Duration(float64(p.n) / p.rate * float64(time.Second)))
-	if d := due.Sub(p.now()); d > 0 {
-		return p.i.sleep(ctx, d)
-	}
-	return nil
 }

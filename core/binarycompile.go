@@ -54,9 +54,30 @@ func (c *binCompiler) compile(t reflect.Type, path string) (*binOp, error) {
 	return op, err
 }
 
-// compileKind compiles a type that has no marshaler, by its kind.
+// compileKind compiles a type that has no marshaler, by its kind: the
+// kinds that hold other types compile those first (and add them to the
+// schema), the rest are encoded by value (scalarOp).
 func (c *binCompiler) compileKind(t reflect.Type, path string) (*binOp, error) {
 	switch t.Kind() {
+	case reflect.Pointer:
+		return c.pointerOp(t, path)
+	case reflect.Slice:
+		return c.sliceOp(t, path)
+	case reflect.Array:
+		return c.arrayOp(t, path)
+	case reflect.Struct:
+		return c.structOp(t, path)
+	}
+	if op := scalarOp(t.Kind()); op != nil {
+		return op, nil
+	}
+	return nil, fmt.Errorf("%s: %s values (%s) are not supported", path, t.Kind(), t)
+}
+
+// scalarOp is the op of a kind that holds no other type: a bool, a
+// string or a number (numberOp); nil for another kind.
+func scalarOp(k reflect.Kind) *binOp {
+	switch k {
 	case reflect.Bool:
 		return &binOp{
 			enc: func(dst []byte, v reflect.Value) ([]byte, error) {
@@ -73,49 +94,7 @@ func (c *binCompiler) compileKind(t reflect.Type, path string) (*binOp, error) {
 				d.buf = d.buf[1:]
 				return nil
 			},
-		}, nil
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		return &binOp{
-			enc: func(dst []byte, v reflect.Value) ([]byte, error) { return binary.AppendVarint(dst, v.Int()), nil },
-			dec: func(d *binDecoder, v reflect.Value) error {
-				x, err := d.varint()
-				if err == nil && v.OverflowInt(x) {
-					err = fmt.Errorf("dbinformer: binary codec: %d overflows %s", x, v.Type())
-				}
-				if err == nil {
-					v.SetInt(x)
-				}
-				return err
-			},
-		}, nil
-	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
-		return &binOp{
-			enc: func(dst []byte, v reflect.Value) ([]byte, error) { return binary.AppendUvarint(dst, v.Uint()), nil },
-			dec: func(d *binDecoder, v reflect.Value) error {
-				x, err := d.uvarint()
-				if err == nil && v.OverflowUint(x) {
-					err = fmt.Errorf("dbinformer: binary codec: %d overflows %s", x, v.Type())
-				}
-				if err == nil {
-					v.SetUint(x)
-				}
-				return err
-			},
-		}, nil
-	case reflect.Float32, reflect.Float64:
-		return &binOp{
-			enc: func(dst []byte, v reflect.Value) ([]byte, error) {
-				return binary.LittleEndian.AppendUint64(dst, math.Float64bits(v.Float())), nil
-			},
-			dec: func(d *binDecoder, v reflect.Value) error {
-				if len(d.buf) < 8 {
-					return errBinShort
-				}
-				v.SetFloat(math.Float64frombits(binary.LittleEndian.Uint64(d.buf)))
-				d.buf = d.buf[8:]
-				return nil
-			},
-		}, nil
+		}
 	case reflect.String:
 		return &binOp{
 			enc: func(dst []byte, v reflect.Value) ([]byte, error) {
@@ -134,69 +113,126 @@ func (c *binCompiler) compileKind(t reflect.Type, path string) (*binOp, error) {
 				}
 				return err
 			},
-		}, nil
-	case reflect.Pointer:
-		c.busy[t] = true
-		elem, err := c.compile(t.Elem(), path)
-		delete(c.busy, t)
-		if err != nil {
-			return nil, err
 		}
+	}
+	return numberOp(k)
+}
+
+// numberOp is the op of an integer or a float kind; nil for another
+// kind. Integers are varints, so that small values take few bytes
+// whatever their type; decoding checks that the value fits the type it
+// decodes into.
+func numberOp(k reflect.Kind) *binOp {
+	switch k {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return &binOp{
+			enc: func(dst []byte, v reflect.Value) ([]byte, error) { return binary.AppendVarint(dst, v.Int()), nil },
+			dec: func(d *binDecoder, v reflect.Value) error {
+				x, err := d.varint()
+				if err == nil && v.OverflowInt(x) {
+					err = fmt.Errorf("dbinformer: binary codec: %d overflows %s", x, v.Type())
+				}
+				if err == nil {
+					v.SetInt(x)
+				}
+				return err
+			},
+		}
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return &binOp{
+			enc: func(dst []byte, v reflect.Value) ([]byte, error) { return binary.AppendUvarint(dst, v.Uint()), nil },
+			dec: func(d *binDecoder, v reflect.Value) error {
+				x, err := d.uvarint()
+				if err == nil && v.OverflowUint(x) {
+					err = fmt.Errorf("dbinformer: binary codec: %d overflows %s", x, v.Type())
+				}
+				if err == nil {
+					v.SetUint(x)
+				}
+				return err
+			},
+		}
+	case reflect.Float32, reflect.Float64:
 		return &binOp{
 			enc: func(dst []byte, v reflect.Value) ([]byte, error) {
-				if v.IsNil() {
-					return append(dst, 0), nil
-				}
-				return elem.enc(append(dst, 1), v.Elem())
+				return binary.LittleEndian.AppendUint64(dst, math.Float64bits(v.Float())), nil
 			},
 			dec: func(d *binDecoder, v reflect.Value) error {
-				if len(d.buf) == 0 || d.buf[0] > 1 {
+				if len(d.buf) < 8 {
 					return errBinShort
 				}
-				nonNil := d.buf[0] == 1
-				d.buf = d.buf[1:]
-				if !nonNil {
-					return nil
+				v.SetFloat(math.Float64frombits(binary.LittleEndian.Uint64(d.buf)))
+				d.buf = d.buf[8:]
+				return nil
+			},
+		}
+	}
+	return nil
+}
+
+// pointerOp compiles a pointer: a byte saying whether it is nil, then
+// its element. The pointer type is busy while its element compiles, so
+// that a type that points to itself fails instead of recursing forever.
+func (c *binCompiler) pointerOp(t reflect.Type, path string) (*binOp, error) {
+	c.busy[t] = true
+	elem, err := c.compile(t.Elem(), path)
+	delete(c.busy, t)
+	if err != nil {
+		return nil, err
+	}
+	return &binOp{
+		enc: func(dst []byte, v reflect.Value) ([]byte, error) {
+			if v.IsNil() {
+				return append(dst, 0), nil
+			}
+			return elem.enc(append(dst, 1), v.Elem())
+		},
+		dec: func(d *binDecoder, v reflect.Value) error {
+			if len(d.buf) == 0 || d.buf[0] > 1 {
+				return errBinShort
+			}
+			nonNil := d.buf[0] == 1
+			d.buf = d.buf[1:]
+			if !nonNil {
+				return nil
+			}
+			p := reflect.New(v.Type().Elem())
+			if err := elem.dec(d, p.Elem()); err != nil {
+				return err
+			}
+			v.Set(p)
+			return nil
+		},
+	}, nil
+}
+
+// arrayOp compiles an array: its length is in the schema, so its
+// elements are written one after the other, with no count.
+func (c *binCompiler) arrayOp(t reflect.Type, path string) (*binOp, error) {
+	elem, err := c.compile(t.Elem(), path+"[]")
+	if err != nil {
+		return nil, err
+	}
+	n := t.Len()
+	fmt.Fprintf(&c.schema, "len %d;", n)
+	return &binOp{
+		enc: func(dst []byte, v reflect.Value) (out []byte, err error) {
+			for i := range n {
+				if dst, err = elem.enc(dst, v.Index(i)); err != nil {
+					return nil, err
 				}
-				p := reflect.New(v.Type().Elem())
-				if err := elem.dec(d, p.Elem()); err != nil {
+			}
+			return dst, nil
+		},
+		dec: func(d *binDecoder, v reflect.Value) error {
+			for i := range n {
+				if err := elem.dec(d, v.Index(i)); err != nil {
 					return err
 				}
-				v.Set(p)
-				return nil
-			},
-		}, nil
-	case reflect.Slice:
-		return c.sliceOp(t, path)
-	case reflect.Array:
-		elem, err := c.compile(t.Elem(), path+"[]")
-		if err != nil {
-			return nil, err
-		}
-		n := t.Len()
-		fmt.Fprintf(&c.schema, "len %d;", n)
-		return &binOp{
-			enc: func(dst []byte, v reflect.Value) (out []byte, err error) {
-				for i := range n {
-					if dst, err = elem.enc(dst, v.Index(i)); err != nil {
-						return nil, err
-					}
-				}
-				return dst, nil
-			},
-			dec: func(d *binDecoder, v reflect.Value) error {
-				for i := range n {
-					if err := elem.dec(d, v.Index(i)); err != nil {
-						return err
-					}
-				}
-				return nil
-			},
-		}, nil
-	case reflect.Struct:
-		return c.structOp(t, path)
-	}
-	return nil, fmt.Errorf("%s: %s values (%s) are not supported", path, t.Kind(), t)
+			}
+			return nil
+		},
+	}, nil
 }
 
 // marshalerOp encodes through a type's own methods, called on its address.

@@ -244,20 +244,60 @@ func decodeCheckpoint[T any](r io.Reader, codec Codec[T], name string, lazy bool
 		lz = t
 	}
 	c := &checkpointReader{r: r, crc: crc32.New(crcTable)}
-	head, err := c.next(len(checkpointMagic)+2, false)
+	h, err := readCheckpointHeader(c, codec, name)
 	if err != nil {
 		return 0, nil, err
 	}
-	if string(head[:len(checkpointMagic)]) != checkpointMagic {
-		return 0, nil, errors.New("not a dbinformer checkpoint (bad magic)")
+	if onHeader != nil && h.mismatch == nil {
+		onHeader(ResourceVersion(h.rv))
 	}
-	format := binary.BigEndian.Uint16(head[len(checkpointMagic):])
-	if format < checkpointFormatMin || format > checkpointFormat {
-		return 0, nil, fmt.Errorf("format version %d, this build reads versions %d to %d", format, checkpointFormatMin, checkpointFormat)
+	out, shape, placed, err := decodeChunks(c, h, codec, lz, name)
+	if err != nil {
+		return 0, nil, err
+	}
+	if err := checkCheckpointEnd(c, h, out); err != nil {
+		return 0, nil, err
+	}
+	// A checksum failure says more than the codec: decode errors last.
+	if h.mismatch != nil {
+		return 0, nil, h.mismatch
+	}
+	if err := out.fileBase(shape, placed); err != nil {
+		return 0, nil, err
+	}
+	return ResourceVersion(h.rv), out, nil
+}
+
+// checkpointHeader is what a checkpoint's header says (readCheckpointHeader),
+// for the rest of the read to check the body against.
+type checkpointHeader struct {
+	format    uint16
+	rv, count uint64
+	// mismatch is set when the header is sound but not this informer's.
+	mismatch error
+}
+
+// readCheckpointHeader reads and checks a checkpoint's header. A header
+// that cannot be read, or names a format this build cannot read, fails
+// at once; one that names another type, informer or codec is only noted
+// (mismatch), because the checksum at the end must first show that it is
+// not corruption.
+func readCheckpointHeader[T any](c *checkpointReader, codec Codec[T], name string) (checkpointHeader, error) {
+	var h checkpointHeader
+	head, err := c.next(len(checkpointMagic)+2, false)
+	if err != nil {
+		return h, err
+	}
+	if string(head[:len(checkpointMagic)]) != checkpointMagic {
+		return h, errors.New("not a dbinformer checkpoint (bad magic)")
+	}
+	h.format = binary.BigEndian.Uint16(head[len(checkpointMagic):])
+	if h.format < checkpointFormatMin || h.format > checkpointFormat {
+		return h, fmt.Errorf("format version %d, this build reads versions %d to %d", h.format, checkpointFormatMin, checkpointFormat)
 	}
 	typ, err := c.bytes()
 	if err != nil {
-		return 0, nil, err
+		return h, err
 	}
 	// A header that does not match is reported once the checksum has
 	// shown that it is not corruption; the objects are then not decoded.
@@ -267,27 +307,34 @@ func decodeCheckpoint[T any](r io.Reader, codec Codec[T], name string, lazy bool
 	}
 	who, err := c.bytes()
 	if err != nil {
-		return 0, nil, err
+		return h, err
 	}
 	if string(who) != name && mismatch == nil {
 		mismatch = fmt.Errorf("it was written by informer %q", who)
 	}
 	cn, err := c.bytes()
 	if err != nil {
-		return 0, nil, err
+		return h, err
 	}
 	if want := codecName(codec); string(cn) != want && mismatch == nil {
 		mismatch = fmt.Errorf("it was written with codec %s, this informer's is %s", cn, want)
 	}
 	fixed, err := c.next(16, false)
 	if err != nil {
-		return 0, nil, err
+		return h, err
 	}
-	rv, count := binary.BigEndian.Uint64(fixed), binary.BigEndian.Uint64(fixed[8:])
-	if onHeader != nil && mismatch == nil {
-		onHeader(ResourceVersion(rv))
-	}
+	h.rv, h.count = binary.BigEndian.Uint64(fixed), binary.BigEndian.Uint64(fixed[8:])
+	h.mismatch = mismatch
+	return h, nil
+}
 
+// decodeChunks reads a checkpoint's chunks and has them decoded on every
+// CPU while the next ones are read, so that reading and decoding
+// overlap. Each worker also places the keys it decodes by segment, which
+// the filing of the base then uses (fileBase). With a mismatched header
+// the chunks are only read, for the checksum.
+func decodeChunks[T any](c *checkpointReader, h checkpointHeader, codec Codec[T], lz totalDecoder[T], name string) (*loaded[T], baseShape, [][][]slotEntry, error) {
+	count, mismatch := h.count, h.mismatch
 	type job struct {
 		p        *loadedPart[T]
 		data     []byte
@@ -297,7 +344,7 @@ func decodeCheckpoint[T any](r io.Reader, codec Codec[T], name string, lazy bool
 	// base's slots they go to, for the count the header gives; the count
 	// is checked at the end.
 	if count >= 1<<31 {
-		return 0, nil, errors.New("corrupt: too many objects")
+		return nil, baseShape{}, nil, errors.New("corrupt: too many objects")
 	}
 	workers := runtime.GOMAXPROCS(0)
 	shape := shapeFor(int(count))
@@ -324,7 +371,7 @@ func decodeCheckpoint[T any](r io.Reader, codec Codec[T], name string, lazy bool
 		})
 	}
 	out := &loaded[T]{}
-	err = func() error {
+	err := func() error {
 		defer func() { close(jobs); wg.Wait() }()
 		for {
 			n, err := c.uvarint(count - uint64(out.n))
@@ -353,54 +400,64 @@ func decodeCheckpoint[T any](r io.Reader, codec Codec[T], name string, lazy bool
 			out.n += int(n)
 		}
 	}()
-	if err != nil {
-		return 0, nil, err
-	}
-	if format >= 3 {
+	return out, shape, placed, err
+}
+
+// checkCheckpointEnd reads what follows the chunks (the objects written
+// in a later state, into out.later) and checks the end: the marker and
+// its count against the header's and the chunks', the checksum, and that
+// nothing follows. Only then is anything read trusted.
+func checkCheckpointEnd[T any](c *checkpointReader, h checkpointHeader, out *loaded[T]) error {
+	count := h.count
+	if h.format >= 3 {
+		var err error
 		if out.later, err = readLater(c, count); err != nil {
-			return 0, nil, err
+			return err
 		}
 	}
 	end, err := c.next(len(checkpointEnd)+8, false)
 	if err != nil {
-		return 0, nil, err
+		return err
 	}
 	if string(end[:len(checkpointEnd)]) != checkpointEnd || binary.BigEndian.Uint64(end[len(checkpointEnd):]) != count || uint64(out.n) != count {
-		return 0, nil, errors.New("corrupt: bad end marker")
+		return errors.New("corrupt: bad end marker")
 	}
 	sum := c.crc.Sum32()
 	tail, err := c.next(4, true)
 	if err != nil {
-		return 0, nil, err
+		return err
 	}
 	if binary.BigEndian.Uint32(tail) != sum {
-		return 0, nil, errors.New("corrupt: checksum mismatch")
+		return errors.New("corrupt: checksum mismatch")
 	}
 	if !c.atEnd() {
-		return 0, nil, errors.New("corrupt: bytes after the end")
+		return errors.New("corrupt: bytes after the end")
 	}
-	// A checksum failure says more than the codec: decode errors last.
-	if mismatch != nil {
-		return 0, nil, mismatch
-	}
-	pages := make([]*itemPage[T], len(out.parts))
-	for k, p := range out.parts {
+	return nil
+}
+
+// fileBase builds the base an Indexer serves the decoded pages from, once
+// the whole checkpoint checked out: a chunk's decode error is reported
+// here, after the checksum's. The keys the workers placed by segment are
+// filed segment by segment; a segment too full for them falls back to
+// building the base from scratch.
+func (l *loaded[T]) fileBase(shape baseShape, placed [][][]slotEntry) error {
+	pages := make([]*itemPage[T], len(l.parts))
+	for k, p := range l.parts {
 		if p.err != nil {
-			return 0, nil, p.err
+			return p.err
 		}
 		pages[k] = p.page
 	}
 	if _, err := checkPages(pages, checkpointChunkBits); err != nil {
-		return 0, nil, err
+		return err
 	}
-	out.base, err = fileItemBase(pages, checkpointChunkBits, out.n, shape, placed)
+	var err error
+	l.base, err = fileItemBase(pages, checkpointChunkBits, l.n, shape, placed)
 	if err == errSegmentFull {
-		out.base, err = buildItemBase(pages, nil, checkpointChunkBits)
+		l.base, err = buildItemBase(pages, nil, checkpointChunkBits)
 	}
-	if err != nil {
-		return 0, nil, err
-	}
-	return ResourceVersion(rv), out, nil
+	return err
 }
 
 // readLater reads the section of objects written in a later state (at
