@@ -3,10 +3,10 @@ package core
 import (
 	"bytes"
 	"encoding/binary"
-	"hash/crc32"
-	"maps"
 	"errors"
 	"fmt"
+	"hash/crc32"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
