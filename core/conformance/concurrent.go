@@ -36,75 +36,21 @@ func listConsistentUnderWrites[T any](e *env[T]) {
 	total := concWriters * (concOps + 1)
 	// The lister waits for these counts of completed writes, so that each
 	// List overlaps writes still to come.
-	milestones := []*milestone{newMilestone(total / 5), newMilestone(total * 3 / 5)}
-	var done atomic.Int64
-	// Writers go on until both Lists returned, so that even a source that
-	// writes faster than the lister gets going has writes racing each List.
-	var listed atomic.Bool
-	defer listed.Store(true) // also when a failed List ends the case
-	reached := func() {
-		n := done.Add(1)
-		for _, m := range milestones {
-			if n >= m.at {
-				m.release()
-			}
-		}
+	c := &concWrites{
+		milestones: []*milestone{newMilestone(total / 5), newMilestone(total * 3 / 5)},
+		ops:        make([][][]keyOp, concWriters), // writer, key, ops
+		errs:       make([]error, concWriters),
 	}
-	ops := make([][][]keyOp, concWriters) // writer, key, ops
+	defer c.listed.Store(true) // also when a failed List ends the case
 	for w := range concWriters {
 		for k := range concKeys {
 			e.eventKey(concKey(w, k)) // the writers must not touch e
 		}
 	}
-	errs := make([]error, concWriters)
 	var wg sync.WaitGroup
 	for w := range concWriters {
-		ops[w] = make([][]keyOp, concKeys)
-		wg.Go(func() {
-			// A writer that stops early must not leave the lister waiting.
-			defer func() {
-				if errs[w] != nil {
-					for _, m := range milestones {
-						m.release()
-					}
-				}
-			}()
-			var prev core.ResourceVersion
-			for i := 0; ; i++ {
-				last := i >= concMaxOps || (i >= concOps && listed.Load())
-				k := i % concKeys
-				key := concKey(w, k)
-				ctx, cancel := e.opCtx()
-				var rv core.ResourceVersion
-				var err error
-				op := keyOp{n: int64(i + 1), after: prev}
-				if last {
-					// The last op deletes key 0, so both a deleted key and
-					// an absent-before-creation key are in play.
-					k, key = 0, concKey(w, 0)
-					op.del = true
-					op.n = ops[w][0][len(ops[w][0])-1].n
-					rv, err = e.h.Delete(ctx, key)
-				} else {
-					rv, err = e.h.Put(ctx, key, int64(i+1))
-				}
-				cancel()
-				if err != nil {
-					errs[w] = fmt.Errorf("writer %d: write %d to %q: %w", w, i, key, err)
-					return
-				}
-				if rv <= prev {
-					errs[w] = fmt.Errorf("writer %d: write %d to %q returned RV %d, not after its previous write's RV %d", w, i, key, rv, prev)
-					return
-				}
-				op.rv, prev = rv, rv
-				ops[w][k] = append(ops[w][k], op)
-				reached()
-				if last {
-					return
-				}
-			}
-		})
+		c.ops[w] = make([][]keyOp, concKeys)
+		wg.Go(func() { concWrite(e, c, w) })
 	}
 
 	type listing struct {
@@ -113,14 +59,14 @@ func listConsistentUnderWrites[T any](e *env[T]) {
 		r   *reader[T]
 	}
 	var lists []listing
-	for _, m := range milestones {
+	for _, m := range c.milestones {
 		<-m.ch
 		got, rv := e.list()
 		lists = append(lists, listing{got, rv, e.watch(rv, 0)})
 	}
-	listed.Store(true)
+	c.listed.Store(true)
 	wg.Wait()
-	for _, err := range errs {
+	for _, err := range c.errs {
 		if err != nil {
 			e.t.Fatalf("%v", err)
 		}
@@ -128,7 +74,7 @@ func listConsistentUnderWrites[T any](e *env[T]) {
 
 	for i, l := range lists {
 		e.t.Logf("List %d at RV %d returned %d keys", i, l.rv, len(l.got))
-		if !checkConcurrentList(e, ops, l.got, l.rv, l.r) {
+		if !checkConcurrentList(e, c.ops, l.got, l.rv, l.r) {
 			return
 		}
 	}
@@ -143,6 +89,79 @@ func listConsistentUnderWrites[T any](e *env[T]) {
 		}
 		if ev.Key != e.eventKey(w.key) {
 			e.t.Errorf("Watch(%d): after every write was delivered, got %s; want only the event of %s", l.rv, describe(e, ev), w)
+		}
+	}
+}
+
+// concWrites is what listConsistentUnderWrites shares with its writers:
+// when to List, and what each writer wrote (or why it stopped).
+type concWrites struct {
+	milestones []*milestone
+	done       atomic.Int64
+	// Writers go on until both Lists returned, so that even a source that
+	// writes faster than the lister gets going has writes racing each List.
+	listed atomic.Bool
+	ops    [][][]keyOp // writer, key, ops
+	errs   []error     // by writer
+}
+
+// reached counts one completed write and releases the milestones it
+// reaches.
+func (c *concWrites) reached() {
+	n := c.done.Add(1)
+	for _, m := range c.milestones {
+		if n >= m.at {
+			m.release()
+		}
+	}
+}
+
+// concWrite is writer w of listConsistentUnderWrites: it puts its keys in
+// turn, recording each write in c.ops[w], until the Lists are done (or
+// concMaxOps), then deletes key 0.
+func concWrite[T any](e *env[T], c *concWrites, w int) {
+	// A writer that stops early must not leave the lister waiting.
+	defer func() {
+		if c.errs[w] != nil {
+			for _, m := range c.milestones {
+				m.release()
+			}
+		}
+	}()
+	ops := c.ops[w]
+	var prev core.ResourceVersion
+	for i := 0; ; i++ {
+		last := i >= concMaxOps || (i >= concOps && c.listed.Load())
+		k := i % concKeys
+		key := concKey(w, k)
+		ctx, cancel := e.opCtx()
+		var rv core.ResourceVersion
+		var err error
+		op := keyOp{n: int64(i + 1), after: prev}
+		if last {
+			// The last op deletes key 0, so both a deleted key and
+			// an absent-before-creation key are in play.
+			k, key = 0, concKey(w, 0)
+			op.del = true
+			op.n = ops[0][len(ops[0])-1].n
+			rv, err = e.h.Delete(ctx, key)
+		} else {
+			rv, err = e.h.Put(ctx, key, int64(i+1))
+		}
+		cancel()
+		if err != nil {
+			c.errs[w] = fmt.Errorf("writer %d: write %d to %q: %w", w, i, key, err)
+			return
+		}
+		if rv <= prev {
+			c.errs[w] = fmt.Errorf("writer %d: write %d to %q returned RV %d, not after its previous write's RV %d", w, i, key, rv, prev)
+			return
+		}
+		op.rv, prev = rv, rv
+		ops[k] = append(ops[k], op)
+		c.reached()
+		if last {
+			return
 		}
 	}
 }
@@ -163,6 +182,19 @@ func concKey(w, k int) string { return fmt.Sprintf("w%d-k%d", w, k) }
 // its watch to the final state.
 func checkConcurrentList[T any](e *env[T], ops [][][]keyOp, got map[string]int64, rv core.ResourceVersion, r *reader[T]) bool {
 	e.t.Helper()
+	pos, seqs, ok := listedPositions(e, ops, got, rv)
+	if !ok {
+		return false
+	}
+	return foldConcurrentWatch(e, seqs, pos, rv, r)
+}
+
+// listedPositions finds, for each key written, the write a List at rv
+// shows it at (pos: the index into the key's ops in seqs, -1 before the
+// first). It fails e (and returns false) for a listed state that is not
+// the key's state at rv.
+func listedPositions[T any](e *env[T], ops [][][]keyOp, got map[string]int64, rv core.ResourceVersion) (pos map[string]int, seqs map[string][]keyOp, ok bool) {
+	e.t.Helper()
 	exact := e.caps.ExactWriteRV
 	// visible: the write's event can be in a snapshot at rv.
 	visible := func(op keyOp) bool {
@@ -171,8 +203,8 @@ func checkConcurrentList[T any](e *env[T], ops [][][]keyOp, got map[string]int64
 		}
 		return op.after < rv
 	}
-	pos := make(map[string]int) // key -> index of the last op folded in, -1 before the first
-	seqs := make(map[string][]keyOp)
+	pos = make(map[string]int) // key -> index of the last op folded in, -1 before the first
+	seqs = make(map[string][]keyOp)
 	for w := range ops {
 		for k := range ops[w] {
 			key := concKey(w, k)
@@ -189,7 +221,7 @@ func checkConcurrentList[T any](e *env[T], ops [][][]keyOp, got map[string]int64
 				}
 				if len(cands) == 0 {
 					e.t.Errorf("List at RV %d returned %q at version %d, which was never written", rv, key, n)
-					return false
+					return nil, nil, false
 				}
 			} else {
 				cands = append(cands, -1)
@@ -213,7 +245,7 @@ func checkConcurrentList[T any](e *env[T], ops [][][]keyOp, got map[string]int64
 					state = fmt.Sprintf("at version %d", n)
 				}
 				e.t.Errorf("List at RV %d shows %q %s, which is not its state at that RV (writes: %s)", rv, key, state, fmtOps(seq, rv))
-				return false
+				return nil, nil, false
 			}
 		}
 	}
@@ -222,7 +254,14 @@ func checkConcurrentList[T any](e *env[T], ops [][][]keyOp, got map[string]int64
 			e.t.Errorf("List at RV %d returned %q, which was never written", rv, key)
 		}
 	}
+	return pos, seqs, true
+}
 
+// foldConcurrentWatch reads the watch from rv until every write after the
+// listed positions (pos) is delivered, each exactly once and in per-key
+// order.
+func foldConcurrentWatch[T any](e *env[T], seqs map[string][]keyOp, pos map[string]int, rv core.ResourceVersion, r *reader[T]) bool {
+	e.t.Helper()
 	pending := 0
 	for key, seq := range seqs {
 		pending += len(seq) - 1 - pos[key]

@@ -49,60 +49,98 @@ func RunFiltered[T any](t *testing.T, caps Capabilities, newHarness func(t *test
 	if !ok {
 		t.Fatalf("conformance: RunFiltered needs a Harness that implements conformance.Filtered; %T does not", h)
 	}
-	ek := func(key string) string { return key }
-	if m, ok := h.(KeyMapper); ok {
-		ek = m.EventKey
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*caps.timeout())
 	defer cancel()
-
-	const writers, keysPerWriter, ops = 3, 4, 40
-	var version atomic.Int64
-	models := map[string]*enterLeave{}
-	var keys []string
-	for w := range writers {
-		for k := range keysPerWriter {
-			for _, side := range []string{"in", "out"} {
-				key := fmt.Sprintf("%s.%d-%d", side, w, k)
-				keys = append(keys, key)
-				models[key] = &enterLeave{key: ek(key)}
-			}
-		}
-	}
-	put := func(key string) (core.ResourceVersion, int64) {
-		n := version.Add(1)
-		rv, err := h.Put(ctx, key, n)
-		if err != nil {
-			t.Errorf("Harness: put %q version %d: %v", key, n, err)
-		}
-		return rv, n
-	}
+	r := newFilteredRun(t, ctx, h, f)
 	// Seed every key, so that some start inside the filter.
-	for _, key := range keys {
-		_, n := put(key)
-		models[key].put(n, f.Matches(key, n), true)
+	for _, key := range r.keys {
+		_, n := r.put(key)
+		r.models[key].put(n, f.Matches(key, n), true)
 	}
 	if t.Failed() {
 		return
 	}
+	r.spy = informertest.Wrap(h.ListerWatcher())
+	r.rec = informertest.NewRecorder(t, h.Version)
+	inf, errs := informertest.Run(t, r.spy, core.InformerOptions[T]{Name: "filtered", Backoff: core.Backoff{Initial: 10 * time.Millisecond, Max: 100 * time.Millisecond}}, r.rec)
+	r.inf = inf
+	last := r.writeConcurrently()
+	if t.Failed() {
+		return
+	}
+	held := r.checkSettled(last)
+	r.checkWaitForOutside()
+	r.checkRelist(held)
+	if err := errs.Find(func(err error) bool { return !errors.Is(err, core.ErrExpired) }); err != nil {
+		t.Errorf("unexpected error reported: %v", err)
+	}
+}
 
-	spy := informertest.Wrap(h.ListerWatcher())
-	rec := informertest.NewRecorder(t, h.Version)
-	inf, errs := informertest.Run(t, spy, core.InformerOptions[T]{Name: "filtered", Backoff: core.Backoff{Initial: 10 * time.Millisecond, Max: 100 * time.Millisecond}}, rec)
+// Sizes of RunFiltered's concurrent writes.
+const filtWriters, filtKeysPerWriter, filtOps = 3, 4, 40
 
+// filteredRun is one run of RunFiltered: the harness, each key's model of
+// what its handler must hear, and the informer checked, shared by the
+// run's phases so that each can be read on its own.
+type filteredRun[T any] struct {
+	t       *testing.T
+	ctx     context.Context
+	h       Harness[T]
+	f       Filtered
+	ek      func(string) string // suite key → event key
+	version atomic.Int64
+	models  map[string]*enterLeave // by suite key
+	keys    []string               // suite keys, in.<w>-<k> and out.<w>-<k>
+	spy     *informertest.Spy[T]
+	rec     *informertest.Recorder[T]
+	inf     *core.SharedIndexInformer[T]
+}
+
+// newFilteredRun names the keys RunFiltered writes and models each.
+func newFilteredRun[T any](t *testing.T, ctx context.Context, h Harness[T], f Filtered) *filteredRun[T] {
+	r := &filteredRun[T]{t: t, ctx: ctx, h: h, f: f, ek: func(key string) string { return key }, models: map[string]*enterLeave{}}
+	if m, ok := h.(KeyMapper); ok {
+		r.ek = m.EventKey
+	}
+	for w := range filtWriters {
+		for k := range filtKeysPerWriter {
+			for _, side := range []string{"in", "out"} {
+				key := fmt.Sprintf("%s.%d-%d", side, w, k)
+				r.keys = append(r.keys, key)
+				r.models[key] = &enterLeave{key: r.ek(key)}
+			}
+		}
+	}
+	return r
+}
+
+// put writes key at the next version; the writers call it concurrently.
+func (r *filteredRun[T]) put(key string) (core.ResourceVersion, int64) {
+	n := r.version.Add(1)
+	rv, err := r.h.Put(r.ctx, key, n)
+	if err != nil {
+		r.t.Errorf("Harness: put %q version %d: %v", key, n, err)
+	}
+	return rv, n
+}
+
+// writeConcurrently has writers move their keys in and out of the filter
+// (and delete them) while the informer runs, and returns the highest RV
+// written.
+func (r *filteredRun[T]) writeConcurrently() core.ResourceVersion {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var last atomic.Uint64
-	for w := range writers {
+	for w := range filtWriters {
 		wg.Go(func() {
-			r := rand.New(rand.NewPCG(uint64(w), 1))
-			for range ops {
-				key := fmt.Sprintf("%s.%d-%d", []string{"in", "out"}[r.IntN(2)], w, r.IntN(keysPerWriter))
-				m := models[key]
-				if r.IntN(6) == 0 {
-					rv, err := h.Delete(ctx, key)
+			rng := rand.New(rand.NewPCG(uint64(w), 1))
+			for range filtOps {
+				key := fmt.Sprintf("%s.%d-%d", []string{"in", "out"}[rng.IntN(2)], w, rng.IntN(filtKeysPerWriter))
+				m := r.models[key]
+				if rng.IntN(6) == 0 {
+					rv, err := r.h.Delete(r.ctx, key)
 					if err != nil {
-						t.Errorf("Harness: delete %q: %v", key, err)
+						r.t.Errorf("Harness: delete %q: %v", key, err)
 						return
 					}
 					mu.Lock()
@@ -111,34 +149,41 @@ func RunFiltered[T any](t *testing.T, caps Capabilities, newHarness func(t *test
 					maxStore(&last, rv)
 					continue
 				}
-				rv, n := put(key)
+				rv, n := r.put(key)
 				mu.Lock()
-				m.put(n, f.Matches(key, n), false)
+				m.put(n, r.f.Matches(key, n), false)
 				mu.Unlock()
 				maxStore(&last, rv)
 			}
 		})
 	}
 	wg.Wait()
-	if t.Failed() {
-		return
-	}
-	for _, key := range keys {
-		want := models[key].log
-		rec.Wait(fmt.Sprintf("%s: %q", ek(key), want), func(log []string, _ map[string]int64) bool {
-			return slices.Equal(linesOf(log, ek(key)), want)
+	return core.ResourceVersion(last.Load())
+}
+
+// checkSettled checks, once the writes are done, that each key's handler
+// log is exactly its modelled history and that the cache equals the
+// matching keys; it returns the first key held (by event key).
+func (r *filteredRun[T]) checkSettled(last core.ResourceVersion) string {
+	t := r.t
+	t.Helper()
+	for _, key := range r.keys {
+		want := r.models[key].log
+		ek := r.ek(key)
+		r.rec.Wait(fmt.Sprintf("%s: %q", ek, want), func(log []string, _ map[string]int64) bool {
+			return slices.Equal(linesOf(log, ek), want)
 		})
 	}
-	informertest.WaitFor(t, inf, core.ResourceVersion(last.Load()))
+	informertest.WaitFor(t, r.inf, last)
 	want := map[string]int64{}
-	for _, m := range models {
+	for _, m := range r.models {
 		if m.held {
 			want[m.key] = m.n
 		}
 	}
 	got := map[string]int64{}
-	inf.Indexer().Range(func(key string, obj T) bool {
-		got[key] = h.Version(obj)
+	r.inf.Indexer().Range(func(key string, obj T) bool {
+		got[key] = r.h.Version(obj)
 		return true
 	})
 	if !maps.Equal(got, want) {
@@ -147,36 +192,45 @@ func RunFiltered[T any](t *testing.T, caps Capabilities, newHarness func(t *test
 	if len(want) == 0 {
 		t.Fatalf("the filter matched no key at the end: Matches keeps too little for the case to prove anything")
 	}
+	return slices.Sorted(maps.Keys(want))[0]
+}
 
-	// A write that only a key outside the filter sees still advances
-	// WaitFor: by the bookmark WaitFor asks a ProgressReporter for.
-	if pr, ok := core.Capability[core.ProgressReporter](h.ListerWatcher()); ok && pr.ReportsProgress() {
-		rv, n := put("out.x")
-		if f.Matches("out.x", n) {
-			t.Logf("out.x at version %d matches the filter: WaitFor of a write outside it is not checked", n)
+// checkWaitForOutside checks that a write that only a key outside the
+// filter sees still advances WaitFor: by the bookmark WaitFor asks a
+// ProgressReporter for.
+func (r *filteredRun[T]) checkWaitForOutside() {
+	r.t.Helper()
+	if pr, ok := core.Capability[core.ProgressReporter](r.h.ListerWatcher()); ok && pr.ReportsProgress() {
+		rv, n := r.put("out.x")
+		if r.f.Matches("out.x", n) {
+			r.t.Logf("out.x at version %d matches the filter: WaitFor of a write outside it is not checked", n)
 		}
-		informertest.WaitFor(t, inf, rv)
+		informertest.WaitFor(r.t, r.inf, rv)
 	}
+}
 
-	// Across a relist: one held key leaves the filter while the watch is
-	// down, and another enters it. The leaving key's delete carries what
-	// the cache held (the watch did not see the versions written meanwhile).
-	held := slices.Sorted(maps.Keys(want))[0]
+// checkRelist checks across a relist: held (an event key) leaves the
+// filter while the watch is down, and another key enters it. The leaving
+// key's delete carries what the cache held (the watch did not see the
+// versions written meanwhile).
+func (r *filteredRun[T]) checkRelist(held string) {
+	t := r.t
+	t.Helper()
 	var leaving string
-	for _, key := range keys {
-		if ek(key) == held {
+	for _, key := range r.keys {
+		if r.ek(key) == held {
 			leaving = key
 		}
 	}
-	gate := spy.HoldLists()
-	spy.Break(fmt.Errorf("conformance: %w", core.ErrExpired))
-	if err := gate.Wait(ctx); err != nil {
+	gate := r.spy.HoldLists()
+	r.spy.Break(fmt.Errorf("conformance: %w", core.ErrExpired))
+	if err := gate.Wait(r.ctx); err != nil {
 		t.Fatal(err)
 	}
-	lastV := models[leaving].n
+	lastV := r.models[leaving].n
 	moved := false
 	for range 8 {
-		if _, n := put(leaving); !f.Matches(leaving, n) {
+		if _, n := r.put(leaving); !r.f.Matches(leaving, n) {
 			moved = true
 			break
 		}
@@ -184,38 +238,38 @@ func RunFiltered[T any](t *testing.T, caps Capabilities, newHarness func(t *test
 	if !moved {
 		t.Fatalf("Matches(%q, n) held for eight versions in a row: the case cannot move a key out", leaving)
 	}
-	// Entering: the first key not held that a write of a few versions
-	// makes match.
-	var entering string
-	var enteredV int64
-	for _, key := range keys {
-		if models[key].held || key == leaving || entering != "" {
-			continue
-		}
-		for range 4 {
-			if _, n := put(key); f.Matches(key, n) {
-				entering, enteredV = key, n
-				break
-			}
-		}
-	}
+	entering, enteredV := r.enter(leaving)
 	gate.Release()
-	rec.Wait(held+" leaves across the relist", func(log []string, _ map[string]int64) bool {
+	r.rec.Wait(held+" leaves across the relist", func(log []string, _ map[string]int64) bool {
 		l := linesOf(log, held)
 		return len(l) > 0 && l[len(l)-1] == fmt.Sprintf("delete %s v=%d unknown", held, lastV)
 	})
 	if entering == "" {
 		t.Errorf("no key could be made to enter the filter across the relist")
-	} else {
-		e := ek(entering)
-		rec.Wait(e+" enters across the relist", func(log []string, _ map[string]int64) bool {
-			l := linesOf(log, e)
-			return len(l) > 0 && l[len(l)-1] == fmt.Sprintf("add %s v=%d", e, enteredV)
-		})
+		return
 	}
-	if err := errs.Find(func(err error) bool { return !errors.Is(err, core.ErrExpired) }); err != nil {
-		t.Errorf("unexpected error reported: %v", err)
+	e := r.ek(entering)
+	r.rec.Wait(e+" enters across the relist", func(log []string, _ map[string]int64) bool {
+		l := linesOf(log, e)
+		return len(l) > 0 && l[len(l)-1] == fmt.Sprintf("add %s v=%d", e, enteredV)
+	})
+}
+
+// enter makes a key enter the filter while the watch is down: the first
+// key not held (nor leaving) that a write of a few versions makes match.
+// It returns that key and the version it entered at, or "" if none did.
+func (r *filteredRun[T]) enter(leaving string) (string, int64) {
+	for _, key := range r.keys {
+		if r.models[key].held || key == leaving {
+			continue
+		}
+		for range 4 {
+			if _, n := r.put(key); r.f.Matches(key, n) {
+				return key, n
+			}
+		}
 	}
+	return "", 0
 }
 
 // enterLeave follows one key through its writes as a filtered informer's

@@ -88,6 +88,8 @@ func main() {
 
 // run syncs and serves until ctx is done, then stops everything it started
 // and returns nil after a clean stop.
+// It is long on purpose and stays whole: an example is read in order, top
+// to bottom, so its steps are not cut into functions.
 func run(ctx context.Context, cfg config, out io.Writer) error {
 	opts := []nats.Option{nats.Name("dbinformer examples/nats")}
 	if cfg.creds != "" {

@@ -68,6 +68,11 @@ func main() {
 	}
 }
 
+// run is the tour: the server, the bucket and its orders, the informer,
+// an index query and read-your-writes, then (with -follow) the changes
+// until ctx is done.
+// It is long on purpose and stays whole: an example is read in order, top
+// to bottom, so its steps are not cut into functions.
 func run(ctx context.Context, cfg config, out io.Writer) error {
 	url := cfg.natsURL
 	if url == "" {

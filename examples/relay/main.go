@@ -116,6 +116,8 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 // run is the demo: servers, table, stream, three processes, writes, reads;
 // with status (an address), the relay process serves its status page
 // there, and the demo prints what it says of each relay.
+// It is long on purpose and stays whole: an example is read in order, top
+// to bottom, so its steps are not cut into functions.
 func run(ctx context.Context, conn, natsURL string, replicas int, status string, w io.Writer) error {
 	out := &lockedWriter{w: w}
 	if conn == "" {

@@ -18,6 +18,18 @@ import (
 // returning); then every divergence with its replay seed.
 func Report(results []Result, command string, elapsed time.Duration) string {
 	var b strings.Builder
+	reportIntro(&b, command, elapsed)
+	adapters, byAdapter := groupByAdapter(results)
+	reportSummary(&b, adapters, byAdapter)
+	reportFaultKinds(&b, adapters, byAdapter)
+	reportAudit(&b, results, adapters, byAdapter)
+	reportDivergences(&b, results)
+	return b.String()
+}
+
+// reportIntro writes the report's title, what a run checks, and how and
+// where this report was made.
+func reportIntro(b *strings.Builder, command string, elapsed time.Duration) {
 	b.WriteString("# Reliability\n\n")
 	b.WriteString("Model-based fault injection against the real servers (`integration/reliability`): a random\n")
 	b.WriteString("workload of creates, updates and deletes over 16 keys while faults are injected; afterwards\n")
@@ -29,15 +41,15 @@ func Report(results []Result, command string, elapsed time.Duration) string {
 	b.WriteString("divergence of the run (see Consistency audit below).\n")
 	b.WriteString("Each adapter runs through its conformance.Harness (Truth and Faults); `memory` is core/memory behind\n")
 	b.WriteString("an informertest.Spy, a baseline with no server.\n\n")
-	fmt.Fprintf(&b, "- command: `%s`\n", command)
-	fmt.Fprintf(&b, "- date: %s\n", time.Now().UTC().Format("2006-01-02 15:04 MST"))
-	fmt.Fprintf(&b, "- machine: %s, %d CPUs, %s/%s, %s\n", cpuModel(), runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version())
-	fmt.Fprintf(&b, "- wall time: %s\n\n", elapsed.Round(time.Second))
+	fmt.Fprintf(b, "- command: `%s`\n", command)
+	fmt.Fprintf(b, "- date: %s\n", time.Now().UTC().Format("2006-01-02 15:04 MST"))
+	fmt.Fprintf(b, "- machine: %s, %d CPUs, %s/%s, %s\n", cpuModel(), runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version())
+	fmt.Fprintf(b, "- wall time: %s\n\n", elapsed.Round(time.Second))
+}
 
-	type cell struct {
-		runs, faults, div int
-		converge, over    []time.Duration
-	}
+// groupByAdapter returns the adapters in the order of their first result,
+// and each one's results.
+func groupByAdapter(results []Result) ([]string, map[string][]Result) {
 	var adapters []string
 	byAdapter := map[string][]Result{}
 	for _, r := range results {
@@ -46,7 +58,12 @@ func Report(results []Result, command string, elapsed time.Duration) string {
 		}
 		byAdapter[r.Adapter] = append(byAdapter[r.Adapter], r)
 	}
+	return adapters, byAdapter
+}
 
+// reportSummary writes the Summary section: one row per adapter, its runs'
+// totals.
+func reportSummary(b *strings.Builder, adapters []string, byAdapter map[string][]Result) {
 	b.WriteString("## Summary\n\n| adapter | runs (seeds) | writes | faults injected | relists | watch restarts | divergent runs | audits (equal/divergent/failed) | variants | mean run time |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, a := range adapters {
 		rs := byAdapter[a]
@@ -73,11 +90,22 @@ func Report(results []Result, command string, elapsed time.Duration) string {
 			vs = append(vs, fmt.Sprintf("%s ×%d", v, n))
 		}
 		slices.Sort(vs)
-		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %d | %d (%d/%d/%d) | %s | %s |\n", a, len(rs), ops, faults, relists, restarts, div,
+		fmt.Fprintf(b, "| %s | %d | %d | %d | %d | %d | %d | %d (%d/%d/%d) | %s | %s |\n", a, len(rs), ops, faults, relists, restarts, div,
 			audit.Runs, audit.Equal, audit.Divergent, audit.Failed,
 			strings.Join(vs, ", "), (total / time.Duration(len(rs))).Round(100*time.Millisecond))
 	}
+}
 
+// faultCell is one row of the Adapter × fault kind table, summed over
+// runs.
+type faultCell struct {
+	runs, faults, div int
+	converge, over    []time.Duration
+}
+
+// reportFaultKinds writes the Adapter × fault kind section: per adapter
+// and fault kind, the runs, faults, divergences and convergence times.
+func reportFaultKinds(b *strings.Builder, adapters []string, byAdapter map[string][]Result) {
 	b.WriteString("\n## Adapter × fault kind\n\n")
 	b.WriteString("`runs` = runs that injected this kind at least once; `faults` = how many times in all;\n")
 	b.WriteString("`divergences` = those runs that failed a check; `converge` = time from the fault's heal to\n")
@@ -87,26 +115,7 @@ func Report(results []Result, command string, elapsed time.Duration) string {
 	b.WriteString("the longest of them. Requeue and panic are the handlers' faults: no heal to time.\n\n")
 	b.WriteString("| adapter | fault | runs | faults | divergences | converge p50 | converge p99 | overlapped |\n|---|---|---|---|---|---|---|---|\n")
 	for _, a := range adapters {
-		cells := map[conformance.Fault]*cell{}
-		for _, r := range byAdapter[a] {
-			for f, n := range r.Faults {
-				if n == 0 {
-					continue
-				}
-				c := cells[f]
-				if c == nil {
-					c = &cell{}
-					cells[f] = c
-				}
-				c.runs++
-				c.faults += n
-				if len(r.Divergences) > 0 {
-					c.div++
-				}
-				c.converge = append(c.converge, r.Converge[f]...)
-				c.over = append(c.over, r.Overlapped[f]...)
-			}
-		}
+		cells := faultCells(byAdapter[a])
 		for _, f := range sortedFaults(cells) {
 			c := cells[f]
 			p50, p99 := "-", "-"
@@ -118,12 +127,41 @@ func Report(results []Result, command string, elapsed time.Duration) string {
 			if len(c.over) > 0 {
 				over = fmt.Sprintf("%d (max %s)", len(c.over), fmtDuration(slices.Max(c.over)))
 			}
-			fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %s | %s | %s |\n", a, f, c.runs, c.faults, c.div, p50, p99, over)
+			fmt.Fprintf(b, "| %s | %s | %d | %d | %d | %s | %s | %s |\n", a, f, c.runs, c.faults, c.div, p50, p99, over)
 		}
 	}
+}
 
+// faultCells sums one adapter's results by the fault kinds they injected.
+func faultCells(rs []Result) map[conformance.Fault]*faultCell {
+	cells := map[conformance.Fault]*faultCell{}
+	for _, r := range rs {
+		for f, n := range r.Faults {
+			if n == 0 {
+				continue
+			}
+			c := cells[f]
+			if c == nil {
+				c = &faultCell{}
+				cells[f] = c
+			}
+			c.runs++
+			c.faults += n
+			if len(r.Divergences) > 0 {
+				c.div++
+			}
+			c.converge = append(c.converge, r.Converge[f]...)
+			c.over = append(c.over, r.Overlapped[f]...)
+		}
+	}
+	return cells
+}
+
+// reportAudit writes the Consistency audit section: per adapter, what its
+// informers' audits found, then every divergent audit with its seed.
+func reportAudit(b *strings.Builder, results []Result, adapters []string, byAdapter map[string][]Result) {
 	b.WriteString("\n## Consistency audit\n\n")
-	fmt.Fprintf(&b, "Each run's informer audits itself every %s (`-audit`; the first one period after its sync, Pace\n", auditPeriods(results))
+	fmt.Fprintf(b, "Each run's informer audits itself every %s (`-audit`; the first one period after its sync, Pace\n", auditPeriods(results))
 	b.WriteString("unlimited) while the faults go on, report only, and once more after the final checks. `failed`\n")
 	b.WriteString("runs could not compare and are fine, by why: `source` = its read failed (a fault), `lag` = the cache did\n")
 	b.WriteString("not reach the audit's version within the period (behind a fault), `list` = a relist was running;\n")
@@ -142,7 +180,7 @@ func Report(results []Result, command string, elapsed time.Duration) string {
 		if c.Failed > 0 {
 			failed = fmt.Sprintf("%d (%s)", c.Failed, c.failedBy())
 		}
-		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %s | %d | %.1f |\n", a, c.Runs, c.DuringFaults, c.Equal, c.Divergent, c.FalsePositives, failed,
+		fmt.Fprintf(b, "| %s | %d | %d | %d | %d | %d | %s | %d | %.1f |\n", a, c.Runs, c.DuringFaults, c.Equal, c.Divergent, c.FalsePositives, failed,
 			c.InFlight, float64(c.Runs)/float64(len(byAdapter[a])))
 	}
 	findings := 0
@@ -152,10 +190,14 @@ func Report(results []Result, command string, elapsed time.Duration) string {
 				b.WriteString("\nDivergent audits (replay each with its seed):\n\n")
 			}
 			findings++
-			fmt.Fprintf(&b, "- %s seed %d (%s): %s\n", r.Adapter, r.Seed, r.Variant, f)
+			fmt.Fprintf(b, "- %s seed %d (%s): %s\n", r.Adapter, r.Seed, r.Variant, f)
 		}
 	}
+}
 
+// reportDivergences writes the Divergences section: every divergent run
+// with its replay command and what diverged.
+func reportDivergences(b *strings.Builder, results []Result) {
 	b.WriteString("\n## Divergences\n\n")
 	n := 0
 	for _, r := range results {
@@ -163,15 +205,14 @@ func Report(results []Result, command string, elapsed time.Duration) string {
 			continue
 		}
 		n++
-		fmt.Fprintf(&b, "- %s seed %d (%s): replay with `%s`\n", r.Adapter, r.Seed, r.Variant, r.Replay())
+		fmt.Fprintf(b, "- %s seed %d (%s): replay with `%s`\n", r.Adapter, r.Seed, r.Variant, r.Replay())
 		for _, d := range r.Divergences {
-			fmt.Fprintf(&b, "  - %s\n", d)
+			fmt.Fprintf(b, "  - %s\n", d)
 		}
 	}
 	if n == 0 {
 		b.WriteString("None.\n")
 	}
-	return b.String()
 }
 
 func cpuModel() string {
