@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"time"
-
-	"github.com/dbinformer/dbinformer/core"
 )
 
 // Status is everything the page shows, as served in JSON. Names and
@@ -224,6 +222,8 @@ func (p *Page) snapshot(ctx context.Context, heads bool) Status {
 	return st
 }
 
+// informerStatus is one informer's status: what the informer says of
+// itself, its last head read, and its record, in that order of locks.
 func (p *Page) informerStatus(e *informerEntry, now time.Time) InformerStatus {
 	p.mu.Lock()
 	inf := e.inf
@@ -238,24 +238,9 @@ func (p *Page) informerStatus(e *informerEntry, now time.Time) InformerStatus {
 	// Ask the informer before taking the record's lock: the informer's
 	// own locks are never held while it calls its metrics, but keep the
 	// order one way anyway.
-	var synced bool
-	var applied, received core.ResourceVersion
-	var listErr, stopped error
-	var decodeErr *core.DecodeError
-	var decodeAt time.Time
-	var audit *core.AuditResult
+	var fi fromInformer
 	if inf != nil {
-		st := inf.SyncStatus()
-		decodeErr, decodeAt = st.LastDecodeError, st.LastDecodeErrorAt
-		audit = st.Audit
-		is.SchemaChanges = schemaChangeStatus(st.SchemaChanges)
-		is.Kind = Redact(st.Source)
-		synced, applied, received = st.Synced, st.AppliedVersion, st.LastSyncResourceVersion
-		listErr, stopped = st.ListFailures.Last, st.Stopped
-		is.Checkpoints = Redact(st.Checkpoints.String())
-		if st.Checkpoints == nil {
-			is.Checkpoints = "off (InformerOptions.Checkpoint is not set: every start lists)"
-		}
+		fi = askInformer(inf, &is)
 	}
 	e.headMu.Lock()
 	head, headErr, headKnown, noHead, failedAt := e.head, e.headErr, e.headOK, e.noHead, e.failedAt
@@ -265,7 +250,8 @@ func (p *Page) informerStatus(e *informerEntry, now time.Time) InformerStatus {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	is.Metrics = r.metrics
-	is.Audit = auditStatus(audit, r.audit)
+	is.Audit = auditStatus(fi.audit, r.audit)
+	synced, applied, received := fi.synced, fi.applied, fi.received
 	if inf == nil {
 		synced = r.listedOnce
 		applied = r.applied
@@ -285,24 +271,7 @@ func (p *Page) informerStatus(e *informerEntry, now time.Time) InformerStatus {
 		is.HeadVersion, is.LagVersions, is.LagSeconds = r.lagLocked(head, applied, now)
 	}
 
-	is.Lists = ListStats{
-		Lists: r.lists, ListErrors: r.listErrors, Relists: r.relists, RelistErrors: r.relistErrors,
-		ListedObjects: r.listed, LastAt: timePtr(r.lastListAt),
-		LastError: r.lastListErr, LastErrorAt: timePtr(r.lastListErrAt),
-	}
-	if listErr != nil {
-		is.Lists.LastError = describeError(listErr)
-	}
-	is.Progress = r.progressLocked(now)
-	is.WatchRestarts = RestartStats{
-		Total:   r.restartsTimeout + r.restartsExpired + r.restartsError,
-		Timeout: r.restartsTimeout, Expired: r.restartsExpired, Error: r.restartsError,
-		LastReason: r.lastRestartReason, LastAt: timePtr(r.lastRestartAt),
-	}
-	is.DecodeErrors = DecodeStats{Count: r.decodeErrors, Last: r.lastDecodeErr, LastAt: timePtr(r.lastDecodeErrAt)}
-	if decodeErr != nil && !decodeAt.Before(r.lastDecodeErrAt) {
-		is.DecodeErrors.Last, is.DecodeErrors.LastAt = describeDecodeError(decodeErr), timePtr(decodeAt)
-	}
+	r.countsLocked(&is, fi, now)
 
 	is.Handlers = append(is.Handlers, r.handlersLocked()...)
 	if len(is.Handlers) > 0 && is.Handlers[0].Pending > 0 {
@@ -310,8 +279,8 @@ func (p *Page) informerStatus(e *informerEntry, now time.Time) InformerStatus {
 	}
 	// A run that ended on a permanent failure: the cache is frozen.
 	permanent, permanentAt := r.permanent, r.permanentAt
-	if stopped != nil && permanent == "" {
-		permanent, permanentAt = describeError(stopped), now
+	if fi.stopped != nil && permanent == "" {
+		permanent, permanentAt = describeError(fi.stopped), now
 	}
 
 	if !is.Synced {

@@ -8,8 +8,62 @@ import (
 	"github.com/dbinformer/dbinformer/core"
 )
 
+// fromInformer is what a registered informer says of itself
+// (SyncStatus), read before the record's lock is taken (see
+// informerStatus); the zero value for an informer not on the page.
+type fromInformer struct {
+	synced            bool
+	applied, received core.ResourceVersion
+	listErr, stopped  error
+	decodeErr         *core.DecodeError
+	decodeAt          time.Time
+	audit             *core.AuditResult
+}
+
+// askInformer reads inf's SyncStatus: the parts of is it fills alone, and
+// the rest, which informerStatus weighs against the record.
+func askInformer(inf Informer, is *InformerStatus) fromInformer {
+	st := inf.SyncStatus()
+	var fi fromInformer
+	fi.decodeErr, fi.decodeAt = st.LastDecodeError, st.LastDecodeErrorAt
+	fi.audit = st.Audit
+	is.SchemaChanges = schemaChangeStatus(st.SchemaChanges)
+	is.Kind = Redact(st.Source)
+	fi.synced, fi.applied, fi.received = st.Synced, st.AppliedVersion, st.LastSyncResourceVersion
+	fi.listErr, fi.stopped = st.ListFailures.Last, st.Stopped
+	is.Checkpoints = Redact(st.Checkpoints.String())
+	if st.Checkpoints == nil {
+		is.Checkpoints = "off (InformerOptions.Checkpoint is not set: every start lists)"
+	}
+	return fi
+}
+
 // What informerStatus reads from an informer's record, a part each; every
 // one runs with r.mu held.
+
+// countsLocked fills the record's counters into is (lists, list progress,
+// watch restarts, decode errors), preferring the informer's own last list
+// error and a decode error newer than the record's. r.mu is held.
+func (r *informerRecord) countsLocked(is *InformerStatus, fi fromInformer, now time.Time) {
+	is.Lists = ListStats{
+		Lists: r.lists, ListErrors: r.listErrors, Relists: r.relists, RelistErrors: r.relistErrors,
+		ListedObjects: r.listed, LastAt: timePtr(r.lastListAt),
+		LastError: r.lastListErr, LastErrorAt: timePtr(r.lastListErrAt),
+	}
+	if fi.listErr != nil {
+		is.Lists.LastError = describeError(fi.listErr)
+	}
+	is.Progress = r.progressLocked(now)
+	is.WatchRestarts = RestartStats{
+		Total:   r.restartsTimeout + r.restartsExpired + r.restartsError,
+		Timeout: r.restartsTimeout, Expired: r.restartsExpired, Error: r.restartsError,
+		LastReason: r.lastRestartReason, LastAt: timePtr(r.lastRestartAt),
+	}
+	is.DecodeErrors = DecodeStats{Count: r.decodeErrors, Last: r.lastDecodeErr, LastAt: timePtr(r.lastDecodeErrAt)}
+	if fi.decodeErr != nil && !fi.decodeAt.Before(r.lastDecodeErrAt) {
+		is.DecodeErrors.Last, is.DecodeErrors.LastAt = describeDecodeError(fi.decodeErr), timePtr(fi.decodeAt)
+	}
+}
 
 // stuckSinceLocked notes the applied version's last move, as the metrics
 // (registered: the informer's own) or the page saw it, and returns since

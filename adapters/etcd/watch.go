@@ -43,46 +43,16 @@ type watch[T any] struct {
 const progressRetry = 250 * time.Millisecond
 
 // run delivers the responses of ch until it fails; it never returns nil.
+// Its loop stays one select over the watch's inputs (responses, progress
+// requests, their retries, probes, the created deadline); what each case
+// does is a method of its own (request, probeDone, response).
 func (w *watch[T]) run(opened <-chan clientv3.WatchChan, opts core.WatchOptions[T]) error {
-	p := w.p
 	var ch clientv3.WatchChan // nil until opened
 	progress := opts.Progress // nil: no requests
-	// While a request is unanswered, retry fires to ask again; a progress
-	// notification received after the request answers it.
-	var retry *time.Timer
-	var retryC <-chan time.Time
-	defer func() {
-		if retry != nil {
-			retry.Stop()
-		}
-	}()
+	var a progressAsk
+	defer a.stop()
 	w.heard = time.Now()
-	var probeC <-chan probeResult // a probe is running
 	createdC := w.createdDeadline()
-	request := func() error {
-		if w.asked.IsZero() {
-			w.asked = time.Now()
-		}
-		// On the watch's own context, so that the request goes to its
-		// gRPC stream. While the client reconnects the stream takes no
-		// request: that is silence, which the probe below looks into.
-		rctx, cancel := context.WithTimeout(w.ctx, progressRetry)
-		err := p.client.RequestProgress(rctx)
-		cancel()
-		if err != nil && w.ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
-			return p.failed(fmt.Sprintf("request progress on the watch from revision %d", w.last+1), err)
-		}
-		if probeC == nil && w.silent() {
-			probeC = w.probe()
-		}
-		if retry == nil {
-			retry = time.NewTimer(progressRetry)
-		} else {
-			retry.Reset(progressRetry)
-		}
-		retryC = retry.C
-		return nil
-	}
 	for {
 		var resp clientv3.WatchResponse
 		var ok bool
@@ -94,13 +64,13 @@ func (w *watch[T]) run(opened <-chan clientv3.WatchChan, opts core.WatchOptions[
 				progress = nil // closed: no more requests
 				continue
 			}
-			if err := request(); err != nil {
+			if err := w.request(&a); err != nil {
 				return err
 			}
 			continue
-		case <-retryC:
-			retryC = nil
-			if err := request(); err != nil {
+		case <-a.retryC:
+			a.retryC = nil
+			if err := w.request(&a); err != nil {
 				return err
 			}
 			continue
@@ -109,25 +79,9 @@ func (w *watch[T]) run(opened <-chan clientv3.WatchChan, opts core.WatchOptions[
 			continue
 		case <-createdC:
 			return errOnFrozen // no answer at all while a member is known frozen
-		case res := <-probeC:
-			probeC = nil
-			if w.atHead(res) {
-				// Nothing was written since the watch's start: etcd
-				// (3.6) answers no progress request on a watch that
-				// starts past its revision, so the silence is not a
-				// frozen member. The watch has all there is.
-				w.asked = time.Time{}
-				if retryC != nil {
-					retry.Stop()
-					retryC = nil
-				}
-				w.batch = append(w.batch[:0], core.Event[T]{Type: core.Bookmark, RV: w.last})
-				if err := opts.Emit(w.batch); err != nil {
-					return err
-				}
-				continue
-			}
-			if err := w.probed(res); err != nil {
+		case res := <-a.probeC:
+			a.probeC = nil
+			if err := w.probeDone(res, &a, opts.Emit); err != nil {
 				return err
 			}
 			continue
@@ -135,48 +89,122 @@ func (w *watch[T]) run(opened <-chan clientv3.WatchChan, opts core.WatchOptions[
 		}
 		w.heard = time.Now()
 		createdC = nil
-		if err := w.heardFrom(resp.Header.MemberId); err != nil {
-			return err
-		}
-		if !ok {
-			return p.failed(fmt.Sprintf("watch from revision %d", w.last+1), errors.New("watch channel closed"))
-		}
-		if resp.CompactRevision != 0 {
-			return p.expired(fmt.Sprintf("watch from revision %d", w.last+1), resp.CompactRevision, rpctypes.ErrCompacted)
-		}
-		if err := resp.Err(); err != nil {
-			if errors.Is(err, rpctypes.ErrCompacted) {
-				return p.expired(fmt.Sprintf("watch from revision %d", w.last+1), 0, err)
-			}
-			return p.failed(fmt.Sprintf("watch from revision %d", w.last+1), err)
-		}
-		if resp.IsProgressNotify() {
-			w.asked = time.Time{} // answered
-			if retryC != nil {
-				retry.Stop()
-				retryC = nil
-			}
-			rv := core.ResourceVersion(resp.Header.Revision)
-			if rv < w.last {
-				// A bookmark below what was already delivered says
-				// nothing new and would break the order the core
-				// checks. etcd 3.6 orders progress notifications with
-				// the events (etcd issue #15220); this guards against
-				// older servers.
-				continue
-			}
-			w.batch = append(w.batch[:0], core.Event[T]{Type: core.Bookmark, RV: rv})
-			if err := opts.Emit(w.batch); err != nil {
-				return err
-			}
-			w.last = rv
-			continue
-		}
-		// Nothing for the Created response (no events).
-		if err := w.emitEvents(resp.Events, opts.Emit); err != nil {
+		if err := w.response(resp, ok, &a, opts.Emit); err != nil {
 			return err
 		}
 	}
+}
+
+// progressAsk is run's state of the progress requests: while a request is
+// unanswered, retry fires to ask again; a progress notification received
+// after the request answers it. probeC is a running probe's answer (nil:
+// none running).
+type progressAsk struct {
+	retry  *time.Timer
+	retryC <-chan time.Time
+	probeC <-chan probeResult
+}
+
+// stop stops the retry timer, if there is one.
+func (a *progressAsk) stop() {
+	if a.retry != nil {
+		a.retry.Stop()
+	}
+}
+
+// answered records that the watch's progress requests are answered: no
+// retry is due any more.
+func (w *watch[T]) answered(a *progressAsk) {
+	w.asked = time.Time{}
+	if a.retryC != nil {
+		a.retry.Stop()
+		a.retryC = nil
+	}
+}
+
+// request asks etcd for a progress notification on the watch's stream,
+// starts a probe when the watch has heard nothing for too long, and arms
+// the retry.
+func (w *watch[T]) request(a *progressAsk) error {
+	if w.asked.IsZero() {
+		w.asked = time.Now()
+	}
+	// On the watch's own context, so that the request goes to its
+	// gRPC stream. While the client reconnects the stream takes no
+	// request: that is silence, which the probe below looks into.
+	rctx, cancel := context.WithTimeout(w.ctx, progressRetry)
+	err := w.p.client.RequestProgress(rctx)
+	cancel()
+	if err != nil && w.ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
+		return w.p.failed(fmt.Sprintf("request progress on the watch from revision %d", w.last+1), err)
+	}
+	if a.probeC == nil && w.silent() {
+		a.probeC = w.probe()
+	}
+	if a.retry == nil {
+		a.retry = time.NewTimer(progressRetry)
+	} else {
+		a.retry.Reset(progressRetry)
+	}
+	a.retryC = a.retry.C
+	return nil
+}
+
+// probeDone acts on a finished probe: at the head it answers the watch's
+// requests with a bookmark, else probed judges the member.
+func (w *watch[T]) probeDone(res probeResult, a *progressAsk, emit func([]core.Event[T]) error) error {
+	if w.atHead(res) {
+		// Nothing was written since the watch's start: etcd
+		// (3.6) answers no progress request on a watch that
+		// starts past its revision, so the silence is not a
+		// frozen member. The watch has all there is.
+		w.answered(a)
+		w.batch = append(w.batch[:0], core.Event[T]{Type: core.Bookmark, RV: w.last})
+		return emit(w.batch)
+	}
+	return w.probed(res)
+}
+
+// response delivers one response of the watch channel (ok false: the
+// channel closed): an error ends the watch, a progress notification is a
+// bookmark, events go to emit.
+func (w *watch[T]) response(resp clientv3.WatchResponse, ok bool, a *progressAsk, emit func([]core.Event[T]) error) error {
+	p := w.p
+	if err := w.heardFrom(resp.Header.MemberId); err != nil {
+		return err
+	}
+	if !ok {
+		return p.failed(fmt.Sprintf("watch from revision %d", w.last+1), errors.New("watch channel closed"))
+	}
+	if resp.CompactRevision != 0 {
+		return p.expired(fmt.Sprintf("watch from revision %d", w.last+1), resp.CompactRevision, rpctypes.ErrCompacted)
+	}
+	if err := resp.Err(); err != nil {
+		if errors.Is(err, rpctypes.ErrCompacted) {
+			return p.expired(fmt.Sprintf("watch from revision %d", w.last+1), 0, err)
+		}
+		return p.failed(fmt.Sprintf("watch from revision %d", w.last+1), err)
+	}
+	if resp.IsProgressNotify() {
+		w.answered(a)
+		rv := core.ResourceVersion(resp.Header.Revision)
+		if rv < w.last {
+			// A bookmark below what was already delivered says
+			// nothing new and would break the order the core
+			// checks. etcd 3.6 orders progress notifications with
+			// the events (etcd issue #15220); this guards against
+			// older servers.
+			return nil
+		}
+		w.batch = append(w.batch[:0], core.Event[T]{Type: core.Bookmark, RV: rv})
+		if err := emit(w.batch); err != nil {
+			return err
+		}
+		w.last = rv
+		return nil
+	}
+	// Nothing for the Created response (no events).
+	return w.emitEvents(resp.Events, emit)
 }
 
 // maxBatch is the number of events after which a watch hands what it has

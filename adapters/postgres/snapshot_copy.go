@@ -50,6 +50,36 @@ type copyLayout struct {
 // no values) it asks for none of that.
 func (t *Table[T]) layout(cols []snapColumn, version int, toast bool) (*copyLayout, *rowPlan, error) {
 	st := t.st
+	isKey := map[string]bool{}
+	for _, k := range st.pk {
+		isKey[k] = true
+	}
+	l := &copyLayout{rel: &wal.Relation{}}
+	sel, fields, err := t.selectColumns(l, cols, isKey)
+	if err != nil {
+		return nil, nil, err
+	}
+	for i, c := range sel {
+		kind := toastKind(c.oid, c.attlen, c.storage)
+		keep := toast && fields[i].used && !st.full && kind != toastNever
+		l.addColumn(c, &fields[i], keep, isKey[c.name])
+	}
+	if err := l.placeKeys(st.pk, sel, fields); err != nil {
+		return nil, nil, err
+	}
+	l.addToastFlags(sel, version)
+	rp, err := t.m.plan(l.rel)
+	if err != nil {
+		return nil, nil, err
+	}
+	return l, rp, nil
+}
+
+// selectColumns picks the columns the List reads, into l.rel: those
+// decoded into T and the primary key's, and not the others, which would
+// cost the server their output for nothing. It returns them with what is
+// known of each one's destination.
+func (t *Table[T]) selectColumns(l *copyLayout, cols []snapColumn, isKey map[string]bool) ([]snapColumn, []fieldInfo, error) {
 	all := &wal.Relation{}
 	for _, c := range cols {
 		all.Names = append(all.Names, c.name)
@@ -60,11 +90,6 @@ func (t *Table[T]) layout(cols []snapColumn, version int, toast bool) (*copyLayo
 		return nil, nil, err
 	}
 	t.m.forget(all)
-	isKey := map[string]bool{}
-	for _, k := range st.pk {
-		isKey[k] = true
-	}
-	l := &copyLayout{rel: &wal.Relation{}}
 	var sel []snapColumn
 	var fields []fieldInfo
 	for i, c := range cols {
@@ -80,47 +105,57 @@ func (t *Table[T]) layout(cols []snapColumn, version int, toast bool) (*copyLayo
 		}
 		fields = append(fields, fi)
 	}
-	for i, c := range sel {
-		kind := toastKind(c.oid, c.attlen, c.storage)
-		keep := toast && fields[i].used && !st.full && kind != toastNever
-		binaryOK := !fields[i].used || rowplan.BinarySafe(c.oid, fields[i].typ)
-		if keep && !rowplan.TextLike(c.oid) && c.oid != pgtype.JSONBOID {
-			binaryOK = false // TOAST memory keeps text
-		}
-		keyInt := 0
-		if isKey[c.name] {
-			switch c.oid {
-			case pgtype.Int2OID:
-				keyInt = 2
-			case pgtype.Int4OID:
-				keyInt = 4
-			case pgtype.Int8OID:
-				keyInt = 8
-			default:
-				if !rowplan.TextLike(c.oid) {
-					binaryOK = false // keys are the text of the key columns
-				}
-			}
-			if !binaryOK {
-				keyInt = 0
-			}
-		}
-		ident := pgx.Identifier{c.name}.Sanitize()
-		format := int16(pgtype.BinaryFormatCode)
-		expr := ident
-		if !binaryOK {
-			format = pgtype.TextFormatCode
-			expr = "CASE WHEN " + ident + " IS NULL THEN NULL ELSE format('%s', " + ident + ") END"
-		}
-		l.formats = append(l.formats, format)
-		l.exprs = append(l.exprs, expr)
-		l.keep = append(l.keep, keep)
-		l.stripVer = append(l.stripVer, format == pgtype.BinaryFormatCode && c.oid == pgtype.JSONBOID)
-		l.flag = append(l.flag, -1)
-		l.flagBit = append(l.flagBit, 0)
-		fields[i].keyInt = keyInt
+	return sel, fields, nil
+}
+
+// addColumn adds selected column c to the statement: in binary when its
+// binary form decodes to the same value as pgoutput's text (and TOAST
+// memory, which keeps text, and the key, which is text or an integer,
+// allow it), else as the text of its output function. It sets fi.keyInt
+// for a key column read as a binary integer.
+func (l *copyLayout) addColumn(c snapColumn, fi *fieldInfo, keep, isKey bool) {
+	binaryOK := !fi.used || rowplan.BinarySafe(c.oid, fi.typ)
+	if keep && !rowplan.TextLike(c.oid) && c.oid != pgtype.JSONBOID {
+		binaryOK = false // TOAST memory keeps text
 	}
-	for _, k := range st.pk {
+	keyInt := 0
+	if isKey {
+		switch c.oid {
+		case pgtype.Int2OID:
+			keyInt = 2
+		case pgtype.Int4OID:
+			keyInt = 4
+		case pgtype.Int8OID:
+			keyInt = 8
+		default:
+			if !rowplan.TextLike(c.oid) {
+				binaryOK = false // keys are the text of the key columns
+			}
+		}
+		if !binaryOK {
+			keyInt = 0
+		}
+	}
+	ident := pgx.Identifier{c.name}.Sanitize()
+	format := int16(pgtype.BinaryFormatCode)
+	expr := ident
+	if !binaryOK {
+		format = pgtype.TextFormatCode
+		expr = "CASE WHEN " + ident + " IS NULL THEN NULL ELSE format('%s', " + ident + ") END"
+	}
+	l.formats = append(l.formats, format)
+	l.exprs = append(l.exprs, expr)
+	l.keep = append(l.keep, keep)
+	l.stripVer = append(l.stripVer, format == pgtype.BinaryFormatCode && c.oid == pgtype.JSONBOID)
+	l.flag = append(l.flag, -1)
+	l.flagBit = append(l.flagBit, 0)
+	fi.keyInt = keyInt
+}
+
+// placeKeys finds each primary key column pk among the selected columns,
+// in key order, so that key can build a listed row's key from its fields.
+func (l *copyLayout) placeKeys(pk []string, sel []snapColumn, fields []fieldInfo) error {
+	for _, k := range pk {
 		found := false
 		for i, c := range sel {
 			if c.name == k {
@@ -131,9 +166,16 @@ func (t *Table[T]) layout(cols []snapColumn, version int, toast bool) (*copyLayo
 			}
 		}
 		if !found {
-			return nil, nil, fmt.Errorf("primary key column %q is not among the table's columns", k)
+			return fmt.Errorf("primary key column %q is not among the table's columns", k)
 		}
 	}
+	return nil
+}
+
+// addToastFlags adds, after the columns, the fields that say which kept
+// values are stored out of line (TOAST memory needs to know; see
+// outOfLine for how a server of the given version is asked).
+func (l *copyLayout) addToastFlags(sel []snapColumn, version int) {
 	// The flags of up to 63 columns share one int8 field: a field of
 	// its own each (a bool) cost Postgres a send call and the List a
 	// field per column and row, a fifth of the server's CPU for a List of
@@ -154,11 +196,6 @@ func (t *Table[T]) layout(cols []snapColumn, version int, toast bool) (*copyLayo
 	if len(bits) > 0 {
 		l.exprs = append(l.exprs, strings.Join(bits, " | "))
 	}
-	rp, err := t.m.plan(l.rel)
-	if err != nil {
-		return nil, nil, err
-	}
-	return l, rp, nil
 }
 
 // fieldInfo is what layout knows of a selected column's destination.

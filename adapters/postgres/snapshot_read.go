@@ -34,88 +34,6 @@ var rangeBlocks int64 = 1024
 // used and how many ranges it read.
 var testHookReaders func(table string, readers, ranges int)
 
-// snapReader is one connection inside the snapshot.
-type snapReader struct {
-	conn  *pgx.Conn
-	tx    pgx.Tx
-	extra bool // holds a reader slot of its own (not the List's)
-}
-
-func (r *snapReader) close(s *Source) {
-	r.tx.Rollback(context.Background())
-	r.conn.Close(context.Background())
-	if r.extra {
-		<-s.readers
-	}
-}
-
-var errSnapshotGone = errors.New("the exported snapshot is no longer importable")
-
-// importSnapshot opens a connection and imports sn into a read-only
-// REPEATABLE READ transaction.
-func (s *Source) importSnapshot(ctx context.Context, sn *snapshot) (*snapReader, error) {
-	sn.mu.RLock()
-	defer sn.mu.RUnlock()
-	if sn.gone {
-		return nil, errSnapshotGone
-	}
-	conn, err := s.connect(ctx)
-	if err != nil {
-		return nil, err
-	}
-	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
-	if err == nil {
-		_, err = tx.Exec(ctx, "SET TRANSACTION SNAPSHOT "+quoteLiteral(sn.name))
-	}
-	if err != nil {
-		conn.Close(context.Background())
-		return nil, s.wrap("import the slot's snapshot", err)
-	}
-	return &snapReader{conn: conn, tx: tx}, nil
-}
-
-// takeReader waits for a reader slot (Options.SnapshotReaders) for a
-// List's first reader; the caller gives it back with <-s.readers. Slots are
-// given back without setupMu.
-func (s *Source) takeReader(ctx context.Context) error {
-	select {
-	case s.readers <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		if s.readCtx.Err() != nil {
-			return errClosed
-		}
-		return ctx.Err()
-	}
-}
-
-// snapReaders are the readers of one List: the first, and more on demand.
-type snapReaders struct {
-	s     *Source
-	sn    *snapshot
-	first *snapReader
-}
-
-// more returns another reader if a reader slot is free and the snapshot can
-// still be imported, else nil.
-func (r *snapReaders) more(ctx context.Context) *snapReader {
-	select {
-	case r.s.readers <- struct{}{}:
-	default:
-		return nil
-	}
-	rd, err := r.s.importSnapshot(ctx, r.sn)
-	if err != nil {
-		<-r.s.readers
-		if !errors.Is(err, errSnapshotGone) {
-			r.s.log.Debug("no extra snapshot reader", "err", err)
-		}
-		return nil
-	}
-	rd.extra = true
-	return rd
-}
-
 // readKind says what a snapshot read is for.
 type readKind uint8
 
@@ -149,13 +67,9 @@ func (t *Table[T]) read(ctx context.Context, r *snapReaders, rv core.ResourceVer
 	if len(cols) == 0 {
 		return core.Permanent(fmt.Errorf("postgres %s: table %s was dropped: its relation (oid %d) is gone; a table created again under the name needs a new Table", s.where(), ident, st.oid))
 	}
-	var version int
-	var reltuples float64
-	var blocks int64
-	if err := tx.QueryRow(ctx, `SELECT current_setting('server_version_num')::int, c.reltuples,
-			pg_relation_size(c.oid) / current_setting('block_size')::int
-		FROM pg_class c WHERE c.oid = $1`, st.oid).Scan(&version, &reltuples, &blocks); err != nil {
-		return s.wrap("read the size of "+ident, err)
+	version, reltuples, blocks, err := t.snapSize(ctx, tx)
+	if err != nil {
+		return err
 	}
 	var used []snapColumn
 	kinds := map[string]uint8{}
@@ -179,6 +93,44 @@ func (t *Table[T]) read(ctx context.Context, r *snapReaders, rv core.ResourceVer
 		st.knownMu.Unlock()
 	}
 
+	queries, reltuples := t.readQueries(ctx, tx, l, version, reltuples, blocks, audit, sink)
+
+	lr := &listRead[T]{t: t, l: l, p: p, rv: rv, fresh: fresh, audit: audit, sink: sink}
+	if fn := s.opts.SyncProgress; fn != nil && !audit {
+		est := int64(-1)
+		if reltuples >= 0 {
+			est = int64(reltuples)
+		}
+		lr.progress = newSyncProgress(fn, ident, est)
+		defer lr.progress.done()
+	}
+	readers := lr.readAll(ctx, r, queries)
+	if testHookReaders != nil {
+		testHookReaders(st.name, readers, len(queries))
+	}
+	return t.readDone(lr, rv, audit)
+}
+
+// snapSize reads, in the snapshot of tx, the server's version (which
+// decides how the statement asks about TOAST and whether block ranges
+// work) and the table's estimated rows and size in blocks (how many
+// ranges to read it in, and the progress estimate).
+func (t *Table[T]) snapSize(ctx context.Context, tx pgx.Tx) (version int, reltuples float64, blocks int64, err error) {
+	if err := tx.QueryRow(ctx, `SELECT current_setting('server_version_num')::int, c.reltuples,
+			pg_relation_size(c.oid) / current_setting('block_size')::int
+		FROM pg_class c WHERE c.oid = $1`, t.st.oid).Scan(&version, &reltuples, &blocks); err != nil {
+		return 0, 0, 0, t.src.wrap("read the size of "+t.st.ident.Sanitize(), err)
+	}
+	return version, reltuples, blocks, nil
+}
+
+// readQueries builds the statements a read runs: the select list of l,
+// narrowed by a partial sync's pushed-down conditions, split in block
+// ranges when the table is large enough for several readers to pay. It
+// reports the estimate to sink and returns it (reltuples, or the planner's
+// estimate of the rows a condition keeps) for the progress count.
+func (t *Table[T]) readQueries(ctx context.Context, tx pgx.Tx, l *copyLayout, version int, reltuples float64, blocks int64, audit bool, sink core.ListSink[T]) ([]string, float64) {
+	s, st, ident := t.src, t.st, t.st.ident.Sanitize()
 	// Ranges of blocks (blockRanges).
 	sel := "SELECT " + joinComma(l.exprs) + " FROM " + ident
 	// A partial sync's pushed-down conditions (TableOptions.Where) narrow
@@ -205,20 +157,14 @@ func (t *Table[T]) read(ctx context.Context, r *snapReaders, rv core.ResourceVer
 		n = int(min(blocks/rangeBlocks, int64(4*cap(s.readers))))
 	}
 	queries := blockRanges(sel, where != "", blocks, n)
+	return queries, reltuples
+}
 
-	lr := &listRead[T]{t: t, l: l, p: p, rv: rv, fresh: fresh, audit: audit, sink: sink}
-	if fn := s.opts.SyncProgress; fn != nil && !audit {
-		est := int64(-1)
-		if reltuples >= 0 {
-			est = int64(reltuples)
-		}
-		lr.progress = newSyncProgress(fn, ident, est)
-		defer lr.progress.done()
-	}
-	readers := lr.readAll(ctx, r, queries)
-	if testHookReaders != nil {
-		testHookReaders(st.name, readers, len(queries))
-	}
+// readDone turns the end of a read (lr) into read's result: the error that
+// stopped it, or, when rows did not decode, the List's failure
+// (core.ErrPermanent) or, with SkipUndecodable, a warning.
+func (t *Table[T]) readDone(lr *listRead[T], rv core.ResourceVersion, audit bool) error {
+	s, st, ident := t.src, t.st, t.st.ident.Sanitize()
 	if lr.err != nil {
 		var pgErr *pgconn.PgError
 		switch {

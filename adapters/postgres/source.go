@@ -179,14 +179,8 @@ func NewSource(ctx context.Context, connString string, opts Options) (*Source, e
 		// The parse error may quote the connection string; never pass it on.
 		return nil, errors.New("pginformer: the connection string cannot be parsed (not shown here: it may hold a password)")
 	}
-	if opts.Slot != "" && !slotName.MatchString(opts.Slot) {
-		return nil, fmt.Errorf("pginformer: Options.Slot %q is not a replication slot name: 1 to 63 lowercase letters, digits and underscores", opts.Slot)
-	}
-	if len(opts.Publication) > maxIdentLen {
-		return nil, fmt.Errorf("pginformer: Options.Publication %q is longer than Postgres's 63-byte names", opts.Publication)
-	}
-	if opts.PermanentSlot && opts.Slot == "" {
-		return nil, errors.New("pginformer: Options.PermanentSlot needs Options.Slot: a generated slot name cannot be found again after a restart")
+	if err := checkOptions(opts); err != nil {
+		return nil, err
 	}
 	s := &Source{
 		opts:     opts,
@@ -229,7 +223,33 @@ func NewSource(ctx context.Context, connString string, opts Options) (*Source, e
 			s.pub = s.slot
 		}
 	}
-	app := opts.ApplicationName
+	s.configure(connCfg, opts.ApplicationName)
+	if err := s.checkServer(ctx, opts.CreatePublication); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// checkOptions refuses options NewSource cannot work with before it does
+// any I/O.
+func checkOptions(opts Options) error {
+	if opts.Slot != "" && !slotName.MatchString(opts.Slot) {
+		return fmt.Errorf("pginformer: Options.Slot %q is not a replication slot name: 1 to 63 lowercase letters, digits and underscores", opts.Slot)
+	}
+	if len(opts.Publication) > maxIdentLen {
+		return fmt.Errorf("pginformer: Options.Publication %q is longer than Postgres's 63-byte names", opts.Publication)
+	}
+	if opts.PermanentSlot && opts.Slot == "" {
+		return errors.New("pginformer: Options.PermanentSlot needs Options.Slot: a generated slot name cannot be found again after a restart")
+	}
+	return nil
+}
+
+// configure derives the Source's two connection configurations from the
+// parsed connString: the snapshot's normal connections (connCfg, kept as
+// s.connCfg) and the replication connections (s.replCfg), both with the
+// session parameters and an application name that names the slot.
+func (s *Source) configure(connCfg *pgx.ConnConfig, app string) {
 	if app == "" {
 		app = filepath.Base(os.Args[0]) + " dbinformer " + s.slot
 		if len(app) > maxIdentLen {
@@ -246,10 +266,16 @@ func NewSource(ctx context.Context, connString string, opts Options) (*Source, e
 	s.replCfg = connCfg.Config.Copy()
 	s.replCfg.RuntimeParams["replication"] = "database"
 	connCfg.BuildFrontend = bufferedFrontend
+}
 
+// checkServer connects once to check what the Source needs of the server
+// (wal_level, the REPLICATION attribute, a named publication) and records
+// the server's version and the stream's silence limit. With createPub a
+// missing named publication is the Source's own to create.
+func (s *Source) checkServer(ctx context.Context, createPub bool) error {
 	conn, err := s.connect(ctx)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer s.release(conn)
 	var walLevel string
@@ -257,28 +283,28 @@ func NewSource(ctx context.Context, connString string, opts Options) (*Source, e
 	var senderTimeout int64 // ms
 	err = conn.QueryRow(ctx, `SELECT current_setting('wal_level'), rolreplication, rolsuper, (SELECT setting::bigint FROM pg_settings WHERE name = 'wal_sender_timeout'), current_setting('server_version_num')::int FROM pg_roles WHERE rolname = current_user`).Scan(&walLevel, &repl, &super, &senderTimeout, &s.version)
 	if err != nil {
-		return nil, s.wrap("check server settings", err)
+		return s.wrap("check server settings", err)
 	}
 	if walLevel != "logical" {
-		return nil, fmt.Errorf("postgres %s: wal_level is %q, logical replication needs wal_level = logical (ALTER SYSTEM SET wal_level = logical; then restart the server)", s.where(), walLevel)
+		return fmt.Errorf("postgres %s: wal_level is %q, logical replication needs wal_level = logical (ALTER SYSTEM SET wal_level = logical; then restart the server)", s.where(), walLevel)
 	}
 	s.silence = silenceLimit(s.interval, time.Duration(senderTimeout)*time.Millisecond)
 	if !repl && !super {
-		return nil, fmt.Errorf("postgres %s: role %q lacks the REPLICATION attribute needed for a replication slot (ALTER ROLE %s REPLICATION)", s.where(), s.connCfg.User, pgx.Identifier{s.connCfg.User}.Sanitize())
+		return fmt.Errorf("postgres %s: role %q lacks the REPLICATION attribute needed for a replication slot (ALTER ROLE %s REPLICATION)", s.where(), s.connCfg.User, pgx.Identifier{s.connCfg.User}.Sanitize())
 	}
 	if !s.pubOwned {
 		var exists bool
 		if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)", s.pub).Scan(&exists); err != nil {
-			return nil, s.wrap("look up publication", err)
+			return s.wrap("look up publication", err)
 		}
 		switch {
-		case !exists && !opts.CreatePublication:
-			return nil, fmt.Errorf("postgres %s: publication %q does not exist (create it: CREATE PUBLICATION %s FOR TABLE ... WITH (publish_via_partition_root = true); or set Options.CreatePublication)", s.where(), s.pub, pgx.Identifier{s.pub}.Sanitize())
+		case !exists && !createPub:
+			return fmt.Errorf("postgres %s: publication %q does not exist (create it: CREATE PUBLICATION %s FOR TABLE ... WITH (publish_via_partition_root = true); or set Options.CreatePublication)", s.where(), s.pub, pgx.Identifier{s.pub}.Sanitize())
 		case !exists:
 			s.pubOwned = true
 		}
 	}
-	return s, nil
+	return nil
 }
 
 // silenceLimit is how long a replication stream may receive nothing at all

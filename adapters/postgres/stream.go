@@ -98,15 +98,17 @@ const (
 // nothing from the server ends.
 var errHalfOpen = errors.New("the replication connection looks half-open")
 
+// streamLoop receives the replication stream, reports the applied position
+// and ends a session that hears nothing, until ctx ends (nil) or the stream
+// fails. The status checks and the CopyData messages are parts of their
+// own (streamStatus, copyData); the loop keeps their order: the status is
+// looked at before each receive.
 func (s *Source) streamLoop(ctx context.Context, sess *session) error {
 	relations := map[uint32]*relEntry{}
 	var txn *pendingTxn
 	var arena wal.Arena
-	var lastSent core.ResourceVersion
-	var lastSentAt, checkAt time.Time
-	lastRecv := time.Now()
-	probed := false // a keepalive was requested since lastRecv
-	batch := newReadBatcher(sess.repl.Conn(), lastRecv)
+	ss := &streamStatus{lastRecv: time.Now()}
+	batch := newReadBatcher(sess.repl.Conn(), ss.lastRecv)
 	// One receive context serves many messages: a fresh one per message
 	// costs a timer, an AfterFunc and their allocations on every row. It
 	// expires every ackEvery so that the loop reports the applied position
@@ -121,40 +123,14 @@ func (s *Source) streamLoop(ctx context.Context, sess *session) error {
 	for {
 		now := time.Now()
 		woken := rctx == nil || rctx.Err() != nil
-		if woken || !now.Before(checkAt) {
-			checkAt = now.Add(statusCheckEvery)
+		if woken || !now.Before(ss.checkAt) {
+			ss.checkAt = now.Add(statusCheckEvery)
 			if batch.adjust(now) {
 				// The receive bound changed: the next receive takes it.
 				woken = true
 			}
-			if silent := now.Sub(lastRecv); silent >= s.silence {
-				return fmt.Errorf("%w: nothing received from the server for %v though a keepalive was requested (limit %v: %d status intervals of %v, and at least half the server's wal_sender_timeout plus two); ending the session to reconnect", errHalfOpen, silent.Round(time.Millisecond), s.silence, silentIntervals, s.interval)
-			} else if silent >= s.interval && !probed {
-				// Quiet for a whole interval: ask for a keepalive, which a
-				// live server answers at once.
-				s.fan.probe()
-				probed = true
-			}
-			reply, req, ack := s.fan.takeProgressRequest()
-			// Report a moved position promptly but at most every ackEvery,
-			// and the same position every interval (it is also our
-			// keepalive).
-			since := now.Sub(lastSentAt)
-			if reply || since >= s.interval || ack != lastSent && since >= ackEvery {
-				err := pglogrepl.SendStandbyStatusUpdate(ctx, sess.repl, pglogrepl.StandbyStatusUpdate{
-					WALWritePosition: pglogrepl.LSN(ack),
-					WALFlushPosition: pglogrepl.LSN(ack),
-					WALApplyPosition: pglogrepl.LSN(ack),
-					ClientTime:       now,
-					ReplyRequested:   reply,
-				})
-				if err != nil {
-					return fmt.Errorf("send standby status: %w", err)
-				}
-				lastSent, lastSentAt = ack, now
-				if reply {
-					s.fan.progressSent(req)
-				}
+			if err := s.checkStatus(ctx, sess, ss, now); err != nil {
+				return err
 			}
 		}
 		if woken {
@@ -172,7 +148,7 @@ func (s *Source) streamLoop(ctx context.Context, sess *session) error {
 			}
 			return err
 		}
-		lastRecv, probed = time.Now(), false
+		ss.lastRecv, ss.probed = time.Now(), false
 		switch msg := msg.(type) {
 		case *pgproto3.ErrorResponse:
 			return pgconn.ErrorResponseToPgError(msg)
@@ -183,35 +159,89 @@ func (s *Source) streamLoop(ctx context.Context, sess *session) error {
 			if len(msg.Data) == 0 {
 				continue
 			}
-			switch msg.Data[0] {
-			case pglogrepl.PrimaryKeepaliveMessageByteID:
-				ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(msg.Data[1:])
-				if err != nil {
-					return err
-				}
-				if ka.ReplyRequested {
-					lastSentAt, checkAt = time.Time{}, time.Time{}
-				}
-				if txn == nil {
-					// Everything before the server's WAL end has been sent
-					// to us; with no transaction open, nothing below it is
-					// pending.
-					// A keepalive after a reply was requested answers the
-					// requests made before it.
-					s.fan.keepalive(core.ResourceVersion(ka.ServerWALEnd))
-				}
-			case pglogrepl.XLogDataByteID:
-				xld, err := pglogrepl.ParseXLogData(msg.Data[1:])
-				if err != nil {
-					return err
-				}
-				txn, err = s.handle(xld.WALData, relations, txn, &arena)
-				if err != nil {
-					return err
-				}
+			if txn, err = s.copyData(msg.Data, ss, relations, txn, &arena); err != nil {
+				return err
 			}
 		}
 	}
+}
+
+// streamStatus is the stream loop's record of what it last sent and
+// received, which decides when it reports the applied position, asks for a
+// keepalive, and gives the session up as half-open.
+type streamStatus struct {
+	lastSent   core.ResourceVersion
+	lastSentAt time.Time
+	checkAt    time.Time // the next status check while messages keep coming
+	lastRecv   time.Time
+	probed     bool // a keepalive was requested since lastRecv
+}
+
+// checkStatus is the stream loop's periodic look at the connection: it ends
+// a session silent past s.silence, asks a quiet server for a keepalive, and
+// sends the standby status update (applied position, progress replies).
+func (s *Source) checkStatus(ctx context.Context, sess *session, ss *streamStatus, now time.Time) error {
+	if silent := now.Sub(ss.lastRecv); silent >= s.silence {
+		return fmt.Errorf("%w: nothing received from the server for %v though a keepalive was requested (limit %v: %d status intervals of %v, and at least half the server's wal_sender_timeout plus two); ending the session to reconnect", errHalfOpen, silent.Round(time.Millisecond), s.silence, silentIntervals, s.interval)
+	} else if silent >= s.interval && !ss.probed {
+		// Quiet for a whole interval: ask for a keepalive, which a
+		// live server answers at once.
+		s.fan.probe()
+		ss.probed = true
+	}
+	reply, req, ack := s.fan.takeProgressRequest()
+	// Report a moved position promptly but at most every ackEvery,
+	// and the same position every interval (it is also our
+	// keepalive).
+	since := now.Sub(ss.lastSentAt)
+	if reply || since >= s.interval || ack != ss.lastSent && since >= ackEvery {
+		err := pglogrepl.SendStandbyStatusUpdate(ctx, sess.repl, pglogrepl.StandbyStatusUpdate{
+			WALWritePosition: pglogrepl.LSN(ack),
+			WALFlushPosition: pglogrepl.LSN(ack),
+			WALApplyPosition: pglogrepl.LSN(ack),
+			ClientTime:       now,
+			ReplyRequested:   reply,
+		})
+		if err != nil {
+			return fmt.Errorf("send standby status: %w", err)
+		}
+		ss.lastSent, ss.lastSentAt = ack, now
+		if reply {
+			s.fan.progressSent(req)
+		}
+	}
+	return nil
+}
+
+// copyData handles one non-empty CopyData message of the stream: a primary
+// keepalive, or WAL data (a pgoutput message, see handle). It returns the
+// transaction open after it.
+func (s *Source) copyData(data []byte, ss *streamStatus, relations map[uint32]*relEntry, txn *pendingTxn, arena *wal.Arena) (*pendingTxn, error) {
+	switch data[0] {
+	case pglogrepl.PrimaryKeepaliveMessageByteID:
+		ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
+		if err != nil {
+			return txn, err
+		}
+		if ka.ReplyRequested {
+			ss.lastSentAt, ss.checkAt = time.Time{}, time.Time{}
+		}
+		if txn == nil {
+			// Everything before the server's WAL end has been sent
+			// to us; with no transaction open, nothing below it is
+			// pending.
+			// A keepalive after a reply was requested answers the
+			// requests made before it.
+			s.fan.keepalive(core.ResourceVersion(ka.ServerWALEnd))
+		}
+	case pglogrepl.XLogDataByteID:
+		xld, err := pglogrepl.ParseXLogData(data[1:])
+		if err != nil {
+			return txn, err
+		}
+		return s.handle(xld.WALData, relations, txn, arena)
+	}
+	return txn, nil
 }
 
 // handle applies one pgoutput message.

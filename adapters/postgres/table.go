@@ -93,22 +93,12 @@ func NewTable[T any](ctx context.Context, src *Source, table string, opts TableO
 	}
 	st := newTableState(opts.Schema, table)
 	ident := st.ident.Sanitize()
-	var typ reflect.Type
-	var zero T
-	if _, ok := any(zero).(map[string]any); !ok {
-		typ = reflect.TypeOf(zero)
-		if typ == nil || typ.Kind() != reflect.Struct {
-			return nil, fmt.Errorf("pginformer: table %s: type %T is neither a struct nor map[string]any", ident, zero)
-		}
+	typ, err := rowType[T](ident)
+	if err != nil {
+		return nil, err
 	}
-	src.mu.Lock()
-	frozen, closed := src.frozen, src.closed
-	src.mu.Unlock()
-	if closed {
-		return nil, ErrClosed
-	}
-	if frozen {
-		return nil, fmt.Errorf("pginformer: table %s registered after the source's first List; register every table first", ident)
+	if err := src.checkRegistrable(ident); err != nil {
+		return nil, err
 	}
 	conn, err := src.connect(ctx)
 	if err != nil {
@@ -129,36 +119,14 @@ func NewTable[T any](ctx context.Context, src *Source, table string, opts TableO
 	if err != nil {
 		return nil, src.wrap("read columns of "+ident, err)
 	}
-	omit := map[string]bool{}
-	for _, name := range opts.Omit {
-		found := false
-		for _, c := range cols {
-			found = found || c.name == name
-		}
-		if !found {
-			return nil, fmt.Errorf("pginformer: table %s: TableOptions.Omit names column %q, which the table does not have", ident, name)
-		}
-		for _, k := range st.pk {
-			if k == name {
-				return nil, fmt.Errorf("pginformer: table %s: TableOptions.Omit names primary key column %q: keys are made of it", ident, name)
-			}
-		}
-		omit[name] = true
+	omit, err := omitSet(st, cols, opts.Omit)
+	if err != nil {
+		return nil, err
 	}
-	// Enums, domains and arrays of them are unknown to pgtype until loaded.
 	tm := src.typeMap()
-	var unknown []string
-	for _, c := range cols {
-		if _, ok := tm.TypeForOID(c.oid); !ok {
-			unknown = append(unknown, c.qname)
-		}
-	}
-	var loaded []*pgtype.Type
-	if len(unknown) > 0 {
-		if loaded, err = conn.LoadTypes(ctx, unknown); err != nil {
-			return nil, src.wrap("load column types of "+ident, err)
-		}
-		tm.RegisterTypes(loaded)
+	loaded, err := src.loadColumnTypes(ctx, conn, tm, cols, ident)
+	if err != nil {
+		return nil, err
 	}
 	m := newMapper(src, st, typ, omit)
 	if typ != nil {
@@ -186,33 +154,110 @@ func NewTable[T any](ctx context.Context, src *Source, table string, opts TableO
 	st.resetKnown()
 	st.feed.shape = shapeOf(st, cols, m.omit)
 	st.policy = opts.OnSchemaChange
-	st.reprove = func(ctx context.Context, conn *pgx.Conn, cols []column) error {
-		if typ == nil {
-			return nil // a map holds any value (an unknown type as text)
-		}
-		tm := src.typeMap()
-		var unknown []string
-		for _, c := range cols {
-			if _, ok := tm.TypeForOID(c.oid); !ok {
-				unknown = append(unknown, c.qname)
-			}
-		}
-		if len(unknown) > 0 {
-			loaded, err := conn.LoadTypes(ctx, unknown)
-			if err != nil {
-				return src.wrap("load column types of "+ident, err)
-			}
-			tm.RegisterTypes(loaded)
-			src.mu.Lock() // the stream's decoders get them too (typeMap)
-			src.types = append(src.types, loaded...)
-			src.mu.Unlock()
-		}
-		return src.checkFields(ctx, conn, tm, m, cols)
-	}
+	st.reprove = src.reprover(typ, m, ident)
 	if err := src.register(st, loaded); err != nil {
 		return nil, err
 	}
 	return &Table[T]{src: src, st: st, m: m, opts: opts, filter: tf}, nil
+}
+
+// rowType returns T's struct type, or nil when T is map[string]any: the
+// mapper and the field checks take a nil type to mean "a map holds any
+// column". Any other T is refused before NewTable does any I/O.
+func rowType[T any](ident string) (reflect.Type, error) {
+	var zero T
+	if _, ok := any(zero).(map[string]any); ok {
+		return nil, nil
+	}
+	typ := reflect.TypeOf(zero)
+	if typ == nil || typ.Kind() != reflect.Struct {
+		return nil, fmt.Errorf("pginformer: table %s: type %T is neither a struct nor map[string]any", ident, zero)
+	}
+	return typ, nil
+}
+
+// checkRegistrable refuses a table registered on a closed Source, or after
+// the Source's first List froze its table set (the slot's stream and the
+// snapshot are planned for the tables known then).
+func (s *Source) checkRegistrable(ident string) error {
+	s.mu.Lock()
+	frozen, closed := s.frozen, s.closed
+	s.mu.Unlock()
+	if closed {
+		return ErrClosed
+	}
+	if frozen {
+		return fmt.Errorf("pginformer: table %s registered after the source's first List; register every table first", ident)
+	}
+	return nil
+}
+
+// omitSet checks TableOptions.Omit against the table's columns and returns
+// it as a set: a name the table does not have is a mistake to report, and a
+// primary key column cannot be left out because keys are made of it.
+func omitSet(st *tableState, cols []column, names []string) (map[string]bool, error) {
+	ident := st.ident.Sanitize()
+	omit := map[string]bool{}
+	for _, name := range names {
+		found := false
+		for _, c := range cols {
+			found = found || c.name == name
+		}
+		if !found {
+			return nil, fmt.Errorf("pginformer: table %s: TableOptions.Omit names column %q, which the table does not have", ident, name)
+		}
+		for _, k := range st.pk {
+			if k == name {
+				return nil, fmt.Errorf("pginformer: table %s: TableOptions.Omit names primary key column %q: keys are made of it", ident, name)
+			}
+		}
+		omit[name] = true
+	}
+	return omit, nil
+}
+
+// loadColumnTypes loads into tm the types of cols that tm does not know and
+// returns them (nil when there were none). Enums, domains and arrays of
+// them are unknown to pgtype until loaded. The caller decides how the
+// stream's decoders get them (register, or appending to s.types).
+func (s *Source) loadColumnTypes(ctx context.Context, conn *pgx.Conn, tm *pgtype.Map, cols []column, ident string) ([]*pgtype.Type, error) {
+	var unknown []string
+	for _, c := range cols {
+		if _, ok := tm.TypeForOID(c.oid); !ok {
+			unknown = append(unknown, c.qname)
+		}
+	}
+	if len(unknown) == 0 {
+		return nil, nil
+	}
+	loaded, err := conn.LoadTypes(ctx, unknown)
+	if err != nil {
+		return nil, s.wrap("load column types of "+ident, err)
+	}
+	tm.RegisterTypes(loaded)
+	return loaded, nil
+}
+
+// reprover returns the tableState's reprove: after a schema change T still
+// might hold, it proves the mapping of typ again against the new columns,
+// loading any new types first.
+func (s *Source) reprover(typ reflect.Type, m *mapper, ident string) func(context.Context, *pgx.Conn, []column) error {
+	return func(ctx context.Context, conn *pgx.Conn, cols []column) error {
+		if typ == nil {
+			return nil // a map holds any value (an unknown type as text)
+		}
+		tm := s.typeMap()
+		loaded, err := s.loadColumnTypes(ctx, conn, tm, cols, ident)
+		if err != nil {
+			return err
+		}
+		if len(loaded) > 0 {
+			s.mu.Lock() // the stream's decoders get them too (typeMap)
+			s.types = append(s.types, loaded...)
+			s.mu.Unlock()
+		}
+		return s.checkFields(ctx, conn, tm, m, cols)
+	}
 }
 
 // checkFields checks that every field of the struct has a column that is

@@ -205,24 +205,11 @@ func (t *Table[T]) decodeUpTo(b *batch) ([]core.Event[T], int) {
 func (t *Table[T]) decode(b *batch) {
 	st := t.st
 	t.changes.Add(int64(len(b.changes)))
-	out := make([]core.Event[T], 0, len(b.changes)) // one per change, mostly
-	src := st.sourceName()
-	failed := 0
-	fail := func(typ core.EventType, key string, err error) {
-		failed++
-		out = append(out, core.Event[T]{Type: typ, Key: key, RV: b.rv, Err: &core.DecodeError{Source: src, Key: key, RV: b.rv, Err: err}})
-	}
-	// A delete's last object, when the old row came whole (FULL).
-	deleted := func(p *rowPlan, key string, c wal.Change) core.Event[T] {
-		ev := core.Event[T]{Type: core.Deleted, Key: key, RV: b.rv}
-		if c.OldKind == 'O' {
-			if err := t.m.decode(p, st.fillToast(p, key, c.Old, nil), &ev.Object); err == nil {
-				ev.HasObject = true
-			} else {
-				ev.Object = *new(T)
-			}
-		}
-		return ev
+	d := txDecoder[T]{
+		t:   t,
+		b:   b,
+		src: st.sourceName(),
+		out: make([]core.Event[T], 0, len(b.changes)), // one per change, mostly
 	}
 	var lastRel *wal.Relation
 	var lastPlan *rowPlan
@@ -237,7 +224,7 @@ func (t *Table[T]) decode(b *batch) {
 			continue
 		}
 		if c.Rel == nil {
-			fail(core.Modified, "", errors.New("change before its Relation message"))
+			d.fail(core.Modified, "", errors.New("change before its Relation message"))
 			continue
 		}
 		if c.Rel != lastRel { // a transaction's rows mostly share a layout
@@ -246,74 +233,25 @@ func (t *Table[T]) decode(b *batch) {
 		}
 		p, err := lastPlan, lastErr
 		if err != nil {
-			fail(core.Modified, "", err)
+			d.fail(core.Modified, "", err)
 			continue
 		}
 		var oldKey string
 		if c.Old != nil {
 			if oldKey, err = encodeKey(p, c.Old); err != nil {
-				fail(core.Deleted, "", err)
+				d.fail(core.Deleted, "", err)
 				continue
 			}
 		}
 		switch c.Kind {
 		case wal.Delete:
-			out = append(out, deleted(p, oldKey, c))
+			d.out = append(d.out, d.deleted(p, oldKey, c))
 			st.forget(oldKey)
 		case wal.Insert, wal.Update:
-			typ := core.Added
-			if c.Kind == wal.Update {
-				typ = core.Modified
-			}
-			key, err := encodeKey(p, c.New)
-			if err != nil {
-				fail(typ, "", err)
-				continue
-			}
-			prevKey := key
-			if c.Old != nil && oldKey != key {
-				// Primary key changed: the old key is gone.
-				prevKey = oldKey
-				out = append(out, deleted(p, oldKey, c))
-				typ = core.Added
-			}
-			vals := st.fillToast(p, prevKey, c.New, c.Old)
-			if prevKey != key {
-				st.forget(prevKey)
-			}
-			var missing []int // unchanged TOASTed columns not known here
-			for i, v := range vals {
-				if v.Kind == 'u' && p.used[i] {
-					missing = append(missing, i)
-				}
-			}
-			if len(missing) > 0 && prevKey != key && t.filter == nil {
-				// The consumer's cache can fill in only from the same
-				// key's object: the new key's whole row needs a List.
-				b.relist = fmt.Sprintf("key %q moved to %q beside the unchanged TOASTed column %q, whose value this table does not keep", prevKey, key, p.rel.Names[missing[0]])
-				continue
-			}
-			if len(missing) > 0 && (typ != core.Modified || t.filter != nil) {
-				// Only the consumer's cached object of the same key can
-				// fill them in, and a filter must see the whole row.
-				fail(typ, key, fmt.Errorf("unchanged TOASTed column %q has no known previous value", p.rel.Names[missing[0]]))
-				continue
-			}
-			st.remember(p, key, vals)
-			// Decoded in place: the decoder takes the object's address,
-			// which would put an event of its own on the heap per row.
-			out = append(out, core.Event[T]{Type: typ, Key: key, HasObject: true, RV: b.rv})
-			ev := &out[len(out)-1]
-			if err := t.m.decode(p, vals, &ev.Object); err != nil {
-				out = out[:len(out)-1]
-				fail(typ, key, err)
-				continue
-			}
-			if len(missing) > 0 {
-				ev.Fill = t.cacheFill(p, missing, ev.Object)
-			}
+			d.upsert(p, oldKey, c)
 		}
 	}
+	out, failed := d.out, d.failed
 	if len(out) == 0 {
 		// A transaction that touched the table without a visible change
 		// (e.g. TRUNCATE of an empty table) still moves the version.
@@ -324,4 +262,97 @@ func (t *Table[T]) decode(b *batch) {
 	}
 	t.filter.rewrite(out)
 	b.events, b.failed, b.changes, b.decoded = out, failed, nil, true
+}
+
+// txDecoder is one transaction's decoding under way: the events decode
+// has made so far and how many failed. It exists so that the steps of a
+// change (a failure, a delete's last object, an insert or update) can be
+// methods of their own while appending to the one event slice in order.
+type txDecoder[T any] struct {
+	t      *Table[T]
+	b      *batch
+	src    string // the source's name, for DecodeErrors
+	out    []core.Event[T]
+	failed int
+}
+
+// fail records a change that does not decode as an event carrying a
+// *core.DecodeError, keeping its type and key (when the key decoded).
+func (d *txDecoder[T]) fail(typ core.EventType, key string, err error) {
+	d.failed++
+	d.out = append(d.out, core.Event[T]{Type: typ, Key: key, RV: d.b.rv, Err: &core.DecodeError{Source: d.src, Key: key, RV: d.b.rv, Err: err}})
+}
+
+// deleted is a delete's event, with the last object when the old row came
+// whole (FULL).
+func (d *txDecoder[T]) deleted(p *rowPlan, key string, c wal.Change) core.Event[T] {
+	t, st := d.t, d.t.st
+	ev := core.Event[T]{Type: core.Deleted, Key: key, RV: d.b.rv}
+	if c.OldKind == 'O' {
+		if err := t.m.decode(p, st.fillToast(p, key, c.Old, nil), &ev.Object); err == nil {
+			ev.HasObject = true
+		} else {
+			ev.Object = *new(T)
+		}
+	}
+	return ev
+}
+
+// upsert decodes an insert or an update (oldKey is the old row's key, when
+// the change carries one): a primary key change is a delete of the old key
+// and an add of the new, and unchanged TOASTed columns come from the known
+// values, the consumer's cache (Event.Fill), or a List (batch.relist).
+func (d *txDecoder[T]) upsert(p *rowPlan, oldKey string, c wal.Change) {
+	t, st, b := d.t, d.t.st, d.b
+	typ := core.Added
+	if c.Kind == wal.Update {
+		typ = core.Modified
+	}
+	key, err := encodeKey(p, c.New)
+	if err != nil {
+		d.fail(typ, "", err)
+		return
+	}
+	prevKey := key
+	if c.Old != nil && oldKey != key {
+		// Primary key changed: the old key is gone.
+		prevKey = oldKey
+		d.out = append(d.out, d.deleted(p, oldKey, c))
+		typ = core.Added
+	}
+	vals := st.fillToast(p, prevKey, c.New, c.Old)
+	if prevKey != key {
+		st.forget(prevKey)
+	}
+	var missing []int // unchanged TOASTed columns not known here
+	for i, v := range vals {
+		if v.Kind == 'u' && p.used[i] {
+			missing = append(missing, i)
+		}
+	}
+	if len(missing) > 0 && prevKey != key && t.filter == nil {
+		// The consumer's cache can fill in only from the same
+		// key's object: the new key's whole row needs a List.
+		b.relist = fmt.Sprintf("key %q moved to %q beside the unchanged TOASTed column %q, whose value this table does not keep", prevKey, key, p.rel.Names[missing[0]])
+		return
+	}
+	if len(missing) > 0 && (typ != core.Modified || t.filter != nil) {
+		// Only the consumer's cached object of the same key can
+		// fill them in, and a filter must see the whole row.
+		d.fail(typ, key, fmt.Errorf("unchanged TOASTed column %q has no known previous value", p.rel.Names[missing[0]]))
+		return
+	}
+	st.remember(p, key, vals)
+	// Decoded in place: the decoder takes the object's address,
+	// which would put an event of its own on the heap per row.
+	d.out = append(d.out, core.Event[T]{Type: typ, Key: key, HasObject: true, RV: b.rv})
+	ev := &d.out[len(d.out)-1]
+	if err := t.m.decode(p, vals, &ev.Object); err != nil {
+		d.out = d.out[:len(d.out)-1]
+		d.fail(typ, key, err)
+		return
+	}
+	if len(missing) > 0 {
+		ev.Fill = t.cacheFill(p, missing, ev.Object)
+	}
 }
