@@ -75,6 +75,7 @@ func TestShardedConformance(t *testing.T) {
 	n := 0
 	sharded := caps
 	sharded.ExactWriteRV = false
+	sharded.BatchStartRV = true
 	conformance.Run(t, sharded, func(t *testing.T) conformance.Harness[pgtest.Row] {
 		n++
 		src := pgtest.New(t, pg, pgtest.Options{})

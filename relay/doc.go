@@ -181,8 +181,9 @@
 // that the stream there is complete up to C (the event stream's Bookmark
 // at its head, no message of its shards after it, the message there says
 // C). Until then it holds what it read and asks for the next bookmark;
-// then it delivers each change at its own version (at C if it was read
-// past C), and a Bookmark at C. So
+// then it delivers every change at the first version after the last it
+// confirmed (a message read may stand for changes of its key superseded
+// before it was read, at any version since), and a Bookmark at C. So
 // WaitFor never returns over a change of its shards it did not deliver,
 // however many messages were superseded before it read them, and it never
 // mistakes other shards' messages for missing ones. The price is that a

@@ -41,11 +41,13 @@ import (
 //
 // Until then it holds what it read, in stream order (past maxHeld
 // changes, each key's last only, like a catch-up), and asks the event
-// stream for the next bookmark; at the proof it delivers each at its own
-// version, or at C if it is past C (read ahead of the proof), then a
-// Bookmark at C — so WaitFor never returns for a change of its shards it
-// did not deliver, and a cache may hold a key's change newer than its
-// version, never an older one. Progress and abort messages are
+// stream for the next bookmark; at the proof it delivers every change at
+// the first version after the last confirmed (a message may stand for
+// changes of its key it superseded unseen, at any version since: at its
+// own version, WaitFor of one of those could return before the message
+// was applied), then a Bookmark at C — so WaitFor never returns for a
+// change of its shards it did not deliver, and a cache may hold a key's
+// change newer than its version, never an older one. Progress and abort messages are
 // not read: the relay's progress message is the stream's head when the
 // source is idle, read as the message at P, and an aborted group's keys
 // are republished by the next term, superseding what it delivered.

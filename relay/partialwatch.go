@@ -73,12 +73,16 @@ func (w *partialWatch[T]) take(batch []core.Event[entry]) error {
 			return err
 		}
 		if ok && c > w.lastV {
-			// Each change at its own version, as far as C: one of a
-			// version past C (read ahead of the proof) at C; never
-			// before one delivered earlier.
+			// Every change at the first version after the last
+			// confirmed: a message read may stand for earlier changes of
+			// its key that it superseded before the consumer reached
+			// them, at any version after that one, and the queue counts
+			// a version as applied once no change at or before it is
+			// pending (at its own version, a busy key's change let
+			// WaitFor return before it was applied:
+			// TestShardedDownstreamsUnderWrites).
 			rv := core.ResourceVersion(w.lastV + 1)
 			for _, ev := range w.held {
-				rv = max(rv, min(ev.RV, core.ResourceVersion(c)))
 				if ev.RV > rv && w.d.audit.running() {
 					w.ahead = append(w.ahead, aheadEvent[T]{v: uint64(ev.RV), ev: ev})
 					w.ahead[len(w.ahead)-1].ev.RV = rv

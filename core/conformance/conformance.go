@@ -32,6 +32,14 @@ type Capabilities struct {
 	// read just after the write, such as the RV of a List, with
 	// ExactWriteRV false.
 	ExactWriteRV bool
+	// BatchStartRV (with ExactWriteRV false): a change's event may carry
+	// any version after what the watch delivered before its batch, up to
+	// the write's own RV, not necessarily after the previous write's: a
+	// source that cannot tell a change from earlier ones it superseded
+	// unseen (a relay's sharded Downstream) gives the changes of a batch
+	// the batch's first version, so that read-your-writes holds for the
+	// superseded ones too.
+	BatchStartRV bool
 	// StrictGoroutines: once Watch has returned, every goroutine started
 	// since it was called has ended. Leave it
 	// false when the client keeps connection goroutines alive between

@@ -300,6 +300,11 @@ func (e *env[T]) mismatch(ev core.Event[T], w write) string {
 		if ev.RV != w.rv {
 			return fmt.Sprintf("RV %d, want the write's RV %d", ev.RV, w.rv)
 		}
+	} else if e.caps.BatchStartRV {
+		// After the previous batch: the reader's floor checks it.
+		if ev.RV > w.rv {
+			return fmt.Sprintf("RV %d, want one at most %d (the write's RV)", ev.RV, w.rv)
+		}
 	} else if ev.RV <= w.after || ev.RV > w.rv {
 		return fmt.Sprintf("RV %d, want one after %d (the previous write) and at most %d (the write's RV)", ev.RV, w.after, w.rv)
 	}
