@@ -335,16 +335,23 @@ func (q *Queue[K]) done(s int, item K, h uint64, idx int32) {
 
 // inProcessLocked is item's state index if item is being processed, else
 // -1. idx ≥ 0 is the index Take handed out: states never move, and one
-// being processed is never swept, so it is still item's unless item was
-// done meanwhile and its state reused, which the key comparison catches,
-// or the table emptied by a ShutDown (which holds every shard's lock).
+// being processed is never swept, so it is still item's while that Take's
+// processing lasts. A handle kept past its Done (Taken.Done is Done of the
+// item, whichever round it is in) may find its state swept and reused by
+// another key, or the table emptied by a ShutDown (which holds every
+// shard's lock), while the item is processed again under a state of its
+// own: then the item is looked up by its hash, as Done does.
 func (q *Queue[K]) inProcessLocked(sh *shard[K], h uint64, item K, idx int32) int32 {
-	if idx < 0 {
-		idx = sh.index.find(h, item, &q.table)
-		if idx < 0 {
-			return -1
+	if idx >= 0 {
+		if q.table.has(idx) {
+			if st := q.state(idx); st.flags&fProcessing != 0 && st.key == item {
+				return idx
+			}
 		}
-	} else if !q.table.has(idx) {
+		h = q.hash(item)
+	}
+	idx = sh.index.find(h, item, &q.table)
+	if idx < 0 {
 		return -1
 	}
 	if st := q.state(idx); st.flags&fProcessing == 0 || st.key != item {
