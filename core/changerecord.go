@@ -37,15 +37,16 @@ func (t *changeRecord) after(key string, c ResourceVersion) bool {
 	return ok && rv > c
 }
 
-// laterThan calls f, under the record's lock, with a lookup of the version
-// of keys changed after c.
-func (t *changeRecord) laterThan(c ResourceVersion, f func(version func(key string) (ResourceVersion, bool))) {
+// collectLater puts into later each of keys changed after c, with the
+// version of its last change.
+func (t *changeRecord) collectLater(c ResourceVersion, keys []string, later map[string]ResourceVersion) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	f(func(key string) (ResourceVersion, bool) {
-		rv, ok := t.touched[key]
-		return rv, ok && rv > c
-	})
+	for _, k := range keys {
+		if rv, ok := t.touched[k]; ok && rv > c {
+			later[k] = rv
+		}
+	}
 }
 
 // forget drops the keys whose last change is at c or before: a checkpoint

@@ -64,13 +64,7 @@ func (i *SharedIndexInformer[T]) saveCheckpoint(ctx context.Context, c *checkpoi
 					keys = append(keys, k)
 					objs = append(objs, o)
 				}
-				c.rec.laterThan(rv, func(version func(string) (ResourceVersion, bool)) {
-					for _, k := range keys {
-						if v, ok := version(k); ok {
-							later[k] = v
-						}
-					}
-				})
+				c.rec.collectLater(rv, keys, later)
 			})
 			if now, listing := i.queue.(listStater).listState(); now != lists || listing {
 				return errListed
@@ -123,15 +117,9 @@ func (i *SharedIndexInformer[T]) encodeCache(w io.Writer, c *checkpointer[T], rv
 	later := map[string]ResourceVersion{}
 	get := func(lo int, keys []string, dst []T) error {
 		ok := i.indexer.getAll(keys, where[lo:lo+len(keys)], base, dst, func() {
-			c.rec.laterThan(rv, func(version func(string) (ResourceVersion, bool)) {
-				mu.Lock()
-				defer mu.Unlock()
-				for _, k := range keys {
-					if v, ok := version(k); ok {
-						later[k] = v
-					}
-				}
-			})
+			mu.Lock()
+			defer mu.Unlock()
+			c.rec.collectLater(rv, keys, later)
 		})
 		if !ok {
 			return errKeyGone
