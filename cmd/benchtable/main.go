@@ -262,6 +262,24 @@ func keptNotes(path string) string {
 	return ""
 }
 
+// measuredIn is how many measured rows the table in path records (its
+// "Targets met: M of N" line), 0 when there is none: a run of a few
+// benchmarks once replaced the whole table this way (ad9141f).
+func measuredIn(path string) int {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	m := targetsRE.FindSubmatch(data)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(string(m[1]))
+	return n
+}
+
+var targetsRE = regexp.MustCompile(`(?m)^- Targets met: \d+ of (\d+)`)
+
 func main() {
 	var (
 		bench   = flag.String("bench", ".", "benchmarks to run (go test -bench)")
@@ -273,6 +291,7 @@ func main() {
 		timeout = flag.String("timeout", "90m", "go test -timeout")
 		only    = flag.String("rows", "", "print only the rows whose title contains this (with -bench, e.g. WorkQueue)")
 		check   = flag.Bool("check", false, "only check that every row whose benchmark ran found its metrics (exit 1 if not); for make bench-smoke")
+		force   = flag.Bool("force", false, "write -out even when it records more measured rows than this run measured")
 	)
 	flag.Parse()
 	if *only != "" {
@@ -332,6 +351,9 @@ func main() {
 	fmt.Printf("targets met: %d of %d\n", met, measured)
 	if *out == "-" {
 		return
+	}
+	if had := measuredIn(*out); had > measured && !*force {
+		fatal(fmt.Errorf("%s records %d measured rows and this run measured %d: it would replace the full table with a partial one (use -out - and put the rows under Notes, or -force)", *out, had, measured))
 	}
 	var doc strings.Builder
 	doc.WriteString("# Benchmarks\n\n")
