@@ -24,8 +24,12 @@
 // lease every third of it, measuring the lease from before each renewal
 // was sent, so that its own view never outlives the server's. It reads
 // the members, computes the assignment and takes each shard it wins once
-// the shard is free: released by its previous owner, or left behind when
-// that owner's lease expired — a dead, frozen or partitioned member leaves
+// the shard is free. It looks every third of the lease and, on every
+// backend, at once when a member joins or leaves gracefully or a shard is
+// released (an etcd watch, a NATS KV watch, Postgres LISTEN/NOTIFY on a
+// connection of its own, a Kubernetes watch of the group's Leases that
+// ignores renewals): a shard is free when it is released by its previous
+// owner, or left behind when that owner's lease expired — a dead, frozen or partitioned member leaves
 // within the lease time, even with its TCP connection open. Each take
 // gives the shard a new, higher term (etcd: the create revision of the
 // shard's key; Postgres: a sequence; Kubernetes: the shard Lease's

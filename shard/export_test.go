@@ -21,3 +21,6 @@ func Own[T any](s *Source[T], shards ...int) {
 		s.set[sh] = true
 	}
 }
+
+// KubeChange is kubeChange, for the test of which Lease events wake a round.
+var KubeChange = kubeChange

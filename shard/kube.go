@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	coordclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 )
@@ -39,7 +40,7 @@ const kubeGroupLabel = "shard.dbinformer.io/group"
 
 // NewKube returns the backend of the replicas that share the namespace and
 // name (a DNS label: the prefix of the Leases' names). The client needs
-// get, list, create, update and delete on leases in namespace.
+// get, list, watch, create, update and delete on leases in namespace.
 //
 // Each round of the Sharder's loop lists the member Leases, and while
 // shards wait to be taken (rounds every tenth of a second) the shard
@@ -88,7 +89,11 @@ func (k *Kube) Join(ctx context.Context, self Member, ttl time.Duration) (Sessio
 	if err != nil {
 		return nil, fmt.Errorf("shard: %s: join as %q: %w", k, self.ID, err)
 	}
-	return &kubeSession{k: k, self: self, ttl: ttl, lease: created, token: self.ID + "/" + string(created.UID), seen: map[string]observed{}}, nil
+	s := &kubeSession{k: k, self: self, ttl: ttl, lease: created, token: self.ID + "/" + string(created.UID), seen: map[string]observed{}, changed: make(chan struct{}, 1)}
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.stopWatch = cancel
+	s.wg.Go(func() { s.watch(wctx, ttl/3) })
+	return s, nil
 }
 
 type kubeSession struct {
@@ -115,6 +120,10 @@ type kubeSession struct {
 	members map[string]*coordv1.Lease // by name, as Members last listed them
 	shards  map[string]*coordv1.Lease // by name, nil: list again
 	gone    map[string]bool           // holders found gone this round
+
+	changed   chan struct{}
+	stopWatch context.CancelFunc
+	wg        sync.WaitGroup
 }
 
 // observed is a member Lease as this replica last saw it change.
@@ -124,7 +133,50 @@ type observed struct {
 	at  time.Time
 }
 
-func (s *kubeSession) Changed() <-chan struct{} { return nil }
+func (s *kubeSession) Changed() <-chan struct{} { return s.changed }
+
+// watch turns the graceful changes of the group's Leases into signals on
+// changed: a member Lease created or deleted, a shard Lease released (its
+// holder emptied). Not the renewals, every member's every third of a
+// lease: each signal costs every replica a round of requests, and a
+// renewal changes nothing a round would act on. Without it a replica saw
+// a join, a leave or a release on its next periodic look only.
+func (s *kubeSession) watch(ctx context.Context, retry time.Duration) {
+	selector := fmt.Sprintf("%s in (%s-members,%s-shards)", kubeGroupLabel, s.k.name, s.k.name)
+	for ctx.Err() == nil {
+		// No resourceVersion: the watch starts with the Leases as they
+		// are (an event each), so a new watch signals what it missed.
+		w, err := s.k.leases.Watch(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err == nil {
+			for ev := range w.ResultChan() {
+				if l, ok := ev.Object.(*coordv1.Lease); ok && kubeChange(ev.Type, l, s.k.name) {
+					select {
+					case s.changed <- struct{}{}:
+					default:
+					}
+				}
+			}
+			w.Stop()
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(retry): // the periodic look goes on meanwhile
+		}
+	}
+}
+
+// kubeChange reports whether a watch event of a group Lease is a change a
+// Sharder's round acts on.
+func kubeChange(t watch.EventType, l *coordv1.Lease, name string) bool {
+	switch t {
+	case watch.Added, watch.Deleted:
+		return true
+	case watch.Modified:
+		released := l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == ""
+		return released && l.Labels[kubeGroupLabel] == name+"-shards"
+	}
+	return false
+}
 
 func (s *kubeSession) Renew(ctx context.Context) error {
 	s.mu.Lock()
@@ -331,6 +383,8 @@ func (s *kubeSession) Release(ctx context.Context, shard int, term uint64) error
 
 // Close releases this incarnation's shards and deletes its member Lease.
 func (s *kubeSession) Close(ctx context.Context) error {
+	s.stopWatch()
+	s.wg.Wait()
 	list, err := s.k.leases.List(ctx, metav1.ListOptions{LabelSelector: kubeGroupLabel + "=" + s.k.name + "-shards"})
 	if err == nil {
 		for i := range list.Items {

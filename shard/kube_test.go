@@ -1,10 +1,14 @@
 package shard_test
 
 import (
+	"context"
 	"net/url"
 	"testing"
 	"time"
 
+	coordv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/dbinformer/dbinformer/integration/harness"
@@ -79,4 +83,69 @@ func proxiedKube(t *testing.T, k *harness.Kube) (kubernetes.Interface, *proxy.Pr
 		t.Fatal(err)
 	}
 	return c, px
+}
+
+// A join, a release and a leave wake the other sessions (Changed); a
+// renewal, which every member makes every third of a lease, does not.
+func TestKubeChangedSignals(t *testing.T) {
+	k := harness.StartKube(t)
+	b, err := shard.NewKube(k.Client(t), "default", "changed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	join := func(id string) shard.Session {
+		s, err := b.Join(ctx, shard.Member{ID: id, Weight: 1}, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	watcher := join("watcher")
+	defer func() { _ = watcher.Close(ctx) }()
+	signalled := func(what string) {
+		t.Helper()
+		select {
+		case <-watcher.Changed():
+		case <-time.After(time.Minute): // a liveness guard: without the watch no signal ever comes
+			t.Fatalf("%s: no signal on Changed", what)
+		}
+	}
+	signalled("watching") // the Leases as they are, when the watch starts
+	a := join("a")
+	signalled("a joined")
+	term, ok, err := a.Acquire(ctx, 3)
+	if err != nil || !ok {
+		t.Fatalf("acquire shard 3: %v, %v", ok, err)
+	}
+	if err := a.Release(ctx, 3, term); err != nil {
+		t.Fatal(err)
+	}
+	signalled("a released shard 3")
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	signalled("a left")
+
+	held, empty := "a/uid", ""
+	member := &coordv1.Lease{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"shard.dbinformer.io/group": "changed-members"}}, Spec: coordv1.LeaseSpec{HolderIdentity: &held}}
+	shardLease := &coordv1.Lease{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"shard.dbinformer.io/group": "changed-shards"}}, Spec: coordv1.LeaseSpec{HolderIdentity: &held}}
+	released := shardLease.DeepCopy()
+	released.Spec.HolderIdentity = &empty
+	for _, c := range []struct {
+		what string
+		t    watch.EventType
+		l    *coordv1.Lease
+		want bool
+	}{
+		{"member joined", watch.Added, member, true},
+		{"member left", watch.Deleted, member, true},
+		{"member renewed", watch.Modified, member, false},
+		{"shard taken or renewed", watch.Modified, shardLease, false},
+		{"shard released", watch.Modified, released, true},
+	} {
+		if got := shard.KubeChange(c.t, c.l, "changed"); got != c.want {
+			t.Errorf("%s: wakes a round = %v, want %v", c.what, got, c.want)
+		}
+	}
 }

@@ -32,7 +32,10 @@ var identRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,40}$`)
 // NewPostgres returns the Postgres backend of the replicas that share
 // pool's database and name (a lower-case SQL identifier: the prefix of its
 // tables), creating the tables if needed. The pool is the caller's; give
-// it a statement timeout below the lease if the network can hang.
+// it a statement timeout below the lease if the network can hang. Each
+// session also holds a connection of its own, made from the pool's
+// configuration, that LISTENs for the other replicas' joins, leaves and
+// releases.
 func NewPostgres(ctx context.Context, pool *pgxpool.Pool, name string) (*Postgres, error) {
 	if pool == nil {
 		return nil, errors.New("shard: NewPostgres needs a pgx pool")
@@ -130,17 +133,19 @@ RETURNING incarnation`, p.name), self.ID, self.Weight, micros(ttl)).Scan(&inc)
 	if err != nil {
 		return nil, fmt.Errorf("shard: %s: join as %q: %w", p, self.ID, err)
 	}
-	return &pgSession{p: p, self: self, inc: inc, ttl: ttl}, nil
+	p.notify(ctx)
+	return &pgSession{p: p, self: self, inc: inc, ttl: ttl, listener: p.listen(ttl / 3)}, nil
 }
 
 type pgSession struct {
-	p    *Postgres
-	self Member
-	inc  int64
-	ttl  time.Duration
+	p        *Postgres
+	self     Member
+	inc      int64
+	ttl      time.Duration
+	listener *pgListener
 }
 
-func (s *pgSession) Changed() <-chan struct{} { return nil }
+func (s *pgSession) Changed() <-chan struct{} { return s.listener.changed }
 
 func (s *pgSession) Renew(ctx context.Context) error {
 	tag, err := s.p.pool.Exec(ctx, fmt.Sprintf(`
@@ -217,7 +222,10 @@ func (s *pgSession) Acquire(ctx context.Context, shard int) (term uint64, ok boo
 }
 
 func (s *pgSession) Release(ctx context.Context, shard int, term uint64) error {
-	_, err := s.p.pool.Exec(ctx, fmt.Sprintf(`UPDATE %s_owners SET owner = NULL, incarnation = NULL WHERE shard = $1 AND term = $2`, s.p.name), shard, int64(term))
+	// The NOTIFY only when the release took the shard.
+	_, err := s.p.pool.Exec(ctx, fmt.Sprintf(`
+WITH r AS (UPDATE %s_owners SET owner = NULL, incarnation = NULL WHERE shard = $1 AND term = $2 RETURNING 1)
+SELECT pg_notify($3, '') FROM r`, s.p.name), shard, int64(term), s.p.channel())
 	if err != nil {
 		return fmt.Errorf("shard: %s: member %q: release shard %d (term %d): %w", s.p, s.self.ID, shard, term, err)
 	}
@@ -227,6 +235,7 @@ func (s *pgSession) Release(ctx context.Context, shard int, term uint64) error {
 // Close releases every shard of this incarnation and deletes its member
 // row.
 func (s *pgSession) Close(ctx context.Context) error {
+	s.listener.stop()
 	err := pgx.BeginFunc(ctx, s.p.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, fmt.Sprintf(`UPDATE %s_owners SET owner = NULL, incarnation = NULL WHERE owner = $1 AND incarnation = $2`, s.p.name), s.self.ID, s.inc); err != nil {
 			return err
@@ -237,5 +246,6 @@ func (s *pgSession) Close(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("shard: %s: member %q: leave (its row expires on its own): %w", s.p, s.self.ID, err)
 	}
+	s.p.notify(ctx)
 	return nil
 }
