@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/dbinformer/dbinformer/core/checkpoint"
 )
 
 // checkpointer is an informer's checkpoint state (InformerOptions.Checkpoint).
@@ -55,7 +57,7 @@ func (i *SharedIndexInformer[T]) setupCheckpoint() error {
 	if c.name == "" {
 		c.name = i.name
 	}
-	if err := checkName(c.name); err != nil {
+	if err := checkpoint.CheckName(c.name); err != nil {
 		return err
 	}
 	if c.codec == nil {
