@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/checkpoint"
 )
 
 type binInner struct {
@@ -191,7 +192,7 @@ func ExampleNewBinary() {
 		panic(err)
 	}
 	defer os.RemoveAll(dir)
-	store, err := core.NewDirCheckpointStore(dir)
+	store, err := checkpoint.NewDirStore(dir)
 	if err != nil {
 		panic(err)
 	}

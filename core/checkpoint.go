@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"iter"
 	"time"
+
+	"github.com/dbinformer/dbinformer/core/checkpoint"
 )
 
 // CheckpointOptions makes an informer restart warm: it saves the cache and
@@ -28,7 +30,7 @@ import (
 type CheckpointOptions[T any] struct {
 	// Store keeps the checkpoints. Required; NewDirCheckpointStore is the
 	// local-directory default.
-	Store CheckpointStore
+	Store checkpoint.Store
 	// Name names the checkpoint in Store; empty means the informer's Name.
 	Name string
 	// Codec encodes the cached objects. nil means the ListerWatcher's own

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/checkpoint"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/core/memory"
 )
@@ -27,7 +28,7 @@ func versionOf(o versioned) int64 { return int64(o.V) }
 
 func ckptOptions(t *testing.T, dir string) core.InformerOptions[versioned] {
 	t.Helper()
-	store, err := core.NewDirCheckpointStore(dir)
+	store, err := checkpoint.NewDirStore(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,7 +306,7 @@ func TestCheckpointUnusableIsIgnored(t *testing.T) {
 // Run fails permanently, and SyncStatus and WaitForCacheSync (also one
 // that waited before Run) say why rather than "not started".
 func TestCheckpointNeedsCodec(t *testing.T) {
-	store, err := core.NewDirCheckpointStore(t.TempDir())
+	store, err := checkpoint.NewDirStore(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -568,7 +569,7 @@ func diffKeys(a, b map[string]int64) []string {
 // has begun writing, runs pause before going on, and which records
 // whether each Save's write failed.
 type pausingStore struct {
-	core.DirCheckpointStore
+	checkpoint.DirStore
 	pause  func()
 	paused bool
 	failed []bool
@@ -610,7 +611,7 @@ func (s *pausingStore) Save(ctx context.Context, name string, write func(io.Writ
 func savePaused(t *testing.T, src *memory.Source[versioned], pause func(inf *core.SharedIndexInformer[versioned])) (failed []bool, dir2 string) {
 	t.Helper()
 	dir := t.TempDir()
-	dirStore, err := core.NewDirCheckpointStore(dir)
+	dirStore, err := checkpoint.NewDirStore(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

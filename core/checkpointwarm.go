@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"sync/atomic"
 	"time"
+
+	"github.com/dbinformer/dbinformer/core/checkpoint"
 )
 
 // warmState is one run's warm start: the checkpoint's version, and the
@@ -114,7 +116,7 @@ func (f *replayFilter) stale(key string, rv ResourceVersion, change bool) bool {
 func (i *SharedIndexInformer[T]) warmStart(ctx context.Context, c *checkpointer[T], ws *warmState) (rv ResourceVersion, watch, ok bool) {
 	rc, err := c.opts.Store.Load(ctx, c.name)
 	if err != nil {
-		if !errors.Is(err, ErrNoCheckpoint) && ctx.Err() == nil {
+		if !errors.Is(err, checkpoint.ErrNotFound) && ctx.Err() == nil {
 			err = &CheckpointError{Name: c.name, Op: "load", Err: err}
 			c.note(i.clk.Now(), false, err)
 			i.rep.report(ctx, err)

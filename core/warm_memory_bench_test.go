@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/dbinformer/dbinformer/core"
+	ckpt "github.com/dbinformer/dbinformer/core/checkpoint"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/core/memory"
 )
@@ -145,7 +146,7 @@ func warmRestartMemory(b *testing.B, rows, passes int, indexed bool) {
 		b.Fatal(err)
 	}
 	dir := filepath.Join(b.TempDir(), "ckpt")
-	store, err := core.NewDirCheckpointStore(dir)
+	store, err := ckpt.NewDirStore(dir)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -237,7 +238,7 @@ func BenchmarkCheckpointSave(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	store, err := core.NewDirCheckpointStore(b.TempDir())
+	store, err := ckpt.NewDirStore(b.TempDir())
 	if err != nil {
 		b.Fatal(err)
 	}

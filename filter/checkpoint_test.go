@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/checkpoint"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/core/memory"
 	"github.com/dbinformer/dbinformer/filter"
@@ -17,7 +18,7 @@ import (
 // handler sees the leave as a delete carrying the last matching state and
 // the enter as an add.
 func TestEnterLeaveAcrossWarmRestart(t *testing.T) {
-	store, err := core.NewDirCheckpointStore(t.TempDir())
+	store, err := checkpoint.NewDirStore(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/checkpoint"
 	"github.com/dbinformer/dbinformer/core/clock"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/core/memory"
@@ -57,7 +58,7 @@ func TestLagUnknownWhileTheHeadCannotBeRead(t *testing.T) {
 func TestPageReadsTheInformer(t *testing.T) {
 	src := memory.New[user](memory.Options{})
 	src.Put("a", user{Name: "a"})
-	store, err := core.NewDirCheckpointStore(t.TempDir())
+	store, err := checkpoint.NewDirStore(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/dbinformer/dbinformer/adapters/etcd/etcdtest"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/checkpoint"
 	"github.com/dbinformer/dbinformer/integration/harness"
 )
 
@@ -24,7 +25,7 @@ func TestWarmStartAtIdleHead(t *testing.T) {
 	if _, err := h.Put(ctx, "a", 1); err != nil {
 		t.Fatal(err)
 	}
-	store, err := core.NewDirCheckpointStore(t.TempDir())
+	store, err := checkpoint.NewDirStore(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/adapters/postgres/pgtest"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/checkpoint"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	"github.com/jackc/pgx/v5"
@@ -39,7 +40,7 @@ func runWarm(t *testing.T, pg *harness.Postgres, table, dir string, rec core.Res
 	t.Helper()
 	src := newSource(t, pg, pginformer.Options{PermanentSlot: true, Slot: "warm_" + table})
 	spy := informertest.Wrap[vrow](newTable[vrow](t, src, table))
-	store, err := core.NewDirCheckpointStore(dir)
+	store, err := checkpoint.NewDirStore(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +200,7 @@ func TestWarmRestartCorruptCheckpoint(t *testing.T) {
 	write(t, conn, "UPDATE "+ident+" SET v = 2 WHERE id <= 100")
 	write(t, conn, "DELETE FROM "+ident+" WHERE id > 1990")
 
-	store, err := core.NewDirCheckpointStore(dir)
+	store, err := checkpoint.NewDirStore(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -325,7 +326,7 @@ func TestCheckpointCodecRoundTripsEveryType(t *testing.T) {
 
 // heldStore holds Load until release is closed.
 type heldStore struct {
-	core.CheckpointStore
+	checkpoint.Store
 	release chan struct{}
 }
 
@@ -356,7 +357,7 @@ func TestWarmRestartTwoTablesOneSource(t *testing.T) {
 	slot := "warm_two_" + a
 	start := func(release chan struct{}) (map[string]*core.SharedIndexInformer[vrow], map[string]*informertest.Spy[vrow], func()) {
 		src := newSource(t, pg, pginformer.Options{PermanentSlot: true, Slot: slot})
-		store, err := core.NewDirCheckpointStore(dir)
+		store, err := checkpoint.NewDirStore(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -369,7 +370,7 @@ func TestWarmRestartTwoTablesOneSource(t *testing.T) {
 		}
 		for _, table := range []string{a, b} {
 			spy := informertest.Wrap[vrow](tables[table])
-			var cs core.CheckpointStore = store
+			var cs checkpoint.Store = store
 			if table == b && release != nil {
 				cs = heldStore{store, release}
 			}

@@ -7,6 +7,7 @@ import (
 
 	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/checkpoint"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	"github.com/jackc/pgx/v5"
@@ -18,7 +19,7 @@ func runWarmToast(t *testing.T, pg *harness.Postgres, table, dir string) (*core.
 	t.Helper()
 	src := newSource(t, pg, pginformer.Options{PermanentSlot: true, Slot: "warm_" + table})
 	spy := informertest.Wrap[toastRow](newTable[toastRow](t, src, table))
-	store, err := core.NewDirCheckpointStore(dir)
+	store, err := checkpoint.NewDirStore(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

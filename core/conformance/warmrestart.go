@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/checkpoint"
 	"github.com/dbinformer/dbinformer/core/informertest"
 )
 
@@ -30,7 +31,7 @@ func warmRestart[T any](e *env[T]) {
 		e.t.Fatalf("temporary directory: %v", err)
 	}
 	e.t.Cleanup(func() { os.RemoveAll(dir) })
-	store, err := core.NewDirCheckpointStore(dir)
+	store, err := checkpoint.NewDirStore(dir)
 	if err != nil {
 		e.t.Fatalf("%v", err)
 	}
@@ -89,7 +90,7 @@ func (nameTB) Name() string { return "conformance" }
 // warmInformer runs a checkpointing informer over the harness until it has
 // applied every write so far and its handler holds exactly the live keys;
 // stop ends it (saving its final checkpoint).
-func (e *env[T]) warmInformer(store core.CheckpointStore, what string) (stop func(), rec *informertest.Recorder[T]) {
+func (e *env[T]) warmInformer(store checkpoint.Store, what string) (stop func(), rec *informertest.Recorder[T]) {
 	e.t.Helper()
 	t := nameTB{e.t}
 	var codec core.Codec[T]

@@ -24,6 +24,7 @@ import (
 	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/adapters/postgres/pgtest"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/checkpoint"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	kubeinformer "github.com/dbinformer/dbinformer/kubeadapter"
 	"github.com/dbinformer/dbinformer/kubeadapter/kubetest"
@@ -168,7 +169,7 @@ func start(f flags) error {
 
 func run[T any](tg target[T], f flags) error {
 	ctx := context.Background()
-	store, err := core.NewDirCheckpointStore(f.dir)
+	store, err := checkpoint.NewDirStore(f.dir)
 	if err != nil {
 		return err
 	}
