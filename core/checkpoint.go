@@ -28,7 +28,7 @@ import (
 // messages since the checkpoint (its retention); Kubernetes the
 // apiserver's watch cache window (usually minutes).
 type CheckpointOptions[T any] struct {
-	// Store keeps the checkpoints. Required; NewDirCheckpointStore is the
+	// Store keeps the checkpoints. Required; checkpoint.NewDirStore is the
 	// local-directory default.
 	Store checkpoint.Store
 	// Name names the checkpoint in Store; empty means the informer's Name.

@@ -565,7 +565,7 @@ func diffKeys(a, b map[string]int64) []string {
 	return d
 }
 
-// pausingStore is a DirCheckpointStore whose first Save, once its write
+// pausingStore is a DirStore whose first Save, once its write
 // has begun writing, runs pause before going on, and which records
 // whether each Save's write failed.
 type pausingStore struct {
@@ -594,7 +594,7 @@ func (s *pausingStore) Save(ctx context.Context, name string, write func(io.Writ
 		s.paused, pause = true, s.pause
 	}
 	failed := false
-	err := s.DirCheckpointStore.Save(ctx, name, func(w io.Writer) error {
+	err := s.DirStore.Save(ctx, name, func(w io.Writer) error {
 		err := write(&pauseWriter{w, pause})
 		failed = err != nil
 		return err
@@ -616,7 +616,7 @@ func savePaused(t *testing.T, src *memory.Source[versioned], pause func(inf *cor
 		t.Fatal(err)
 	}
 	opts := ckptOptions(t, dir)
-	store := &pausingStore{DirCheckpointStore: *dirStore}
+	store := &pausingStore{DirStore: *dirStore}
 	opts.Checkpoint.Store = store
 	inf := core.NewSharedIndexInformer[versioned](src, opts)
 	stop := runUntilStopped(t, inf)

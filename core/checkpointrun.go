@@ -51,7 +51,7 @@ func (i *SharedIndexInformer[T]) setupCheckpoint() error {
 		return nil
 	}
 	if o.Store == nil {
-		return fmt.Errorf("%s: InformerOptions.Checkpoint.Store is nil (use core.NewDirCheckpointStore(dir))", i.name)
+		return fmt.Errorf("%s: InformerOptions.Checkpoint.Store is nil (use checkpoint.NewDirStore(dir))", i.name)
 	}
 	c := &checkpointer[T]{opts: *o, name: o.Name, codec: o.Codec, rec: newChangeRecord()}
 	if c.name == "" {

@@ -145,7 +145,7 @@
 // # Warm restarts
 //
 // InformerOptions.Checkpoint saves the cache and the version it is
-// consistent at through a CheckpointStore (NewDirCheckpointStore: write,
+// consistent at through a checkpoint.Store (checkpoint.NewDirStore: write,
 // fsync, rename; a checksum and a format version; owner-only files),
 // periodically and when a run ends. The next run, in this process or the
 // next, loads the last checkpoint, serves it at once (HasSynced false,

@@ -336,7 +336,7 @@ func (h heldStore) Load(ctx context.Context, name string) (io.ReadCloser, error)
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	return h.CheckpointStore.Load(ctx, name)
+	return h.Store.Load(ctx, name)
 }
 
 // Two checkpointing tables of one Source restart warm even when one of
