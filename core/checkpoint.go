@@ -52,35 +52,6 @@ type CodecProvider[T any] interface {
 	Codec() Codec[T]
 }
 
-// Restorer is implemented by a ListerWatcher that parks state between
-// watches (see "State parked between watches" in the contract) and can
-// rebuild it from the objects of a checkpoint. A warm start calls Restore
-// as soon as the checkpoint's header gives rv, while the objects are still
-// being read, and before Watch(from rv); the adapter parks what it needs
-// at exactly rv. Ranging over objects waits until they are loaded, and
-// yields none if the checkpoint turns out unusable: the informer then
-// lists instead, as after a cold start. An error from Restore makes the
-// informer relist (reporting the error), with the loaded objects still
-// served meanwhile. A ListerWatcher
-// whose Watch(from) needs no parked state (etcd, Kubernetes, NATS, which
-// rebuild it from the source) does not implement it.
-type Restorer[T any] interface {
-	Restore(ctx context.Context, rv ResourceVersion, objects iter.Seq2[string, T]) error
-}
-
-// DurableAcknowledger is implemented by a ListerWatcher that acknowledges
-// positions to its server so that the server may discard what comes before
-// (the Postgres slot's confirmed flush). With checkpoints on, a position
-// acknowledged past the last durable checkpoint would lose, after a crash,
-// the changes the next warm start needs. The informer calls
-// GateAcknowledgements(true) before its first list or watch, and
-// AcknowledgeDurable(rv) after each checkpoint at rv is durable; the
-// adapter then acknowledges no position past the last such rv.
-type DurableAcknowledger interface {
-	GateAcknowledgements(gated bool)
-	AcknowledgeDurable(rv ResourceVersion)
-}
-
 // CheckpointError reports a checkpoint that could not be saved, or a
 // loaded one that is unusable (corrupt, truncated, of another informer or
 // object type, of another format version) and was therefore ignored: the

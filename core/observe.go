@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // errNoHead is Head's error for a source that cannot tell its newest
@@ -85,7 +87,7 @@ func (i *SharedIndexInformer[T]) Head(ctx context.Context) (ResourceVersion, err
 func (i *SharedIndexInformer[T]) Source() string {
 	lw := i.lw
 	for range 64 {
-		next := unwrap(lw)
+		next := driver.Unwrap(lw)
 		if next == nil {
 			break
 		}

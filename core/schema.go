@@ -6,20 +6,6 @@ import (
 	"time"
 )
 
-// SchemaChange is implemented by an adapter's error for a change of the
-// source's schema that reached the informer (pginformer.SchemaChangeError:
-// a mapped column dropped, renamed or retyped, a table dropped or out of
-// the publication). The informer keeps the last one in SyncStatus
-// (SchemaChanges), counts each for metrics that implement SchemaMetrics,
-// and then does what the error says as with any other: a relist (it
-// matches ErrExpired) or a stop (ErrPermanent).
-type SchemaChange interface {
-	error
-	// SchemaAction says what was done about the change: "relist" or
-	// "fail".
-	SchemaAction() string
-}
-
 // SchemaMetrics is implemented by InformerMetrics that count schema
 // changes (metrics/prometheus: dbinformer_informer_schema_changes_total).
 type SchemaMetrics interface {
