@@ -9,6 +9,7 @@ import (
 
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/clock"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/memory"
 )
 
@@ -16,12 +17,12 @@ type item struct{ N int }
 
 // hidden keeps the ListerWatcher in a named field and has no Unwrap: the
 // informer sees none of what it wraps can do.
-type hidden struct{ lw core.ListerWatcher[item] }
+type hidden struct{ lw driver.ListerWatcher[item] }
 
-func (h hidden) List(ctx context.Context, sink core.ListSink[item]) (core.ResourceVersion, error) {
+func (h hidden) List(ctx context.Context, sink driver.ListSink[item]) (core.ResourceVersion, error) {
 	return h.lw.List(ctx, sink)
 }
-func (h hidden) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[item]) error {
+func (h hidden) Watch(ctx context.Context, from core.ResourceVersion, opts driver.WatchOptions[item]) error {
 	return h.lw.Watch(ctx, from, opts)
 }
 
@@ -42,7 +43,7 @@ func TestInformerHeadIsShared(t *testing.T) {
 	src := &headCounter{Source: memory.New[item](memory.Options{})}
 	src.Put("a", item{1})
 	fc := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	inf := core.NewSharedIndexInformer[item](struct{ core.ListerWatcher[item] }{src}, core.InformerOptions[item]{Clock: fc})
+	inf := core.NewSharedIndexInformer[item](struct{ driver.ListerWatcher[item] }{src}, core.InformerOptions[item]{Clock: fc})
 	ctx := context.Background()
 	for range 3 {
 		if rv, err := inf.Head(ctx); err != nil || rv != 1 {

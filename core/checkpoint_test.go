@@ -20,6 +20,7 @@ import (
 
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/checkpoint"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/core/memory"
 )
@@ -71,7 +72,7 @@ func syncOrFail(t *testing.T, inf *core.SharedIndexInformer[versioned]) {
 
 // runOnce runs an informer over src until it has synced, then stops it,
 // leaving its final checkpoint.
-func runOnce(t *testing.T, src core.ListerWatcher[versioned], opts core.InformerOptions[versioned]) {
+func runOnce(t *testing.T, src driver.ListerWatcher[versioned], opts core.InformerOptions[versioned]) {
 	t.Helper()
 	inf := core.NewSharedIndexInformer[versioned](src, opts)
 	stop := runUntilStopped(t, inf)
@@ -126,7 +127,7 @@ func cacheState(inf *core.SharedIndexInformer[versioned]) map[string]int64 {
 func truth(src *memory.Source[versioned]) map[string]int64 {
 	m := map[string]int64{}
 	ctx := context.Background()
-	src.List(ctx, core.ListSink[versioned]{Emit: func(ev core.Event[versioned]) error {
+	src.List(ctx, driver.ListSink[versioned]{Emit: func(ev driver.Event[versioned]) error {
 		m[ev.Key] = int64(ev.Object.V)
 		return nil
 	}})
@@ -220,7 +221,7 @@ func TestCheckpointExpiredRelistsDifferencesOnly(t *testing.T) {
 	spy := informertest.Wrap[versioned](src)
 	rec := informertest.NewRecorder[versioned](t, versionOf)
 	inf2, errs := informertest.Run[versioned](t, spy, ckptOptions(t, dir), rec)
-	if errs.Is(core.ErrExpired) == nil {
+	if errs.Is(driver.ErrExpired) == nil {
 		t.Error("no expired watch reported: the test did not take the expired path")
 	}
 	if n := spy.Lists(); n != 1 {
@@ -315,7 +316,7 @@ func TestCheckpointNeedsCodec(t *testing.T) {
 	waited := make(chan error, 1)
 	go func() { waited <- inf.WaitForCacheSync(context.Background()) }()
 	err = inf.Run(context.Background())
-	if err == nil || !strings.Contains(err.Error(), "Checkpoint.Codec") || !errors.Is(err, core.ErrPermanent) {
+	if err == nil || !strings.Contains(err.Error(), "Checkpoint.Codec") || !errors.Is(err, driver.ErrPermanent) {
 		t.Errorf("Run: %v, want a permanent error naming Checkpoint.Codec", err)
 	}
 	if st := inf.SyncStatus().String(); !strings.HasPrefix(st, "did not start: ") || !strings.Contains(st, "Checkpoint.Codec") {
@@ -684,7 +685,7 @@ type failingWatch struct {
 	fails atomic.Int32
 }
 
-func (f *failingWatch) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[versioned]) error {
+func (f *failingWatch) Watch(ctx context.Context, from core.ResourceVersion, opts driver.WatchOptions[versioned]) error {
 	if f.fails.Add(-1) >= 0 {
 		return errors.New("replication slot is active for PID 4242")
 	}

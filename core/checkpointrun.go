@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dbinformer/dbinformer/core/checkpoint"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // checkpointer is an informer's checkpoint state (InformerOptions.Checkpoint).
@@ -14,7 +15,7 @@ type checkpointer[T any] struct {
 	opts  CheckpointOptions[T]
 	name  string
 	codec Codec[T]
-	ack   DurableAcknowledger // nil when the source acknowledges nothing
+	ack   driver.DurableAcknowledger // nil when the source acknowledges nothing
 	// rec records each change the cache applies (handleDeltas), so that
 	// a save knows which objects it read in a state later than its
 	// version.
@@ -61,14 +62,14 @@ func (i *SharedIndexInformer[T]) setupCheckpoint() error {
 		return err
 	}
 	if c.codec == nil {
-		if p, ok := Capability[CodecProvider[T]](i.lw); ok {
+		if p, ok := driver.Capability[CodecProvider[T]](i.lw); ok {
 			c.codec = p.Codec()
 		}
 	}
 	if c.codec == nil {
 		return fmt.Errorf("%s: checkpoints need a codec and the source does not provide one: set InformerOptions.Checkpoint.Codec (core.JSON[T]{} for JSON)", i.name)
 	}
-	if a, ok := Capability[DurableAcknowledger](i.lw); ok {
+	if a, ok := driver.Capability[driver.DurableAcknowledger](i.lw); ok {
 		c.ack = a
 		a.GateAcknowledgements(true)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dbinformer/dbinformer/core/checkpoint"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // warmState is one run's warm start: the checkpoint's version, and the
@@ -218,7 +219,7 @@ func (o *warmOverlap[T]) onHeader(rv ResourceVersion) {
 		defer close(o.headRead)
 		o.head, o.headOK = o.i.readHead(o.hctx, rv)
 	}()
-	r, ok := Capability[Restorer[T]](o.i.lw)
+	r, ok := driver.Capability[driver.Restorer[T]](o.i.lw)
 	if !ok {
 		close(o.restored)
 		return
@@ -343,7 +344,7 @@ func (i *SharedIndexInformer[T]) loadCheckpoint(ctx context.Context, rv Resource
 // for a source that cannot tell its head. It retries until ctx ends
 // (false).
 func (i *SharedIndexInformer[T]) readHead(ctx context.Context, from ResourceVersion) (ResourceVersion, bool) {
-	h, ok := Capability[HeadReader](i.lw)
+	h, ok := driver.Capability[driver.HeadReader](i.lw)
 	if !ok {
 		return from, true
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dbinformer/dbinformer/core/clock"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // InformerOptions configures a SharedIndexInformer. The zero value of
@@ -96,7 +97,7 @@ var ErrAlreadyRunning = errors.New("dbinformer: informer is already running")
 // resulting notifications to every handler's own buffer and goroutine
 // (handlers.go). Create it with NewSharedIndexInformer.
 type SharedIndexInformer[T any] struct {
-	lw      ListerWatcher[T]
+	lw      driver.ListerWatcher[T]
 	opts    InformerOptions[T]
 	name    string
 	indexer *Indexer[T]
@@ -147,7 +148,7 @@ type SharedIndexInformer[T any] struct {
 }
 
 // NewSharedIndexInformer returns an informer over lw. Run starts it.
-func NewSharedIndexInformer[T any](lw ListerWatcher[T], opts InformerOptions[T]) *SharedIndexInformer[T] {
+func NewSharedIndexInformer[T any](lw driver.ListerWatcher[T], opts InformerOptions[T]) *SharedIndexInformer[T] {
 	i := &SharedIndexInformer[T]{
 		lw:                lw,
 		opts:              opts,

@@ -38,7 +38,7 @@ type headCache struct {
 // cost to the source. When the source cannot tell its head, the error
 // matches errors.ErrUnsupported.
 func (i *SharedIndexInformer[T]) Head(ctx context.Context) (ResourceVersion, error) {
-	h, ok := Capability[HeadReader](i.lw)
+	h, ok := driver.Capability[driver.HeadReader](i.lw)
 	if !ok {
 		return 0, errNoHead
 	}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // SchemaMetrics is implemented by InformerMetrics that count schema
@@ -19,7 +21,7 @@ type SchemaChanges struct {
 	Count int64
 	// Last is the latest, reported at LastAt: its message names the
 	// table, the column, the change, what was done and the fix.
-	Last   SchemaChange
+	Last   driver.SchemaChange
 	LastAt time.Time
 }
 
@@ -30,8 +32,8 @@ type lastSchema struct {
 }
 
 // note records err if it is a schema change, and reports whether it was.
-func (l *lastSchema) note(err error, now time.Time) (SchemaChange, bool) {
-	var sc SchemaChange
+func (l *lastSchema) note(err error, now time.Time) (driver.SchemaChange, bool) {
+	var sc driver.SchemaChange
 	if !errors.As(err, &sc) {
 		return nil, false
 	}

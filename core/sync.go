@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // CacheSyncWaiter is anything that can wait for its cache to sync:
@@ -173,7 +175,7 @@ func (i *SharedIndexInformer[T]) stopped() error {
 // one that ended: SyncStatus and WaitForCacheSync say why, not "not
 // started". Called with i.mu held; returns the run's error.
 func (i *SharedIndexInformer[T]) failBeforeStartLocked(err error) error {
-	err = Permanent(err)
+	err = driver.Permanent(err)
 	if i.failure.err != nil {
 		i.failure = &runFailure{done: make(chan struct{})}
 	}
@@ -217,7 +219,7 @@ type SyncStatus struct {
 	// LastDecodeError is the last change that did not decode (or that
 	// Transform rejected), reported at LastDecodeErrorAt; nil when none
 	// did. It names source, key and version, never the value.
-	LastDecodeError   *DecodeError
+	LastDecodeError   *driver.DecodeError
 	LastDecodeErrorAt time.Time
 	// Source is the kind of the informer's source (SharedIndexInformer.Source).
 	Source string

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // UndecodablePolicy says what an informer does with a change its source
@@ -49,17 +51,17 @@ func (p UndecodablePolicy) String() string {
 // reports the *DecodeError and returns the delete that takes the key out
 // (ok), nothing (an event without a key), or the permanent error that
 // stops the reflector.
-func (r *Reflector[T]) undecodable(ctx context.Context, ev *Event[T], err error) (d Delta[T], ok bool, stop error) {
-	var de *DecodeError
+func (r *Reflector[T]) undecodable(ctx context.Context, ev *driver.Event[T], err error) (d Delta[T], ok bool, stop error) {
+	var de *driver.DecodeError
 	if !errors.As(err, &de) {
-		de = &DecodeError{Source: r.cfg.name, Key: ev.Key, RV: ev.RV, Err: err}
+		de = &driver.DecodeError{Source: r.cfg.name, Key: ev.Key, RV: ev.RV, Err: err}
 		err = de
 	}
 	r.cfg.met.DecodeFailed()
 	// A delete whose last object did not decode is still a delete: it
 	// leaves nothing stale, so no policy needs to stop for it.
-	if r.cfg.undecodable == StopOnUndecodable && ev.Type != Deleted {
-		return d, false, Permanent(fmt.Errorf("%w (the informer stops on a change it cannot decode: InformerOptions.Undecodable is StopOnUndecodable)", err))
+	if r.cfg.undecodable == StopOnUndecodable && ev.Type != driver.Deleted {
+		return d, false, driver.Permanent(fmt.Errorf("%w (the informer stops on a change it cannot decode: InformerOptions.Undecodable is StopOnUndecodable)", err))
 	}
 	r.cfg.rep.report(ctx, err)
 	if ev.Key == "" {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/checkpoint"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/core/memory"
 	"github.com/dbinformer/dbinformer/filter"
@@ -53,7 +54,7 @@ func TestEnterLeaveAcrossWarmRestart(t *testing.T) {
 
 // runUntilStopped runs an informer over lw until the returned stop is
 // called (informertest.Run stops only when the test ends).
-func runUntilStopped(t *testing.T, lw core.ListerWatcher[Order], opts core.InformerOptions[Order], h core.ResourceEventHandler[Order]) (stop func()) {
+func runUntilStopped(t *testing.T, lw driver.ListerWatcher[Order], opts core.InformerOptions[Order], h core.ResourceEventHandler[Order]) (stop func()) {
 	t.Helper()
 	inf := core.NewSharedIndexInformer(lw, opts)
 	if _, err := inf.AddEventHandler(h); err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/checkpoint"
 	"github.com/dbinformer/dbinformer/core/clock"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/core/memory"
 	"github.com/dbinformer/dbinformer/statuspage"
@@ -94,7 +95,7 @@ func TestPageReadsTheInformer(t *testing.T) {
 	}
 
 	src.InjectDecodeError("a", errors.New("a producer wrote another shape"))
-	if err := <-done; !errors.Is(err, core.ErrPermanent) {
+	if err := <-done; !errors.Is(err, driver.ErrPermanent) {
 		t.Fatalf("Run = %v", err)
 	}
 	is = snapshotOf(t, page, "users")

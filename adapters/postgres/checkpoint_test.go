@@ -17,6 +17,7 @@ import (
 	"github.com/dbinformer/dbinformer/adapters/postgres/pgtest"
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/checkpoint"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	"github.com/jackc/pgx/v5"
@@ -292,7 +293,7 @@ func TestCheckpointCodecRoundTripsEveryType(t *testing.T) {
 		t.Errorf("codec of a row with maps: want JSON naming the table's shape")
 	}
 	n := 0
-	if _, err := tbl.List(ctxFor(t), core.ListSink[binTypesRow]{Emit: func(ev core.Event[binTypesRow]) error {
+	if _, err := tbl.List(ctxFor(t), driver.ListSink[binTypesRow]{Emit: func(ev driver.Event[binTypesRow]) error {
 		if ev.Err != nil {
 			t.Errorf("List: %v", ev.Err)
 			return nil

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/memory"
 )
 
@@ -24,20 +25,20 @@ func (fullSource) GateAcknowledgements(bool)               {}
 func (fullSource) AcknowledgeDurable(core.ResourceVersion) {}
 
 var (
-	_ core.ProgressReporter    = fullSource{}
-	_ core.ProgressIntervaler  = fullSource{}
-	_ core.HealWaiter          = fullSource{}
-	_ core.HeadReader          = fullSource{}
-	_ core.CodecProvider[obj]  = fullSource{}
-	_ core.Restorer[obj]       = fullSource{}
-	_ core.DurableAcknowledger = fullSource{}
+	_ driver.ProgressReporter    = fullSource{}
+	_ driver.ProgressIntervaler  = fullSource{}
+	_ driver.HealWaiter          = fullSource{}
+	_ driver.HeadReader          = fullSource{}
+	_ core.CodecProvider[obj]    = fullSource{}
+	_ driver.Restorer[obj]       = fullSource{}
+	_ driver.DurableAcknowledger = fullSource{}
 )
 
 func TestCapabilitiesSurviveWrappers(t *testing.T) {
 	c := caseNamed(t, "CapabilitiesSurviveWrappers")
 	for _, name := range []string{"every capability", "only the memory source's"} {
 		s := memory.New[obj](memory.Options{})
-		var lw core.ListerWatcher[obj] = s
+		var lw driver.ListerWatcher[obj] = s
 		if name == "every capability" {
 			lw = fullSource{s}
 		}
@@ -49,12 +50,12 @@ func TestCapabilitiesSurviveWrappers(t *testing.T) {
 
 // hiding keeps the ListerWatcher in a named field and has no Unwrap: it
 // hides every capability, which the check must report, one by one.
-type hiding struct{ lw core.ListerWatcher[obj] }
+type hiding struct{ lw driver.ListerWatcher[obj] }
 
-func (h hiding) List(ctx context.Context, sink core.ListSink[obj]) (core.ResourceVersion, error) {
+func (h hiding) List(ctx context.Context, sink driver.ListSink[obj]) (core.ResourceVersion, error) {
 	return h.lw.List(ctx, sink)
 }
-func (h hiding) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[obj]) error {
+func (h hiding) Watch(ctx context.Context, from core.ResourceVersion, opts driver.WatchOptions[obj]) error {
 	return h.lw.Watch(ctx, from, opts)
 }
 

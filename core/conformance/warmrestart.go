@@ -10,6 +10,7 @@ import (
 
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/checkpoint"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 )
 
@@ -94,7 +95,7 @@ func (e *env[T]) warmInformer(store checkpoint.Store, what string) (stop func(),
 	e.t.Helper()
 	t := nameTB{e.t}
 	var codec core.Codec[T]
-	if p, ok := core.Capability[core.CodecProvider[T]](e.lw); ok {
+	if p, ok := driver.Capability[core.CodecProvider[T]](e.lw); ok {
 		codec = p.Codec()
 	}
 	if codec == nil {

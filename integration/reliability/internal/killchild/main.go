@@ -25,6 +25,7 @@ import (
 	"github.com/dbinformer/dbinformer/adapters/postgres/pgtest"
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/checkpoint"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	kubeinformer "github.com/dbinformer/dbinformer/kubeadapter"
 	"github.com/dbinformer/dbinformer/kubeadapter/kubetest"
@@ -54,7 +55,7 @@ func (v *versions[T]) OnDelete(key string, obj T, _ bool) { v.see("delete", key,
 
 // target is one adapter's ListerWatcher and what the child needs of it.
 type target[T any] struct {
-	lw      core.ListerWatcher[T]
+	lw      driver.ListerWatcher[T]
 	head    func(context.Context) (core.ResourceVersion, error)
 	version func(T) int64
 	codec   core.Codec[T] // nil: the ListerWatcher's own
