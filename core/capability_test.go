@@ -15,14 +15,14 @@ import (
 
 type item struct{ N int }
 
-// hidden keeps the ListerWatcher in a named field and has no Unwrap: the
+// named keeps the ListerWatcher in a named field and has no Unwrap: the
 // informer sees none of what it wraps can do.
-type hidden struct{ lw driver.ListerWatcher[item] }
+type named struct{ lw driver.ListerWatcher[item] }
 
-func (h hidden) List(ctx context.Context, sink driver.ListSink[item]) (core.ResourceVersion, error) {
+func (h named) List(ctx context.Context, sink driver.ListSink[item]) (core.ResourceVersion, error) {
 	return h.lw.List(ctx, sink)
 }
-func (h hidden) Watch(ctx context.Context, from core.ResourceVersion, opts driver.WatchOptions[item]) error {
+func (h named) Watch(ctx context.Context, from core.ResourceVersion, opts driver.WatchOptions[item]) error {
 	return h.lw.Watch(ctx, from, opts)
 }
 
@@ -61,7 +61,7 @@ func TestInformerHeadIsShared(t *testing.T) {
 	if inf.Source() != "core_test.headCounter" {
 		t.Errorf("Source = %q, want the kind beneath the embedding wrapper", inf.Source())
 	}
-	headless := core.NewSharedIndexInformer[item](hidden{src.Source}, core.InformerOptions[item]{})
+	headless := core.NewSharedIndexInformer[item](named{src.Source}, core.InformerOptions[item]{})
 	if _, err := headless.Head(ctx); !errors.Is(err, errors.ErrUnsupported) {
 		t.Errorf("Head of a source without one = %v, want errors.ErrUnsupported", err)
 	}

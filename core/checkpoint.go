@@ -2,9 +2,7 @@ package core
 
 import (
 	"bytes"
-	"context"
 	"fmt"
-	"iter"
 	"time"
 
 	"github.com/dbinformer/dbinformer/core/checkpoint"
