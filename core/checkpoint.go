@@ -43,13 +43,6 @@ type CheckpointOptions[T any] struct {
 	Interval time.Duration
 }
 
-// CodecProvider is implemented by a ListerWatcher that can say which Codec
-// turns its objects into bytes and back; a checkpoint uses it when
-// CheckpointOptions.Codec is nil.
-type CodecProvider[T any] interface {
-	Codec() Codec[T]
-}
-
 // CheckpointError reports a checkpoint that could not be saved, or a
 // loaded one that is unusable (corrupt, truncated, of another informer or
 // object type, of another format version) and was therefore ignored: the

@@ -3,7 +3,16 @@ package driver
 import (
 	"context"
 	"iter"
+
+	"github.com/dbinformer/dbinformer/core/codec"
 )
+
+// CodecProvider is implemented by a ListerWatcher that can say which Codec
+// turns its objects into bytes and back; a checkpoint uses it when
+// core.CheckpointOptions.Codec is nil.
+type CodecProvider[T any] interface {
+	Codec() codec.Codec[T]
+}
 
 // Restorer is implemented by a ListerWatcher that parks state between
 // watches (see "State parked between watches" in the contract) and can

@@ -1,4 +1,4 @@
-package core_test
+package codec_test
 
 import (
 	"fmt"
@@ -183,7 +183,7 @@ func ExampleNewBinary() {
 		Limits  []int32
 		Manager *string
 	}
-	codec, err := core.NewBinary[Account]()
+	c, err := core.NewBinary[Account]()
 	if err != nil {
 		panic(err)
 	}
@@ -198,10 +198,10 @@ func ExampleNewBinary() {
 	}
 	_ = core.InformerOptions[Account]{
 		Name:       "accounts",
-		Checkpoint: &core.CheckpointOptions[Account]{Store: store, Codec: codec},
+		Checkpoint: &core.CheckpointOptions[Account]{Store: store, Codec: c},
 	}
-	data, _ := codec.Encode(Account{ID: 7, Owner: "ada", Limits: []int32{10, 20}})
-	back, _ := codec.Decode(data)
+	data, _ := c.Encode(Account{ID: 7, Owner: "ada", Limits: []int32{10, 20}})
+	back, _ := c.Decode(data)
 	fmt.Println(len(data), back.ID, back.Owner, back.Limits, back.Manager == nil)
 
 	_, err = core.NewBinary[struct{ Attrs map[string]string }]()
