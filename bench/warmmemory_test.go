@@ -24,6 +24,7 @@ import (
 	"github.com/dbinformer/dbinformer/adapters/postgres/pgtest"
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/checkpoint"
+	codecs "github.com/dbinformer/dbinformer/core/codec"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/integration/harness"
 )
@@ -431,7 +432,7 @@ func newEtcdWarmInformer(client *clientv3.Client, store checkpoint.Store, interv
 	if err != nil {
 		return nil, nil, err
 	}
-	codec, err := core.NewBinary[etcdWarmValue]()
+	codec, err := codecs.NewBinary[etcdWarmValue]()
 	if err != nil {
 		return nil, nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dbinformer/dbinformer/core/checkpoint"
+	codecs "github.com/dbinformer/dbinformer/core/codec"
 )
 
 // CheckpointOptions makes an informer restart warm: it saves the cache and
@@ -36,7 +37,7 @@ type CheckpointOptions[T any] struct {
 	// the codec's type (and Binary's Schema): one written with another
 	// codec is ignored, and the informer lists. Binary is the fastest for
 	// plain structs.
-	Codec Codec[T]
+	Codec codecs.Codec[T]
 	// Interval is how often a checkpoint is saved while the informer runs
 	// (only when the applied version moved); 0 means one minute, negative
 	// means only when a run ends.
@@ -65,13 +66,13 @@ func (e *CheckpointError) Unwrap() error { return e.Err }
 // codecEqual is the Equal a checkpointing informer uses by default, so
 // that a relist after an expired checkpoint tells a changed object from
 // an unchanged one: equal encodings.
-func codecEqual[T any](codec Codec[T]) func(a, b T) bool {
+func codecEqual[T any](codec codecs.Codec[T]) func(a, b T) bool {
 	return func(a, b T) bool {
-		x, err := Encode(codec, a)
+		x, err := codecs.Encode(codec, a)
 		if err != nil {
 			return false
 		}
-		y, err := Encode(codec, b)
+		y, err := codecs.Encode(codec, b)
 		return err == nil && bytes.Equal(x, y)
 	}
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/checkpoint"
+	"github.com/dbinformer/dbinformer/core/codec"
 	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/core/memory"
@@ -35,7 +36,7 @@ func ckptOptions(t *testing.T, dir string) core.InformerOptions[versioned] {
 	}
 	return core.InformerOptions[versioned]{
 		Name:       "users",
-		Checkpoint: &core.CheckpointOptions[versioned]{Store: store, Codec: core.JSON[versioned]{}, Interval: -1},
+		Checkpoint: &core.CheckpointOptions[versioned]{Store: store, Codec: codec.JSON[versioned]{}, Interval: -1},
 	}
 }
 
@@ -415,7 +416,7 @@ func (g *gatedRecorder) OnAdd(key string, obj versioned, initial bool) {
 // first and then those changes, in order.
 func TestCheckpointLazyLoadReplaysLoadedValues(t *testing.T) {
 	dir := t.TempDir()
-	bin, err := core.NewBinary[versioned]()
+	bin, err := codec.NewBinary[versioned]()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"unsafe"
 
+	codecs "github.com/dbinformer/dbinformer/core/codec"
 	"github.com/dbinformer/dbinformer/core/internal/inplace"
 )
 
@@ -170,7 +171,7 @@ func (r *recordReader) next() ([]byte, error) {
 // inplace.Codec.Total), only the keys are decoded and the page
 // decodes its objects when first read (itemPage). place gets each key's
 // index in the chunk and hash, for the Indexer's base (buildItemBase).
-func decodeChunk[T any](p *loadedPart[T], codec Codec[T], lazy inplace.Codec[T], what string, data []byte, n, base int, total uint64, place func(i int, h uint64)) {
+func decodeChunk[T any](p *loadedPart[T], codec codecs.Codec[T], lazy inplace.Codec[T], what string, data []byte, n, base int, total uint64, place func(i int, h uint64)) {
 	var keys []string
 	var objs []T
 	recs := make([]uint32, n)
@@ -250,7 +251,7 @@ func decodeChunk[T any](p *loadedPart[T], codec Codec[T], lazy inplace.Codec[T],
 // to be decoded when first read. onHeader, if set, is called with the
 // version once the header has been read and matches (before the objects
 // are read and checked).
-func decodeCheckpoint[T any](r io.Reader, codec Codec[T], name string, lazy bool, onHeader func(ResourceVersion)) (ResourceVersion, *loaded[T], error) {
+func decodeCheckpoint[T any](r io.Reader, codec codecs.Codec[T], name string, lazy bool, onHeader func(ResourceVersion)) (ResourceVersion, *loaded[T], error) {
 	var lz inplace.Codec[T]
 	if t, ok := inplace.For[T](codec); ok && lazy && t.Total() {
 		lz = t
@@ -294,7 +295,7 @@ type checkpointHeader struct {
 // at once; one that names another type, informer or codec is only noted
 // (mismatch), because the checksum at the end must first show that it is
 // not corruption.
-func readCheckpointHeader[T any](c *checkpointReader, codec Codec[T], name string) (checkpointHeader, error) {
+func readCheckpointHeader[T any](c *checkpointReader, codec codecs.Codec[T], name string) (checkpointHeader, error) {
 	var h checkpointHeader
 	head, err := c.next(len(checkpointMagic)+2, false)
 	if err != nil {
@@ -345,7 +346,7 @@ func readCheckpointHeader[T any](c *checkpointReader, codec Codec[T], name strin
 // overlap. Each worker also places the keys it decodes by segment, which
 // the filing of the base then uses (fileBase). With a mismatched header
 // the chunks are only read, for the checksum.
-func decodeChunks[T any](c *checkpointReader, h checkpointHeader, codec Codec[T], lz inplace.Codec[T], name string) (*loaded[T], baseShape, [][][]slotEntry, error) {
+func decodeChunks[T any](c *checkpointReader, h checkpointHeader, codec codecs.Codec[T], lz inplace.Codec[T], name string) (*loaded[T], baseShape, [][][]slotEntry, error) {
 	count, mismatch := h.count, h.mismatch
 	type job struct {
 		p        *loadedPart[T]

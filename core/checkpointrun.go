@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dbinformer/dbinformer/core/checkpoint"
+	"github.com/dbinformer/dbinformer/core/codec"
 	"github.com/dbinformer/dbinformer/core/driver"
 )
 
@@ -14,7 +15,7 @@ import (
 type checkpointer[T any] struct {
 	opts  CheckpointOptions[T]
 	name  string
-	codec Codec[T]
+	codec codec.Codec[T]
 	ack   driver.DurableAcknowledger // nil when the source acknowledges nothing
 	// rec records each change the cache applies (handleDeltas), so that
 	// a save knows which objects it read in a state later than its
@@ -62,7 +63,7 @@ func (i *SharedIndexInformer[T]) setupCheckpoint() error {
 		return err
 	}
 	if c.codec == nil {
-		if p, ok := driver.Capability[CodecProvider[T]](i.lw); ok {
+		if p, ok := driver.Capability[driver.CodecProvider[T]](i.lw); ok {
 			c.codec = p.Codec()
 		}
 	}

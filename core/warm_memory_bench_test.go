@@ -11,6 +11,7 @@ import (
 
 	"github.com/dbinformer/dbinformer/core"
 	ckpt "github.com/dbinformer/dbinformer/core/checkpoint"
+	codecs "github.com/dbinformer/dbinformer/core/codec"
 	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/core/memory"
@@ -142,7 +143,7 @@ func warmRestartMemory(b *testing.B, rows, passes int, indexed bool) {
 		}
 	}
 	write(0, nil)
-	codec, err := core.NewBinary[memRow]()
+	codec, err := codecs.NewBinary[memRow]()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -235,7 +236,7 @@ func BenchmarkCheckpointSave(b *testing.B) {
 			ops = ops[:0]
 		}
 	}
-	codec, err := core.NewBinary[memRow]()
+	codec, err := codecs.NewBinary[memRow]()
 	if err != nil {
 		b.Fatal(err)
 	}

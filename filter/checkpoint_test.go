@@ -7,6 +7,7 @@ import (
 
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/checkpoint"
+	"github.com/dbinformer/dbinformer/core/codec"
 	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/core/memory"
@@ -29,7 +30,7 @@ func TestEnterLeaveAcrossWarmRestart(t *testing.T) {
 	f := filter.MustNew[Order](filter.Eq("status", "paid"))
 	opts := core.InformerOptions[Order]{
 		Name:       "orders",
-		Checkpoint: &core.CheckpointOptions[Order]{Store: store, Codec: core.JSON[Order]{}, Interval: -1},
+		Checkpoint: &core.CheckpointOptions[Order]{Store: store, Codec: codec.JSON[Order]{}, Interval: -1},
 	}
 
 	rec1 := informertest.NewRecorder(t, func(o Order) int64 { return o.V })

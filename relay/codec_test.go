@@ -16,7 +16,7 @@ type codecItem struct {
 }
 
 // An informer with checkpoints over a Downstream needs no codec set by
-// hand: the Downstream provides its own (core.CodecProvider), and a
+// hand: the Downstream provides its own (driver.CodecProvider), and a
 // checkpoint is saved.
 func TestDownstreamProvidesCodecToCheckpoints(t *testing.T) {
 	nsrv := harness.StartNATS(t)

@@ -13,14 +13,15 @@ import (
 
 	natsinformer "github.com/dbinformer/dbinformer/adapters/nats"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/codec"
 	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // DownstreamOptions configures a Downstream.
 type DownstreamOptions[T any] struct {
 	// Codec decodes the relayed objects; it must be the relay's. Nil means
-	// core.JSON.
-	Codec core.Codec[T]
+	// codec.JSON.
+	Codec codec.Codec[T]
 	// Logger receives debug lines; nil discards them.
 	Logger *slog.Logger
 	// IdleCheck is how often an idle watch reads the stream's head to
@@ -48,7 +49,7 @@ type Downstream[T any] struct {
 	stream jetstream.Stream
 	prefix string
 	source string
-	codec  core.Codec[T]
+	codec  codec.Codec[T]
 	log    *slog.Logger
 	met    DownstreamMetrics
 
@@ -81,7 +82,7 @@ var (
 	_ driver.ProgressReporter     = (*Downstream[int])(nil)
 	_ driver.ProgressIntervaler   = (*Downstream[int])(nil)
 	_ driver.HealWaiter           = (*Downstream[int])(nil)
-	_ core.CodecProvider[int]     = (*Downstream[int])(nil)
+	_ driver.CodecProvider[int]   = (*Downstream[int])(nil)
 	_ driver.AuditLister[int]     = (*Downstream[int])(nil)
 	_ natsinformer.Reducer[entry] = (*Downstream[int])(nil).reduce
 )
@@ -95,7 +96,7 @@ func NewDownstream[T any](ctx context.Context, js jetstream.JetStream, stream, p
 		return nil, err
 	}
 	if opts.Codec == nil {
-		opts.Codec = core.JSON[T]{}
+		opts.Codec = codec.JSON[T]{}
 	}
 	log := opts.Logger
 	if log == nil {
@@ -157,10 +158,10 @@ func (d *Downstream[T]) ReportsProgress() bool { return true }
 // ProgressInterval is the idle check's: see natsinformer.
 func (d *Downstream[T]) ProgressInterval() time.Duration { return d.es.ProgressInterval() }
 
-// Codec is the one the Downstream decodes with (core.CodecProvider):
+// Codec is the one the Downstream decodes with (driver.CodecProvider):
 // an informer with checkpoints over it saves its objects with the same,
 // with no option to set by hand.
-func (d *Downstream[T]) Codec() core.Codec[T] { return d.codec }
+func (d *Downstream[T]) Codec() codec.Codec[T] { return d.codec }
 
 // WaitHealed is the event stream's: an informer backing off after the NATS
 // connection dropped retries as soon as it is back, not at the end of its
@@ -344,7 +345,7 @@ func (d *Downstream[T]) event(typ driver.EventType, e entry, rv core.ResourceVer
 	case opErr:
 		ev.Err = &driver.DecodeError{Source: d.source + " (relayed)", Key: e.key, RV: rv, Err: errors.New(e.errText)}
 	default:
-		obj, err := core.Decode(d.codec, e.data)
+		obj, err := codec.Decode(d.codec, e.data)
 		if err != nil {
 			ev.Err = &driver.DecodeError{Source: d.source, Key: e.key, RV: rv, Err: err}
 		} else {

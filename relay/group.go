@@ -8,7 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/codec"
 	"github.com/dbinformer/dbinformer/core/driver"
 )
 
@@ -33,7 +33,7 @@ func (r *Relay[T]) change(ev driver.Event[T]) change {
 	case ev.Type == driver.Deleted:
 		c.op = opDel
 	default:
-		data, err := core.Encode(r.opts.Codec, ev.Object)
+		data, err := codec.Encode(r.opts.Codec, ev.Object)
 		if err != nil {
 			c.op, c.err = opErr, fmt.Sprintf("relay: encode: %v", err)
 		} else {

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/codec"
 	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/internal/keyshard"
 	"github.com/dbinformer/dbinformer/leader"
@@ -31,8 +32,8 @@ type Options[T any] struct {
 	// Required.
 	Prefix string
 	// Codec encodes the objects; downstreams decode with the same. Nil
-	// means core.JSON.
-	Codec core.Codec[T]
+	// means codec.JSON.
+	Codec codec.Codec[T]
 	// Elector decides which relay reads the source. Required.
 	Elector leader.Elector
 	// ProgressInterval is how often the relay asks the source for its head
@@ -100,7 +101,7 @@ func New[T any](ctx context.Context, js jetstream.JetStream, src driver.ListerWa
 		return nil, errors.New("relay: Options.Elector is required (leader.NewEtcd, leader.NewPostgres or leader.NewKube): exactly one relay may read the source")
 	}
 	if opts.Codec == nil {
-		opts.Codec = core.JSON[T]{}
+		opts.Codec = codec.JSON[T]{}
 	}
 	if opts.ProgressInterval == 0 {
 		opts.ProgressInterval = time.Second

@@ -7,6 +7,7 @@ import (
 	"iter"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/codec"
 	"github.com/dbinformer/dbinformer/core/driver"
 )
 
@@ -28,7 +29,7 @@ func (r *Relay[T]) restore(ctx context.Context, st *state) (relist bool, err err
 	puts := st.puts
 	objects := func(yield func(string, T) bool) {
 		for _, e := range puts {
-			obj, err := core.Decode(r.opts.Codec, e.data)
+			obj, err := codec.Decode(r.opts.Codec, e.data)
 			if err != nil {
 				// A key the relay could not decode was published as
 				// such; the source's Restore gets the others.

@@ -10,6 +10,7 @@ import (
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/checkpoint"
 	"github.com/dbinformer/dbinformer/core/clock"
+	"github.com/dbinformer/dbinformer/core/codec"
 	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/core/memory"
@@ -66,7 +67,7 @@ func TestPageReadsTheInformer(t *testing.T) {
 	inf := core.NewSharedIndexInformer[user](src, core.InformerOptions[user]{
 		Name:        "users",
 		Undecodable: core.StopOnUndecodable,
-		Checkpoint:  &core.CheckpointOptions[user]{Store: store, Codec: core.JSON[user]{}, Interval: 10 * time.Millisecond},
+		Checkpoint:  &core.CheckpointOptions[user]{Store: store, Codec: codec.JSON[user]{}, Interval: 10 * time.Millisecond},
 	})
 	plain := core.NewSharedIndexInformer[user](src, core.InformerOptions[user]{Name: "plain"})
 	page := statuspage.New(statuspage.Options{})

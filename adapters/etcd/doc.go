@@ -47,8 +47,8 @@
 //
 // # Values
 //
-// Values decode with a core.Codec: core.JSON[T] by default, core.Raw for the
-// bytes as they are (a Prefix[[]byte]), or any core.CodecFuncs. A value that
+// Values decode with a codec.Codec: codec.JSON[T] by default, codec.Raw for the
+// bytes as they are (a Prefix[[]byte]), or any codec.Funcs. A value that
 // does not decode, or whose codec panics, is reported as an event whose Err
 // is a *driver.DecodeError naming the prefix, the key and the revision (never
 // the bytes); the informer reports it through its error handler, and the

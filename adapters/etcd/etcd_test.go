@@ -15,6 +15,7 @@ import (
 
 	etcdinformer "github.com/dbinformer/dbinformer/adapters/etcd"
 	"github.com/dbinformer/dbinformer/core"
+	codecs "github.com/dbinformer/dbinformer/core/codec"
 	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/integration/harness"
 )
@@ -187,7 +188,7 @@ func mustDelete(t *testing.T, c *clientv3.Client, key string) core.ResourceVersi
 
 func rawLW(t *testing.T, c *clientv3.Client, prefix string, literal bool) *etcdinformer.Prefix[[]byte] {
 	t.Helper()
-	lw, err := etcdinformer.NewPrefix(context.Background(), c, prefix, etcdinformer.Options[[]byte]{LiteralPrefix: literal, Codec: core.Raw{}})
+	lw, err := etcdinformer.NewPrefix(context.Background(), c, prefix, etcdinformer.Options[[]byte]{LiteralPrefix: literal, Codec: codecs.Raw{}})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -272,7 +273,7 @@ func TestListPinnedAcrossPages(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), converge)
 	defer cancel()
-	lw, err := etcdinformer.NewPrefix(ctx, c, prefix, etcdinformer.Options[[]byte]{Codec: core.Raw{}, PageSize: 3})
+	lw, err := etcdinformer.NewPrefix(ctx, c, prefix, etcdinformer.Options[[]byte]{Codec: codecs.Raw{}, PageSize: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -509,7 +510,7 @@ func TestCodecPanic(t *testing.T) {
 	srv := harness.StartEtcd(t)
 	c := srv.Client(t)
 	prefix := uniquePrefix("panic")
-	codec := core.CodecFuncs[string]{DecodeFunc: func(b []byte) (string, error) {
+	codec := codecs.Funcs[string]{DecodeFunc: func(b []byte) (string, error) {
 		if string(b) == "boom" {
 			panic("codec exploded")
 		}

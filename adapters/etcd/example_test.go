@@ -9,6 +9,7 @@ import (
 
 	etcdinformer "github.com/dbinformer/dbinformer/adapters/etcd"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/codec"
 	"github.com/dbinformer/dbinformer/core/driver"
 )
 
@@ -102,8 +103,8 @@ func ExampleNewPrefix() {
 		}
 		fmt.Println()
 	}
-	show("/example/raw", etcdinformer.Options[[]byte]{Codec: core.Raw{}})
-	show("/example/raw", etcdinformer.Options[[]byte]{Codec: core.Raw{}, LiteralPrefix: true})
+	show("/example/raw", etcdinformer.Options[[]byte]{Codec: codec.Raw{}})
+	show("/example/raw", etcdinformer.Options[[]byte]{Codec: codec.Raw{}, LiteralPrefix: true})
 	// Output:
 	// "/example/raw/" covers: "a" "b/c"
 	// "/example/raw" covers: "/a" "/b/c" "er/d"

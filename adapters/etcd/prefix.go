@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/codec"
 	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/filter"
 )
@@ -29,9 +30,9 @@ type Options[T any] struct {
 	// and "user-10", and "/a" covers "/ab". Without it the prefix names a
 	// directory (see NewPrefix).
 	LiteralPrefix bool
-	// Codec decodes values. Nil means core.JSON[T]; use core.Raw for a
+	// Codec decodes values. Nil means codec.JSON[T]; use codec.Raw for a
 	// Prefix[[]byte].
-	Codec core.Codec[T]
+	Codec codec.Codec[T]
 	// PageSize is the number of keys one List request reads. Zero means
 	// DefaultPageSize.
 	PageSize int64
@@ -68,7 +69,7 @@ type Prefix[T any] struct {
 	start    string // range start
 	end      string // range end
 	source   string // for errors: `etcd prefix "/app/"`
-	codec    core.Codec[T]
+	codec    codec.Codec[T]
 	pageSize int64
 	log      *slog.Logger
 	residue  *filter.Filter[T] // nil: unfiltered
@@ -117,7 +118,7 @@ func NewPrefix[T any](ctx context.Context, client *clientv3.Client, prefix strin
 		log:      opts.Logger,
 	}
 	if p.codec == nil {
-		p.codec = core.JSON[T]{}
+		p.codec = codec.JSON[T]{}
 	}
 	if p.pageSize == 0 {
 		p.pageSize = DefaultPageSize
@@ -175,7 +176,7 @@ func (p *Prefix[T]) key(k []byte) string {
 // decodeInto sets *ev to the event of type typ for kv.
 func (p *Prefix[T]) decodeInto(ev *driver.Event[T], typ driver.EventType, kv *mvccpb.KeyValue) {
 	*ev = driver.Event[T]{Type: typ, Key: p.key(kv.Key), RV: core.ResourceVersion(kv.ModRevision)}
-	obj, err := core.Decode(p.codec, kv.Value)
+	obj, err := codec.Decode(p.codec, kv.Value)
 	if err != nil {
 		ev.Err = &driver.DecodeError{Source: p.source, Key: ev.Key, RV: ev.RV, Err: err}
 		return

@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/codec"
 	"github.com/dbinformer/dbinformer/core/driver"
 )
 
@@ -271,7 +272,7 @@ func (w *watch[T]) event(ev *driver.Event[T], e *clientv3.Event) {
 			// without it: the informer fills in its cached object.
 			return
 		}
-		obj, err := core.Decode(p.codec, e.PrevKv.Value)
+		obj, err := codec.Decode(p.codec, e.PrevKv.Value)
 		if err != nil {
 			// The delete itself is certain; only the last value was
 			// unreadable (and was reported when it was written).

@@ -77,7 +77,7 @@
 // Watch pushes batches to WatchOptions.Emit until its context ends (it
 // then returns driver.Stopped), the position is gone (driver.ErrExpired), the
 // bucket or stream is gone (driver.ErrPermanent), Emit fails, or something
-// else does. Values go through KVOptions.Codec with core.Decode (a
+// else does. Values go through KVOptions.Codec with codec.Decode (a
 // panicking codec is a *driver.DecodeError for that value).
 //
 // # Expiry and resume

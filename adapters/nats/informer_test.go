@@ -18,6 +18,7 @@ import (
 
 	natsinformer "github.com/dbinformer/dbinformer/adapters/nats"
 	"github.com/dbinformer/dbinformer/core"
+	codecs "github.com/dbinformer/dbinformer/core/codec"
 	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/integration/harness"
@@ -485,7 +486,7 @@ func TestKVCustomCodec(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	kv.Put(ctx, "a", []byte("v=3"))
-	codec := core.CodecFuncs[item]{DecodeFunc: func(b []byte) (item, error) {
+	codec := codecs.Funcs[item]{DecodeFunc: func(b []byte) (item, error) {
 		var it item
 		_, err := fmt.Sscanf(string(b), "v=%d", &it.N)
 		return it, err

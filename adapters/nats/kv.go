@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/codec"
 	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/filter"
 )
@@ -37,9 +38,9 @@ type KVOptions[T any] struct {
 	// a key that starts matching as an add and one that stops as a delete
 	// carrying its last matching value.
 	Where *filter.Filter[T]
-	// Codec decodes values; nil means core.JSON[T]. Its Decode is called
-	// through core.Decode (a panic becomes a *driver.DecodeError).
-	Codec core.Codec[T]
+	// Codec decodes values; nil means codec.JSON[T]. Its Decode is called
+	// through codec.Decode (a panic becomes a *driver.DecodeError).
+	Codec codec.Codec[T]
 	// Logger receives debug lines; nil discards them.
 	Logger *slog.Logger
 	// BatchSize bounds the messages buffered from the server and the
@@ -65,7 +66,7 @@ type KV[T any] struct {
 	streamReader
 	bucket  string
 	subject string // "$KV.<bucket>.<Prefix>"
-	codec   core.Codec[T]
+	codec   codec.Codec[T]
 	residue *filter.Filter[T] // nil: unfiltered
 
 	mu     sync.Mutex
@@ -136,7 +137,7 @@ func NewKV[T any](ctx context.Context, js jetstream.JetStream, bucket string, op
 	k := &KV[T]{bucket: bucket, subject: subject + opts.Prefix, codec: opts.Codec, residue: residue}
 	k.init(js, stream, source, subject+opts.Prefix+pattern, batch, idle, opts.Logger)
 	if k.codec == nil {
-		k.codec = core.JSON[T]{}
+		k.codec = codec.JSON[T]{}
 	}
 	return k, nil
 }
@@ -329,7 +330,7 @@ func (k *KV[T]) key(subject string) (string, bool) {
 // rev.
 func (k *KV[T]) fill(ev *driver.Event[T], typ driver.EventType, key string, rev uint64, data []byte) {
 	ev.Type, ev.Key, ev.RV = typ, key, core.ResourceVersion(rev)
-	obj, err := core.Decode(k.codec, data)
+	obj, err := codec.Decode(k.codec, data)
 	if err != nil {
 		ev.Err = &driver.DecodeError{Source: k.source, Key: key, RV: ev.RV, Err: err}
 		return

@@ -14,6 +14,7 @@ import (
 	natsinformer "github.com/dbinformer/dbinformer/adapters/nats"
 	"github.com/dbinformer/dbinformer/adapters/nats/natstest"
 	"github.com/dbinformer/dbinformer/core"
+	codecs "github.com/dbinformer/dbinformer/core/codec"
 	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/integration/harness"
 )
@@ -106,11 +107,11 @@ func TestKVCodecPanic(t *testing.T) {
 	kv := newBucket(t, js, jetstream.KeyValueConfig{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	codec := core.CodecFuncs[item]{DecodeFunc: func(b []byte) (item, error) {
+	codec := codecs.Funcs[item]{DecodeFunc: func(b []byte) (item, error) {
 		if string(b) == "boom" {
 			panic("boom")
 		}
-		return core.JSON[item]{}.Decode(b)
+		return codecs.JSON[item]{}.Decode(b)
 	}}
 	lw, err := natsinformer.NewKV(ctx, js, kv.Bucket(), natsinformer.KVOptions[item]{Codec: codec})
 	if err != nil {

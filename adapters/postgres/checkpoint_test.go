@@ -240,7 +240,7 @@ func TestWarmRestartCorruptCheckpoint(t *testing.T) {
 	vrowCacheMatches(t, conn, table, inf3)
 }
 
-// binTypesRow is typesRow without its jsonb/json maps, which core.Binary
+// binTypesRow is typesRow without its jsonb/json maps, which codec.Binary
 // refuses (their checkpoints are JSON).
 type binTypesRow struct {
 	ID   int32          `db:"id"`
@@ -266,7 +266,7 @@ type binTypesRow struct {
 	NulT *string        `db:"nult"`
 }
 
-// A table's checkpoint codec is core.Binary for a struct of plain and
+// A table's checkpoint codec is codec.Binary for a struct of plain and
 // pgtype fields, JSON for one with a map: rows of every common type, NULLs
 // included, come back from a checkpoint's encoding as the same values (the
 // same JSON, and the same encoding again, which is what a relist after an

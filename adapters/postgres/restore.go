@@ -6,6 +6,7 @@ import (
 	"iter"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/codec"
 	"github.com/dbinformer/dbinformer/core/driver"
 )
 
@@ -18,13 +19,13 @@ import (
 // warm start needs.
 
 var (
-	_ driver.Restorer[map[string]any]    = (*Table[map[string]any])(nil)
-	_ driver.DurableAcknowledger         = (*Table[map[string]any])(nil)
-	_ core.CodecProvider[map[string]any] = (*Table[map[string]any])(nil)
+	_ driver.Restorer[map[string]any]      = (*Table[map[string]any])(nil)
+	_ driver.DurableAcknowledger           = (*Table[map[string]any])(nil)
+	_ driver.CodecProvider[map[string]any] = (*Table[map[string]any])(nil)
 )
 
-// Codec implements core.CodecProvider: checkpoints of a struct T encode
-// it with core.Binary when T's fields allow it (pgtype values, time.Time,
+// Codec implements driver.CodecProvider: checkpoints of a struct T encode
+// it with codec.Binary when T's fields allow it (pgtype values, time.Time,
 // slices and pointers of plain types do; a map or interface field, such as
 // a jsonb column decoded into map[string]any, does not), else as JSON (its
 // fields must round-trip through encoding/json, as the pgtype types do).
@@ -40,13 +41,13 @@ var (
 // table re-created) finds another shape, ignores the checkpoint (the
 // informer reports a core.CheckpointError naming both) and lists the
 // table, instead of restoring a cache of another shape.
-func (t *Table[T]) Codec() core.Codec[T] {
+func (t *Table[T]) Codec() codec.Codec[T] {
 	if t.m.typ == nil {
 		return nil
 	}
 	t.codecOnce.Do(func() {
 		shape, _, _ := t.src.fan.schemaState(&t.st.feed)
-		if b, err := core.NewBinary[T](); err == nil {
+		if b, err := codec.NewBinary[T](); err == nil {
 			t.codec = &binaryTableCodec[T]{Binary: b, shape: shape.fingerprint()}
 		} else {
 			t.codec = &jsonTableCodec[T]{shape: shape.fingerprint()}
@@ -55,18 +56,18 @@ func (t *Table[T]) Codec() core.Codec[T] {
 	return t.codec
 }
 
-// binaryTableCodec is core.Binary (its optional fast paths promoted) with
+// binaryTableCodec is codec.Binary (its optional fast paths promoted) with
 // the table's shape in its Schema.
 type binaryTableCodec[T any] struct {
-	*core.Binary[T]
+	*codec.Binary[T]
 	shape string
 }
 
 func (c *binaryTableCodec[T]) Schema() string { return c.Binary.Schema() + "; " + c.shape }
 
-// jsonTableCodec is core.JSON with the table's shape in its Schema.
+// jsonTableCodec is codec.JSON with the table's shape in its Schema.
 type jsonTableCodec[T any] struct {
-	core.JSON[T]
+	codec.JSON[T]
 	shape string
 }
 

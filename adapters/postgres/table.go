@@ -10,6 +10,7 @@ import (
 
 	"github.com/dbinformer/dbinformer/adapters/postgres/internal/wal"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/codec"
 	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/filter"
 	"github.com/jackc/pgx/v5"
@@ -72,7 +73,7 @@ type Table[T any] struct {
 	changes atomic.Int64    // row changes the stream delivered
 
 	codecOnce sync.Once // Codec
-	codec     core.Codec[T]
+	codec     codec.Codec[T]
 }
 
 var (

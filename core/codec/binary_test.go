@@ -12,6 +12,7 @@ import (
 
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/checkpoint"
+	"github.com/dbinformer/dbinformer/core/codec"
 )
 
 type binInner struct {
@@ -43,7 +44,7 @@ type binRow struct {
 }
 
 func TestBinaryRoundTrip(t *testing.T) {
-	c, err := core.NewBinary[binRow]()
+	c, err := codec.NewBinary[binRow]()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,13 +129,13 @@ func TestBinaryRefusesWhatItCannotEncode(t *testing.T) {
 			t.Errorf("error %v, want one saying %q", err, want)
 		}
 	}
-	_, err := core.NewBinary[withMap]()
+	_, err := codec.NewBinary[withMap]()
 	check(err, "map")
-	_, err = core.NewBinary[withAny]()
+	_, err = codec.NewBinary[withAny]()
 	check(err, "interface")
-	_, err = core.NewBinary[withHidden]()
+	_, err = codec.NewBinary[withHidden]()
 	check(err, "unexported field")
-	_, err = core.NewBinary[list]()
+	_, err = codec.NewBinary[list]()
 	check(err, "recursive")
 	_ = withHidden{}.b
 }
@@ -148,7 +149,7 @@ func TestBinaryStringsShareOneAllocation(t *testing.T) {
 		P    *string
 		S    []string
 	}
-	c, err := core.NewBinary[row]()
+	c, err := codec.NewBinary[row]()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +184,7 @@ func ExampleNewBinary() {
 		Limits  []int32
 		Manager *string
 	}
-	c, err := core.NewBinary[Account]()
+	c, err := codec.NewBinary[Account]()
 	if err != nil {
 		panic(err)
 	}
@@ -204,7 +205,7 @@ func ExampleNewBinary() {
 	back, _ := c.Decode(data)
 	fmt.Println(len(data), back.ID, back.Owner, back.Limits, back.Manager == nil)
 
-	_, err = core.NewBinary[struct{ Attrs map[string]string }]()
+	_, err = codec.NewBinary[struct{ Attrs map[string]string }]()
 	fmt.Println(err != nil)
 	// Output:
 	// 9 7 ada [10 20] true
@@ -227,7 +228,7 @@ func TestBinaryOverflow(t *testing.T) {
 		I int32
 		U uint32
 	}](t)
-	enc, _ := core.NewBinary[binWide]()
+	enc, _ := codec.NewBinary[binWide]()
 	one, _ := enc.Encode(binWide{I: 1 << 40})
 	if _, err := decodeWith[[2]int32](one); err == nil {
 		t.Error("an array element took an overflowing value")
@@ -243,7 +244,7 @@ type binWide struct {
 // signed and unsigned field.
 func overflows[T any](t *testing.T) {
 	t.Helper()
-	enc, err := core.NewBinary[binWide]()
+	enc, err := codec.NewBinary[binWide]()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +261,7 @@ func overflows[T any](t *testing.T) {
 }
 
 func decodeWith[T any](data []byte) (T, error) {
-	c, err := core.NewBinary[T]()
+	c, err := codec.NewBinary[T]()
 	if err != nil {
 		var zero T
 		return zero, err

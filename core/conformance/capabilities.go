@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"reflect"
 
-	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/filter"
@@ -69,7 +68,7 @@ func checkCapabilities[T any](t tb, bare driver.ListerWatcher[T], ws []namedLW[T
 		sameCapability[driver.ProgressIntervaler](t, "core.ProgressIntervaler", bare, w)
 		sameCapability[driver.HealWaiter](t, "core.HealWaiter", bare, w)
 		sameCapability[driver.HeadReader](t, "core.HeadReader", bare, w)
-		sameCapability[core.CodecProvider[T]](t, "core.CodecProvider", bare, w)
+		sameCapability[driver.CodecProvider[T]](t, "core.CodecProvider", bare, w)
 		sameCapability[driver.Restorer[T]](t, "core.Restorer", bare, w)
 		sameCapability[driver.DurableAcknowledger](t, "core.DurableAcknowledger", bare, w)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/codec"
 	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/memory"
 )
@@ -17,7 +18,7 @@ type fullSource struct{ *memory.Source[obj] }
 
 func (fullSource) ProgressInterval() time.Duration      { return time.Minute }
 func (fullSource) WaitHealed(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }
-func (fullSource) Codec() core.Codec[obj]               { return core.JSON[obj]{} }
+func (fullSource) Codec() codec.Codec[obj]              { return codec.JSON[obj]{} }
 func (fullSource) Restore(context.Context, core.ResourceVersion, iter.Seq2[string, obj]) error {
 	return nil
 }
@@ -29,7 +30,7 @@ var (
 	_ driver.ProgressIntervaler  = fullSource{}
 	_ driver.HealWaiter          = fullSource{}
 	_ driver.HeadReader          = fullSource{}
-	_ core.CodecProvider[obj]    = fullSource{}
+	_ driver.CodecProvider[obj]  = fullSource{}
 	_ driver.Restorer[obj]       = fullSource{}
 	_ driver.DurableAcknowledger = fullSource{}
 )

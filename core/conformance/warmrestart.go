@@ -10,6 +10,7 @@ import (
 
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/checkpoint"
+	codecs "github.com/dbinformer/dbinformer/core/codec"
 	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 )
@@ -94,12 +95,12 @@ func (nameTB) Name() string { return "conformance" }
 func (e *env[T]) warmInformer(store checkpoint.Store, what string) (stop func(), rec *informertest.Recorder[T]) {
 	e.t.Helper()
 	t := nameTB{e.t}
-	var codec core.Codec[T]
-	if p, ok := driver.Capability[core.CodecProvider[T]](e.lw); ok {
+	var codec codecs.Codec[T]
+	if p, ok := driver.Capability[driver.CodecProvider[T]](e.lw); ok {
 		codec = p.Codec()
 	}
 	if codec == nil {
-		codec = core.JSON[T]{}
+		codec = codecs.JSON[T]{}
 	}
 	errs := &informertest.Errors{}
 	inf := core.NewSharedIndexInformer(e.lw, core.InformerOptions[T]{

@@ -23,6 +23,7 @@ import (
 	natsinformer "github.com/dbinformer/dbinformer/adapters/nats"
 	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/codec"
 	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/integration/harness"
@@ -65,7 +66,7 @@ func TestEtcdEmptyAndHugeKeysAndValues(t *testing.T) {
 	put("listed-huge", huge)
 	put("", []byte("the prefix itself"))
 
-	raw, err := etcdinformer.NewPrefix(ctx, c, "/bad", etcdinformer.Options[[]byte]{Codec: core.Raw{}})
+	raw, err := etcdinformer.NewPrefix(ctx, c, "/bad", etcdinformer.Options[[]byte]{Codec: codec.Raw{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +122,7 @@ func TestNATSEmptyAndHugeValues(t *testing.T) {
 	if _, err := kv.Put(ctx, "listed-huge", huge); err != nil {
 		t.Fatal(err)
 	}
-	raw, err := natsinformer.NewKV(ctx, js, "bad", natsinformer.KVOptions[[]byte]{Codec: core.Raw{}})
+	raw, err := natsinformer.NewKV(ctx, js, "bad", natsinformer.KVOptions[[]byte]{Codec: codec.Raw{}})
 	if err != nil {
 		t.Fatal(err)
 	}
