@@ -10,8 +10,8 @@ import (
 // AuditOptions turns on the consistency audit of an informer
 // (InformerOptions.Audit): every Period the informer compares its cache with
 // the source as of one version and reports (and by default heals) what
-// differs. It needs a ListerWatcher that implements AuditLister (found with
-// Capability); without one each run reports ErrAuditUnsupported.
+// differs. It needs a driver.ListerWatcher that implements driver.AuditLister (found with
+// driver.Capability); without one each run reports ErrAuditUnsupported.
 //
 // The audit is off unless asked for: a run reads the whole source (within
 // the informer's filter), which is a cost in the source's capacity that
@@ -123,7 +123,7 @@ type AuditResult struct {
 	// out each key missing from the cache (the cache never held the
 	// state at Version; the next run compares them), and so does a key
 	// the source dropped without a version since it was read (see
-	// AuditRechecker).
+	// driver.AuditRechecker).
 	InFlight int64
 	// Undecodable counts source objects that did not decode; they are not
 	// compared (InformerOptions.Undecodable keeps them out of the cache).
@@ -166,7 +166,7 @@ func keyList(keys []string) string {
 }
 
 // ErrAuditUnsupported is matched by the Err of every audit run of an
-// informer whose ListerWatcher does not implement AuditLister.
+// informer whose driver.ListerWatcher does not implement driver.AuditLister.
 var ErrAuditUnsupported = fmt.Errorf("dbinformer: the source cannot be audited (its ListerWatcher implements no core.AuditLister)")
 
 // AuditMetrics is implemented by an InformerMetrics that records audit

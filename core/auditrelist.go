@@ -7,7 +7,7 @@ import (
 )
 
 // errAuditRelist ends the watch when an audit with HealRelist found a
-// difference: it matches ErrExpired, so the reflector relists.
+// difference: it matches driver.ErrExpired, so the reflector relists.
 var errAuditRelist = fmt.Errorf("the consistency audit found the cache different from the source and asked for a relist (AuditOptions.Heal is HealRelist): %w", driver.ErrExpired)
 
 // openWatch registers the watch's cancel function for requestRelist and

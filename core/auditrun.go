@@ -259,7 +259,7 @@ type auditPass[T any] struct {
 	tr   *changeRecord
 	seen *auditSeen[T] // each row's key
 	// suspects are keyed, since a source may emit a key again (see
-	// AuditLister): its last emission stands.
+	// driver.AuditLister): its last emission stands.
 	suspects map[string]auditSuspect[T]
 	gone     map[string]struct{}
 	heal     []Delta[T]
@@ -306,7 +306,7 @@ func (p *auditPass[T]) emit(ev driver.Event[T]) error {
 }
 
 // auditSuspect is a source object that differed from the cache as it was
-// read, and its version (for AuditRechecker).
+// read, and its version (for driver.AuditRechecker).
 type auditSuspect[T any] struct {
 	obj T
 	rv  ResourceVersion
@@ -317,7 +317,7 @@ type auditSuspect[T any] struct {
 // them (at most MaxHeal). relisted says that a list past c completed
 // during the run: a key missing from the cache is then in flight (see the
 // top of this file). rc, when the source has one, rechecks each missing
-// or differing key first (see AuditRechecker); an extra key needs no
+// or differing key first (see driver.AuditRechecker); an extra key needs no
 // recheck, as a change without a version only removes.
 func (p *auditPass[T]) compare(ctx context.Context, c ResourceVersion, relisted bool, rc driver.AuditRechecker) ([]Delta[T], error) {
 	r, i := p.r, p.i

@@ -15,14 +15,14 @@ import (
 // checkpoint, serves it at once (not yet synced, see
 // SharedIndexInformer.ServingCheckpoint) and watches from its version
 // instead of listing. When the source no longer holds that version
-// (ErrExpired: etcd compaction, a lost slot, a purged stream, 410 Gone), the
+// (driver.ErrExpired: etcd compaction, a lost slot, a purged stream, 410 Gone), the
 // informer relists and hands handlers only the differences against the
 // loaded state: adds for new keys, updates for objects that changed
 // (InformerOptions.Equal, by default equal encodings under Codec), deletes
 // for vanished keys.
 //
 // What the source must keep for a warm start to be a watch rather than a
-// relist: Postgres a permanent slot (see DurableAcknowledger); etcd the
+// relist: Postgres a permanent slot (see driver.DurableAcknowledger); etcd the
 // revisions since the checkpoint, not yet compacted; NATS the stream's
 // messages since the checkpoint (its retention); Kubernetes the
 // apiserver's watch cache window (usually minutes).
@@ -32,8 +32,8 @@ type CheckpointOptions[T any] struct {
 	Store checkpoint.Store
 	// Name names the checkpoint in Store; empty means the informer's Name.
 	Name string
-	// Codec encodes the cached objects. nil means the ListerWatcher's own
-	// (CodecProvider); Run fails when it has none. A checkpoint records
+	// Codec encodes the cached objects. nil means the driver.ListerWatcher's own
+	// (driver.CodecProvider); Run fails when it has none. A checkpoint records
 	// the codec's type (and Binary's Schema): one written with another
 	// codec is ignored, and the informer lists. Binary is the fastest for
 	// plain structs.

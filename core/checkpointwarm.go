@@ -340,7 +340,7 @@ func (i *SharedIndexInformer[T]) loadCheckpoint(ctx context.Context, rv Resource
 }
 
 // readHead returns the version a warm start from checkpoint version from
-// must reach to be synced: the source's head (HeadReader), or from itself
+// must reach to be synced: the source's head (driver.HeadReader), or from itself
 // for a source that cannot tell its head. It retries until ctx ends
 // (false).
 func (i *SharedIndexInformer[T]) readHead(ctx context.Context, from ResourceVersion) (ResourceVersion, bool) {

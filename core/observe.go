@@ -30,8 +30,8 @@ type headCache struct {
 	readOnce bool
 }
 
-// Head returns the newest version of the informer's source (HeadReader,
-// found through wrappers by Capability), for lag: AppliedVersion's
+// Head returns the newest version of the informer's source (driver.HeadReader,
+// found through wrappers by driver.Capability), for lag: AppliedVersion's
 // distance to it. Calls within a second of a finished read get that
 // read's answer, and concurrent calls share one read, so every observer
 // of the informer (a status page, Prometheus) reads through it at no extra
@@ -80,7 +80,7 @@ func (i *SharedIndexInformer[T]) Head(ctx context.Context) (ResourceVersion, err
 }
 
 // Source names the kind of the informer's source: the Go type of the
-// ListerWatcher beneath any wrappers (see Capability), without package
+// driver.ListerWatcher beneath any wrappers (see driver.Capability), without package
 // path or type arguments, such as "etcdinformer.Prefix" for an
 // *etcdinformer.Prefix[User] inside a filter.Wrap (what SyncStatus.Source
 // holds).

@@ -13,7 +13,7 @@ import (
 	"github.com/dbinformer/dbinformer/core/driver"
 )
 
-// Reflector keeps a Queue in step with a ListerWatcher: list (streamed
+// Reflector keeps a Queue in step with a driver.ListerWatcher: list (streamed
 // into the queue), then watch from the list's version; bookmarks advance the
 // version; an expired version relists from scratch; a permanent failure
 // stops it; any other failure backs off and resumes the watch from the last
@@ -45,7 +45,7 @@ type reflectorConfig[T any] struct {
 	shouldResync    func() bool
 	backoff         Backoff
 	minWatchTimeout time.Duration // < 0: no planned timeout
-	// progressInterval overrides the ListerWatcher's ProgressInterval
+	// progressInterval overrides the driver.ListerWatcher's ProgressInterval
 	// when non-zero; < 0: no stuck-watch detection.
 	progressInterval time.Duration
 	transform        func(T) (T, error)
@@ -119,9 +119,9 @@ func (r *Reflector[T]) status(s *SyncStatus) {
 }
 
 // RequestProgress asks the open watch for a bookmark (see
-// ProgressReporter). It never blocks: a request already waiting to be read
+// driver.ProgressReporter). It never blocks: a request already waiting to be read
 // by the watch answers this one too. It returns ErrProgressNotSupported when
-// no watch is open or the ListerWatcher does not report progress.
+// no watch is open or the driver.ListerWatcher does not report progress.
 func (r *Reflector[T]) RequestProgress(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -137,7 +137,7 @@ func (r *Reflector[T]) RequestProgress(ctx context.Context) error {
 }
 
 // Run lists and watches until ctx is done or the source fails permanently
-// (an error matching ErrPermanent), then returns once every goroutine it
+// (an error matching driver.ErrPermanent), then returns once every goroutine it
 // started has ended. It returns nil when ctx ended it and the permanent
 // error otherwise. One Reflector runs once at a time; an informer makes a
 // new one for each of its runs.
@@ -213,8 +213,8 @@ func (r *Reflector[T]) Run(ctx context.Context) error {
 	return nil
 }
 
-// sleep waits d, or less when the ListerWatcher says its source healed
-// (HealWaiter).
+// sleep waits d, or less when the driver.ListerWatcher says its source healed
+// (driver.HealWaiter).
 func (r *Reflector[T]) sleep(ctx context.Context, d time.Duration) {
 	var healed chan struct{}
 	if h, ok := driver.Capability[driver.HealWaiter](r.lw); ok {
@@ -259,7 +259,7 @@ func (r *Reflector[T]) resyncLoop(ctx context.Context) {
 // admit is the one path from an Event to a Delta, for lists and watches
 // alike. An event with Err, without a key or of an unknown type, or that
 // Transform rejects (a panic in it is an error too), is reported as a
-// *DecodeError and handled by the UndecodablePolicy: it becomes a delete
+// *driver.DecodeError and handled by the UndecodablePolicy: it becomes a delete
 // of its key marked Undecodable (ok), or nothing (no key), or stop, the
 // permanent error that ends the reflector. Bookmarks never reach it.
 func (r *Reflector[T]) admit(ctx context.Context, ev *driver.Event[T]) (d Delta[T], ok bool, stop error) {

@@ -48,7 +48,7 @@ func (r reporter) reported() (int64, error) {
 	return r.seen.n, r.seen.last
 }
 
-// lastDecode is the last *DecodeError an informer reported and when.
+// lastDecode is the last *driver.DecodeError an informer reported and when.
 type lastDecode struct {
 	clk clock.Clock
 	mu  sync.Mutex
@@ -63,7 +63,7 @@ func newReporter(name string, handler func(error), logger *slog.Logger, clk cloc
 	return reporter{name: name, handler: handler, logger: logger, decode: &lastDecode{clk: clock.Or(clk)}, schema: &lastSchema{}, seen: &reportsSeen{}}
 }
 
-// lastDecodeError returns the last *DecodeError reported and when; nil
+// lastDecodeError returns the last *driver.DecodeError reported and when; nil
 // when there was none.
 func (r reporter) lastDecodeError() (*driver.DecodeError, time.Time) {
 	if r.decode == nil {

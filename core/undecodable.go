@@ -12,7 +12,7 @@ import (
 // reported but that cannot become a T in the cache: an event with Err set
 // (a value a producer wrote in a shape T cannot hold, a row with no
 // mapping), or one that InformerOptions.Transform rejects or panics on.
-// Either way the error, a *DecodeError naming source, key and version,
+// Either way the error, a *driver.DecodeError naming source, key and version,
 // goes to the error path (InformerOptions.ErrorHandler, and
 // InformerMetrics.DecodeFailed). What no policy does is keep the key's
 // previous object as if it were current: the source has moved past it.
@@ -28,7 +28,7 @@ const (
 	// reported.
 	RemoveUndecodable UndecodablePolicy = iota
 	// StopOnUndecodable stops the informer at the first such change, with
-	// an error matching ErrPermanent and wrapping the *DecodeError (Run,
+	// an error matching driver.ErrPermanent and wrapping the *driver.DecodeError (Run,
 	// WaitForCacheSync and WaitFor return it): nothing of the batch that
 	// held it is applied, and the cache stays as it was, frozen (see
 	// SharedIndexInformer.Live). For a program that would rather stop than
@@ -48,7 +48,7 @@ func (p UndecodablePolicy) String() string {
 }
 
 // undecodable applies the policy to an event that failed with err: it
-// reports the *DecodeError and returns the delete that takes the key out
+// reports the *driver.DecodeError and returns the delete that takes the key out
 // (ok), nothing (an event without a key), or the permanent error that
 // stops the reflector.
 func (r *Reflector[T]) undecodable(ctx context.Context, ev *driver.Event[T], err error) (d Delta[T], ok bool, stop error) {

@@ -11,7 +11,7 @@ import (
 
 // ProgressInterval is how often the open watch is expected to show
 // progress: InformerOptions.ProgressInterval when set, else the
-// ListerWatcher's (ProgressIntervaler); 0 means no stuck-watch detection.
+// driver.ListerWatcher's (driver.ProgressIntervaler); 0 means no stuck-watch detection.
 func (r *Reflector[T]) ProgressInterval() time.Duration {
 	d := r.cfg.progressInterval
 	if d == 0 {
@@ -29,8 +29,8 @@ type watchActivity struct {
 	busy atomic.Int32
 }
 
-// watchdog ends a watch that stays silent (no Emit) for StuckIntervals
-// progress intervals, asking a ProgressReporter's watch for a bookmark
+// watchdog ends a watch that stays silent (no Emit) for driver.StuckIntervals
+// progress intervals, asking a driver.ProgressReporter's watch for a bookmark
 // after each silent interval first: a healthy idle watch answers, and
 // its answer is an Emit.
 //

@@ -50,7 +50,7 @@ type Funcs[T any] struct {
 // Encode calls EncodeFunc.
 func (c Funcs[T]) Encode(obj T) ([]byte, error) {
 	if c.EncodeFunc == nil {
-		return nil, fmt.Errorf("dbinformer: this codec cannot encode (Funcs.EncodeFunc is nil)")
+		return nil, fmt.Errorf("dbinformer: this codec cannot encode (codec.Funcs.EncodeFunc is nil)")
 	}
 	return c.EncodeFunc(obj)
 }
