@@ -7,6 +7,7 @@ import (
 
 	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/integration/harness"
 )
 
@@ -44,7 +45,7 @@ func BenchmarkPostgresAudit(b *testing.B) {
 	defer lsrc.Close()
 	list := func() {
 		n := 0
-		if _, err := ltbl.List(ctx, core.ListSink[pgRow]{Emit: func(ev core.Event[pgRow]) error {
+		if _, err := ltbl.List(ctx, driver.ListSink[pgRow]{Emit: func(ev driver.Event[pgRow]) error {
 			if ev.Err != nil {
 				return ev.Err
 			}
@@ -66,7 +67,7 @@ func BenchmarkPostgresAudit(b *testing.B) {
 	// comparison with the cache), beside the audit and the List.
 	read := func() {
 		n := 0
-		if _, err := tbl.AuditList(ctx, 0, core.ListSink[pgRow]{Emit: func(ev core.Event[pgRow]) error {
+		if _, err := tbl.AuditList(ctx, 0, driver.ListSink[pgRow]{Emit: func(ev driver.Event[pgRow]) error {
 			if ev.Err != nil {
 				return ev.Err
 			}

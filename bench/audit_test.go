@@ -11,6 +11,7 @@ import (
 	natsinformer "github.com/dbinformer/dbinformer/adapters/nats"
 	"github.com/dbinformer/dbinformer/adapters/nats/natstest"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/integration/harness"
 )
 
@@ -124,23 +125,23 @@ func BenchmarkNATSAudit(b *testing.B) {
 // through Unwrap): when at is set, its AuditList reads the live heap as
 // the at-th row arrives.
 type heapProbe[T any] struct {
-	lw         core.ListerWatcher[T]
+	lw         driver.ListerWatcher[T]
 	at         int
 	base, held uint64
 }
 
-func (p *heapProbe[T]) Unwrap() core.ListerWatcher[T] { return p.lw }
+func (p *heapProbe[T]) Unwrap() driver.ListerWatcher[T] { return p.lw }
 
-func (p *heapProbe[T]) List(ctx context.Context, sink core.ListSink[T]) (core.ResourceVersion, error) {
+func (p *heapProbe[T]) List(ctx context.Context, sink driver.ListSink[T]) (core.ResourceVersion, error) {
 	return p.lw.List(ctx, sink)
 }
 
-func (p *heapProbe[T]) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[T]) error {
+func (p *heapProbe[T]) Watch(ctx context.Context, from core.ResourceVersion, opts driver.WatchOptions[T]) error {
 	return p.lw.Watch(ctx, from, opts)
 }
 
-func (p *heapProbe[T]) AuditList(ctx context.Context, atLeast core.ResourceVersion, sink core.ListSink[T]) (core.ResourceVersion, error) {
-	al, ok := core.Capability[core.AuditLister[T]](p.lw)
+func (p *heapProbe[T]) AuditList(ctx context.Context, atLeast core.ResourceVersion, sink driver.ListSink[T]) (core.ResourceVersion, error) {
+	al, ok := driver.Capability[driver.AuditLister[T]](p.lw)
 	if !ok {
 		return 0, core.ErrAuditUnsupported
 	}
@@ -148,7 +149,7 @@ func (p *heapProbe[T]) AuditList(ctx context.Context, atLeast core.ResourceVersi
 		return al.AuditList(ctx, atLeast, sink)
 	}
 	emit, n := sink.Emit, 0
-	sink.Emit = func(ev core.Event[T]) error {
+	sink.Emit = func(ev driver.Event[T]) error {
 		err := emit(ev)
 		if n++; n == p.at {
 			h := liveHeap() // once: two reads could go down in between and wrap

@@ -11,6 +11,7 @@ import (
 	etcdinformer "github.com/dbinformer/dbinformer/adapters/etcd"
 	"github.com/dbinformer/dbinformer/adapters/etcd/etcdtest"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/integration/harness"
 )
 
@@ -99,9 +100,9 @@ func rawEtcdWatch(b *testing.B, c *clientv3.Client, mid int64, want int) {
 	}
 }
 
-func oursEtcdList(b *testing.B, lw core.ListerWatcher[etcdtest.Item]) int {
+func oursEtcdList(b *testing.B, lw driver.ListerWatcher[etcdtest.Item]) int {
 	n := 0
-	if _, err := lw.List(context.Background(), core.ListSink[etcdtest.Item]{Emit: func(ev core.Event[etcdtest.Item]) error {
+	if _, err := lw.List(context.Background(), driver.ListSink[etcdtest.Item]{Emit: func(ev driver.Event[etcdtest.Item]) error {
 		if ev.Err != nil {
 			return ev.Err
 		}
@@ -115,14 +116,14 @@ func oursEtcdList(b *testing.B, lw core.ListerWatcher[etcdtest.Item]) int {
 
 var errSeenAll = errors.New("every change seen")
 
-func oursEtcdWatch(b *testing.B, lw core.ListerWatcher[etcdtest.Item], mid int64, want int) {
+func oursEtcdWatch(b *testing.B, lw driver.ListerWatcher[etcdtest.Item], mid int64, want int) {
 	n := 0
-	err := lw.Watch(context.Background(), core.ResourceVersion(mid), core.WatchOptions[etcdtest.Item]{Emit: func(batch []core.Event[etcdtest.Item]) error {
+	err := lw.Watch(context.Background(), core.ResourceVersion(mid), driver.WatchOptions[etcdtest.Item]{Emit: func(batch []driver.Event[etcdtest.Item]) error {
 		for _, ev := range batch {
 			if ev.Err != nil {
 				return ev.Err
 			}
-			if ev.Type != core.Bookmark {
+			if ev.Type != driver.Bookmark {
 				n++
 			}
 		}

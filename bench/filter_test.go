@@ -12,6 +12,7 @@ import (
 	natsinformer "github.com/dbinformer/dbinformer/adapters/nats"
 	"github.com/dbinformer/dbinformer/adapters/nats/natstest"
 	"github.com/dbinformer/dbinformer/core"
+	codecs "github.com/dbinformer/dbinformer/core/codec"
 	"github.com/dbinformer/dbinformer/filter"
 	"github.com/dbinformer/dbinformer/integration/harness"
 )
@@ -85,7 +86,7 @@ func partialSyncNATS(b *testing.B) {
 	}
 	f := filter.MustNew[item](filter.Prefix(filter.Key, "t7."))
 	var decoded atomic.Int64
-	codec := core.CodecFuncs[item]{DecodeFunc: func(d []byte) (item, error) {
+	codec := codecs.Funcs[item]{DecodeFunc: func(d []byte) (item, error) {
 		decoded.Add(1)
 		var it item
 		err := json.Unmarshal(d, &it)

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // encodeItem writes item i as JSON into buf, the way a source hands over
@@ -45,16 +46,16 @@ func decodeItems(n int, emit func(key string, o *item) error) error {
 // list is the whole workload, and nothing of it exists before List runs.
 type decodingLW struct{ n int }
 
-func (s decodingLW) List(ctx context.Context, sink core.ListSink[*item]) (core.ResourceVersion, error) {
+func (s decodingLW) List(ctx context.Context, sink driver.ListSink[*item]) (core.ResourceVersion, error) {
 	err := decodeItems(s.n, func(key string, o *item) error {
-		return sink.Emit(core.Event[*item]{Type: core.Added, Key: key, Object: o, HasObject: true, RV: 1})
+		return sink.Emit(driver.Event[*item]{Type: driver.Added, Key: key, Object: o, HasObject: true, RV: 1})
 	})
 	return 1, err
 }
 
-func (decodingLW) Watch(ctx context.Context, _ core.ResourceVersion, _ core.WatchOptions[*item]) error {
+func (decodingLW) Watch(ctx context.Context, _ core.ResourceVersion, _ driver.WatchOptions[*item]) error {
 	<-ctx.Done()
-	return core.Stopped(ctx)
+	return driver.Stopped(ctx)
 }
 
 // BenchmarkInitialSync: the peak heap while an informer lists and caches

@@ -12,6 +12,7 @@ import (
 	natsinformer "github.com/dbinformer/dbinformer/adapters/nats"
 	"github.com/dbinformer/dbinformer/adapters/nats/natstest"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/integration/harness"
 )
 
@@ -81,7 +82,7 @@ func rawNATSWatch(b *testing.B, kv jetstream.KeyValue, want int, opts ...jetstre
 
 func oursNATSList(b *testing.B, lw *natsinformer.KV[item]) int {
 	n := 0
-	if _, err := lw.List(context.Background(), core.ListSink[item]{Emit: func(ev core.Event[item]) error {
+	if _, err := lw.List(context.Background(), driver.ListSink[item]{Emit: func(ev driver.Event[item]) error {
 		if ev.Err != nil {
 			return ev.Err
 		}
@@ -98,12 +99,12 @@ var errEnough = context.Canceled
 
 func oursNATSWatch(b *testing.B, lw *natsinformer.KV[item], mid uint64, want int) {
 	n := 0
-	err := lw.Watch(context.Background(), core.ResourceVersion(mid), core.WatchOptions[item]{Emit: func(batch []core.Event[item]) error {
+	err := lw.Watch(context.Background(), core.ResourceVersion(mid), driver.WatchOptions[item]{Emit: func(batch []driver.Event[item]) error {
 		for _, ev := range batch {
 			if ev.Err != nil {
 				return ev.Err
 			}
-			if ev.Type != core.Bookmark {
+			if ev.Type != driver.Bookmark {
 				n++
 			}
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/dbinformer/dbinformer/bench"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // obj is the object both pipelines carry. client-go needs a runtime.Object
@@ -44,7 +45,7 @@ func (l *objList) DeepCopyObject() runtime.Object {
 // stream is the pre-generated input: the same objects as our events (in
 // batches, as a watch emits them) and as client-go watch events.
 type stream struct {
-	ours [][]core.Event[*obj]
+	ours [][]driver.Event[*obj]
 	cg   []watch.Event
 }
 
@@ -58,21 +59,21 @@ func newStream(n, keys int) *stream {
 	}
 	last := make([]*obj, keys)
 	s := &stream{cg: make([]watch.Event, n)}
-	flat := make([]core.Event[*obj], n)
+	flat := make([]driver.Event[*obj], n)
 	for i, c := range changes {
 		rv := i + 1
 		o := last[c.Key]
-		if c.Type != core.Deleted {
+		if c.Type != driver.Deleted {
 			o = &obj{ObjectMeta: metav1.ObjectMeta{Name: names[c.Key], ResourceVersion: strconv.Itoa(rv)},
 				Org: "org-" + strconv.Itoa(c.Key%100), Team: "team-" + strconv.Itoa(c.Key%1000), N: rv}
 			last[c.Key] = o
 		}
-		flat[i] = core.Event[*obj]{Type: c.Type, Key: names[c.Key], Object: o, HasObject: true, RV: core.ResourceVersion(rv)}
+		flat[i] = driver.Event[*obj]{Type: c.Type, Key: names[c.Key], Object: o, HasObject: true, RV: core.ResourceVersion(rv)}
 		t := watch.Added
 		switch c.Type {
-		case core.Modified:
+		case driver.Modified:
 			t = watch.Modified
-		case core.Deleted:
+		case driver.Deleted:
 			t = watch.Deleted
 		}
 		s.cg[i] = watch.Event{Type: t, Object: o}
@@ -87,11 +88,11 @@ func newStream(n, keys int) *stream {
 
 type oursLW struct{ s *stream }
 
-func (l oursLW) List(context.Context, core.ListSink[*obj]) (core.ResourceVersion, error) {
+func (l oursLW) List(context.Context, driver.ListSink[*obj]) (core.ResourceVersion, error) {
 	return 0, nil
 }
 
-func (l oursLW) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[*obj]) error {
+func (l oursLW) Watch(ctx context.Context, from core.ResourceVersion, opts driver.WatchOptions[*obj]) error {
 	// Batches hold pipelineBatch consecutive versions starting at 1, so a
 	// reopened watch resumes at the batch after from.
 	for _, b := range l.s.ours[int(from)/pipelineBatch:] {
@@ -100,7 +101,7 @@ func (l oursLW) Watch(ctx context.Context, from core.ResourceVersion, opts core.
 		}
 	}
 	<-ctx.Done()
-	return core.Stopped(ctx)
+	return driver.Stopped(ctx)
 }
 
 // --- client-go: a ListerWatcher whose watch.Interface is fed from the same
@@ -259,7 +260,7 @@ func bareApply(s *stream, fs ...func(*obj) ([]string, error)) map[string]*obj {
 				if existed {
 					ov, _ = f(old)
 				}
-				if ev.Type != core.Deleted {
+				if ev.Type != driver.Deleted {
 					nv, _ = f(ev.Object)
 				}
 				if slices.Equal(ov, nv) {
@@ -282,7 +283,7 @@ func bareApply(s *stream, fs ...func(*obj) ([]string, error)) map[string]*obj {
 					set[ev.Key] = struct{}{}
 				}
 			}
-			if ev.Type == core.Deleted {
+			if ev.Type == driver.Deleted {
 				delete(items, ev.Key)
 			} else {
 				items[ev.Key] = ev.Object

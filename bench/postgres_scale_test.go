@@ -18,6 +18,7 @@ import (
 	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/bench/internal/userprog"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/integration/harness"
 )
 
@@ -153,7 +154,7 @@ func BenchmarkPostgresScale(b *testing.B) {
 			prepare: func() { src, tbl = newPGTable[scaleRow](b, pg, "scale_rows") },
 			run: func() {
 				listed = 0
-				if _, err := tbl.List(ctx, core.ListSink[scaleRow]{Emit: func(ev core.Event[scaleRow]) error {
+				if _, err := tbl.List(ctx, driver.ListSink[scaleRow]{Emit: func(ev driver.Event[scaleRow]) error {
 					if ev.Err != nil {
 						return ev.Err
 					}

@@ -21,6 +21,7 @@ import (
 
 	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/integration/harness"
 )
 
@@ -121,7 +122,7 @@ func BenchmarkPostgres(b *testing.B) {
 			prepare: func() { src, tbl = newPGTable[pgRow](b, pg, "sync_rows") },
 			run: func() {
 				listed = 0
-				if _, err := tbl.List(ctx, core.ListSink[pgRow]{Emit: func(ev core.Event[pgRow]) error {
+				if _, err := tbl.List(ctx, driver.ListSink[pgRow]{Emit: func(ev driver.Event[pgRow]) error {
 					if ev.Err != nil {
 						return ev.Err
 					}
@@ -197,7 +198,7 @@ func BenchmarkPostgres(b *testing.B) {
 			prepare: func() {
 				src, tbl = newPGTable[pgRow](b, pg, "decode_rows")
 				var err error
-				if from, err = tbl.List(ctx, core.ListSink[pgRow]{Emit: func(core.Event[pgRow]) error { return nil }}); err != nil {
+				if from, err = tbl.List(ctx, driver.ListSink[pgRow]{Emit: func(driver.Event[pgRow]) error { return nil }}); err != nil {
 					b.Fatal(err)
 				}
 				insert()
@@ -209,12 +210,12 @@ func BenchmarkPostgres(b *testing.B) {
 				defer cancel()
 				n := 0
 				errDone := errors.New("done")
-				err := tbl.Watch(wctx, from, core.WatchOptions[pgRow]{Emit: func(batch []core.Event[pgRow]) error {
+				err := tbl.Watch(wctx, from, driver.WatchOptions[pgRow]{Emit: func(batch []driver.Event[pgRow]) error {
 					for _, ev := range batch {
 						if ev.Err != nil {
 							return ev.Err
 						}
-						if ev.Type == core.Added {
+						if ev.Type == driver.Added {
 							n++
 						}
 					}

@@ -16,6 +16,7 @@ import (
 	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/adapters/postgres/pgtest"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	"github.com/dbinformer/dbinformer/leader"
 	"github.com/dbinformer/dbinformer/relay"
@@ -123,7 +124,7 @@ type countingDown struct {
 	lists *atomic.Int64
 }
 
-func (d countingDown) List(ctx context.Context, sink core.ListSink[pgtest.Row]) (core.ResourceVersion, error) {
+func (d countingDown) List(ctx context.Context, sink driver.ListSink[pgtest.Row]) (core.ResourceVersion, error) {
 	d.lists.Add(1)
 	return d.Downstream.List(ctx, sink)
 }
@@ -138,7 +139,7 @@ func runRelayBench(b *testing.B, pg *harness.Postgres, nsrv *harness.NATS, mode 
 	src := pgtest.New(sc, pg, pgtest.Options{})
 	const n = 8
 	var lists atomic.Int64
-	var lws []core.ListerWatcher[pgtest.Row]
+	var lws []driver.ListerWatcher[pgtest.Row]
 	switch mode {
 	case "direct":
 		// The harness's own Source is the first of the eight.

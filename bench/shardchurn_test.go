@@ -35,6 +35,7 @@ import (
 	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/adapters/postgres/pgtest"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	kubeinformer "github.com/dbinformer/dbinformer/kubeadapter"
 	"github.com/dbinformer/dbinformer/leader"
@@ -394,7 +395,7 @@ func relayMember(ctx context.Context, s shardMemberSpec, log *slog.Logger, out *
 		}
 		return order, err
 	}
-	return runMember(ctx, s, log, out, sh, core.ListerWatcher[pgtest.Row](down), func(r pgtest.Row) int64 { return r.V }, fenced)
+	return runMember(ctx, s, log, out, sh, driver.ListerWatcher[pgtest.Row](down), func(r pgtest.Row) int64 { return r.V }, fenced)
 }
 
 // configMapValue is the churn's value in a ConfigMap.
@@ -406,7 +407,7 @@ func configMapValue(cm *corev1.ConfigMap) int64 {
 // runMember runs one member's sharded informer over lw until ctx ends;
 // write, when set, is the handler's fenced write, returning the revision
 // it committed at (0: the fence refused it).
-func runMember[T any](ctx context.Context, s shardMemberSpec, log *slog.Logger, out *memberOut, sh *shard.Sharder, lw core.ListerWatcher[T], value func(T) int64, write func(context.Context, shard.Ticket, string, int64) (int64, error)) error {
+func runMember[T any](ctx context.Context, s shardMemberSpec, log *slog.Logger, out *memberOut, sh *shard.Sharder, lw driver.ListerWatcher[T], value func(T) int64, write func(context.Context, shard.Ticket, string, int64) (int64, error)) error {
 	src, err := shard.NewSource[T](sh, lw)
 	if err != nil {
 		return err

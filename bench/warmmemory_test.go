@@ -23,6 +23,8 @@ import (
 	etcdinformer "github.com/dbinformer/dbinformer/adapters/etcd"
 	"github.com/dbinformer/dbinformer/adapters/postgres/pgtest"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/checkpoint"
+	codecs "github.com/dbinformer/dbinformer/core/codec"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/integration/harness"
 )
@@ -156,7 +158,7 @@ func warmMemLogf(format string, args ...any) {
 }
 
 func warmMemPostgresSide(s warmMemSpec) error {
-	store, err := core.NewDirCheckpointStore(s.Dir)
+	store, err := checkpoint.NewDirStore(s.Dir)
 	if err != nil {
 		return err
 	}
@@ -179,7 +181,7 @@ func warmMemEtcdSide(s warmMemSpec) error {
 		return err
 	}
 	defer client.Close()
-	store, err := core.NewDirCheckpointStore(s.Dir)
+	store, err := checkpoint.NewDirStore(s.Dir)
 	if err != nil {
 		return err
 	}
@@ -333,7 +335,7 @@ func warmMemPostgres(b *testing.B, pg *harness.Postgres, rows, seconds int) {
 	conn := pg.Conn(b)
 	defer conn.Close(ctx)
 	dir := b.TempDir()
-	store, err := core.NewDirCheckpointStore(dir)
+	store, err := checkpoint.NewDirStore(dir)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -425,12 +427,12 @@ func etcdWarmLoad(b *testing.B, client *clientv3.Client, keys int) {
 
 // newEtcdWarmInformer is the informer of the etcd sub-benchmark's keys,
 // checkpointing into store every interval in the Binary codec.
-func newEtcdWarmInformer(client *clientv3.Client, store core.CheckpointStore, interval time.Duration, logf func(string, ...any)) (*core.SharedIndexInformer[etcdWarmValue], *informertest.Spy[etcdWarmValue], error) {
+func newEtcdWarmInformer(client *clientv3.Client, store checkpoint.Store, interval time.Duration, logf func(string, ...any)) (*core.SharedIndexInformer[etcdWarmValue], *informertest.Spy[etcdWarmValue], error) {
 	lw, err := etcdinformer.NewPrefix[etcdWarmValue](context.Background(), client, etcdWarmPrefix, etcdinformer.Options[etcdWarmValue]{})
 	if err != nil {
 		return nil, nil, err
 	}
-	codec, err := core.NewBinary[etcdWarmValue]()
+	codec, err := codecs.NewBinary[etcdWarmValue]()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -448,7 +450,7 @@ func warmMemEtcd(b *testing.B, e *harness.Etcd, client *clientv3.Client, keys, s
 	const perTxn = 100
 	ctx := context.Background()
 	dir := b.TempDir()
-	store, err := core.NewDirCheckpointStore(dir)
+	store, err := checkpoint.NewDirStore(dir)
 	if err != nil {
 		b.Fatal(err)
 	}

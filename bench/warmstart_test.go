@@ -14,6 +14,7 @@ import (
 	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/adapters/postgres/pgtest"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/checkpoint"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -62,13 +63,13 @@ type warmProcess struct {
 	done   chan error
 }
 
-func startWarmProcess(b *testing.B, pg *harness.Postgres, slot string, store core.CheckpointStore, h core.ResourceEventHandler[warmRow]) *warmProcess {
+func startWarmProcess(b *testing.B, pg *harness.Postgres, slot string, store checkpoint.Store, h core.ResourceEventHandler[warmRow]) *warmProcess {
 	return startWarmProcessEvery(b, pg, slot, store, h, -1)
 }
 
 // startWarmProcessEvery is startWarmProcess saving checkpoints every
 // interval (negative: only when the run ends and when asked).
-func startWarmProcessEvery(b *testing.B, pg *harness.Postgres, slot string, store core.CheckpointStore, h core.ResourceEventHandler[warmRow], interval time.Duration) *warmProcess {
+func startWarmProcessEvery(b *testing.B, pg *harness.Postgres, slot string, store checkpoint.Store, h core.ResourceEventHandler[warmRow], interval time.Duration) *warmProcess {
 	b.Helper()
 	p, err := openWarmProcess(pg.ConnString(), slot, store, h, interval, b.Logf)
 	if err != nil {
@@ -80,7 +81,7 @@ func startWarmProcessEvery(b *testing.B, pg *harness.Postgres, slot string, stor
 // openWarmProcess starts a warmProcess on the database at conn, the
 // informer's errors reported to logf; a child process (which has no
 // testing.B) uses it directly.
-func openWarmProcess(conn, slot string, store core.CheckpointStore, h core.ResourceEventHandler[warmRow], interval time.Duration, logf func(string, ...any)) (*warmProcess, error) {
+func openWarmProcess(conn, slot string, store checkpoint.Store, h core.ResourceEventHandler[warmRow], interval time.Duration, logf func(string, ...any)) (*warmProcess, error) {
 	ctx := context.Background()
 	opts := pginformer.Options{}
 	if slot != "" {
@@ -230,7 +231,7 @@ func BenchmarkWarmStart(b *testing.B) {
 	pg.Exec(b, "CREATE TABLE warm_rows ("+warmRowCols+"); INSERT INTO warm_rows "+warmRowsFrom(1, rows))
 	pg.Exec(b, "VACUUM ANALYZE warm_rows")
 	dir := b.TempDir()
-	store, err := core.NewDirCheckpointStore(dir)
+	store, err := checkpoint.NewDirStore(dir)
 	if err != nil {
 		b.Fatal(err)
 	}

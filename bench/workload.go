@@ -3,7 +3,7 @@ package bench
 import (
 	"math/rand/v2"
 
-	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // Change is one generated change of a key: Added for a key that is absent,
@@ -11,7 +11,7 @@ import (
 // delivered to a handler exactly once by any informer, which is what lets a
 // benchmark wait for "all of them".
 type Change struct {
-	Type core.EventType
+	Type driver.EventType
 	Key  int
 }
 
@@ -25,19 +25,19 @@ func Changes(n, keys int, seed uint64) []Change {
 	out := make([]Change, 0, n)
 	for k := 0; k < keys && len(out) < n; k++ {
 		present[k] = true
-		out = append(out, Change{Type: core.Added, Key: k})
+		out = append(out, Change{Type: driver.Added, Key: k})
 	}
 	for len(out) < n {
 		k := r.IntN(keys)
 		switch {
 		case !present[k]:
 			present[k] = true
-			out = append(out, Change{Type: core.Added, Key: k})
+			out = append(out, Change{Type: driver.Added, Key: k})
 		case r.IntN(5) == 0:
 			present[k] = false
-			out = append(out, Change{Type: core.Deleted, Key: k})
+			out = append(out, Change{Type: driver.Deleted, Key: k})
 		default:
-			out = append(out, Change{Type: core.Modified, Key: k})
+			out = append(out, Change{Type: driver.Modified, Key: k})
 		}
 	}
 	return out

@@ -10,6 +10,7 @@ import (
 	etcdinformer "github.com/dbinformer/dbinformer/adapters/etcd"
 	"github.com/dbinformer/dbinformer/controller"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 )
 
@@ -35,7 +36,7 @@ func TestReadyReflectsAudits(t *testing.T) {
 			}
 			lossy := informertest.NewLossy[Item](lw, informertest.LossyOptions[Item]{})
 			mgr := controller.NewManager(controller.ManagerOptions{Name: "audited"})
-			inf := controller.Informer(mgr, "items-"+tc.heal.String(), core.ListerWatcher[Item](lossy), core.InformerOptions[Item]{
+			inf := controller.Informer(mgr, "items-"+tc.heal.String(), driver.ListerWatcher[Item](lossy), core.InformerOptions[Item]{
 				Audit: &core.AuditOptions[Item]{Period: time.Hour, Heal: tc.heal}, // runs only when asked
 			})
 			if _, err := controller.For(mgr, inf, controller.Func[string](func(context.Context, string) (controller.Result, error) {

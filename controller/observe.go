@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/workqueue"
 	prommetrics "github.com/dbinformer/dbinformer/metrics/prometheus"
 	"github.com/dbinformer/dbinformer/statuspage"
@@ -55,7 +56,7 @@ func newObservability(m *Manager) *observability {
 // first use with the manager's metrics (Prometheus and the status page),
 // an error handler that records on the page (and logs), and lag tracking
 // (a source without a head gets none). opts.Name defaults to source.
-func Informer[T any](m *Manager, source string, lw core.ListerWatcher[T], opts core.InformerOptions[T]) *core.SharedIndexInformer[T] {
+func Informer[T any](m *Manager, source string, lw driver.ListerWatcher[T], opts core.InformerOptions[T]) *core.SharedIndexInformer[T] {
 	o := m.obs
 	if opts.Name == "" {
 		opts.Name = source

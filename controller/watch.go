@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // Mapper turns a change of an object of an informer into the keys to
@@ -59,7 +60,7 @@ func IndexKeys[T, O any](target core.Lister[O], index string, value func(key str
 
 // Change is one change of an informer's cache, as predicates see it.
 type Change[T any] struct {
-	Type core.EventType // core.Added, core.Modified or core.Deleted
+	Type driver.EventType // driver.Added, driver.Modified or driver.Deleted
 	Key  string
 	// Old is the state before an update, or the last state of a deleted
 	// object; New the state after an add or an update.
@@ -79,7 +80,7 @@ type Predicate[T any] func(Change[T]) bool
 // and writes a status skips the updates of its own writes.
 func FieldChanged[T any, F comparable](field func(T) F) Predicate[T] {
 	return func(c Change[T]) bool {
-		return c.Type != core.Modified || field(c.Old) != field(c.New)
+		return c.Type != driver.Modified || field(c.Old) != field(c.New)
 	}
 }
 
@@ -147,14 +148,14 @@ func (w *typedWatch[T, K]) pass(c Change[T]) bool {
 }
 
 func (w *typedWatch[T, K]) OnAdd(key string, obj T, initial bool) {
-	if len(w.opts.Predicates) > 0 && !w.pass(Change[T]{Type: core.Added, Key: key, New: obj, InitialList: initial}) {
+	if len(w.opts.Predicates) > 0 && !w.pass(Change[T]{Type: driver.Added, Key: key, New: obj, InitialList: initial}) {
 		return
 	}
 	w.m(key, obj, w.enqueue)
 }
 
 func (w *typedWatch[T, K]) OnUpdate(key string, old, obj T) {
-	if len(w.opts.Predicates) > 0 && !w.pass(Change[T]{Type: core.Modified, Key: key, Old: old, New: obj}) {
+	if len(w.opts.Predicates) > 0 && !w.pass(Change[T]{Type: driver.Modified, Key: key, Old: old, New: obj}) {
 		return
 	}
 	w.m(key, old, w.enqueue)
@@ -162,7 +163,7 @@ func (w *typedWatch[T, K]) OnUpdate(key string, old, obj T) {
 }
 
 func (w *typedWatch[T, K]) OnDelete(key string, obj T, _ bool) {
-	if len(w.opts.Predicates) > 0 && !w.pass(Change[T]{Type: core.Deleted, Key: key, Old: obj}) {
+	if len(w.opts.Predicates) > 0 && !w.pass(Change[T]{Type: driver.Deleted, Key: key, Old: obj}) {
 		return
 	}
 	w.m(key, obj, w.enqueue)

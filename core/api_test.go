@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 func TestListerReadPath(t *testing.T) {
@@ -103,7 +105,7 @@ func TestUserCodePanicsAreReported(t *testing.T) {
 	lw.list(t, 5, add("a", "transform-panics", 0), add("b", "index-panics", 0), add("c", "c1", 0))
 	must(t, inf.WaitForCacheSync(testCtx(t)))
 	rec.expect(t, "add c=c1 initial=true")
-	var de *DecodeError
+	var de *driver.DecodeError
 	if ec.find(func(e error) bool { return errors.As(e, &de) && de.Key == "a" }) == nil {
 		t.Fatal("Transform panic not reported as a DecodeError")
 	}
@@ -112,8 +114,8 @@ func TestUserCodePanicsAreReported(t *testing.T) {
 		t.Fatal("index function panic not reported as an IndexError")
 	}
 	w := lw.watch(t)
-	w.send(t, Event[string]{Type: Bookmark, RV: 6}) // progress: relist at once
-	w.fail(t, ErrExpired)
+	w.send(t, driver.Event[string]{Type: driver.Bookmark, RV: 6}) // progress: relist at once
+	w.fail(t, driver.ErrExpired)
 	lw.list(t, 9, add("c", "equal-panics", 0))
 	rec.expect(t, "update c c1->equal-panics")
 	if ec.find(func(e error) bool { return strings.Contains(e.Error(), "Equal panicked") }) == nil {
@@ -141,7 +143,7 @@ func TestInitialListStreamsThroughABoundedQueue(t *testing.T) {
 		}})
 		must(t, err)
 		started(t, inf)
-		items := make([]Event[string], n)
+		items := make([]driver.Event[string], n)
 		for i := range items {
 			items[i] = add(fmt.Sprint(i), "v", 0)
 		}
@@ -190,7 +192,7 @@ func TestFailedRelistInfersNothing(t *testing.T) {
 	bothQueues(t, func(t *testing.T, known *Indexer[string], q Queue[string]) {
 		must(t, known.Add("a", "a1"))
 		must(t, known.Add("b", "b1"))
-		must(t, qadd(q, []Event[string]{{Type: Bookmark, RV: 5}}))
+		must(t, qadd(q, []driver.Event[string]{{Type: driver.Bookmark, RV: 5}}))
 		boom := errors.New("connection reset")
 		err := q.Replace(context.Background(), func(put func(Delta[string]) error) (ResourceVersion, error) {
 			if err := put(Delta[string]{Key: "a", Object: "a2"}); err != nil {
@@ -226,7 +228,7 @@ func TestRetriedInitialListDeletesWhatTheFailedOneLeft(t *testing.T) {
 			if !initial {
 				t.Error("an item of a failed first list is not initial")
 			}
-			must(t, qreplace(q, []Event[string]{add("kept", "k1", 0)}, 9))
+			must(t, qreplace(q, []driver.Event[string]{add("kept", "k1", 0)}, 9))
 			return known.Add(ds[0].Key, ds[0].Object)
 		}))
 		if got := popAll(t, q); !reflect.DeepEqual(got, []string{"Replaced kept=k1", "Deleted gone=g1 (unknown)"}) {

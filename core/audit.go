@@ -7,67 +7,11 @@ import (
 	"time"
 )
 
-// AuditLister is implemented by a ListerWatcher that can read its source
-// as of one version into a sink that is not the cache: what the consistency
-// audit (InformerOptions.Audit) compares the cache with.
-//
-// AuditList reads one consistent snapshot of the source at a version C and
-// returns C. It calls sink.Emit with an Added event for every object of the
-// snapshot (Err set for one that does not decode), as List does. A source
-// that reads a change stream up to C (NATS KV) may emit a key more than
-// once, and emit a Deleted event for a key absent at C: the last event of
-// a key is its state at C, so that no source needs to hold the snapshot in
-// memory to deduplicate it. C must
-// be at least atLeast (the version the cache had applied when the audit
-// began; a source that cannot serve it, such as a replica that lags,
-// returns an error rather than an older snapshot). Unlike List it must
-//
-//   - have no effect on watches, on state parked for them (see "State parked
-//     between watches") or on the source beyond the read: it runs while the
-//     informer watches, from another goroutine, concurrently with List and
-//     Watch;
-//   - read in pages of bounded size (an etcd range with a limit, a kube
-//     List with limit and continue, a JetStream consumer with a bounded
-//     window): a million-object source is never asked for one response;
-//   - tolerate a slow sink: the audit paces itself by blocking in Emit. A
-//     snapshot that expires meanwhile (compaction, a continue token that
-//     expired) ends AuditList with an error matching ErrExpired, and the
-//     audit reports the run as failed and tries again next period.
-//
-// etcd reads a paginated range at a revision, NATS KV a stream up to a
-// sequence, kube a paginated List whose first page fixes the
-// resourceVersion. A wrapper whose List emits something else than what it
-// wraps lists (filter.Wrap keeps only matching objects) implements
-// AuditList itself, listing through its own rule, or the audit would
-// report every object it hides as missing from the cache.
-type AuditLister[T any] interface {
-	AuditList(ctx context.Context, atLeast ResourceVersion, sink ListSink[T]) (ResourceVersion, error)
-}
-
-// AuditRechecker is implemented by an AuditLister whose source can remove
-// an object without a change of its own: a NATS KV bucket's MaxAge, or a
-// purge below a sequence, drops a key's value and leaves nothing a watch
-// delivers. The audit's rule, that a key the cache has not changed since
-// the snapshot's version C holds its state at C, then fails for a key the
-// cache never held: the informer reaches C without it (rightly: the key is
-// gone) while the snapshot still had it.
-//
-// So before a run reports a key as missing from the cache or differing,
-// and before it heals one, it asks AuditUnchanged whether the source still
-// holds the object its AuditList emitted for key, at version rv (that
-// event's RV). A key the source no longer holds that way changed after C:
-// it is counted in flight, never reported or healed (a heal would put back
-// an object the source dropped). An error fails the run. At most MaxHeal
-// keys are asked; any beyond are reported unasked.
-type AuditRechecker interface {
-	AuditUnchanged(ctx context.Context, key string, rv ResourceVersion) (bool, error)
-}
-
 // AuditOptions turns on the consistency audit of an informer
 // (InformerOptions.Audit): every Period the informer compares its cache with
 // the source as of one version and reports (and by default heals) what
-// differs. It needs a ListerWatcher that implements AuditLister (found with
-// Capability); without one each run reports ErrAuditUnsupported.
+// differs. It needs a driver.ListerWatcher that implements driver.AuditLister (found with
+// driver.Capability); without one each run reports ErrAuditUnsupported.
 //
 // The audit is off unless asked for: a run reads the whole source (within
 // the informer's filter), which is a cost in the source's capacity that
@@ -179,7 +123,7 @@ type AuditResult struct {
 	// out each key missing from the cache (the cache never held the
 	// state at Version; the next run compares them), and so does a key
 	// the source dropped without a version since it was read (see
-	// AuditRechecker).
+	// driver.AuditRechecker).
 	InFlight int64
 	// Undecodable counts source objects that did not decode; they are not
 	// compared (InformerOptions.Undecodable keeps them out of the cache).
@@ -222,7 +166,7 @@ func keyList(keys []string) string {
 }
 
 // ErrAuditUnsupported is matched by the Err of every audit run of an
-// informer whose ListerWatcher does not implement AuditLister.
+// informer whose driver.ListerWatcher does not implement driver.AuditLister.
 var ErrAuditUnsupported = fmt.Errorf("dbinformer: the source cannot be audited (its ListerWatcher implements no core.AuditLister)")
 
 // AuditMetrics is implemented by an InformerMetrics that records audit

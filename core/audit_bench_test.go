@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // auditRow is a table row of plain fields, as bench's pgRow.
@@ -24,14 +25,14 @@ type auditRow struct {
 // version 1: the source costs next to nothing, so what an audit of it
 // takes is the core's own per-row pass.
 type rowsLW struct {
-	rows []core.Event[auditRow]
+	rows []driver.Event[auditRow]
 	// at, when set, reads the live heap above base as the at-th row of an
 	// AuditList has been emitted into held.
 	at         int
 	base, held uint64
 }
 
-func (l *rowsLW) emit(sink core.ListSink[auditRow], probe bool) (core.ResourceVersion, error) {
+func (l *rowsLW) emit(sink driver.ListSink[auditRow], probe bool) (core.ResourceVersion, error) {
 	if sink.Estimate != nil {
 		sink.Estimate(int64(len(l.rows)))
 	}
@@ -48,9 +49,9 @@ func (l *rowsLW) emit(sink core.ListSink[auditRow], probe bool) (core.ResourceVe
 
 // List hands the cache objects of its own, as decoding does: what the
 // cache holds is then its own heap.
-func (l *rowsLW) List(_ context.Context, sink core.ListSink[auditRow]) (core.ResourceVersion, error) {
+func (l *rowsLW) List(_ context.Context, sink driver.ListSink[auditRow]) (core.ResourceVersion, error) {
 	emit := sink.Emit
-	sink.Emit = func(ev core.Event[auditRow]) error {
+	sink.Emit = func(ev driver.Event[auditRow]) error {
 		o := &ev.Object
 		ev.Key, o.Org, o.Team, o.Note = strings.Clone(ev.Key), strings.Clone(o.Org), strings.Clone(o.Team), strings.Clone(o.Note)
 		return emit(ev)
@@ -58,12 +59,12 @@ func (l *rowsLW) List(_ context.Context, sink core.ListSink[auditRow]) (core.Res
 	return l.emit(sink, false)
 }
 
-func (l *rowsLW) Watch(ctx context.Context, _ core.ResourceVersion, _ core.WatchOptions[auditRow]) error {
+func (l *rowsLW) Watch(ctx context.Context, _ core.ResourceVersion, _ driver.WatchOptions[auditRow]) error {
 	<-ctx.Done()
-	return core.Stopped(ctx)
+	return driver.Stopped(ctx)
 }
 
-func (l *rowsLW) AuditList(_ context.Context, _ core.ResourceVersion, sink core.ListSink[auditRow]) (core.ResourceVersion, error) {
+func (l *rowsLW) AuditList(_ context.Context, _ core.ResourceVersion, sink driver.ListSink[auditRow]) (core.ResourceVersion, error) {
 	return l.emit(sink, l.at > 0)
 }
 
@@ -88,10 +89,10 @@ func BenchmarkAuditPass(b *testing.B) {
 	if s := os.Getenv("DBINFORMER_AUDIT_ROWS"); s != "" {
 		n, _ = strconv.Atoi(s)
 	}
-	lw := &rowsLW{rows: make([]core.Event[auditRow], n)}
+	lw := &rowsLW{rows: make([]driver.Event[auditRow], n)}
 	for i := range lw.rows {
 		id := strconv.Itoa(i)
-		lw.rows[i] = core.Event[auditRow]{Type: core.Added, Key: "public.audit_rows/" + id, HasObject: true, Object: auditRow{
+		lw.rows[i] = driver.Event[auditRow]{Type: driver.Added, Key: "public.audit_rows/" + id, HasObject: true, Object: auditRow{
 			ID: int64(i), Org: "org-" + strconv.Itoa(i%100), Team: "team-" + strconv.Itoa(i%1000), N: 1,
 			Note: "note of row " + id + " 0123456789abcdef0123456789abcdef",
 		}}
@@ -136,7 +137,7 @@ func BenchmarkAuditPass(b *testing.B) {
 	b.Run("read", func(b *testing.B) {
 		for b.Loop() {
 			rows := 0
-			if _, err := lw.AuditList(context.Background(), 0, core.ListSink[auditRow]{Emit: func(core.Event[auditRow]) error { rows++; return nil }}); err != nil || rows != n {
+			if _, err := lw.AuditList(context.Background(), 0, driver.ListSink[auditRow]{Emit: func(driver.Event[auditRow]) error { rows++; return nil }}); err != nil || rows != n {
 				b.Fatal(err, rows)
 			}
 		}

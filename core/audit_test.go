@@ -15,6 +15,7 @@ import (
 
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/clock"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/core/memory"
 )
@@ -157,12 +158,14 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 }
 
 // hidden hides every capability of the source it keeps in a named field.
-type hidden struct{ lw core.ListerWatcher[versioned] }
+type hidden struct {
+	lw driver.ListerWatcher[versioned]
+}
 
-func (h hidden) List(ctx context.Context, s core.ListSink[versioned]) (core.ResourceVersion, error) {
+func (h hidden) List(ctx context.Context, s driver.ListSink[versioned]) (core.ResourceVersion, error) {
 	return h.lw.List(ctx, s)
 }
-func (h hidden) Watch(ctx context.Context, from core.ResourceVersion, o core.WatchOptions[versioned]) error {
+func (h hidden) Watch(ctx context.Context, from core.ResourceVersion, o driver.WatchOptions[versioned]) error {
 	return h.lw.Watch(ctx, from, o)
 }
 
@@ -178,7 +181,7 @@ func TestAuditFailsSafely(t *testing.T) {
 		t.Errorf("audit of a source without AuditList: %v", r)
 	}
 
-	inf, _ = informertest.Run[versioned](t, core.ListerWatcher[versioned](src), core.InformerOptions[versioned]{
+	inf, _ = informertest.Run[versioned](t, driver.ListerWatcher[versioned](src), core.InformerOptions[versioned]{
 		Audit: &core.AuditOptions[versioned]{Equal: func(a, b versioned) bool { panic("bug in Equal") }},
 	})
 	if r := inf.AuditNow(ctx); r.Outcome != core.AuditFailed || !strings.Contains(r.Err.Error(), "bug in Equal") {
@@ -201,7 +204,7 @@ func TestAuditPace(t *testing.T) {
 		src.Put(k, want[k])
 	}
 	fc := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	inf, _ := informertest.Run[versioned](t, core.ListerWatcher[versioned](src), core.InformerOptions[versioned]{
+	inf, _ := informertest.Run[versioned](t, driver.ListerWatcher[versioned](src), core.InformerOptions[versioned]{
 		Clock: fc,
 		Audit: &core.AuditOptions[versioned]{Pace: 100},
 	})
@@ -275,7 +278,7 @@ type auditHook struct {
 	after func()
 }
 
-func (h *auditHook) AuditList(ctx context.Context, atLeast core.ResourceVersion, sink core.ListSink[versioned]) (core.ResourceVersion, error) {
+func (h *auditHook) AuditList(ctx context.Context, atLeast core.ResourceVersion, sink driver.ListSink[versioned]) (core.ResourceVersion, error) {
 	c, err := h.src.AuditList(ctx, atLeast, sink)
 	if err == nil && h.after != nil {
 		h.after()

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/core/memory"
 )
@@ -23,17 +24,17 @@ type droppingSource struct {
 	asked     []string
 }
 
-func (d *droppingSource) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[versioned]) error {
+func (d *droppingSource) Watch(ctx context.Context, from core.ResourceVersion, opts driver.WatchOptions[versioned]) error {
 	emit := opts.Emit
-	opts.Emit = func(batch []core.Event[versioned]) error {
-		out := make([]core.Event[versioned], 0, len(batch))
+	opts.Emit = func(batch []driver.Event[versioned]) error {
+		out := make([]driver.Event[versioned], 0, len(batch))
 		for _, ev := range batch {
 			if ev.Key != d.drop {
 				out = append(out, ev)
 			}
 		}
 		if len(out) == 0 {
-			out = append(out, core.Event[versioned]{Type: core.Bookmark, RV: batch[len(batch)-1].RV})
+			out = append(out, driver.Event[versioned]{Type: driver.Bookmark, RV: batch[len(batch)-1].RV})
 		}
 		return emit(out)
 	}

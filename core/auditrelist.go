@@ -1,10 +1,14 @@
 package core
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/dbinformer/dbinformer/core/driver"
+)
 
 // errAuditRelist ends the watch when an audit with HealRelist found a
-// difference: it matches ErrExpired, so the reflector relists.
-var errAuditRelist = fmt.Errorf("the consistency audit found the cache different from the source and asked for a relist (AuditOptions.Heal is HealRelist): %w", ErrExpired)
+// difference: it matches driver.ErrExpired, so the reflector relists.
+var errAuditRelist = fmt.Errorf("the consistency audit found the cache different from the source and asked for a relist (AuditOptions.Heal is HealRelist): %w", driver.ErrExpired)
 
 // openWatch registers the watch's cancel function for requestRelist and
 // returns what unregisters it. A relist asked for between watches ends the

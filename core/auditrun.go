@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"time"
+
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // How a run works (see AuditOptions). The cache is not frozen and the
@@ -144,7 +146,7 @@ func (i *SharedIndexInformer[T]) auditRun(ctx context.Context, o AuditOptions[T]
 		r.Outcome, r.Err = AuditFailed, err
 		return r
 	}
-	al, ok := Capability[AuditLister[T]](i.lw)
+	al, ok := driver.Capability[driver.AuditLister[T]](i.lw)
 	if !ok {
 		return fail(fmt.Errorf("%s: %w", i.name, ErrAuditUnsupported))
 	}
@@ -184,7 +186,7 @@ func (i *SharedIndexInformer[T]) auditRun(ctx context.Context, o AuditOptions[T]
 	// Read after WaitFor: a list that completed past c did so during the
 	// run (one before it had a version at most a0).
 	relisted := rf != nil && ResourceVersion(rf.lastListRV.Load()) > c
-	rc, _ := Capability[AuditRechecker](i.lw)
+	rc, _ := driver.Capability[driver.AuditRechecker](i.lw)
 	heal, err := p.compare(ctx, c, relisted, rc)
 	if err != nil {
 		return fail(fmt.Errorf("%s: audit: %w", i.name, err))
@@ -208,11 +210,11 @@ func (i *SharedIndexInformer[T]) auditRun(ctx context.Context, o AuditOptions[T]
 // read is the run's step 1: it streams the source's snapshot (at a0 or
 // later) into emit at the audit's pace, and returns the snapshot's
 // version C.
-func (p *auditPass[T]) read(ctx context.Context, al AuditLister[T], a0 ResourceVersion) (ResourceVersion, error) {
+func (p *auditPass[T]) read(ctx context.Context, al driver.AuditLister[T], a0 ResourceVersion) (ResourceVersion, error) {
 	i := p.i
 	pace := newPacer(i, p.o.Pace)
-	return al.AuditList(ctx, a0, ListSink[T]{
-		Emit: func(ev Event[T]) error {
+	return al.AuditList(ctx, a0, driver.ListSink[T]{
+		Emit: func(ev driver.Event[T]) error {
 			p.r.Rows++
 			if err := pace.wait(ctx); err != nil {
 				return err
@@ -257,16 +259,16 @@ type auditPass[T any] struct {
 	tr   *changeRecord
 	seen *auditSeen[T] // each row's key
 	// suspects are keyed, since a source may emit a key again (see
-	// AuditLister): its last emission stands.
+	// driver.AuditLister): its last emission stands.
 	suspects map[string]auditSuspect[T]
 	gone     map[string]struct{}
 	heal     []Delta[T]
 }
 
 // emit compares one row of the source's read with the cache as it is.
-func (p *auditPass[T]) emit(ev Event[T]) error {
+func (p *auditPass[T]) emit(ev driver.Event[T]) error {
 	delete(p.suspects, ev.Key)
-	if ev.Type == Deleted {
+	if ev.Type == driver.Deleted {
 		// Absent at C, after an earlier emission maybe: kept by name
 		// (few keys: those the source changed while it was read), so
 		// that a hash shared with another key never makes that one look
@@ -304,7 +306,7 @@ func (p *auditPass[T]) emit(ev Event[T]) error {
 }
 
 // auditSuspect is a source object that differed from the cache as it was
-// read, and its version (for AuditRechecker).
+// read, and its version (for driver.AuditRechecker).
 type auditSuspect[T any] struct {
 	obj T
 	rv  ResourceVersion
@@ -315,9 +317,9 @@ type auditSuspect[T any] struct {
 // them (at most MaxHeal). relisted says that a list past c completed
 // during the run: a key missing from the cache is then in flight (see the
 // top of this file). rc, when the source has one, rechecks each missing
-// or differing key first (see AuditRechecker); an extra key needs no
+// or differing key first (see driver.AuditRechecker); an extra key needs no
 // recheck, as a change without a version only removes.
-func (p *auditPass[T]) compare(ctx context.Context, c ResourceVersion, relisted bool, rc AuditRechecker) ([]Delta[T], error) {
+func (p *auditPass[T]) compare(ctx context.Context, c ResourceVersion, relisted bool, rc driver.AuditRechecker) ([]Delta[T], error) {
 	r, i := p.r, p.i
 	add := func(keys *[]string, n *int64, d Delta[T]) {
 		*n++

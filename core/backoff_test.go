@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dbinformer/dbinformer/core/clock"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 func TestBackoffJitterNeverPassesMax(t *testing.T) {
@@ -135,7 +136,7 @@ func (h healingLW) WaitHealed(ctx context.Context) error {
 	case <-h.healed:
 		return nil
 	case <-ctx.Done():
-		return Stopped(ctx)
+		return driver.Stopped(ctx)
 	}
 }
 
@@ -192,11 +193,11 @@ func TestAResumedWatchThatExpiresRelistsAtOnce(t *testing.T) {
 	if w := lw.watch(t); w.from != 5 {
 		t.Fatalf("resumed from %d, want 5", w.from)
 	} else {
-		w.fail(t, fmt.Errorf("too old: %w", ErrExpired))
+		w.fail(t, fmt.Errorf("too old: %w", driver.ErrExpired))
 	}
 	lw.list(t, 9)
 	// The first watch after that list expiring at once still backs off.
-	lw.watch(t).fail(t, fmt.Errorf("too old: %w", ErrExpired))
+	lw.watch(t).fail(t, fmt.Errorf("too old: %w", driver.ErrExpired))
 	eventually(t, "backoff timer after a fresh watch expired", func() bool { return fc.Waiters() == 1 })
 	if n := lw.listCalls.Load(); n != 2 {
 		t.Fatalf("%d lists, want 2 before the backoff ends", n)

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // playLW lists nothing and plays n changes of distinct keys in batches of
@@ -20,13 +22,15 @@ type playLW struct {
 	emitErr  error
 }
 
-func (p *playLW) List(context.Context, ListSink[string]) (ResourceVersion, error) { return 0, nil }
+func (p *playLW) List(context.Context, driver.ListSink[string]) (ResourceVersion, error) {
+	return 0, nil
+}
 
-func (p *playLW) Watch(ctx context.Context, from ResourceVersion, opts WatchOptions[string]) error {
+func (p *playLW) Watch(ctx context.Context, from ResourceVersion, opts driver.WatchOptions[string]) error {
 	for i := int(from); i < p.n; i += p.batch {
-		evs := make([]Event[string], 0, p.batch)
+		evs := make([]driver.Event[string], 0, p.batch)
 		for j := i; j < min(i+p.batch, p.n); j++ {
-			evs = append(evs, Event[string]{Type: Added, Key: fmt.Sprint("k", j), Object: "v", HasObject: true, RV: ResourceVersion(j + 1)})
+			evs = append(evs, driver.Event[string]{Type: driver.Added, Key: fmt.Sprint("k", j), Object: "v", HasObject: true, RV: ResourceVersion(j + 1)})
 		}
 		p.mu.Lock()
 		p.maxLen = max(p.maxLen, p.qlen())
@@ -43,7 +47,7 @@ func (p *playLW) Watch(ctx context.Context, from ResourceVersion, opts WatchOpti
 		}
 	}
 	<-ctx.Done()
-	return Stopped(ctx)
+	return driver.Stopped(ctx)
 }
 
 // Nobody pops: the watch fills the queue up to the window and then waits in

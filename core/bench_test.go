@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 type benchObj struct {
@@ -13,13 +15,13 @@ type benchObj struct {
 }
 
 // sliceLW lists nothing and then plays pre-built batches.
-type sliceLW struct{ batches [][]Event[*benchObj] }
+type sliceLW struct{ batches [][]driver.Event[*benchObj] }
 
-func (s *sliceLW) List(context.Context, ListSink[*benchObj]) (ResourceVersion, error) {
+func (s *sliceLW) List(context.Context, driver.ListSink[*benchObj]) (ResourceVersion, error) {
 	return 0, nil
 }
 
-func (s *sliceLW) Watch(ctx context.Context, from ResourceVersion, opts WatchOptions[*benchObj]) error {
+func (s *sliceLW) Watch(ctx context.Context, from ResourceVersion, opts driver.WatchOptions[*benchObj]) error {
 	for _, b := range s.batches {
 		if b[0].RV > from {
 			if err := opts.Emit(b); err != nil {
@@ -28,7 +30,7 @@ func (s *sliceLW) Watch(ctx context.Context, from ResourceVersion, opts WatchOpt
 		}
 	}
 	<-ctx.Done()
-	return Stopped(ctx)
+	return driver.Stopped(ctx)
 }
 
 // BenchmarkPipeline measures one change through watch → FIFO → Indexer with
@@ -42,17 +44,17 @@ func BenchmarkPipeline(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			const batch = 100
 			keys := b.N/2 + 1
-			var batches [][]Event[*benchObj]
+			var batches [][]driver.Event[*benchObj]
 			for i := 0; i < b.N; i += batch {
 				n := min(batch, b.N-i)
-				evs := make([]Event[*benchObj], n)
+				evs := make([]driver.Event[*benchObj], n)
 				for j := range evs {
 					k := (i + j) % keys
-					typ := Added
+					typ := driver.Added
 					if i+j >= keys {
-						typ = Modified
+						typ = driver.Modified
 					}
-					evs[j] = Event[*benchObj]{Type: typ, Key: "k" + strconv.Itoa(k), Object: &benchObj{Name: "n", Org: "o" + strconv.Itoa(k%10), Team: "t" + strconv.Itoa(k%100), N: i + j}, HasObject: true, RV: ResourceVersion(i + j + 1)}
+					evs[j] = driver.Event[*benchObj]{Type: typ, Key: "k" + strconv.Itoa(k), Object: &benchObj{Name: "n", Org: "o" + strconv.Itoa(k%10), Team: "t" + strconv.Itoa(k%100), N: i + j}, HasObject: true, RV: ResourceVersion(i + j + 1)}
 				}
 				batches = append(batches, evs)
 			}

@@ -3,97 +3,27 @@ package core_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/clock"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/memory"
 )
 
 type item struct{ N int }
 
-// named keeps the ListerWatcher in a named field: without Unwrap it hides
-// what it wraps.
-type named struct{ lw core.ListerWatcher[item] }
+// named keeps the ListerWatcher in a named field and has no Unwrap: the
+// informer sees none of what it wraps can do.
+type named struct{ lw driver.ListerWatcher[item] }
 
-func (n named) List(ctx context.Context, sink core.ListSink[item]) (core.ResourceVersion, error) {
-	return n.lw.List(ctx, sink)
+func (h named) List(ctx context.Context, sink driver.ListSink[item]) (core.ResourceVersion, error) {
+	return h.lw.List(ctx, sink)
 }
-func (n named) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[item]) error {
-	return n.lw.Watch(ctx, from, opts)
-}
-
-type unwrapping struct{ named }
-
-func (u unwrapping) Unwrap() core.ListerWatcher[item] { return u.lw }
-
-// silencing overrides a capability of what it embeds.
-type silencing struct{ core.ListerWatcher[item] }
-
-func (silencing) ReportsProgress() bool { return false }
-
-// loop unwraps to itself.
-type loop struct{ named }
-
-func (l *loop) Unwrap() core.ListerWatcher[item] { return l }
-
-func TestCapability(t *testing.T) {
-	src := memory.New[item](memory.Options{})
-	reports := func(lw core.ListerWatcher[item]) (found, reports bool) {
-		pr, ok := core.Capability[core.ProgressReporter](lw)
-		return ok, ok && pr.ReportsProgress()
-	}
-	for _, c := range []struct {
-		name           string
-		lw             core.ListerWatcher[item]
-		found, reports bool
-	}{
-		{"the source itself", src, true, true},
-		{"a named field without Unwrap", named{src}, false, false},
-		{"a named field with Unwrap", unwrapping{named{src}}, true, true},
-		{"an embedded ListerWatcher", struct{ core.ListerWatcher[item] }{src}, true, true},
-		{"a pointer to an embedded ListerWatcher", &struct{ core.ListerWatcher[item] }{src}, true, true},
-		{"an embedded nil ListerWatcher", struct{ core.ListerWatcher[item] }{}, false, false},
-		{"a nil pointer to an embedding struct", (*struct{ core.ListerWatcher[item] })(nil), false, false},
-		{"three wrappers deep", &struct{ core.ListerWatcher[item] }{unwrapping{named{struct{ core.ListerWatcher[item] }{src}}}}, true, true},
-		{"a wrapper overriding it", silencing{src}, true, false},
-		{"nil", nil, false, false},
-		{"an Unwrap chain that loops", &loop{named{src}}, false, false},
-	} {
-		found, rep := reports(c.lw)
-		if found != c.found || rep != c.reports {
-			t.Errorf("%s: found %v, reports %v; want %v, %v", c.name, found, rep, c.found, c.reports)
-		}
-	}
-	if h, ok := core.Capability[core.HeadReader](unwrapping{named{src}}); !ok || h != core.HeadReader(src) {
-		t.Errorf("HeadReader behind Unwrap = %v, %v; want the source", h, ok)
-	}
-}
-
-// logged is a user's wrapper that logs each watch. Embedding the
-// ListerWatcher keeps every optional capability of the source visible to
-// the informer (core.Capability finds them through the embedded field).
-type logged[T any] struct {
-	core.ListerWatcher[T]
-	log *slog.Logger
-}
-
-func (l logged[T]) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[T]) error {
-	l.log.Info("watch", "from", from)
-	return l.ListerWatcher.Watch(ctx, from, opts)
-}
-
-func ExampleCapability() {
-	src := memory.New[item](memory.Options{})
-	var lw core.ListerWatcher[item] = logged[item]{src, slog.New(slog.DiscardHandler)}
-	_, bare := lw.(core.HeadReader)
-	_, found := core.Capability[core.HeadReader](lw)
-	fmt.Println("type assertion:", bare, "Capability:", found)
-	// Output: type assertion: false Capability: true
+func (h named) Watch(ctx context.Context, from core.ResourceVersion, opts driver.WatchOptions[item]) error {
+	return h.lw.Watch(ctx, from, opts)
 }
 
 // headCounter is a memory source whose head reads are counted.
@@ -113,7 +43,7 @@ func TestInformerHeadIsShared(t *testing.T) {
 	src := &headCounter{Source: memory.New[item](memory.Options{})}
 	src.Put("a", item{1})
 	fc := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	inf := core.NewSharedIndexInformer[item](struct{ core.ListerWatcher[item] }{src}, core.InformerOptions[item]{Clock: fc})
+	inf := core.NewSharedIndexInformer[item](struct{ driver.ListerWatcher[item] }{src}, core.InformerOptions[item]{Clock: fc})
 	ctx := context.Background()
 	for range 3 {
 		if rv, err := inf.Head(ctx); err != nil || rv != 1 {

@@ -2,10 +2,11 @@ package core
 
 import (
 	"bytes"
-	"context"
 	"fmt"
-	"iter"
 	"time"
+
+	"github.com/dbinformer/dbinformer/core/checkpoint"
+	codecs "github.com/dbinformer/dbinformer/core/codec"
 )
 
 // CheckpointOptions makes an informer restart warm: it saves the cache and
@@ -14,69 +15,33 @@ import (
 // checkpoint, serves it at once (not yet synced, see
 // SharedIndexInformer.ServingCheckpoint) and watches from its version
 // instead of listing. When the source no longer holds that version
-// (ErrExpired: etcd compaction, a lost slot, a purged stream, 410 Gone), the
+// (driver.ErrExpired: etcd compaction, a lost slot, a purged stream, 410 Gone), the
 // informer relists and hands handlers only the differences against the
 // loaded state: adds for new keys, updates for objects that changed
 // (InformerOptions.Equal, by default equal encodings under Codec), deletes
 // for vanished keys.
 //
 // What the source must keep for a warm start to be a watch rather than a
-// relist: Postgres a permanent slot (see DurableAcknowledger); etcd the
+// relist: Postgres a permanent slot (see driver.DurableAcknowledger); etcd the
 // revisions since the checkpoint, not yet compacted; NATS the stream's
 // messages since the checkpoint (its retention); Kubernetes the
 // apiserver's watch cache window (usually minutes).
 type CheckpointOptions[T any] struct {
-	// Store keeps the checkpoints. Required; NewDirCheckpointStore is the
+	// Store keeps the checkpoints. Required; checkpoint.NewDirStore is the
 	// local-directory default.
-	Store CheckpointStore
+	Store checkpoint.Store
 	// Name names the checkpoint in Store; empty means the informer's Name.
 	Name string
-	// Codec encodes the cached objects. nil means the ListerWatcher's own
-	// (CodecProvider); Run fails when it has none. A checkpoint records
+	// Codec encodes the cached objects. nil means the driver.ListerWatcher's own
+	// (driver.CodecProvider); Run fails when it has none. A checkpoint records
 	// the codec's type (and Binary's Schema): one written with another
 	// codec is ignored, and the informer lists. Binary is the fastest for
 	// plain structs.
-	Codec Codec[T]
+	Codec codecs.Codec[T]
 	// Interval is how often a checkpoint is saved while the informer runs
 	// (only when the applied version moved); 0 means one minute, negative
 	// means only when a run ends.
 	Interval time.Duration
-}
-
-// CodecProvider is implemented by a ListerWatcher that can say which Codec
-// turns its objects into bytes and back; a checkpoint uses it when
-// CheckpointOptions.Codec is nil.
-type CodecProvider[T any] interface {
-	Codec() Codec[T]
-}
-
-// Restorer is implemented by a ListerWatcher that parks state between
-// watches (see "State parked between watches" in the contract) and can
-// rebuild it from the objects of a checkpoint. A warm start calls Restore
-// as soon as the checkpoint's header gives rv, while the objects are still
-// being read, and before Watch(from rv); the adapter parks what it needs
-// at exactly rv. Ranging over objects waits until they are loaded, and
-// yields none if the checkpoint turns out unusable: the informer then
-// lists instead, as after a cold start. An error from Restore makes the
-// informer relist (reporting the error), with the loaded objects still
-// served meanwhile. A ListerWatcher
-// whose Watch(from) needs no parked state (etcd, Kubernetes, NATS, which
-// rebuild it from the source) does not implement it.
-type Restorer[T any] interface {
-	Restore(ctx context.Context, rv ResourceVersion, objects iter.Seq2[string, T]) error
-}
-
-// DurableAcknowledger is implemented by a ListerWatcher that acknowledges
-// positions to its server so that the server may discard what comes before
-// (the Postgres slot's confirmed flush). With checkpoints on, a position
-// acknowledged past the last durable checkpoint would lose, after a crash,
-// the changes the next warm start needs. The informer calls
-// GateAcknowledgements(true) before its first list or watch, and
-// AcknowledgeDurable(rv) after each checkpoint at rv is durable; the
-// adapter then acknowledges no position past the last such rv.
-type DurableAcknowledger interface {
-	GateAcknowledgements(gated bool)
-	AcknowledgeDurable(rv ResourceVersion)
 }
 
 // CheckpointError reports a checkpoint that could not be saved, or a
@@ -101,13 +66,13 @@ func (e *CheckpointError) Unwrap() error { return e.Err }
 // codecEqual is the Equal a checkpointing informer uses by default, so
 // that a relist after an expired checkpoint tells a changed object from
 // an unchanged one: equal encodings.
-func codecEqual[T any](codec Codec[T]) func(a, b T) bool {
+func codecEqual[T any](codec codecs.Codec[T]) func(a, b T) bool {
 	return func(a, b T) bool {
-		x, err := Encode(codec, a)
+		x, err := codecs.Encode(codec, a)
 		if err != nil {
 			return false
 		}
-		y, err := Encode(codec, b)
+		y, err := codecs.Encode(codec, b)
 		return err == nil && bytes.Equal(x, y)
 	}
 }

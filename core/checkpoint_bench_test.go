@@ -5,6 +5,8 @@ import (
 	"io"
 	"strconv"
 	"testing"
+
+	"github.com/dbinformer/dbinformer/core/codec"
 )
 
 // ckptRow is the shape of bench's pgRow: a key, two short texts, an int
@@ -37,14 +39,14 @@ func BenchmarkCheckpoint(b *testing.B) {
 		n = 10_000
 	}
 	keys, objs := ckptRows(n)
-	bin, err := NewBinary[ckptRow]()
+	bin, err := codec.NewBinary[ckptRow]()
 	if err != nil {
 		b.Fatal(err)
 	}
 	for _, c := range []struct {
 		name  string
-		codec Codec[ckptRow]
-	}{{"json", JSON[ckptRow]{}}, {"binary", bin}} {
+		codec codec.Codec[ckptRow]
+	}{{"json", codec.JSON[ckptRow]{}}, {"binary", bin}} {
 		var buf bytes.Buffer
 		if err := encodeCheckpoint(&buf, c.codec, "x", 7, keys, objs, nil); err != nil {
 			b.Fatal(err)

@@ -19,6 +19,9 @@ import (
 	"time"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/checkpoint"
+	"github.com/dbinformer/dbinformer/core/codec"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/core/memory"
 )
@@ -27,13 +30,13 @@ func versionOf(o versioned) int64 { return int64(o.V) }
 
 func ckptOptions(t *testing.T, dir string) core.InformerOptions[versioned] {
 	t.Helper()
-	store, err := core.NewDirCheckpointStore(dir)
+	store, err := checkpoint.NewDirStore(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return core.InformerOptions[versioned]{
 		Name:       "users",
-		Checkpoint: &core.CheckpointOptions[versioned]{Store: store, Codec: core.JSON[versioned]{}, Interval: -1},
+		Checkpoint: &core.CheckpointOptions[versioned]{Store: store, Codec: codec.JSON[versioned]{}, Interval: -1},
 	}
 }
 
@@ -70,7 +73,7 @@ func syncOrFail(t *testing.T, inf *core.SharedIndexInformer[versioned]) {
 
 // runOnce runs an informer over src until it has synced, then stops it,
 // leaving its final checkpoint.
-func runOnce(t *testing.T, src core.ListerWatcher[versioned], opts core.InformerOptions[versioned]) {
+func runOnce(t *testing.T, src driver.ListerWatcher[versioned], opts core.InformerOptions[versioned]) {
 	t.Helper()
 	inf := core.NewSharedIndexInformer[versioned](src, opts)
 	stop := runUntilStopped(t, inf)
@@ -125,7 +128,7 @@ func cacheState(inf *core.SharedIndexInformer[versioned]) map[string]int64 {
 func truth(src *memory.Source[versioned]) map[string]int64 {
 	m := map[string]int64{}
 	ctx := context.Background()
-	src.List(ctx, core.ListSink[versioned]{Emit: func(ev core.Event[versioned]) error {
+	src.List(ctx, driver.ListSink[versioned]{Emit: func(ev driver.Event[versioned]) error {
 		m[ev.Key] = int64(ev.Object.V)
 		return nil
 	}})
@@ -219,7 +222,7 @@ func TestCheckpointExpiredRelistsDifferencesOnly(t *testing.T) {
 	spy := informertest.Wrap[versioned](src)
 	rec := informertest.NewRecorder[versioned](t, versionOf)
 	inf2, errs := informertest.Run[versioned](t, spy, ckptOptions(t, dir), rec)
-	if errs.Is(core.ErrExpired) == nil {
+	if errs.Is(driver.ErrExpired) == nil {
 		t.Error("no expired watch reported: the test did not take the expired path")
 	}
 	if n := spy.Lists(); n != 1 {
@@ -301,51 +304,11 @@ func TestCheckpointUnusableIsIgnored(t *testing.T) {
 	}
 }
 
-// A Save whose write fails (a crash during a write is the same on disk:
-// a temporary file) leaves the previous checkpoint loadable.
-func TestDirCheckpointStoreFailedSaveKeepsPrevious(t *testing.T) {
-	store, err := core.NewDirCheckpointStore(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	if err := store.Save(ctx, "x", func(w io.Writer) error { _, err := w.Write([]byte("one")); return err }); err != nil {
-		t.Fatal(err)
-	}
-	boom := errors.New("boom")
-	if err := store.Save(ctx, "x", func(w io.Writer) error { w.Write([]byte("tw")); return boom }); !errors.Is(err, boom) {
-		t.Fatalf("Save: %v, want boom", err)
-	}
-	// A temporary file as a kill -9 during a Save leaves it.
-	if err := os.WriteFile(filepath.Join(store.Dir(), "x.ckpt.tmp123"), []byte("half"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	rc, err := store.Load(ctx, "x")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(rc)
-	rc.Close()
-	if string(b) != "one" {
-		t.Errorf("loaded %q, want the previous checkpoint", b)
-	}
-	left, _ := filepath.Glob(filepath.Join(store.Dir(), "*"))
-	if !slices.Equal(left, []string{store.Path("x")}) {
-		t.Errorf("files left: %v", left)
-	}
-	if _, err := store.Load(ctx, "y"); !errors.Is(err, core.ErrNoCheckpoint) {
-		t.Errorf("Load of a missing checkpoint: %v, want ErrNoCheckpoint", err)
-	}
-	if err := store.Save(ctx, "../escape", func(io.Writer) error { return nil }); err == nil || !strings.Contains(err.Error(), "plain file name") {
-		t.Errorf("Save of a path-like name: %v", err)
-	}
-}
-
 // An informer without a codec cannot checkpoint and says how to fix it:
 // Run fails permanently, and SyncStatus and WaitForCacheSync (also one
 // that waited before Run) say why rather than "not started".
 func TestCheckpointNeedsCodec(t *testing.T) {
-	store, err := core.NewDirCheckpointStore(t.TempDir())
+	store, err := checkpoint.NewDirStore(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -354,7 +317,7 @@ func TestCheckpointNeedsCodec(t *testing.T) {
 	waited := make(chan error, 1)
 	go func() { waited <- inf.WaitForCacheSync(context.Background()) }()
 	err = inf.Run(context.Background())
-	if err == nil || !strings.Contains(err.Error(), "Checkpoint.Codec") || !errors.Is(err, core.ErrPermanent) {
+	if err == nil || !strings.Contains(err.Error(), "Checkpoint.Codec") || !errors.Is(err, driver.ErrPermanent) {
 		t.Errorf("Run: %v, want a permanent error naming Checkpoint.Codec", err)
 	}
 	if st := inf.SyncStatus().String(); !strings.HasPrefix(st, "did not start: ") || !strings.Contains(st, "Checkpoint.Codec") {
@@ -453,7 +416,7 @@ func (g *gatedRecorder) OnAdd(key string, obj versioned, initial bool) {
 // first and then those changes, in order.
 func TestCheckpointLazyLoadReplaysLoadedValues(t *testing.T) {
 	dir := t.TempDir()
-	bin, err := core.NewBinary[versioned]()
+	bin, err := codec.NewBinary[versioned]()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -604,11 +567,11 @@ func diffKeys(a, b map[string]int64) []string {
 	return d
 }
 
-// pausingStore is a DirCheckpointStore whose first Save, once its write
+// pausingStore is a DirStore whose first Save, once its write
 // has begun writing, runs pause before going on, and which records
 // whether each Save's write failed.
 type pausingStore struct {
-	core.DirCheckpointStore
+	checkpoint.DirStore
 	pause  func()
 	paused bool
 	failed []bool
@@ -633,7 +596,7 @@ func (s *pausingStore) Save(ctx context.Context, name string, write func(io.Writ
 		s.paused, pause = true, s.pause
 	}
 	failed := false
-	err := s.DirCheckpointStore.Save(ctx, name, func(w io.Writer) error {
+	err := s.DirStore.Save(ctx, name, func(w io.Writer) error {
 		err := write(&pauseWriter{w, pause})
 		failed = err != nil
 		return err
@@ -650,12 +613,12 @@ func (s *pausingStore) Save(ctx context.Context, name string, write func(io.Writ
 func savePaused(t *testing.T, src *memory.Source[versioned], pause func(inf *core.SharedIndexInformer[versioned])) (failed []bool, dir2 string) {
 	t.Helper()
 	dir := t.TempDir()
-	dirStore, err := core.NewDirCheckpointStore(dir)
+	dirStore, err := checkpoint.NewDirStore(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	opts := ckptOptions(t, dir)
-	store := &pausingStore{DirCheckpointStore: *dirStore}
+	store := &pausingStore{DirStore: *dirStore}
 	opts.Checkpoint.Store = store
 	inf := core.NewSharedIndexInformer[versioned](src, opts)
 	stop := runUntilStopped(t, inf)
@@ -723,7 +686,7 @@ type failingWatch struct {
 	fails atomic.Int32
 }
 
-func (f *failingWatch) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[versioned]) error {
+func (f *failingWatch) Watch(ctx context.Context, from core.ResourceVersion, opts driver.WatchOptions[versioned]) error {
 	if f.fails.Add(-1) >= 0 {
 		return errors.New("replication slot is active for PID 4242")
 	}

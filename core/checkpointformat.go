@@ -10,6 +10,8 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+
+	codecs "github.com/dbinformer/dbinformer/core/codec"
 )
 
 // The checkpoint format, version 3: magic, format version (uint16), the
@@ -48,7 +50,7 @@ var crcTable = crc32.MakeTable(crc32.Castagnoli)
 func typeName[T any]() string { return fmt.Sprintf("%T", *new(T)) }
 
 // codecName names a codec in a checkpoint.
-func codecName[T any](c Codec[T]) string {
+func codecName[T any](c codecs.Codec[T]) string {
 	if s, ok := c.(interface{ Schema() string }); ok {
 		return fmt.Sprintf("%T %s", c, s.Schema())
 	}
@@ -62,7 +64,7 @@ type appendEncoder[T any] interface {
 
 // encodeChunk appends the records of keys/objs (the first at index base)
 // to dst.
-func encodeChunk[T any](dst []byte, codec Codec[T], base, total int, keys []string, objs []T) (_ []byte, err error) {
+func encodeChunk[T any](dst []byte, codec codecs.Codec[T], base, total int, keys []string, objs []T) (_ []byte, err error) {
 	app, _ := codec.(appendEncoder[T])
 	defer func() {
 		if r := recover(); r != nil {
@@ -102,7 +104,7 @@ func encodeChunk[T any](dst []byte, codec Codec[T], base, total int, keys []stri
 
 // encodeCheckpoint writes the objects in keys/objs (at rv, those in later
 // at the version it gives) to w, encoding chunks on every CPU.
-func encodeCheckpoint[T any](w io.Writer, codec Codec[T], name string, rv ResourceVersion, keys []string, objs []T, later map[string]ResourceVersion) error {
+func encodeCheckpoint[T any](w io.Writer, codec codecs.Codec[T], name string, rv ResourceVersion, keys []string, objs []T, later map[string]ResourceVersion) error {
 	return encodeCheckpointOf(w, codec, name, rv, keys, func(lo int, keys []string, dst []T) error {
 		copy(dst, objs[lo:lo+len(keys)])
 		return nil
@@ -115,7 +117,7 @@ func encodeCheckpoint[T any](w io.Writer, codec Codec[T], name string, rv Resour
 // more than a few chunks of objects are held at once. later, called once
 // every object is read, returns the objects read in a state later than rv
 // and its version.
-func encodeCheckpointOf[T any](w io.Writer, codec Codec[T], name string, rv ResourceVersion, keys []string, get func(lo int, keys []string, dst []T) error, later func() (map[string]ResourceVersion, error)) error {
+func encodeCheckpointOf[T any](w io.Writer, codec codecs.Codec[T], name string, rv ResourceVersion, keys []string, get func(lo int, keys []string, dst []T) error, later func() (map[string]ResourceVersion, error)) error {
 	bw := bufio.NewWriterSize(w, 1<<16)
 	crc := crc32.New(crcTable)
 	out := io.MultiWriter(bw, crc)

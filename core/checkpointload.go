@@ -11,6 +11,9 @@ import (
 	"runtime"
 	"sync"
 	"unsafe"
+
+	codecs "github.com/dbinformer/dbinformer/core/codec"
+	"github.com/dbinformer/dbinformer/core/internal/inplace"
 )
 
 // Reading a checkpoint: its chunks are decoded in parallel into the pages
@@ -141,18 +144,22 @@ func (c *checkpointReader) bytes() ([]byte, error) {
 	return c.next(int(n), false)
 }
 
-// arenaDecoder is implemented by codecs that decode in place and take
-// their strings from an arena holding the encoding's bytes (Binary).
-type arenaDecoder[T any] interface {
-	decodeArena(d *binDecoder, data []byte, arena string, dst *T) error
-}
+// recordReader reads a chunk's records, each a key and an object, each
+// length first (uvarint).
+type recordReader struct{ buf []byte }
 
-// totalDecoder is an arenaDecoder that decodes whatever it encoded, so
-// that a checked checkpoint may be decoded lazily (Binary without
-// marshalers from outside the standard library).
-type totalDecoder[T any] interface {
-	arenaDecoder[T]
-	total() bool
+// errShortRecord is a record that runs past its chunk.
+var errShortRecord = errors.New("corrupt: a record runs past its chunk")
+
+// next returns the next length-prefixed bytes (not copied).
+func (r *recordReader) next() ([]byte, error) {
+	n, k := binary.Uvarint(r.buf)
+	if k <= 0 || n > uint64(len(r.buf)-k) {
+		return nil, errShortRecord
+	}
+	p := r.buf[k : k+int(n)]
+	r.buf = r.buf[k+int(n):]
+	return p, nil
 }
 
 // decodeChunk decodes one chunk's n records into p; base is the index of
@@ -160,17 +167,18 @@ type totalDecoder[T any] interface {
 // decodes, share the chunk's bytes, which nothing writes once read: one
 // allocation per chunk instead of two per object, which is most of what a
 // warm start's decoding cost. A chunk lives while any of its strings does.
-// With lazy set (a totalDecoder), only the keys are decoded and the page
+// With lazy set (a codec that decodes in place whatever it encoded,
+// inplace.Codec.Total), only the keys are decoded and the page
 // decodes its objects when first read (itemPage). place gets each key's
 // index in the chunk and hash, for the Indexer's base (buildItemBase).
-func decodeChunk[T any](p *loadedPart[T], codec Codec[T], lazy totalDecoder[T], what string, data []byte, n, base int, total uint64, place func(i int, h uint64)) {
+func decodeChunk[T any](p *loadedPart[T], codec codecs.Codec[T], lazy inplace.Codec[T], what string, data []byte, n, base int, total uint64, place func(i int, h uint64)) {
 	var keys []string
 	var objs []T
 	recs := make([]uint32, n)
 	if lazy == nil {
 		keys, objs = make([]string, n), make([]T, n)
 	}
-	into, _ := codec.(arenaDecoder[T])
+	into, _ := inplace.For[T](codec)
 	arena := unsafe.String(unsafe.SliceData(data), len(data))
 	k := 0
 	defer func() {
@@ -178,7 +186,11 @@ func decodeChunk[T any](p *loadedPart[T], codec Codec[T], lazy totalDecoder[T], 
 			p.err = fmt.Errorf("object %d of %d does not decode with the codec (codec panicked)", base+k+1, total)
 		}
 	}()
-	d, od := binDecoder{buf: data}, &binDecoder{}
+	d := recordReader{buf: data}
+	var od inplace.Decoder[T]
+	if into != nil {
+		od = into.NewDecoder()
+	}
 	// sub is the arena's copy of b, which ends where d has read to.
 	sub := func(b []byte) string {
 		end := len(data) - len(d.buf)
@@ -186,7 +198,7 @@ func decodeChunk[T any](p *loadedPart[T], codec Codec[T], lazy totalDecoder[T], 
 	}
 	for ; k < n; k++ {
 		recs[k] = uint32(len(data) - len(d.buf))
-		key, err := d.bytes()
+		key, err := d.next()
 		if err != nil {
 			p.err = errors.New("corrupt: a record runs past its chunk")
 			return
@@ -195,7 +207,7 @@ func decodeChunk[T any](p *loadedPart[T], codec Codec[T], lazy totalDecoder[T], 
 			keys[k] = unsafe.String(unsafe.SliceData(key), len(key)) // copied at the end
 		}
 		place(k, maphash.Bytes(keySeed, key))
-		enc, err := d.bytes()
+		enc, err := d.next()
 		if err != nil {
 			p.err = errors.New("corrupt: a record runs past its chunk")
 			return
@@ -203,7 +215,7 @@ func decodeChunk[T any](p *loadedPart[T], codec Codec[T], lazy totalDecoder[T], 
 		switch {
 		case lazy != nil:
 		case into != nil:
-			err = into.decodeArena(od, enc, sub(enc), &objs[k])
+			err = od.Decode(enc, sub(enc), &objs[k])
 		default:
 			objs[k], err = codec.Decode(enc)
 		}
@@ -234,13 +246,14 @@ func decodeChunk[T any](p *loadedPart[T], codec Codec[T], lazy totalDecoder[T], 
 // decodeCheckpoint reads a whole checkpoint, decoding its chunks on every
 // CPU; it returns the checkpoint's version only when every byte checked
 // out, so that a bad checkpoint is never half-loaded. With lazy set and a
-// codec that decodes whatever it encoded (totalDecoder), objects are left
+// codec that decodes in place whatever it encoded (inplace.Codec.Total),
+// objects are left
 // to be decoded when first read. onHeader, if set, is called with the
 // version once the header has been read and matches (before the objects
 // are read and checked).
-func decodeCheckpoint[T any](r io.Reader, codec Codec[T], name string, lazy bool, onHeader func(ResourceVersion)) (ResourceVersion, *loaded[T], error) {
-	var lz totalDecoder[T]
-	if t, ok := codec.(totalDecoder[T]); ok && lazy && t.total() {
+func decodeCheckpoint[T any](r io.Reader, codec codecs.Codec[T], name string, lazy bool, onHeader func(ResourceVersion)) (ResourceVersion, *loaded[T], error) {
+	var lz inplace.Codec[T]
+	if t, ok := inplace.For[T](codec); ok && lazy && t.Total() {
 		lz = t
 	}
 	c := &checkpointReader{r: r, crc: crc32.New(crcTable)}
@@ -282,7 +295,7 @@ type checkpointHeader struct {
 // at once; one that names another type, informer or codec is only noted
 // (mismatch), because the checksum at the end must first show that it is
 // not corruption.
-func readCheckpointHeader[T any](c *checkpointReader, codec Codec[T], name string) (checkpointHeader, error) {
+func readCheckpointHeader[T any](c *checkpointReader, codec codecs.Codec[T], name string) (checkpointHeader, error) {
 	var h checkpointHeader
 	head, err := c.next(len(checkpointMagic)+2, false)
 	if err != nil {
@@ -333,7 +346,7 @@ func readCheckpointHeader[T any](c *checkpointReader, codec Codec[T], name strin
 // overlap. Each worker also places the keys it decodes by segment, which
 // the filing of the base then uses (fileBase). With a mismatched header
 // the chunks are only read, for the checksum.
-func decodeChunks[T any](c *checkpointReader, h checkpointHeader, codec Codec[T], lz totalDecoder[T], name string) (*loaded[T], baseShape, [][][]slotEntry, error) {
+func decodeChunks[T any](c *checkpointReader, h checkpointHeader, codec codecs.Codec[T], lz inplace.Codec[T], name string) (*loaded[T], baseShape, [][][]slotEntry, error) {
 	count, mismatch := h.count, h.mismatch
 	type job struct {
 		p        *loadedPart[T]

@@ -13,6 +13,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/dbinformer/dbinformer/core/codec"
 )
 
 // loadEmpty builds the same cache, indexes included, as adding the objects
@@ -122,11 +124,11 @@ func TestIndexerLoadEmptyMatchesAdd(t *testing.T) {
 // format with either codec.
 func TestCheckpointFormatCodecs(t *testing.T) {
 	keys, objs := ckptRows(2*checkpointChunk + 3)
-	bin, err := NewBinary[ckptRow]()
+	bin, err := codec.NewBinary[ckptRow]()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []Codec[ckptRow]{JSON[ckptRow]{}, bin} {
+	for _, c := range []codec.Codec[ckptRow]{codec.JSON[ckptRow]{}, bin} {
 		var buf bytes.Buffer
 		if err := encodeCheckpoint(&buf, c, "x", 9, keys, objs, nil); err != nil {
 			t.Fatal(err)
@@ -144,7 +146,7 @@ func TestCheckpointFormatCodecs(t *testing.T) {
 			}
 			// Only Binary decodes lazily: JSON may refuse what it wrote.
 			want := len(l.parts)
-			if lazy && c == Codec[ckptRow](bin) {
+			if lazy && c == codec.Codec[ckptRow](bin) {
 				want = 0
 			}
 			if decoded != want {
@@ -163,9 +165,9 @@ func TestCheckpointFormatCodecs(t *testing.T) {
 				}
 			}
 		}
-		var other Codec[ckptRow] = bin
+		var other codec.Codec[ckptRow] = bin
 		if c == other {
-			other = JSON[ckptRow]{}
+			other = codec.JSON[ckptRow]{}
 		}
 		if _, _, err := decodeCheckpoint(bytes.NewReader(buf.Bytes()), other, "x", true, nil); err == nil || !strings.Contains(err.Error(), "written with codec") {
 			t.Errorf("%T checkpoint read with %T: %v, want a codec mismatch", c, other, err)
@@ -177,7 +179,7 @@ func TestCheckpointFormatCodecs(t *testing.T) {
 // key is refused.
 func TestCheckpointFromFile(t *testing.T) {
 	keys, objs := ckptRows(3*checkpointChunk + 7)
-	bin, err := NewBinary[ckptRow]()
+	bin, err := codec.NewBinary[ckptRow]()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +190,7 @@ func TestCheckpointFromFile(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := encodeCheckpoint(f, Codec[ckptRow](bin), "x", 3, keys, objs[:len(keys)], nil); err != nil {
+		if err := encodeCheckpoint(f, codec.Codec[ckptRow](bin), "x", 3, keys, objs[:len(keys)], nil); err != nil {
 			t.Fatal(err)
 		}
 		f.Close()
@@ -197,7 +199,7 @@ func TestCheckpointFromFile(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer f.Close()
-		_, l, err := decodeCheckpoint(f, Codec[ckptRow](bin), "x", lazy, nil)
+		_, l, err := decodeCheckpoint(f, codec.Codec[ckptRow](bin), "x", lazy, nil)
 		return l, err
 	}
 	for _, lazy := range []bool{false, true} {
@@ -224,10 +226,10 @@ func TestCheckpointLaterStates(t *testing.T) {
 	keys, objs := ckptRows(checkpointChunk + 3)
 	later := map[string]ResourceVersion{keys[1]: 12, keys[checkpointChunk+2]: 15}
 	var buf bytes.Buffer
-	if err := encodeCheckpoint(&buf, JSON[ckptRow]{}, "x", 9, keys, objs, later); err != nil {
+	if err := encodeCheckpoint(&buf, codec.JSON[ckptRow]{}, "x", 9, keys, objs, later); err != nil {
 		t.Fatal(err)
 	}
-	_, l, err := decodeCheckpoint(bytes.NewReader(buf.Bytes()), JSON[ckptRow]{}, "x", false, nil)
+	_, l, err := decodeCheckpoint(bytes.NewReader(buf.Bytes()), codec.JSON[ckptRow]{}, "x", false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +240,7 @@ func TestCheckpointLaterStates(t *testing.T) {
 	// Format 2: no section (its count, one byte when empty, goes), the
 	// format number and the checksum of what is left.
 	buf.Reset()
-	if err := encodeCheckpoint(&buf, JSON[ckptRow]{}, "x", 9, keys, objs, nil); err != nil {
+	if err := encodeCheckpoint(&buf, codec.JSON[ckptRow]{}, "x", 9, keys, objs, nil); err != nil {
 		t.Fatal(err)
 	}
 	b := buf.Bytes()
@@ -249,7 +251,7 @@ func TestCheckpointLaterStates(t *testing.T) {
 	v2 := append(slices.Clone(b[:end-1]), b[end:len(b)-4]...)
 	binary.BigEndian.PutUint16(v2[len(checkpointMagic):], 2)
 	v2 = binary.BigEndian.AppendUint32(v2, crc32.Checksum(v2, crcTable))
-	rv, l, err := decodeCheckpoint(bytes.NewReader(v2), JSON[ckptRow]{}, "x", false, nil)
+	rv, l, err := decodeCheckpoint(bytes.NewReader(v2), codec.JSON[ckptRow]{}, "x", false, nil)
 	if err != nil {
 		t.Fatalf("format 2: %v", err)
 	}

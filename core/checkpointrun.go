@@ -5,14 +5,18 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/dbinformer/dbinformer/core/checkpoint"
+	"github.com/dbinformer/dbinformer/core/codec"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // checkpointer is an informer's checkpoint state (InformerOptions.Checkpoint).
 type checkpointer[T any] struct {
 	opts  CheckpointOptions[T]
 	name  string
-	codec Codec[T]
-	ack   DurableAcknowledger // nil when the source acknowledges nothing
+	codec codec.Codec[T]
+	ack   driver.DurableAcknowledger // nil when the source acknowledges nothing
 	// rec records each change the cache applies (handleDeltas), so that
 	// a save knows which objects it read in a state later than its
 	// version.
@@ -49,24 +53,24 @@ func (i *SharedIndexInformer[T]) setupCheckpoint() error {
 		return nil
 	}
 	if o.Store == nil {
-		return fmt.Errorf("%s: InformerOptions.Checkpoint.Store is nil (use core.NewDirCheckpointStore(dir))", i.name)
+		return fmt.Errorf("%s: InformerOptions.Checkpoint.Store is nil (use checkpoint.NewDirStore(dir))", i.name)
 	}
 	c := &checkpointer[T]{opts: *o, name: o.Name, codec: o.Codec, rec: newChangeRecord()}
 	if c.name == "" {
 		c.name = i.name
 	}
-	if err := checkName(c.name); err != nil {
+	if err := checkpoint.CheckName(c.name); err != nil {
 		return err
 	}
 	if c.codec == nil {
-		if p, ok := Capability[CodecProvider[T]](i.lw); ok {
+		if p, ok := driver.Capability[driver.CodecProvider[T]](i.lw); ok {
 			c.codec = p.Codec()
 		}
 	}
 	if c.codec == nil {
 		return fmt.Errorf("%s: checkpoints need a codec and the source does not provide one: set InformerOptions.Checkpoint.Codec (core.JSON[T]{} for JSON)", i.name)
 	}
-	if a, ok := Capability[DurableAcknowledger](i.lw); ok {
+	if a, ok := driver.Capability[driver.DurableAcknowledger](i.lw); ok {
 		c.ack = a
 		a.GateAcknowledgements(true)
 	}

@@ -7,6 +7,9 @@ import (
 	"log/slog"
 	"sync/atomic"
 	"time"
+
+	"github.com/dbinformer/dbinformer/core/checkpoint"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // warmState is one run's warm start: the checkpoint's version, and the
@@ -114,7 +117,7 @@ func (f *replayFilter) stale(key string, rv ResourceVersion, change bool) bool {
 func (i *SharedIndexInformer[T]) warmStart(ctx context.Context, c *checkpointer[T], ws *warmState) (rv ResourceVersion, watch, ok bool) {
 	rc, err := c.opts.Store.Load(ctx, c.name)
 	if err != nil {
-		if !errors.Is(err, ErrNoCheckpoint) && ctx.Err() == nil {
+		if !errors.Is(err, checkpoint.ErrNotFound) && ctx.Err() == nil {
 			err = &CheckpointError{Name: c.name, Op: "load", Err: err}
 			c.note(i.clk.Now(), false, err)
 			i.rep.report(ctx, err)
@@ -216,7 +219,7 @@ func (o *warmOverlap[T]) onHeader(rv ResourceVersion) {
 		defer close(o.headRead)
 		o.head, o.headOK = o.i.readHead(o.hctx, rv)
 	}()
-	r, ok := Capability[Restorer[T]](o.i.lw)
+	r, ok := driver.Capability[driver.Restorer[T]](o.i.lw)
 	if !ok {
 		close(o.restored)
 		return
@@ -337,11 +340,11 @@ func (i *SharedIndexInformer[T]) loadCheckpoint(ctx context.Context, rv Resource
 }
 
 // readHead returns the version a warm start from checkpoint version from
-// must reach to be synced: the source's head (HeadReader), or from itself
+// must reach to be synced: the source's head (driver.HeadReader), or from itself
 // for a source that cannot tell its head. It retries until ctx ends
 // (false).
 func (i *SharedIndexInformer[T]) readHead(ctx context.Context, from ResourceVersion) (ResourceVersion, bool) {
-	h, ok := Capability[HeadReader](i.lw)
+	h, ok := driver.Capability[driver.HeadReader](i.lw)
 	if !ok {
 		return from, true
 	}

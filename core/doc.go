@@ -1,11 +1,13 @@
 // Package core is dbinformer's informer machinery: client-go's tools/cache
 // (Reflector, DeltaFIFO, Indexer, SharedIndexInformer, factory, listers),
 // generically typed and free of Kubernetes, fed by any source that
-// implements ListerWatcher (contract.go). It imports no database client.
+// implements driver.ListerWatcher (package core/driver). It imports no
+// database client.
 //
 // Most programs need only NewSharedIndexInformer (or a Factory),
 // AddEventHandler, Run, WaitForCacheSyncTimeout, Lister and WaitFor.
-// Adapter authors implement the contract in contract.go and codec.go.
+// Adapter authors implement the contract in core/driver, with a codec
+// from core/codec; checkpoints are kept by a core/checkpoint Store.
 // Reflector, Queue, FIFO, DeltaFIFO and Delta are for assembling a pipeline
 // by hand.
 //
@@ -24,30 +26,30 @@
 // filed (into the checkpoint's base, below) before the informer reports the
 // sync; a reader meanwhile files what is there first, so it sees the same
 // as ever. Watch pushes batches
-// through WatchOptions.Emit; bookmarks advance the version; an error
-// matching ErrExpired relists from scratch; an error matching ErrPermanent
+// through driver.WatchOptions.Emit; bookmarks advance the version; an error
+// matching driver.ErrExpired relists from scratch; an error matching driver.ErrPermanent
 // stops the informer (Run and WaitForCacheSync return it); any other
 // failure backs off (Backoff: exponential, jitter within the cap, back to
 // the first step as soon as a watch moves the version again) and resumes
-// the watch from the last version, without relisting; a ListerWatcher that
-// implements HealWaiter cuts that wait short once its source is back.
-// Optional interfaces such as HealWaiter are found with Capability, through
+// the watch from the last version, without relisting; a driver.ListerWatcher that
+// implements driver.HealWaiter cuts that wait short once its source is back.
+// Optional interfaces such as driver.HealWaiter are found with driver.Capability, through
 // wrappers that embed the ListerWatcher or have Unwrap (filter.Wrap,
 // informertest.Spy): a wrapper keeps the capabilities of what it wraps.
 // Each watch is cancelled after a random time in [MinWatchTimeout,
 // 2×MinWatchTimeout) and reopened from the last version. A watch that
-// should show progress every ProgressInterval (ProgressIntervaler, or
+// should show progress every ProgressInterval (driver.ProgressIntervaler, or
 // InformerOptions.ProgressInterval) and shows none, not even the bookmark
-// it is asked for, for StuckIntervals of them is stuck (a frozen server, a
+// it is asked for, for driver.StuckIntervals of them is stuck (a frozen server, a
 // half-open connection): it is reopened from the last version and reported
-// (ErrWatchStuck). A batch whose
+// (driver.ErrWatchStuck). A batch whose
 // versions go backwards is not applied (*OrderError) and the reflector
 // relists: the late change is below the applied version, so resuming the
 // watch would skip it.
 //
 // Every Event becomes a Delta once, in the reflector: an event with Err
 // set, without a key, or that Transform rejects (or panics on) is reported
-// as a *DecodeError naming source, key and version, and never leaves the
+// as a *driver.DecodeError naming source, key and version, and never leaves the
 // key's previous object looking current, on any source: by default
 // (InformerOptions.Undecodable, RemoveUndecodable) the key leaves the cache
 // with a delete (finalStateUnknown) and the version still advances; with
@@ -114,7 +116,7 @@
 // WaitFor(ctx, rv) returns once every change up to rv (and every bookmark
 // up to it) is in the Indexer; a source transaction is applied under one
 // lock, so readers see it whole. If the ListerWatcher implements
-// ProgressReporter, WaitFor asks the open watch for a bookmark
+// driver.ProgressReporter, WaitFor asks the open watch for a bookmark
 // (rate-limited by ProgressRequestInterval) so that a version touching no
 // watched key is reached too.
 //
@@ -145,7 +147,7 @@
 // # Warm restarts
 //
 // InformerOptions.Checkpoint saves the cache and the version it is
-// consistent at through a CheckpointStore (NewDirCheckpointStore: write,
+// consistent at through a checkpoint.Store (checkpoint.NewDirStore: write,
 // fsync, rename; a checksum and a format version; owner-only files),
 // periodically and when a run ends. The next run, in this process or the
 // next, loads the last checkpoint, serves it at once (HasSynced false,
@@ -154,8 +156,8 @@
 // encoded and decoded in chunks on every CPU, and a checkpoint loaded into
 // an empty cache becomes the Indexer's frozen base as it is (the decoded
 // chunks, and a table of their keys' positions built segment by segment),
-// not a map filled key by key nor a delta queued per object. Binary, a
-// compact codec compiled from T's shape, is several times faster than JSON
+// not a map filled key by key nor a delta queued per object. codec.Binary, a
+// compact codec compiled from T's shape, is several times faster than codec.JSON
 // for plain structs (the Postgres adapter uses it when its row type
 // allows); with it, an informer with no index function decodes the loaded
 // objects a chunk at a time when first read, and each handler gets its
@@ -164,16 +166,16 @@
 // a million rows are served about a tenth of the time a list takes after
 // the start (BENCHMARKS.md). A source that parks state between watches starts
 // rebuilding it as soon as the checkpoint's header gives its version
-// (Restorer). When the version has expired it relists and handlers get
+// (driver.Restorer). When the version has expired it relists and handlers get
 // only the real differences. A source that acknowledges positions to its server
-// acknowledges only what a durable checkpoint covers (DurableAcknowledger).
+// acknowledges only what a durable checkpoint covers (driver.DurableAcknowledger).
 // A corrupt or foreign checkpoint is reported (*CheckpointError) and
 // ignored.
 //
 // # Consistency audit
 //
 // InformerOptions.Audit compares the cache with the source every period,
-// as of one version C read through the adapter's AuditLister, leaving out
+// as of one version C read through the adapter's driver.AuditLister, leaving out
 // the keys a change after C reached meanwhile (in flight), and heals what
 // differs as ordinary changes (HealKeys) or only reports it. Each run's
 // AuditResult (equal, or the missing, extra and differing keys, never

@@ -26,7 +26,7 @@ func (e *OrderError) Error() string {
 var errNoKey = errors.New("event has no key")
 
 // ErrProgressNotSupported is returned by RequestProgress when no watch is
-// open or the ListerWatcher cannot produce bookmarks on request.
+// open or the driver.ListerWatcher cannot produce bookmarks on request.
 var ErrProgressNotSupported = errors.New("dbinformer: the current watch cannot report progress on request")
 
 // errWatchTimeout is the cause with which the reflector ends a watch at

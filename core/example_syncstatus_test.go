@@ -8,18 +8,19 @@ import (
 
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/clock"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // refusing is a source whose server does not answer.
 type refusing struct{}
 
-func (refusing) List(context.Context, core.ListSink[string]) (core.ResourceVersion, error) {
+func (refusing) List(context.Context, driver.ListSink[string]) (core.ResourceVersion, error) {
 	return 0, errors.New("dial tcp 10.0.0.7:5432: connect: connection refused")
 }
 
-func (refusing) Watch(ctx context.Context, _ core.ResourceVersion, _ core.WatchOptions[string]) error {
+func (refusing) Watch(ctx context.Context, _ core.ResourceVersion, _ driver.WatchOptions[string]) error {
 	<-ctx.Done()
-	return core.Stopped(ctx)
+	return driver.Stopped(ctx)
 }
 
 // Why a cache is not synced: the sync status keeps the latest failure, and

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"reflect"
 	"sync"
+
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // Factory shares informers: one per (source name, object type), however
@@ -50,7 +52,7 @@ func (f *Factory) initLocked() {
 // InformerFor returns the factory's informer for (source, T), creating it
 // from lw and opts on first use; later calls get the same informer and
 // their lw and opts are ignored. opts.Name defaults to source.
-func InformerFor[T any](f *Factory, source string, lw ListerWatcher[T], opts InformerOptions[T]) *SharedIndexInformer[T] {
+func InformerFor[T any](f *Factory, source string, lw driver.ListerWatcher[T], opts InformerOptions[T]) *SharedIndexInformer[T] {
 	k := factoryKey{source: source, typ: reflect.TypeFor[T]()}
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // fakeLW is a scripted ListerWatcher: each List takes the next listResult
@@ -19,7 +21,7 @@ type fakeLW struct {
 }
 
 type listResult struct {
-	items  []Event[string]
+	items  []driver.Event[string]
 	rv     ResourceVersion
 	err    error
 	onEmit func() // called before each item is emitted
@@ -29,7 +31,7 @@ func newFakeLW() *fakeLW {
 	return &fakeLW{lists: make(chan listResult), watches: make(chan *fakeWatcher)}
 }
 
-func (f *fakeLW) List(ctx context.Context, sink ListSink[string]) (ResourceVersion, error) {
+func (f *fakeLW) List(ctx context.Context, sink driver.ListSink[string]) (ResourceVersion, error) {
 	f.listCalls.Add(1)
 	select {
 	case r := <-f.lists:
@@ -56,13 +58,13 @@ func (f *fakeLW) ReportsProgress() bool { return true }
 
 // Watch hands a fakeWatcher to the test and plays what the test sends to
 // it until the test fails it or ctx ends; stop is closed when it returns.
-func (f *fakeLW) Watch(ctx context.Context, from ResourceVersion, opts WatchOptions[string]) error {
+func (f *fakeLW) Watch(ctx context.Context, from ResourceVersion, opts driver.WatchOptions[string]) error {
 	w := &fakeWatcher{from: from, ch: make(chan step), stop: make(chan struct{})}
 	defer close(w.stop)
 	select {
 	case f.watches <- w:
 	case <-ctx.Done():
-		return Stopped(ctx)
+		return driver.Stopped(ctx)
 	}
 	for {
 		select {
@@ -76,18 +78,18 @@ func (f *fakeLW) Watch(ctx context.Context, from ResourceVersion, opts WatchOpti
 		case <-opts.Progress:
 			w.progress.Add(1)
 		case <-ctx.Done():
-			return Stopped(ctx)
+			return driver.Stopped(ctx)
 		}
 	}
 }
 
 // list serves the next List call.
-func (f *fakeLW) list(t *testing.T, rv ResourceVersion, items ...Event[string]) {
+func (f *fakeLW) list(t *testing.T, rv ResourceVersion, items ...driver.Event[string]) {
 	t.Helper()
 	f.listErr(t, rv, nil, items...)
 }
 
-func (f *fakeLW) listErr(t *testing.T, rv ResourceVersion, err error, items ...Event[string]) {
+func (f *fakeLW) listErr(t *testing.T, rv ResourceVersion, err error, items ...driver.Event[string]) {
 	t.Helper()
 	select {
 	case f.lists <- listResult{items: items, rv: rv, err: err}:
@@ -109,7 +111,7 @@ func (f *fakeLW) watch(t *testing.T) *fakeWatcher {
 }
 
 type step struct {
-	evs []Event[string]
+	evs []driver.Event[string]
 	err error
 }
 
@@ -120,7 +122,7 @@ type fakeWatcher struct {
 	progress atomic.Int32  // progress requests received
 }
 
-func (w *fakeWatcher) send(t *testing.T, evs ...Event[string]) {
+func (w *fakeWatcher) send(t *testing.T, evs ...driver.Event[string]) {
 	t.Helper()
 	select {
 	case w.ch <- step{evs: evs}:

@@ -6,35 +6,37 @@ import (
 	"fmt"
 	"reflect"
 	"testing"
+
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
-func add(key, v string, rv ResourceVersion) Event[string] {
-	return Event[string]{Type: Added, Key: key, Object: v, HasObject: true, RV: rv}
+func add(key, v string, rv ResourceVersion) driver.Event[string] {
+	return driver.Event[string]{Type: driver.Added, Key: key, Object: v, HasObject: true, RV: rv}
 }
-func mod(key, v string, rv ResourceVersion) Event[string] {
-	return Event[string]{Type: Modified, Key: key, Object: v, HasObject: true, RV: rv}
+func mod(key, v string, rv ResourceVersion) driver.Event[string] {
+	return driver.Event[string]{Type: driver.Modified, Key: key, Object: v, HasObject: true, RV: rv}
 }
-func del(key string, rv ResourceVersion) Event[string] {
-	return Event[string]{Type: Deleted, Key: key, RV: rv}
+func del(key string, rv ResourceVersion) driver.Event[string] {
+	return driver.Event[string]{Type: driver.Deleted, Key: key, RV: rv}
 }
 
 // qadd queues a watch batch the way the reflector does: each event as a
 // delta, bookmarks only moving the version.
-func qadd(q Queue[string], evs []Event[string]) error {
+func qadd(q Queue[string], evs []driver.Event[string]) error {
 	var ds []Delta[string]
 	var top ResourceVersion
 	for _, ev := range evs {
 		top = max(top, ev.RV)
-		if ev.Type == Bookmark {
+		if ev.Type == driver.Bookmark {
 			continue
 		}
 		d := Delta[string]{Key: ev.Key, Object: ev.Object, HasObject: ev.HasObject, RV: ev.RV}
 		switch ev.Type {
-		case Added:
+		case driver.Added:
 			d.Type, d.HasObject = DeltaAdded, true
-		case Modified:
+		case driver.Modified:
 			d.Type, d.HasObject = DeltaUpdated, true
-		case Deleted:
+		case driver.Deleted:
 			d.Type = DeltaDeleted
 		}
 		ds = append(ds, d)
@@ -43,7 +45,7 @@ func qadd(q Queue[string], evs []Event[string]) error {
 }
 
 // qreplace streams a list taken at rv into q.
-func qreplace(q Queue[string], list []Event[string], rv ResourceVersion) error {
+func qreplace(q Queue[string], list []driver.Event[string], rv ResourceVersion) error {
 	return q.Replace(context.Background(), func(put func(Delta[string]) error) (ResourceVersion, error) {
 		for _, ev := range list {
 			if err := put(Delta[string]{Type: DeltaReplaced, Key: ev.Key, Object: ev.Object, HasObject: true}); err != nil {
@@ -89,8 +91,8 @@ func TestQueueReplaceEmitsTombstonesForVanishedKeys(t *testing.T) {
 	bothQueues(t, func(t *testing.T, known *Indexer[string], q Queue[string]) {
 		must(t, known.Add("gone", "g1"))
 		must(t, known.Add("kept", "k1"))
-		must(t, qadd(q, []Event[string]{add("pending", "p1", 3)}))
-		must(t, qreplace(q, []Event[string]{add("kept", "k2", 0)}, 5))
+		must(t, qadd(q, []driver.Event[string]{add("pending", "p1", 3)}))
+		must(t, qreplace(q, []driver.Event[string]{add("kept", "k2", 0)}, 5))
 		got := popAll(t, q)
 		want := map[string]bool{
 			"Added pending=p1":             true,
@@ -116,7 +118,7 @@ func TestQueueResyncSkipsKeysWithPendingDeltas(t *testing.T) {
 	bothQueues(t, func(t *testing.T, known *Indexer[string], q Queue[string]) {
 		must(t, known.Add("a", "a1"))
 		must(t, known.Add("b", "b1"))
-		must(t, qadd(q, []Event[string]{mod("a", "a2", 2)}))
+		must(t, qadd(q, []driver.Event[string]{mod("a", "a2", 2)}))
 		must(t, q.Resync())
 		got := popAll(t, q)
 		want := []string{"Updated a=a2", "Sync b="} // key-only: the consumer reads its cache
@@ -130,7 +132,7 @@ func TestDeltaFIFODoubleDeletesCollapse(t *testing.T) {
 	known := NewIndexer[string](nil)
 	must(t, known.Add("a", "a1"))
 	f := NewDeltaFIFO[string](known)
-	must(t, qadd(f, []Event[string]{{Type: Deleted, Key: "a", Object: "a1", HasObject: true, RV: 2}}))
+	must(t, qadd(f, []driver.Event[string]{{Type: driver.Deleted, Key: "a", Object: "a1", HasObject: true, RV: 2}}))
 	// The relist's tombstone knows less than the watch's delete: keep the latter.
 	must(t, known.Delete("a"))
 	must(t, known.Add("a", "stale"))
@@ -140,7 +142,7 @@ func TestDeltaFIFODoubleDeletesCollapse(t *testing.T) {
 		t.Fatalf("deltas = %+v, want the single watch delete", ds)
 	}
 	// Two watch deletes: the newer wins.
-	must(t, qadd(f, []Event[string]{{Type: Deleted, Key: "b", Object: "x", HasObject: true, RV: 4}}))
+	must(t, qadd(f, []driver.Event[string]{{Type: driver.Deleted, Key: "b", Object: "x", HasObject: true, RV: 4}}))
 	ds, _ = f.Deltas("b")
 	if len(ds) != 0 {
 		t.Fatalf("delete of a key nobody knows was queued: %+v", ds)
@@ -151,7 +153,7 @@ func TestDeltaFIFODeleteWithoutObjectTakesLastKnown(t *testing.T) {
 	known := NewIndexer[string](nil)
 	must(t, known.Add("a", "a1"))
 	f := NewDeltaFIFO[string](known)
-	must(t, qadd(f, []Event[string]{del("a", 2), add("b", "b1", 3), del("b", 4)}))
+	must(t, qadd(f, []driver.Event[string]{del("a", 2), add("b", "b1", 3), del("b", 4)}))
 	if got := popAll(t, f); !reflect.DeepEqual(got, []string{"Deleted a=a1", "Added b=b1", "Deleted b=b1"}) {
 		t.Fatalf("got %v", got)
 	}
@@ -165,9 +167,9 @@ func TestDeltaFIFODeleteWithoutObjectTakesLastKnown(t *testing.T) {
 func TestDeltaFIFODeleteOfAKeyInFlight(t *testing.T) {
 	known := NewIndexer[string](nil)
 	f := NewDeltaFIFO[string](known)
-	must(t, qadd(f, []Event[string]{add("b", "b1", 3)}))
+	must(t, qadd(f, []driver.Event[string]{add("b", "b1", 3)}))
 	must(t, f.Pop(context.Background(), func(ds []Delta[string], _ bool) error {
-		must(t, qadd(f, []Event[string]{del("b", 4)}))
+		must(t, qadd(f, []driver.Event[string]{del("b", 4)}))
 		for _, d := range ds {
 			must(t, known.Add(d.Key, d.Object))
 		}
@@ -181,7 +183,7 @@ func TestDeltaFIFODeleteOfAKeyInFlight(t *testing.T) {
 
 func TestQueueFailedProcessRequeues(t *testing.T) {
 	bothQueues(t, func(t *testing.T, known *Indexer[string], q Queue[string]) {
-		must(t, qadd(q, []Event[string]{add("a", "a1", 1)}))
+		must(t, qadd(q, []driver.Event[string]{add("a", "a1", 1)}))
 		err := q.Pop(context.Background(), func([]Delta[string], bool) error {
 			return fmt.Errorf("handler failed: %w", ErrRequeue)
 		})
@@ -205,8 +207,8 @@ func TestQueueHasSyncedAfterInitialPopulation(t *testing.T) {
 		if q.HasSynced() {
 			t.Fatal("synced before Replace")
 		}
-		must(t, qreplace(q, []Event[string]{add("a", "1", 0), add("b", "2", 0)}, 7))
-		must(t, qadd(q, []Event[string]{add("c", "3", 8)}))
+		must(t, qreplace(q, []driver.Event[string]{add("a", "1", 0), add("b", "2", 0)}, 7))
+		must(t, qadd(q, []driver.Event[string]{add("c", "3", 8)}))
 		var initial []bool
 		if q.HasSynced() {
 			t.Fatal("synced with the initial items pending")
@@ -244,7 +246,7 @@ func TestQueueCloseAndContext(t *testing.T) {
 		if err := q.Pop(ctx, nil); !errors.Is(err, context.Canceled) {
 			t.Fatalf("Pop on cancelled ctx = %v", err)
 		}
-		must(t, qadd(q, []Event[string]{add("a", "1", 1)}))
+		must(t, qadd(q, []driver.Event[string]{add("a", "1", 1)}))
 		q.Close()
 		if got := popAll(t, q); len(got) != 1 {
 			t.Fatalf("queued item lost on Close: %v", got)
@@ -257,12 +259,12 @@ func TestQueueCloseAndContext(t *testing.T) {
 
 func TestFIFOKeepsArrivalOrderAcrossKeys(t *testing.T) {
 	q := NewFIFO[string](nil)
-	must(t, qadd(q, []Event[string]{add("a", "a1", 1), add("b", "b1", 2), mod("a", "a2", 3)}))
+	must(t, qadd(q, []driver.Event[string]{add("a", "a1", 1), add("b", "b1", 2), mod("a", "a2", 3)}))
 	if got := popAll(t, q); !reflect.DeepEqual(got, []string{"Added a=a1", "Added b=b1", "Updated a=a2"}) {
 		t.Fatalf("got %v", got)
 	}
 	d := NewDeltaFIFO[string](nil)
-	must(t, qadd(d, []Event[string]{add("a", "a1", 1), add("b", "b1", 2), mod("a", "a2", 3)}))
+	must(t, qadd(d, []driver.Event[string]{add("a", "a1", 1), add("b", "b1", 2), mod("a", "a2", 3)}))
 	if got := popAll(t, d); !reflect.DeepEqual(got, []string{"Added a=a1", "Updated a=a2", "Added b=b1"}) {
 		t.Fatalf("DeltaFIFO groups per key: got %v", got)
 	}
@@ -270,8 +272,8 @@ func TestFIFOKeepsArrivalOrderAcrossKeys(t *testing.T) {
 
 func TestQueueAppliedVersionWaitsForWholeTransaction(t *testing.T) {
 	bothQueues(t, func(t *testing.T, known *Indexer[string], q Queue[string]) {
-		must(t, qadd(q, []Event[string]{add("a", "1", 4), add("b", "1", 4)}))
-		must(t, qadd(q, []Event[string]{{Type: Bookmark, RV: 9}}))
+		must(t, qadd(q, []driver.Event[string]{add("a", "1", 4), add("b", "1", 4)}))
+		must(t, qadd(q, []driver.Event[string]{{Type: driver.Bookmark, RV: 9}}))
 		if v := q.AppliedVersion(); v != 3 {
 			t.Fatalf("AppliedVersion with rv 4 pending = %d, want 3", v)
 		}
@@ -285,13 +287,13 @@ func TestQueueAppliedVersionWaitsForWholeTransaction(t *testing.T) {
 func TestFIFOKeepsTransactionsWhole(t *testing.T) {
 	q := NewFIFO[string](nil)
 	must(t, qreplace(q, nil, 1))
-	var tx []Event[string]
+	var tx []driver.Event[string]
 	for i := range 300 {
 		tx = append(tx, add(fmt.Sprint(i), "v", 5))
 	}
-	must(t, qadd(q, []Event[string]{add("before", "v", 4)}))
+	must(t, qadd(q, []driver.Event[string]{add("before", "v", 4)}))
 	must(t, qadd(q, tx))
-	must(t, qadd(q, []Event[string]{add("after", "v", 6)}))
+	must(t, qadd(q, []driver.Event[string]{add("after", "v", 6)}))
 	var sizes []int
 	for q.Len() > 0 {
 		must(t, q.Pop(context.Background(), func(ds []Delta[string], _ bool) error {
@@ -315,12 +317,12 @@ func TestAppliedVersionWaitsForPendingRelist(t *testing.T) {
 	ok := func([]Delta[string], bool) error { return nil }
 	for name, q := range map[string]Queue[string]{"FIFO": NewFIFO[string](nil), "DeltaFIFO": NewDeltaFIFO[string](nil)} {
 		t.Run(name, func(t *testing.T) {
-			qadd(q, []Event[string]{{Type: Added, Key: "a", Object: "a", HasObject: true, RV: 5}})
+			qadd(q, []driver.Event[string]{{Type: driver.Added, Key: "a", Object: "a", HasObject: true, RV: 5}})
 			q.Pop(ctx, ok)
 			if v := q.AppliedVersion(); v != 5 {
 				t.Fatalf("applied %d after the first change, want 5", v)
 			}
-			qreplace(q, []Event[string]{{Key: "a", Object: "a2"}, {Key: "b", Object: "b"}}, 10)
+			qreplace(q, []driver.Event[string]{{Key: "a", Object: "a2"}, {Key: "b", Object: "b"}}, 10)
 			if v := q.AppliedVersion(); v != 5 {
 				t.Fatalf("applied %d with a relist pending, want 5", v)
 			}
@@ -331,7 +333,7 @@ func TestAppliedVersionWaitsForPendingRelist(t *testing.T) {
 			}
 			// While a key is in flight, a second relist queues it again.
 			q.Pop(ctx, func([]Delta[string], bool) error {
-				qreplace(q, []Event[string]{{Key: "a", Object: "a3"}, {Key: "b", Object: "b"}}, 20)
+				qreplace(q, []driver.Event[string]{{Key: "a", Object: "a3"}, {Key: "b", Object: "b"}}, 20)
 				return nil
 			})
 			if v := q.AppliedVersion(); v != 5 {

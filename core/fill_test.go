@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // A Modified event with a Fill is completed from the cached object of its
@@ -30,8 +32,8 @@ func TestEventFillFromCache(t *testing.T) {
 			return func(cached string) (string, error) { return cached + s, nil }
 		}
 		w.send(t,
-			Event[string]{Type: Modified, Key: "a", Object: "partial", HasObject: true, RV: 6, Fill: suffix("-f")},
-			Event[string]{Type: Modified, Key: "a", Object: "partial", HasObject: true, RV: 7, Fill: suffix("-g")},
+			driver.Event[string]{Type: driver.Modified, Key: "a", Object: "partial", HasObject: true, RV: 6, Fill: suffix("-f")},
+			driver.Event[string]{Type: driver.Modified, Key: "a", Object: "partial", HasObject: true, RV: 7, Fill: suffix("-g")},
 		)
 		must(t, inf.WaitFor(testCtx(t), 7))
 		rec.expect(t, "update a A1->A1-F", "update a A1-F->A1-F-G")
@@ -40,7 +42,7 @@ func TestEventFillFromCache(t *testing.T) {
 		}
 
 		// No cached object to fill from: reported, nothing cached.
-		w.send(t, Event[string]{Type: Modified, Key: "z", Object: "partial", HasObject: true, RV: 8, Fill: suffix("-f")})
+		w.send(t, driver.Event[string]{Type: driver.Modified, Key: "z", Object: "partial", HasObject: true, RV: 8, Fill: suffix("-f")})
 		must(t, inf.WaitFor(testCtx(t), 8))
 		if v, ok := inf.Lister().Get("z"); ok {
 			t.Fatalf("z = %q: filled from nothing", v)
@@ -52,7 +54,7 @@ func TestEventFillFromCache(t *testing.T) {
 		}
 
 		// Fill fails: the key leaves the cache as an undecodable change.
-		w.send(t, Event[string]{Type: Modified, Key: "b", Object: "partial", HasObject: true, RV: 9, Fill: func(string) (string, error) {
+		w.send(t, driver.Event[string]{Type: driver.Modified, Key: "b", Object: "partial", HasObject: true, RV: 9, Fill: func(string) (string, error) {
 			return "", errors.New(`column "big": no value`)
 		}})
 		must(t, inf.WaitFor(testCtx(t), 9))
@@ -64,10 +66,10 @@ func TestEventFillFromCache(t *testing.T) {
 		}
 
 		// A Fill on anything but a Modified event is undecodable.
-		w.send(t, Event[string]{Type: Added, Key: "c", Object: "partial", HasObject: true, RV: 10, Fill: suffix("-f")})
+		w.send(t, driver.Event[string]{Type: driver.Added, Key: "c", Object: "partial", HasObject: true, RV: 10, Fill: suffix("-f")})
 		must(t, inf.WaitFor(testCtx(t), 10))
 		rec.expect(t, "delete c=C1 unknown=true")
-		var de *DecodeError
+		var de *driver.DecodeError
 		if ec.find(func(e error) bool { return errors.As(e, &de) && de.Key == "c" }) == nil {
 			t.Fatalf("a Fill on an Added event was not reported as undecodable: %v", ec.errs)
 		}
@@ -77,7 +79,7 @@ func TestEventFillFromCache(t *testing.T) {
 
 		// A wrapper turned a Fill event into a delete (shard.Source): the
 		// handlers get the cached object, not the partial one.
-		w.send(t, Event[string]{Type: Deleted, Key: "a", Object: "partial", HasObject: true, RV: 11, Fill: suffix("-f")})
+		w.send(t, driver.Event[string]{Type: driver.Deleted, Key: "a", Object: "partial", HasObject: true, RV: 11, Fill: suffix("-f")})
 		must(t, inf.WaitFor(testCtx(t), 11))
 		rec.expect(t, "delete a=A1-F-G unknown=false")
 	})

@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strconv"
 	"testing"
+
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // maxFuzzOps bounds the operations one fuzz input plays. Six keys and a
@@ -201,17 +203,17 @@ func fuzzQueue(t *testing.T, ops []byte, deltaFIFO bool) {
 	for len(ops) >= 2 {
 		op, key := ops[0]%8, "k"+strconv.Itoa(int(ops[1]%5))
 		ops = ops[2:]
-		var ev Event[string]
+		var ev driver.Event[string]
 		switch op {
 		case 0, 1: // write
 			rv++
 			v := fmt.Sprintf("%s@%d", key, rv)
-			typ := Added
+			typ := driver.Added
 			if _, ok := source[key]; ok {
-				typ = Modified
+				typ = driver.Modified
 			}
 			source[key] = v
-			ev = Event[string]{Type: typ, Key: key, Object: v, HasObject: true, RV: rv}
+			ev = driver.Event[string]{Type: typ, Key: key, Object: v, HasObject: true, RV: rv}
 		case 2: // delete
 			old, ok := source[key]
 			if !ok {
@@ -219,7 +221,7 @@ func fuzzQueue(t *testing.T, ops []byte, deltaFIFO bool) {
 			}
 			rv++
 			delete(source, key)
-			ev = Event[string]{Type: Deleted, Key: key, Object: old, HasObject: op == 2 && rv%2 == 0, RV: rv}
+			ev = driver.Event[string]{Type: driver.Deleted, Key: key, Object: old, HasObject: op == 2 && rv%2 == 0, RV: rv}
 		case 3:
 			pop()
 			continue
@@ -227,9 +229,9 @@ func fuzzQueue(t *testing.T, ops []byte, deltaFIFO bool) {
 			watching = false
 			continue
 		case 5: // relist
-			list := make([]Event[string], 0, len(source))
+			list := make([]driver.Event[string], 0, len(source))
 			for k, v := range source {
-				list = append(list, Event[string]{Type: Added, Key: k, Object: v, HasObject: true})
+				list = append(list, driver.Event[string]{Type: driver.Added, Key: k, Object: v, HasObject: true})
 			}
 			must(t, qreplace(q, list, rv))
 			watching = true
@@ -240,18 +242,18 @@ func fuzzQueue(t *testing.T, ops []byte, deltaFIFO bool) {
 		case 7:
 			rv++
 			if watching {
-				must(t, qadd(q, []Event[string]{{Type: Bookmark, RV: rv}}))
+				must(t, qadd(q, []driver.Event[string]{{Type: driver.Bookmark, RV: rv}}))
 			}
 			continue
 		}
 		if watching {
-			must(t, qadd(q, []Event[string]{ev}))
+			must(t, qadd(q, []driver.Event[string]{ev}))
 		}
 	}
 	if !watching {
-		list := make([]Event[string], 0, len(source))
+		list := make([]driver.Event[string], 0, len(source))
 		for k, v := range source {
-			list = append(list, Event[string]{Type: Added, Key: k, Object: v, HasObject: true})
+			list = append(list, driver.Event[string]{Type: driver.Added, Key: k, Object: v, HasObject: true})
 		}
 		must(t, qreplace(q, list, rv))
 	}

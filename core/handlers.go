@@ -27,7 +27,7 @@ type ResourceEventHandler[T any] interface {
 	// relist because it happened while the watch was down, so obj may be
 	// older than what the source deleted. It is also set when the key
 	// left because its newest state did not decode (UndecodablePolicy):
-	// obj is then the last state that did, and the *DecodeError went to
+	// obj is then the last state that did, and the *driver.DecodeError went to
 	// the informer's ErrorHandler.
 	OnDelete(key string, obj T, finalStateUnknown bool)
 }

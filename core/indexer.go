@@ -7,6 +7,8 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+
+	"github.com/dbinformer/dbinformer/core/internal/inplace"
 )
 
 // IndexFunc computes the index values of an object. One object may have
@@ -235,7 +237,7 @@ func (s *Indexer[T]) getAll(keys []string, where []int32, base *itemBase[T], dst
 		defer also()
 	}
 	same := base != nil && s.items.base == base
-	d := &binDecoder{}
+	var d inplace.Decoder[T]
 	for n, k := range keys {
 		if pos := int(where[n]); same && pos >= 0 {
 			if base.isDead(pos) {
@@ -243,7 +245,7 @@ func (s *Indexer[T]) getAll(keys []string, where []int32, base *itemBase[T], dst
 			}
 			// A lazily loaded page stays lazy: the caller (a
 			// checkpoint's write) holds dst only while it encodes it.
-			dst[n] = base.peekObj(pos, d)
+			dst[n] = base.peekObj(pos, &d)
 			continue
 		}
 		obj, ok := s.items.get(k)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dbinformer/dbinformer/core/clock"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // InformerOptions configures a SharedIndexInformer. The zero value of
@@ -25,12 +26,12 @@ type InformerOptions[T any] struct {
 	Indexers Indexers[T]
 	// Transform rewrites each object before it is cached (drop fields to
 	// save memory, precompute). An error (or a panic) is reported as a
-	// *DecodeError and handled as an undecodable change (Undecodable).
+	// *driver.DecodeError and handled as an undecodable change (Undecodable).
 	Transform func(T) (T, error)
 	// Undecodable says what happens to a key whose change does not decode
 	// (or that Transform rejects): by default (RemoveUndecodable) the key
 	// leaves the cache with a delete, handlers get OnDelete with
-	// finalStateUnknown true, and the *DecodeError goes to ErrorHandler;
+	// finalStateUnknown true, and the *driver.DecodeError goes to ErrorHandler;
 	// StopOnUndecodable stops the informer with a permanent error instead.
 	// No policy leaves the previous object in the cache looking current.
 	Undecodable UndecodablePolicy
@@ -55,21 +56,21 @@ type InformerOptions[T any] struct {
 	// ProgressInterval is how often an open watch is expected to show
 	// progress (a change, a bookmark, or the answer to a bookmark request),
 	// which tells a stuck watch (a frozen server, a half-open connection)
-	// from a quiet one: after StuckIntervals silent intervals the watch is
-	// reopened from its last version, with an error matching ErrWatchStuck
-	// (see ProgressIntervaler). 0 means the ListerWatcher's own
+	// from a quiet one: after driver.StuckIntervals silent intervals the watch is
+	// reopened from its last version, with an error matching driver.ErrWatchStuck
+	// (see driver.ProgressIntervaler). 0 means the driver.ListerWatcher's own
 	// ProgressInterval, and no detection if it declares none; negative
 	// means no detection. Set it only for a source whose watches emit
 	// bookmarks at least that often or answer bookmark requests
-	// (ProgressReporter): another source's idle watch would be reopened
-	// every StuckIntervals intervals (harmless, but needless).
+	// (driver.ProgressReporter): another source's idle watch would be reopened
+	// every driver.StuckIntervals intervals (harmless, but needless).
 	ProgressInterval time.Duration
 	// ProgressRequestInterval rate-limits the bookmark requests WaitFor
 	// makes; 0 means 250ms, negative means WaitFor never requests one.
 	ProgressRequestInterval time.Duration
 	// ErrorHandler receives every failure as it happens: list and watch
 	// errors (each retry's, naming the source's own error), stuck watches
-	// (ErrWatchStuck), decode errors (*DecodeError naming source, key and
+	// (driver.ErrWatchStuck), decode errors (*driver.DecodeError naming source, key and
 	// version), out-of-order events (*OrderError), index errors
 	// (*IndexError) and handler panics (*HandlerPanicError). nil logs them
 	// with Logger (an expired version at Info, a stuck watch at Warn, the
@@ -96,7 +97,7 @@ var ErrAlreadyRunning = errors.New("dbinformer: informer is already running")
 // resulting notifications to every handler's own buffer and goroutine
 // (handlers.go). Create it with NewSharedIndexInformer.
 type SharedIndexInformer[T any] struct {
-	lw      ListerWatcher[T]
+	lw      driver.ListerWatcher[T]
 	opts    InformerOptions[T]
 	name    string
 	indexer *Indexer[T]
@@ -147,7 +148,7 @@ type SharedIndexInformer[T any] struct {
 }
 
 // NewSharedIndexInformer returns an informer over lw. Run starts it.
-func NewSharedIndexInformer[T any](lw ListerWatcher[T], opts InformerOptions[T]) *SharedIndexInformer[T] {
+func NewSharedIndexInformer[T any](lw driver.ListerWatcher[T], opts InformerOptions[T]) *SharedIndexInformer[T] {
 	i := &SharedIndexInformer[T]{
 		lw:                lw,
 		opts:              opts,
@@ -207,7 +208,7 @@ type runFailure struct {
 
 // Run runs the informer until ctx is done and returns once every goroutine
 // it started (reflector, processing, handlers) has ended. A source that
-// fails permanently (an error matching ErrPermanent) ends the run: Run
+// fails permanently (an error matching driver.ErrPermanent) ends the run: Run
 // returns that error, and so does WaitForCacheSync if the cache never
 // synced. Options that cannot work (a checkpoint without a codec) fail a
 // run before it starts, the same way. Run returns nil when ctx ended it. It can be called

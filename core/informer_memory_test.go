@@ -11,6 +11,7 @@ import (
 
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/clock"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/core/memory"
 )
@@ -78,7 +79,7 @@ func TestInformerConvergesThroughFaults(t *testing.T) {
 				DeltaFIFO: deltaFIFO,
 				Clock:     fc,
 				ErrorHandler: func(err error) {
-					var de *core.DecodeError
+					var de *driver.DecodeError
 					if errors.As(err, &de) {
 						decodeErrs.Store(de.Key, de.RV)
 					}

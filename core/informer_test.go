@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dbinformer/dbinformer/core/clock"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -80,7 +81,7 @@ func TestInformerRelistsOnExpiredWithTombstones(t *testing.T) {
 		w := lw.watch(t)
 		w.send(t, mod("a", "a2", 6))
 		rec.expect(t, "update a a1->a2")
-		w.fail(t, ErrExpired)
+		w.fail(t, driver.ErrExpired)
 		// A watch that made progress relists at once, no backoff.
 		lw.list(t, 20, add("a", "a3", 0), add("c", "c1", 0))
 		rec.expectSet(t, "delete b=b1 unknown=true", "update a a2->a3", "add c=c1 initial=false")
@@ -90,7 +91,7 @@ func TestInformerRelistsOnExpiredWithTombstones(t *testing.T) {
 		if lw.listCalls.Load() != 2 {
 			t.Fatalf("list calls = %d", lw.listCalls.Load())
 		}
-		if ec.find(func(e error) bool { return errors.Is(e, ErrExpired) }) == nil {
+		if ec.find(func(e error) bool { return errors.Is(e, driver.ErrExpired) }) == nil {
 			t.Fatal("expiry not reported")
 		}
 		if m.lists.Load() != 2 || m.relists.Load() != 1 || m.restarts.Load() != 1 {
@@ -229,15 +230,15 @@ func TestDecodeErrorIsReportedAndVersionAdvances(t *testing.T) {
 	m := &countingMetrics{}
 	inf, _, ec := newTestInformer(lw, InformerOptions[string]{Metrics: m})
 	started(t, inf)
-	lw.list(t, 5, add("a", "a1", 0), Event[string]{Type: Added, Key: "bad", RV: 5, Err: errors.New("invalid utf8")})
+	lw.list(t, 5, add("a", "a1", 0), driver.Event[string]{Type: driver.Added, Key: "bad", RV: 5, Err: errors.New("invalid utf8")})
 	must(t, inf.WaitForCacheSync(testCtx(t)))
 	w := lw.watch(t)
-	w.send(t, Event[string]{Type: Modified, Key: "a", RV: 6, Err: errors.New("column type xid has no mapping")})
+	w.send(t, driver.Event[string]{Type: driver.Modified, Key: "a", RV: 6, Err: errors.New("column type xid has no mapping")})
 	must(t, inf.WaitFor(testCtx(t), 6))
 	if v, ok := inf.Lister().Get("a"); ok {
 		t.Fatalf("a key whose change did not decode keeps its previous state %q", v)
 	}
-	var de *DecodeError
+	var de *driver.DecodeError
 	if ec.find(func(e error) bool {
 		return errors.As(e, &de) && de.Key == "a" && de.RV == 6 && de.Source == "test source"
 	}) == nil {
@@ -373,7 +374,7 @@ func TestWaitForRequestsProgressForQuietVersions(t *testing.T) {
 		t.Fatalf("WaitFor returned before the version: %v", err)
 	default:
 	}
-	w.send(t, Event[string]{Type: Bookmark, RV: 10})
+	w.send(t, driver.Event[string]{Type: driver.Bookmark, RV: 10})
 	must(t, <-done)
 	if inf.AppliedVersion() != 10 {
 		t.Fatalf("applied %d", inf.AppliedVersion())
@@ -446,10 +447,10 @@ func TestEqualTurnsUnchangedRelistIntoResync(t *testing.T) {
 	lw.list(t, 5, add("a", "a1", 0), add("b", "b1", 0))
 	rec.expectSet(t, "add a=a1 initial=true", "add b=b1 initial=true")
 	w := lw.watch(t)
-	w.fail(t, ErrExpired)
+	w.fail(t, driver.ErrExpired)
 	// Expired before any progress: the relist waits for the backoff (armed
 	// once the expiry is reported).
-	eventually(t, "expiry reported", func() bool { return ec.find(func(e error) bool { return errors.Is(e, ErrExpired) }) != nil })
+	eventually(t, "expiry reported", func() bool { return ec.find(func(e error) bool { return errors.Is(e, driver.ErrExpired) }) != nil })
 	eventually(t, "backoff timer", func() bool { return fc.Waiters() == 1 })
 	fc.Step(2 * time.Second)
 	lw.list(t, 9, add("a", "a1", 0), add("b", "b2", 0))
@@ -508,7 +509,7 @@ func TestTransformAppliesBeforeCaching(t *testing.T) {
 	if a != "A1" || b != "B1" {
 		t.Fatalf("a=%q b=%q", a, b)
 	}
-	var de *DecodeError
+	var de *driver.DecodeError
 	if ec.find(func(e error) bool { return errors.As(e, &de) && de.Key == "c" }) == nil {
 		t.Fatal("transform error not reported")
 	}
@@ -564,10 +565,10 @@ func TestFactorySharesAndShutsDown(t *testing.T) {
 // memLW is an always-empty source that never changes.
 type memLW[T any] struct{}
 
-func (memLW[T]) List(context.Context, ListSink[T]) (ResourceVersion, error) { return 1, nil }
-func (memLW[T]) Watch(ctx context.Context, _ ResourceVersion, _ WatchOptions[T]) error {
+func (memLW[T]) List(context.Context, driver.ListSink[T]) (ResourceVersion, error) { return 1, nil }
+func (memLW[T]) Watch(ctx context.Context, _ ResourceVersion, _ driver.WatchOptions[T]) error {
 	<-ctx.Done()
-	return Stopped(ctx)
+	return driver.Stopped(ctx)
 }
 
 func TestStopWithFullBoundedHandlerDoesNotHang(t *testing.T) {
@@ -622,7 +623,7 @@ func TestEventWithoutKeyIsReported(t *testing.T) {
 	if n := inf.Indexer().Len(); n != 1 {
 		t.Fatalf("cache has %d keys", n)
 	}
-	var de *DecodeError
+	var de *driver.DecodeError
 	if ec.find(func(e error) bool { return errors.As(e, &de) && de.RV == 6 && strings.Contains(e.Error(), "no key") }) == nil {
 		t.Fatalf("keyless event not reported: %v", ec.errs)
 	}

@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+
+	"github.com/dbinformer/dbinformer/core/internal/inplace"
 )
 
 // The item base: a checkpoint's (or an initial list's) pages (itempage.go),
@@ -57,14 +59,18 @@ func (b *itemBase[T]) obj(pos int) *T {
 // checkpoint's write, reading every object, turned every lazily loaded
 // page into decoded objects that, their strings sharing the blocks, kept
 // every block of the checkpoint alive as well (BenchmarkWarmRestartMemory).
-// d is the caller's decoder, reused across calls.
-func (b *itemBase[T]) peekObj(pos int, d *binDecoder) T {
+// *d is the caller's decoder, reused across calls (made at the first
+// lazy page when nil).
+func (b *itemBase[T]) peekObj(pos int, d *inplace.Decoder[T]) T {
 	p := b.pages[pos>>b.pageBits]
 	if l := p.lazy; l != nil && p.objs.Load() == nil {
 		// No object of the page was read or written (a write decodes
 		// the page first): the record is the object.
+		if *d == nil {
+			*d = l.codec.NewDecoder()
+		}
 		var o T
-		l.decodeAt(d, pos&(1<<b.pageBits-1), &o)
+		l.decodeAt(*d, pos&(1<<b.pageBits-1), &o)
 		return o
 	}
 	return *b.obj(pos)
@@ -78,7 +84,7 @@ func (b *itemBase[T]) ownedObj(pos int) T {
 		i := pos & (1<<b.pageBits - 1)
 		key, enc := l.record(i)
 		var o T
-		l.decode(&binDecoder{}, i, key, enc, "", &o)
+		l.decode(l.codec.NewDecoder(), i, key, enc, "", &o)
 		return o
 	}
 	return *b.obj(pos)
@@ -171,7 +177,7 @@ func (b *itemBase[T]) unpin(pg int) {
 		// Lazy, never read: decode the live ones, with strings of
 		// their own.
 		o := make([]T, p.n)
-		d := &binDecoder{}
+		d := l.codec.NewDecoder()
 		for i := range o {
 			if !b.isDead(first + i) {
 				key, enc := l.record(i)
@@ -180,7 +186,7 @@ func (b *itemBase[T]) unpin(pg int) {
 		}
 		objs = &o
 	case l.codec != nil:
-		d := &binDecoder{}
+		d := l.codec.NewDecoder()
 		for i := range *objs {
 			if pos := first + i; !b.isDead(pos) && !b.moved(pos) {
 				key, enc := l.record(i)

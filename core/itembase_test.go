@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"testing"
 	"weak"
+
+	codecs "github.com/dbinformer/dbinformer/core/codec"
 )
 
 // loadedBase encodes rows as a checkpoint with the Binary codec and
@@ -15,7 +17,7 @@ import (
 // checkpoint's pages.
 func loadedBase(t *testing.T, keys []string, objs []ckptRow, lazy bool) items[ckptRow] {
 	t.Helper()
-	codec, err := NewBinary[ckptRow]()
+	codec, err := codecs.NewBinary[ckptRow]()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,7 +311,7 @@ func TestItemsOwnedReadsReleaseBlocks(t *testing.T) {
 func TestCheckpointWriteLeavesLazyPagesLazy(t *testing.T) {
 	const n = 20_000
 	keys, objs := ckptRows(n)
-	codec, err := NewBinary[ckptRow]()
+	codec, err := codecs.NewBinary[ckptRow]()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/dbinformer/dbinformer/core/internal/inplace"
 )
 
 // The item base's pages: a checkpoint's chunks or an initial list's
@@ -49,7 +51,7 @@ type itemPage[T any] struct {
 type lazyObjects[T any] struct {
 	data  []byte   // the chunk; keys and decoded strings share its bytes
 	recs  []uint32 // where each record (key, then object, each length first) starts in data
-	codec arenaDecoder[T]
+	codec inplace.Codec[T]
 	what  string // names the checkpoint in a decoding failure
 }
 
@@ -106,7 +108,7 @@ func (p *itemPage[T]) objects() []T {
 // their strings share the chunk's bytes.
 func (l *lazyObjects[T]) decodeLoaded() []T {
 	objs := make([]T, len(l.recs))
-	d := &binDecoder{}
+	d := l.codec.NewDecoder()
 	for i := range objs {
 		l.decodeAt(d, i, &objs[i])
 	}
@@ -115,7 +117,7 @@ func (l *lazyObjects[T]) decodeLoaded() []T {
 
 // decodeAt decodes record i into dst, its strings sharing the chunk's
 // bytes.
-func (l *lazyObjects[T]) decodeAt(d *binDecoder, i int, dst *T) {
+func (l *lazyObjects[T]) decodeAt(d inplace.Decoder[T], i int, dst *T) {
 	key, enc := l.record(i)
 	at := int(uintptr(unsafe.Pointer(unsafe.SliceData(enc))) - uintptr(unsafe.Pointer(unsafe.SliceData(l.data))))
 	l.decode(d, i, key, enc, unsafe.String(unsafe.SliceData(l.data), len(l.data))[at:at+len(enc)], dst)
@@ -123,8 +125,8 @@ func (l *lazyObjects[T]) decodeAt(d *binDecoder, i int, dst *T) {
 
 // decode decodes record i (key, enc) into dst, taking its strings from
 // arena (a copy of enc), or allocating them if arena is "".
-func (l *lazyObjects[T]) decode(d *binDecoder, i int, key string, enc []byte, arena string, dst *T) {
-	if err := l.codec.decodeArena(d, enc, arena, dst); err != nil {
+func (l *lazyObjects[T]) decode(d inplace.Decoder[T], i int, key string, enc []byte, arena string, dst *T) {
+	if err := d.Decode(enc, arena, dst); err != nil {
 		// The checkpoint's checksum, its codec's schema and the codec
 		// (lazy pages are only made with a codec that decodes whatever
 		// it encoded; a decoded page's objects were decoded from these

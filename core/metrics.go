@@ -20,7 +20,7 @@ type InformerMetrics interface {
 	// the source's estimate of the total (0 when unknown).
 	ListProgress(received, estimated int64)
 	// WatchRestarted reports that a watch ended and a new one will start:
-	// reason is nil for a planned timeout, ErrExpired for a relist, or the
+	// reason is nil for a planned timeout, driver.ErrExpired for a relist, or the
 	// failure.
 	WatchRestarted(reason error)
 	// Applied reports the version up to which the cache is applied.

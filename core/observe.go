@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // errNoHead is Head's error for a source that cannot tell its newest
@@ -28,15 +30,15 @@ type headCache struct {
 	readOnce bool
 }
 
-// Head returns the newest version of the informer's source (HeadReader,
-// found through wrappers by Capability), for lag: AppliedVersion's
+// Head returns the newest version of the informer's source (driver.HeadReader,
+// found through wrappers by driver.Capability), for lag: AppliedVersion's
 // distance to it. Calls within a second of a finished read get that
 // read's answer, and concurrent calls share one read, so every observer
 // of the informer (a status page, Prometheus) reads through it at no extra
 // cost to the source. When the source cannot tell its head, the error
 // matches errors.ErrUnsupported.
 func (i *SharedIndexInformer[T]) Head(ctx context.Context) (ResourceVersion, error) {
-	h, ok := Capability[HeadReader](i.lw)
+	h, ok := driver.Capability[driver.HeadReader](i.lw)
 	if !ok {
 		return 0, errNoHead
 	}
@@ -78,14 +80,14 @@ func (i *SharedIndexInformer[T]) Head(ctx context.Context) (ResourceVersion, err
 }
 
 // Source names the kind of the informer's source: the Go type of the
-// ListerWatcher beneath any wrappers (see Capability), without package
+// driver.ListerWatcher beneath any wrappers (see driver.Capability), without package
 // path or type arguments, such as "etcdinformer.Prefix" for an
 // *etcdinformer.Prefix[User] inside a filter.Wrap (what SyncStatus.Source
 // holds).
 func (i *SharedIndexInformer[T]) Source() string {
 	lw := i.lw
 	for range 64 {
-		next := unwrap(lw)
+		next := driver.Unwrap(lw)
 		if next == nil {
 			break
 		}

@@ -3,18 +3,20 @@ package core
 import (
 	"context"
 	"fmt"
+
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // apply checks and queues one watch batch. Nothing of a batch that breaks
 // the version order is queued: a transaction is applied whole or not at
 // all, and the watch restarts from the last version fully applied.
-func (r *Reflector[T]) apply(ctx context.Context, batch []Event[T]) error {
+func (r *Reflector[T]) apply(ctx context.Context, batch []driver.Event[T]) error {
 	last := r.LastSyncResourceVersion()
 	prev, top := last, last
 	for i := range batch {
 		ev := &batch[i]
 		top = max(top, ev.RV)
-		if ev.Type == Bookmark {
+		if ev.Type == driver.Bookmark {
 			// A stale bookmark says nothing new; the queue keeps the
 			// highest version it saw.
 			continue
@@ -41,7 +43,7 @@ func (r *Reflector[T]) apply(ctx context.Context, batch []Event[T]) error {
 	}
 	r.mu.Unlock()
 	for i := range batch {
-		if batch[i].Type == Bookmark {
+		if batch[i].Type == driver.Bookmark {
 			continue
 		}
 		// A change that does not decode becomes a delete of its key (or

@@ -10,16 +10,17 @@ import (
 	"time"
 
 	"github.com/dbinformer/dbinformer/core/clock"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
-// Reflector keeps a Queue in step with a ListerWatcher: list (streamed
+// Reflector keeps a Queue in step with a driver.ListerWatcher: list (streamed
 // into the queue), then watch from the list's version; bookmarks advance the
 // version; an expired version relists from scratch; a permanent failure
 // stops it; any other failure backs off and resumes the watch from the last
 // version, never relisting needlessly (lists are what databases find
 // expensive). Every event becomes a Delta here, once.
 type Reflector[T any] struct {
-	lw  ListerWatcher[T]
+	lw  driver.ListerWatcher[T]
 	q   Queue[T]
 	cfg reflectorConfig[T]
 
@@ -44,7 +45,7 @@ type reflectorConfig[T any] struct {
 	shouldResync    func() bool
 	backoff         Backoff
 	minWatchTimeout time.Duration // < 0: no planned timeout
-	// progressInterval overrides the ListerWatcher's ProgressInterval
+	// progressInterval overrides the driver.ListerWatcher's ProgressInterval
 	// when non-zero; < 0: no stuck-watch detection.
 	progressInterval time.Duration
 	transform        func(T) (T, error)
@@ -64,7 +65,7 @@ type reflectorConfig[T any] struct {
 // Name, ResyncPeriod, Transform, Undecodable, Backoff, MinWatchTimeout,
 // ProgressInterval, ErrorHandler, Logger, Metrics and Clock, as an informer
 // would.
-func NewReflector[T any](lw ListerWatcher[T], q Queue[T], opts InformerOptions[T]) *Reflector[T] {
+func NewReflector[T any](lw driver.ListerWatcher[T], q Queue[T], opts InformerOptions[T]) *Reflector[T] {
 	name := opts.Name
 	if name == "" {
 		name = "dbinformer"
@@ -87,7 +88,7 @@ func NewReflector[T any](lw ListerWatcher[T], q Queue[T], opts InformerOptions[T
 	})
 }
 
-func newReflector[T any](lw ListerWatcher[T], q Queue[T], cfg reflectorConfig[T]) *Reflector[T] {
+func newReflector[T any](lw driver.ListerWatcher[T], q Queue[T], cfg reflectorConfig[T]) *Reflector[T] {
 	if cfg.minWatchTimeout == 0 {
 		cfg.minWatchTimeout = 5 * time.Minute
 	}
@@ -118,9 +119,9 @@ func (r *Reflector[T]) status(s *SyncStatus) {
 }
 
 // RequestProgress asks the open watch for a bookmark (see
-// ProgressReporter). It never blocks: a request already waiting to be read
+// driver.ProgressReporter). It never blocks: a request already waiting to be read
 // by the watch answers this one too. It returns ErrProgressNotSupported when
-// no watch is open or the ListerWatcher does not report progress.
+// no watch is open or the driver.ListerWatcher does not report progress.
 func (r *Reflector[T]) RequestProgress(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -136,7 +137,7 @@ func (r *Reflector[T]) RequestProgress(ctx context.Context) error {
 }
 
 // Run lists and watches until ctx is done or the source fails permanently
-// (an error matching ErrPermanent), then returns once every goroutine it
+// (an error matching driver.ErrPermanent), then returns once every goroutine it
 // started has ended. It returns nil when ctx ended it and the permanent
 // error otherwise. One Reflector runs once at a time; an informer makes a
 // new one for each of its runs.
@@ -163,7 +164,7 @@ func (r *Reflector[T]) Run(ctx context.Context) error {
 					return nil
 				}
 				r.cfg.rep.report(ctx, err)
-				if errors.Is(err, ErrPermanent) {
+				if errors.Is(err, driver.ErrPermanent) {
 					return err
 				}
 				r.sleep(ctx, bo.next())
@@ -188,10 +189,10 @@ func (r *Reflector[T]) Run(ctx context.Context) error {
 		r.cfg.met.WatchRestarted(err)
 		switch {
 		case err == nil: // planned timeout: reopen at once
-		case errors.Is(err, ErrPermanent):
+		case errors.Is(err, driver.ErrPermanent):
 			r.cfg.rep.report(ctx, err)
 			return err
-		case errors.Is(err, ErrExpired), errors.As(err, new(*OrderError)):
+		case errors.Is(err, driver.ErrExpired), errors.As(err, new(*OrderError)):
 			r.cfg.rep.report(ctx, err)
 			needList = true
 			// A watch from a list's version that expires before delivering
@@ -212,11 +213,11 @@ func (r *Reflector[T]) Run(ctx context.Context) error {
 	return nil
 }
 
-// sleep waits d, or less when the ListerWatcher says its source healed
-// (HealWaiter).
+// sleep waits d, or less when the driver.ListerWatcher says its source healed
+// (driver.HealWaiter).
 func (r *Reflector[T]) sleep(ctx context.Context, d time.Duration) {
 	var healed chan struct{}
-	if h, ok := Capability[HealWaiter](r.lw); ok {
+	if h, ok := driver.Capability[driver.HealWaiter](r.lw); ok {
 		hctx, cancel := context.WithCancel(ctx)
 		healed = make(chan struct{})
 		done := make(chan struct{})
@@ -258,10 +259,10 @@ func (r *Reflector[T]) resyncLoop(ctx context.Context) {
 // admit is the one path from an Event to a Delta, for lists and watches
 // alike. An event with Err, without a key or of an unknown type, or that
 // Transform rejects (a panic in it is an error too), is reported as a
-// *DecodeError and handled by the UndecodablePolicy: it becomes a delete
+// *driver.DecodeError and handled by the UndecodablePolicy: it becomes a delete
 // of its key marked Undecodable (ok), or nothing (no key), or stop, the
 // permanent error that ends the reflector. Bookmarks never reach it.
-func (r *Reflector[T]) admit(ctx context.Context, ev *Event[T]) (d Delta[T], ok bool, stop error) {
+func (r *Reflector[T]) admit(ctx context.Context, ev *driver.Event[T]) (d Delta[T], ok bool, stop error) {
 	if ev.Err != nil {
 		return r.undecodable(ctx, ev, ev.Err)
 	}
@@ -270,22 +271,22 @@ func (r *Reflector[T]) admit(ctx context.Context, ev *Event[T]) (d Delta[T], ok 
 	}
 	d = Delta[T]{Key: ev.Key, Object: ev.Object, HasObject: ev.HasObject, RV: ev.RV}
 	switch ev.Type {
-	case Added:
+	case driver.Added:
 		d.Type, d.HasObject = DeltaAdded, true
-	case Modified:
+	case driver.Modified:
 		d.Type, d.HasObject = DeltaUpdated, true
-	case Deleted:
+	case driver.Deleted:
 		d.Type = DeltaDeleted
 	default:
 		return r.undecodable(ctx, ev, fmt.Errorf("unexpected event type %v", ev.Type))
 	}
 	switch {
-	case ev.Fill != nil && ev.Type == Deleted:
+	case ev.Fill != nil && ev.Type == driver.Deleted:
 		// A wrapper turned the change into a delete (shard.Source): its
 		// object is not whole, and the cache's is the last state.
 		d.HasObject = false
 		return d, true, nil
-	case ev.Fill != nil && ev.Type != Modified:
+	case ev.Fill != nil && ev.Type != driver.Modified:
 		return r.undecodable(ctx, ev, fmt.Errorf("a %v event with a Fill (only a Modified event can be completed from the cache)", ev.Type))
 	}
 	if ev.Fill != nil {
@@ -336,12 +337,12 @@ func (r *Reflector[T]) list(ctx context.Context, relist bool) error {
 	var rv ResourceVersion
 	err := r.q.Replace(ctx, func(put func(Delta[T]) error) (ResourceVersion, error) {
 		var err error
-		rv, err = r.lw.List(ctx, ListSink[T]{
-			Emit: func(ev Event[T]) error {
-				if ev.Type == Bookmark {
+		rv, err = r.lw.List(ctx, driver.ListSink[T]{
+			Emit: func(ev driver.Event[T]) error {
+				if ev.Type == driver.Bookmark {
 					return nil
 				}
-				ev.Type = Added
+				ev.Type = driver.Added
 				d, ok, stop := r.admit(ctx, &ev)
 				if stop != nil {
 					return stop
@@ -425,7 +426,7 @@ func (r *Reflector[T]) watch(ctx context.Context) error {
 	}
 
 	var progress chan struct{}
-	if pr, ok := Capability[ProgressReporter](r.lw); ok && pr.ReportsProgress() {
+	if pr, ok := driver.Capability[driver.ProgressReporter](r.lw); ok && pr.ReportsProgress() {
 		progress = make(chan struct{}, 1)
 		if r.catchUp.Swap(false) {
 			notify(progress)
@@ -446,8 +447,8 @@ func (r *Reflector[T]) watch(ctx context.Context) error {
 		wg.Go(func() { r.watchdog(done, cancel, interval, progress, act) })
 	}
 
-	err := r.lw.Watch(wctx, from, WatchOptions[T]{
-		Emit: func(batch []Event[T]) error {
+	err := r.lw.Watch(wctx, from, driver.WatchOptions[T]{
+		Emit: func(batch []driver.Event[T]) error {
 			act.busy.Add(1)
 			defer func() {
 				act.last.Store(r.cfg.clk.Now().UnixNano())
@@ -463,11 +464,11 @@ func (r *Reflector[T]) watch(ctx context.Context) error {
 	}
 	cause := context.Cause(wctx)
 	switch {
-	case errors.Is(err, ErrWatchStopped) && errors.Is(cause, errWatchTimeout):
+	case errors.Is(err, driver.ErrWatchStopped) && errors.Is(cause, errWatchTimeout):
 		return nil
 	case errors.Is(cause, errAuditRelist):
 		err = cause
-	case errors.Is(cause, ErrWatchStuck):
+	case errors.Is(cause, driver.ErrWatchStuck):
 		// Whatever the watch answered to its cancellation, the reason it
 		// ended is that it was stuck.
 		err = cause

@@ -4,17 +4,19 @@ import (
 	"context"
 	"errors"
 	"testing"
+
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // quietLW is a ListerWatcher that does not report progress: it wraps a
 // fakeLW and hides its ReportsProgress.
 type quietLW struct{ f *fakeLW }
 
-func (q quietLW) List(ctx context.Context, sink ListSink[string]) (ResourceVersion, error) {
+func (q quietLW) List(ctx context.Context, sink driver.ListSink[string]) (ResourceVersion, error) {
 	return q.f.List(ctx, sink)
 }
 
-func (q quietLW) Watch(ctx context.Context, from ResourceVersion, opts WatchOptions[string]) error {
+func (q quietLW) Watch(ctx context.Context, from ResourceVersion, opts driver.WatchOptions[string]) error {
 	return q.f.Watch(ctx, from, opts)
 }
 
@@ -75,9 +77,9 @@ func TestPermanentWatchErrorStopsTheInformer(t *testing.T) {
 	lw.list(t, 5)
 	must(t, inf.WaitForCacheSync(testCtx(t)))
 	w := lw.watch(t)
-	w.fail(t, Permanent(gone))
+	w.fail(t, driver.Permanent(gone))
 	err := <-done
-	if !errors.Is(err, ErrPermanent) || !errors.Is(err, gone) {
+	if !errors.Is(err, driver.ErrPermanent) || !errors.Is(err, gone) {
 		t.Fatalf("Run = %v, want the permanent error", err)
 	}
 	if ec.find(func(e error) bool { return errors.Is(e, gone) }) == nil {
@@ -91,9 +93,9 @@ func TestPermanentListErrorIsTheSyncFailure(t *testing.T) {
 	gone := errors.New("bucket deleted")
 	done := make(chan error, 1)
 	go func() { done <- inf.Run(context.Background()) }()
-	lw.listErr(t, 0, Permanent(gone))
+	lw.listErr(t, 0, driver.Permanent(gone))
 	// No context deadline: the failure itself ends the wait.
-	if err := inf.WaitForCacheSync(context.Background()); !errors.Is(err, ErrPermanent) || !errors.Is(err, gone) {
+	if err := inf.WaitForCacheSync(context.Background()); !errors.Is(err, driver.ErrPermanent) || !errors.Is(err, gone) {
 		t.Fatalf("WaitForCacheSync = %v, want the permanent error", err)
 	}
 	if err := <-done; !errors.Is(err, gone) {

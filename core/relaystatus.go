@@ -41,7 +41,7 @@ type RelayStatus struct {
 	StreamVersion  ResourceVersion `json:"streamVersion"`
 	StreamError    string          `json:"streamError,omitempty"`
 	// Head is the source's newest version, read through the relay's
-	// source (core.HeadReader) when asked; HasHead is false when it could
+	// source (driver.HeadReader) when asked; HasHead is false when it could
 	// not be read (HeadError says why) or the source cannot tell it.
 	Head      ResourceVersion `json:"head"`
 	HasHead   bool            `json:"hasHead"`

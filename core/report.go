@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dbinformer/dbinformer/core/clock"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // reporter is the one error path of an informer and its reflector: the
@@ -47,11 +48,11 @@ func (r reporter) reported() (int64, error) {
 	return r.seen.n, r.seen.last
 }
 
-// lastDecode is the last *DecodeError an informer reported and when.
+// lastDecode is the last *driver.DecodeError an informer reported and when.
 type lastDecode struct {
 	clk clock.Clock
 	mu  sync.Mutex
-	err *DecodeError
+	err *driver.DecodeError
 	at  time.Time
 }
 
@@ -62,9 +63,9 @@ func newReporter(name string, handler func(error), logger *slog.Logger, clk cloc
 	return reporter{name: name, handler: handler, logger: logger, decode: &lastDecode{clk: clock.Or(clk)}, schema: &lastSchema{}, seen: &reportsSeen{}}
 }
 
-// lastDecodeError returns the last *DecodeError reported and when; nil
+// lastDecodeError returns the last *driver.DecodeError reported and when; nil
 // when there was none.
-func (r reporter) lastDecodeError() (*DecodeError, time.Time) {
+func (r reporter) lastDecodeError() (*driver.DecodeError, time.Time) {
 	if r.decode == nil {
 		return nil, time.Time{}
 	}
@@ -80,7 +81,7 @@ func (r reporter) report(ctx context.Context, err error) {
 		r.seen.last = err
 		r.seen.mu.Unlock()
 	}
-	var de *DecodeError
+	var de *driver.DecodeError
 	if r.decode != nil && errors.As(err, &de) {
 		now := r.decode.clk.Now()
 		r.decode.mu.Lock()
@@ -98,9 +99,9 @@ func (r reporter) report(ctx context.Context, err error) {
 	}
 	level := slog.LevelError
 	switch {
-	case errors.Is(err, ErrExpired):
+	case errors.Is(err, driver.ErrExpired):
 		level = slog.LevelInfo
-	case errors.Is(err, ErrWatchStuck):
+	case errors.Is(err, driver.ErrWatchStuck):
 		level = slog.LevelWarn
 	}
 	r.logger.Log(ctx, level, "dbinformer", "source", r.name, "err", err)

@@ -4,21 +4,9 @@ import (
 	"errors"
 	"sync"
 	"time"
-)
 
-// SchemaChange is implemented by an adapter's error for a change of the
-// source's schema that reached the informer (pginformer.SchemaChangeError:
-// a mapped column dropped, renamed or retyped, a table dropped or out of
-// the publication). The informer keeps the last one in SyncStatus
-// (SchemaChanges), counts each for metrics that implement SchemaMetrics,
-// and then does what the error says as with any other: a relist (it
-// matches ErrExpired) or a stop (ErrPermanent).
-type SchemaChange interface {
-	error
-	// SchemaAction says what was done about the change: "relist" or
-	// "fail".
-	SchemaAction() string
-}
+	"github.com/dbinformer/dbinformer/core/driver"
+)
 
 // SchemaMetrics is implemented by InformerMetrics that count schema
 // changes (metrics/prometheus: dbinformer_informer_schema_changes_total).
@@ -33,7 +21,7 @@ type SchemaChanges struct {
 	Count int64
 	// Last is the latest, reported at LastAt: its message names the
 	// table, the column, the change, what was done and the fix.
-	Last   SchemaChange
+	Last   driver.SchemaChange
 	LastAt time.Time
 }
 
@@ -44,8 +32,8 @@ type lastSchema struct {
 }
 
 // note records err if it is a schema change, and reports whether it was.
-func (l *lastSchema) note(err error, now time.Time) (SchemaChange, bool) {
-	var sc SchemaChange
+func (l *lastSchema) note(err error, now time.Time) (driver.SchemaChange, bool) {
+	var sc driver.SchemaChange
 	if !errors.As(err, &sc) {
 		return nil, false
 	}

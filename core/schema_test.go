@@ -6,6 +6,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // testSchemaChange is an adapter's schema change error: relist or fail.
@@ -16,9 +18,9 @@ func (e testSchemaChange) Error() string {
 }
 func (e testSchemaChange) Unwrap() error {
 	if e.fail {
-		return ErrPermanent
+		return driver.ErrPermanent
 	}
-	return ErrExpired
+	return driver.ErrExpired
 }
 func (e testSchemaChange) SchemaAction() string {
 	if e.fail {
@@ -58,18 +60,18 @@ func TestSchemaChangesReachSyncStatusAndMetrics(t *testing.T) {
 	if st := inf.SyncStatus(); st.SchemaChanges != nil {
 		t.Fatalf("schema changes before any: %+v", st.SchemaChanges)
 	}
-	lw.list(t, 1, Event[string]{Type: Added, Key: "a", Object: "1", HasObject: true, RV: 1})
+	lw.list(t, 1, driver.Event[string]{Type: driver.Added, Key: "a", Object: "1", HasObject: true, RV: 1})
 	w0 := lw.watch(t)
-	w0.send(t, Event[string]{Type: Modified, Key: "a", Object: "2", HasObject: true, RV: 2}) // progress: the relist comes at once
+	w0.send(t, driver.Event[string]{Type: driver.Modified, Key: "a", Object: "2", HasObject: true, RV: 2}) // progress: the relist comes at once
 	w0.fail(t, testSchemaChange{})
-	lw.list(t, 3, Event[string]{Type: Added, Key: "a", Object: "3", HasObject: true, RV: 3})
+	lw.list(t, 3, driver.Event[string]{Type: driver.Added, Key: "a", Object: "3", HasObject: true, RV: 3})
 	w := lw.watch(t)
 	st := inf.SyncStatus()
 	if sc := st.SchemaChanges; sc == nil || sc.Count != 1 || sc.Last.SchemaAction() != "relist" || sc.LastAt.IsZero() || !strings.Contains(sc.Last.Error(), `column "plan" dropped`) {
 		t.Fatalf("SyncStatus.SchemaChanges after a relisting change: %+v", sc)
 	}
 	w.fail(t, testSchemaChange{fail: true})
-	if err := <-done; !errors.Is(err, ErrPermanent) {
+	if err := <-done; !errors.Is(err, driver.ErrPermanent) {
 		t.Fatalf("Run: %v, want the failing schema change", err)
 	}
 	if sc := inf.SyncStatus().SchemaChanges; sc == nil || sc.Count != 2 || sc.Last.SchemaAction() != "fail" {

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // stagedState reports whether s holds staged objects, a base and how many
@@ -38,7 +40,7 @@ func TestInitialListIsStagedAndFiled(t *testing.T) {
 				}})
 				must(t, err)
 				started(t, inf)
-				var evs []Event[string]
+				var evs []driver.Event[string]
 				for i := range n {
 					evs = append(evs, add("k"+strconv.Itoa(i), "v"+strconv.Itoa(i), 0))
 				}

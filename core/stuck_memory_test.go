@@ -8,6 +8,7 @@ import (
 
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/clock"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/memory"
 )
 
@@ -40,10 +41,10 @@ type emitCounter struct {
 	watches, emits atomic.Int32
 }
 
-func (c *emitCounter) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[string]) error {
+func (c *emitCounter) Watch(ctx context.Context, from core.ResourceVersion, opts driver.WatchOptions[string]) error {
 	c.watches.Add(1)
 	emit := opts.Emit
-	opts.Emit = func(b []core.Event[string]) error {
+	opts.Emit = func(b []driver.Event[string]) error {
 		err := emit(b)
 		c.emits.Add(1)
 		return err

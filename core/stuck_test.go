@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dbinformer/dbinformer/core/clock"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // restartRecorder is InformerMetrics that keeps the reasons of watch
@@ -42,7 +43,7 @@ func (m *restartRecorder) count(match func(error) bool) int {
 
 func (m *restartRecorder) total() int { return m.count(func(error) bool { return true }) }
 
-func isStuck(err error) bool { return errors.Is(err, ErrWatchStuck) }
+func isStuck(err error) bool { return errors.Is(err, driver.ErrWatchStuck) }
 
 // pacedLW is a fakeLW that declares a progress interval. Its watch
 // reports progress on request (the test answers, or does not).
@@ -131,7 +132,7 @@ func TestSilentWatchIsReopenedFromTheLastVersion(t *testing.T) {
 			t.Errorf("log %q does not say %q", line, want)
 		}
 	}
-	if st := inf.SyncStatus(); st.WatchFailures.Count != 1 || !errors.Is(st.WatchFailures.Last, ErrWatchStuck) {
+	if st := inf.SyncStatus(); st.WatchFailures.Count != 1 || !errors.Is(st.WatchFailures.Last, driver.ErrWatchStuck) {
 		t.Fatalf("sync status after a stuck watch: %+v", st.WatchFailures)
 	}
 
@@ -171,7 +172,7 @@ func TestSourceWithItsOwnHeartbeatIsNeverRestarted(t *testing.T) {
 	for i := range 10 {
 		stepArmed(t, fc, 1, 10*time.Second)
 		// Its heartbeat: a bookmark at the same version.
-		w.send(t, Event[string]{Type: Bookmark, RV: 5 + ResourceVersion(i%2)})
+		w.send(t, driver.Event[string]{Type: driver.Bookmark, RV: 5 + ResourceVersion(i%2)})
 	}
 	if n := met.total(); n != 0 {
 		t.Fatalf("a watch with a heartbeat was restarted %d times", n)
@@ -211,12 +212,12 @@ func TestBusyConsumerIsNotAStuckWatch(t *testing.T) {
 	go func() {
 		defer close(sent)
 		select {
-		case w.ch <- step{evs: []Event[string]{add("a", "slow", 6)}}:
+		case w.ch <- step{evs: []driver.Event[string]{add("a", "slow", 6)}}:
 		case <-w.stop:
 		}
 	}()
 	<-entered
-	for range 2 * StuckIntervals {
+	for range 2 * driver.StuckIntervals {
 		stepArmed(t, fc, 1, 10*time.Second)
 	}
 	eventually(t, "watchdog re-armed", func() bool { return fc.Waiters() == 1 })
@@ -234,7 +235,7 @@ func TestProgressIntervalOption(t *testing.T) {
 	paced := pacedLW{newFakeLW(), 10 * time.Second}
 	q := NewFIFO[string](NewIndexer[string](nil))
 	for _, c := range []struct {
-		lw   ListerWatcher[string]
+		lw   driver.ListerWatcher[string]
 		opt  time.Duration
 		want time.Duration
 	}{

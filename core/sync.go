@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // CacheSyncWaiter is anything that can wait for its cache to sync:
@@ -62,7 +64,7 @@ func WaitForCacheSyncTimeout(ctx context.Context, timeout time.Duration, waiters
 
 // WaitForCacheSync blocks until HasSynced. When the run ends on a
 // permanent failure first, it returns an error wrapping that failure
-// (matching ErrPermanent). When ctx ends first, the error wraps ctx's error
+// (matching driver.ErrPermanent). When ctx ends first, the error wraps ctx's error
 // and the latest list and watch errors, and says why the cache is not
 // synced, for example
 //
@@ -144,7 +146,7 @@ func (i *SharedIndexInformer[T]) HasSynced() bool { return i.checkSynced() }
 
 // Live reports whether the cache follows its source now: the informer runs,
 // has synced and has not failed permanently. A cache whose run ended (its
-// context, or an error matching ErrPermanent: a dropped table, a change
+// context, or an error matching driver.ErrPermanent: a dropped table, a change
 // that does not decode under StopOnUndecodable) stays readable but frozen
 // at AppliedVersion, and Live is false; SyncStatus.Stopped holds the
 // failure.
@@ -173,7 +175,7 @@ func (i *SharedIndexInformer[T]) stopped() error {
 // one that ended: SyncStatus and WaitForCacheSync say why, not "not
 // started". Called with i.mu held; returns the run's error.
 func (i *SharedIndexInformer[T]) failBeforeStartLocked(err error) error {
-	err = Permanent(err)
+	err = driver.Permanent(err)
 	if i.failure.err != nil {
 		i.failure = &runFailure{done: make(chan struct{})}
 	}
@@ -195,7 +197,7 @@ type SyncStatus struct {
 	RunStarted time.Time
 	// Synced is HasSynced.
 	Synced bool
-	// Stopped is the permanent failure (matching ErrPermanent) that ended
+	// Stopped is the permanent failure (matching driver.ErrPermanent) that ended
 	// the current or last run, or kept the last Run from starting (Started
 	// false: options that cannot work); nil when none did. The cache is then frozen
 	// at AppliedVersion until the informer runs again.
@@ -217,7 +219,7 @@ type SyncStatus struct {
 	// LastDecodeError is the last change that did not decode (or that
 	// Transform rejected), reported at LastDecodeErrorAt; nil when none
 	// did. It names source, key and version, never the value.
-	LastDecodeError   *DecodeError
+	LastDecodeError   *driver.DecodeError
 	LastDecodeErrorAt time.Time
 	// Source is the kind of the informer's source (SharedIndexInformer.Source).
 	Source string
@@ -232,7 +234,7 @@ type SyncStatus struct {
 	// (InformerOptions.Audit, AuditNow); nil when none ran.
 	Audit *AuditResult
 	// SchemaChanges are the changes of the source's schema that reached
-	// the informer (see SchemaChange); nil when none did.
+	// the informer (see driver.SchemaChange); nil when none did.
 	SchemaChanges *SchemaChanges
 }
 

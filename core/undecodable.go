@@ -4,13 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // UndecodablePolicy says what an informer does with a change its source
 // reported but that cannot become a T in the cache: an event with Err set
 // (a value a producer wrote in a shape T cannot hold, a row with no
 // mapping), or one that InformerOptions.Transform rejects or panics on.
-// Either way the error, a *DecodeError naming source, key and version,
+// Either way the error, a *driver.DecodeError naming source, key and version,
 // goes to the error path (InformerOptions.ErrorHandler, and
 // InformerMetrics.DecodeFailed). What no policy does is keep the key's
 // previous object as if it were current: the source has moved past it.
@@ -26,7 +28,7 @@ const (
 	// reported.
 	RemoveUndecodable UndecodablePolicy = iota
 	// StopOnUndecodable stops the informer at the first such change, with
-	// an error matching ErrPermanent and wrapping the *DecodeError (Run,
+	// an error matching driver.ErrPermanent and wrapping the *driver.DecodeError (Run,
 	// WaitForCacheSync and WaitFor return it): nothing of the batch that
 	// held it is applied, and the cache stays as it was, frozen (see
 	// SharedIndexInformer.Live). For a program that would rather stop than
@@ -46,20 +48,20 @@ func (p UndecodablePolicy) String() string {
 }
 
 // undecodable applies the policy to an event that failed with err: it
-// reports the *DecodeError and returns the delete that takes the key out
+// reports the *driver.DecodeError and returns the delete that takes the key out
 // (ok), nothing (an event without a key), or the permanent error that
 // stops the reflector.
-func (r *Reflector[T]) undecodable(ctx context.Context, ev *Event[T], err error) (d Delta[T], ok bool, stop error) {
-	var de *DecodeError
+func (r *Reflector[T]) undecodable(ctx context.Context, ev *driver.Event[T], err error) (d Delta[T], ok bool, stop error) {
+	var de *driver.DecodeError
 	if !errors.As(err, &de) {
-		de = &DecodeError{Source: r.cfg.name, Key: ev.Key, RV: ev.RV, Err: err}
+		de = &driver.DecodeError{Source: r.cfg.name, Key: ev.Key, RV: ev.RV, Err: err}
 		err = de
 	}
 	r.cfg.met.DecodeFailed()
 	// A delete whose last object did not decode is still a delete: it
 	// leaves nothing stale, so no policy needs to stop for it.
-	if r.cfg.undecodable == StopOnUndecodable && ev.Type != Deleted {
-		return d, false, Permanent(fmt.Errorf("%w (the informer stops on a change it cannot decode: InformerOptions.Undecodable is StopOnUndecodable)", err))
+	if r.cfg.undecodable == StopOnUndecodable && ev.Type != driver.Deleted {
+		return d, false, driver.Permanent(fmt.Errorf("%w (the informer stops on a change it cannot decode: InformerOptions.Undecodable is StopOnUndecodable)", err))
 	}
 	r.cfg.rep.report(ctx, err)
 	if ev.Key == "" {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // By default a key whose change does not decode leaves the cache: handlers
@@ -31,27 +33,27 @@ func TestUndecodableChangeRemovesTheKey(t *testing.T) {
 		must(t, inf.WaitForCacheSync(testCtx(t)))
 		rec.expectSet(t, "add a=a1 initial=true", "add b=b1 initial=true", "add c=c1 initial=true")
 		w := lw.watch(t)
-		w.send(t, Event[string]{Type: Modified, Key: "a", RV: 6, Err: errors.New("a producer wrote a shape T cannot hold")})
+		w.send(t, driver.Event[string]{Type: driver.Modified, Key: "a", RV: 6, Err: errors.New("a producer wrote a shape T cannot hold")})
 		must(t, inf.WaitFor(testCtx(t), 6))
 		rec.expect(t, "delete a=a1 unknown=true")
 		if v, ok := inf.Lister().Get("a"); ok {
 			t.Fatalf("a = %q after a change that did not decode", v)
 		}
-		var de *DecodeError
+		var de *driver.DecodeError
 		if ec.find(func(e error) bool { return errors.As(e, &de) && de.Key == "a" && de.RV == 6 }) == nil {
 			t.Fatalf("the decode error did not reach the error path: %v", ec.errs)
 		}
-		w.send(t, Event[string]{Type: Modified, Key: "a", Object: "a3", HasObject: true, RV: 7})
+		w.send(t, driver.Event[string]{Type: driver.Modified, Key: "a", Object: "a3", HasObject: true, RV: 7})
 		must(t, inf.WaitFor(testCtx(t), 7))
 		rec.expect(t, "add a=a3 initial=false")
 
 		// Transform's rejection is the same kind of failure.
-		w.send(t, Event[string]{Type: Modified, Key: "b", Object: "reject", HasObject: true, RV: 8})
+		w.send(t, driver.Event[string]{Type: driver.Modified, Key: "b", Object: "reject", HasObject: true, RV: 8})
 		must(t, inf.WaitFor(testCtx(t), 8))
 		rec.expect(t, "delete b=b1 unknown=true")
 
 		// A delete whose last object does not decode still deletes.
-		w.send(t, Event[string]{Type: Deleted, Key: "c", RV: 9, Err: errors.New("old value undecodable")})
+		w.send(t, driver.Event[string]{Type: driver.Deleted, Key: "c", RV: 9, Err: errors.New("old value undecodable")})
 		must(t, inf.WaitFor(testCtx(t), 9))
 		rec.expect(t, "delete c=c1 unknown=true")
 		if n := inf.Indexer().Len(); n != 1 {
@@ -79,11 +81,11 @@ func TestUndecodableChangeStopsTheInformer(t *testing.T) {
 		t.Fatalf("a synced, running informer is not Live: %s", inf.SyncStatus())
 	}
 	w := lw.watch(t)
-	w.send(t, Event[string]{Type: Modified, Key: "b", Object: "b1", HasObject: true, RV: 6},
-		Event[string]{Type: Modified, Key: "a", RV: 6, Err: errors.New("bad value")})
+	w.send(t, driver.Event[string]{Type: driver.Modified, Key: "b", Object: "b1", HasObject: true, RV: 6},
+		driver.Event[string]{Type: driver.Modified, Key: "a", RV: 6, Err: errors.New("bad value")})
 	err := <-done
-	var de *DecodeError
-	if !errors.Is(err, ErrPermanent) || !errors.As(err, &de) || de.Key != "a" {
+	var de *driver.DecodeError
+	if !errors.Is(err, driver.ErrPermanent) || !errors.As(err, &de) || de.Key != "a" {
 		t.Fatalf("Run = %v; want a permanent error wrapping the DecodeError of a", err)
 	}
 	if v, _ := inf.Lister().Get("a"); v != "a1" {
@@ -99,10 +101,10 @@ func TestUndecodableChangeStopsTheInformer(t *testing.T) {
 		t.Error("Live on a cache frozen by a permanent failure")
 	}
 	st := inf.SyncStatus()
-	if !errors.Is(st.Stopped, ErrPermanent) || !strings.HasPrefix(st.String(), "stopped: ") {
+	if !errors.Is(st.Stopped, driver.ErrPermanent) || !strings.HasPrefix(st.String(), "stopped: ") {
 		t.Errorf("SyncStatus = %q (Stopped %v); want it stopped with the error", st, st.Stopped)
 	}
-	if err := inf.WaitFor(testCtx(t), 6); !errors.Is(err, ErrPermanent) {
+	if err := inf.WaitFor(testCtx(t), 6); !errors.Is(err, driver.ErrPermanent) {
 		t.Errorf("WaitFor on a frozen cache = %v; want the permanent failure", err)
 	}
 }
@@ -116,11 +118,11 @@ func TestUndecodableListStopsTheInformer(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- inf.Run(ctx) }()
-	lw.list(t, 5, add("a", "a1", 0), Event[string]{Type: Added, Key: "bad", RV: 5, Err: errors.New("invalid utf8")})
-	if err := <-done; !errors.Is(err, ErrPermanent) {
+	lw.list(t, 5, add("a", "a1", 0), driver.Event[string]{Type: driver.Added, Key: "bad", RV: 5, Err: errors.New("invalid utf8")})
+	if err := <-done; !errors.Is(err, driver.ErrPermanent) {
 		t.Fatalf("Run = %v; want a permanent error", err)
 	}
-	if err := inf.WaitForCacheSync(testCtx(t)); !errors.Is(err, ErrPermanent) {
+	if err := inf.WaitForCacheSync(testCtx(t)); !errors.Is(err, driver.ErrPermanent) {
 		t.Fatalf("WaitForCacheSync = %v", err)
 	}
 	if st := inf.SyncStatus().String(); !strings.HasPrefix(st, "stopped before it synced: ") {

@@ -9,14 +9,14 @@ import (
 
 // WaitFor blocks until the cache has applied every change up to rv (and
 // every bookmark), which gives read-your-writes: write, take the version
-// the source returned, WaitFor it, read the cache. When the ListerWatcher
-// is a ProgressReporter the open watch is asked for a bookmark (at most
+// the source returned, WaitFor it, read the cache. When the driver.ListerWatcher
+// is a driver.ProgressReporter the open watch is asked for a bookmark (at most
 // once per ProgressRequestInterval), so a version that touched no watched
 // key is reached too. Without one, such a version is reached at the next
 // change or bookmark the source sends. When ctx ends first, the error wraps
 // ctx's error and says why the cache is behind: a list running, the latest
 // list or watch failure (see SyncStatus). When the run ends on a
-// permanent failure first, WaitFor returns it (matching ErrPermanent): the
+// permanent failure first, WaitFor returns it (matching driver.ErrPermanent): the
 // frozen cache will never reach rv.
 func (i *SharedIndexInformer[T]) WaitFor(ctx context.Context, rv ResourceVersion) error {
 	for {

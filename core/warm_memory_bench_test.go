@@ -10,6 +10,9 @@ import (
 	"testing"
 
 	"github.com/dbinformer/dbinformer/core"
+	ckpt "github.com/dbinformer/dbinformer/core/checkpoint"
+	codecs "github.com/dbinformer/dbinformer/core/codec"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/core/memory"
 )
@@ -48,21 +51,21 @@ func memRowOf(id, pass int) memRow {
 // the memory.Source's, through Unwrap.
 type freshSource struct{ src *memory.Source[memRow] }
 
-func (f freshSource) Unwrap() core.ListerWatcher[memRow] { return f.src }
+func (f freshSource) Unwrap() driver.ListerWatcher[memRow] { return f.src }
 
-func (f freshSource) List(ctx context.Context, sink core.ListSink[memRow]) (core.ResourceVersion, error) {
+func (f freshSource) List(ctx context.Context, sink driver.ListSink[memRow]) (core.ResourceVersion, error) {
 	emit := sink.Emit
-	sink.Emit = func(ev core.Event[memRow]) error {
+	sink.Emit = func(ev driver.Event[memRow]) error {
 		ev.Object = ev.Object.clone()
 		return emit(ev)
 	}
 	return f.src.List(ctx, sink)
 }
 
-func (f freshSource) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[memRow]) error {
+func (f freshSource) Watch(ctx context.Context, from core.ResourceVersion, opts driver.WatchOptions[memRow]) error {
 	emit := opts.Emit
-	opts.Emit = func(batch []core.Event[memRow]) error {
-		fresh := make([]core.Event[memRow], len(batch))
+	opts.Emit = func(batch []driver.Event[memRow]) error {
+		fresh := make([]driver.Event[memRow], len(batch))
 		for i, ev := range batch {
 			ev.Object = ev.Object.clone()
 			fresh[i] = ev
@@ -140,12 +143,12 @@ func warmRestartMemory(b *testing.B, rows, passes int, indexed bool) {
 		}
 	}
 	write(0, nil)
-	codec, err := core.NewBinary[memRow]()
+	codec, err := codecs.NewBinary[memRow]()
 	if err != nil {
 		b.Fatal(err)
 	}
 	dir := filepath.Join(b.TempDir(), "ckpt")
-	store, err := core.NewDirCheckpointStore(dir)
+	store, err := ckpt.NewDirStore(dir)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -233,11 +236,11 @@ func BenchmarkCheckpointSave(b *testing.B) {
 			ops = ops[:0]
 		}
 	}
-	codec, err := core.NewBinary[memRow]()
+	codec, err := codecs.NewBinary[memRow]()
 	if err != nil {
 		b.Fatal(err)
 	}
-	store, err := core.NewDirCheckpointStore(b.TempDir())
+	store, err := ckpt.NewDirStore(b.TempDir())
 	if err != nil {
 		b.Fatal(err)
 	}

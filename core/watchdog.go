@@ -5,15 +5,17 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
+
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // ProgressInterval is how often the open watch is expected to show
 // progress: InformerOptions.ProgressInterval when set, else the
-// ListerWatcher's (ProgressIntervaler); 0 means no stuck-watch detection.
+// driver.ListerWatcher's (driver.ProgressIntervaler); 0 means no stuck-watch detection.
 func (r *Reflector[T]) ProgressInterval() time.Duration {
 	d := r.cfg.progressInterval
 	if d == 0 {
-		if pi, ok := Capability[ProgressIntervaler](r.lw); ok {
+		if pi, ok := driver.Capability[driver.ProgressIntervaler](r.lw); ok {
 			d = pi.ProgressInterval()
 		}
 	}
@@ -27,8 +29,8 @@ type watchActivity struct {
 	busy atomic.Int32
 }
 
-// watchdog ends a watch that stays silent (no Emit) for StuckIntervals
-// progress intervals, asking a ProgressReporter's watch for a bookmark
+// watchdog ends a watch that stays silent (no Emit) for driver.StuckIntervals
+// progress intervals, asking a driver.ProgressReporter's watch for a bookmark
 // after each silent interval first: a healthy idle watch answers, and
 // its answer is an Emit.
 //
@@ -66,12 +68,12 @@ func (r *Reflector[T]) watchdog(done <-chan struct{}, cancel context.CancelCause
 			silent = max(silent, 0)
 		}
 		k := int(silent / interval)
-		if k >= StuckIntervals {
+		if k >= driver.StuckIntervals {
 			msg := fmt.Sprintf("no event or bookmark for %v, progress expected every %v", roundDuration(silent), interval)
 			if requests > 0 {
 				msg += fmt.Sprintf("; %d bookmark requests unanswered", requests)
 			}
-			cancel(fmt.Errorf("%w (%s)", ErrWatchStuck, msg))
+			cancel(fmt.Errorf("%w (%s)", driver.ErrWatchStuck, msg))
 			return
 		}
 		if k >= 1 && progress != nil && asked < k {

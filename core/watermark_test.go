@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 func TestWatermarkChangesHoldTheVersionBack(t *testing.T) {
@@ -79,7 +81,7 @@ func TestWatermarkListHoldsTheFloorUntilProcessed(t *testing.T) {
 func TestQueueSyncDeltasDoNotHoldTheVersion(t *testing.T) {
 	bothQueues(t, func(t *testing.T, known *Indexer[string], q Queue[string]) {
 		must(t, known.Add("a", "a1"))
-		must(t, qadd(q, []Event[string]{{Type: Bookmark, RV: 8}}))
+		must(t, qadd(q, []driver.Event[string]{{Type: driver.Bookmark, RV: 8}}))
 		must(t, q.Resync())
 		if q.Len() != 1 || q.AppliedVersion() != 8 {
 			t.Fatalf("%d pending, applied %d; want a resync pending at 8", q.Len(), q.AppliedVersion())
@@ -95,9 +97,9 @@ func TestFIFOAppliedVersionBehindSyncs(t *testing.T) {
 		must(t, known.Add(fmt.Sprint(i), "v"))
 	}
 	q := NewFIFO[string](known)
-	must(t, qadd(q, []Event[string]{{Type: Bookmark, RV: 3}}))
+	must(t, qadd(q, []driver.Event[string]{{Type: driver.Bookmark, RV: 3}}))
 	must(t, q.Resync())
-	must(t, qadd(q, []Event[string]{add("x", "x1", 4), add("y", "y1", 6)}))
+	must(t, qadd(q, []driver.Event[string]{add("x", "x1", 4), add("y", "y1", 6)}))
 	if v := q.AppliedVersion(); v != 3 {
 		t.Fatalf("applied %d, want 3", v)
 	}

@@ -6,6 +6,9 @@ import (
 	"time"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/checkpoint"
+	"github.com/dbinformer/dbinformer/core/codec"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/core/memory"
 	"github.com/dbinformer/dbinformer/filter"
@@ -17,7 +20,7 @@ import (
 // handler sees the leave as a delete carrying the last matching state and
 // the enter as an add.
 func TestEnterLeaveAcrossWarmRestart(t *testing.T) {
-	store, err := core.NewDirCheckpointStore(t.TempDir())
+	store, err := checkpoint.NewDirStore(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +30,7 @@ func TestEnterLeaveAcrossWarmRestart(t *testing.T) {
 	f := filter.MustNew[Order](filter.Eq("status", "paid"))
 	opts := core.InformerOptions[Order]{
 		Name:       "orders",
-		Checkpoint: &core.CheckpointOptions[Order]{Store: store, Codec: core.JSON[Order]{}, Interval: -1},
+		Checkpoint: &core.CheckpointOptions[Order]{Store: store, Codec: codec.JSON[Order]{}, Interval: -1},
 	}
 
 	rec1 := informertest.NewRecorder(t, func(o Order) int64 { return o.V })
@@ -52,7 +55,7 @@ func TestEnterLeaveAcrossWarmRestart(t *testing.T) {
 
 // runUntilStopped runs an informer over lw until the returned stop is
 // called (informertest.Run stops only when the test ends).
-func runUntilStopped(t *testing.T, lw core.ListerWatcher[Order], opts core.InformerOptions[Order], h core.ResourceEventHandler[Order]) (stop func()) {
+func runUntilStopped(t *testing.T, lw driver.ListerWatcher[Order], opts core.InformerOptions[Order], h core.ResourceEventHandler[Order]) (stop func()) {
 	t.Helper()
 	inf := core.NewSharedIndexInformer(lw, opts)
 	if _, err := inf.AddEventHandler(h); err != nil {

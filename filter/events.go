@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // What an adapter does with its residue (see Split), so that handlers see
@@ -15,7 +16,7 @@ import (
 // Keep reports whether a listed event stays in the list: it does when it
 // matches f, and when it carries a decode error (the informer reports it).
 // A nil f keeps everything.
-func (f *Filter[T]) Keep(ev *core.Event[T]) bool {
+func (f *Filter[T]) Keep(ev *driver.Event[T]) bool {
 	if f == nil || ev.Err != nil || !ev.HasObject {
 		return true
 	}
@@ -32,23 +33,23 @@ func (f *Filter[T]) Keep(ev *core.Event[T]) bool {
 // its labels left the selector), the cached state does. Events with Err
 // and Bookmarks pass unchanged, and so does everything when f is nil (an
 // unfiltered source).
-func (f *Filter[T]) Rewrite(ev *core.Event[T]) {
+func (f *Filter[T]) Rewrite(ev *driver.Event[T]) {
 	if f == nil || ev.Err != nil {
 		return
 	}
 	var zero T
 	switch ev.Type {
-	case core.Added, core.Modified:
+	case driver.Added, driver.Modified:
 		if ev.HasObject && !f.Match(ev.Key, ev.Object) {
-			ev.Type, ev.Object, ev.HasObject = core.Deleted, zero, false
+			ev.Type, ev.Object, ev.HasObject = driver.Deleted, zero, false
 		}
-	case core.Deleted:
+	case driver.Deleted:
 		ev.Object, ev.HasObject = zero, false
 	}
 }
 
 // RewriteBatch is Rewrite for each event of batch.
-func (f *Filter[T]) RewriteBatch(batch []core.Event[T]) {
+func (f *Filter[T]) RewriteBatch(batch []driver.Event[T]) {
 	if f == nil {
 		return
 	}
@@ -63,22 +64,22 @@ func (f *Filter[T]) RewriteBatch(batch []core.Event[T]) {
 // their options instead; Wrap is for sources that cannot, such as one of
 // your own. The result's Unwrap returns lw, so every optional capability
 // of lw (progress, head, heal wait, stuck-watch interval, codec, restore,
-// durable acknowledgement) is still found through core.Capability.
-func Wrap[T any](lw core.ListerWatcher[T], f *Filter[T]) core.ListerWatcher[T] {
+// durable acknowledgement) is still found through driver.Capability.
+func Wrap[T any](lw driver.ListerWatcher[T], f *Filter[T]) driver.ListerWatcher[T] {
 	return &wrapped[T]{lw: lw, f: f}
 }
 
 type wrapped[T any] struct {
-	lw core.ListerWatcher[T]
+	lw driver.ListerWatcher[T]
 	f  *Filter[T]
 }
 
-// Unwrap returns the filtered ListerWatcher, for core.Capability.
-func (w *wrapped[T]) Unwrap() core.ListerWatcher[T] { return w.lw }
+// Unwrap returns the filtered ListerWatcher, for driver.Capability.
+func (w *wrapped[T]) Unwrap() driver.ListerWatcher[T] { return w.lw }
 
-func (w *wrapped[T]) List(ctx context.Context, sink core.ListSink[T]) (core.ResourceVersion, error) {
+func (w *wrapped[T]) List(ctx context.Context, sink driver.ListSink[T]) (core.ResourceVersion, error) {
 	emit := sink.Emit
-	sink.Emit = func(ev core.Event[T]) error {
+	sink.Emit = func(ev driver.Event[T]) error {
 		if !w.f.Keep(&ev) {
 			return nil
 		}
@@ -87,12 +88,12 @@ func (w *wrapped[T]) List(ctx context.Context, sink core.ListSink[T]) (core.Reso
 	return w.lw.List(ctx, sink)
 }
 
-func (w *wrapped[T]) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[T]) error {
+func (w *wrapped[T]) Watch(ctx context.Context, from core.ResourceVersion, opts driver.WatchOptions[T]) error {
 	// The filter reads each event's object, which one that carries an
 	// Event.Fill holds only in part: the source must send whole objects.
 	opts.Fills = false
 	emit := opts.Emit
-	opts.Emit = func(batch []core.Event[T]) error {
+	opts.Emit = func(batch []driver.Event[T]) error {
 		w.f.RewriteBatch(batch)
 		return emit(batch)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/core/memory"
 	"github.com/dbinformer/dbinformer/filter"
@@ -214,7 +215,7 @@ func testEnterLeave(t *testing.T, deltaFIFO, noObj bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	gate := spy.HoldLists()
-	spy.Break(fmt.Errorf("test: %w", core.ErrExpired))
+	spy.Break(fmt.Errorf("test: %w", driver.ErrExpired))
 	if err := gate.Wait(ctx); err != nil {
 		t.Fatal(err)
 	}

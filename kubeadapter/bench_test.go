@@ -10,22 +10,23 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	kubeinformer "github.com/dbinformer/dbinformer/kubeadapter"
 	"github.com/dbinformer/dbinformer/kubeadapter/kubetest"
 )
 
-// withoutHeal hides the Resource's core.HealWaiter (and forwards the rest).
+// withoutHeal hides the Resource's driver.HealWaiter (and forwards the rest).
 type withoutHeal struct {
 	r *kubeinformer.Resource[*corev1.ConfigMap]
 }
 
-func (w withoutHeal) List(ctx context.Context, sink core.ListSink[*corev1.ConfigMap]) (core.ResourceVersion, error) {
+func (w withoutHeal) List(ctx context.Context, sink driver.ListSink[*corev1.ConfigMap]) (core.ResourceVersion, error) {
 	return w.r.List(ctx, sink)
 }
 
-func (w withoutHeal) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[*corev1.ConfigMap]) error {
+func (w withoutHeal) Watch(ctx context.Context, from core.ResourceVersion, opts driver.WatchOptions[*corev1.ConfigMap]) error {
 	return w.r.Watch(ctx, from, opts)
 }
 
@@ -39,7 +40,7 @@ func (w withoutHeal) ReportsProgress() bool { return true }
 // apiserver is ready an informer takes to see a write made at that moment,
 // once the outage lasted long enough for client-go's backoff
 // (core.ClientGoBackoff: 800ms doubling to 30s) to be sleeping 12.8s or
-// more: "heal" runs over a Resource, whose probes (core.HealWaiter) cut
+// more: "heal" runs over a Resource, whose probes (driver.HealWaiter) cut
 // the sleep short, "sleep" over a Resource with WaitHealed hidden, side by side
 // through the same outage. One iteration takes about a minute:
 //
@@ -61,8 +62,8 @@ func BenchmarkRecoveryAfterRestart(b *testing.B) {
 	}
 	opts := core.InformerOptions[*corev1.ConfigMap]{Backoff: core.ClientGoBackoff, Logger: testLogger(b),
 		ErrorHandler: func(err error) { b.Logf("%s: %v", time.Now().Format("15:04:05.000"), err) }}
-	healing, _ := informertest.Run(b, core.ListerWatcher[*corev1.ConfigMap](newResource()), opts)
-	sleeping, sleepErrs := informertest.Run(b, core.ListerWatcher[*corev1.ConfigMap](withoutHeal{newResource()}), opts)
+	healing, _ := informertest.Run(b, driver.ListerWatcher[*corev1.ConfigMap](newResource()), opts)
+	sleeping, sleepErrs := informertest.Run(b, driver.ListerWatcher[*corev1.ConfigMap](withoutHeal{newResource()}), opts)
 	var healTotal, sleepTotal time.Duration
 	b.ResetTimer()
 	for i := range b.N {

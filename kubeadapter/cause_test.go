@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	kubeinformer "github.com/dbinformer/dbinformer/kubeadapter"
@@ -19,7 +20,7 @@ import (
 // runUnsynced runs an informer over lw without waiting for its sync, until
 // the test ends, retrying quickly; it returns the informer and the errors
 // it reports.
-func runUnsynced(t *testing.T, lw core.ListerWatcher[*corev1.ConfigMap]) (*core.SharedIndexInformer[*corev1.ConfigMap], *informertest.Errors) {
+func runUnsynced(t *testing.T, lw driver.ListerWatcher[*corev1.ConfigMap]) (*core.SharedIndexInformer[*corev1.ConfigMap], *informertest.Errors) {
 	t.Helper()
 	return informertest.Start(t, lw, core.InformerOptions[*corev1.ConfigMap]{
 		MinWatchTimeout: time.Hour,

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	kubeinformer "github.com/dbinformer/dbinformer/kubeadapter"
 	"github.com/dbinformer/dbinformer/kubeadapter/kubetest"
@@ -115,7 +116,7 @@ func startSideBySide(t *testing.T, cs kubernetes.Interface, sc scope) *sideBySid
 	s.ours = core.NewSharedIndexInformer[*corev1.ConfigMap](ourLW, core.InformerOptions[*corev1.ConfigMap]{
 		Name: "ours " + sc.name,
 		ErrorHandler: func(err error) {
-			if errors.Is(err, core.ErrExpired) {
+			if errors.Is(err, driver.ErrExpired) {
 				expiredOnce.Do(func() { close(s.expired) })
 			}
 			t.Logf("%s: our informer reports: %v", sc.name, err)
@@ -309,7 +310,7 @@ func workload(t *testing.T, cs kubernetes.Interface, seed uint64, namespaces []s
 					labels := map[string]string{"group": []string{"diff", "other"}[rng.IntN(2)]}
 					var cm *corev1.ConfigMap
 					if cm, err = kubetest.PutConfigMap(ctx, cs, ns, name, int64(i), labels); err == nil {
-						v, err = core.ParseResourceVersion(cm.ResourceVersion)
+						v, err = driver.ParseResourceVersion(cm.ResourceVersion)
 					}
 					exists[key] = true
 				}

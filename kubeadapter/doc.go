@@ -10,8 +10,8 @@
 // SharedIndexInformer with WaitFor) over k8s.io/client-go; the directory is
 // kubeadapter.
 //
-// A Resource is a core.ListerWatcher (and core.HeadReader,
-// core.ProgressReporter, core.ProgressIntervaler and core.HealWaiter) for any
+// A Resource is a driver.ListerWatcher (and driver.HeadReader,
+// driver.ProgressReporter, driver.ProgressIntervaler and driver.HealWaiter) for any
 // resource:
 //
 //   - typed resources, through anything with client-go's List/Watch shape
@@ -36,17 +36,17 @@
 // List pages through the resource (Options.PageSize, default 500): the first
 // page is a consistent read, later pages follow its continue token, which
 // pins them to the first page's version, so the pages form one snapshot. A
-// continue token that expires mid-list fails the List with core.ErrExpired.
+// continue token that expires mid-list fails the List with driver.ErrExpired.
 // Watch asks for bookmarks and starts strictly after the given version; 410
-// Gone / Expired and "too large resource version" match core.ErrExpired, and
+// Gone / Expired and "too large resource version" match driver.ErrExpired, and
 // the informer then lists from scratch. A 404 on a List or Watch of the
 // collection means the resource is not served (its CustomResourceDefinition
-// was removed, or never installed) and matches core.ErrPermanent: the
+// was removed, or never installed) and matches driver.ErrPermanent: the
 // informer stops and reports it instead of retrying forever. Label and field
 // selectors (Options.LabelSelector, Options.FieldSelector) and the namespace
 // of the client apply to List and Watch alike. Deletes carry the object's
 // last state (HasObject is true) at the version of the delete. A Watch
-// returns an error matching core.ErrWatchStopped once its context is done.
+// returns an error matching driver.ErrWatchStopped once its context is done.
 //
 // WaitFor (read your writes): a write to a watched object is seen when its
 // event arrives. For a version that touched nothing watched (a write to
@@ -75,17 +75,17 @@
 // the cluster next writes something. WaitFor for a version of a watched
 // object does not depend on this: its event arrives at once.
 //
-// A Resource is also a core.HealWaiter: while the informer backs off after
+// A Resource is also a driver.HealWaiter: while the informer backs off after
 // a failure, it probes the apiserver and ends the sleep as soon as the
 // apiserver answers again (after a restart, a network outage), instead of
 // letting the informer finish a sleep of up to 30 seconds.
 //
-// A Resource declares a progress interval (core.ProgressIntervaler,
+// A Resource declares a progress interval (driver.ProgressIntervaler,
 // Options.ProgressInterval, DefaultProgressInterval = 10s): after each
 // interval without events the informer makes the progress request above,
-// and reopens a watch that answers none for core.StuckIntervals intervals
+// and reopens a watch that answers none for driver.StuckIntervals intervals
 // (an apiserver that stopped answering, a connection gone half-open),
-// reporting it (core.ErrWatchStuck). The request's head read is bounded to
+// reporting it (driver.ErrWatchStuck). The request's head read is bounded to
 // 5s, so a silent apiserver usually ends the watch sooner, with that read's
 // error. A negative Options.ProgressInterval turns this off, and saves the
 // idle watch its one small list per interval.

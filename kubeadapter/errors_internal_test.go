@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // TestIsExpired pins which apiserver answers mean "relist": the statuses
@@ -63,9 +63,9 @@ func TestAPIError(t *testing.T) {
 		if want := map[string]string{"401": "(401: ", "403": "(403: "}[tc.name]; want != "" && !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v does not say %q", tc.name, err, want)
 		}
-		if errors.Is(err, core.ErrExpired) != tc.expired || errors.Is(err, core.ErrPermanent) != tc.permanent || !errors.Is(err, tc.err) {
+		if errors.Is(err, driver.ErrExpired) != tc.expired || errors.Is(err, driver.ErrPermanent) != tc.permanent || !errors.Is(err, tc.err) {
 			t.Errorf("%s: %v: expired %t, permanent %t; want %t, %t, wrapping the original", tc.name, err,
-				errors.Is(err, core.ErrExpired), errors.Is(err, core.ErrPermanent), tc.expired, tc.permanent)
+				errors.Is(err, driver.ErrExpired), errors.Is(err, driver.ErrPermanent), tc.expired, tc.permanent)
 		}
 	}
 }

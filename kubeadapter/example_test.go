@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	kubeinformer "github.com/dbinformer/dbinformer/kubeadapter"
 )
 
@@ -102,7 +103,7 @@ func ExampleNewDynamic() {
 	inf := core.NewSharedIndexInformer(widgets, core.InformerOptions[*unstructured.Unstructured]{Name: "widgets"})
 	go func() {
 		// A removed CustomResourceDefinition stops the informer with an
-		// error matching core.ErrPermanent.
+		// error matching driver.ErrPermanent.
 		if err := inf.Run(ctx); err != nil {
 			log.Print(err)
 		}
@@ -143,7 +144,7 @@ func Example_readYourWrites() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	rv, err := core.ParseResourceVersion(cm.ResourceVersion)
+	rv, err := driver.ParseResourceVersion(cm.ResourceVersion)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -19,7 +19,7 @@ const (
 	healProbeTimeout = 2 * time.Second
 )
 
-// WaitHealed implements core.HealWaiter: an informer backing off after a
+// WaitHealed implements driver.HealWaiter: an informer backing off after a
 // failed List or Watch runs it beside its sleep, and retries at once when it
 // returns nil, instead of finishing a sleep that can last tens of seconds
 // after the apiserver is back.
@@ -30,8 +30,8 @@ const (
 // the apiserver (or the path to it) was down and is back. It returns an
 // error when the first probe succeeds (the failure was not an outage, and
 // retrying at once after failures the server answers again and again is
-// what a backoff prevents), an error matching core.ErrPermanent when the
-// resource is not served any more, and core.Stopped(ctx) when ctx ends
+// what a backoff prevents), an error matching driver.ErrPermanent when the
+// resource is not served any more, and driver.Stopped(ctx) when ctx ends
 // first. It logs each failed probe at debug level with its error.
 func (r *Resource[T]) WaitHealed(ctx context.Context) error {
 	return heal.Wait(ctx, func(ctx context.Context) error {

@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	kubeinformer "github.com/dbinformer/dbinformer/kubeadapter"
 	"github.com/dbinformer/dbinformer/kubeadapter/kubetest"
@@ -33,10 +33,10 @@ func (f failedLists) List(ctx context.Context, opts metav1.ListOptions) (*corev1
 	return l, err
 }
 
-// TestWaitHealed (core.HealWaiter): against a reachable apiserver
-// WaitHealed has nothing to signal (an error, not core.ErrWatchStopped); while the path to it is down it probes and does not
+// TestWaitHealed (driver.HealWaiter): against a reachable apiserver
+// WaitHealed has nothing to signal (an error, not driver.ErrWatchStopped); while the path to it is down it probes and does not
 // return; once the path is back it returns nil; a cancelled wait is
-// core.ErrWatchStopped.
+// driver.ErrWatchStopped.
 func TestWaitHealed(t *testing.T) {
 	kube := harness.StartKube(t)
 	h := kubetest.NewConfigMaps(t, kube, kubetest.Options{})
@@ -51,7 +51,7 @@ func TestWaitHealed(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	if err := res.WaitHealed(ctx); err == nil || errors.Is(err, core.ErrWatchStopped) {
+	if err := res.WaitHealed(ctx); err == nil || errors.Is(err, driver.ErrWatchStopped) {
 		t.Fatalf("WaitHealed on a reachable apiserver returned %v, want an error saying it was not down", err)
 	}
 
@@ -84,7 +84,7 @@ func TestWaitHealed(t *testing.T) {
 	go func() { done <- res.WaitHealed(wctx) }()
 	<-client.failed
 	stop()
-	if err := <-done; !errors.Is(err, core.ErrWatchStopped) {
+	if err := <-done; !errors.Is(err, driver.ErrWatchStopped) {
 		t.Fatalf("cancelled WaitHealed returned %v, want core.ErrWatchStopped", err)
 	}
 }

@@ -6,11 +6,12 @@ import (
 	"testing"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 func rv(t testing.TB, s string) core.ResourceVersion {
 	t.Helper()
-	v, err := core.ParseResourceVersion(s)
+	v, err := driver.ParseResourceVersion(s)
 	if err != nil {
 		t.Fatal(err)
 	}

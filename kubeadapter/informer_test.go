@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	kubeinformer "github.com/dbinformer/dbinformer/kubeadapter"
@@ -191,7 +192,7 @@ func TestCustomResourceDynamic(t *testing.T) {
 
 // TestResourceRemovedStopsInformer: when the CustomResourceDefinition of a
 // watched resource is deleted, the informer delivers the deletes of its
-// objects and then stops with an error matching core.ErrPermanent instead
+// objects and then stops with an error matching driver.ErrPermanent instead
 // of retrying forever.
 func TestResourceRemovedStopsInformer(t *testing.T) {
 	kube := harness.StartKube(t)
@@ -208,6 +209,6 @@ func TestResourceRemovedStopsInformer(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec.Expect("delete " + h.EventKey("doomed") + " v=1")
-	err := errs.Wait(t, "a permanent error", func(err error) bool { return errors.Is(err, core.ErrPermanent) })
+	err := errs.Wait(t, "a permanent error", func(err error) bool { return errors.Is(err, driver.ErrPermanent) })
 	t.Logf("the informer stopped with: %v", err)
 }

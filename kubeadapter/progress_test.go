@@ -10,6 +10,7 @@ import (
 
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/conformance"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	kubeinformer "github.com/dbinformer/dbinformer/kubeadapter"
@@ -17,7 +18,7 @@ import (
 )
 
 // TestProgressIntervalOption: a Resource declares a progress interval
-// (core.ProgressIntervaler), DefaultProgressInterval unless Options says
+// (driver.ProgressIntervaler), DefaultProgressInterval unless Options says
 // otherwise, and none when Options.ProgressInterval is negative.
 func TestProgressIntervalOption(t *testing.T) {
 	for _, tc := range []struct {
@@ -31,7 +32,7 @@ func TestProgressIntervalOption(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var pi core.ProgressIntervaler = r
+		var pi driver.ProgressIntervaler = r
 		if got := pi.ProgressInterval(); got != tc.want {
 			t.Errorf("Options.ProgressInterval %v: ProgressInterval() = %v, want %v", tc.opt, got, tc.want)
 		}

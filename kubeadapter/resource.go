@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/filter"
 )
 
@@ -52,7 +53,7 @@ type Options struct {
 	// whose typed client does not tell it: it names the source in errors
 	// and logs ("... in namespace x"), and every object the server sends
 	// must be in it (one that is not fails the List or Watch with an error
-	// matching core.ErrPermanent: the client and the options disagree). It
+	// matching driver.ErrPermanent: the client and the options disagree). It
 	// never changes what is watched; the client does that. Empty means
 	// unknown (all namespaces, a cluster-scoped resource, or not said).
 	// NewDynamic sets it from its namespace argument.
@@ -65,10 +66,10 @@ type Options struct {
 	// requests. nil discards them.
 	Logger *slog.Logger
 	// ProgressInterval is how often an open watch is expected to show a
-	// sign of life (core.ProgressIntervaler): after each interval without
+	// sign of life (driver.ProgressIntervaler): after each interval without
 	// events the informer asks it for a bookmark (see Watch; it costs a
 	// one-object list, and a short watch when the version moved), and a
-	// watch that answers none for core.StuckIntervals intervals is
+	// watch that answers none for driver.StuckIntervals intervals is
 	// reopened. Zero means DefaultProgressInterval; negative turns
 	// stuck-watch detection off.
 	ProgressInterval time.Duration
@@ -77,7 +78,7 @@ type Options struct {
 // DefaultProgressInterval is Options.ProgressInterval when zero.
 const DefaultProgressInterval = 10 * time.Second
 
-// Resource is a core.ListerWatcher over one Kubernetes resource, in one
+// Resource is a driver.ListerWatcher over one Kubernetes resource, in one
 // namespace or all. Keys are "namespace/name", or "name" for cluster-scoped
 // objects, exactly as client-go's cache.MetaNamespaceKeyFunc makes them.
 // Versions are metadata.resourceVersion parsed as an unsigned decimal
@@ -95,11 +96,11 @@ type Resource[T Object] struct {
 }
 
 var (
-	_ core.ListerWatcher[*unstructured.Unstructured] = (*Resource[*unstructured.Unstructured])(nil)
-	_ core.HeadReader                                = (*Resource[*unstructured.Unstructured])(nil)
-	_ core.ProgressReporter                          = (*Resource[*unstructured.Unstructured])(nil)
-	_ core.HealWaiter                                = (*Resource[*unstructured.Unstructured])(nil)
-	_ core.ProgressIntervaler                        = (*Resource[*unstructured.Unstructured])(nil)
+	_ driver.ListerWatcher[*unstructured.Unstructured] = (*Resource[*unstructured.Unstructured])(nil)
+	_ driver.HeadReader                                = (*Resource[*unstructured.Unstructured])(nil)
+	_ driver.ProgressReporter                          = (*Resource[*unstructured.Unstructured])(nil)
+	_ driver.HealWaiter                                = (*Resource[*unstructured.Unstructured])(nil)
+	_ driver.ProgressIntervaler                        = (*Resource[*unstructured.Unstructured])(nil)
 )
 
 // NewResource returns a Resource over a typed client-go resource interface.
@@ -156,7 +157,7 @@ func NewResource[T Object, L runtime.Object](ctx context.Context, client Client[
 // namespace "" means all namespaces (or a cluster-scoped resource);
 // opts.Namespace, if set, must equal it. NewDynamic does no I/O: a resource
 // the server does not serve shows up at the first List, as an error
-// matching core.ErrPermanent.
+// matching driver.ErrPermanent.
 func NewDynamic(ctx context.Context, client dynamic.Interface, gvr schema.GroupVersionResource, namespace string, opts Options) (*Resource[*unstructured.Unstructured], error) {
 	if client == nil {
 		return nil, errors.New("kubeinformer: NewDynamic: nil client")
@@ -203,23 +204,23 @@ func Key(obj metav1.Object) string {
 	return obj.GetName()
 }
 
-// ProgressInterval implements core.ProgressIntervaler with
+// ProgressInterval implements driver.ProgressIntervaler with
 // Options.ProgressInterval (DefaultProgressInterval when zero, 0 when
 // negative).
 func (r *Resource[T]) ProgressInterval() time.Duration { return max(r.opts.ProgressInterval, 0) }
 
 // ReportsProgress reports true: a watch answers every request on
-// core.WatchOptions.Progress with a bookmark from the server (see Watch).
+// driver.WatchOptions.Progress with a bookmark from the server (see Watch).
 func (r *Resource[T]) ReportsProgress() bool { return true }
 
 // List reads every object page by page. The first page is a consistent
 // read at the server's current version; every later page is pinned to that
 // version by its continue token, so the pages form one snapshot. If the
 // snapshot expires between pages (etcd compacted it), List fails with an
-// error matching core.ErrExpired and the caller lists again from scratch.
+// error matching driver.ErrExpired and the caller lists again from scratch.
 // A resource the server does not serve (a CRD that is not installed, or was
-// removed) fails with an error matching core.ErrPermanent.
-func (r *Resource[T]) List(ctx context.Context, sink core.ListSink[T]) (core.ResourceVersion, error) {
+// removed) fails with an error matching driver.ErrPermanent.
+func (r *Resource[T]) List(ctx context.Context, sink driver.ListSink[T]) (core.ResourceVersion, error) {
 	lo := metav1.ListOptions{
 		LabelSelector: r.opts.LabelSelector,
 		FieldSelector: r.opts.FieldSelector,
@@ -230,7 +231,7 @@ func (r *Resource[T]) List(ctx context.Context, sink core.ListSink[T]) (core.Res
 		obj, err := r.list(ctx, lo)
 		if err != nil {
 			if lo.Continue != "" && isExpired(err) {
-				return 0, fmt.Errorf("%s: list page %d: the snapshot at version %d expired before the list finished: %w: %w", r.source, page, listRV, core.ErrExpired, err)
+				return 0, fmt.Errorf("%s: list page %d: the snapshot at version %d expired before the list finished: %w: %w", r.source, page, listRV, driver.ErrExpired, err)
 			}
 			return 0, r.apiError(fmt.Sprintf("list page %d", page), err)
 		}
@@ -238,7 +239,7 @@ func (r *Resource[T]) List(ctx context.Context, sink core.ListSink[T]) (core.Res
 		if err != nil {
 			return 0, fmt.Errorf("%s: list page %d: %T is not a list: %w", r.source, page, obj, err)
 		}
-		rv, err := core.ParseResourceVersion(lm.GetResourceVersion())
+		rv, err := driver.ParseResourceVersion(lm.GetResourceVersion())
 		if err != nil {
 			return 0, fmt.Errorf("%s: list page %d: %w", r.source, page, err)
 		}
@@ -260,7 +261,7 @@ func (r *Resource[T]) List(ctx context.Context, sink core.ListSink[T]) (core.Res
 		// WithAlloc: each cached object gets its own copy instead of
 		// pinning the whole page's array for as long as any item lives.
 		err = meta.EachListItemWithAlloc(obj, func(o runtime.Object) error {
-			ev, err := r.event(core.Added, o)
+			ev, err := r.event(driver.Added, o)
 			if err != nil {
 				return err
 			}
@@ -294,7 +295,7 @@ func (r *Resource[T]) Head(ctx context.Context) (core.ResourceVersion, error) {
 	if err != nil {
 		return 0, fmt.Errorf("%s: read head version: %T is not a list: %w", r.source, obj, err)
 	}
-	rv, err := core.ParseResourceVersion(lm.GetResourceVersion())
+	rv, err := driver.ParseResourceVersion(lm.GetResourceVersion())
 	if err != nil {
 		return 0, fmt.Errorf("%s: read head version: %w", r.source, err)
 	}
@@ -322,7 +323,7 @@ func (r *Resource[T]) selected(ctx context.Context, lo metav1.ListOptions) (map[
 		if err != nil {
 			return nil, 0, fmt.Errorf("%s: %s: %T is not a list: %w", r.source, what, obj, err)
 		}
-		if at, err = core.ParseResourceVersion(lm.GetResourceVersion()); err != nil {
+		if at, err = driver.ParseResourceVersion(lm.GetResourceVersion()); err != nil {
 			return nil, 0, fmt.Errorf("%s: %s: %w", r.source, what, err)
 		}
 		err = meta.EachListItem(obj, func(o runtime.Object) error {
@@ -330,7 +331,7 @@ func (r *Resource[T]) selected(ctx context.Context, lo metav1.ListOptions) (map[
 			if err != nil {
 				return fmt.Errorf("%s: %s: a %T without object metadata: %w", r.source, what, o, err)
 			}
-			rv, err := core.ParseResourceVersion(m.GetResourceVersion())
+			rv, err := driver.ParseResourceVersion(m.GetResourceVersion())
 			if err != nil {
 				return fmt.Errorf("%s: %s: object %q: %w", r.source, what, Key(m), err)
 			}
@@ -353,42 +354,42 @@ func (r *Resource[T]) selected(ctx context.Context, lo metav1.ListOptions) (map[
 // not a number fails the whole call, since no later version could be
 // ordered against it; an object outside Options.Namespace is a permanent
 // misconfiguration.
-func (r *Resource[T]) event(typ core.EventType, o runtime.Object) (core.Event[T], error) {
+func (r *Resource[T]) event(typ driver.EventType, o runtime.Object) (driver.Event[T], error) {
 	m, err := meta.Accessor(o)
 	if err != nil {
-		return core.Event[T]{}, fmt.Errorf("%s: the server sent a %T without object metadata: %w", r.source, o, err)
+		return driver.Event[T]{}, fmt.Errorf("%s: the server sent a %T without object metadata: %w", r.source, o, err)
 	}
 	key := Key(m)
 	if r.opts.Namespace != "" && m.GetNamespace() != r.opts.Namespace {
-		return core.Event[T]{}, core.Permanent(fmt.Errorf("%s: object %q is not in namespace %q: the client watches another namespace than Options.Namespace says", r.source, key, r.opts.Namespace))
+		return driver.Event[T]{}, driver.Permanent(fmt.Errorf("%s: object %q is not in namespace %q: the client watches another namespace than Options.Namespace says", r.source, key, r.opts.Namespace))
 	}
-	rv, err := core.ParseResourceVersion(m.GetResourceVersion())
+	rv, err := driver.ParseResourceVersion(m.GetResourceVersion())
 	if err != nil {
-		return core.Event[T]{}, fmt.Errorf("%s: object %q: %w", r.source, key, err)
+		return driver.Event[T]{}, fmt.Errorf("%s: object %q: %w", r.source, key, err)
 	}
 	if rv == 0 {
-		return core.Event[T]{}, fmt.Errorf("%s: object %q has no resourceVersion", r.source, key)
+		return driver.Event[T]{}, fmt.Errorf("%s: object %q has no resourceVersion", r.source, key)
 	}
 	t, ok := o.(T)
 	if !ok {
 		var zero T
-		return core.Event[T]{Type: typ, Key: key, RV: rv, Err: &core.DecodeError{
+		return driver.Event[T]{Type: typ, Key: key, RV: rv, Err: &driver.DecodeError{
 			Source: r.source, Key: key, RV: rv,
 			Err: fmt.Errorf("the server sent a %T, want %T", o, zero),
 		}}, nil
 	}
-	return core.Event[T]{Type: typ, Key: key, Object: t, HasObject: true, RV: rv}, nil
+	return driver.Event[T]{Type: typ, Key: key, Object: t, HasObject: true, RV: rv}, nil
 }
 
 // apiError names the source, maps the errors that mean "this version is
-// gone" to core.ErrExpired, and "this resource is not served" to
-// core.ErrPermanent.
+// gone" to driver.ErrExpired, and "this resource is not served" to
+// driver.ErrPermanent.
 func (r *Resource[T]) apiError(what string, err error) error {
 	switch {
 	case isExpired(err):
-		return fmt.Errorf("%s: %s: %w: %w", r.source, what, core.ErrExpired, err)
+		return fmt.Errorf("%s: %s: %w: %w", r.source, what, driver.ErrExpired, err)
 	case isNotServed(err):
-		return core.Permanent(fmt.Errorf("%s: %s: the server does not serve this resource (is its CustomResourceDefinition installed?): %w", r.source, what, err))
+		return driver.Permanent(fmt.Errorf("%s: %s: the server does not serve this resource (is its CustomResourceDefinition installed?): %w", r.source, what, err))
 	case apierrors.IsUnauthorized(err):
 		// The apiserver says only "Unauthorized". Retried: credentials
 		// are rotated (exec plugins, projected tokens).

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	kubeinformer "github.com/dbinformer/dbinformer/kubeadapter"
 	"github.com/dbinformer/dbinformer/kubeadapter/kubetest"
@@ -51,11 +52,11 @@ func TestBadVersions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = lw.List(ctx, core.ListSink[*corev1.ConfigMap]{Emit: func(core.Event[*corev1.ConfigMap]) error { return nil }})
+	_, err = lw.List(ctx, driver.ListSink[*corev1.ConfigMap]{Emit: func(driver.Event[*corev1.ConfigMap]) error { return nil }})
 	if err == nil {
 		t.Fatal("List with a non-numeric resourceVersion succeeded")
 	}
-	if !strings.Contains(err.Error(), `"opaque-`) || !strings.Contains(err.Error(), "ConfigMap") || errors.Is(err, core.ErrExpired) {
+	if !strings.Contains(err.Error(), `"opaque-`) || !strings.Contains(err.Error(), "ConfigMap") || errors.Is(err, driver.ErrExpired) {
 		t.Fatalf("List error %q should name the source and the bad version, and not be ErrExpired", err)
 	}
 	t.Logf("error: %v", err)
@@ -64,8 +65,8 @@ func TestBadVersions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = good.Watch(ctx, 0, core.WatchOptions[*corev1.ConfigMap]{Emit: func([]core.Event[*corev1.ConfigMap]) error { return nil }})
-	if !errors.Is(err, core.ErrExpired) {
+	err = good.Watch(ctx, 0, driver.WatchOptions[*corev1.ConfigMap]{Emit: func([]driver.Event[*corev1.ConfigMap]) error { return nil }})
+	if !errors.Is(err, driver.ErrExpired) {
 		t.Fatalf("Watch(0) returned %v, want an error matching core.ErrExpired", err)
 	}
 }
@@ -86,8 +87,8 @@ func TestWrongNamespace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = lw.List(ctx, core.ListSink[*corev1.ConfigMap]{Emit: func(core.Event[*corev1.ConfigMap]) error { return nil }})
-	if !errors.Is(err, core.ErrPermanent) || !strings.Contains(err.Error(), ns+"/x") || !strings.Contains(err.Error(), `"elsewhere"`) {
+	_, err = lw.List(ctx, driver.ListSink[*corev1.ConfigMap]{Emit: func(driver.Event[*corev1.ConfigMap]) error { return nil }})
+	if !errors.Is(err, driver.ErrPermanent) || !strings.Contains(err.Error(), ns+"/x") || !strings.Contains(err.Error(), `"elsewhere"`) {
 		t.Fatalf("List of namespace %s with Options.Namespace \"elsewhere\" returned %v, want a permanent error naming both", ns, err)
 	}
 	if _, err := kubeinformer.NewDynamic(ctx, nil, kubetest.WidgetGVR, ns, kubeinformer.Options{}); err == nil {
@@ -97,13 +98,13 @@ func TestWrongNamespace(t *testing.T) {
 
 // watchAll runs Watch in the background, sending each event on the
 // returned channel; the second channel gets Watch's error.
-func watchAll[T any](ctx context.Context, lw core.ListerWatcher[T], from core.ResourceVersion, progress <-chan struct{}) (<-chan core.Event[T], <-chan error) {
-	events := make(chan core.Event[T], 1024)
+func watchAll[T any](ctx context.Context, lw driver.ListerWatcher[T], from core.ResourceVersion, progress <-chan struct{}) (<-chan driver.Event[T], <-chan error) {
+	events := make(chan driver.Event[T], 1024)
 	done := make(chan error, 1)
 	go func() {
-		done <- lw.Watch(ctx, from, core.WatchOptions[T]{
+		done <- lw.Watch(ctx, from, driver.WatchOptions[T]{
 			Progress: progress,
-			Emit: func(batch []core.Event[T]) error {
+			Emit: func(batch []driver.Event[T]) error {
 				for _, ev := range batch {
 					select {
 					case events <- ev:
@@ -121,14 +122,14 @@ func watchAll[T any](ctx context.Context, lw core.ListerWatcher[T], from core.Re
 // TestProgressRequest: a request on WatchOptions.Progress is answered with
 // a bookmark at or after the head at the time of the request, for a head
 // moved by writes the watch does not see; a watched write after it still
-// arrives, and the watch ends with core.ErrWatchStopped when its context
+// arrives, and the watch ends with driver.ErrWatchStopped when its context
 // does.
 func TestProgressRequest(t *testing.T) {
 	kube := harness.StartKube(t)
 	h := kubetest.NewConfigMaps(t, kube, kubetest.Options{Logger: testLogger(t)})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	from, err := h.Resource().List(ctx, core.ListSink[*corev1.ConfigMap]{Emit: func(core.Event[*corev1.ConfigMap]) error { return nil }})
+	from, err := h.Resource().List(ctx, driver.ListSink[*corev1.ConfigMap]{Emit: func(driver.Event[*corev1.ConfigMap]) error { return nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +148,7 @@ func TestProgressRequest(t *testing.T) {
 			t.Fatalf("Watch returned %v", err)
 		}
 		for {
-			var ev core.Event[*corev1.ConfigMap]
+			var ev driver.Event[*corev1.ConfigMap]
 			select {
 			case ev = <-events:
 			case err := <-done:
@@ -155,7 +156,7 @@ func TestProgressRequest(t *testing.T) {
 			case <-ctx.Done():
 				t.Fatalf("no bookmark at or after %d", target)
 			}
-			if ev.Type != core.Bookmark {
+			if ev.Type != driver.Bookmark {
 				t.Fatalf("unexpected %v of %q at %d: nothing watched was written", ev.Type, ev.Key, ev.RV)
 			}
 			if ev.RV >= target {
@@ -169,23 +170,23 @@ func TestProgressRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	for ev := range events {
-		if ev.Type == core.Bookmark {
+		if ev.Type == driver.Bookmark {
 			continue
 		}
-		if ev.Type != core.Added || ev.Key != h.EventKey("mine") || ev.RV != put {
+		if ev.Type != driver.Added || ev.Key != h.EventKey("mine") || ev.RV != put {
 			t.Fatalf("got %v of %q at %d, want Added of %q at %d", ev.Type, ev.Key, ev.RV, h.EventKey("mine"), put)
 		}
 		break
 	}
 	stop()
-	if err := <-done; !errors.Is(err, core.ErrWatchStopped) || !errors.Is(err, context.Canceled) {
+	if err := <-done; !errors.Is(err, driver.ErrWatchStopped) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("Watch returned %v after its context was cancelled, want core.ErrWatchStopped and context.Canceled", err)
 	}
 }
 
 // TestResourceRemovedIsPermanent: deleting the CustomResourceDefinition of
 // a watched resource ends its watch with an error matching
-// core.ErrPermanent (the apiserver ends the watch, and the reopen gets 404),
+// driver.ErrPermanent (the apiserver ends the watch, and the reopen gets 404),
 // after the deletes of its objects; a List then fails the same way.
 func TestResourceRemovedIsPermanent(t *testing.T) {
 	kube := harness.StartKube(t)
@@ -199,7 +200,7 @@ func TestResourceRemovedIsPermanent(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			from, err := h.Resource().List(ctx, core.ListSink[*unstructured.Unstructured]{Emit: func(core.Event[*unstructured.Unstructured]) error { return nil }})
+			from, err := h.Resource().List(ctx, driver.ListSink[*unstructured.Unstructured]{Emit: func(driver.Event[*unstructured.Unstructured]) error { return nil }})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -211,7 +212,7 @@ func TestResourceRemovedIsPermanent(t *testing.T) {
 			for {
 				select {
 				case ev := <-events:
-					if ev.Type == core.Deleted {
+					if ev.Type == driver.Deleted {
 						deleted++
 					}
 					continue
@@ -222,19 +223,19 @@ func TestResourceRemovedIsPermanent(t *testing.T) {
 				break
 			}
 			for len(events) > 0 {
-				if ev := <-events; ev.Type == core.Deleted {
+				if ev := <-events; ev.Type == driver.Deleted {
 					deleted++
 				}
 			}
 			t.Logf("Watch returned after %d deletes: %v", deleted, err)
-			if !errors.Is(err, core.ErrPermanent) {
+			if !errors.Is(err, driver.ErrPermanent) {
 				t.Fatalf("Watch of a removed resource returned %v, want an error matching core.ErrPermanent", err)
 			}
 			if deleted != objects {
 				t.Errorf("%d deletes before the end, want %d", deleted, objects)
 			}
-			_, err = h.Resource().List(ctx, core.ListSink[*unstructured.Unstructured]{Emit: func(core.Event[*unstructured.Unstructured]) error { return nil }})
-			if !errors.Is(err, core.ErrPermanent) {
+			_, err = h.Resource().List(ctx, driver.ListSink[*unstructured.Unstructured]{Emit: func(driver.Event[*unstructured.Unstructured]) error { return nil }})
+			if !errors.Is(err, driver.ErrPermanent) {
 				t.Fatalf("List of a removed resource returned %v, want an error matching core.ErrPermanent", err)
 			}
 		})

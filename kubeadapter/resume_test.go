@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	kubeinformer "github.com/dbinformer/dbinformer/kubeadapter"
@@ -100,7 +101,7 @@ func TestBrokenWatchResumes(t *testing.T) {
 	if client.watches.Load() == watchesBefore {
 		t.Errorf("no new watch after the connections were cut: the watch did not break")
 	}
-	if n := client.lists.Load(); n != 1 || errs.Is(core.ErrExpired) != nil {
-		t.Errorf("the informer listed %d times (expired: %v); a broken watch within the apiserver's history must resume, not relist", n, errs.Is(core.ErrExpired))
+	if n := client.lists.Load(); n != 1 || errs.Is(driver.ErrExpired) != nil {
+		t.Errorf("the informer listed %d times (expired: %v); a broken watch within the apiserver's history must resume, not relist", n, errs.Is(driver.ErrExpired))
 	}
 }

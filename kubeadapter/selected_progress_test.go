@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	kubeinformer "github.com/dbinformer/dbinformer/kubeadapter"
 	"github.com/dbinformer/dbinformer/kubeadapter/kubetest"
@@ -63,7 +63,7 @@ func TestSelectedWatchProgressOverFilteredOutChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	listed := map[string]bool{}
-	from, err := r.List(ctx, core.ListSink[*corev1.ConfigMap]{Emit: func(e core.Event[*corev1.ConfigMap]) error {
+	from, err := r.List(ctx, driver.ListSink[*corev1.ConfigMap]{Emit: func(e driver.Event[*corev1.ConfigMap]) error {
 		listed[e.Key] = true
 		return nil
 	}})
@@ -86,7 +86,7 @@ func TestSelectedWatchProgressOverFilteredOutChanges(t *testing.T) {
 	}
 
 	type batch struct {
-		evs    []core.Event[*corev1.ConfigMap]
+		evs    []driver.Event[*corev1.ConfigMap]
 		probes int32
 	}
 	got := make(chan batch, 16)
@@ -94,11 +94,11 @@ func TestSelectedWatchProgressOverFilteredOutChanges(t *testing.T) {
 	wctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- r.Watch(wctx, from, core.WatchOptions[*corev1.ConfigMap]{
+		done <- r.Watch(wctx, from, driver.WatchOptions[*corev1.ConfigMap]{
 			Progress: progress,
-			Emit: func(evs []core.Event[*corev1.ConfigMap]) error {
+			Emit: func(evs []driver.Event[*corev1.ConfigMap]) error {
 				select {
-				case got <- batch{append([]core.Event[*corev1.ConfigMap](nil), evs...), client.probes.Load()}:
+				case got <- batch{append([]driver.Event[*corev1.ConfigMap](nil), evs...), client.probes.Load()}:
 				case <-wctx.Done():
 				}
 				return nil
@@ -107,7 +107,7 @@ func TestSelectedWatchProgressOverFilteredOutChanges(t *testing.T) {
 	}()
 	defer func() {
 		stop()
-		if err := <-done; !errors.Is(err, core.ErrWatchStopped) {
+		if err := <-done; !errors.Is(err, driver.ErrWatchStopped) {
 			t.Errorf("Watch returned %v, want stopped", err)
 		}
 	}()
@@ -126,7 +126,7 @@ func TestSelectedWatchProgressOverFilteredOutChanges(t *testing.T) {
 
 	progress <- struct{}{}
 	b := next("the answer to the progress request")
-	if len(b.evs) != 1 || b.evs[0].Type != core.Bookmark {
+	if len(b.evs) != 1 || b.evs[0].Type != driver.Bookmark {
 		t.Fatalf("first emit %v, want one bookmark (nothing the selector matches changed)", b.evs)
 	}
 	mark := b.evs[0].RV
@@ -152,7 +152,7 @@ func TestSelectedWatchProgressOverFilteredOutChanges(t *testing.T) {
 			}
 		}
 		e := b.evs[len(b.evs)-1]
-		if e.Type == core.Modified && e.Key == h.EventKey("a") && e.RV == rvA {
+		if e.Type == driver.Modified && e.Key == h.EventKey("a") && e.RV == rvA {
 			return
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 const (
@@ -37,16 +38,16 @@ const (
 )
 
 // Watch delivers every change after from through opts.Emit, with
-// bookmarks, until ctx is done (an error matching core.ErrWatchStopped), the
+// bookmarks, until ctx is done (an error matching driver.ErrWatchStopped), the
 // server no longer has from or a later version it needs (410 Gone, "too
-// large resource version": core.ErrExpired), the resource is not served any
-// more (404, a removed CustomResourceDefinition: core.ErrPermanent), Emit
+// large resource version": driver.ErrExpired), the resource is not served any
+// more (404, a removed CustomResourceDefinition: driver.ErrPermanent), Emit
 // fails (its error), or the connection breaks (that error; the caller
 // resumes from the last version it was given). Events that arrived before a
 // failure are emitted before Watch returns it. from must be a version the
 // server still serves (one returned by List or seen in a later event); 0
 // asks for the whole history, which no apiserver keeps, and fails with
-// core.ErrExpired so that the caller lists.
+// driver.ErrExpired so that the caller lists.
 //
 // When the server ends the stream after delivering something (its request
 // timeout, typically 30-60 minutes), Watch reopens it from the last
@@ -75,18 +76,18 @@ const (
 // bookmark at that event's version, right after it. A request for a version already emitted is answered at
 // once with a bookmark at the last emitted version. A Head that fails ends
 // the watch with its error.
-func (r *Resource[T]) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[T]) (err error) {
+func (r *Resource[T]) Watch(ctx context.Context, from core.ResourceVersion, opts driver.WatchOptions[T]) (err error) {
 	defer func() {
 		// Whatever was going on when ctx ended, the answer is "stopped".
 		if ctx.Err() != nil {
-			err = core.Stopped(ctx)
+			err = driver.Stopped(ctx)
 		}
 	}()
 	if opts.Emit == nil {
 		return fmt.Errorf("%s: Watch: WatchOptions.Emit is nil", r.source)
 	}
 	if from == 0 {
-		return fmt.Errorf("%s: watch from version 0: the apiserver keeps no history from the beginning; list first: %w", r.source, core.ErrExpired)
+		return fmt.Errorf("%s: watch from version 0: the apiserver keeps no history from the beginning; list first: %w", r.source, driver.ErrExpired)
 	}
 	w := &watcher[T]{r: r, ctx: ctx, opts: opts, from: from, last: from}
 	defer w.close()
@@ -100,7 +101,7 @@ func (r *Resource[T]) Watch(ctx context.Context, from core.ResourceVersion, opts
 type watcher[T Object] struct {
 	r    *Resource[T]
 	ctx  context.Context
-	opts core.WatchOptions[T]
+	opts driver.WatchOptions[T]
 
 	stream     watch.Interface
 	stopStream context.CancelFunc   // ends stream's context
@@ -114,8 +115,8 @@ type watcher[T Object] struct {
 	wantSince time.Time            // when want was set
 	answered  bool                 // an event of the batch being built reached want
 
-	timer *time.Timer     // the progress grace period; nil until first needed
-	buf   []core.Event[T] // reused between batches: Emit does not keep it
+	timer *time.Timer       // the progress grace period; nil until first needed
+	buf   []driver.Event[T] // reused between batches: Emit does not keep it
 }
 
 func (w *watcher[T]) close() {
@@ -202,7 +203,7 @@ func (w *watcher[T]) run() error {
 		}
 		select {
 		case <-w.ctx.Done():
-			return core.Stopped(w.ctx)
+			return driver.Stopped(w.ctx)
 		case <-graceOver:
 		case _, ok := <-w.opts.Progress:
 			if !ok {
@@ -239,7 +240,7 @@ func (w *watcher[T]) requestProgress() error {
 		return fmt.Errorf("progress request: %w", err)
 	}
 	if head <= w.last {
-		w.buf = append(w.buf[:0], core.Event[T]{Type: core.Bookmark, RV: w.last})
+		w.buf = append(w.buf[:0], driver.Event[T]{Type: driver.Bookmark, RV: w.last})
 		return w.opts.Emit(w.buf)
 	}
 	if w.want == 0 {
@@ -269,7 +270,7 @@ drain:
 	if w.answered {
 		// A progress request was passed by events: answer it with a
 		// bookmark at the last of them, in order.
-		batch = append(batch, core.Event[T]{Type: core.Bookmark, RV: w.last})
+		batch = append(batch, driver.Event[T]{Type: driver.Bookmark, RV: w.last})
 		w.answered = false
 	}
 	w.buf = batch
@@ -331,7 +332,7 @@ func (w *watcher[T]) streamEnded() error {
 // selection in between, which the lists cannot show, leaves no trace in
 // the state either. If the lists differ, the changes are there for the
 // watch to deliver, and another short watch is opened. A version at w.last
-// that the server no longer has fails with core.ErrExpired, so that the
+// that the server no longer has fails with driver.ErrExpired, so that the
 // caller lists again.
 func (w *watcher[T]) verify() error {
 	before, _, err := w.r.selected(w.ctx, metav1.ListOptions{
@@ -354,7 +355,7 @@ func (w *watcher[T]) verify() error {
 	}
 	w.r.log.Debug("kubeinformer: no selected object changed; bookmark from two lists", "last", w.last, "want", w.want, "listed", at)
 	w.advance(at)
-	w.buf = append(w.buf[:0], core.Event[T]{Type: core.Bookmark, RV: at})
+	w.buf = append(w.buf[:0], driver.Event[T]{Type: driver.Bookmark, RV: at})
 	if err := w.opts.Emit(w.buf); err != nil {
 		return err
 	}
@@ -362,22 +363,22 @@ func (w *watcher[T]) verify() error {
 }
 
 // add converts one watch event and appends it to batch.
-func (w *watcher[T]) add(batch []core.Event[T], ev watch.Event) ([]core.Event[T], error) {
+func (w *watcher[T]) add(batch []driver.Event[T], ev watch.Event) ([]driver.Event[T], error) {
 	w.delivered = true
-	var typ core.EventType
+	var typ driver.EventType
 	switch ev.Type {
 	case watch.Added:
-		typ = core.Added
+		typ = driver.Added
 	case watch.Modified:
-		typ = core.Modified
+		typ = driver.Modified
 	case watch.Deleted:
-		typ = core.Deleted
+		typ = driver.Deleted
 	case watch.Bookmark:
 		m, err := meta.Accessor(ev.Object)
 		if err != nil {
 			return batch, fmt.Errorf("%s: bookmark without metadata (%T): %w", w.r.source, ev.Object, err)
 		}
-		rv, err := core.ParseResourceVersion(m.GetResourceVersion())
+		rv, err := driver.ParseResourceVersion(m.GetResourceVersion())
 		if err != nil {
 			return batch, fmt.Errorf("%s: bookmark: %w", w.r.source, err)
 		}
@@ -389,7 +390,7 @@ func (w *watcher[T]) add(batch []core.Event[T], ev watch.Event) ([]core.Event[T]
 		}
 		w.advance(rv)
 		w.answered = false // this bookmark is the answer
-		return append(batch, core.Event[T]{Type: core.Bookmark, RV: rv}), nil
+		return append(batch, driver.Event[T]{Type: driver.Bookmark, RV: rv}), nil
 	case watch.Error:
 		err := apierrors.FromObject(ev.Object)
 		return batch, w.r.apiError(fmt.Sprintf("watch after version %d", w.last), err)

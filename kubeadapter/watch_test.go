@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 
-	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	kubeinformer "github.com/dbinformer/dbinformer/kubeadapter"
 )
 
@@ -67,13 +67,13 @@ func newScripted(t *testing.T, s *scripted) *kubeinformer.Resource[*corev1.Confi
 // collect records what Watch emits.
 type collect struct {
 	mu     sync.Mutex
-	events []core.Event[*corev1.ConfigMap]
+	events []driver.Event[*corev1.ConfigMap]
 	got    chan struct{} // a value after every batch
 }
 
 func newCollect() *collect { return &collect{got: make(chan struct{}, 100)} }
 
-func (c *collect) emit(batch []core.Event[*corev1.ConfigMap]) error {
+func (c *collect) emit(batch []driver.Event[*corev1.ConfigMap]) error {
 	c.mu.Lock()
 	c.events = append(c.events, batch...)
 	c.mu.Unlock()
@@ -92,7 +92,7 @@ func (c *collect) summary() []string {
 }
 
 // TestWatchEmitsThenFails: events before an error event are emitted, then
-// Watch returns the error; a 410 in the stream matches core.ErrExpired.
+// Watch returns the error; a 410 in the stream matches driver.ErrExpired.
 func TestWatchEmitsThenFails(t *testing.T) {
 	s := &scripted{head: "5", open: func(n int, _ metav1.ListOptions) (watch.Interface, error) {
 		w := watch.NewFakeWithChanSize(3, false)
@@ -102,8 +102,8 @@ func TestWatchEmitsThenFails(t *testing.T) {
 		return w, nil
 	}}
 	c := newCollect()
-	err := newScripted(t, s).Watch(context.Background(), 5, core.WatchOptions[*corev1.ConfigMap]{Emit: c.emit})
-	if !errors.Is(err, core.ErrExpired) {
+	err := newScripted(t, s).Watch(context.Background(), 5, driver.WatchOptions[*corev1.ConfigMap]{Emit: c.emit})
+	if !errors.Is(err, driver.ErrExpired) {
 		t.Fatalf("Watch returned %v, want core.ErrExpired", err)
 	}
 	if got, want := c.summary(), []string{"Added ns/a@6", "Modified ns/a@7"}; !equal(got, want) {
@@ -124,7 +124,7 @@ func equal(a, b []string) bool {
 }
 
 // TestWatchStopped: a cancelled context ends a Watch blocked in its stream
-// or in Emit with core.ErrWatchStopped, never with what it was doing.
+// or in Emit with driver.ErrWatchStopped, never with what it was doing.
 func TestWatchStopped(t *testing.T) {
 	for _, blockIn := range []string{"stream", "emit"} {
 		t.Run(blockIn, func(t *testing.T) {
@@ -140,7 +140,7 @@ func TestWatchStopped(t *testing.T) {
 			emitting := make(chan struct{})
 			done := make(chan error, 1)
 			go func() {
-				done <- newScripted(t, s).Watch(ctx, 5, core.WatchOptions[*corev1.ConfigMap]{Emit: func([]core.Event[*corev1.ConfigMap]) error {
+				done <- newScripted(t, s).Watch(ctx, 5, driver.WatchOptions[*corev1.ConfigMap]{Emit: func([]driver.Event[*corev1.ConfigMap]) error {
 					close(emitting)
 					<-ctx.Done()
 					return errors.New("emit gave up")
@@ -151,7 +151,7 @@ func TestWatchStopped(t *testing.T) {
 			}
 			cancel(stopped)
 			err := <-done
-			if !errors.Is(err, core.ErrWatchStopped) || !errors.Is(err, stopped) {
+			if !errors.Is(err, driver.ErrWatchStopped) || !errors.Is(err, stopped) {
 				t.Fatalf("Watch returned %v, want core.ErrWatchStopped with the cause", err)
 			}
 		})
@@ -159,7 +159,7 @@ func TestWatchStopped(t *testing.T) {
 }
 
 // TestWatchNotServed: a 404 when the watch (re)opens means the resource is
-// gone: core.ErrPermanent, also when the stream first ends with nothing.
+// gone: driver.ErrPermanent, also when the stream first ends with nothing.
 func TestWatchNotServed(t *testing.T) {
 	notFound := apierrors.NewNotFound(schema.GroupResource{Group: "test.dbinformer.io", Resource: "widgets"}, "")
 	s := &scripted{head: "5", open: func(n int, _ metav1.ListOptions) (watch.Interface, error) {
@@ -170,8 +170,8 @@ func TestWatchNotServed(t *testing.T) {
 		}
 		return nil, notFound
 	}}
-	err := newScripted(t, s).Watch(context.Background(), 5, core.WatchOptions[*corev1.ConfigMap]{Emit: newCollect().emit})
-	if !errors.Is(err, core.ErrPermanent) || !errors.Is(err, notFound) {
+	err := newScripted(t, s).Watch(context.Background(), 5, driver.WatchOptions[*corev1.ConfigMap]{Emit: newCollect().emit})
+	if !errors.Is(err, driver.ErrPermanent) || !errors.Is(err, notFound) {
 		t.Fatalf("Watch returned %v, want core.ErrPermanent wrapping the 404", err)
 	}
 	if n := len(s.watches()); n != 2 {
@@ -187,8 +187,8 @@ func TestWatchEndsEmptyTwice(t *testing.T) {
 		w.Stop()
 		return w, nil
 	}}
-	err := newScripted(t, s).Watch(context.Background(), 5, core.WatchOptions[*corev1.ConfigMap]{Emit: newCollect().emit})
-	if err == nil || errors.Is(err, core.ErrPermanent) || errors.Is(err, core.ErrExpired) {
+	err := newScripted(t, s).Watch(context.Background(), 5, driver.WatchOptions[*corev1.ConfigMap]{Emit: newCollect().emit})
+	if err == nil || errors.Is(err, driver.ErrPermanent) || errors.Is(err, driver.ErrExpired) {
 		t.Fatalf("Watch returned %v, want a plain error", err)
 	}
 }
@@ -219,7 +219,7 @@ func TestWatchProgress(t *testing.T) {
 	c := newCollect()
 	done := make(chan error, 1)
 	go func() {
-		done <- r.Watch(ctx, 5, core.WatchOptions[*corev1.ConfigMap]{Emit: c.emit, Progress: progress})
+		done <- r.Watch(ctx, 5, driver.WatchOptions[*corev1.ConfigMap]{Emit: c.emit, Progress: progress})
 	}()
 	<-c.got // Added a@6
 
@@ -254,7 +254,7 @@ func TestWatchProgress(t *testing.T) {
 		t.Fatalf("third watch %+v: want a normal one from 9", ws[2])
 	}
 	cancel()
-	if err := <-done; !errors.Is(err, core.ErrWatchStopped) {
+	if err := <-done; !errors.Is(err, driver.ErrWatchStopped) {
 		t.Fatalf("Watch returned %v", err)
 	}
 }
@@ -280,7 +280,7 @@ func TestWatchProgressByEvent(t *testing.T) {
 	c := newCollect()
 	done := make(chan error, 1)
 	go func() {
-		done <- newScripted(t, s).Watch(ctx, 5, core.WatchOptions[*corev1.ConfigMap]{Emit: c.emit, Progress: progress})
+		done <- newScripted(t, s).Watch(ctx, 5, driver.WatchOptions[*corev1.ConfigMap]{Emit: c.emit, Progress: progress})
 	}()
 	progress <- struct{}{} // head 7; the watch is at 5 or further
 	for {

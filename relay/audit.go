@@ -11,9 +11,10 @@ import (
 	"time"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
-// AuditList implements core.AuditLister: the source of a Downstream's
+// AuditList implements driver.AuditLister: the source of a Downstream's
 // informer is the stream, so the audit proves that the cache holds what
 // the stream holds. It reads the whole stream in order through the
 // Downstream's own watch of it (a JetStream consumer with a bounded
@@ -23,7 +24,7 @@ import (
 // the stream's head at a point where the relay completed a group, whose
 // source version C it returns. It holds no copy of the stream. A key
 // rewritten while it reads is emitted again (its last event is its state
-// at C, as core.AuditLister allows), and the messages it did not find
+// at C, as driver.AuditLister allows), and the messages it did not find
 // (removed by a later change of their key before it reached them) were
 // removed by messages at or before that head, which it read: List's rule.
 //
@@ -39,8 +40,8 @@ import (
 // assumes one informer per Downstream, as a Watch's resume does.
 //
 // It parks nothing for watches. A stream purged while it reads ends it
-// with an error matching core.ErrExpired; the next audit reads again.
-func (d *Downstream[T]) AuditList(ctx context.Context, atLeast core.ResourceVersion, sink core.ListSink[T]) (core.ResourceVersion, error) {
+// with an error matching driver.ErrExpired; the next audit reads again.
+func (d *Downstream[T]) AuditList(ctx context.Context, atLeast core.ResourceVersion, sink driver.ListSink[T]) (core.ResourceVersion, error) {
 	rec := d.audit.start()
 	defer d.audit.end(rec)
 	v := d.currentView() // the cache holds the owned shards' keys only
@@ -48,13 +49,13 @@ func (d *Downstream[T]) AuditList(ctx context.Context, atLeast core.ResourceVers
 		last entry
 		n    int64
 	)
-	emit := func(ev core.Event[entry]) error {
+	emit := func(ev driver.Event[entry]) error {
 		n++
 		if ev.Err != nil {
-			return sink.Emit(core.Event[T]{Type: core.Added, Key: ev.Key, RV: ev.RV, Err: ev.Err})
+			return sink.Emit(driver.Event[T]{Type: driver.Added, Key: ev.Key, RV: ev.RV, Err: ev.Err})
 		}
 		if e := ev.Object; e.kind == kindKey && d.auditKeeps(v, e.key) {
-			return sink.Emit(d.event(core.Added, e, core.ResourceVersion(e.version)))
+			return sink.Emit(d.event(driver.Added, e, core.ResourceVersion(e.version)))
 		}
 		return nil
 	}
@@ -77,7 +78,7 @@ func (d *Downstream[T]) AuditList(ctx context.Context, atLeast core.ResourceVers
 		// The first message was removed (a later change of its key)
 		// between the state read and the consumer's start: nothing was
 		// read, start again from the new first one.
-		if n > 0 || attempt == auditStarts || !errors.Is(err, core.ErrExpired) || ctx.Err() != nil {
+		if n > 0 || attempt == auditStarts || !errors.Is(err, driver.ErrExpired) || ctx.Err() != nil {
 			return 0, fmt.Errorf("%s: audit: %w", d.source, err)
 		}
 	}
@@ -127,7 +128,7 @@ type auditRec[T any] struct {
 
 // aheadEvent is a change delivered at ev.RV whose own version is v.
 type aheadEvent[T any] struct {
-	ev core.Event[T]
+	ev driver.Event[T]
 	v  uint64
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/dbinformer/dbinformer/adapters/postgres/pgtest"
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/conformance"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	"github.com/dbinformer/dbinformer/leader"
@@ -190,10 +191,10 @@ func (d *auditedDown) onRows(n int, f func()) {
 	d.mu.Unlock()
 }
 
-func (d *auditedDown) AuditList(ctx context.Context, atLeast core.ResourceVersion, sink core.ListSink[pgtest.Row]) (core.ResourceVersion, error) {
+func (d *auditedDown) AuditList(ctx context.Context, atLeast core.ResourceVersion, sink driver.ListSink[pgtest.Row]) (core.ResourceVersion, error) {
 	emit := sink.Emit
 	rows := 0
-	sink.Emit = func(ev core.Event[pgtest.Row]) error {
+	sink.Emit = func(ev driver.Event[pgtest.Row]) error {
 		rows++
 		d.mu.Lock()
 		if f := d.once; f != nil && rows >= d.n {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // catchUp is a watch past a gap: messages it did not read were removed by
@@ -28,9 +29,9 @@ import (
 // and each key's changes still arrive in order. The catch-up ends at the
 // first commit point with every hole mended.
 type catchUp[T any] struct {
-	events map[string]core.Event[T] // key -> its last change read and not delivered
-	order  []string                 // keys in the order first seen
-	seenV  uint64                   // version of the last group of changes read (or delivered)
+	events map[string]driver.Event[T] // key -> its last change read and not delivered
+	order  []string                   // keys in the order first seen
+	seenV  uint64                     // version of the last group of changes read (or delivered)
 
 	holes []hole // not mended yet, oldest first
 
@@ -59,7 +60,7 @@ type hole struct {
 	head                            uint64
 }
 
-func (c *catchUp[T]) put(ev core.Event[T]) {
+func (c *catchUp[T]) put(ev driver.Event[T]) {
 	if _, ok := c.events[ev.Key]; !ok {
 		c.order = append(c.order, ev.Key)
 	}
@@ -70,7 +71,7 @@ func (c *catchUp[T]) put(ev core.Event[T]) {
 // (incomplete) is kept in it. The hole lies after the last message read.
 func (t *translator[T]) gap() {
 	if t.cu == nil {
-		t.cu = &catchUp[T]{events: map[string]core.Event[T]{}, seenV: t.lastChange,
+		t.cu = &catchUp[T]{events: map[string]driver.Event[T]{}, seenV: t.lastChange,
 			readV: t.lastV, readSeq: t.lastSeq, readChange: t.lastChange, from: t.lastV}
 		if len(t.pending) > 0 {
 			for _, ev := range t.pending {
@@ -105,7 +106,7 @@ func (t *translator[T]) catchKey(e entry) {
 		c.gWhole = false
 	}
 	c.gNext = e.index + 1
-	c.put(t.d.event(core.Added, e, core.ResourceVersion(e.version)))
+	c.put(t.d.event(driver.Added, e, core.ResourceVersion(e.version)))
 	c.seenV = max(c.seenV, e.version)
 	if e.index+1 < e.count {
 		return
@@ -211,7 +212,7 @@ func (t *translator[T]) confirm(end bool) {
 		c.deliveries++
 		clear(c.events)
 		c.order = c.order[:0]
-		t.out = append(t.out, core.Event[T]{Type: core.Bookmark, RV: core.ResourceVersion(v)})
+		t.out = append(t.out, driver.Event[T]{Type: driver.Bookmark, RV: core.ResourceVersion(v)})
 		t.lastV, t.lastSeq, t.lastChange = v, seq, max(t.lastChange, change)
 	}
 	if !end || len(c.events) > 0 {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dbinformer/dbinformer/adapters/postgres/pgtest"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	"github.com/dbinformer/dbinformer/leader"
@@ -113,14 +114,14 @@ type heldDown struct {
 	lists atomic.Int64
 }
 
-func (d *heldDown) List(ctx context.Context, sink core.ListSink[pgtest.Row]) (core.ResourceVersion, error) {
+func (d *heldDown) List(ctx context.Context, sink driver.ListSink[pgtest.Row]) (core.ResourceVersion, error) {
 	d.lists.Add(1)
 	return d.Downstream.List(ctx, sink)
 }
 
-func (d *heldDown) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[pgtest.Row]) error {
+func (d *heldDown) Watch(ctx context.Context, from core.ResourceVersion, opts driver.WatchOptions[pgtest.Row]) error {
 	emit := opts.Emit
-	opts.Emit = func(b []core.Event[pgtest.Row]) error {
+	opts.Emit = func(b []driver.Event[pgtest.Row]) error {
 		if h := d.hold.Load(); h != nil {
 			select {
 			case <-*h:

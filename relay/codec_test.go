@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/checkpoint"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	"github.com/dbinformer/dbinformer/relay"
@@ -15,7 +16,7 @@ type codecItem struct {
 }
 
 // An informer with checkpoints over a Downstream needs no codec set by
-// hand: the Downstream provides its own (core.CodecProvider), and a
+// hand: the Downstream provides its own (driver.CodecProvider), and a
 // checkpoint is saved.
 func TestDownstreamProvidesCodecToCheckpoints(t *testing.T) {
 	nsrv := harness.StartNATS(t)
@@ -28,7 +29,7 @@ func TestDownstreamProvidesCodecToCheckpoints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := core.NewDirCheckpointStore(t.TempDir())
+	store, err := checkpoint.NewDirStore(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,6 @@
 // Package relay re-serves one source over a NATS JetStream stream: one
 // Relay process reads the source (a Postgres table, an etcd prefix, a
-// Kubernetes resource: any core.ListerWatcher) and publishes every change;
+// Kubernetes resource: any driver.ListerWatcher) and publishes every change;
 // any number of informers on any machine read the stream through a
 // Downstream, whose resource version is the source's own version. So N
 // replicas cost the database one replication slot and one walsender, not
@@ -27,7 +27,7 @@
 // A new leader reads the stream back (one pass: the stream keeps one
 // message per key) and resumes the source's watch from the last version
 // the stream holds completely: no gap and no duplicate. A source that
-// parks state between watches (core.Restorer: a Postgres table over a
+// parks state between watches (driver.Restorer: a Postgres table over a
 // permanent slot) is first handed the stream's keys at that version, so
 // that a process that never listed it resumes from its slot — no relist,
 // no temporary slot. Only where the source no longer holds the changes
@@ -86,7 +86,7 @@
 //
 // The source is acknowledged only up to what JetStream has stored: a
 // source that acknowledges positions to its server (the Postgres slot:
-// core.DurableAcknowledger) is gated by New and told each source version
+// driver.DurableAcknowledger) is gated by New and told each source version
 // once the last message of it, and so every message before, is
 // acknowledged; Emit's return no longer vouches for it. The first failure
 // ends the term: the source watch is cancelled, what is still in flight
@@ -151,7 +151,7 @@
 // one). It reads what a relist would read after the gap, without reading
 // the whole stream or having the informer compare its whole cache. A position the stream no
 // longer holds at all (a Watch from a version whose messages are gone,
-// the stream purged) is core.ErrExpired: the informer relists from the
+// the stream purged) is driver.ErrExpired: the informer relists from the
 // stream, never from the source. WaitFor of a source version that touched no
 // relayed key returns once the relay has published the source's head
 // (Options.ProgressInterval). The relay and every Downstream must use the
@@ -213,7 +213,7 @@
 //
 // # Audit
 //
-// A Downstream is a core.AuditLister: an informer over it with
+// A Downstream is a driver.AuditLister: an informer over it with
 // core.InformerOptions.Audit compares its cache with the stream, its
 // source, as of one source version (AuditList reads the stream once,
 // streaming, as List would, up to a version the relay completed). Keys a

@@ -13,13 +13,15 @@ import (
 
 	natsinformer "github.com/dbinformer/dbinformer/adapters/nats"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/codec"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // DownstreamOptions configures a Downstream.
 type DownstreamOptions[T any] struct {
 	// Codec decodes the relayed objects; it must be the relay's. Nil means
-	// core.JSON.
-	Codec core.Codec[T]
+	// codec.JSON.
+	Codec codec.Codec[T]
 	// Logger receives debug lines; nil discards them.
 	Logger *slog.Logger
 	// IdleCheck is how often an idle watch reads the stream's head to
@@ -38,7 +40,7 @@ type DownstreamOptions[T any] struct {
 	Owned  []int
 }
 
-// Downstream is a core.ListerWatcher over a relay's stream whose resource
+// Downstream is a driver.ListerWatcher over a relay's stream whose resource
 // version is the source's own version (the Postgres commit LSN, the etcd
 // revision, the Kubernetes resourceVersion): WaitFor(ctx, v) after a write
 // at v to the source means the same thing here as next to the source.
@@ -47,7 +49,7 @@ type Downstream[T any] struct {
 	stream jetstream.Stream
 	prefix string
 	source string
-	codec  core.Codec[T]
+	codec  codec.Codec[T]
 	log    *slog.Logger
 	met    DownstreamMetrics
 
@@ -75,13 +77,13 @@ type Downstream[T any] struct {
 type downPark struct{ version, seq uint64 }
 
 var (
-	_ core.ListerWatcher[int]     = (*Downstream[int])(nil)
-	_ core.HeadReader             = (*Downstream[int])(nil)
-	_ core.ProgressReporter       = (*Downstream[int])(nil)
-	_ core.ProgressIntervaler     = (*Downstream[int])(nil)
-	_ core.HealWaiter             = (*Downstream[int])(nil)
-	_ core.CodecProvider[int]     = (*Downstream[int])(nil)
-	_ core.AuditLister[int]       = (*Downstream[int])(nil)
+	_ driver.ListerWatcher[int]   = (*Downstream[int])(nil)
+	_ driver.HeadReader           = (*Downstream[int])(nil)
+	_ driver.ProgressReporter     = (*Downstream[int])(nil)
+	_ driver.ProgressIntervaler   = (*Downstream[int])(nil)
+	_ driver.HealWaiter           = (*Downstream[int])(nil)
+	_ driver.CodecProvider[int]   = (*Downstream[int])(nil)
+	_ driver.AuditLister[int]     = (*Downstream[int])(nil)
 	_ natsinformer.Reducer[entry] = (*Downstream[int])(nil).reduce
 )
 
@@ -94,7 +96,7 @@ func NewDownstream[T any](ctx context.Context, js jetstream.JetStream, stream, p
 		return nil, err
 	}
 	if opts.Codec == nil {
-		opts.Codec = core.JSON[T]{}
+		opts.Codec = codec.JSON[T]{}
 	}
 	log := opts.Logger
 	if log == nil {
@@ -156,10 +158,10 @@ func (d *Downstream[T]) ReportsProgress() bool { return true }
 // ProgressInterval is the idle check's: see natsinformer.
 func (d *Downstream[T]) ProgressInterval() time.Duration { return d.es.ProgressInterval() }
 
-// Codec is the one the Downstream decodes with (core.CodecProvider):
+// Codec is the one the Downstream decodes with (driver.CodecProvider):
 // an informer with checkpoints over it saves its objects with the same,
 // with no option to set by hand.
-func (d *Downstream[T]) Codec() core.Codec[T] { return d.codec }
+func (d *Downstream[T]) Codec() codec.Codec[T] { return d.codec }
 
 // WaitHealed is the event stream's: an informer backing off after the NATS
 // connection dropped retries as soon as it is back, not at the end of its
@@ -193,7 +195,7 @@ func (d *Downstream[T]) last(ctx context.Context) (entry, bool, error) {
 // where the relay completed a group (a later change of a key removes its
 // earlier message, so a read that stopped at an older head could miss
 // it), and emits every key whose last change is a put, at that version.
-func (d *Downstream[T]) List(ctx context.Context, sink core.ListSink[T]) (core.ResourceVersion, error) {
+func (d *Downstream[T]) List(ctx context.Context, sink driver.ListSink[T]) (core.ResourceVersion, error) {
 	if v := d.currentView(); v != nil && !v.all {
 		if v.es == nil {
 			return d.listNone(ctx)
@@ -201,9 +203,9 @@ func (d *Downstream[T]) List(ctx context.Context, sink core.ListSink[T]) (core.R
 		return d.listPartial(ctx, v, sink)
 	}
 	state := map[string]entry{}
-	var bad []core.Event[entry]
+	var bad []driver.Event[entry]
 	var last entry
-	fold := func(ev core.Event[entry]) {
+	fold := func(ev driver.Event[entry]) {
 		if ev.Err != nil {
 			bad = append(bad, ev)
 			return
@@ -213,7 +215,7 @@ func (d *Downstream[T]) List(ctx context.Context, sink core.ListSink[T]) (core.R
 			last = ev.Object
 		}
 	}
-	top, err := d.es.List(ctx, core.ListSink[entry]{Emit: func(ev core.Event[entry]) error {
+	top, err := d.es.List(ctx, driver.ListSink[entry]{Emit: func(ev driver.Event[entry]) error {
 		fold(ev)
 		return nil
 	}})
@@ -222,7 +224,7 @@ func (d *Downstream[T]) List(ctx context.Context, sink core.ListSink[T]) (core.R
 	}
 	pos := uint64(top)
 	if pos > 0 {
-		last, pos, err = d.readOn(ctx, pos, last, true, func(ev core.Event[entry]) error {
+		last, pos, err = d.readOn(ctx, pos, last, true, func(ev driver.Event[entry]) error {
 			fold(ev)
 			return nil
 		})
@@ -236,10 +238,10 @@ func (d *Downstream[T]) List(ctx context.Context, sink core.ListSink[T]) (core.R
 // emitListed ends a List at source version v, read up to stream sequence
 // pos: the undecodable keys first (events with Err), then every key's
 // state, and v parked for the Watch that follows.
-func (d *Downstream[T]) emitListed(sink core.ListSink[T], bad []core.Event[entry], state map[string]entry, v, pos uint64) (core.ResourceVersion, error) {
+func (d *Downstream[T]) emitListed(sink driver.ListSink[T], bad []driver.Event[entry], state map[string]entry, v, pos uint64) (core.ResourceVersion, error) {
 	rv := core.ResourceVersion(v)
 	for _, ev := range bad {
-		if err := sink.Emit(core.Event[T]{Type: core.Added, Key: ev.Key, RV: rv, Err: ev.Err}); err != nil {
+		if err := sink.Emit(driver.Event[T]{Type: driver.Added, Key: ev.Key, RV: rv, Err: ev.Err}); err != nil {
 			return 0, err
 		}
 	}
@@ -247,7 +249,7 @@ func (d *Downstream[T]) emitListed(sink core.ListSink[T], bad []core.Event[entry
 		if e.kind != kindKey || e.op == opDel {
 			continue
 		}
-		if err := sink.Emit(d.event(core.Added, e, rv)); err != nil {
+		if err := sink.Emit(d.event(driver.Added, e, rv)); err != nil {
 			return 0, err
 		}
 	}
@@ -274,7 +276,7 @@ var errCatchUp = errors.New("relay group not completed")
 // same subject, also at or before the head. Nothing after the head is
 // handed over. List uses it to catch up after its read; AuditList reads
 // the whole stream through it.
-func (d *Downstream[T]) readOn(ctx context.Context, after uint64, last entry, bounded bool, fn func(core.Event[entry]) error) (entry, uint64, error) {
+func (d *Downstream[T]) readOn(ctx context.Context, after uint64, last entry, bounded bool, fn func(driver.Event[entry]) error) (entry, uint64, error) {
 	pos := after
 	cctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -290,12 +292,12 @@ func (d *Downstream[T]) readOn(ctx context.Context, after uint64, last entry, bo
 	progress := make(chan struct{}, 1)
 	progress <- struct{}{}
 	caught := false
-	err := d.es.Watch(cctx, core.ResourceVersion(after), core.WatchOptions[entry]{Progress: progress, Emit: func(batch []core.Event[entry]) error {
+	err := d.es.Watch(cctx, core.ResourceVersion(after), driver.WatchOptions[entry]{Progress: progress, Emit: func(batch []driver.Event[entry]) error {
 		if caught {
 			return nil // past the head the read stopped at
 		}
 		for _, ev := range batch {
-			if ev.Type == core.Bookmark {
+			if ev.Type == driver.Bookmark {
 				pos = uint64(ev.RV)
 				if last.seq == 0 || last.commitPoint() {
 					caught = true
@@ -335,17 +337,17 @@ func (d *Downstream[T]) readOn(ctx context.Context, after uint64, last entry, bo
 }
 
 // event turns a key message into an event at rv.
-func (d *Downstream[T]) event(typ core.EventType, e entry, rv core.ResourceVersion) core.Event[T] {
-	ev := core.Event[T]{Type: typ, Key: e.key, RV: rv}
+func (d *Downstream[T]) event(typ driver.EventType, e entry, rv core.ResourceVersion) driver.Event[T] {
+	ev := driver.Event[T]{Type: typ, Key: e.key, RV: rv}
 	switch e.op {
 	case opDel:
-		ev.Type = core.Deleted
+		ev.Type = driver.Deleted
 	case opErr:
-		ev.Err = &core.DecodeError{Source: d.source + " (relayed)", Key: e.key, RV: rv, Err: errors.New(e.errText)}
+		ev.Err = &driver.DecodeError{Source: d.source + " (relayed)", Key: e.key, RV: rv, Err: errors.New(e.errText)}
 	default:
-		obj, err := core.Decode(d.codec, e.data)
+		obj, err := codec.Decode(d.codec, e.data)
 		if err != nil {
-			ev.Err = &core.DecodeError{Source: d.source, Key: e.key, RV: rv, Err: err}
+			ev.Err = &driver.DecodeError{Source: d.source, Key: e.key, RV: rv, Err: err}
 		} else {
 			ev.Object, ev.HasObject = obj, true
 		}
@@ -361,9 +363,9 @@ func (d *Downstream[T]) park(version, seq uint64) {
 
 // Watch delivers the changes after source version from, one batch per
 // source transaction (or several), in source order. A position the stream
-// no longer holds is core.ErrExpired (the informer relists from the
+// no longer holds is driver.ErrExpired (the informer relists from the
 // stream, never from the source).
-func (d *Downstream[T]) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[T]) error {
+func (d *Downstream[T]) Watch(ctx context.Context, from core.ResourceVersion, opts driver.WatchOptions[T]) error {
 	if opts.Emit == nil {
 		return fmt.Errorf("%s: WatchOptions.Emit is required", d.source)
 	}
@@ -376,14 +378,14 @@ func (d *Downstream[T]) Watch(ctx context.Context, from core.ResourceVersion, op
 	seq, err := d.seqFor(ctx, uint64(from))
 	if err != nil {
 		if ctx.Err() != nil {
-			return core.Stopped(ctx)
+			return driver.Stopped(ctx)
 		}
 		return err
 	}
 	d.audit.started(uint64(from))
 	t := &translator[T]{ctx: ctx, d: d, emit: opts.Emit, lastV: uint64(from), lastSeq: seq, lastChange: uint64(from),
 		takenV: uint64(from), takenSeq: seq, takenChange: uint64(from)}
-	err = d.es.Watch(ctx, core.ResourceVersion(seq), core.WatchOptions[entry]{Emit: t.take, Progress: opts.Progress})
+	err = d.es.Watch(ctx, core.ResourceVersion(seq), driver.WatchOptions[entry]{Emit: t.take, Progress: opts.Progress})
 	d.park(t.lastV, t.lastSeq)
 	return err
 }
@@ -408,7 +410,7 @@ func (d *Downstream[T]) seqFor(ctx context.Context, from uint64) (uint64, error)
 		return 0, err
 	}
 	if !ok || last.committed() < from {
-		return 0, fmt.Errorf("%s: source version %d is past the last version the stream holds (was the stream purged or recreated?): %w", d.source, from, core.ErrExpired)
+		return 0, fmt.Errorf("%s: source version %d is past the last version the stream holds (was the stream purged or recreated?): %w", d.source, from, driver.ErrExpired)
 	}
 	if last.version <= from {
 		return last.seq, nil

@@ -8,7 +8,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/codec"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // What the relay publishes for the source's changes: a change per key, the
@@ -24,15 +25,15 @@ type change struct {
 }
 
 // change turns a source event into a change.
-func (r *Relay[T]) change(ev core.Event[T]) change {
+func (r *Relay[T]) change(ev driver.Event[T]) change {
 	c := change{key: ev.Key}
 	switch {
 	case ev.Err != nil:
 		c.op, c.err = opErr, ev.Err.Error()
-	case ev.Type == core.Deleted:
+	case ev.Type == driver.Deleted:
 		c.op = opDel
 	default:
-		data, err := core.Encode(r.opts.Codec, ev.Object)
+		data, err := codec.Encode(r.opts.Codec, ev.Object)
 		if err != nil {
 			c.op, c.err = opErr, fmt.Sprintf("relay: encode: %v", err)
 		} else {

@@ -14,6 +14,7 @@ import (
 	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/adapters/postgres/pgtest"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	"github.com/dbinformer/dbinformer/relay"
@@ -52,7 +53,7 @@ func lateWrite(t *testing.T, lostChange bool) {
 		t.Fatal(err)
 	}
 	inf, _ := informertest.Run(t, down, core.InformerOptions[pgtest.Row]{Name: "down"}, informertest.NewRecorder(t, h.Version))
-	run := func(lw core.ListerWatcher[pgtest.Row], epoch uint64, log *slog.Logger) (*relay.Relay[pgtest.Row], func()) {
+	run := func(lw driver.ListerWatcher[pgtest.Row], epoch uint64, log *slog.Logger) (*relay.Relay[pgtest.Row], func()) {
 		r, err := relay.New(ctx, js, lw, relay.Options[pgtest.Row]{Stream: "L", Prefix: "l", Elector: fixedElector{epoch}, Logger: log, ProgressInterval: -1})
 		if err != nil {
 			t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 
 	natsinformer "github.com/dbinformer/dbinformer/adapters/nats"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/internal/keyshard"
 )
 
@@ -244,7 +245,7 @@ func (d *Downstream[T]) confirm(ctx context.Context, v *view, p uint64) (c uint6
 		return 0, false, err
 	}
 	if e.kind == kindKey && e.shards != v.shards {
-		return 0, false, fmt.Errorf("%s: the message at sequence %d was published %s, this downstream reads %s (a relay with another Options.Shards writes the stream): %w", d.source, e.seq, layout(e.shards), layout(v.shards), core.ErrExpired)
+		return 0, false, fmt.Errorf("%s: the message at sequence %d was published %s, this downstream reads %s (a relay with another Options.Shards writes the stream): %w", d.source, e.seq, layout(e.shards), layout(v.shards), driver.ErrExpired)
 	}
 	return e.committed(), true, nil
 }
@@ -256,7 +257,7 @@ const maxWalkBack = 16
 // readToBookmark reads the owned shards after sequence after, handing fn
 // every message, until the event stream sends a Bookmark (asked for at
 // once), whose sequence it returns.
-func (d *Downstream[T]) readToBookmark(ctx context.Context, v *view, after uint64, fn func(core.Event[entry])) (uint64, error) {
+func (d *Downstream[T]) readToBookmark(ctx context.Context, v *view, after uint64, fn func(driver.Event[entry])) (uint64, error) {
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	progress := make(chan struct{}, 1)
@@ -265,9 +266,9 @@ func (d *Downstream[T]) readToBookmark(ctx context.Context, v *view, after uint6
 		at  uint64
 		got bool
 	)
-	err := v.es.Watch(cctx, core.ResourceVersion(after), core.WatchOptions[entry]{Progress: progress, Emit: func(batch []core.Event[entry]) error {
+	err := v.es.Watch(cctx, core.ResourceVersion(after), driver.WatchOptions[entry]{Progress: progress, Emit: func(batch []driver.Event[entry]) error {
 		for _, ev := range batch {
-			if ev.Type == core.Bookmark {
+			if ev.Type == driver.Bookmark {
 				at, got = uint64(ev.RV), true
 				cancel()
 				return nil
@@ -289,17 +290,17 @@ func (d *Downstream[T]) readToBookmark(ctx context.Context, v *view, after uint6
 // above: one read of their subjects (the last message of each), then, if
 // the proof fails at its end, reads on to the next bookmark and tries
 // again, for at most listCatchUp.
-func (d *Downstream[T]) listPartial(ctx context.Context, v *view, sink core.ListSink[T]) (core.ResourceVersion, error) {
+func (d *Downstream[T]) listPartial(ctx context.Context, v *view, sink driver.ListSink[T]) (core.ResourceVersion, error) {
 	state := map[string]entry{}
-	var bad []core.Event[entry]
-	fold := func(ev core.Event[entry]) {
+	var bad []driver.Event[entry]
+	fold := func(ev driver.Event[entry]) {
 		if ev.Err != nil {
 			bad = append(bad, ev)
 			return
 		}
 		state[ev.Key] = ev.Object
 	}
-	top, err := v.es.List(ctx, core.ListSink[entry]{Emit: func(ev core.Event[entry]) error {
+	top, err := v.es.List(ctx, driver.ListSink[entry]{Emit: func(ev driver.Event[entry]) error {
 		fold(ev)
 		return nil
 	}})
@@ -339,7 +340,7 @@ func (d *Downstream[T]) listNone(ctx context.Context) (core.ResourceVersion, err
 
 // watchNone watches no shard: it answers progress requests, and every
 // idle check, with a Bookmark at the version the stream is complete up to.
-func (d *Downstream[T]) watchNone(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[T]) error {
+func (d *Downstream[T]) watchNone(ctx context.Context, from core.ResourceVersion, opts driver.WatchOptions[T]) error {
 	last := from
 	every := d.ProgressInterval()
 	if every <= 0 {
@@ -350,19 +351,19 @@ func (d *Downstream[T]) watchNone(ctx context.Context, from core.ResourceVersion
 	for {
 		select {
 		case <-ctx.Done():
-			return core.Stopped(ctx)
+			return driver.Stopped(ctx)
 		case <-opts.Progress:
 		case <-tick.C:
 		}
 		v, err := d.Head(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
-				return core.Stopped(ctx)
+				return driver.Stopped(ctx)
 			}
 			return err
 		}
 		last = max(last, v)
-		if err := opts.Emit([]core.Event[T]{{Type: core.Bookmark, RV: last}}); err != nil {
+		if err := opts.Emit([]driver.Event[T]{{Type: driver.Bookmark, RV: last}}); err != nil {
 			return err
 		}
 	}

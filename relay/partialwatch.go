@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // A partial Downstream's Watch (FilterShards), moved out of partial.go,
@@ -16,12 +17,12 @@ type partialWatch[T any] struct {
 	ctx  context.Context
 	d    *Downstream[T]
 	v    *view
-	emit func([]core.Event[T]) error
+	emit func([]driver.Event[T]) error
 	want chan<- struct{} // asks the event stream for a bookmark
 
-	lastV, lastSeq uint64          // confirmed: version, and the position it was proven at
-	held           []core.Event[T] // read, not confirmed yet, in stream order
-	out            []core.Event[T]
+	lastV, lastSeq uint64            // confirmed: version, and the position it was proven at
+	held           []driver.Event[T] // read, not confirmed yet, in stream order
+	out            []driver.Event[T]
 	ahead          []aheadEvent[T]
 }
 
@@ -29,7 +30,7 @@ type partialWatch[T any] struct {
 // proven: past it, only each key's last change is kept.
 const maxHeld = 1 << 16
 
-func (w *partialWatch[T]) put(ev core.Event[T]) {
+func (w *partialWatch[T]) put(ev driver.Event[T]) {
 	w.held = append(w.held, ev)
 	if len(w.held) <= maxHeld {
 		return
@@ -49,21 +50,21 @@ func (w *partialWatch[T]) put(ev core.Event[T]) {
 	w.held = w.held[:n]
 }
 
-func (w *partialWatch[T]) take(batch []core.Event[entry]) error {
+func (w *partialWatch[T]) take(batch []driver.Event[entry]) error {
 	var bookmark uint64
 	fresh := false
 	for _, ev := range batch {
-		if ev.Type == core.Bookmark {
+		if ev.Type == driver.Bookmark {
 			bookmark = max(bookmark, uint64(ev.RV))
 			continue
 		}
 		fresh = true
 		if ev.Err != nil {
-			w.put(core.Event[T]{Type: core.Modified, Key: ev.Key, Err: ev.Err})
+			w.put(driver.Event[T]{Type: driver.Modified, Key: ev.Key, Err: ev.Err})
 			continue
 		}
 		if e := ev.Object; e.kind == kindKey {
-			w.put(w.d.event(core.Added, e, core.ResourceVersion(e.version)))
+			w.put(w.d.event(driver.Added, e, core.ResourceVersion(e.version)))
 		}
 	}
 	w.out = w.out[:0]
@@ -92,7 +93,7 @@ func (w *partialWatch[T]) take(batch []core.Event[entry]) error {
 			}
 			clear(w.held)
 			w.held = w.held[:0]
-			w.out = append(w.out, core.Event[T]{Type: core.Bookmark, RV: core.ResourceVersion(c)})
+			w.out = append(w.out, driver.Event[T]{Type: driver.Bookmark, RV: core.ResourceVersion(c)})
 			w.lastV, w.lastSeq = c, bookmark
 		} else if ok {
 			w.lastSeq = bookmark
@@ -113,7 +114,7 @@ func (w *partialWatch[T]) take(batch []core.Event[entry]) error {
 			return nil
 		}
 		// Reading, not stuck: a bookmark at the last version confirmed.
-		w.out = append(w.out, core.Event[T]{Type: core.Bookmark, RV: core.ResourceVersion(w.lastV)})
+		w.out = append(w.out, driver.Event[T]{Type: driver.Bookmark, RV: core.ResourceVersion(w.lastV)})
 	}
 	err := w.emit(w.out)
 	clear(w.out)
@@ -129,11 +130,11 @@ func (w *partialWatch[T]) take(batch []core.Event[entry]) error {
 }
 
 // watchPartial is Watch over the owned shards' subjects.
-func (d *Downstream[T]) watchPartial(ctx context.Context, v *view, from core.ResourceVersion, opts core.WatchOptions[T]) error {
+func (d *Downstream[T]) watchPartial(ctx context.Context, v *view, from core.ResourceVersion, opts driver.WatchOptions[T]) error {
 	seq, err := d.seqFor(ctx, uint64(from))
 	if err != nil {
 		if ctx.Err() != nil {
-			return core.Stopped(ctx)
+			return driver.Stopped(ctx)
 		}
 		return err
 	}
@@ -163,12 +164,12 @@ func (d *Downstream[T]) watchPartial(ctx context.Context, v *view, from core.Res
 	}
 	w := &partialWatch[T]{ctx: wctx, d: d, v: v, emit: opts.Emit, want: want,
 		lastV: uint64(from), lastSeq: seq}
-	err = v.es.Watch(wctx, core.ResourceVersion(seq), core.WatchOptions[entry]{Emit: w.take, Progress: want})
+	err = v.es.Watch(wctx, core.ResourceVersion(seq), driver.WatchOptions[entry]{Emit: w.take, Progress: want})
 	cancel()
 	fwd.Wait()
 	d.park(w.lastV, w.lastSeq)
 	if ctx.Err() != nil {
-		return core.Stopped(ctx)
+		return driver.Stopped(ctx)
 	}
 	return err
 }

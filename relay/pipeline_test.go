@@ -35,7 +35,7 @@ func (e fixedElector) Run(ctx context.Context, lead func(context.Context, leader
 }
 
 // ackSource is an in-memory source that acknowledges positions the way
-// the Postgres slot does (core.DurableAcknowledger): it records every
+// the Postgres slot does (driver.DurableAcknowledger): it records every
 // acknowledgement and checks it against the stream.
 type ackSource struct {
 	*memory.Source[int]

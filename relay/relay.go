@@ -17,6 +17,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/codec"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/internal/keyshard"
 	"github.com/dbinformer/dbinformer/leader"
 )
@@ -30,8 +32,8 @@ type Options[T any] struct {
 	// Required.
 	Prefix string
 	// Codec encodes the objects; downstreams decode with the same. Nil
-	// means core.JSON.
-	Codec core.Codec[T]
+	// means codec.JSON.
+	Codec codec.Codec[T]
 	// Elector decides which relay reads the source. Required.
 	Elector leader.Elector
 	// ProgressInterval is how often the relay asks the source for its head
@@ -74,7 +76,7 @@ type Options[T any] struct {
 type Relay[T any] struct {
 	js     jetstream.JetStream // publishes (see publisher)
 	ownJS  bool                // js is the relay's own: Run cleans its publisher up
-	src    core.ListerWatcher[T]
+	src    driver.ListerWatcher[T]
 	opts   Options[T]
 	down   *Downstream[T] // reads the stream back at the start of a term
 	source string
@@ -82,7 +84,7 @@ type Relay[T any] struct {
 	log    *slog.Logger
 	status relayState
 
-	durable core.DurableAcknowledger // src, when it acknowledges positions to its server
+	durable driver.DurableAcknowledger // src, when it acknowledges positions to its server
 
 	leading   atomic.Bool
 	published atomic.Uint64 // messages published and acknowledged, for tests and metrics
@@ -91,7 +93,7 @@ type Relay[T any] struct {
 
 // New checks the options and the stream (I/O) and returns the relay; Run
 // starts it.
-func New[T any](ctx context.Context, js jetstream.JetStream, src core.ListerWatcher[T], opts Options[T]) (*Relay[T], error) {
+func New[T any](ctx context.Context, js jetstream.JetStream, src driver.ListerWatcher[T], opts Options[T]) (*Relay[T], error) {
 	if src == nil {
 		return nil, errors.New("relay: New needs a source ListerWatcher")
 	}
@@ -99,7 +101,7 @@ func New[T any](ctx context.Context, js jetstream.JetStream, src core.ListerWatc
 		return nil, errors.New("relay: Options.Elector is required (leader.NewEtcd, leader.NewPostgres or leader.NewKube): exactly one relay may read the source")
 	}
 	if opts.Codec == nil {
-		opts.Codec = core.JSON[T]{}
+		opts.Codec = codec.JSON[T]{}
 	}
 	if opts.ProgressInterval == 0 {
 		opts.ProgressInterval = time.Second
@@ -127,7 +129,7 @@ func New[T any](ctx context.Context, js jetstream.JetStream, src core.ListerWatc
 	pub, own := publisher(js, opts.MaxInFlight)
 	r := &Relay[T]{js: pub, ownJS: own, src: src, opts: opts, down: down, log: log, name: cmp.Or(opts.Name, opts.Stream),
 		source: fmt.Sprintf("relay to stream %q", opts.Stream)}
-	if a, ok := core.Capability[core.DurableAcknowledger](src); ok {
+	if a, ok := driver.Capability[driver.DurableAcknowledger](src); ok {
 		r.durable = a
 	}
 	return r, nil
@@ -226,7 +228,7 @@ func (r *Relay[T]) lead(ctx context.Context, t leader.Term) error {
 			return nil
 		}
 		switch {
-		case errors.Is(err, core.ErrPermanent):
+		case errors.Is(err, driver.ErrPermanent):
 			r.log.Error("relay source failed permanently", "relay", r.source, "err", err)
 			return err
 		case errors.Is(err, errDeposed):
@@ -313,13 +315,13 @@ func (r *Relay[T]) term(ctx context.Context, t leader.Term, ts *termState) (err 
 		if perr := p.failure(); perr != nil {
 			return perr
 		}
-		if errors.Is(err, core.ErrExpired) {
+		if errors.Is(err, driver.ErrExpired) {
 			r.log.Info("relay source expired; relisting", "relay", r.source, "from", st.committed, "err", err)
 			relist = true
 			continue
 		}
 		var pe *publishError
-		if errors.Is(err, errFenced) || errors.As(err, &pe) || errors.Is(err, core.ErrPermanent) {
+		if errors.Is(err, errFenced) || errors.As(err, &pe) || errors.Is(err, driver.ErrPermanent) {
 			return err
 		}
 		// The source failed; the stream is as we left it.
@@ -339,7 +341,7 @@ func (r *Relay[T]) term(ctx context.Context, t leader.Term, ts *termState) (err 
 // for keys gone, and every key of an aborted group.
 func (r *Relay[T]) relist(ctx context.Context, p *pipeline, st *state, force map[string]bool) error {
 	objs := map[string]change{}
-	v, err := r.src.List(ctx, core.ListSink[T]{Emit: func(ev core.Event[T]) error {
+	v, err := r.src.List(ctx, driver.ListSink[T]{Emit: func(ev driver.Event[T]) error {
 		objs[ev.Key] = r.change(ev)
 		return nil
 	}})
@@ -399,7 +401,7 @@ func (r *Relay[T]) watch(ctx context.Context, p *pipeline, st *state) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var progress chan struct{}
-	if pr, ok := core.Capability[core.ProgressReporter](r.src); ok && pr.ReportsProgress() && r.opts.ProgressInterval > 0 {
+	if pr, ok := driver.Capability[driver.ProgressReporter](r.src); ok && pr.ReportsProgress() && r.opts.ProgressInterval > 0 {
 		progress = make(chan struct{}, 1)
 		go func() {
 			tk := time.NewTicker(r.opts.ProgressInterval)
@@ -417,15 +419,15 @@ func (r *Relay[T]) watch(ctx context.Context, p *pipeline, st *state) error {
 			}
 		}()
 	}
-	return r.src.Watch(wctx, core.ResourceVersion(st.committed), core.WatchOptions[T]{
+	return r.src.Watch(wctx, core.ResourceVersion(st.committed), driver.WatchOptions[T]{
 		Progress: progress,
-		Emit: func(batch []core.Event[T]) error {
+		Emit: func(batch []driver.Event[T]) error {
 			for i := 0; i < len(batch); {
 				v := uint64(batch[i].RV)
 				j := i
 				var changes []change
 				for ; j < len(batch) && uint64(batch[j].RV) == v; j++ {
-					if batch[j].Type != core.Bookmark {
+					if batch[j].Type != driver.Bookmark {
 						changes = append(changes, r.change(batch[j]))
 					}
 				}

@@ -7,9 +7,11 @@ import (
 	"iter"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/codec"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
-// restore hands a source that parks state between watches (core.Restorer:
+// restore hands a source that parks state between watches (driver.Restorer:
 // a Postgres table over a permanent slot) the stream's keys at the last
 // version it holds completely, so that a new leader — a process that
 // never listed the source — resumes the source's watch from there instead
@@ -17,17 +19,17 @@ import (
 // COPY of the table; the permanent slot still holds every change since,
 // the relay acknowledging to it only what the stream stored). It reports
 // whether the term must relist: the source answered that the changes are
-// gone (core.ErrExpired: the slot was dropped or moved past the version),
+// gone (driver.ErrExpired: the slot was dropped or moved past the version),
 // which is logged with the source's reason.
 func (r *Relay[T]) restore(ctx context.Context, st *state) (relist bool, err error) {
-	rs, ok := r.src.(core.Restorer[T])
+	rs, ok := r.src.(driver.Restorer[T])
 	if !ok || st.committed == 0 {
 		return false, nil
 	}
 	puts := st.puts
 	objects := func(yield func(string, T) bool) {
 		for _, e := range puts {
-			obj, err := core.Decode(r.opts.Codec, e.data)
+			obj, err := codec.Decode(r.opts.Codec, e.data)
 			if err != nil {
 				// A key the relay could not decode was published as
 				// such; the source's Restore gets the others.
@@ -45,7 +47,7 @@ func (r *Relay[T]) restore(ctx context.Context, st *state) (relist bool, err err
 	case err == nil:
 		r.log.Info("relay resumes the source from the stream's last version", "relay", r.source, "version", st.committed, "keys", len(puts))
 		return false, nil
-	case errors.Is(err, core.ErrExpired):
+	case errors.Is(err, driver.ErrExpired):
 		r.log.Warn("relay cannot resume the source from the stream's last version (the source no longer holds the changes since); relisting", "relay", r.source, "version", st.committed, "err", err)
 		return true, nil
 	default:

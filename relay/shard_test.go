@@ -14,6 +14,7 @@ import (
 
 	"github.com/dbinformer/dbinformer/adapters/postgres/pgtest"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	"github.com/dbinformer/dbinformer/leader"
@@ -171,8 +172,8 @@ type keyCheck struct {
 	bad chan string
 }
 
-func (c *keyCheck) check(ev core.Event[pgtest.Row]) {
-	if ev.Type != core.Bookmark && !c.ok(ev.Key) {
+func (c *keyCheck) check(ev driver.Event[pgtest.Row]) {
+	if ev.Type != driver.Bookmark && !c.ok(ev.Key) {
 		select {
 		case c.bad <- ev.Key:
 		default:
@@ -180,15 +181,15 @@ func (c *keyCheck) check(ev core.Event[pgtest.Row]) {
 	}
 }
 
-func (c *keyCheck) List(ctx context.Context, sink core.ListSink[pgtest.Row]) (core.ResourceVersion, error) {
+func (c *keyCheck) List(ctx context.Context, sink driver.ListSink[pgtest.Row]) (core.ResourceVersion, error) {
 	emit := sink.Emit
-	sink.Emit = func(ev core.Event[pgtest.Row]) error { c.check(ev); return emit(ev) }
+	sink.Emit = func(ev driver.Event[pgtest.Row]) error { c.check(ev); return emit(ev) }
 	return c.Downstream.List(ctx, sink)
 }
 
-func (c *keyCheck) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[pgtest.Row]) error {
+func (c *keyCheck) Watch(ctx context.Context, from core.ResourceVersion, opts driver.WatchOptions[pgtest.Row]) error {
 	emit := opts.Emit
-	opts.Emit = func(batch []core.Event[pgtest.Row]) error {
+	opts.Emit = func(batch []driver.Event[pgtest.Row]) error {
 		for _, ev := range batch {
 			c.check(ev)
 		}
@@ -420,7 +421,7 @@ func TestShardLayoutMismatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = r8.Run(ctx)
-	if !errors.Is(err, core.ErrPermanent) || !strings.Contains(err.Error(), "purge") {
+	if !errors.Is(err, driver.ErrPermanent) || !strings.Contains(err.Error(), "purge") {
 		t.Fatalf("a relay with 8 shards over a stream of 4: %v, want a permanent error naming the purge", err)
 	}
 	t.Log(err)

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // termState is what one attempt of an election term tells the next.
@@ -37,7 +37,7 @@ type state struct {
 // epoch's message, that one landed later.
 func (r *Relay[T]) read(ctx context.Context, epoch uint64, wrote bool) (*state, uint64, map[string]bool, error) {
 	var entries []entry
-	top, err := r.down.es.List(ctx, core.ListSink[entry]{Emit: func(ev core.Event[entry]) error {
+	top, err := r.down.es.List(ctx, driver.ListSink[entry]{Emit: func(ev driver.Event[entry]) error {
 		if ev.Err != nil {
 			return fmt.Errorf("read the stream back: %w", ev.Err)
 		}
@@ -60,7 +60,7 @@ func (r *Relay[T]) read(ctx context.Context, epoch uint64, wrote bool) (*state, 
 	}
 	for _, e := range entries {
 		if e.kind == kindKey && e.shards != r.opts.Shards {
-			return nil, 0, nil, core.Permanent(fmt.Errorf("%s: the stream holds keys published %s (%q at sequence %d), this relay publishes %s: a stream holds one layout, or downstreams of one would miss the other's keys; to move, stop the relays, purge the stream (`nats stream purge %s`) and start them with the new setting: the first leader relists the source into it (downstreams relist from the stream)",
+			return nil, 0, nil, driver.Permanent(fmt.Errorf("%s: the stream holds keys published %s (%q at sequence %d), this relay publishes %s: a stream holds one layout, or downstreams of one would miss the other's keys; to move, stop the relays, purge the stream (`nats stream purge %s`) and start them with the new setting: the first leader relists the source into it (downstreams relist from the stream)",
 				r.source, layout(e.shards), e.key, e.seq, layout(r.opts.Shards), r.opts.Stream))
 		}
 	}

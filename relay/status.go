@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/leader"
 )
 
@@ -18,7 +19,7 @@ func (r *Relay[T]) Name() string { return r.name }
 // and prommetrics.Provider.TrackRelay read it): its part in the election
 // and its counters, then the stream's last message (the term writing it,
 // its sequence and the last source version it holds completely) and the
-// source's head (through core.HeadReader, when the source has one), each
+// source's head (through driver.HeadReader, when the source has one), each
 // read once, bounded by ctx; a read that fails leaves its error in the
 // status instead.
 func (r *Relay[T]) RelayStatus(ctx context.Context) core.RelayStatus {
@@ -31,7 +32,7 @@ func (r *Relay[T]) RelayStatus(ctx context.Context) core.RelayStatus {
 	} else if ok {
 		st.StreamEpoch, st.StreamSequence, st.StreamVersion = e.epoch, e.seq, core.ResourceVersion(e.committed())
 	}
-	if hr, ok := core.Capability[core.HeadReader](r.src); ok {
+	if hr, ok := driver.Capability[driver.HeadReader](r.src); ok {
 		switch h, err := hr.Head(ctx); {
 		case errors.Is(err, errors.ErrUnsupported):
 		case err != nil:

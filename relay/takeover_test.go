@@ -10,6 +10,7 @@ import (
 	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/adapters/postgres/pgtest"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	"github.com/dbinformer/dbinformer/leader"
@@ -47,7 +48,7 @@ func takeover(t *testing.T, lost, stale bool) {
 		t.Fatal(err)
 	}
 	inf, _ := informertest.Run(t, down, core.InformerOptions[pgtest.Row]{Name: "down"}, informertest.NewRecorder(t, h.Version))
-	run := func(lw core.ListerWatcher[pgtest.Row], log *slog.Logger, met relay.Metrics) (*relay.Relay[pgtest.Row], func()) {
+	run := func(lw driver.ListerWatcher[pgtest.Row], log *slog.Logger, met relay.Metrics) (*relay.Relay[pgtest.Row], func()) {
 		el, err := leader.NewPostgres(pg.ConnString(), "takeover", leader.PostgresOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -176,7 +177,7 @@ type countLists struct {
 	lists atomic.Int64
 }
 
-func (c *countLists) List(ctx context.Context, sink core.ListSink[pgtest.Row]) (core.ResourceVersion, error) {
+func (c *countLists) List(ctx context.Context, sink driver.ListSink[pgtest.Row]) (core.ResourceVersion, error) {
 	c.lists.Add(1)
 	return c.Table.List(ctx, sink)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // translator turns the stream's messages into source-version batches:
@@ -22,7 +23,7 @@ import (
 type translator[T any] struct {
 	ctx  context.Context // the watch's
 	d    *Downstream[T]
-	emit func([]core.Event[T]) error
+	emit func([]driver.Event[T]) error
 
 	lastV      uint64 // last version emitted
 	lastSeq    uint64 // stream sequence of the message that completed lastV
@@ -30,13 +31,13 @@ type translator[T any] struct {
 
 	takenV, takenSeq, takenChange uint64 // as of the last batch the consumer took
 
-	pending    []core.Event[T]
+	pending    []driver.Event[T]
 	pendingV   uint64
 	pendingSeq uint64
 	// pendingRelist: the pending group is a relist's.
 	pendingRelist bool
 	cu            *catchUp[T] // nil unless catching up
-	out           []core.Event[T]
+	out           []driver.Event[T]
 	// ahead: the changes of out delivered at a version before their own
 	// (a relist's group, a catch-up's), noted while an audit runs.
 	ahead []aheadEvent[T]
@@ -44,7 +45,7 @@ type translator[T any] struct {
 
 // deliverAt sets the version ev is delivered at, before its own if it
 // is a relist's or a catch-up's change, and appends it to out.
-func (t *translator[T]) deliverAt(ev core.Event[T], rv core.ResourceVersion) {
+func (t *translator[T]) deliverAt(ev driver.Event[T], rv core.ResourceVersion) {
 	if ev.RV > rv && t.d.audit.running() {
 		t.ahead = append(t.ahead, aheadEvent[T]{v: uint64(ev.RV), ev: ev})
 		t.ahead[len(t.ahead)-1].ev.RV = rv
@@ -62,7 +63,7 @@ func (t *translator[T]) flush() {
 		for _, ev := range t.pending {
 			t.deliverAt(ev, core.ResourceVersion(t.lastV+1))
 		}
-		t.out = append(t.out, core.Event[T]{Type: core.Bookmark, RV: core.ResourceVersion(t.pendingV)})
+		t.out = append(t.out, driver.Event[T]{Type: driver.Bookmark, RV: core.ResourceVersion(t.pendingV)})
 		clear(t.pending)
 		t.pending = t.pending[:0]
 		t.lastV, t.lastSeq, t.lastChange = t.pendingV, t.pendingSeq, t.pendingV
@@ -79,14 +80,14 @@ func (t *translator[T]) drop() {
 	t.pending = t.pending[:0]
 }
 
-func (t *translator[T]) take(batch []core.Event[entry]) error {
+func (t *translator[T]) take(batch []driver.Event[entry]) error {
 	t.out = t.out[:0]
 	for _, ev := range batch {
-		if ev.Type == core.Bookmark {
+		if ev.Type == driver.Bookmark {
 			// Caught up with the stream: only a completed version can be
 			// confirmed.
 			if len(t.pending) == 0 && t.cu == nil && t.lastV > 0 {
-				t.out = append(t.out, core.Event[T]{Type: core.Bookmark, RV: core.ResourceVersion(t.lastV)})
+				t.out = append(t.out, driver.Event[T]{Type: driver.Bookmark, RV: core.ResourceVersion(t.lastV)})
 			}
 			if t.cu != nil {
 				// Read up to the head: every hole seen is mended.
@@ -100,7 +101,7 @@ func (t *translator[T]) take(batch []core.Event[entry]) error {
 			continue
 		}
 		if ev.Err != nil {
-			t.out = append(t.out, core.Event[T]{Type: core.Modified, Key: ev.Key, RV: core.ResourceVersion(max(t.lastV, 1)), Err: ev.Err})
+			t.out = append(t.out, driver.Event[T]{Type: driver.Modified, Key: ev.Key, RV: core.ResourceVersion(max(t.lastV, 1)), Err: ev.Err})
 			continue
 		}
 		e := ev.Object
@@ -118,7 +119,7 @@ func (t *translator[T]) take(batch []core.Event[entry]) error {
 			}
 			if e.version > t.lastV {
 				t.lastV = e.version
-				t.out = append(t.out, core.Event[T]{Type: core.Bookmark, RV: core.ResourceVersion(e.version)})
+				t.out = append(t.out, driver.Event[T]{Type: driver.Bookmark, RV: core.ResourceVersion(e.version)})
 			}
 			t.lastSeq = e.seq
 		case kindAbort:
@@ -137,7 +138,7 @@ func (t *translator[T]) take(batch []core.Event[entry]) error {
 				continue
 			}
 			// Added: the informer tells an add from an update by its cache.
-			t.pending = append(t.pending, t.d.event(core.Added, e, core.ResourceVersion(e.version)))
+			t.pending = append(t.pending, t.d.event(driver.Added, e, core.ResourceVersion(e.version)))
 			t.pendingV, t.pendingSeq, t.pendingRelist = e.version, e.seq, e.relist
 			if uint64(len(t.pending)) == e.count {
 				t.flush()
@@ -159,7 +160,7 @@ func (t *translator[T]) take(batch []core.Event[entry]) error {
 		// reading, or it could take a slow catch-up for a stuck watch and
 		// reopen it, which from a position whose messages are gone is
 		// expiry (a relist).
-		t.out = append(t.out, core.Event[T]{Type: core.Bookmark, RV: core.ResourceVersion(t.lastV)})
+		t.out = append(t.out, driver.Event[T]{Type: driver.Bookmark, RV: core.ResourceVersion(t.lastV)})
 	}
 	err := t.emit(t.out)
 	clear(t.out)

@@ -13,6 +13,7 @@ import (
 
 	etcdinformer "github.com/dbinformer/dbinformer/adapters/etcd"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	"github.com/dbinformer/dbinformer/shard"
 )
@@ -56,7 +57,7 @@ func BenchmarkHeapPerReplica(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	lw := func() core.ListerWatcher[wide] {
+	lw := func() driver.ListerWatcher[wide] {
 		p, err := etcdinformer.NewPrefix(ctx, client, "/data", etcdinformer.Options[wide]{})
 		if err != nil {
 			b.Fatal(err)

@@ -4,8 +4,8 @@ import (
 	"testing"
 
 	"github.com/dbinformer/dbinformer/adapters/etcd/etcdtest"
-	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/conformance"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	"github.com/dbinformer/dbinformer/shard"
 )
@@ -18,7 +18,7 @@ type sourced struct {
 	src *shard.Source[etcdtest.Item]
 }
 
-func (s sourced) ListerWatcher() core.ListerWatcher[etcdtest.Item] { return s.src }
+func (s sourced) ListerWatcher() driver.ListerWatcher[etcdtest.Item] { return s.src }
 
 func TestSourceConformance(t *testing.T) {
 	srv := harness.StartEtcd(t)

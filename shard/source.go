@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // Source is a ListerWatcher that passes on only the keys of the shards
@@ -16,7 +17,7 @@ import (
 // it drops for a key it does not hold).
 //
 // When the owned set changes (a handoff), Source ends its watch with an
-// error matching core.ErrExpired, so the informer relists through the new
+// error matching driver.ErrExpired, so the informer relists through the new
 // set: the relist is what turns a handoff into events — the keys of a
 // newly owned shard arrive as adds (enter), those of a shard that left as
 // deletes with the last cached state (leave) — in one consistent snapshot
@@ -28,7 +29,7 @@ import (
 // NewSource registers Source as a Hook of the Sharder: a Load or Drop
 // returns once the informer (Bind) has applied the relist.
 type Source[T any] struct {
-	lw core.ListerWatcher[T]
+	lw driver.ListerWatcher[T]
 	sh *Sharder
 
 	mu       sync.Mutex
@@ -45,7 +46,7 @@ type Source[T any] struct {
 // keys, so that they are filtered before they reach this process:
 // relay.Downstream over a relay with Options.Shards consumes only the
 // owned shards' subjects (JetStream does the filtering). Source finds it
-// through Unwrap (core.Capability) and calls it with the owned set before
+// through Unwrap (driver.Capability) and calls it with the owned set before
 // each List and Watch; it still drops other shards' keys at decode, which
 // then finds none.
 type ShardFilter interface {
@@ -54,7 +55,7 @@ type ShardFilter interface {
 
 // pushDown hands the set to the ListerWatcher when it filters by shard.
 func (s *Source[T]) pushDown(ctx context.Context, set []bool) error {
-	f, ok := core.Capability[ShardFilter](s.lw)
+	f, ok := driver.Capability[ShardFilter](s.lw)
 	if !ok {
 		return nil
 	}
@@ -76,7 +77,7 @@ type Waiter interface {
 // NewSource returns lw filtered to sh's shards, and adds it to sh as a
 // Hook. Build the informer over it, Bind the informer, and start the
 // informer before sh.Run.
-func NewSource[T any](sh *Sharder, lw core.ListerWatcher[T]) (*Source[T], error) {
+func NewSource[T any](sh *Sharder, lw driver.ListerWatcher[T]) (*Source[T], error) {
 	s := &Source[T]{lw: lw, sh: sh, set: make([]bool, sh.Shards()), changed: make(chan struct{}), listCond: make(chan struct{})}
 	if err := sh.AddHook(s); err != nil {
 		return nil, err
@@ -91,14 +92,14 @@ func (s *Source[T]) Bind(inf Waiter) {
 	s.mu.Unlock()
 }
 
-// Unwrap returns the ListerWatcher s filters: core.Capability finds the
+// Unwrap returns the ListerWatcher s filters: driver.Capability finds the
 // optional interfaces of what it wraps through it (a Source passes every
 // version and every Bookmark on, so their promises hold).
-func (s *Source[T]) Unwrap() core.ListerWatcher[T] { return s.lw }
+func (s *Source[T]) Unwrap() driver.ListerWatcher[T] { return s.lw }
 
 // errSetChanged ends a watch when the owned set changed: the informer
 // relists through the new set.
-var errSetChanged = fmt.Errorf("shard: the owned shards changed, relisting through the new set: %w", core.ErrExpired)
+var errSetChanged = fmt.Errorf("shard: the owned shards changed, relisting through the new set: %w", driver.ErrExpired)
 
 func (s *Source[T]) snapshot() ([]bool, uint64, chan struct{}) {
 	s.mu.Lock()
@@ -108,13 +109,13 @@ func (s *Source[T]) snapshot() ([]bool, uint64, chan struct{}) {
 
 func (s *Source[T]) pass(set []bool, key string) bool { return set[Of(key, len(set))] }
 
-func (s *Source[T]) List(ctx context.Context, sink core.ListSink[T]) (core.ResourceVersion, error) {
+func (s *Source[T]) List(ctx context.Context, sink driver.ListSink[T]) (core.ResourceVersion, error) {
 	set, gen, _ := s.snapshot()
 	if err := s.pushDown(ctx, set); err != nil {
 		return 0, err
 	}
 	emit := sink.Emit
-	sink.Emit = func(ev core.Event[T]) error {
+	sink.Emit = func(ev driver.Event[T]) error {
 		// An undecodable key is reported by its shard's owner alone (an
 		// event without a key, by every replica).
 		if ev.Key != "" && !s.pass(set, ev.Key) {
@@ -136,7 +137,7 @@ func (s *Source[T]) List(ctx context.Context, sink core.ListSink[T]) (core.Resou
 	return rv, nil
 }
 
-func (s *Source[T]) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[T]) error {
+func (s *Source[T]) Watch(ctx context.Context, from core.ResourceVersion, opts driver.WatchOptions[T]) error {
 	set, gen, changed := s.snapshot()
 	s.mu.Lock()
 	stale := s.listed != gen
@@ -158,16 +159,16 @@ func (s *Source[T]) Watch(ctx context.Context, from core.ResourceVersion, opts c
 	}()
 	emit := opts.Emit
 	var zero T
-	opts.Emit = func(batch []core.Event[T]) error {
+	opts.Emit = func(batch []driver.Event[T]) error {
 		for i := range batch {
 			ev := &batch[i]
-			if ev.Type == core.Bookmark || ev.Key == "" || s.pass(set, ev.Key) {
+			if ev.Type == driver.Bookmark || ev.Key == "" || s.pass(set, ev.Key) {
 				continue
 			}
 			// Outside the owned shards: a delete without object, which the
 			// informer drops unless it holds the key (then: leave). A decode
 			// error there is its owner's to report.
-			ev.Type, ev.Object, ev.HasObject, ev.Err = core.Deleted, zero, false, nil
+			ev.Type, ev.Object, ev.HasObject, ev.Err = driver.Deleted, zero, false, nil
 		}
 		return emit(batch)
 	}

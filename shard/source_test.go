@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/shard"
 )
 
 // stubLW replays fixed events: a unit test of Source's filtering alone.
-type stubLW struct{ events []core.Event[int] }
+type stubLW struct{ events []driver.Event[int] }
 
-func (s stubLW) List(_ context.Context, sink core.ListSink[int]) (core.ResourceVersion, error) {
+func (s stubLW) List(_ context.Context, sink driver.ListSink[int]) (core.ResourceVersion, error) {
 	for _, ev := range s.events {
 		if err := sink.Emit(ev); err != nil {
 			return 0, err
@@ -23,8 +24,8 @@ func (s stubLW) List(_ context.Context, sink core.ListSink[int]) (core.ResourceV
 	return 9, nil
 }
 
-func (s stubLW) Watch(_ context.Context, _ core.ResourceVersion, opts core.WatchOptions[int]) error {
-	if err := opts.Emit(append([]core.Event[int](nil), s.events...)); err != nil {
+func (s stubLW) Watch(_ context.Context, _ core.ResourceVersion, opts driver.WatchOptions[int]) error {
+	if err := opts.Emit(append([]driver.Event[int](nil), s.events...)); err != nil {
 		return err
 	}
 	return errors.New("stub: end")
@@ -45,11 +46,11 @@ func TestSourceFiltersAtDecode(t *testing.T) {
 	const n = 4
 	mine, theirs := keyIn(1, n), keyIn(2, n)
 	bad := errors.New("undecodable")
-	lw := stubLW{events: []core.Event[int]{
-		{Type: core.Added, Key: mine, Object: 1, HasObject: true, RV: 5},
-		{Type: core.Added, Key: theirs, Object: 2, HasObject: true, RV: 5},
-		{Type: core.Added, Key: mine + "-bad", Err: bad, RV: 5},
-		{Type: core.Added, Key: theirs, Err: bad, RV: 5},
+	lw := stubLW{events: []driver.Event[int]{
+		{Type: driver.Added, Key: mine, Object: 1, HasObject: true, RV: 5},
+		{Type: driver.Added, Key: theirs, Object: 2, HasObject: true, RV: 5},
+		{Type: driver.Added, Key: mine + "-bad", Err: bad, RV: 5},
+		{Type: driver.Added, Key: theirs, Err: bad, RV: 5},
 	}}
 	if shard.Of(mine+"-bad", n) != 1 {
 		lw.events[2].Key = keyIn(1, n) // same shard as mine
@@ -63,8 +64,8 @@ func TestSourceFiltersAtDecode(t *testing.T) {
 		t.Fatal(err)
 	}
 	shard.Own(src, 1)
-	var listed []core.Event[int]
-	if _, err := src.List(context.Background(), core.ListSink[int]{Emit: func(ev core.Event[int]) error {
+	var listed []driver.Event[int]
+	if _, err := src.List(context.Background(), driver.ListSink[int]{Emit: func(ev driver.Event[int]) error {
 		listed = append(listed, ev)
 		return nil
 	}}); err != nil {
@@ -73,8 +74,8 @@ func TestSourceFiltersAtDecode(t *testing.T) {
 	if len(listed) != 2 || listed[0].Key != mine || listed[1].Err == nil || shard.Of(listed[1].Key, n) != 1 {
 		t.Fatalf("List passed %+v; want %s and the decode error of shard 1 only", listed, mine)
 	}
-	var watched []core.Event[int]
-	_ = src.Watch(context.Background(), 9, core.WatchOptions[int]{Emit: func(b []core.Event[int]) error {
+	var watched []driver.Event[int]
+	_ = src.Watch(context.Background(), 9, driver.WatchOptions[int]{Emit: func(b []driver.Event[int]) error {
 		watched = append(watched, b...)
 		return nil
 	}})
@@ -85,7 +86,7 @@ func TestSourceFiltersAtDecode(t *testing.T) {
 		if shard.Of(ev.Key, n) == 1 {
 			continue
 		}
-		if ev.Type != core.Deleted || ev.HasObject || ev.Err != nil {
+		if ev.Type != driver.Deleted || ev.HasObject || ev.Err != nil {
 			t.Errorf("a change of %s (shard 2) reached the informer as %v (object %v, err %v); want a delete without object", ev.Key, ev.Type, ev.HasObject, ev.Err)
 		}
 	}

@@ -8,7 +8,10 @@ import (
 	"time"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/checkpoint"
 	"github.com/dbinformer/dbinformer/core/clock"
+	"github.com/dbinformer/dbinformer/core/codec"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/core/memory"
 	"github.com/dbinformer/dbinformer/statuspage"
@@ -57,14 +60,14 @@ func TestLagUnknownWhileTheHeadCannotBeRead(t *testing.T) {
 func TestPageReadsTheInformer(t *testing.T) {
 	src := memory.New[user](memory.Options{})
 	src.Put("a", user{Name: "a"})
-	store, err := core.NewDirCheckpointStore(t.TempDir())
+	store, err := checkpoint.NewDirStore(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	inf := core.NewSharedIndexInformer[user](src, core.InformerOptions[user]{
 		Name:        "users",
 		Undecodable: core.StopOnUndecodable,
-		Checkpoint:  &core.CheckpointOptions[user]{Store: store, Codec: core.JSON[user]{}, Interval: 10 * time.Millisecond},
+		Checkpoint:  &core.CheckpointOptions[user]{Store: store, Codec: codec.JSON[user]{}, Interval: 10 * time.Millisecond},
 	})
 	plain := core.NewSharedIndexInformer[user](src, core.InformerOptions[user]{Name: "plain"})
 	page := statuspage.New(statuspage.Options{})
@@ -93,7 +96,7 @@ func TestPageReadsTheInformer(t *testing.T) {
 	}
 
 	src.InjectDecodeError("a", errors.New("a producer wrote another shape"))
-	if err := <-done; !errors.Is(err, core.ErrPermanent) {
+	if err := <-done; !errors.Is(err, driver.ErrPermanent) {
 		t.Fatalf("Run = %v", err)
 	}
 	is = snapshotOf(t, page, "users")

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // pausing wraps a ListerWatcher so that a test can hold an informer in the
@@ -12,7 +13,7 @@ import (
 // rather than at times: the list stops after listAfter objects until
 // ReleaseList, and while HoldWatch is in force each watch batch waits.
 type pausing[T any] struct {
-	core.ListerWatcher[T]
+	driver.ListerWatcher[T]
 	listAfter int
 
 	mu         sync.Mutex
@@ -22,7 +23,7 @@ type pausing[T any] struct {
 	watchGate  chan struct{} // non-nil while watches are held
 }
 
-func newPausing[T any](lw core.ListerWatcher[T], listAfter int) *pausing[T] {
+func newPausing[T any](lw driver.ListerWatcher[T], listAfter int) *pausing[T] {
 	return &pausing[T]{
 		ListerWatcher: lw,
 		listAfter:     listAfter,
@@ -64,10 +65,10 @@ func (p *pausing[T]) HoldWatch() (release func()) {
 	}
 }
 
-func (p *pausing[T]) List(ctx context.Context, sink core.ListSink[T]) (core.ResourceVersion, error) {
+func (p *pausing[T]) List(ctx context.Context, sink driver.ListSink[T]) (core.ResourceVersion, error) {
 	n := 0
 	emit := sink.Emit
-	sink.Emit = func(ev core.Event[T]) error {
+	sink.Emit = func(ev driver.Event[T]) error {
 		n++
 		if n == p.listAfter+1 {
 			p.mu.Lock()
@@ -91,9 +92,9 @@ func (p *pausing[T]) List(ctx context.Context, sink core.ListSink[T]) (core.Reso
 	return p.ListerWatcher.List(ctx, sink)
 }
 
-func (p *pausing[T]) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[T]) error {
+func (p *pausing[T]) Watch(ctx context.Context, from core.ResourceVersion, opts driver.WatchOptions[T]) error {
 	emit := opts.Emit
-	opts.Emit = func(batch []core.Event[T]) error {
+	opts.Emit = func(batch []driver.Event[T]) error {
 		p.mu.Lock()
 		g := p.watchGate
 		p.mu.Unlock()
@@ -101,7 +102,7 @@ func (p *pausing[T]) Watch(ctx context.Context, from core.ResourceVersion, opts 
 			select {
 			case <-g:
 			case <-ctx.Done():
-				return core.Stopped(ctx)
+				return driver.Stopped(ctx)
 			}
 		}
 		return emit(batch)

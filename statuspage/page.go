@@ -10,6 +10,7 @@ import (
 
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/clock"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/workqueue"
 )
 
@@ -187,7 +188,7 @@ func (p *Page) errorHandler(name string, next func(error), logger *slog.Logger) 
 		}
 		next = func(err error) {
 			level := slog.LevelError
-			if errors.Is(err, core.ErrExpired) {
+			if errors.Is(err, driver.ErrExpired) {
 				level = slog.LevelInfo
 			}
 			// As core logs it, but redacted: a name or message holding a
@@ -196,7 +197,7 @@ func (p *Page) errorHandler(name string, next func(error), logger *slog.Logger) 
 		}
 	}
 	return func(err error) {
-		var de *core.DecodeError
+		var de *driver.DecodeError
 		if errors.As(err, &de) {
 			e.rec.decodeError(describeDecodeError(de))
 		}
@@ -208,7 +209,7 @@ func (p *Page) errorHandler(name string, next func(error), logger *slog.Logger) 
 // metrics go to p (and to opts.Metrics, through core.MultiMetrics) and it
 // is added. Like core.InformerFor, a second call for the same (source, T)
 // returns the first informer and ignores lw and opts.
-func InformerFor[T any](p *Page, f *core.Factory, source string, lw core.ListerWatcher[T], opts core.InformerOptions[T]) *core.SharedIndexInformer[T] {
+func InformerFor[T any](p *Page, f *core.Factory, source string, lw driver.ListerWatcher[T], opts core.InformerOptions[T]) *core.SharedIndexInformer[T] {
 	opts.Metrics = core.MultiMetrics(p, opts.Metrics)
 	if opts.Name == "" {
 		opts.Name = source

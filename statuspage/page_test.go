@@ -15,6 +15,7 @@ import (
 
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/clock"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/core/memory"
 	"github.com/dbinformer/dbinformer/core/workqueue"
@@ -231,7 +232,7 @@ func TestProgressRateAndETA(t *testing.T) {
 		t.Fatalf("after the list: %+v", is)
 	}
 	// Without an estimate: no percent, no ETA, a rate.
-	m.WatchRestarted(fmt.Errorf("watch: %w", core.ErrExpired))
+	m.WatchRestarted(fmt.Errorf("watch: %w", driver.ErrExpired))
 	m.ListProgress(1024, 0)
 	clk.Step(time.Second)
 	m.ListProgress(3072, 0)
@@ -278,7 +279,7 @@ func TestHealth(t *testing.T) {
 	// Relists, expiries and watch errors, however many and however long:
 	// live.
 	for range 10 {
-		mb.WatchRestarted(core.ErrExpired)
+		mb.WatchRestarted(driver.ErrExpired)
 		mb.ListProgress(1024, 0)
 		clk.Step(time.Hour)
 		mb.Listed(true, 0, errors.New("relist failed"))
@@ -311,7 +312,7 @@ func TestHealth(t *testing.T) {
 
 	// A permanent failure ends the run: not live, not ready.
 	a.synced = false
-	ma.WatchRestarted(core.Permanent(errors.New(`bucket "a" deleted`)))
+	ma.WatchRestarted(driver.Permanent(errors.New(`bucket "a" deleted`)))
 	code, body = get(t, page.LiveHandler(), "/livez")
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, `[-] a: stopped: failed permanently at 2026-01-`) || !strings.Contains(body, `bucket "a" deleted`) {
 		t.Errorf("livez: %d %q", code, body)
@@ -334,7 +335,7 @@ func TestNoSecrets(t *testing.T) {
 	m.PendingNotifications("sync to https://svc:p4ss@api.example/hook", 3)
 	m.WatchRestarted(errors.New("auth failed: Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ4In0.c2lnbmF0dXJl"))
 	m.DecodeFailed()
-	page.ErrorHandler(name, nil)(&core.DecodeError{Source: "nats kv \"users\"", Key: "u1", RV: 9, Err: errors.New("json: cannot unmarshal number into Go struct field user.name of type string")})
+	page.ErrorHandler(name, nil)(&driver.DecodeError{Source: "nats kv \"users\"", Key: "u1", RV: 9, Err: errors.New("json: cannot unmarshal number into Go struct field user.name of type string")})
 	qm := page.NewDepthMetric("retry password=qpass")
 	qm.Inc()
 

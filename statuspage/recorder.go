@@ -8,6 +8,7 @@ import (
 
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/clock"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // informerRecord is what the page remembers of one informer's metrics. Its
@@ -106,7 +107,7 @@ func (r *informerRecord) Listed(relist bool, items int, err error) {
 		}
 		r.lastListErr, r.lastListErrAt = describeError(err), now
 		r.failLocked("list failed: "+r.lastListErr, now)
-		if errors.Is(err, core.ErrPermanent) {
+		if errors.Is(err, driver.ErrPermanent) {
 			r.permanent, r.permanentAt = describeError(err), now
 		}
 		return
@@ -149,14 +150,14 @@ func (r *informerRecord) WatchRestarted(reason error) {
 		r.restartsTimeout++
 		r.lastRestartReason = "planned watch timeout"
 		r.failing = ""
-	case errors.Is(reason, core.ErrExpired):
+	case errors.Is(reason, driver.ErrExpired):
 		r.restartsExpired++
 		r.lastRestartReason = "expired, relisting: " + describeError(reason)
 	default:
 		r.restartsError++
 		r.lastRestartReason = describeError(reason)
 		r.failLocked("watch failed, reopened with backoff: "+r.lastRestartReason, now)
-		if errors.Is(reason, core.ErrPermanent) {
+		if errors.Is(reason, driver.ErrPermanent) {
 			r.permanent, r.permanentAt = describeError(reason), now
 		}
 	}

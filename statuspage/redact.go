@@ -5,7 +5,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // Everything the page shows that came from outside (informer, handler
@@ -71,6 +71,6 @@ func describeError(err error) string {
 }
 
 // describeDecodeError names where a change failed to decode and why: the
-// source, key and version of the *core.DecodeError and its reason (which
+// source, key and version of the *driver.DecodeError and its reason (which
 // core's codecs keep free of the value).
-func describeDecodeError(de *core.DecodeError) string { return describeError(de) }
+func describeDecodeError(de *driver.DecodeError) string { return describeError(de) }

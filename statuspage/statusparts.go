@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // fromInformer is what a registered informer says of itself
@@ -15,7 +16,7 @@ type fromInformer struct {
 	synced            bool
 	applied, received core.ResourceVersion
 	listErr, stopped  error
-	decodeErr         *core.DecodeError
+	decodeErr         *driver.DecodeError
 	decodeAt          time.Time
 	audit             *core.AuditResult
 }

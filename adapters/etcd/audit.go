@@ -5,16 +5,17 @@ import (
 	"fmt"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
-// AuditList implements core.AuditLister: List's paginated range, every
+// AuditList implements driver.AuditLister: List's paginated range, every
 // page pinned to the first page's revision C, which is linearizable (read
 // through the leader) and therefore at least any revision the informer
 // has seen. List keeps no state for watches, so it serves the audit as it
 // is; the residue of Options.Where is applied as in List. A compaction
 // past C between two pages ends it with an error matching
-// core.ErrExpired.
-func (p *Prefix[T]) AuditList(ctx context.Context, atLeast core.ResourceVersion, sink core.ListSink[T]) (core.ResourceVersion, error) {
+// driver.ErrExpired.
+func (p *Prefix[T]) AuditList(ctx context.Context, atLeast core.ResourceVersion, sink driver.ListSink[T]) (core.ResourceVersion, error) {
 	rv, err := p.List(ctx, sink)
 	if err != nil {
 		return 0, err

@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/integration/harness"
 )
 
@@ -83,7 +84,7 @@ func BenchmarkList(b *testing.B) {
 		}
 		t1 := time.Now()
 		m := 0
-		if _, err := lw.List(ctx, core.ListSink[item]{Emit: func(ev core.Event[item]) error {
+		if _, err := lw.List(ctx, driver.ListSink[item]{Emit: func(ev driver.Event[item]) error {
 			if ev.Err != nil {
 				return ev.Err
 			}
@@ -131,9 +132,9 @@ func BenchmarkWatchReplay(b *testing.B) {
 		t1 := time.Now()
 		m := 0
 		errDone := errors.New("all changes seen")
-		err := lw.Watch(ctx, core.ResourceVersion(before), core.WatchOptions[item]{Emit: func(batch []core.Event[item]) error {
+		err := lw.Watch(ctx, core.ResourceVersion(before), driver.WatchOptions[item]{Emit: func(batch []driver.Event[item]) error {
 			for _, ev := range batch {
-				if ev.Type != core.Bookmark {
+				if ev.Type != driver.Bookmark {
 					m++
 				}
 			}

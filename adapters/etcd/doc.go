@@ -5,9 +5,9 @@
 //	users, err := etcdinformer.NewPrefix(ctx, cli, "/users", etcdinformer.Options[User]{})
 //	inf := core.NewSharedIndexInformer[User](users, core.InformerOptions[User]{Name: "users"})
 //
-// A Prefix is a core.ListerWatcher[T] whose resource version is the etcd
-// revision; it also implements core.ProgressReporter, core.ProgressIntervaler,
-// core.HealWaiter and core.HeadReader.
+// A Prefix is a driver.ListerWatcher[T] whose resource version is the etcd
+// revision; it also implements driver.ProgressReporter, driver.ProgressIntervaler,
+// driver.HealWaiter and driver.HeadReader.
 // The directory is adapters/etcd; the package is etcdinformer.
 //
 // # The client is yours
@@ -16,7 +16,7 @@
 // TLS, auth and dial settings are the caller's, the Prefix never closes it,
 // and several Prefixes (and the program's own writes, leases and elections)
 // can share it. Closing it ends the informer: a list or watch on a closed
-// client fails with an error matching core.ErrPermanent.
+// client fails with an error matching driver.ErrPermanent.
 //
 // Give the client gRPC keepalives, so that it gives up a connection to a
 // member that stopped answering (frozen, or behind a connection that went
@@ -47,10 +47,10 @@
 //
 // # Values
 //
-// Values decode with a core.Codec: core.JSON[T] by default, core.Raw for the
-// bytes as they are (a Prefix[[]byte]), or any core.CodecFuncs. A value that
+// Values decode with a codec.Codec: codec.JSON[T] by default, codec.Raw for the
+// bytes as they are (a Prefix[[]byte]), or any codec.Funcs. A value that
 // does not decode, or whose codec panics, is reported as an event whose Err
-// is a *core.DecodeError naming the prefix, the key and the revision (never
+// is a *driver.DecodeError naming the prefix, the key and the revision (never
 // the bytes); the informer reports it through its error handler, and the
 // watch goes on.
 //
@@ -67,12 +67,12 @@
 // has it), progress notifications turned into Bookmarks, and RequireLeader;
 // each etcd watch response is one batch. A put of a new key is Added, of an
 // existing key Modified. When etcd has compacted the revisions after from,
-// the watch fails with an error that matches core.ErrExpired (and
+// the watch fails with an error that matches driver.ErrExpired (and
 // rpctypes.ErrCompacted), and the informer relists. While the server is
 // unreachable the etcd client reconnects and resumes the watch by itself;
 // when it gives up (no leader, for example) Watch returns that error and the
 // informer watches again from the last revision it applied, without
-// relisting. When its context ends, Watch returns core.Stopped.
+// relisting. When its context ends, Watch returns driver.Stopped.
 //
 // Each request on WatchOptions.Progress becomes an etcd RequestProgress on
 // the watch's own gRPC stream, answered by a Bookmark at etcd's revision, so
@@ -96,7 +96,7 @@
 //
 // # Stuck watches and waits that say why
 //
-// A Prefix declares a progress interval (core.ProgressIntervaler,
+// A Prefix declares a progress interval (driver.ProgressIntervaler,
 // Options.ProgressInterval, DefaultProgressInterval = 1s): after each
 // interval in which a watch delivered nothing, the informer asks it for
 // progress, which a live member answers with a Bookmark at once. A watch
@@ -113,14 +113,14 @@
 // notification, names the member) or that hears nothing within 300ms
 // leaves at once for a new stream, which the client balances onto the
 // next member (up to four times). If it is not answered for
-// core.StuckIntervals intervals, the informer ends it itself
-// (core.ErrWatchStuck). A negative Options.ProgressInterval turns this off.
+// driver.StuckIntervals intervals, the informer ends it itself
+// (driver.ErrWatchStuck). A negative Options.ProgressInterval turns this off.
 //
 // List and Head read with RequireLeader: a member without a leader (cut off
 // from its cluster) refuses at once with "etcdserver: no leader", which the
 // client retries on another member, or returns after its retries when it
 // has no other; the informer's sync status, and WaitForCacheSync's timeout,
-// then name that cause. A Prefix is a core.HealWaiter: while the informer
+// then name that cause. A Prefix is a driver.HealWaiter: while the informer
 // backs off after a failure, it reads the head revision (every 100ms,
 // growing to 1s) and retries as soon as etcd answers again — at once too
 // when etcd answers the first read after a failure that looked like an

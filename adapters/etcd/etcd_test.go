@@ -15,16 +15,18 @@ import (
 
 	etcdinformer "github.com/dbinformer/dbinformer/adapters/etcd"
 	"github.com/dbinformer/dbinformer/core"
+	codecs "github.com/dbinformer/dbinformer/core/codec"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/integration/harness"
 )
 
 // list collects a List into key -> event.
-func list[T any](t *testing.T, lw core.ListerWatcher[T]) (map[string]core.Event[T], core.ResourceVersion) {
+func list[T any](t *testing.T, lw driver.ListerWatcher[T]) (map[string]driver.Event[T], core.ResourceVersion) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), converge)
 	defer cancel()
-	got := make(map[string]core.Event[T])
-	rv, err := lw.List(ctx, core.ListSink[T]{Emit: func(ev core.Event[T]) error {
+	got := make(map[string]driver.Event[T])
+	rv, err := lw.List(ctx, driver.ListSink[T]{Emit: func(ev driver.Event[T]) error {
 		if _, dup := got[ev.Key]; dup {
 			t.Errorf("List emitted %q twice", ev.Key)
 		}
@@ -37,34 +39,34 @@ func list[T any](t *testing.T, lw core.ListerWatcher[T]) (map[string]core.Event[
 	return got, rv
 }
 
-func keysOf[T any](m map[string]core.Event[T]) []string {
+func keysOf[T any](m map[string]driver.Event[T]) []string {
 	return slices.Sorted(maps.Keys(m))
 }
 
 // openWatch is a Watch running on its own goroutine, its batches copied
 // to a channel (Watch may reuse the slice once Emit returns).
 type openWatch[T any] struct {
-	batches  chan []core.Event[T]
+	batches  chan []driver.Event[T]
 	progress chan struct{}
 	cancel   context.CancelFunc
 	done     chan error
-	pending  []core.Event[T] // changes received, not yet returned by nextChange
+	pending  []driver.Event[T] // changes received, not yet returned by nextChange
 }
 
 // startWatch starts lw.Watch(from); the watch is stopped at cleanup.
-func startWatch[T any](t *testing.T, lw core.ListerWatcher[T], from core.ResourceVersion) *openWatch[T] {
+func startWatch[T any](t *testing.T, lw driver.ListerWatcher[T], from core.ResourceVersion) *openWatch[T] {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &openWatch[T]{
-		batches:  make(chan []core.Event[T]),
+		batches:  make(chan []driver.Event[T]),
 		progress: make(chan struct{}),
 		cancel:   cancel,
 		done:     make(chan error, 1),
 	}
 	go func() {
-		w.done <- lw.Watch(ctx, from, core.WatchOptions[T]{
+		w.done <- lw.Watch(ctx, from, driver.WatchOptions[T]{
 			Progress: w.progress,
-			Emit: func(b []core.Event[T]) error {
+			Emit: func(b []driver.Event[T]) error {
 				if len(b) == 0 {
 					t.Errorf("Watch emitted an empty batch")
 				}
@@ -81,7 +83,7 @@ func startWatch[T any](t *testing.T, lw core.ListerWatcher[T], from core.Resourc
 	return w
 }
 
-// stop cancels the watch and requires it to end with core.ErrWatchStopped
+// stop cancels the watch and requires it to end with driver.ErrWatchStopped
 // (unless it had already ended).
 func (w *openWatch[T]) stop(t *testing.T) {
 	t.Helper()
@@ -91,7 +93,7 @@ func (w *openWatch[T]) stop(t *testing.T) {
 	}
 	err := <-w.done
 	w.done = nil
-	if !errors.Is(err, core.ErrWatchStopped) || !errors.Is(err, context.Canceled) {
+	if !errors.Is(err, driver.ErrWatchStopped) || !errors.Is(err, context.Canceled) {
 		t.Errorf("Watch after cancel returned %v, want core.ErrWatchStopped and context.Canceled", err)
 	}
 }
@@ -115,7 +117,7 @@ func (w *openWatch[T]) end(t *testing.T) error {
 }
 
 // next returns the next batch.
-func (w *openWatch[T]) next(t *testing.T) []core.Event[T] {
+func (w *openWatch[T]) next(t *testing.T) []driver.Event[T] {
 	t.Helper()
 	select {
 	case b := <-w.batches:
@@ -131,7 +133,7 @@ func (w *openWatch[T]) next(t *testing.T) []core.Event[T] {
 
 // nextChange returns the next event that is not a Bookmark (one at a
 // time: a watch response may carry several).
-func (w *openWatch[T]) nextChange(t *testing.T) core.Event[T] {
+func (w *openWatch[T]) nextChange(t *testing.T) driver.Event[T] {
 	t.Helper()
 	deadline := time.Now().Add(converge)
 	for len(w.pending) == 0 {
@@ -139,7 +141,7 @@ func (w *openWatch[T]) nextChange(t *testing.T) core.Event[T] {
 			t.Fatalf("no change within %v, only bookmarks", converge)
 		}
 		for _, ev := range w.next(t) {
-			if ev.Type != core.Bookmark {
+			if ev.Type != driver.Bookmark {
 				w.pending = append(w.pending, ev)
 			}
 		}
@@ -186,7 +188,7 @@ func mustDelete(t *testing.T, c *clientv3.Client, key string) core.ResourceVersi
 
 func rawLW(t *testing.T, c *clientv3.Client, prefix string, literal bool) *etcdinformer.Prefix[[]byte] {
 	t.Helper()
-	lw, err := etcdinformer.NewPrefix(context.Background(), c, prefix, etcdinformer.Options[[]byte]{LiteralPrefix: literal, Codec: core.Raw{}})
+	lw, err := etcdinformer.NewPrefix(context.Background(), c, prefix, etcdinformer.Options[[]byte]{LiteralPrefix: literal, Codec: codecs.Raw{}})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -271,19 +273,19 @@ func TestListPinnedAcrossPages(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), converge)
 	defer cancel()
-	lw, err := etcdinformer.NewPrefix(ctx, c, prefix, etcdinformer.Options[[]byte]{Codec: core.Raw{}, PageSize: 3})
+	lw, err := etcdinformer.NewPrefix(ctx, c, prefix, etcdinformer.Options[[]byte]{Codec: codecs.Raw{}, PageSize: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var estimate int64 = -1
 	got := map[string]string{}
 	emitted := 0
-	rv, err := lw.List(ctx, core.ListSink[[]byte]{
+	rv, err := lw.List(ctx, driver.ListSink[[]byte]{
 		Estimate: func(n int64) { estimate = n },
-		Emit: func(ev core.Event[[]byte]) error {
+		Emit: func(ev driver.Event[[]byte]) error {
 			emitted++
 			got[ev.Key] = string(ev.Object)
-			if ev.Type != core.Added || !ev.HasObject || ev.Err != nil {
+			if ev.Type != driver.Added || !ev.HasObject || ev.Err != nil {
 				t.Errorf("list event %+v", ev)
 			}
 			if emitted == 2 {
@@ -335,12 +337,12 @@ func TestWatchEvents(t *testing.T) {
 	r1 := mustPut(t, c, prefix+"k", "one")
 	r2 := mustPut(t, c, prefix+"k", "two")
 	r3 := mustDelete(t, c, prefix+"k")
-	want := []core.Event[[]byte]{
-		{Type: core.Added, Key: "k", Object: []byte("one"), HasObject: true, RV: r1},
-		{Type: core.Modified, Key: "k", Object: []byte("two"), HasObject: true, RV: r2},
-		{Type: core.Deleted, Key: "k", Object: []byte("two"), HasObject: true, RV: r3},
+	want := []driver.Event[[]byte]{
+		{Type: driver.Added, Key: "k", Object: []byte("one"), HasObject: true, RV: r1},
+		{Type: driver.Modified, Key: "k", Object: []byte("two"), HasObject: true, RV: r2},
+		{Type: driver.Deleted, Key: "k", Object: []byte("two"), HasObject: true, RV: r3},
 	}
-	var got []core.Event[[]byte]
+	var got []driver.Event[[]byte]
 	for len(got) < len(want) {
 		got = append(got, w.nextChange(t))
 	}
@@ -358,13 +360,13 @@ func TestWatchEvents(t *testing.T) {
 	srv.Compact(t, int64(del))
 	w2 := startWatch[[]byte](t, lw, del-1)
 	ev := w2.nextChange(t)
-	if ev.Type != core.Deleted || ev.Key != "old" || ev.HasObject || ev.RV != del {
+	if ev.Type != driver.Deleted || ev.Key != "old" || ev.HasObject || ev.RV != del {
 		t.Fatalf("delete at %d watched after compaction (previous write at %d): %+v, want Deleted old without object", del, before, ev)
 	}
 }
 
 // TestWatchCompacted: a watch from a compacted revision fails with an
-// error matching core.ErrExpired and rpctypes.ErrCompacted that names the
+// error matching driver.ErrExpired and rpctypes.ErrCompacted that names the
 // prefix.
 func TestWatchCompacted(t *testing.T) {
 	srv := harness.StartEtcd(t)
@@ -375,7 +377,7 @@ func TestWatchCompacted(t *testing.T) {
 	srv.Compact(t, int64(r2))
 	lw := rawLW(t, c, prefix, false)
 	err := startWatch[[]byte](t, lw, r1-1).end(t)
-	if !errors.Is(err, core.ErrExpired) || !errors.Is(err, rpctypes.ErrCompacted) {
+	if !errors.Is(err, driver.ErrExpired) || !errors.Is(err, rpctypes.ErrCompacted) {
 		t.Fatalf("watch from compacted revision %d: %v, want ErrExpired and ErrCompacted", r1, err)
 	}
 	if !strings.Contains(err.Error(), prefix) || !strings.Contains(err.Error(), fmt.Sprint(r2)) {
@@ -394,9 +396,9 @@ func TestUndecodableValue(t *testing.T) {
 	mustPut(t, c, prefix+"fine", `{"version":1}`)
 	lw := newLW(t, c, prefix, 0)
 	got, rv := list(t, lw)
-	check := func(ev core.Event[item], key string, at core.ResourceVersion) {
+	check := func(ev driver.Event[item], key string, at core.ResourceVersion) {
 		t.Helper()
-		var de *core.DecodeError
+		var de *driver.DecodeError
 		if !errors.As(ev.Err, &de) || de.Key != key || de.RV != at || ev.Key != key || ev.RV != at || ev.HasObject {
 			t.Fatalf("event %+v, want a DecodeError for %q at %d", ev, key, at)
 		}
@@ -414,14 +416,14 @@ func TestUndecodableValue(t *testing.T) {
 	badRV := mustPut(t, c, prefix+"watched", secret)
 	goodRV := mustPut(t, c, prefix+"watched", `{"version":2}`)
 	check(w.nextChange(t), "watched", badRV)
-	if ev := w.nextChange(t); ev.Err != nil || ev.Object.Version != 2 || ev.RV != goodRV || ev.Type != core.Modified {
+	if ev := w.nextChange(t); ev.Err != nil || ev.Object.Version != 2 || ev.RV != goodRV || ev.Type != driver.Modified {
 		t.Fatalf("after the bad value the watch delivered %+v", ev)
 	}
 	// Deleting a key whose last value was undecodable is still a delete.
 	mustPut(t, c, prefix+"watched", secret)
 	w.nextChange(t)
 	delRV := mustDelete(t, c, prefix+"watched")
-	if ev := w.nextChange(t); ev.Type != core.Deleted || ev.HasObject || ev.Err != nil || ev.RV != delRV {
+	if ev := w.nextChange(t); ev.Type != driver.Deleted || ev.HasObject || ev.Err != nil || ev.RV != delRV {
 		t.Fatalf("delete of an undecodable value: %+v", ev)
 	}
 }
@@ -442,7 +444,7 @@ func TestRequestProgress(t *testing.T) {
 	for {
 		w.requestProgress(t)
 		b := w.next(t)
-		if len(b) != 1 || b[0].Type != core.Bookmark {
+		if len(b) != 1 || b[0].Type != driver.Bookmark {
 			t.Fatalf("got %+v, want a Bookmark", b)
 		}
 		if b[0].RV >= other {
@@ -461,7 +463,7 @@ func TestRequestProgress(t *testing.T) {
 
 // TestNewPrefixAndClosedClient: NewPrefix refuses a nil client and a
 // negative page size, and a client the caller closed makes List, Head and
-// Watch fail with an error matching core.ErrPermanent, which the informer
+// Watch fail with an error matching driver.ErrPermanent, which the informer
 // stops on instead of retrying forever.
 func TestNewPrefixAndClosedClient(t *testing.T) {
 	srv := harness.StartEtcd(t)
@@ -488,27 +490,27 @@ func TestNewPrefixAndClosedClient(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.end(t); !errors.Is(err, core.ErrPermanent) {
+	if err := w.end(t); !errors.Is(err, driver.ErrPermanent) {
 		t.Errorf("Watch when the client is closed: %v, want core.ErrPermanent", err)
 	}
-	if _, err := p.Head(ctx); !errors.Is(err, core.ErrPermanent) {
+	if _, err := p.Head(ctx); !errors.Is(err, driver.ErrPermanent) {
 		t.Errorf("Head on a closed client: %v, want core.ErrPermanent", err)
 	}
-	if _, err := p.List(ctx, core.ListSink[item]{Emit: func(core.Event[item]) error { return nil }}); !errors.Is(err, core.ErrPermanent) {
+	if _, err := p.List(ctx, driver.ListSink[item]{Emit: func(driver.Event[item]) error { return nil }}); !errors.Is(err, driver.ErrPermanent) {
 		t.Errorf("List on a closed client: %v, want core.ErrPermanent", err)
 	}
-	if err := startWatch[item](t, p, rv).end(t); !errors.Is(err, core.ErrPermanent) {
+	if err := startWatch[item](t, p, rv).end(t); !errors.Is(err, driver.ErrPermanent) {
 		t.Errorf("Watch on a closed client: %v, want core.ErrPermanent", err)
 	}
 }
 
-// TestCodecPanic: a codec that panics is a *core.DecodeError for that key,
+// TestCodecPanic: a codec that panics is a *driver.DecodeError for that key,
 // in List and in Watch, and the watch goes on.
 func TestCodecPanic(t *testing.T) {
 	srv := harness.StartEtcd(t)
 	c := srv.Client(t)
 	prefix := uniquePrefix("panic")
-	codec := core.CodecFuncs[string]{DecodeFunc: func(b []byte) (string, error) {
+	codec := codecs.Funcs[string]{DecodeFunc: func(b []byte) (string, error) {
 		if string(b) == "boom" {
 			panic("codec exploded")
 		}
@@ -520,9 +522,9 @@ func TestCodecPanic(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, rv := list(t, p)
-	check := func(ev core.Event[string], key string, at core.ResourceVersion) {
+	check := func(ev driver.Event[string], key string, at core.ResourceVersion) {
 		t.Helper()
-		var de *core.DecodeError
+		var de *driver.DecodeError
 		if !errors.As(ev.Err, &de) || de.Key != key || de.RV != at || ev.HasObject || !strings.Contains(ev.Err.Error(), "codec exploded") {
 			t.Fatalf("event %+v, want a DecodeError for %q at %d", ev, key, at)
 		}
@@ -577,7 +579,7 @@ func TestAuthPassesThrough(t *testing.T) {
 		t.Fatalf("client as reader: %v", err)
 	}
 	// A cleanup, so that it runs after the watch's: a client closed under
-	// a running watch ends it with core.ErrPermanent.
+	// a running watch ends it with driver.ErrPermanent.
 	t.Cleanup(func() { _ = reader.Close() })
 	lw := newLW(t, reader, "/auth", 0)
 	got, rv := list(t, lw)
@@ -600,14 +602,14 @@ func TestAuthPassesThrough(t *testing.T) {
 
 	// The reader may not read another prefix.
 	other := newLW(t, reader, "/secret", 0)
-	if _, err := other.List(ctx, core.ListSink[item]{Emit: func(core.Event[item]) error { return nil }}); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+	if _, err := other.List(ctx, driver.ListSink[item]{Emit: func(driver.Event[item]) error { return nil }}); !errors.Is(err, rpctypes.ErrPermissionDenied) {
 		t.Fatalf("reader listing /secret: %v, want permission denied", err)
 	}
 
 	// clientv3.New authenticates when it connects.
 	bad, err := clientv3.New(cfg("reader", "wrong-pw-77"))
 	if err == nil {
-		_, err = newLW(t, bad, "/auth", 0).List(ctx, core.ListSink[item]{Emit: func(core.Event[item]) error { return nil }})
+		_, err = newLW(t, bad, "/auth", 0).List(ctx, driver.ListSink[item]{Emit: func(driver.Event[item]) error { return nil }})
 		bad.Close()
 	}
 	if err == nil {
@@ -667,7 +669,7 @@ func TestWatchCutsLargeResponses(t *testing.T) {
 		b := w.next(t)
 		var revs []core.ResourceVersion // of this batch, in order
 		for _, ev := range b {
-			if ev.Type == core.Bookmark {
+			if ev.Type == driver.Bookmark {
 				continue
 			}
 			n++
@@ -685,9 +687,9 @@ func TestWatchCutsLargeResponses(t *testing.T) {
 			}
 			last = ev.RV
 			got[ev.RV]++
-			wantType, wantObj := core.Added, ev.Key[:1]
+			wantType, wantObj := driver.Added, ev.Key[:1]
 			if ev.RV == delRV {
-				wantType = core.Deleted
+				wantType = driver.Deleted
 			}
 			if ev.Type != wantType || !ev.HasObject || string(ev.Object) != wantObj || ev.Err != nil {
 				t.Fatalf("event %+v at revision %d: want %v with object %q", ev, ev.RV, wantType, wantObj)

@@ -9,6 +9,8 @@ import (
 
 	etcdinformer "github.com/dbinformer/dbinformer/adapters/etcd"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/codec"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // User is stored as JSON under /example/users/<id>.
@@ -93,7 +95,7 @@ func ExampleNewPrefix() {
 			panic(err)
 		}
 		fmt.Printf("%q covers:", p.Prefix())
-		if _, err := p.List(ctx, core.ListSink[[]byte]{Emit: func(ev core.Event[[]byte]) error {
+		if _, err := p.List(ctx, driver.ListSink[[]byte]{Emit: func(ev driver.Event[[]byte]) error {
 			fmt.Printf(" %q", ev.Key)
 			return nil
 		}}); err != nil {
@@ -101,8 +103,8 @@ func ExampleNewPrefix() {
 		}
 		fmt.Println()
 	}
-	show("/example/raw", etcdinformer.Options[[]byte]{Codec: core.Raw{}})
-	show("/example/raw", etcdinformer.Options[[]byte]{Codec: core.Raw{}, LiteralPrefix: true})
+	show("/example/raw", etcdinformer.Options[[]byte]{Codec: codec.Raw{}})
+	show("/example/raw", etcdinformer.Options[[]byte]{Codec: codec.Raw{}, LiteralPrefix: true})
 	// Output:
 	// "/example/raw/" covers: "a" "b/c"
 	// "/example/raw" covers: "/a" "/b/c" "er/d"

@@ -17,6 +17,7 @@ import (
 
 	etcdinformer "github.com/dbinformer/dbinformer/adapters/etcd"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/integration/harness"
 )
@@ -334,7 +335,7 @@ func TestInformerRelistsAfterCompaction(t *testing.T) {
 	}
 	expectKey(t, rec, "b", "add b v=1 initial", "delete b v=1 unknown") // a delete inferred by the relist
 	expectKey(t, rec, "d", "add d v=1")                                 // a relist's adds are not initial
-	err := errs.Wait(t, "an expired error", func(err error) bool { return errors.Is(err, core.ErrExpired) })
+	err := errs.Wait(t, "an expired error", func(err error) bool { return errors.Is(err, driver.ErrExpired) })
 	if !strings.Contains(err.Error(), prefix) {
 		t.Errorf("expired error does not name the prefix %q: %v", prefix, err)
 	}
@@ -413,7 +414,7 @@ func TestInformerUndecodableValue(t *testing.T) {
 	errs := reported.All()
 	want := map[string]int64{"bad-listed": listed.Header.Revision, "bad-watched": watched.Header.Revision}
 	for _, err := range errs {
-		var de *core.DecodeError
+		var de *driver.DecodeError
 		if !errors.As(err, &de) {
 			t.Errorf("unexpected error: %v", err)
 			continue
@@ -472,7 +473,7 @@ func TestInformerValueNoLongerDecodes(t *testing.T) {
 	if got, ok := inf.Lister().Get("k"); ok {
 		t.Fatalf("k = %+v after its value stopped decoding", got)
 	}
-	var de *core.DecodeError
+	var de *driver.DecodeError
 	if !slices.ContainsFunc(reported.All(), func(err error) bool {
 		return errors.As(err, &de) && de.Key == "k" && int64(de.RV) == bad.Header.Revision
 	}) {
@@ -488,7 +489,7 @@ func TestInformerValueNoLongerDecodes(t *testing.T) {
 	if _, err := c.Put(ctx, prefix+"k", `{"version":"not a number"}`); err != nil {
 		t.Fatal(err)
 	}
-	if err := stopping.WaitFor(ctx, core.ResourceVersion(bad.Header.Revision+1_000_000)); !errors.Is(err, core.ErrPermanent) || !errors.As(err, &de) {
+	if err := stopping.WaitFor(ctx, core.ResourceVersion(bad.Header.Revision+1_000_000)); !errors.Is(err, driver.ErrPermanent) || !errors.As(err, &de) {
 		t.Fatalf("WaitFor past the undecodable value = %v; want the permanent DecodeError", err)
 	}
 	if stopping.Live() || !stopping.HasSynced() {

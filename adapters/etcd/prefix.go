@@ -14,6 +14,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/codec"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/filter"
 )
 
@@ -28,9 +30,9 @@ type Options[T any] struct {
 	// and "user-10", and "/a" covers "/ab". Without it the prefix names a
 	// directory (see NewPrefix).
 	LiteralPrefix bool
-	// Codec decodes values. Nil means core.JSON[T]; use core.Raw for a
+	// Codec decodes values. Nil means codec.JSON[T]; use codec.Raw for a
 	// Prefix[[]byte].
-	Codec core.Codec[T]
+	Codec codec.Codec[T]
 	// PageSize is the number of keys one List request reads. Zero means
 	// DefaultPageSize.
 	PageSize int64
@@ -43,9 +45,9 @@ type Options[T any] struct {
 	// delete carrying its last matching state.
 	Where *filter.Filter[T]
 	// ProgressInterval is how often an open watch is expected to show a
-	// sign of life (core.ProgressIntervaler): after one interval without
+	// sign of life (driver.ProgressIntervaler): after one interval without
 	// events the informer asks for a progress notification, and a watch
-	// that answers none for core.StuckIntervals intervals is reopened
+	// that answers none for driver.StuckIntervals intervals is reopened
 	// (a frozen member, a half-open connection). Zero means
 	// DefaultProgressInterval; negative turns stuck-watch detection off.
 	ProgressInterval time.Duration
@@ -57,9 +59,9 @@ type Options[T any] struct {
 const DefaultProgressInterval = time.Second
 
 // Prefix lists and watches the keys under one etcd prefix: it is a
-// core.ListerWatcher[T] whose resource version is the etcd revision, and it
-// implements core.ProgressReporter, core.ProgressIntervaler, core.HealWaiter
-// and core.HeadReader. It is safe for concurrent use; several informers may
+// driver.ListerWatcher[T] whose resource version is the etcd revision, and it
+// implements driver.ProgressReporter, driver.ProgressIntervaler, driver.HealWaiter
+// and driver.HeadReader. It is safe for concurrent use; several informers may
 // share one.
 type Prefix[T any] struct {
 	client   *clientv3.Client
@@ -67,7 +69,7 @@ type Prefix[T any] struct {
 	start    string // range start
 	end      string // range end
 	source   string // for errors: `etcd prefix "/app/"`
-	codec    core.Codec[T]
+	codec    codec.Codec[T]
 	pageSize int64
 	log      *slog.Logger
 	residue  *filter.Filter[T] // nil: unfiltered
@@ -79,11 +81,11 @@ type Prefix[T any] struct {
 }
 
 var (
-	_ core.ListerWatcher[struct{}] = (*Prefix[struct{}])(nil)
-	_ core.HeadReader              = (*Prefix[struct{}])(nil)
-	_ core.ProgressReporter        = (*Prefix[struct{}])(nil)
-	_ core.ProgressIntervaler      = (*Prefix[struct{}])(nil)
-	_ core.HealWaiter              = (*Prefix[struct{}])(nil)
+	_ driver.ListerWatcher[struct{}] = (*Prefix[struct{}])(nil)
+	_ driver.HeadReader              = (*Prefix[struct{}])(nil)
+	_ driver.ProgressReporter        = (*Prefix[struct{}])(nil)
+	_ driver.ProgressIntervaler      = (*Prefix[struct{}])(nil)
+	_ driver.HealWaiter              = (*Prefix[struct{}])(nil)
 )
 
 // NewPrefix returns a Prefix that reads the keys under prefix with client.
@@ -96,7 +98,7 @@ var (
 // The client is the caller's, used as it is (endpoints, TLS, auth,
 // keepalives): the Prefix never closes it, and it stops working when the
 // caller closes it (a watch or list then fails with an error matching
-// core.ErrPermanent).
+// driver.ErrPermanent).
 //
 // NewPrefix does no I/O; ctx is not used. A server that is down at start
 // is the informer's to retry, not the constructor's to refuse. It fails
@@ -116,7 +118,7 @@ func NewPrefix[T any](ctx context.Context, client *clientv3.Client, prefix strin
 		log:      opts.Logger,
 	}
 	if p.codec == nil {
-		p.codec = core.JSON[T]{}
+		p.codec = codec.JSON[T]{}
 	}
 	if p.pageSize == 0 {
 		p.pageSize = DefaultPageSize
@@ -156,7 +158,7 @@ func (p *Prefix[T]) Prefix() string { return p.prefix }
 // WatchOptions.Progress with etcd's RequestProgress.
 func (p *Prefix[T]) ReportsProgress() bool { return true }
 
-// ProgressInterval implements core.ProgressIntervaler with
+// ProgressInterval implements driver.ProgressIntervaler with
 // Options.ProgressInterval (DefaultProgressInterval when zero, 0 when
 // negative): a watch answers each progress request with a Bookmark.
 func (p *Prefix[T]) ProgressInterval() time.Duration { return p.progress }
@@ -172,23 +174,23 @@ func (p *Prefix[T]) key(k []byte) string {
 }
 
 // decodeInto sets *ev to the event of type typ for kv.
-func (p *Prefix[T]) decodeInto(ev *core.Event[T], typ core.EventType, kv *mvccpb.KeyValue) {
-	*ev = core.Event[T]{Type: typ, Key: p.key(kv.Key), RV: core.ResourceVersion(kv.ModRevision)}
-	obj, err := core.Decode(p.codec, kv.Value)
+func (p *Prefix[T]) decodeInto(ev *driver.Event[T], typ driver.EventType, kv *mvccpb.KeyValue) {
+	*ev = driver.Event[T]{Type: typ, Key: p.key(kv.Key), RV: core.ResourceVersion(kv.ModRevision)}
+	obj, err := codec.Decode(p.codec, kv.Value)
 	if err != nil {
-		ev.Err = &core.DecodeError{Source: p.source, Key: ev.Key, RV: ev.RV, Err: err}
+		ev.Err = &driver.DecodeError{Source: p.source, Key: ev.Key, RV: ev.RV, Err: err}
 		return
 	}
 	ev.Object, ev.HasObject = obj, true
 }
 
 // expired reports that etcd compacted the revisions an operation needed,
-// as core.ErrExpired, keeping the etcd error for errors.Is.
+// as driver.ErrExpired, keeping the etcd error for errors.Is.
 func (p *Prefix[T]) expired(op string, compacted int64, cause error) error {
 	if compacted > 0 {
-		return fmt.Errorf("%s: %s: compacted up to revision %d: %w (%w)", p.source, op, compacted, core.ErrExpired, cause)
+		return fmt.Errorf("%s: %s: compacted up to revision %d: %w (%w)", p.source, op, compacted, driver.ErrExpired, cause)
 	}
-	return fmt.Errorf("%s: %s: %w (%w)", p.source, op, core.ErrExpired, cause)
+	return fmt.Errorf("%s: %s: %w (%w)", p.source, op, driver.ErrExpired, cause)
 }
 
 // failed wraps err, an error of an etcd call, as the error of op: a client
@@ -196,7 +198,7 @@ func (p *Prefix[T]) expired(op string, compacted int64, cause error) error {
 // is retried by the caller.
 func (p *Prefix[T]) failed(op string, err error) error {
 	if p.client.Ctx().Err() != nil {
-		return core.Permanent(fmt.Errorf("%s: %s: the etcd client was closed: %w", p.source, op, err))
+		return driver.Permanent(fmt.Errorf("%s: %s: the etcd client was closed: %w", p.source, op, err))
 	}
 	p.noteFailure(err)
 	return fmt.Errorf("%s: %s: %w", p.source, op, err)
@@ -206,7 +208,7 @@ func (p *Prefix[T]) failed(op string, err error) error {
 // current revision R; every later page is pinned to R (the header of a
 // pinned read carries the current revision, not R), so the pages form one
 // snapshot at R, which List returns. Each item's RV is its ModRevision.
-func (p *Prefix[T]) List(ctx context.Context, sink core.ListSink[T]) (core.ResourceVersion, error) {
+func (p *Prefix[T]) List(ctx context.Context, sink driver.ListSink[T]) (core.ResourceVersion, error) {
 	// RequireLeader: a member cut off from its cluster refuses the read
 	// at once (etcdserver: no leader), and the client retries it on
 	// another member, instead of waiting out a linearizable read that
@@ -237,8 +239,8 @@ func (p *Prefix[T]) List(ctx context.Context, sink core.ListSink[T]) (core.Resou
 			}
 		}
 		for _, kv := range resp.Kvs {
-			var ev core.Event[T]
-			p.decodeInto(&ev, core.Added, kv)
+			var ev driver.Event[T]
+			p.decodeInto(&ev, driver.Added, kv)
 			if !p.residue.Keep(&ev) {
 				continue
 			}
@@ -269,8 +271,8 @@ func (p *Prefix[T]) Head(ctx context.Context) (core.ResourceVersion, error) {
 // Watch watches the prefix from revision from+1 and hands the events of
 // each etcd watch response to opts.Emit, as one batch or, for a response of
 // more than about a thousand events (history being caught up on), as
-// several cut at revision boundaries, until ctx is done (core.Stopped),
-// etcd compacted the revisions it needs (core.ErrExpired), Emit fails (its
+// several cut at revision boundaries, until ctx is done (driver.Stopped),
+// etcd compacted the revisions it needs (driver.ErrExpired), Emit fails (its
 // error), or the etcd watch ends otherwise (that error, naming the revision
 // to resume after).
 //
@@ -282,9 +284,9 @@ func (p *Prefix[T]) Head(ctx context.Context) (core.ResourceVersion, error) {
 // Bookmark at etcd's revision at that time; the request is repeated every
 // 250ms until a progress notification arrives, since etcd drops one that
 // reaches it while the watch is still catching up on history.
-func (p *Prefix[T]) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[T]) error {
+func (p *Prefix[T]) Watch(ctx context.Context, from core.ResourceVersion, opts driver.WatchOptions[T]) error {
 	if ctx.Err() != nil {
-		return core.Stopped(ctx)
+		return driver.Stopped(ctx)
 	}
 	for try := 1; ; try++ {
 		var avoid uint64
@@ -302,7 +304,7 @@ func (p *Prefix[T]) Watch(ctx context.Context, from core.ResourceVersion, opts c
 // watchOnce is one Watch on a gRPC stream of its own; avoid, when not
 // zero, is a member found frozen, which the watch leaves at once
 // (errOnFrozen) if its stream went there.
-func (p *Prefix[T]) watchOnce(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[T], avoid uint64) error {
+func (p *Prefix[T]) watchOnce(ctx context.Context, from core.ResourceVersion, opts driver.WatchOptions[T], avoid uint64) error {
 	// The metadata WithRequireLeader adds to wctx selects the gRPC stream
 	// of the watch; RequestProgress must use a context carrying it.
 	wctx, cancel := context.WithCancel(ownStream(clientv3.WithRequireLeader(ctx)))
@@ -330,7 +332,7 @@ func (p *Prefix[T]) watchOnce(ctx context.Context, from core.ResourceVersion, op
 		// Whatever the watch was doing when ctx ended (a failed progress
 		// request, a channel closed by the cancel, Emit seeing the
 		// cancel), the caller asked it to stop.
-		return core.Stopped(ctx)
+		return driver.Stopped(ctx)
 	}
 	p.log.DebugContext(ctx, "etcd watch ended", "prefix", p.prefix, "from", from, "after", w.last, "error", err)
 	return err

@@ -161,7 +161,7 @@ func (p *Prefix[T]) wasDown() bool {
 	return d != 0 && time.Since(time.Unix(0, d)) < downWindow
 }
 
-// WaitHealed implements core.HealWaiter: an informer backing off after a
+// WaitHealed implements driver.HealWaiter: an informer backing off after a
 // failed List or Watch runs it beside its sleep and retries at once when it
 // returns nil, instead of finishing its sleep after etcd is back.
 //
@@ -176,8 +176,8 @@ func (p *Prefix[T]) wasDown() bool {
 // succeeds otherwise (retrying at once after failures the server answers
 // is what a backoff prevents; also, without a read, right after a watch
 // found the cluster answering while its own member was silent), an error
-// matching core.ErrPermanent when the client was closed, and
-// core.Stopped(ctx) when ctx ends first.
+// matching driver.ErrPermanent when the client was closed, and
+// driver.Stopped(ctx) when ctx ends first.
 func (p *Prefix[T]) WaitHealed(ctx context.Context) error {
 	if time.Since(time.Unix(0, p.answered.Load())) < probeTimeout && !p.wasDown() {
 		// A watch just ended because its member was silent while the

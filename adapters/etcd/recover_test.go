@@ -10,12 +10,13 @@ import (
 	"github.com/dbinformer/dbinformer/adapters/etcd/etcdtest"
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/conformance"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/integration/harness"
 )
 
 // TestProgressIntervalOption: a Prefix declares a progress interval
-// (core.ProgressIntervaler), one second unless Options says otherwise, and
+// (driver.ProgressIntervaler), one second unless Options says otherwise, and
 // none when Options.ProgressInterval is negative.
 func TestProgressIntervalOption(t *testing.T) {
 	c := harness.StartEtcd(t).Client(t)
@@ -30,7 +31,7 @@ func TestProgressIntervalOption(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var pi core.ProgressIntervaler = lw
+		var pi driver.ProgressIntervaler = lw
 		if got := pi.ProgressInterval(); got != tc.want {
 			t.Errorf("Options.ProgressInterval %v: ProgressInterval() = %v, want %v", tc.opt, got, tc.want)
 		}

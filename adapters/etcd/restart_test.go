@@ -7,6 +7,7 @@ import (
 
 	etcdinformer "github.com/dbinformer/dbinformer/adapters/etcd"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/integration/harness"
 )
@@ -26,7 +27,7 @@ func TestRestartedMemberCutsBackoffShort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var hw core.HealWaiter = lw
+	var hw driver.HealWaiter = lw
 	ctx := context.Background()
 	if err := hw.WaitHealed(ctx); err == nil {
 		t.Fatal("WaitHealed with etcd up and no failure before: nil, want an error saying it was not down")

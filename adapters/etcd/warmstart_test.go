@@ -8,6 +8,8 @@ import (
 
 	"github.com/dbinformer/dbinformer/adapters/etcd/etcdtest"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/checkpoint"
+	"github.com/dbinformer/dbinformer/core/codec"
 	"github.com/dbinformer/dbinformer/integration/harness"
 )
 
@@ -24,7 +26,7 @@ func TestWarmStartAtIdleHead(t *testing.T) {
 	if _, err := h.Put(ctx, "a", 1); err != nil {
 		t.Fatal(err)
 	}
-	store, err := core.NewDirCheckpointStore(t.TempDir())
+	store, err := checkpoint.NewDirStore(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +42,7 @@ func TestWarmStartAtIdleHead(t *testing.T) {
 				errs = append(errs, err.Error())
 			},
 			// Saved when a run ends: the first run's checkpoint is at the head.
-			Checkpoint: &core.CheckpointOptions[etcdtest.Item]{Store: store, Codec: core.JSON[etcdtest.Item]{}, Interval: -1},
+			Checkpoint: &core.CheckpointOptions[etcdtest.Item]{Store: store, Codec: codec.JSON[etcdtest.Item]{}, Interval: -1},
 		})
 		rctx, stop := context.WithCancel(ctx)
 		done := make(chan error, 1)

@@ -12,6 +12,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/codec"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // watch is one running Watch.
@@ -20,7 +22,7 @@ type watch[T any] struct {
 	ctx   context.Context // carries the RequireLeader metadata
 	from  core.ResourceVersion
 	last  core.ResourceVersion // newest revision emitted (from until then)
-	batch []core.Event[T]      // reused: Emit does not keep it
+	batch []driver.Event[T]    // reused: Emit does not keep it
 
 	// heard is when the watch last received anything from etcd (or
 	// started); asked when the oldest unanswered progress request was
@@ -46,7 +48,7 @@ const progressRetry = 250 * time.Millisecond
 // Its loop stays one select over the watch's inputs (responses, progress
 // requests, their retries, probes, the created deadline); what each case
 // does is a method of its own (request, probeDone, response).
-func (w *watch[T]) run(opened <-chan clientv3.WatchChan, opts core.WatchOptions[T]) error {
+func (w *watch[T]) run(opened <-chan clientv3.WatchChan, opts driver.WatchOptions[T]) error {
 	var ch clientv3.WatchChan // nil until opened
 	progress := opts.Progress // nil: no requests
 	var a progressAsk
@@ -58,7 +60,7 @@ func (w *watch[T]) run(opened <-chan clientv3.WatchChan, opts core.WatchOptions[
 		var ok bool
 		select {
 		case <-w.ctx.Done():
-			return core.Stopped(w.ctx)
+			return driver.Stopped(w.ctx)
 		case _, ok = <-progress:
 			if !ok {
 				progress = nil // closed: no more requests
@@ -152,14 +154,14 @@ func (w *watch[T]) request(a *progressAsk) error {
 
 // probeDone acts on a finished probe: at the head it answers the watch's
 // requests with a bookmark, else probed judges the member.
-func (w *watch[T]) probeDone(res probeResult, a *progressAsk, emit func([]core.Event[T]) error) error {
+func (w *watch[T]) probeDone(res probeResult, a *progressAsk, emit func([]driver.Event[T]) error) error {
 	if w.atHead(res) {
 		// Nothing was written since the watch's start: etcd
 		// (3.6) answers no progress request on a watch that
 		// starts past its revision, so the silence is not a
 		// frozen member. The watch has all there is.
 		w.answered(a)
-		w.batch = append(w.batch[:0], core.Event[T]{Type: core.Bookmark, RV: w.last})
+		w.batch = append(w.batch[:0], driver.Event[T]{Type: driver.Bookmark, RV: w.last})
 		return emit(w.batch)
 	}
 	return w.probed(res)
@@ -168,7 +170,7 @@ func (w *watch[T]) probeDone(res probeResult, a *progressAsk, emit func([]core.E
 // response delivers one response of the watch channel (ok false: the
 // channel closed): an error ends the watch, a progress notification is a
 // bookmark, events go to emit.
-func (w *watch[T]) response(resp clientv3.WatchResponse, ok bool, a *progressAsk, emit func([]core.Event[T]) error) error {
+func (w *watch[T]) response(resp clientv3.WatchResponse, ok bool, a *progressAsk, emit func([]driver.Event[T]) error) error {
 	p := w.p
 	if err := w.heardFrom(resp.Header.MemberId); err != nil {
 		return err
@@ -196,7 +198,7 @@ func (w *watch[T]) response(resp clientv3.WatchResponse, ok bool, a *progressAsk
 			// older servers.
 			return nil
 		}
-		w.batch = append(w.batch[:0], core.Event[T]{Type: core.Bookmark, RV: rv})
+		w.batch = append(w.batch[:0], driver.Event[T]{Type: driver.Bookmark, RV: rv})
 		if err := emit(w.batch); err != nil {
 			return err
 		}
@@ -226,10 +228,10 @@ const keptBatch = 4 * maxBatch
 // emitEvents decodes evs, the events of one etcd response, and hands them
 // to emit in batches of about maxBatch events, each ending at a revision
 // boundary, so that the events of one transaction (one revision) stay in
-// one batch as core.WatchOptions.Emit requires. w.batch is reused, unless
+// one batch as driver.WatchOptions.Emit requires. w.batch is reused, unless
 // one revision made it larger than keptBatch: that one is dropped after
 // use instead of being held for the watch's lifetime.
-func (w *watch[T]) emitEvents(evs []*clientv3.Event, emit func([]core.Event[T]) error) error {
+func (w *watch[T]) emitEvents(evs []*clientv3.Event, emit func([]driver.Event[T]) error) error {
 	for len(evs) > 0 {
 		n := min(len(evs), maxBatch)
 		for n < len(evs) && evs[n].Kv.ModRevision == evs[n-1].Kv.ModRevision {
@@ -254,23 +256,23 @@ func (w *watch[T]) emitEvents(evs []*clientv3.Event, emit func([]core.Event[T]) 
 }
 
 // event sets *ev to the event of e.
-func (w *watch[T]) event(ev *core.Event[T], e *clientv3.Event) {
+func (w *watch[T]) event(ev *driver.Event[T], e *clientv3.Event) {
 	p := w.p
 	switch e.Type {
 	case clientv3.EventTypePut:
-		typ := core.Modified
+		typ := driver.Modified
 		if e.IsCreate() {
-			typ = core.Added
+			typ = driver.Added
 		}
 		p.decodeInto(ev, typ, e.Kv)
 	default: // clientv3.EventTypeDelete
-		*ev = core.Event[T]{Type: core.Deleted, Key: p.key(e.Kv.Key), RV: core.ResourceVersion(e.Kv.ModRevision)}
+		*ev = driver.Event[T]{Type: driver.Deleted, Key: p.key(e.Kv.Key), RV: core.ResourceVersion(e.Kv.ModRevision)}
 		if e.PrevKv == nil {
 			// Compacted away, or the watch was resumed on a member
 			// without it: the informer fills in its cached object.
 			return
 		}
-		obj, err := core.Decode(p.codec, e.PrevKv.Value)
+		obj, err := codec.Decode(p.codec, e.PrevKv.Value)
 		if err != nil {
 			// The delete itself is certain; only the last value was
 			// unreadable (and was reported when it was written).

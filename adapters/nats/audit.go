@@ -10,28 +10,29 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
-// AuditList implements core.AuditLister: List's read of the bucket (a
+// AuditList implements driver.AuditLister: List's read of the bucket (a
 // consumer delivering the last message per subject, drained up to the
 // stream's head as its leader reported it), streamed to sink as it arrives
 // instead of folded first, so that an audit holds no copy of the bucket:
 // a value is an Added event, a delete or purge marker a Deleted one, and a
 // key the consumer delivers again later (a replica that caught up while it
 // delivered) is emitted again, its last event holding its state at the
-// version returned, as core.AuditLister allows. It parks nothing for
+// version returned, as driver.AuditLister allows. It parks nothing for
 // watches. A consumer lost midway ends it with the error; the next audit
 // reads again.
 //
 // A consumer that fails before it delivered anything with an error that
 // passes (on a cluster, a new consumer whose leader is not elected yet
 // answers "no responders") is opened again, as List's is.
-func (k *KV[T]) AuditList(ctx context.Context, atLeast core.ResourceVersion, sink core.ListSink[T]) (core.ResourceVersion, error) {
+func (k *KV[T]) AuditList(ctx context.Context, atLeast core.ResourceVersion, sink driver.ListSink[T]) (core.ResourceVersion, error) {
 	start := time.Now()
 	for attempt := 1; ; attempt++ {
 		emitted := false
 		s := sink
-		s.Emit = func(ev core.Event[T]) error { emitted = true; return sink.Emit(ev) }
+		s.Emit = func(ev driver.Event[T]) error { emitted = true; return sink.Emit(ev) }
 		rv, err := k.auditRead(ctx, atLeast, s)
 		if err == nil || emitted || ctx.Err() != nil || !transient(err) || time.Since(start) > clusterRetry {
 			return rv, err
@@ -43,7 +44,7 @@ func (k *KV[T]) AuditList(ctx context.Context, atLeast core.ResourceVersion, sin
 	}
 }
 
-// AuditUnchanged implements core.AuditRechecker: a bucket's MaxAge, or a
+// AuditUnchanged implements driver.AuditRechecker: a bucket's MaxAge, or a
 // purge below a sequence, removes a key's value without a message the
 // watch delivers, so a key an audit read may be gone by the time the cache
 // is compared. It reports whether the key's last message is still the one
@@ -56,7 +57,7 @@ func (k *KV[T]) AuditUnchanged(ctx context.Context, key string, rv core.Resource
 	return found && seq == uint64(rv), nil
 }
 
-func (k *KV[T]) auditRead(ctx context.Context, atLeast core.ResourceVersion, sink core.ListSink[T]) (core.ResourceVersion, error) {
+func (k *KV[T]) auditRead(ctx context.Context, atLeast core.ResourceVersion, sink driver.ListSink[T]) (core.ResourceVersion, error) {
 	info, err := k.info(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("%s: audit: read stream state: %w", k.source, err)
@@ -89,16 +90,16 @@ func (k *KV[T]) auditRead(ctx context.Context, atLeast core.ResourceVersion, sin
 			return fmt.Errorf("%s: audit: message %d delivered after message %d: out of stream order", k.source, seq, prev)
 		}
 		prev = seq
-		var ev core.Event[T]
+		var ev driver.Event[T]
 		if isDelete(m) {
-			ev = core.Event[T]{Type: core.Deleted, Key: key, RV: core.ResourceVersion(seq)}
+			ev = driver.Event[T]{Type: driver.Deleted, Key: key, RV: core.ResourceVersion(seq)}
 		} else {
-			k.fill(&ev, core.Added, key, seq, m.Data())
+			k.fill(&ev, driver.Added, key, seq, m.Data())
 			if !k.residue.Keep(&ev) {
 				// Outside the filter at this version: absent for the
 				// informer, which a delete says if the key was emitted
 				// before.
-				ev = core.Event[T]{Type: core.Deleted, Key: key, RV: core.ResourceVersion(seq)}
+				ev = driver.Event[T]{Type: driver.Deleted, Key: key, RV: core.ResourceVersion(seq)}
 			}
 		}
 		return sink.Emit(ev)
@@ -113,17 +114,17 @@ func (k *KV[T]) auditRead(ctx context.Context, atLeast core.ResourceVersion, sin
 	return rv, nil
 }
 
-// AuditList implements core.AuditLister: the fold List makes (from the
+// AuditList implements driver.AuditLister: the fold List makes (from the
 // snapshot, if any, up to the stream's head as its leader reported it when
 // the audit began), into a state of its own, streamed to sink. The fold
 // needs each entity's previous state, so the audit holds one S per entity
 // while it reads; a Stateless stream's state is each message alone, and
 // its audit emits every message as it arrives instead (a key emitted again
-// later: its last event stands, as core.AuditLister allows), holding
+// later: its last event stands, as driver.AuditLister allows), holding
 // nothing. A reducer error is an event with Err set, as in List. It
 // parks nothing for watches and leaves the stream's identity as the
 // watches last saw it.
-func (s *EventStream[S]) AuditList(ctx context.Context, atLeast core.ResourceVersion, sink core.ListSink[S]) (core.ResourceVersion, error) {
+func (s *EventStream[S]) AuditList(ctx context.Context, atLeast core.ResourceVersion, sink driver.ListSink[S]) (core.ResourceVersion, error) {
 	info, err := s.info(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("%s: audit: read stream state: %w", s.source, err)
@@ -143,12 +144,12 @@ func (s *EventStream[S]) AuditList(ctx context.Context, atLeast core.ResourceVer
 		}
 	}
 	var emitErr error
-	var evs []core.Event[S]
+	var evs []driver.Event[S]
 	fold := func(m jetstream.Msg, seq uint64) {
 		evs = f.fold(m, seq, evs[:0], s.opts.Stateless) // a fold's own: reducer errors only
 		for _, ev := range evs {
-			if ev.Err == nil && ev.Type != core.Deleted && !s.residue.Keep(&ev) {
-				ev = core.Event[S]{Type: core.Deleted, Key: ev.Key, RV: ev.RV} // outside the filter at this version
+			if ev.Err == nil && ev.Type != driver.Deleted && !s.residue.Keep(&ev) {
+				ev = driver.Event[S]{Type: driver.Deleted, Key: ev.Key, RV: ev.RV} // outside the filter at this version
 			}
 			if emitErr == nil {
 				emitErr = sink.Emit(ev)
@@ -165,7 +166,7 @@ func (s *EventStream[S]) AuditList(ctx context.Context, atLeast core.ResourceVer
 		}
 	}
 	for _, key := range slices.Sorted(maps.Keys(f.state)) {
-		ev := core.Event[S]{Type: core.Added, Key: key, Object: f.state[key], HasObject: true, RV: core.ResourceVersion(top)}
+		ev := driver.Event[S]{Type: driver.Added, Key: key, Object: f.state[key], HasObject: true, RV: core.ResourceVersion(top)}
 		if !s.residue.Keep(&ev) {
 			continue
 		}

@@ -7,6 +7,7 @@ import (
 	"github.com/dbinformer/dbinformer/adapters/nats/natstest"
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/conformance"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/filter"
 	"github.com/dbinformer/dbinformer/integration/harness"
 )
@@ -71,13 +72,13 @@ func TestClusterEventStreamAuditConformance(t *testing.T) {
 
 // A bucket's MaxAge or a purge drops a key's value without a message the
 // watch delivers: the audit asks, before it reports a key, whether the
-// bucket still holds the value it read (core.AuditRechecker), and the
+// bucket still holds the value it read (driver.AuditRechecker), and the
 // answer is found through a filter's wrapper too.
 func TestKVAuditRecheck(t *testing.T) {
 	h := natstest.NewKV(t, natstest.Config{Server: harness.StartNATS(t)})
 	ctx := context.Background()
 	wrapped := filter.Wrap[natstest.Obj](h.ListerWatcher(), filter.MustNew[natstest.Obj](filter.Prefix(filter.Key, "k")))
-	rc, ok := core.Capability[core.AuditRechecker](wrapped)
+	rc, ok := driver.Capability[driver.AuditRechecker](wrapped)
 	if !ok {
 		t.Fatal("the KV ListerWatcher behind filter.Wrap offers no core.AuditRechecker")
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	natsinformer "github.com/dbinformer/dbinformer/adapters/nats"
-	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/integration/harness"
 )
 
@@ -41,7 +41,7 @@ func BenchmarkKVList(b *testing.B) {
 	b.ResetTimer()
 	for b.Loop() {
 		n := 0
-		if _, err := lw.List(ctx, core.ListSink[item]{Emit: func(core.Event[item]) error { n++; return nil }}); err != nil {
+		if _, err := lw.List(ctx, driver.ListSink[item]{Emit: func(driver.Event[item]) error { n++; return nil }}); err != nil {
 			b.Fatal(err)
 		}
 		if n != benchKeys {
@@ -106,7 +106,7 @@ func benchWatch(b *testing.B, other bool) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	rv, err := lw.List(ctx, core.ListSink[item]{Emit: func(core.Event[item]) error { return nil }})
+	rv, err := lw.List(ctx, driver.ListSink[item]{Emit: func(driver.Event[item]) error { return nil }})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -114,9 +114,9 @@ func benchWatch(b *testing.B, other bool) {
 	wctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- lw.Watch(wctx, rv, core.WatchOptions[item]{Emit: func(evs []core.Event[item]) error {
+		done <- lw.Watch(wctx, rv, driver.WatchOptions[item]{Emit: func(evs []driver.Event[item]) error {
 			for _, ev := range evs {
-				if ev.Type != core.Bookmark {
+				if ev.Type != driver.Bookmark {
 					got <- struct{}{}
 				}
 			}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/dbinformer/dbinformer/adapters/nats/natstest"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/integration/harness"
 )
@@ -81,7 +82,7 @@ func TestClusterReadYourWrites(t *testing.T) {
 }
 
 type natsHarness interface {
-	ListerWatcher() core.ListerWatcher[natstest.Obj]
+	ListerWatcher() driver.ListerWatcher[natstest.Obj]
 	Put(ctx context.Context, key string, n int64) (core.ResourceVersion, error)
 	PutUnwatched(ctx context.Context) (core.ResourceVersion, error)
 	StreamName() string
@@ -223,9 +224,9 @@ func laggingReplica(t *testing.T, c *harness.NATSCluster, h natsHarness, n int) 
 			t.Fatalf("unwatched put %d: %v", i, err)
 		}
 		w.requestProgress()
-		evs := w.wait(t, fmt.Sprintf("a bookmark at %d or later", other), func(evs []core.Event[natstest.Obj]) bool {
+		evs := w.wait(t, fmt.Sprintf("a bookmark at %d or later", other), func(evs []driver.Event[natstest.Obj]) bool {
 			for _, ev := range evs[seen:] {
-				if ev.Type == core.Bookmark && ev.RV >= other {
+				if ev.Type == driver.Bookmark && ev.RV >= other {
 					return true
 				}
 			}
@@ -233,11 +234,11 @@ func laggingReplica(t *testing.T, c *harness.NATSCluster, h natsHarness, n int) 
 		})
 		for _, ev := range evs[seen:] {
 			switch ev.Type {
-			case core.Added, core.Modified:
+			case driver.Added, driver.Modified:
 				watched[ev.Key] = ev.Object.V
-			case core.Deleted:
+			case driver.Deleted:
 				delete(watched, ev.Key)
-			case core.Bookmark:
+			case driver.Bookmark:
 				if ev.RV >= other {
 					if want := stateAt(ev.RV); !equalVersions(watched, want) {
 						bad++

@@ -12,7 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // While nats.go reconnects, a request is buffered and times out: the
@@ -44,8 +44,8 @@ type timedErr struct {
 }
 
 var (
-	_ core.HealWaiter = (*KV[int])(nil)
-	_ core.HealWaiter = (*EventStream[int])(nil)
+	_ driver.HealWaiter = (*KV[int])(nil)
+	_ driver.HealWaiter = (*EventStream[int])(nil)
 )
 
 var conns sync.Map // weak.Pointer[nats.Conn] -> *connState
@@ -244,13 +244,13 @@ func roundAgo(d time.Duration) time.Duration {
 // failure being waited out was not a lost connection.
 var errNotDown = errors.New("natsinformer: the NATS connection is up: no outage to wait out")
 
-// WaitHealed implements core.HealWaiter: while the informer backs off
+// WaitHealed implements driver.HealWaiter: while the informer backs off
 // after a List or watch that failed because the connection was down, it
 // returns nil as soon as nats.go has reconnected, so that the informer
 // retries at once. It returns an error when the connection is up (the
 // failure was not a lost connection, and the backoff stands), an error
-// matching core.ErrPermanent when the connection is closed, and
-// core.Stopped(ctx) when ctx ends first.
+// matching driver.ErrPermanent when the connection is closed, and
+// driver.Stopped(ctx) when ctx ends first.
 func (r *streamReader) WaitHealed(ctx context.Context) error {
 	if r.nc == nil {
 		return errNotDown
@@ -270,6 +270,6 @@ func (r *streamReader) WaitHealed(ctx context.Context) error {
 		}
 		return nil
 	case <-ctx.Done():
-		return core.Stopped(ctx)
+		return driver.Stopped(ctx)
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	natsinformer "github.com/dbinformer/dbinformer/adapters/nats"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/integration/harness"
 )
@@ -22,7 +23,7 @@ import (
 // runUnsynced runs an informer over lw without waiting for its sync, until
 // the test ends, retrying quickly; it returns the informer and the errors
 // it reports.
-func runUnsynced[T any](t *testing.T, lw core.ListerWatcher[T]) (*core.SharedIndexInformer[T], *informertest.Errors) {
+func runUnsynced[T any](t *testing.T, lw driver.ListerWatcher[T]) (*core.SharedIndexInformer[T], *informertest.Errors) {
 	t.Helper()
 	return informertest.Start(t, lw, core.InformerOptions[T]{
 		MinWatchTimeout: time.Hour,
@@ -223,7 +224,7 @@ func TestKVAuthorizationViolationNamesCause(t *testing.T) {
 			inf, errs := runUnsynced(t, lw)
 			informertest.SaysWhy(t, inf, errs, "authorization violation", "s3cret")
 			if c.abort {
-				err := errs.Wait(t, "the informer to stop", func(err error) bool { return errors.Is(err, core.ErrPermanent) })
+				err := errs.Wait(t, "the informer to stop", func(err error) bool { return errors.Is(err, driver.ErrPermanent) })
 				if !strings.Contains(err.Error(), "closed") || !errors.Is(err, nats.ErrAuthorization) {
 					t.Errorf("permanent error %q: want it to say the connection closed on nats.ErrAuthorization", err)
 				}

@@ -1,5 +1,5 @@
 // Package natsinformer is the NATS JetStream adapter of dbinformer: a
-// core.ListerWatcher over a key-value bucket (NewKV) and one over a stream
+// driver.ListerWatcher over a key-value bucket (NewKV) and one over a stream
 // used as an event log, folded into per-key state by a reducer
 // (NewEventStream). The resource version is the stream sequence (for a
 // bucket, the KV revision), so WaitFor(rev) works with the revision a
@@ -75,10 +75,10 @@
 // # Watches
 //
 // Watch pushes batches to WatchOptions.Emit until its context ends (it
-// then returns core.Stopped), the position is gone (core.ErrExpired), the
-// bucket or stream is gone (core.ErrPermanent), Emit fails, or something
-// else does. Values go through KVOptions.Codec with core.Decode (a
-// panicking codec is a *core.DecodeError for that value).
+// then returns driver.Stopped), the position is gone (driver.ErrExpired), the
+// bucket or stream is gone (driver.ErrPermanent), Emit fails, or something
+// else does. Values go through KVOptions.Codec with codec.Decode (a
+// panicking codec is a *driver.DecodeError for that value).
 //
 // # Expiry and resume
 //
@@ -86,7 +86,7 @@
 // sequence has passed from+1 (purge, MaxAge, limits), when from is past its
 // last sequence, or when the stream's creation time differs from the one
 // the last List read (the stream was deleted and created again), Watch
-// returns an error matching core.ErrExpired and the informer relists, which
+// returns an error matching driver.ErrExpired and the informer relists, which
 // turns keys that vanished into deletes. For a bucket, the ListerWatcher
 // keeps the revision of every live key (from List, handed from watch to
 // watch like the event-stream state) to tell a value that was superseded
@@ -124,7 +124,7 @@
 //
 // # Bookmarks
 //
-// Both ListerWatchers implement core.ProgressReporter. When a watch is
+// Both ListerWatchers implement driver.ProgressReporter. When a watch is
 // idle (KVOptions.IdleCheck) or receives a request on
 // WatchOptions.Progress, it reads the stream's last sequence and, if no
 // message its filter matches lies between its position and that sequence,
@@ -133,14 +133,14 @@
 //
 // # Consistency audit
 //
-// Both ListerWatchers implement core.AuditLister (InformerOptions.Audit):
+// Both ListerWatchers implement driver.AuditLister (InformerOptions.Audit):
 // a KV audit reads the last message of every key up to the stream's head,
 // as List does, streaming each to the audit as it arrives; an event
 // stream's audit folds the stream up to its head into a state of its own
 // (one S per entity while it reads: a fold needs each entity's previous
 // state), or, Stateless, streams each message. Neither parks anything for
 // the watches. A bucket's MaxAge or a purge drops values without a message
-// a watch delivers, so a KV answers core.AuditRechecker too: before an
+// a watch delivers, so a KV answers driver.AuditRechecker too: before an
 // audit reports or heals a key it read, it asks the stream's leader
 // whether the key's last message is still the one read; a key dropped
 // meanwhile is in flight, not missing (a heal would put it back).
@@ -180,7 +180,7 @@
 // version emitted, after the same checks as at the start of the watch, up
 // to six times in a row without a delivered message. A List or replay
 // whose consumer is lost starts that consumer again. What no retry can
-// cure ends the watch with an error matching core.ErrPermanent and naming
+// cure ends the watch with an error matching driver.ErrPermanent and naming
 // the cause: the bucket or stream was deleted, the nats.Conn was closed,
 // or an event stream's snapshot is older than the stream's first
 // sequence.
@@ -236,6 +236,6 @@
 // then decodes and emits them in revision order and lets them go.
 //
 // Undecodable values (or reducer errors) arrive as events whose Err is a
-// *core.DecodeError naming the bucket or stream, the key and the sequence;
+// *driver.DecodeError naming the bucket or stream, the key and the sequence;
 // the watch goes on.
 package natsinformer

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/filter"
 )
 
@@ -104,7 +104,7 @@ func streamWhere[S any](source, pattern string, opts *EventStreamOptions[S]) (st
 }
 
 // rewriteLast applies residue to the event apply just appended.
-func rewriteLast[T any](residue *filter.Filter[T], out []core.Event[T], before int) []core.Event[T] {
+func rewriteLast[T any](residue *filter.Filter[T], out []driver.Event[T], before int) []driver.Event[T] {
 	if residue != nil && len(out) > before {
 		residue.Rewrite(&out[len(out)-1])
 	}

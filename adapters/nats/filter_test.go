@@ -14,7 +14,7 @@ import (
 
 	natsinformer "github.com/dbinformer/dbinformer/adapters/nats"
 	"github.com/dbinformer/dbinformer/adapters/nats/natstest"
-	"github.com/dbinformer/dbinformer/core"
+	codecs "github.com/dbinformer/dbinformer/core/codec"
 	"github.com/dbinformer/dbinformer/core/conformance"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/filter"
@@ -59,7 +59,7 @@ func TestKVWhereDecodesOnlyTheSubjectFilter(t *testing.T) {
 	defer cancel()
 	f := filter.MustNew[tagged](filter.And(filter.Prefix(filter.Key, "in."), filter.Eq("tag", "yes")))
 	var decodedOut atomic.Int64
-	codec := core.CodecFuncs[tagged]{DecodeFunc: func(b []byte) (tagged, error) {
+	codec := codecs.Funcs[tagged]{DecodeFunc: func(b []byte) (tagged, error) {
 		var v tagged
 		err := json.Unmarshal(b, &v)
 		if v.Tag == "out-key" {

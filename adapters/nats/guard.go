@@ -36,7 +36,7 @@ func checkPattern(what, p string, wildcards bool) error {
 
 // guard runs user code (a reducer, a key function) and turns a panic into
 // an error, so that one bad event cannot take the watch down. Codecs go
-// through core.Decode, which does the same.
+// through codec.Decode, which does the same.
 func guard(what string, f func() error) (err error) {
 	defer func() {
 		if r := recover(); r != nil {

@@ -13,6 +13,7 @@ import (
 
 	natsinformer "github.com/dbinformer/dbinformer/adapters/nats"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/integration/harness"
 )
 
@@ -152,10 +153,10 @@ func TestKVRequestsLostOnLiveConnection(t *testing.T) {
 
 	done := make(chan error, 2)
 	go func() {
-		done <- lw.Watch(ctx, core.ResourceVersion(rev), core.WatchOptions[item]{Emit: func([]core.Event[item]) error { return nil }})
+		done <- lw.Watch(ctx, core.ResourceVersion(rev), driver.WatchOptions[item]{Emit: func([]driver.Event[item]) error { return nil }})
 	}()
 	go func() {
-		_, err := lw.List(ctx, core.ListSink[item]{Emit: func(core.Event[item]) error { return nil }})
+		_, err := lw.List(ctx, driver.ListSink[item]{Emit: func(driver.Event[item]) error { return nil }})
 		done <- err
 	}()
 	for range 2 {

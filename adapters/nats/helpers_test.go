@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // watchRun is one Watch running in its own goroutine: its events arrive on
@@ -24,19 +25,19 @@ type watchRun[T any] struct {
 
 	mu      sync.Mutex
 	cond    *sync.Cond
-	events  []core.Event[T]
+	events  []driver.Event[T]
 	batches int
 }
 
-func startWatch[T any](t testing.TB, lw core.ListerWatcher[T], from core.ResourceVersion) *watchRun[T] {
+func startWatch[T any](t testing.TB, lw driver.ListerWatcher[T], from core.ResourceVersion) *watchRun[T] {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &watchRun[T]{cancel: cancel, done: make(chan struct{}), progress: make(chan struct{}, 1)}
 	w.cond = sync.NewCond(&w.mu)
 	go func() {
 		defer close(w.done)
-		err := lw.Watch(ctx, from, core.WatchOptions[T]{
-			Emit: func(batch []core.Event[T]) error {
+		err := lw.Watch(ctx, from, driver.WatchOptions[T]{
+			Emit: func(batch []driver.Event[T]) error {
 				if len(batch) == 0 {
 					t.Errorf("Watch emitted an empty batch")
 				}
@@ -68,7 +69,7 @@ func (w *watchRun[T]) requestProgress() {
 
 // wait waits until pred holds for the events so far (or the watch ended,
 // which fails the test), then returns the events.
-func (w *watchRun[T]) wait(t testing.TB, what string, pred func([]core.Event[T]) bool) []core.Event[T] {
+func (w *watchRun[T]) wait(t testing.TB, what string, pred func([]driver.Event[T]) bool) []driver.Event[T] {
 	t.Helper()
 	deadline := time.AfterFunc(testWait, func() {
 		w.mu.Lock()
@@ -92,7 +93,7 @@ func (w *watchRun[T]) wait(t testing.TB, what string, pred func([]core.Event[T])
 		}
 		w.cond.Wait()
 	}
-	return append([]core.Event[T](nil), w.events...)
+	return append([]driver.Event[T](nil), w.events...)
 }
 
 // ended waits for the watch to return on its own and returns its error.
@@ -119,12 +120,12 @@ func (w *watchRun[T]) stop() error {
 const testWait = 3 * time.Minute
 
 // listAll lists lw into a map key -> object.
-func listAll[T any](t testing.TB, lw core.ListerWatcher[T]) (map[string]T, core.ResourceVersion) {
+func listAll[T any](t testing.TB, lw driver.ListerWatcher[T]) (map[string]T, core.ResourceVersion) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testWait)
 	defer cancel()
 	got := map[string]T{}
-	rv, err := lw.List(ctx, core.ListSink[T]{Emit: func(ev core.Event[T]) error {
+	rv, err := lw.List(ctx, driver.ListSink[T]{Emit: func(ev driver.Event[T]) error {
 		if ev.Err != nil {
 			t.Errorf("List: %v", ev.Err)
 			return nil
@@ -139,8 +140,8 @@ func listAll[T any](t testing.TB, lw core.ListerWatcher[T]) (map[string]T, core.
 }
 
 // hasRV reports whether events reach version rv.
-func hasRV[T any](rv core.ResourceVersion) func([]core.Event[T]) bool {
-	return func(evs []core.Event[T]) bool {
+func hasRV[T any](rv core.ResourceVersion) func([]driver.Event[T]) bool {
+	return func(evs []driver.Event[T]) bool {
 		return len(evs) > 0 && evs[len(evs)-1].RV >= rv
 	}
 }

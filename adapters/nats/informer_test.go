@@ -18,6 +18,8 @@ import (
 
 	natsinformer "github.com/dbinformer/dbinformer/adapters/nats"
 	"github.com/dbinformer/dbinformer/core"
+	codecs "github.com/dbinformer/dbinformer/core/codec"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/integration/harness"
 )
@@ -38,7 +40,7 @@ func newKVLW(t *testing.T, js jetstream.JetStream, bucket string, opts natsinfor
 // startInformer runs an informer over lw until the test ends (no planned
 // watch restarts) and waits for its first sync; it returns the errors the
 // informer reports.
-func startInformer[T any](t *testing.T, lw core.ListerWatcher[T], handlers ...core.ResourceEventHandler[T]) (*core.SharedIndexInformer[T], *informertest.Errors) {
+func startInformer[T any](t *testing.T, lw driver.ListerWatcher[T], handlers ...core.ResourceEventHandler[T]) (*core.SharedIndexInformer[T], *informertest.Errors) {
 	t.Helper()
 	return informertest.Run(t, lw, core.InformerOptions[T]{MinWatchTimeout: time.Hour}, handlers...)
 }
@@ -231,7 +233,7 @@ func TestKVInformerServerRestart(t *testing.T) {
 	errs := sink.All()
 	t.Logf("errors reported across the restart: %d (first: %v)", len(errs), first(errs))
 	for _, err := range errs {
-		if errors.Is(err, core.ErrExpired) {
+		if errors.Is(err, driver.ErrExpired) {
 			t.Errorf("restart reported expiry: %v", err)
 		}
 	}
@@ -389,7 +391,7 @@ func TestKVBadPayload(t *testing.T) {
 	}
 	want := map[string]uint64{"bad1": badListed, "bad2": badWatched}
 	for _, err := range sink.All() {
-		var de *core.DecodeError
+		var de *driver.DecodeError
 		if errors.As(err, &de) {
 			if r, ok := want[de.Key]; ok && uint64(de.RV) == r && strings.Contains(de.Source, kv.Bucket()) {
 				delete(want, de.Key)
@@ -437,11 +439,11 @@ func TestKVBucketRecreated(t *testing.T) {
 	for i := range 5 { // past the old head, so that positions alone look fine
 		put(ctx, kv, fmt.Sprintf("new%d", i), 2)
 	}
-	err = lw.Watch(ctx, rv, core.WatchOptions[item]{Emit: func(evs []core.Event[item]) error {
+	err = lw.Watch(ctx, rv, driver.WatchOptions[item]{Emit: func(evs []driver.Event[item]) error {
 		t.Errorf("watch of the recreated bucket from the old one's version %d emitted %+v", rv, evs)
 		return nil
 	}})
-	if !errors.Is(err, core.ErrExpired) {
+	if !errors.Is(err, driver.ErrExpired) {
 		t.Fatalf("Watch(%d) on the recreated bucket: %v, want an error matching core.ErrExpired", rv, err)
 	}
 	listed, _ := listAll[item](t, lw)
@@ -484,7 +486,7 @@ func TestKVCustomCodec(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	kv.Put(ctx, "a", []byte("v=3"))
-	codec := core.CodecFuncs[item]{DecodeFunc: func(b []byte) (item, error) {
+	codec := codecs.Funcs[item]{DecodeFunc: func(b []byte) (item, error) {
 		var it item
 		_, err := fmt.Sscanf(string(b), "v=%d", &it.N)
 		return it, err

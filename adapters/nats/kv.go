@@ -14,6 +14,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/codec"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/filter"
 )
 
@@ -36,9 +38,9 @@ type KVOptions[T any] struct {
 	// a key that starts matching as an add and one that stops as a delete
 	// carrying its last matching value.
 	Where *filter.Filter[T]
-	// Codec decodes values; nil means core.JSON[T]. Its Decode is called
-	// through core.Decode (a panic becomes a *core.DecodeError).
-	Codec core.Codec[T]
+	// Codec decodes values; nil means codec.JSON[T]. Its Decode is called
+	// through codec.Decode (a panic becomes a *driver.DecodeError).
+	Codec codec.Codec[T]
 	// Logger receives debug lines; nil discards them.
 	Logger *slog.Logger
 	// BatchSize bounds the messages buffered from the server and the
@@ -64,7 +66,7 @@ type KV[T any] struct {
 	streamReader
 	bucket  string
 	subject string // "$KV.<bucket>.<Prefix>"
-	codec   core.Codec[T]
+	codec   codec.Codec[T]
 	residue *filter.Filter[T] // nil: unfiltered
 
 	mu     sync.Mutex
@@ -72,9 +74,9 @@ type KV[T any] struct {
 }
 
 var (
-	_ core.ListerWatcher[int] = (*KV[int])(nil)
-	_ core.HeadReader         = (*KV[int])(nil)
-	_ core.ProgressReporter   = (*KV[int])(nil)
+	_ driver.ListerWatcher[int] = (*KV[int])(nil)
+	_ driver.HeadReader         = (*KV[int])(nil)
+	_ driver.ProgressReporter   = (*KV[int])(nil)
 )
 
 // kvPark is the live key → revision map at rv, left by the last List or
@@ -135,7 +137,7 @@ func NewKV[T any](ctx context.Context, js jetstream.JetStream, bucket string, op
 	k := &KV[T]{bucket: bucket, subject: subject + opts.Prefix, codec: opts.Codec, residue: residue}
 	k.init(js, stream, source, subject+opts.Prefix+pattern, batch, idle, opts.Logger)
 	if k.codec == nil {
-		k.codec = core.JSON[T]{}
+		k.codec = codec.JSON[T]{}
 	}
 	return k, nil
 }
@@ -168,7 +170,7 @@ const maxListAttempts = 4
 // messages is the bucket as of the head or the highest sequence delivered,
 // whichever is higher, which is the version returned. Values are decoded as
 // they arrive and emitted in revision order once the fold is complete.
-func (k *KV[T]) List(ctx context.Context, sink core.ListSink[T]) (core.ResourceVersion, error) {
+func (k *KV[T]) List(ctx context.Context, sink driver.ListSink[T]) (core.ResourceVersion, error) {
 	var (
 		rv   uint64
 		fold *kvFold[T]
@@ -190,13 +192,13 @@ func (k *KV[T]) List(ctx context.Context, sink core.ListSink[T]) (core.ResourceV
 			continue // superseded or deleted during the list
 		}
 		if !k.residue.Keep(&fold.events[i]) {
-			fold.events[i] = core.Event[T]{}
+			fold.events[i] = driver.Event[T]{}
 			continue
 		}
 		if err := sink.Emit(fold.events[i]); err != nil {
 			return 0, err
 		}
-		fold.events[i] = core.Event[T]{} // let the object go
+		fold.events[i] = driver.Event[T]{} // let the object go
 	}
 	k.park(rv, fold.revs)
 	k.log.Debug("nats kv listed", "bucket", k.bucket, "keys", len(fold.revs), "rv", rv)
@@ -212,7 +214,7 @@ func (k *KV[T]) List(ctx context.Context, sink core.ListSink[T]) (core.ResourceV
 // order already; a value superseded or deleted later in the list is
 // blanked (Key "", RV kept), found by binary search on its revision.
 type kvFold[T any] struct {
-	events []core.Event[T]
+	events []driver.Event[T]
 	revs   map[string]uint64 // live keys and the revision of their value
 }
 
@@ -222,11 +224,11 @@ func (f *kvFold[T]) drop(key string) {
 		return
 	}
 	delete(f.revs, key)
-	if i, ok := slices.BinarySearchFunc(f.events, rev, func(e core.Event[T], rev uint64) int {
+	if i, ok := slices.BinarySearchFunc(f.events, rev, func(e driver.Event[T], rev uint64) int {
 		return cmp.Compare(uint64(e.RV), rev)
 	}); ok {
 		// Blanked, keeping its revision: the search needs events sorted.
-		f.events[i] = core.Event[T]{RV: f.events[i].RV}
+		f.events[i] = driver.Event[T]{RV: f.events[i].RV}
 	}
 }
 
@@ -253,7 +255,7 @@ func (k *KV[T]) read(ctx context.Context, estimate func(int64)) (uint64, *kvFold
 		}
 		// Sized for the initial set; what arrives meanwhile grows them.
 		n := int(min(pending, 1<<20))
-		fold.events = make([]core.Event[T], 0, n)
+		fold.events = make([]driver.Event[T], 0, n)
 		fold.revs = make(map[string]uint64, n)
 	}
 	last, err := f.drain(ctx, 0, top, true, false, func(m jetstream.Msg, seq uint64) error {
@@ -277,8 +279,8 @@ func (k *KV[T]) read(ctx context.Context, estimate func(int64)) (uint64, *kvFold
 		if !isDelete(m) {
 			// Decoded in its slot: an event returned by value and then
 			// appended was a second copy per key on the reader's path.
-			fold.events = append(fold.events, core.Event[T]{})
-			k.fill(&fold.events[len(fold.events)-1], core.Added, key, seq, m.Data())
+			fold.events = append(fold.events, driver.Event[T]{})
+			k.fill(&fold.events[len(fold.events)-1], driver.Added, key, seq, m.Data())
 			fold.revs[key] = seq
 		}
 		return nil
@@ -290,13 +292,13 @@ func (k *KV[T]) read(ctx context.Context, estimate func(int64)) (uint64, *kvFold
 }
 
 // Watch delivers every put, delete and purge of a watched key after from,
-// through opts.Emit, until ctx ends (core.Stopped), the stream no longer
-// holds what from needs (core.ErrExpired), the bucket is deleted
-// (core.ErrPermanent) or something else fails; see the package doc.
+// through opts.Emit, until ctx ends (driver.Stopped), the stream no longer
+// holds what from needs (driver.ErrExpired), the bucket is deleted
+// (driver.ErrPermanent) or something else fails; see the package doc.
 // A consumer that is lost or unusable (a node restarted, a step-down,
 // missed heartbeats) is replaced from the last version emitted, a bounded
 // number of times in a row, without ending the watch.
-func (k *KV[T]) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[T]) error {
+func (k *KV[T]) Watch(ctx context.Context, from core.ResourceVersion, opts driver.WatchOptions[T]) error {
 	a := &kvApplier[T]{kv: k}
 	k.mu.Lock()
 	if p := k.parked; p != nil && p.rv == uint64(from) {
@@ -326,11 +328,11 @@ func (k *KV[T]) key(subject string) (string, bool) {
 
 // fill decodes data into *ev, a zero event, as an event of typ for key at
 // rev.
-func (k *KV[T]) fill(ev *core.Event[T], typ core.EventType, key string, rev uint64, data []byte) {
+func (k *KV[T]) fill(ev *driver.Event[T], typ driver.EventType, key string, rev uint64, data []byte) {
 	ev.Type, ev.Key, ev.RV = typ, key, core.ResourceVersion(rev)
-	obj, err := core.Decode(k.codec, data)
+	obj, err := codec.Decode(k.codec, data)
 	if err != nil {
-		ev.Err = &core.DecodeError{Source: k.source, Key: key, RV: ev.RV, Err: err}
+		ev.Err = &driver.DecodeError{Source: k.source, Key: key, RV: ev.RV, Err: err}
 		return
 	}
 	ev.Object, ev.HasObject = obj, true
@@ -363,7 +365,7 @@ type kvApplier[T any] struct {
 	newer map[string]uint64
 }
 
-func (a *kvApplier[T]) apply(m jetstream.Msg, seq uint64, out []core.Event[T]) []core.Event[T] {
+func (a *kvApplier[T]) apply(m jetstream.Msg, seq uint64, out []driver.Event[T]) []driver.Event[T] {
 	key, ok := a.kv.key(m.Subject())
 	if !ok {
 		return out // the filter makes this impossible
@@ -373,14 +375,14 @@ func (a *kvApplier[T]) apply(m jetstream.Msg, seq uint64, out []core.Event[T]) [
 	}
 	if isDelete(m) {
 		delete(a.revs, key)
-		return append(out, core.Event[T]{Type: core.Deleted, Key: key, RV: core.ResourceVersion(seq)})
+		return append(out, driver.Event[T]{Type: driver.Deleted, Key: key, RV: core.ResourceVersion(seq)})
 	}
-	typ := core.Added
+	typ := driver.Added
 	if _, ok := a.revs[key]; ok {
-		typ = core.Modified
+		typ = driver.Modified
 	}
 	a.revs[key] = seq
-	out = append(out, core.Event[T]{})
+	out = append(out, driver.Event[T]{})
 	a.kv.fill(&out[len(out)-1], typ, key, seq, m.Data())
 	return rewriteLast(a.kv.residue, out, len(out)-1)
 }

@@ -14,6 +14,8 @@ import (
 	natsinformer "github.com/dbinformer/dbinformer/adapters/nats"
 	"github.com/dbinformer/dbinformer/adapters/nats/natstest"
 	"github.com/dbinformer/dbinformer/core"
+	codecs "github.com/dbinformer/dbinformer/core/codec"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/integration/harness"
 )
 
@@ -52,7 +54,7 @@ func TestKVOptionsValidated(t *testing.T) {
 	}
 }
 
-// A watch whose context ends returns core.Stopped: it matches
+// A watch whose context ends returns driver.Stopped: it matches
 // ErrWatchStopped and the context's cause, whatever the watch was doing.
 func TestKVWatchStopped(t *testing.T) {
 	srv := harness.StartNATS(t)
@@ -67,7 +69,7 @@ func TestKVWatchStopped(t *testing.T) {
 	}
 	w.wait(t, "the put", hasRV[natstest.Obj](put))
 	err = w.stop()
-	if !errors.Is(err, core.ErrWatchStopped) || !errors.Is(err, context.Canceled) {
+	if !errors.Is(err, driver.ErrWatchStopped) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("Watch after its context was cancelled: %v, want ErrWatchStopped and context.Canceled", err)
 	}
 }
@@ -88,16 +90,16 @@ func TestKVBucketDeletedIsPermanent(t *testing.T) {
 	if err := h.Writer().DeleteKeyValue(ctx, h.Bucket().Bucket()); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.ended(t); !errors.Is(err, core.ErrPermanent) || !strings.Contains(err.Error(), "was deleted") {
+	if err := w.ended(t); !errors.Is(err, driver.ErrPermanent) || !strings.Contains(err.Error(), "was deleted") {
 		t.Fatalf("Watch of a deleted bucket: %v, want a permanent error saying so", err)
 	}
-	_, err = h.ListerWatcher().List(ctx, core.ListSink[natstest.Obj]{Emit: func(core.Event[natstest.Obj]) error { return nil }})
-	if !errors.Is(err, core.ErrPermanent) {
+	_, err = h.ListerWatcher().List(ctx, driver.ListSink[natstest.Obj]{Emit: func(driver.Event[natstest.Obj]) error { return nil }})
+	if !errors.Is(err, driver.ErrPermanent) {
 		t.Fatalf("List of a deleted bucket: %v, want a permanent error", err)
 	}
 }
 
-// A codec that panics yields a *core.DecodeError for that value; the watch
+// A codec that panics yields a *driver.DecodeError for that value; the watch
 // goes on.
 func TestKVCodecPanic(t *testing.T) {
 	srv := harness.StartNATS(t)
@@ -105,18 +107,18 @@ func TestKVCodecPanic(t *testing.T) {
 	kv := newBucket(t, js, jetstream.KeyValueConfig{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	codec := core.CodecFuncs[item]{DecodeFunc: func(b []byte) (item, error) {
+	codec := codecs.Funcs[item]{DecodeFunc: func(b []byte) (item, error) {
 		if string(b) == "boom" {
 			panic("boom")
 		}
-		return core.JSON[item]{}.Decode(b)
+		return codecs.JSON[item]{}.Decode(b)
 	}}
 	lw, err := natsinformer.NewKV(ctx, js, kv.Bucket(), natsinformer.KVOptions[item]{Codec: codec})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, rv := listAll(t, core.ListerWatcher[item](lw))
-	w := startWatch(t, core.ListerWatcher[item](lw), rv)
+	_, rv := listAll(t, driver.ListerWatcher[item](lw))
+	w := startWatch(t, driver.ListerWatcher[item](lw), rv)
 	if _, err := kv.Put(ctx, "bad", []byte("boom")); err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +127,7 @@ func TestKVCodecPanic(t *testing.T) {
 		t.Fatal(err)
 	}
 	evs := w.wait(t, "both puts", hasRV[item](core.ResourceVersion(good)))
-	var de *core.DecodeError
+	var de *driver.DecodeError
 	if len(evs) != 2 || !errors.As(evs[0].Err, &de) || de.Key != "bad" || evs[1].Object.N != 7 {
 		t.Fatalf("events %+v, want a DecodeError for \"bad\" then good=7", evs)
 	}
@@ -146,7 +148,7 @@ func TestKVBookmarkOnRequest(t *testing.T) {
 	}
 	w.requestProgress()
 	evs := w.wait(t, "a bookmark", hasRV[natstest.Obj](other))
-	if ev := evs[len(evs)-1]; ev.Type != core.Bookmark || ev.RV != other {
+	if ev := evs[len(evs)-1]; ev.Type != driver.Bookmark || ev.RV != other {
 		t.Fatalf("got %+v, want a Bookmark at %d", ev, other)
 	}
 }

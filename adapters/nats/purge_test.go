@@ -14,6 +14,7 @@ import (
 
 	natsinformer "github.com/dbinformer/dbinformer/adapters/nats"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	"github.com/dbinformer/dbinformer/internal/testkit/proxy"
 )
@@ -214,7 +215,7 @@ func TestKVWatchFromVersionWithPurgedValues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rv, err := lw.List(ctx, core.ListSink[item]{Emit: func(core.Event[item]) error { return nil }})
+	rv, err := lw.List(ctx, driver.ListSink[item]{Emit: func(driver.Event[item]) error { return nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,8 +226,8 @@ func TestKVWatchFromVersionWithPurgedValues(t *testing.T) {
 	if err := st.Purge(ctx, jetstream.WithPurgeSequence(uint64(rv))); err != nil {
 		t.Fatal(err)
 	}
-	err = lw.Watch(ctx, rv, core.WatchOptions[item]{Emit: func([]core.Event[item]) error { return nil }})
-	if !errors.Is(err, core.ErrExpired) {
+	err = lw.Watch(ctx, rv, driver.WatchOptions[item]{Emit: func([]driver.Event[item]) error { return nil }})
+	if !errors.Is(err, driver.ErrExpired) {
 		t.Fatalf("Watch(%d): %v; want an error matching core.ErrExpired", rv, err)
 	}
 }

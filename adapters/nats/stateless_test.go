@@ -14,6 +14,7 @@ import (
 
 	natsinformer "github.com/dbinformer/dbinformer/adapters/nats"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/filter"
 	"github.com/dbinformer/dbinformer/integration/harness"
 )
@@ -72,14 +73,14 @@ func TestEventStreamStateless(t *testing.T) {
 	pub("k1", 100)
 	last := pub("k2", -1)
 	evs := w.wait(t, "the two changes", hasRV[item](core.ResourceVersion(last)))
-	if err := w.stop(); !errors.Is(err, core.ErrWatchStopped) {
+	if err := w.stop(); !errors.Is(err, driver.ErrWatchStopped) {
 		t.Fatalf("Watch ended with %v, want ErrWatchStopped", err)
 	}
 	if n := calls.Load(); n != 2 {
 		t.Errorf("the reducer ran %d times for a Watch from %d with two messages after it: a Stateless watch must not replay the stream", n, rv)
 	}
-	if len(evs) != 2 || evs[0].Key != "k1" || evs[0].Type != core.Added || evs[0].Object.N != 100 ||
-		evs[1].Key != "k2" || evs[1].Type != core.Deleted || evs[1].HasObject {
+	if len(evs) != 2 || evs[0].Key != "k1" || evs[0].Type != driver.Added || evs[0].Object.N != 100 ||
+		evs[1].Key != "k2" || evs[1].Type != driver.Deleted || evs[1].HasObject {
 		t.Errorf("events = %+v, want k1 Added 100, then k2 Deleted with only its key", evs)
 	}
 	if sawPrev.Load() {
@@ -130,8 +131,8 @@ func TestEventStreamCompacted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = plain.Watch(ctx, core.ResourceVersion(from), core.WatchOptions[item]{Emit: func([]core.Event[item]) error { return nil }})
-	if !errors.Is(err, core.ErrExpired) {
+	err = plain.Watch(ctx, core.ResourceVersion(from), driver.WatchOptions[item]{Emit: func([]driver.Event[item]) error { return nil }})
+	if !errors.Is(err, driver.ErrExpired) {
 		t.Fatalf("Watch from %d of a stream whose first retained sequence is past it, without Compacted: %v, want ErrExpired", from, err)
 	}
 
@@ -142,7 +143,7 @@ func TestEventStreamCompacted(t *testing.T) {
 	w := startWatch[item](t, es, core.ResourceVersion(from))
 	end := pub("c", 5)
 	evs := w.wait(t, "the retained messages and the next", hasRV[item](core.ResourceVersion(end)))
-	if err := w.stop(); !errors.Is(err, core.ErrWatchStopped) {
+	if err := w.stop(); !errors.Is(err, driver.ErrWatchStopped) {
 		t.Fatalf("Watch ended with %v, want ErrWatchStopped", err)
 	}
 	got := map[string]int{}

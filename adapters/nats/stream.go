@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/filter"
 )
 
@@ -33,7 +34,7 @@ type Message struct {
 // and keep=true, or keep=false to delete the entity. It must not modify
 // prev in place (the informer's cache holds it): return a new value. An
 // error leaves the entity's state as it was and is reported as the event's
-// *core.DecodeError; the stream goes on.
+// *driver.DecodeError; the stream goes on.
 type Reducer[S any] func(prev S, exists bool, msg Message) (next S, keep bool, err error)
 
 // EventStreamOptions configures an event-stream ListerWatcher. Reduce is
@@ -85,7 +86,7 @@ type EventStreamOptions[S any] struct {
 	// stream's configuration), and nothing purged by hand. A Stateless
 	// watch from before the first retained sequence then misses only
 	// superseded messages (the superseding ones follow), so it starts
-	// where the stream does instead of failing with core.ErrExpired: a
+	// where the stream does instead of failing with driver.ErrExpired: a
 	// List of a young stream whose first messages were superseded while it
 	// read does not relist. Only with Stateless.
 	Compacted bool
@@ -110,9 +111,9 @@ type EventStream[S any] struct {
 }
 
 var (
-	_ core.ListerWatcher[int] = (*EventStream[int])(nil)
-	_ core.HeadReader         = (*EventStream[int])(nil)
-	_ core.ProgressReporter   = (*EventStream[int])(nil)
+	_ driver.ListerWatcher[int] = (*EventStream[int])(nil)
+	_ driver.HeadReader         = (*EventStream[int])(nil)
+	_ driver.ProgressReporter   = (*EventStream[int])(nil)
 )
 
 type streamPark[S any] struct {
@@ -202,12 +203,12 @@ func (s *EventStream[S]) ReportsProgress() bool { return true }
 // and emits every entity's state. The version is the last sequence folded
 // or that head, whichever is higher. Reducer errors are emitted first, as
 // events with Err set.
-func (s *EventStream[S]) List(ctx context.Context, sink core.ListSink[S]) (core.ResourceVersion, error) {
+func (s *EventStream[S]) List(ctx context.Context, sink driver.ListSink[S]) (core.ResourceVersion, error) {
 	f := &folder[S]{es: s, state: maps.Clone(s.opts.Snapshot)}
 	if f.state == nil {
 		f.state = make(map[string]S)
 	}
-	var errs []core.Event[S]
+	var errs []driver.Event[S]
 	top, err := s.replay(ctx, s.opts.SnapshotSeq, 0, func(m jetstream.Msg, seq uint64) {
 		errs = f.fold(m, seq, errs, false)
 	})
@@ -220,7 +221,7 @@ func (s *EventStream[S]) List(ctx context.Context, sink core.ListSink[S]) (core.
 		}
 	}
 	for _, key := range slices.Sorted(maps.Keys(f.state)) {
-		ev := core.Event[S]{Type: core.Added, Key: key, Object: f.state[key], HasObject: true, RV: core.ResourceVersion(top)}
+		ev := driver.Event[S]{Type: driver.Added, Key: key, Object: f.state[key], HasObject: true, RV: core.ResourceVersion(top)}
 		if !s.residue.Keep(&ev) {
 			continue
 		}
@@ -251,12 +252,12 @@ func (s *EventStream[S]) replay(ctx context.Context, after, upTo uint64, fn func
 	st := info.State
 	if after > 0 && st.FirstSeq > after+1 {
 		// The snapshot can never be replayed again: no relist can help.
-		return 0, core.Permanent(fmt.Errorf("%s: cannot replay from the snapshot at sequence %d: the stream's first retained sequence is %d", s.source, after, st.FirstSeq))
+		return 0, driver.Permanent(fmt.Errorf("%s: cannot replay from the snapshot at sequence %d: the stream's first retained sequence is %d", s.source, after, st.FirstSeq))
 	}
 	to := st.LastSeq
 	if upTo > 0 {
 		if upTo > to {
-			return 0, fmt.Errorf("%s: cannot rebuild the state at sequence %d: the stream's last sequence is %d (was it deleted and created again?): %w", s.source, upTo, to, core.ErrExpired)
+			return 0, fmt.Errorf("%s: cannot rebuild the state at sequence %d: the stream's last sequence is %d (was it deleted and created again?): %w", s.source, upTo, to, driver.ErrExpired)
 		}
 		to = upTo
 	}
@@ -295,7 +296,7 @@ func (s *EventStream[S]) replayFrom(ctx context.Context, after, to uint64, stric
 	// From a position (a snapshot, a resumed replay), a purge since the
 	// state check moves the consumer's start without telling anyone.
 	if d := f.info().Delivered.Stream; after > 0 && d > after {
-		return after, fmt.Errorf("%s: the replay consumer starts after sequence %d, not at %d: messages were removed meanwhile: %w", s.source, d, after+1, core.ErrExpired)
+		return after, fmt.Errorf("%s: the replay consumer starts after sequence %d, not at %d: messages were removed meanwhile: %w", s.source, d, after+1, driver.ErrExpired)
 	}
 	return f.drain(ctx, after, to, false, strict, func(m jetstream.Msg, seq uint64) error {
 		fn(m, seq)
@@ -304,11 +305,11 @@ func (s *EventStream[S]) replayFrom(ctx context.Context, after, to uint64, stric
 }
 
 // Watch continues the fold after from, through opts.Emit, until ctx ends
-// (core.Stopped), the stream no longer holds what from needs
-// (core.ErrExpired), the stream is deleted (core.ErrPermanent) or
+// (driver.Stopped), the stream no longer holds what from needs
+// (driver.ErrExpired), the stream is deleted (driver.ErrPermanent) or
 // something else fails. The state at from comes from the List or watch
 // that ended there; otherwise Watch replays up to from first.
-func (s *EventStream[S]) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[S]) error {
+func (s *EventStream[S]) Watch(ctx context.Context, from core.ResourceVersion, opts driver.WatchOptions[S]) error {
 	f := &folder[S]{es: s}
 	if s.opts.Stateless {
 		// Nothing to rebuild: the watch starts at from.
@@ -326,14 +327,14 @@ func (s *EventStream[S]) Watch(ctx context.Context, from core.ResourceVersion, o
 			f.state = make(map[string]S)
 		}
 		if uint64(from) < s.opts.SnapshotSeq {
-			return fmt.Errorf("%s: cannot watch from sequence %d, before the snapshot at %d: %w", s.source, from, s.opts.SnapshotSeq, core.ErrExpired)
+			return fmt.Errorf("%s: cannot watch from sequence %d, before the snapshot at %d: %w", s.source, from, s.opts.SnapshotSeq, driver.ErrExpired)
 		}
 		if uint64(from) > s.opts.SnapshotSeq {
 			if _, err := s.replay(ctx, s.opts.SnapshotSeq, uint64(from), func(m jetstream.Msg, seq uint64) {
 				f.fold(m, seq, nil, false)
 			}); err != nil {
 				if ctx.Err() != nil {
-					return core.Stopped(ctx)
+					return driver.Stopped(ctx)
 				}
 				return fmt.Errorf("rebuild the state at %d: %w", from, err)
 			}
@@ -382,13 +383,13 @@ type folder[S any] struct {
 
 // fold applies one event. In a watch (events=true) it appends the change
 // to out; in a List only errors are appended.
-func (f *folder[S]) fold(m jetstream.Msg, seq uint64, out []core.Event[S], events bool) []core.Event[S] {
+func (f *folder[S]) fold(m jetstream.Msg, seq uint64, out []driver.Event[S], events bool) []driver.Event[S] {
 	rv := core.ResourceVersion(seq)
 	subject := m.Subject()
 	key, err := f.es.key(subject)
 	if err != nil {
-		return append(out, core.Event[S]{Type: core.Modified, Key: subject, RV: rv,
-			Err: &core.DecodeError{Source: f.es.source, Key: subject, RV: rv, Err: err}})
+		return append(out, driver.Event[S]{Type: driver.Modified, Key: subject, RV: rv,
+			Err: &driver.DecodeError{Source: f.es.source, Key: subject, RV: rv, Err: err}})
 	}
 	var prev S
 	var exists bool
@@ -403,12 +404,12 @@ func (f *folder[S]) fold(m jetstream.Msg, seq uint64, out []core.Event[S], event
 	var keep bool
 	err = guard("reducer", func() (err error) { next, keep, err = f.es.opts.Reduce(prev, exists, msg); return err })
 	if err != nil {
-		typ := core.Added
+		typ := driver.Added
 		if exists {
-			typ = core.Modified
+			typ = driver.Modified
 		}
-		return append(out, core.Event[S]{Type: typ, Key: key, RV: rv,
-			Err: &core.DecodeError{Source: fmt.Sprintf("%s subject %q", f.es.source, subject), Key: key, RV: rv, Err: err}})
+		return append(out, driver.Event[S]{Type: typ, Key: key, RV: rv,
+			Err: &driver.DecodeError{Source: fmt.Sprintf("%s subject %q", f.es.source, subject), Key: key, RV: rv, Err: err}})
 	}
 	switch {
 	case keep:
@@ -416,29 +417,29 @@ func (f *folder[S]) fold(m jetstream.Msg, seq uint64, out []core.Event[S], event
 			f.state[key] = next
 		}
 		if events {
-			typ := core.Added
+			typ := driver.Added
 			if exists {
-				typ = core.Modified
+				typ = driver.Modified
 			}
-			out = append(out, core.Event[S]{Type: typ, Key: key, Object: next, HasObject: true, RV: rv})
+			out = append(out, driver.Event[S]{Type: typ, Key: key, Object: next, HasObject: true, RV: rv})
 		}
 	case f.es.opts.Stateless:
 		if f.state != nil {
 			delete(f.state, key)
 		}
 		if events {
-			out = append(out, core.Event[S]{Type: core.Deleted, Key: key, RV: rv})
+			out = append(out, driver.Event[S]{Type: driver.Deleted, Key: key, RV: rv})
 		}
 	case exists:
 		delete(f.state, key)
 		if events {
-			out = append(out, core.Event[S]{Type: core.Deleted, Key: key, Object: prev, HasObject: true, RV: rv})
+			out = append(out, driver.Event[S]{Type: driver.Deleted, Key: key, Object: prev, HasObject: true, RV: rv})
 		}
 	}
 	return out
 }
 
-func (f *folder[S]) apply(m jetstream.Msg, seq uint64, out []core.Event[S]) []core.Event[S] {
+func (f *folder[S]) apply(m jetstream.Msg, seq uint64, out []driver.Event[S]) []driver.Event[S] {
 	return rewriteLast(f.es.residue, f.fold(m, seq, out, true), len(out))
 }
 

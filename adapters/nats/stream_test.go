@@ -15,6 +15,7 @@ import (
 
 	natsinformer "github.com/dbinformer/dbinformer/adapters/nats"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/integration/harness"
 )
@@ -161,7 +162,7 @@ func TestEventStreamAccounts(t *testing.T) {
 	}
 	var found bool
 	for _, err := range sink.All() {
-		var de *core.DecodeError
+		var de *driver.DecodeError
 		if errors.As(err, &de) && de.Key == "a01" && uint64(de.RV) == bad.Sequence && strings.Contains(de.Source, name) {
 			found = true
 		}
@@ -181,7 +182,7 @@ func TestEventStreamAccounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := make(map[string]Account)
-	if _, err := slw.List(ctx, core.ListSink[Account]{Emit: func(ev core.Event[Account]) error {
+	if _, err := slw.List(ctx, driver.ListSink[Account]{Emit: func(ev driver.Event[Account]) error {
 		if ev.Err == nil {
 			got[ev.Key] = ev.Object
 		}
@@ -218,7 +219,7 @@ func TestEventStreamKeys(t *testing.T) {
 		}
 		got := map[string]Account{}
 		var errs []error
-		if _, err := lw.List(ctx, core.ListSink[Account]{Emit: func(ev core.Event[Account]) error {
+		if _, err := lw.List(ctx, driver.ListSink[Account]{Emit: func(ev driver.Event[Account]) error {
 			if ev.Err != nil {
 				errs = append(errs, ev.Err)
 			} else {
@@ -282,7 +283,7 @@ func TestEventStreamReducerPanic(t *testing.T) {
 	}
 	var found bool
 	for _, err := range sink.All() {
-		var de *core.DecodeError
+		var de *driver.DecodeError
 		if errors.As(err, &de) && de.Key == "a1" && uint64(de.RV) == boom.Sequence && strings.Contains(err.Error(), "reducer panicked") {
 			found = true
 		}

@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // streamReader is what the Lists and watches of both modes share: the stream,
@@ -135,29 +135,29 @@ func transient(err error) bool {
 	return false
 }
 
-// fatal turns an error that no retry can cure into a core.Permanent one:
+// fatal turns an error that no retry can cure into a driver.Permanent one:
 // the stream (bucket) is gone, or the connection was closed by its owner.
 func (r *streamReader) fatal(err error) error {
 	if err == nil {
 		return nil
 	}
-	if errors.Is(err, core.ErrPermanent) {
+	if errors.Is(err, driver.ErrPermanent) {
 		return err
 	}
 	var api *jetstream.APIError
 	if errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrBucketNotFound) ||
 		errors.As(err, &api) && api.ErrorCode == jetstream.JSErrCodeStreamNotFound {
-		return core.Permanent(fmt.Errorf("%s was deleted: %w", r.source, err))
+		return driver.Permanent(fmt.Errorf("%s was deleted: %w", r.source, err))
 	}
 	if errors.Is(err, nats.ErrConnectionClosed) {
 		var ce *connDownError
 		if errors.As(err, &ce) { // says why it was closed
-			return core.Permanent(fmt.Errorf("%s: %w", r.source, err))
+			return driver.Permanent(fmt.Errorf("%s: %w", r.source, err))
 		}
 		if ce := connError(r.nc, err); ce != nil {
-			return core.Permanent(fmt.Errorf("%s: %w", r.source, ce))
+			return driver.Permanent(fmt.Errorf("%s: %w", r.source, ce))
 		}
-		return core.Permanent(fmt.Errorf("%s: the NATS connection was closed: %w", r.source, err))
+		return driver.Permanent(fmt.Errorf("%s: the NATS connection was closed: %w", r.source, err))
 	}
 	return err
 }
@@ -219,7 +219,7 @@ func retry[R any](ctx context.Context, nc *nats.Conn, op func(context.Context) (
 // pauses first, longer with each attempt.
 func startOver(ctx context.Context, start time.Time, attempt int, err error) bool {
 	var fe *feedError
-	if ctx.Err() != nil || !errors.As(err, &fe) || errors.Is(err, core.ErrPermanent) {
+	if ctx.Err() != nil || !errors.As(err, &fe) || errors.Is(err, driver.ErrPermanent) {
 		return false
 	}
 	if attempt >= maxListAttempts && (!transient(err) || time.Since(start) > clusterRetry) {
@@ -370,7 +370,7 @@ func (id *identity) check(source string, info *jetstream.StreamInfo) error {
 	}
 	if !info.Created.Equal(id.created) {
 		return fmt.Errorf("%s: the stream was deleted and created again (created %s, the versions held are from the one created %s): %w",
-			source, info.Created.UTC().Format(time.RFC3339Nano), id.created.UTC().Format(time.RFC3339Nano), core.ErrExpired)
+			source, info.Created.UTC().Format(time.RFC3339Nano), id.created.UTC().Format(time.RFC3339Nano), driver.ErrExpired)
 	}
 	return nil
 }

@@ -11,13 +11,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // applier turns the messages of one watch into events. It keeps whatever
 // per-key state the mode needs and is used by one goroutine at a time.
 type applier[T any] interface {
 	// apply appends the events of one message (possibly none) to out.
-	apply(m jetstream.Msg, seq uint64, out []core.Event[T]) []core.Event[T]
+	apply(m jetstream.Msg, seq uint64, out []driver.Event[T]) []driver.Event[T]
 	// lost reports why state this watch has delivered can no longer be
 	// trusted now that the stream's first retained sequence is first
 	// (a key's current value removed by MaxAge or a purge), or "". An
@@ -43,7 +44,7 @@ type applier[T any] interface {
 type tail[T any] struct {
 	r    *streamReader
 	a    applier[T]
-	emit func([]core.Event[T]) error
+	emit func([]driver.Event[T]) error
 	f    *feed
 
 	pos          uint64 // last version emitted
@@ -54,7 +55,7 @@ type tail[T any] struct {
 	// the state at once rather than after IdleCheck.
 	connected chan nats.Status
 	delivered bool // the current feed has delivered a message
-	out       []core.Event[T]
+	out       []driver.Event[T]
 	seqs      []uint64 // take's, reused
 }
 
@@ -67,18 +68,18 @@ const (
 	progressRetry = 200 * time.Millisecond
 )
 
-// watch runs one Watch: see core.ListerWatcher.
-func watch[T any](ctx context.Context, r *streamReader, from uint64, a applier[T], opts core.WatchOptions[T]) error {
+// watch runs one Watch: see driver.ListerWatcher.
+func watch[T any](ctx context.Context, r *streamReader, from uint64, a applier[T], opts driver.WatchOptions[T]) error {
 	if opts.Emit == nil {
 		return fmt.Errorf("%s: WatchOptions.Emit is required", r.source)
 	}
 	w := &tail[T]{r: r, a: a, emit: opts.Emit, pos: from}
 	err := w.run(ctx, opts.Progress)
 	if ctx.Err() != nil {
-		err = core.Stopped(ctx)
+		err = driver.Stopped(ctx)
 	}
 	// The state at pos is good for the next Watch(pos), unless pos is gone.
-	if !w.dirty && !errors.Is(err, core.ErrExpired) && !errors.Is(err, core.ErrPermanent) {
+	if !w.dirty && !errors.Is(err, driver.ErrExpired) && !errors.Is(err, driver.ErrPermanent) {
 		a.park(w.pos)
 	}
 	return err
@@ -103,7 +104,7 @@ func (w *tail[T]) run(ctx context.Context, progress <-chan struct{}) error {
 			}
 		}
 		var fe *feedError
-		if ctx.Err() != nil || !errors.As(err, &fe) || errors.Is(err, core.ErrPermanent) {
+		if ctx.Err() != nil || !errors.As(err, &fe) || errors.Is(err, driver.ErrPermanent) {
 			return err
 		}
 		// The consumer is gone or unusable, the stream is not: open a new
@@ -150,7 +151,7 @@ func (w *tail[T]) open(ctx context.Context) error {
 	// the consumer's start past from+1 without telling anyone.
 	if d := f.info().Delivered.Stream; d > from && !w.a.complete() {
 		f.close()
-		return fmt.Errorf("%s: the consumer starts after sequence %d, not at %d: messages were removed meanwhile: %w", w.r.source, d, from+1, core.ErrExpired)
+		return fmt.Errorf("%s: the consumer starts after sequence %d, not at %d: messages were removed meanwhile: %w", w.r.source, d, from+1, driver.ErrExpired)
 	}
 	w.f = f
 	w.reconnects = reconnects
@@ -170,7 +171,7 @@ func (w *tail[T]) checkLost(ctx context.Context, first uint64) error {
 		return fmt.Errorf("%s: check the values held at sequence %d: %w", w.r.source, w.pos, w.r.fatal(err))
 	}
 	if why != "" {
-		return fmt.Errorf("%s: at sequence %d: %s: %w", w.r.source, w.pos, why, core.ErrExpired)
+		return fmt.Errorf("%s: at sequence %d: %s: %w", w.r.source, w.pos, why, driver.ErrExpired)
 	}
 	return nil
 }
@@ -218,10 +219,10 @@ func (w *tail[T]) stateAt(ctx context.Context, from uint64) (*jetstream.StreamIn
 // first rule is left to applier.lost.
 func checkPosition(source string, st jetstream.StreamState, from uint64, complete bool) error {
 	if st.FirstSeq > from+1 && !complete {
-		return fmt.Errorf("%s: cannot watch from sequence %d: the stream's first retained sequence is %d (purged or expired): %w", source, from, st.FirstSeq, core.ErrExpired)
+		return fmt.Errorf("%s: cannot watch from sequence %d: the stream's first retained sequence is %d (purged or expired): %w", source, from, st.FirstSeq, driver.ErrExpired)
 	}
 	if from > st.LastSeq {
-		return fmt.Errorf("%s: cannot watch from sequence %d: the stream's last sequence is %d (was it deleted and created again?): %w", source, from, st.LastSeq, core.ErrExpired)
+		return fmt.Errorf("%s: cannot watch from sequence %d: the stream's last sequence is %d (was it deleted and created again?): %w", source, from, st.LastSeq, driver.ErrExpired)
 	}
 	return nil
 }
@@ -318,7 +319,7 @@ func (w *tail[T]) take(ctx context.Context) error {
 		if len(out) == 0 {
 			// Messages that changed nothing (a reducer's no-op) still move
 			// the position, which WaitFor can use.
-			out = append(out, core.Event[T]{Type: core.Bookmark, RV: core.ResourceVersion(last)})
+			out = append(out, driver.Event[T]{Type: driver.Bookmark, RV: core.ResourceVersion(last)})
 		}
 		if err := w.send(out, last); err != nil {
 			return err
@@ -328,7 +329,7 @@ func (w *tail[T]) take(ctx context.Context) error {
 }
 
 // send emits a batch that ends at version last.
-func (w *tail[T]) send(out []core.Event[T], last uint64) error {
+func (w *tail[T]) send(out []driver.Event[T], last uint64) error {
 	w.dirty = true
 	err := w.emit(out)
 	clear(out) // let the objects go; the slice is reused
@@ -381,7 +382,7 @@ func (w *tail[T]) verify(ctx context.Context, seqs []uint64) error {
 		return err
 	}
 	if err := w.checkLost(ctx, info.State.FirstSeq); err != nil {
-		if len(seqs) > 0 && errors.Is(err, core.ErrExpired) {
+		if len(seqs) > 0 && errors.Is(err, driver.ErrExpired) {
 			return fmt.Errorf("before sequence %d: %w", seqs[0], err)
 		}
 		return err
@@ -429,7 +430,7 @@ func (w *tail[T]) head(ctx context.Context, requested bool) (done bool, err erro
 		return !requested, nil
 	}
 	if last < w.pos {
-		return false, fmt.Errorf("%s: the stream's last sequence %d is before the watch's position %d (was it deleted and created again?): %w", w.r.source, last, w.pos, core.ErrExpired)
+		return false, fmt.Errorf("%s: the stream's last sequence %d is before the watch's position %d (was it deleted and created again?): %w", w.r.source, last, w.pos, driver.ErrExpired)
 	}
 	if last > w.pos {
 		ok, err := w.r.covered(ctx, w.pos, last)
@@ -442,7 +443,7 @@ func (w *tail[T]) head(ctx context.Context, requested bool) (done bool, err erro
 	} else if !requested {
 		return true, nil
 	}
-	if err := w.send(append(w.out[:0], core.Event[T]{Type: core.Bookmark, RV: core.ResourceVersion(last)}), last); err != nil {
+	if err := w.send(append(w.out[:0], driver.Event[T]{Type: driver.Bookmark, RV: core.ResourceVersion(last)}), last); err != nil {
 		return false, err
 	}
 	// The head was read after every request received so far.

@@ -6,11 +6,12 @@ import (
 	"fmt"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
-var _ core.AuditLister[map[string]any] = (*Table[map[string]any])(nil)
+var _ driver.AuditLister[map[string]any] = (*Table[map[string]any])(nil)
 
-// AuditList implements core.AuditLister: the table as of one LSN C, read
+// AuditList implements driver.AuditLister: the table as of one LSN C, read
 // inside the exported snapshot of a short-lived temporary slot of its own
 // (named dbinformer_audit_…), as a late List reads, and C is that slot's
 // consistent point. A slot created now has its consistent point after
@@ -35,8 +36,8 @@ var _ core.AuditLister[map[string]any] = (*Table[map[string]any])(nil)
 // statement_timeout of the role shorter than that ends it). The slot
 // is dropped before AuditList returns, also on an error or a cancelled
 // ctx. A snapshot lost with its connection ends it with an error
-// matching core.ErrExpired.
-func (t *Table[T]) AuditList(ctx context.Context, atLeast core.ResourceVersion, sink core.ListSink[T]) (core.ResourceVersion, error) {
+// matching driver.ErrExpired.
+func (t *Table[T]) AuditList(ctx context.Context, atLeast core.ResourceVersion, sink driver.ListSink[T]) (core.ResourceVersion, error) {
 	s := t.src
 	sink = t.filtered(sink)
 	// Close cancels the read.
@@ -54,7 +55,7 @@ func (t *Table[T]) AuditList(ctx context.Context, atLeast core.ResourceVersion, 
 	// other error that closed the reader's connection lost the snapshot.
 	var sinkErr error
 	emit := sink.Emit
-	sink.Emit = func(ev core.Event[T]) error {
+	sink.Emit = func(ev driver.Event[T]) error {
 		err := emit(ev)
 		if err != nil && sinkErr == nil {
 			sinkErr = err
@@ -75,7 +76,7 @@ func (t *Table[T]) AuditList(ctx context.Context, atLeast core.ResourceVersion, 
 	case sinkErr != nil || ctx.Err() != nil:
 		return 0, err
 	case snapshotInvalid(err) || errors.As(err, new(snapshotLost)):
-		return 0, fmt.Errorf("%s: audit: the snapshot went away with its connection: %w (%w)", t.st.sourceName(), err, core.ErrExpired)
+		return 0, fmt.Errorf("%s: audit: the snapshot went away with its connection: %w (%w)", t.st.sourceName(), err, driver.ErrExpired)
 	default:
 		return 0, fmt.Errorf("%s: audit: %w", t.st.sourceName(), err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/dbinformer/dbinformer/adapters/postgres/pgtest"
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/conformance"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/filter"
 	"github.com/dbinformer/dbinformer/integration/harness"
@@ -170,7 +171,7 @@ func TestAuditShapes(t *testing.T) {
 
 // TestAuditListEnds: an AuditList whose sink blocks until its context is
 // cancelled, whose sink fails, and whose reader's connection is killed
-// mid-read (the snapshot goes with it: core.ErrExpired) each returns and
+// mid-read (the snapshot goes with it: driver.ErrExpired) each returns and
 // leaves no slot behind; the Table's watch goes on meanwhile.
 func TestAuditListEnds(t *testing.T) {
 	pg := harness.StartPostgres(t)
@@ -184,7 +185,7 @@ func TestAuditListEnds(t *testing.T) {
 	t.Run("cancelled", func(t *testing.T) {
 		actx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		_, err := h.Table().AuditList(actx, 0, core.ListSink[pgtest.Row]{Emit: func(core.Event[pgtest.Row]) error {
+		_, err := h.Table().AuditList(actx, 0, driver.ListSink[pgtest.Row]{Emit: func(driver.Event[pgtest.Row]) error {
 			cancel()
 			<-actx.Done()
 			return actx.Err()
@@ -196,8 +197,8 @@ func TestAuditListEnds(t *testing.T) {
 	})
 	t.Run("sink fails", func(t *testing.T) {
 		boom := errors.New("boom")
-		_, err := h.Table().AuditList(ctx, 0, core.ListSink[pgtest.Row]{Emit: func(core.Event[pgtest.Row]) error { return boom }})
-		if !errors.Is(err, boom) || errors.Is(err, core.ErrExpired) {
+		_, err := h.Table().AuditList(ctx, 0, driver.ListSink[pgtest.Row]{Emit: func(driver.Event[pgtest.Row]) error { return boom }})
+		if !errors.Is(err, boom) || errors.Is(err, driver.ErrExpired) {
 			t.Errorf("AuditList with a failing sink: %v, want the sink's error as it is", err)
 		}
 		onlyTheSourcesSlot(t, conn, h.Source())
@@ -205,7 +206,7 @@ func TestAuditListEnds(t *testing.T) {
 	t.Run("snapshot lost", func(t *testing.T) {
 		killed := false
 		rows := 0
-		_, err := h.Table().AuditList(ctx, 0, core.ListSink[pgtest.Row]{Emit: func(core.Event[pgtest.Row]) error {
+		_, err := h.Table().AuditList(ctx, 0, driver.ListSink[pgtest.Row]{Emit: func(driver.Event[pgtest.Row]) error {
 			rows++
 			if !killed {
 				killed = true
@@ -217,7 +218,7 @@ func TestAuditListEnds(t *testing.T) {
 			}
 			return nil
 		}})
-		if !errors.Is(err, core.ErrExpired) {
+		if !errors.Is(err, driver.ErrExpired) {
 			t.Errorf("AuditList whose reader was killed after %d rows: %v, want an error matching core.ErrExpired", rows, err)
 		}
 		onlyTheSourcesSlot(t, conn, h.Source())
@@ -252,7 +253,7 @@ func TestAuditUndecodable(t *testing.T) {
 	skipped := skip.Skipped()
 	var bad []error
 	good := 0
-	if _, err := strict.AuditList(ctx, 0, core.ListSink[keyRow]{Emit: func(ev core.Event[keyRow]) error {
+	if _, err := strict.AuditList(ctx, 0, driver.ListSink[keyRow]{Emit: func(ev driver.Event[keyRow]) error {
 		if ev.Err != nil {
 			bad = append(bad, ev.Err)
 		} else {

@@ -19,16 +19,16 @@ type batch struct {
 
 	// Set once, under the table's knownMu.
 	decoded bool
-	events  any // []core.Event[T] of the Table that decoded it
+	events  any // []driver.Event[T] of the Table that decoded it
 	failed  int // events with Err
 	// truncated: the transaction truncated the table. Its events are not
-	// delivered: a watch reaching it ends with core.ErrExpired and the
+	// delivered: a watch reaching it ends with driver.ErrExpired and the
 	// consumer lists again (what else the table held is not known here).
 	truncated bool
 	// relist, when not empty, says why the transaction cannot be
 	// delivered without a new List (an update that moved a row to a new
 	// primary key beside an unchanged TOASTed value this table did not
-	// keep): a watch reaching it ends with core.ErrExpired.
+	// keep): a watch reaching it ends with driver.ErrExpired.
 	relist string
 }
 

@@ -8,6 +8,7 @@ import (
 
 	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	"github.com/jackc/pglogrepl"
 )
@@ -39,7 +40,7 @@ func BenchmarkInitialSync(b *testing.B) {
 		}
 		for b.Loop() {
 			n := 0
-			if _, err := tbl.List(b.Context(), core.ListSink[kv]{Emit: func(core.Event[kv]) error { n++; return nil }}); err != nil {
+			if _, err := tbl.List(b.Context(), driver.ListSink[kv]{Emit: func(driver.Event[kv]) error { n++; return nil }}); err != nil {
 				b.Fatal(err)
 			}
 			if n != 100000 {

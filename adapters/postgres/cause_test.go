@@ -10,6 +10,7 @@ import (
 
 	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/integration/harness"
 )
@@ -17,7 +18,7 @@ import (
 // runUnsynced runs an informer over lw without waiting for its sync, until
 // the test ends, retrying quickly; it returns the informer and the errors
 // it reports.
-func runUnsynced(t *testing.T, lw core.ListerWatcher[kv]) (*core.SharedIndexInformer[kv], *informertest.Errors) {
+func runUnsynced(t *testing.T, lw driver.ListerWatcher[kv]) (*core.SharedIndexInformer[kv], *informertest.Errors) {
 	t.Helper()
 	return informertest.Start(t, lw, core.InformerOptions[kv]{
 		Backoff: core.Backoff{Initial: 50 * time.Millisecond, Max: time.Second},

@@ -10,6 +10,7 @@ import (
 
 	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	"github.com/jackc/pglogrepl"
@@ -300,7 +301,7 @@ func TestHistoryWindow(t *testing.T) {
 	src := newSource(t, pg, pginformer.Options{History: 3})
 	tbl := newTable[kv](t, src, "kv")
 	ctx := ctxFor(t)
-	rv0, err := tbl.List(ctx, core.ListSink[kv]{Emit: func(core.Event[kv]) error { return nil }})
+	rv0, err := tbl.List(ctx, driver.ListSink[kv]{Emit: func(driver.Event[kv]) error { return nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -316,13 +317,13 @@ func TestHistoryWindow(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, ev := range evs {
-			if ev.Type == core.Added {
+			if ev.Type == driver.Added {
 				seen++
 				last = ev.RV
 			}
 		}
 	}
-	if err := w.stop(); !errors.Is(err, core.ErrWatchStopped) || !errors.Is(err, context.Canceled) {
+	if err := w.stop(); !errors.Is(err, driver.ErrWatchStopped) || !errors.Is(err, context.Canceled) {
 		t.Errorf("a watch whose context was cancelled returned %v, want core.ErrWatchStopped and context.Canceled", err)
 	}
 	// Watching from the last version acknowledges all six changes; three
@@ -337,7 +338,7 @@ func TestHistoryWindow(t *testing.T) {
 	}
 	w.stop()
 	w = watch[kv](t, tbl, rv0, nil)
-	if _, err := w.next(t); !errors.Is(err, core.ErrExpired) {
+	if _, err := w.next(t); !errors.Is(err, driver.ErrExpired) {
 		t.Errorf("Watch from before the history returned %v, want ErrExpired", err)
 	}
 }
@@ -380,8 +381,8 @@ func TestDecodeErrorMidStream(t *testing.T) {
 		rec.mu.Lock()
 		defer rec.mu.Unlock()
 		for _, err := range rec.errs {
-			var de *core.DecodeError
-			if errors.As(err, &de) && de.Key == "1" && de.RV <= bad && strings.Contains(de.Source, `"nums"`) && errors.Is(err, core.ErrPermanent) == permanent {
+			var de *driver.DecodeError
+			if errors.As(err, &de) && de.Key == "1" && de.RV <= bad && strings.Contains(de.Source, `"nums"`) && errors.Is(err, driver.ErrPermanent) == permanent {
 				t.Logf("reported: %v", err)
 				return nil
 			}

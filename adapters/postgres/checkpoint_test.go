@@ -16,6 +16,8 @@ import (
 	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/adapters/postgres/pgtest"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/checkpoint"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	"github.com/jackc/pgx/v5"
@@ -39,7 +41,7 @@ func runWarm(t *testing.T, pg *harness.Postgres, table, dir string, rec core.Res
 	t.Helper()
 	src := newSource(t, pg, pginformer.Options{PermanentSlot: true, Slot: "warm_" + table})
 	spy := informertest.Wrap[vrow](newTable[vrow](t, src, table))
-	store, err := core.NewDirCheckpointStore(dir)
+	store, err := checkpoint.NewDirStore(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +201,7 @@ func TestWarmRestartCorruptCheckpoint(t *testing.T) {
 	write(t, conn, "UPDATE "+ident+" SET v = 2 WHERE id <= 100")
 	write(t, conn, "DELETE FROM "+ident+" WHERE id > 1990")
 
-	store, err := core.NewDirCheckpointStore(dir)
+	store, err := checkpoint.NewDirStore(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +240,7 @@ func TestWarmRestartCorruptCheckpoint(t *testing.T) {
 	vrowCacheMatches(t, conn, table, inf3)
 }
 
-// binTypesRow is typesRow without its jsonb/json maps, which core.Binary
+// binTypesRow is typesRow without its jsonb/json maps, which codec.Binary
 // refuses (their checkpoints are JSON).
 type binTypesRow struct {
 	ID   int32          `db:"id"`
@@ -264,7 +266,7 @@ type binTypesRow struct {
 	NulT *string        `db:"nult"`
 }
 
-// A table's checkpoint codec is core.Binary for a struct of plain and
+// A table's checkpoint codec is codec.Binary for a struct of plain and
 // pgtype fields, JSON for one with a map: rows of every common type, NULLs
 // included, come back from a checkpoint's encoding as the same values (the
 // same JSON, and the same encoding again, which is what a relist after an
@@ -291,7 +293,7 @@ func TestCheckpointCodecRoundTripsEveryType(t *testing.T) {
 		t.Errorf("codec of a row with maps: want JSON naming the table's shape")
 	}
 	n := 0
-	if _, err := tbl.List(ctxFor(t), core.ListSink[binTypesRow]{Emit: func(ev core.Event[binTypesRow]) error {
+	if _, err := tbl.List(ctxFor(t), driver.ListSink[binTypesRow]{Emit: func(ev driver.Event[binTypesRow]) error {
 		if ev.Err != nil {
 			t.Errorf("List: %v", ev.Err)
 			return nil
@@ -325,7 +327,7 @@ func TestCheckpointCodecRoundTripsEveryType(t *testing.T) {
 
 // heldStore holds Load until release is closed.
 type heldStore struct {
-	core.CheckpointStore
+	checkpoint.Store
 	release chan struct{}
 }
 
@@ -335,7 +337,7 @@ func (h heldStore) Load(ctx context.Context, name string) (io.ReadCloser, error)
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	return h.CheckpointStore.Load(ctx, name)
+	return h.Store.Load(ctx, name)
 }
 
 // Two checkpointing tables of one Source restart warm even when one of
@@ -356,7 +358,7 @@ func TestWarmRestartTwoTablesOneSource(t *testing.T) {
 	slot := "warm_two_" + a
 	start := func(release chan struct{}) (map[string]*core.SharedIndexInformer[vrow], map[string]*informertest.Spy[vrow], func()) {
 		src := newSource(t, pg, pginformer.Options{PermanentSlot: true, Slot: slot})
-		store, err := core.NewDirCheckpointStore(dir)
+		store, err := checkpoint.NewDirStore(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -369,7 +371,7 @@ func TestWarmRestartTwoTablesOneSource(t *testing.T) {
 		}
 		for _, table := range []string{a, b} {
 			spy := informertest.Wrap[vrow](tables[table])
-			var cs core.CheckpointStore = store
+			var cs checkpoint.Store = store
 			if table == b && release != nil {
 				cs = heldStore{store, release}
 			}

@@ -11,6 +11,7 @@ import (
 
 	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/filter"
 	"github.com/dbinformer/dbinformer/integration/harness"
@@ -250,7 +251,7 @@ func TestColumnListRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	pg.Exec(t, `ALTER PUBLICATION narrow_pub SET TABLE wide (id, v)`)
-	_, err = late.List(ctx, core.ListSink[tenantRow]{Emit: func(core.Event[tenantRow]) error { return nil }})
+	_, err = late.List(ctx, driver.ListSink[tenantRow]{Emit: func(driver.Event[tenantRow]) error { return nil }})
 	if err == nil || !strings.Contains(err.Error(), `column "tenant"`) {
 		t.Errorf("List with a publication narrowed after NewTable: %v", err)
 	}

@@ -6,6 +6,7 @@ import (
 
 	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/integration/harness"
 )
 
@@ -83,8 +84,8 @@ func TestAppliedVersionWithPendingRelist(t *testing.T) {
 	head := write(t, conn, `INSERT INTO kv SELECT g, 'v' FROM generate_series(1, 5) g`)
 	src := newSource(t, pg, pginformer.Options{})
 	tbl := newTable[kv](t, src, "kv")
-	var items []core.Event[kv]
-	rv, err := tbl.List(ctxFor(t), core.ListSink[kv]{Emit: func(ev core.Event[kv]) error {
+	var items []driver.Event[kv]
+	rv, err := tbl.List(ctxFor(t), driver.ListSink[kv]{Emit: func(ev driver.Event[kv]) error {
 		items = append(items, ev)
 		return nil
 	}})

@@ -5,7 +5,7 @@
 //
 // A Source (NewSource) owns one replication slot, one walsender and one
 // publication, however many tables it serves. Each table is a
-// core.ListerWatcher[T] (NewTable; register every table before the first
+// driver.ListerWatcher[T] (NewTable; register every table before the first
 // List), typically run by its own informer; T is a struct mapped by column
 // name (`db` tags, like pgx.RowToStructByName; `db:"-"` leaves a field out)
 // or map[string]any. Keys are the primary key: the column's text for a
@@ -72,7 +72,7 @@
 // the server's keepalives, so WAL of unpublished tables or an idle database
 // does not pile up, and watches emit Bookmarks at it (read-your-writes with
 // WaitFor(CommitToken(...)) works for writes to other tables too). A
-// progress request (core.ProgressReporter) asks the server for a keepalive.
+// progress request (driver.ProgressReporter) asks the server for a keepalive.
 //
 // # A silent connection
 //
@@ -83,7 +83,7 @@
 // after 3 StatusIntervals, but never before half the server's
 // wal_sender_timeout plus two intervals (a walsender busy decoding a large
 // transaction to other tables reads our requests only that often). Table
-// implements core.ProgressIntervaler with a third of that limit, so an
+// implements driver.ProgressIntervaler with a third of that limit, so an
 // informer's stuck-watch detection agrees with the stream's.
 //
 // # A busy stream
@@ -102,7 +102,7 @@
 // below as of the last decoded transaction, and the decoded events of the
 // last Options.History changes. A Watch from any version within that
 // history replays exactly what was delivered; an older one is
-// core.ErrExpired, and the informer relists.
+// driver.ErrExpired, and the informer relists.
 //
 // # What a table must be
 //
@@ -120,9 +120,9 @@
 // []string, an inet with a netmask into netip.Addr). string holds any
 // type's text. A row that still fails at run time (a type changed under
 // the informer, an empty primary key) fails the List or the watch with
-// core.ErrPermanent, naming how many rows failed and the first reasons;
+// driver.ErrPermanent, naming how many rows failed and the first reasons;
 // TableOptions.SkipUndecodable leaves such rows out instead, each reported
-// as a *core.DecodeError and counted by Table.Skipped.
+// as a *driver.DecodeError and counted by Table.Skipped.
 //
 // Partitioned tables are synced through their root: the publication a
 // Source creates has publish_via_partition_root = true, so the partitions'
@@ -190,20 +190,20 @@
 //     which rewrites every value without streaming a row), and DROP NOT
 //     NULL of one: the mapping is proven again against the new column. If
 //     T still holds every value, the table's watch ends with a
-//     *SchemaChangeError matching core.ErrExpired and the informer lists
+//     *SchemaChangeError matching driver.ErrExpired and the informer lists
 //     the table again (handlers see only the real differences); if not,
-//     it ends with one matching core.ErrPermanent naming the column and
+//     it ends with one matching driver.ErrPermanent naming the column and
 //     the Go type that would hold it. (A DROP NOT NULL is found by the
 //     catalog check; changes streamed meanwhile decode, so the informer
 //     may apply them first.)
 //   - DROP COLUMN or RENAME COLUMN of a mapped column: the watch ends with
-//     a *SchemaChangeError matching core.ErrPermanent, before the first
+//     a *SchemaChangeError matching driver.ErrPermanent, before the first
 //     change streamed without the column; renaming it back later does not
 //     bring back what was streamed meanwhile.
 //   - DROP TABLE (and a table created again under the name: a new
 //     relation), ALTER PUBLICATION ... DROP TABLE, or a DROP ... CASCADE
 //     that takes the table out of the publication: the watch ends with a
-//     *SchemaChangeError matching core.ErrPermanent within seconds; the
+//     *SchemaChangeError matching driver.ErrPermanent within seconds; the
 //     informer never reports a version after the last it had verified.
 //   - TRUNCATE: the informer lists again (see TRUNCATE below).
 //   - For a map[string]any Table, any change of the table's columns
@@ -214,7 +214,7 @@
 // Table.LastSchemaChange and Table.SchemaChanges tell what happened, and
 // the Source logs each change at warning level. A change that reaches the
 // informer (a relist or a stop) is also in its SyncStatus.SchemaChanges
-// (core.SchemaChange), on the status page and in
+// (driver.SchemaChange), on the status page and in
 // dbinformer_informer_schema_changes_total{action} (metrics/prometheus). A warm start checks the
 // shape too: a checkpoint carries the table's relation id and its decoded
 // columns' names, types and type modifiers (Table.Codec), and one of
@@ -224,15 +224,15 @@
 //
 // Unchanged TOASTed values arrive as "unchanged" in updates. A core
 // informer fills them in from the object it caches for the key, its
-// previous state (core.Event.Fill, fillin.go): a Table whose watches are
-// all consumed by informers (core.WatchOptions.Fills) keeps no copy of
+// previous state (driver.Event.Fill, fillin.go): a Table whose watches are
+// all consumed by informers (driver.WatchOptions.Fills) keeps no copy of
 // them. An update that moves a row to a new primary key beside such a
 // value ends the watch for a List (the cache holds the old key's object,
 // not the new one's). For a consumer that does not fill (a relay, a
 // filter.Events wrapper), and until the first filling watch starts, the
 // Source keeps, per key, the values T uses that can be stored out of line
 // as of the last applied change, and fills them in; a watch without Fills
-// that meets an update it cannot fill ends with core.ErrExpired, and the
+// that meets an update it cannot fill ends with driver.ErrExpired, and the
 // List it runs then makes the table keep them again. Only a value longer than a
 // TOAST pointer (more than 20 bytes of data) is ever stored out of line,
 // and never one of a fixed-length type or a STORAGE PLAIN column: List
@@ -249,7 +249,7 @@
 //
 // # TRUNCATE
 //
-// A TRUNCATE of a synced table ends its watches with core.ErrExpired after
+// A TRUNCATE of a synced table ends its watches with driver.ErrExpired after
 // the changes before it, and the informer lists the table again: handlers
 // get deletes for the keys that are gone (and adds for rows the truncating
 // transaction wrote), as after any relist. Keeping every key in memory to
@@ -332,9 +332,9 @@
 //
 // With core.CheckpointOptions and Options.PermanentSlot, a Table restarts
 // warm (restore.go): the informer hands it the checkpoint's keys
-// (core.Restorer), the table watches from the checkpoint's version and no
+// (driver.Restorer), the table watches from the checkpoint's version and no
 // row is read; while checkpoints are on, the slot's confirmed position
-// never passes the last durable checkpoint (core.DurableAcknowledger), so
+// never passes the last durable checkpoint (driver.DurableAcknowledger), so
 // the server keeps every change the next start needs. Every table with a
 // primary key restarts warm, under REPLICA IDENTITY DEFAULT as under FULL
 // and whatever its columns: an unchanged TOAST value in a later update is
@@ -364,7 +364,7 @@
 //
 // # Audit
 //
-// Table implements core.AuditLister, so an informer's consistency audit
+// Table implements driver.AuditLister, so an informer's consistency audit
 // (core.InformerOptions.Audit) compares its cache with the table at one
 // LSN: AuditList creates a temporary slot of its own (dbinformer_audit_…)
 // with an exported snapshot, reads the table inside it as a late List
@@ -381,7 +381,7 @@
 // 100 s, and a statement_timeout of the role shorter than that ends the
 // read (the run fails and says so: raise the pace or the timeout). A
 // reader connection lost mid-read ends the run with an error matching
-// core.ErrExpired; the audit tries again next period. An audit beside a
+// driver.ErrExpired; the audit tries again next period. An audit beside a
 // List of the same rows, and AuditList alone, are measured by
 //
 //	go test ./bench -run '^$' -bench 'BenchmarkPostgresAudit' -benchtime 1x

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dbinformer/dbinformer/adapters/postgres/internal/wal"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // The fan-out: one owner for everything between the replication stream and
@@ -341,7 +342,7 @@ func (f *fanout) checkLocked(fd *feed, from core.ResourceVersion) error {
 		return errClosed
 	}
 	if !fd.active || from < fd.floor {
-		return fmt.Errorf("%s: version %s is older than what the replication slot %q still serves: %w", fd.name, lsn(from), f.slot, core.ErrExpired)
+		return fmt.Errorf("%s: version %s is older than what the replication slot %q still serves: %w", fd.name, lsn(from), f.slot, driver.ErrExpired)
 	}
 	return nil
 }
@@ -423,9 +424,9 @@ func (f *fanout) next(w *watcher, asked ticket, buf []*batch) (step, error) {
 	if !fd.active || fd.floor > w.pos {
 		switch err := f.err; {
 		case fd.active:
-			return step{}, fmt.Errorf("%s: version %s fell out of the changes kept in memory (from %s on; Options.History): %w", fd.name, lsn(w.pos), lsn(fd.floor), core.ErrExpired)
-		case err == nil || !errors.Is(err, core.ErrExpired):
-			return step{}, fmt.Errorf("%s: the replication slot %q was lost or recreated: %w", fd.name, f.slot, core.ErrExpired)
+			return step{}, fmt.Errorf("%s: version %s fell out of the changes kept in memory (from %s on; Options.History): %w", fd.name, lsn(w.pos), lsn(fd.floor), driver.ErrExpired)
+		case err == nil || !errors.Is(err, driver.ErrExpired):
+			return step{}, fmt.Errorf("%s: the replication slot %q was lost or recreated: %w", fd.name, f.slot, driver.ErrExpired)
 		default:
 			return step{}, err
 		}

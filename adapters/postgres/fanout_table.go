@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/dbinformer/dbinformer/adapters/postgres/internal/wal"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"math"
 	"sort"
 
@@ -174,7 +175,7 @@ func (f *fanout) restore(fd *feed, rv core.ResourceVersion) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.lastTxn > rv {
-		return fmt.Errorf("postgres %s: replication slot %q is at %s, past the checkpoint at %s: the changes between are gone (checkpoints gate the slot's acknowledgements only when the informer has InformerOptions.Checkpoint): %w", f.where, f.slot, lsn(f.lastTxn), lsn(rv), core.ErrExpired)
+		return fmt.Errorf("postgres %s: replication slot %q is at %s, past the checkpoint at %s: the changes between are gone (checkpoints gate the slot's acknowledgements only when the informer has InformerOptions.Checkpoint): %w", f.where, f.slot, lsn(f.lastTxn), lsn(rv), driver.ErrExpired)
 	}
 	// The stream starts at the slot's confirmed position, at or before rv:
 	// its transactions up to rv are covered by the checkpoint.
@@ -184,7 +185,7 @@ func (f *fanout) restore(fd *feed, rv core.ResourceVersion) error {
 	return nil
 }
 
-// gate and acknowledgeDurable implement core.DurableAcknowledger for fd.
+// gate and acknowledgeDurable implement driver.DurableAcknowledger for fd.
 func (f *fanout) gate(fd *feed, gated bool) {
 	f.mu.Lock()
 	fd.gated = gated

@@ -12,17 +12,18 @@ import (
 
 	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	"github.com/jackc/pgx/v5"
 )
 
 // countingLW counts Lists, to tell a resume from a relist.
 type countingLW[T any] struct {
-	core.ListerWatcher[T]
+	driver.ListerWatcher[T]
 	lists atomic.Int32
 }
 
-func (c *countingLW[T]) List(ctx context.Context, opts core.ListSink[T]) (core.ResourceVersion, error) {
+func (c *countingLW[T]) List(ctx context.Context, opts driver.ListSink[T]) (core.ResourceVersion, error) {
 	c.lists.Add(1)
 	return c.ListerWatcher.List(ctx, opts)
 }
@@ -211,7 +212,7 @@ func TestSnapshotGoneWithServer(t *testing.T) {
 	ctx := ctxFor(t)
 	list := func(tbl *pginformer.Table[kv]) (int, error) {
 		n := 0
-		_, err := tbl.List(ctx, core.ListSink[kv]{Emit: func(ev core.Event[kv]) error {
+		_, err := tbl.List(ctx, driver.ListSink[kv]{Emit: func(ev driver.Event[kv]) error {
 			if ev.Err != nil {
 				return ev.Err
 			}

@@ -5,7 +5,7 @@ import (
 	"maps"
 	"reflect"
 
-	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // Filling in unchanged TOASTed values from the consumer's cache.
@@ -15,11 +15,11 @@ import (
 // from the value it remembers for the key (toast.go) when it has one: it
 // does for every key it listed or saw written since. A table restored from
 // a checkpoint has none: it emits the update with those fields left zero
-// and a core.Event.Fill that copies them from the object the consumer
+// and a driver.Event.Fill that copies them from the object the consumer
 // caches for the key, its previous state, which holds the last value of
 // every column T maps. A watch whose consumer does not fill
-// (core.WatchOptions.Fills false) ends on such an event with an error
-// matching core.ErrExpired, and its caller relists.
+// (driver.WatchOptions.Fills false) ends on such an event with an error
+// matching driver.ErrExpired, and its caller relists.
 
 // cacheFill returns the Fill of an update decoded into obj without the
 // columns missing, which it copies from the cached object.
@@ -58,12 +58,12 @@ func (t *Table[T]) cacheFill(p *rowPlan, missing []int, obj T) func(cached T) (T
 	}
 }
 
-// needsFill returns an error matching core.ErrExpired for the first event
+// needsFill returns an error matching driver.ErrExpired for the first event
 // of evs that only the consumer's cache can complete.
-func needsFill[T any](evs []core.Event[T]) error {
+func needsFill[T any](evs []driver.Event[T]) error {
 	for i := range evs {
 		if evs[i].Fill != nil {
-			return fmt.Errorf("key %q: an unchanged TOASTed value left out of the update is not known here (the table was restored from a checkpoint) and this watch's consumer does not fill it in from its cache (core.WatchOptions.Fills); list again: %w", evs[i].Key, core.ErrExpired)
+			return fmt.Errorf("key %q: an unchanged TOASTed value left out of the update is not known here (the table was restored from a checkpoint) and this watch's consumer does not fill it in from its cache (core.WatchOptions.Fills); list again: %w", evs[i].Key, driver.ErrExpired)
 		}
 	}
 	return nil

@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/dbinformer/dbinformer/adapters/postgres/internal/wal"
-	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/filter"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -224,7 +224,7 @@ func conditionSQL(e filter.Expr, c column) (string, bool) {
 }
 
 // keep is the List's residue check; nil tf keeps everything.
-func (tf *tableFilter[T]) keep(ev *core.Event[T]) bool {
+func (tf *tableFilter[T]) keep(ev *driver.Event[T]) bool {
 	if tf == nil {
 		return true
 	}
@@ -232,7 +232,7 @@ func (tf *tableFilter[T]) keep(ev *core.Event[T]) bool {
 }
 
 // rewrite applies the whole filter to a decoded transaction's events.
-func (tf *tableFilter[T]) rewrite(events []core.Event[T]) {
+func (tf *tableFilter[T]) rewrite(events []driver.Event[T]) {
 	if tf != nil {
 		tf.full.RewriteBatch(events)
 	}

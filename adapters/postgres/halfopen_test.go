@@ -9,6 +9,7 @@ import (
 
 	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	"github.com/dbinformer/dbinformer/integration/proxy"
@@ -50,8 +51,8 @@ func TestHalfOpenStream(t *testing.T) {
 			}
 			t.Cleanup(func() { src.Close() })
 			tbl := newTable[kv](t, src, "kv")
-			if got := tbl.ProgressInterval(); got != 5*time.Second/core.StuckIntervals {
-				t.Errorf("ProgressInterval() = %v, want the 5s silence limit / %d", got, core.StuckIntervals)
+			if got := tbl.ProgressInterval(); got != 5*time.Second/driver.StuckIntervals {
+				t.Errorf("ProgressInterval() = %v, want the 5s silence limit / %d", got, driver.StuckIntervals)
 			}
 			lw := &countingLW[kv]{ListerWatcher: tbl}
 			oc := &orderChecker{t: t, last: map[string]int{}}

@@ -12,6 +12,7 @@ import (
 
 	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
@@ -92,7 +93,7 @@ func (r *recorder[T]) add(s string) {
 }
 
 // informer runs a SharedIndexInformer over lw until the test ends.
-func informer[T any](t *testing.T, lw core.ListerWatcher[T], h core.ResourceEventHandler[T]) (*core.SharedIndexInformer[T], *recorder[T]) {
+func informer[T any](t *testing.T, lw driver.ListerWatcher[T], h core.ResourceEventHandler[T]) (*core.SharedIndexInformer[T], *recorder[T]) {
 	t.Helper()
 	rec := &recorder[T]{}
 	inf := core.NewSharedIndexInformer(lw, core.InformerOptions[T]{
@@ -197,21 +198,21 @@ func (s *syncBuffer) String() string {
 
 // watcher runs one Watch until stop, handing each batch (copied) to C.
 type watcher[T any] struct {
-	C      chan []core.Event[T]
+	C      chan []driver.Event[T]
 	cancel context.CancelFunc
 	done   chan struct{}
 	err    error
 }
 
-func watch[T any](t *testing.T, lw core.ListerWatcher[T], from core.ResourceVersion, progress <-chan struct{}) *watcher[T] {
+func watch[T any](t *testing.T, lw driver.ListerWatcher[T], from core.ResourceVersion, progress <-chan struct{}) *watcher[T] {
 	t.Helper()
 	ctx, cancel := context.WithCancel(ctxFor(t))
-	w := &watcher[T]{C: make(chan []core.Event[T], 1024), cancel: cancel, done: make(chan struct{})}
+	w := &watcher[T]{C: make(chan []driver.Event[T], 1024), cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
-		w.err = lw.Watch(ctx, from, core.WatchOptions[T]{Progress: progress, Emit: func(b []core.Event[T]) error {
+		w.err = lw.Watch(ctx, from, driver.WatchOptions[T]{Progress: progress, Emit: func(b []driver.Event[T]) error {
 			select {
-			case w.C <- append([]core.Event[T](nil), b...):
+			case w.C <- append([]driver.Event[T](nil), b...):
 				return nil
 			case <-ctx.Done():
 				return ctx.Err()
@@ -223,7 +224,7 @@ func watch[T any](t *testing.T, lw core.ListerWatcher[T], from core.ResourceVers
 }
 
 // next returns the next batch, or the error the watch ended with.
-func (w *watcher[T]) next(t *testing.T) ([]core.Event[T], error) {
+func (w *watcher[T]) next(t *testing.T) ([]driver.Event[T], error) {
 	t.Helper()
 	select {
 	case b := <-w.C:

@@ -13,6 +13,7 @@ import (
 
 	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	"github.com/jackc/pgx/v5"
@@ -205,7 +206,7 @@ func TestMigrationMatrix(t *testing.T) {
 					})
 					var sc *pginformer.SchemaChangeError
 					errors.As(err, &sc)
-					if !errors.Is(err, core.ErrPermanent) || !strings.Contains(sc.Table, table) || sc.Change == "" {
+					if !errors.Is(err, driver.ErrPermanent) || !strings.Contains(sc.Table, table) || sc.Change == "" {
 						t.Errorf("error %v: want a permanent SchemaChangeError naming table %s and the change", err, table)
 					}
 					if last := tbl.LastSchemaChange(); last == nil {
@@ -307,7 +308,7 @@ func TestDefaultsNeverRefuseTheApplication(t *testing.T) {
 		var sc *pginformer.SchemaChangeError
 		return errors.As(err, &sc) && sc.Column == "plan"
 	})
-	if !errors.Is(err, core.ErrPermanent) {
+	if !errors.Is(err, driver.ErrPermanent) {
 		t.Errorf("dropped mapped column: %v, want a permanent error", err)
 	}
 	if n := tbl.SchemaChanges(); n != 2 {

@@ -3,6 +3,7 @@ package pginformer_test
 import (
 	"context"
 	"fmt"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"log/slog"
 	"os"
@@ -82,7 +83,7 @@ func TestTypesRoundTrip(t *testing.T) {
 	ctx := ctxFor(t)
 
 	listS := map[string]typesRow{}
-	rvS, err := structs.List(ctx, core.ListSink[typesRow]{Emit: func(ev core.Event[typesRow]) error {
+	rvS, err := structs.List(ctx, driver.ListSink[typesRow]{Emit: func(ev driver.Event[typesRow]) error {
 		if ev.Err != nil && ev.Key == "1" {
 			t.Errorf("List struct: %v", ev.Err)
 		}
@@ -93,7 +94,7 @@ func TestTypesRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	listM := map[string]map[string]any{}
-	rvM, err := maps.List(ctx, core.ListSink[map[string]any]{Emit: func(ev core.Event[map[string]any]) error {
+	rvM, err := maps.List(ctx, driver.ListSink[map[string]any]{Emit: func(ev driver.Event[map[string]any]) error {
 		if ev.Err != nil {
 			t.Errorf("List map: %v", ev.Err)
 		}
@@ -121,7 +122,7 @@ func TestTypesRoundTrip(t *testing.T) {
 			if ev.Err != nil && ev.Key == "2" {
 				t.Errorf("stream struct: %v", ev.Err)
 			}
-			if ev.Type == core.Added {
+			if ev.Type == driver.Added {
 				streamS[ev.Key] = ev.Object
 			}
 		}
@@ -136,7 +137,7 @@ func TestTypesRoundTrip(t *testing.T) {
 			if ev.Err != nil {
 				t.Errorf("stream map: %v", ev.Err)
 			}
-			if ev.Type == core.Added {
+			if ev.Type == driver.Added {
 				streamM[ev.Key] = ev.Object
 			}
 		}
@@ -370,11 +371,11 @@ func TestWritersDuringInitialList(t *testing.T) {
 
 // listRVRecorder keeps the RV of the last List.
 type listRVRecorder[T any] struct {
-	core.ListerWatcher[T]
+	driver.ListerWatcher[T]
 	rv atomic.Uint64
 }
 
-func (l *listRVRecorder[T]) List(ctx context.Context, opts core.ListSink[T]) (core.ResourceVersion, error) {
+func (l *listRVRecorder[T]) List(ctx context.Context, opts driver.ListSink[T]) (core.ResourceVersion, error) {
 	rv, err := l.ListerWatcher.List(ctx, opts)
 	l.rv.Store(uint64(rv))
 	return rv, err
@@ -412,14 +413,14 @@ func TestEstimate(t *testing.T) {
 	src := newSource(t, pg, pginformer.Options{})
 	tbl := newTable[kv](t, src, "kv")
 	estimate, rows := int64(-1), 0
-	_, err := tbl.List(ctxFor(t), core.ListSink[kv]{
+	_, err := tbl.List(ctxFor(t), driver.ListSink[kv]{
 		Estimate: func(n int64) {
 			if rows != 0 {
 				t.Error("Estimate called after the first row")
 			}
 			estimate = n
 		},
-		Emit: func(core.Event[kv]) error { rows++; return nil },
+		Emit: func(driver.Event[kv]) error { rows++; return nil },
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -6,24 +6,26 @@ import (
 	"iter"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/codec"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
-// Warm restarts (core.CheckpointOptions). A Table is a core.Restorer: an
+// Warm restarts (core.CheckpointOptions). A Table is a driver.Restorer: an
 // informer that starts from a checkpoint hands it the checkpoint's keys,
 // and the table watches from the checkpoint's version over the permanent
-// slot, without reading a row. It is a core.DurableAcknowledger: with
+// slot, without reading a row. It is a driver.DurableAcknowledger: with
 // checkpoints on, the slot's confirmed position never passes the last
 // durable checkpoint of any gated table, so the server keeps every change a
 // warm start needs.
 
 var (
-	_ core.Restorer[map[string]any]      = (*Table[map[string]any])(nil)
-	_ core.DurableAcknowledger           = (*Table[map[string]any])(nil)
-	_ core.CodecProvider[map[string]any] = (*Table[map[string]any])(nil)
+	_ driver.Restorer[map[string]any]      = (*Table[map[string]any])(nil)
+	_ driver.DurableAcknowledger           = (*Table[map[string]any])(nil)
+	_ driver.CodecProvider[map[string]any] = (*Table[map[string]any])(nil)
 )
 
-// Codec implements core.CodecProvider: checkpoints of a struct T encode
-// it with core.Binary when T's fields allow it (pgtype values, time.Time,
+// Codec implements driver.CodecProvider: checkpoints of a struct T encode
+// it with codec.Binary when T's fields allow it (pgtype values, time.Time,
 // slices and pointers of plain types do; a map or interface field, such as
 // a jsonb column decoded into map[string]any, does not), else as JSON (its
 // fields must round-trip through encoding/json, as the pgtype types do).
@@ -39,13 +41,13 @@ var (
 // table re-created) finds another shape, ignores the checkpoint (the
 // informer reports a core.CheckpointError naming both) and lists the
 // table, instead of restoring a cache of another shape.
-func (t *Table[T]) Codec() core.Codec[T] {
+func (t *Table[T]) Codec() codec.Codec[T] {
 	if t.m.typ == nil {
 		return nil
 	}
 	t.codecOnce.Do(func() {
 		shape, _, _ := t.src.fan.schemaState(&t.st.feed)
-		if b, err := core.NewBinary[T](); err == nil {
+		if b, err := codec.NewBinary[T](); err == nil {
 			t.codec = &binaryTableCodec[T]{Binary: b, shape: shape.fingerprint()}
 		} else {
 			t.codec = &jsonTableCodec[T]{shape: shape.fingerprint()}
@@ -54,46 +56,46 @@ func (t *Table[T]) Codec() core.Codec[T] {
 	return t.codec
 }
 
-// binaryTableCodec is core.Binary (its optional fast paths promoted) with
+// binaryTableCodec is codec.Binary (its optional fast paths promoted) with
 // the table's shape in its Schema.
 type binaryTableCodec[T any] struct {
-	*core.Binary[T]
+	*codec.Binary[T]
 	shape string
 }
 
 func (c *binaryTableCodec[T]) Schema() string { return c.Binary.Schema() + "; " + c.shape }
 
-// jsonTableCodec is core.JSON with the table's shape in its Schema.
+// jsonTableCodec is codec.JSON with the table's shape in its Schema.
 type jsonTableCodec[T any] struct {
-	core.JSON[T]
+	codec.JSON[T]
 	shape string
 }
 
 func (c *jsonTableCodec[T]) Schema() string { return "json; " + c.shape }
 
-// GateAcknowledgements implements core.DurableAcknowledger: while gated,
+// GateAcknowledgements implements driver.DurableAcknowledger: while gated,
 // the slot's confirmed position stays at or below the version last passed
 // to AcknowledgeDurable.
 func (t *Table[T]) GateAcknowledgements(gated bool) {
 	t.src.fan.gate(&t.st.feed, gated)
 }
 
-// AcknowledgeDurable implements core.DurableAcknowledger.
+// AcknowledgeDurable implements driver.DurableAcknowledger.
 func (t *Table[T]) AcknowledgeDurable(rv core.ResourceVersion) {
 	t.src.fan.acknowledgeDurable(&t.st.feed, rv)
 }
 
-// Restore implements core.Restorer: it makes the table watchable from rv,
+// Restore implements driver.Restorer: it makes the table watchable from rv,
 // the version of a checkpoint holding keys, in a process that never listed
 // it. It needs Options.PermanentSlot, a slot whose confirmed position is
 // at or below rv (acknowledgements gated by checkpoints). Under REPLICA
 // IDENTITY DEFAULT pgoutput leaves an unchanged TOASTed value out of an
 // update; a restored table does not know it and has the consumer fill it
-// in from the object it caches for the key (core.Event.Fill, fillin.go),
+// in from the object it caches for the key (driver.Event.Fill, fillin.go),
 // so any table with a primary key restores, whatever its columns. Only a
 // Table with a filter (which must see whole rows) still needs REPLICA
 // IDENTITY FULL or no variable-length column beside the key. Otherwise
-// it returns an error matching core.ErrExpired and the informer relists,
+// it returns an error matching driver.ErrExpired and the informer relists,
 // handing its handlers only the differences.
 func (t *Table[T]) Restore(ctx context.Context, rv core.ResourceVersion, objects iter.Seq2[string, T]) error {
 	s, st := t.src, t.st
@@ -102,7 +104,7 @@ func (t *Table[T]) Restore(ctx context.Context, rv core.ResourceVersion, objects
 		return nil
 	}
 	if !s.opts.PermanentSlot {
-		return fmt.Errorf("postgres %s: table %s: a warm start needs Options.PermanentSlot (a temporary slot ended with the process that made it): %w", s.where(), st.ident.Sanitize(), core.ErrExpired)
+		return fmt.Errorf("postgres %s: table %s: a warm start needs Options.PermanentSlot (a temporary slot ended with the process that made it): %w", s.where(), st.ident.Sanitize(), driver.ErrExpired)
 	}
 	if !st.full && t.filter != nil {
 		if err := t.checkRestorable(ctx); err != nil {
@@ -119,7 +121,7 @@ func (t *Table[T]) Restore(ctx context.Context, rv core.ResourceVersion, objects
 		return nil
 	}
 	if sess.snap != nil {
-		return fmt.Errorf("postgres %s: replication slot %q was created anew: the changes since the checkpoint at %s are not in it: %w", s.where(), s.slot, lsn(rv), core.ErrExpired)
+		return fmt.Errorf("postgres %s: replication slot %q was created anew: the changes since the checkpoint at %s are not in it: %w", s.where(), s.slot, lsn(rv), driver.ErrExpired)
 	}
 	st.knownMu.Lock()
 	defer st.knownMu.Unlock()
@@ -186,7 +188,7 @@ func (t *Table[T]) checkRestorable(ctx context.Context) error {
 			continue
 		}
 		return fmt.Errorf("postgres %s: table %s: column %q (%s) may hold TOASTed values, which a filtered table cannot fill in after restoring from a checkpoint under REPLICA IDENTITY DEFAULT (the filter needs the whole row); for warm restarts set ALTER TABLE %s REPLICA IDENTITY FULL (or omit the column): %w",
-			s.where(), st.ident.Sanitize(), c.name, c.typname, st.ident.Sanitize(), core.ErrExpired)
+			s.where(), st.ident.Sanitize(), c.name, c.typname, st.ident.Sanitize(), driver.ErrExpired)
 	}
 	return nil
 }

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
-	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	"github.com/jackc/pgx/v5"
@@ -35,7 +35,7 @@ func TestRestoreStartsTheStream(t *testing.T) {
 	src1 := newSource(t, pg, opts)
 	tbl1 := newTable[vrow](t, src1, table)
 	tbl1.GateAcknowledgements(true)
-	rv, err := tbl1.List(ctxFor(t), core.ListSink[vrow]{Emit: func(core.Event[vrow]) error { return nil }})
+	rv, err := tbl1.List(ctxFor(t), driver.ListSink[vrow]{Emit: func(driver.Event[vrow]) error { return nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,10 +63,10 @@ func TestRestoreStartsTheStream(t *testing.T) {
 	var got []string
 	done := make(chan error, 1)
 	go func() {
-		done <- tbl2.Watch(ctx, rv, core.WatchOptions[vrow]{Fills: true, Emit: func(evs []core.Event[vrow]) error {
+		done <- tbl2.Watch(ctx, rv, driver.WatchOptions[vrow]{Fills: true, Emit: func(evs []driver.Event[vrow]) error {
 			for _, ev := range evs {
 				switch ev.Type {
-				case core.Bookmark:
+				case driver.Bookmark:
 					if ev.RV >= head {
 						cancel()
 					}
@@ -77,10 +77,10 @@ func TestRestoreStartsTheStream(t *testing.T) {
 			return nil
 		}})
 	}()
-	if err := <-done; !errors.Is(err, core.ErrWatchStopped) {
+	if err := <-done; !errors.Is(err, driver.ErrWatchStopped) {
 		t.Fatalf("Watch: %v", err)
 	}
-	if len(got) != 1 || got[0] != fmt.Sprintf("%s 3", core.Modified) {
+	if len(got) != 1 || got[0] != fmt.Sprintf("%s 3", driver.Modified) {
 		t.Errorf("the watch from the checkpoint delivered %q, want the one update", got)
 	}
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/dbinformer/dbinformer/adapters/postgres/internal/wal"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // Schema changes under a running Table. NewTable proves the mapping of T
@@ -18,11 +19,11 @@ import (
 type SchemaAction int
 
 const (
-	// SchemaRelist ends the table's watch with core.ErrExpired: the
+	// SchemaRelist ends the table's watch with driver.ErrExpired: the
 	// informer lists the table again and hands its handlers only the
 	// differences (a rewrite may have changed any value).
 	SchemaRelist SchemaAction = iota
-	// SchemaFail ends the table's watch with core.ErrPermanent: the
+	// SchemaFail ends the table's watch with driver.ErrPermanent: the
 	// informer stops, its cache frozen at the last version before the
 	// change.
 	SchemaFail
@@ -49,8 +50,8 @@ type SchemaPolicy func(*SchemaChangeError) SchemaAction
 func FailOnSchemaChange(*SchemaChangeError) SchemaAction { return SchemaFail }
 
 // SchemaChangeError reports a change of a synced table's schema and what
-// was done about it. It matches core.ErrExpired when the table is listed
-// again (Action SchemaRelist), core.ErrPermanent when its watch failed.
+// was done about it. It matches driver.ErrExpired when the table is listed
+// again (Action SchemaRelist), driver.ErrPermanent when its watch failed.
 // Table.LastSchemaChange returns the last one.
 type SchemaChangeError struct {
 	// Table is the table's quoted name, schema included.
@@ -81,7 +82,7 @@ func (e *SchemaChangeError) Error() string {
 	return msg
 }
 
-// SchemaAction implements core.SchemaChange: "relist" or "fail", for
+// SchemaAction implements driver.SchemaChange: "relist" or "fail", for
 // SyncStatus, the status page and metrics.
 func (e *SchemaChangeError) SchemaAction() string {
 	if e.Action == SchemaRelist {
@@ -90,14 +91,14 @@ func (e *SchemaChangeError) SchemaAction() string {
 	return "fail"
 }
 
-var _ core.SchemaChange = (*SchemaChangeError)(nil)
+var _ driver.SchemaChange = (*SchemaChangeError)(nil)
 
 // Unwrap makes the error match what the informer does about it.
 func (e *SchemaChangeError) Unwrap() error {
 	if e.Action == SchemaRelist {
-		return core.ErrExpired
+		return driver.ErrExpired
 	}
-	return core.ErrPermanent
+	return driver.ErrPermanent
 }
 
 // shapeColumn is one column as NewTable proved it.

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/dbinformer/dbinformer/adapters/postgres/internal/wal"
-	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
@@ -67,7 +67,7 @@ func TestShapeDiffs(t *testing.T) {
 	}
 	relist := &SchemaChangeError{Table: `"public"."t"`, Column: "v", Change: "type changed", Action: SchemaRelist}
 	fail := &SchemaChangeError{Table: `"public"."t"`, Column: "v", Change: "dropped or renamed", Action: SchemaFail, Fix: "map it"}
-	if !errors.Is(relist, core.ErrExpired) || errors.Is(relist, core.ErrPermanent) || !errors.Is(fail, core.ErrPermanent) || errors.Is(fail, core.ErrExpired) {
-		t.Errorf("SchemaChangeError matches: relist %v/%v, fail %v/%v", errors.Is(relist, core.ErrExpired), errors.Is(relist, core.ErrPermanent), errors.Is(fail, core.ErrPermanent), errors.Is(fail, core.ErrExpired))
+	if !errors.Is(relist, driver.ErrExpired) || errors.Is(relist, driver.ErrPermanent) || !errors.Is(fail, driver.ErrPermanent) || errors.Is(fail, driver.ErrExpired) {
+		t.Errorf("SchemaChangeError matches: relist %v/%v, fail %v/%v", errors.Is(relist, driver.ErrExpired), errors.Is(relist, driver.ErrPermanent), errors.Is(fail, driver.ErrPermanent), errors.Is(fail, driver.ErrExpired))
 	}
 }

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 )
@@ -111,7 +111,7 @@ func (s *Source) ensureStreaming(ctx context.Context) error {
 		if resumable {
 			return s.resume(ctx)
 		}
-		return fmt.Errorf("postgres %s: no replication slot: %w", s.where(), core.ErrExpired)
+		return fmt.Errorf("postgres %s: no replication slot: %w", s.where(), driver.ErrExpired)
 	}
 	return s.startStream(ctx, sess)
 }
@@ -127,7 +127,7 @@ func (s *Source) resume(ctx context.Context) error {
 	err = conn.QueryRow(ctx, "SELECT wal_status FROM pg_replication_slots WHERE slot_name = $1", s.slot).Scan(&walStatus)
 	conn.Close(context.Background())
 	if errors.Is(err, pgx.ErrNoRows) || err == nil && walStatus != nil && *walStatus == "lost" {
-		err := fmt.Errorf("postgres %s: replication slot %q is gone or lost its WAL: %w", s.where(), s.slot, core.ErrExpired)
+		err := fmt.Errorf("postgres %s: replication slot %q is gone or lost its WAL: %w", s.where(), s.slot, driver.ErrExpired)
 		s.mu.Lock()
 		s.resumable = false
 		s.fan.fail(err, true)
@@ -168,7 +168,7 @@ func (s *Source) abandonSession(sess *session, err error) error {
 		s.resumable = true
 		s.fan.fail(err, false)
 	} else {
-		err = fmt.Errorf("%w: %w", err, core.ErrExpired)
+		err = fmt.Errorf("%w: %w", err, driver.ErrExpired)
 		s.fan.fail(err, true)
 	}
 	s.mu.Unlock()

@@ -12,6 +12,7 @@ import (
 
 	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	"github.com/jackc/pgx/v5"
 )
@@ -290,13 +291,13 @@ func TestUndecodableRows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = strict.List(ctx, core.ListSink[keyRow]{Emit: func(core.Event[keyRow]) error { return nil }})
-	if !errors.Is(err, core.ErrPermanent) || !strings.Contains(err.Error(), "1 could not be decoded") || !strings.Contains(err.Error(), "primary key is empty") {
+	_, err = strict.List(ctx, driver.ListSink[keyRow]{Emit: func(driver.Event[keyRow]) error { return nil }})
+	if !errors.Is(err, driver.ErrPermanent) || !strings.Contains(err.Error(), "1 could not be decoded") || !strings.Contains(err.Error(), "primary key is empty") {
 		t.Errorf("List over an undecodable row: %v; want a permanent error with the count and the reason", err)
 	}
-	var bad []core.Event[keyRow]
+	var bad []driver.Event[keyRow]
 	good := 0
-	rv, err := skip.List(ctx, core.ListSink[keyRow]{Emit: func(ev core.Event[keyRow]) error {
+	rv, err := skip.List(ctx, driver.ListSink[keyRow]{Emit: func(ev driver.Event[keyRow]) error {
 		if ev.Err != nil {
 			bad = append(bad, ev)
 		} else {
@@ -307,7 +308,7 @@ func TestUndecodableRows(t *testing.T) {
 	if err != nil || good != 2 || len(bad) != 1 || skip.Skipped() != 1 {
 		t.Errorf("List with SkipUndecodable: %v, %d good, %v bad, Skipped %d; want 2 good, 1 bad, 1 skipped", err, good, bad, skip.Skipped())
 	}
-	var de *core.DecodeError
+	var de *driver.DecodeError
 	if len(bad) == 1 && !errors.As(bad[0].Err, &de) {
 		t.Errorf("the skipped row's error is %T, want *core.DecodeError", bad[0].Err)
 	}
@@ -330,7 +331,7 @@ func TestUndecodableRows(t *testing.T) {
 
 	// The strict table, listed with the bad row gone, meets one in a watch.
 	pg.Exec(t, "DELETE FROM ek WHERE k = ''")
-	rv, err = strict.List(ctx, core.ListSink[keyRow]{Emit: func(core.Event[keyRow]) error { return nil }})
+	rv, err = strict.List(ctx, driver.ListSink[keyRow]{Emit: func(driver.Event[keyRow]) error { return nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -339,7 +340,7 @@ func TestUndecodableRows(t *testing.T) {
 	for {
 		_, err := ws.next(t)
 		if err != nil {
-			if !errors.Is(err, core.ErrPermanent) || !strings.Contains(err.Error(), "primary key is empty") {
+			if !errors.Is(err, driver.ErrPermanent) || !strings.Contains(err.Error(), "primary key is empty") {
 				t.Errorf("watch over an undecodable change ended with %v, want a permanent error naming it", err)
 			}
 			break
@@ -388,7 +389,7 @@ func TestDroppedTable(t *testing.T) {
 	tbl := newTable[kv](t, src, "gone")
 	newTable[kv](t, src, "kv")
 	ctx := ctxFor(t)
-	rv, err := tbl.List(ctx, core.ListSink[kv]{Emit: func(core.Event[kv]) error { return nil }})
+	rv, err := tbl.List(ctx, driver.ListSink[kv]{Emit: func(driver.Event[kv]) error { return nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -399,13 +400,13 @@ func TestDroppedTable(t *testing.T) {
 	for {
 		_, err := w.next(t)
 		if err != nil {
-			if !errors.Is(err, core.ErrPermanent) || !strings.Contains(err.Error(), "dropped") {
+			if !errors.Is(err, driver.ErrPermanent) || !strings.Contains(err.Error(), "dropped") {
 				t.Errorf("watch of a dropped table: %v, want a permanent error", err)
 			}
 			break
 		}
 	}
-	if _, err := tbl.List(ctx, core.ListSink[kv]{Emit: func(core.Event[kv]) error { return nil }}); !errors.Is(err, core.ErrPermanent) {
+	if _, err := tbl.List(ctx, driver.ListSink[kv]{Emit: func(driver.Event[kv]) error { return nil }}); !errors.Is(err, driver.ErrPermanent) {
 		t.Errorf("List of a dropped table: %v, want a permanent error", err)
 	}
 }
@@ -419,7 +420,7 @@ func TestCloseEndsWithErrClosed(t *testing.T) {
 	src := newSource(t, pg, pginformer.Options{Logger: newTestLogger(&logBuf)})
 	tbl := newTable[kv](t, src, "kv")
 	ctx := ctxFor(t)
-	rv, err := tbl.List(ctx, core.ListSink[kv]{Emit: func(core.Event[kv]) error { return nil }})
+	rv, err := tbl.List(ctx, driver.ListSink[kv]{Emit: func(driver.Event[kv]) error { return nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -437,7 +438,7 @@ func TestCloseEndsWithErrClosed(t *testing.T) {
 			break
 		}
 	}
-	if _, err := tbl.List(context.Background(), core.ListSink[kv]{Emit: func(core.Event[kv]) error { return nil }}); !errors.Is(err, pginformer.ErrClosed) {
+	if _, err := tbl.List(context.Background(), driver.ListSink[kv]{Emit: func(driver.Event[kv]) error { return nil }}); !errors.Is(err, pginformer.ErrClosed) {
 		t.Errorf("List after Close: %v, want ErrClosed", err)
 	}
 	if log := logBuf.String(); strings.Contains(log, "level=WARN") || strings.Contains(log, "level=ERROR") {

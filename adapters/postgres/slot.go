@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -228,7 +229,7 @@ func (s *Source) openSession(ctx context.Context) (*session, error) {
 	sess, resumable := s.sess, s.resumable
 	s.mu.Unlock()
 	if sess == nil && resumable {
-		if err := s.resume(ctx); err != nil && !errors.Is(err, core.ErrExpired) {
+		if err := s.resume(ctx); err != nil && !errors.Is(err, driver.ErrExpired) {
 			return nil, err
 		}
 		s.mu.Lock()

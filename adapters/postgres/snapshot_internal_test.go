@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	"github.com/jackc/pgx/v5"
@@ -84,7 +85,7 @@ type wideRow struct {
 func listAll[T any](t *testing.T, tbl *Table[T]) (core.ResourceVersion, map[string]T) {
 	t.Helper()
 	got := map[string]T{}
-	rv, err := tbl.List(t.Context(), core.ListSink[T]{Emit: func(ev core.Event[T]) error {
+	rv, err := tbl.List(t.Context(), driver.ListSink[T]{Emit: func(ev driver.Event[T]) error {
 		if ev.Err != nil {
 			return ev.Err
 		}
@@ -198,7 +199,7 @@ func TestListTakesUpFreedReaders(t *testing.T) {
 	holding, release, heldDone := make(chan struct{}), make(chan struct{}), make(chan error, 1)
 	go func() {
 		var once sync.Once
-		_, err := heldTbl.List(t.Context(), core.ListSink[wideRow]{Emit: func(core.Event[wideRow]) error {
+		_, err := heldTbl.List(t.Context(), driver.ListSink[wideRow]{Emit: func(driver.Event[wideRow]) error {
 			once.Do(func() { close(holding); <-release })
 			return nil
 		}})
@@ -207,7 +208,7 @@ func TestListTakesUpFreedReaders(t *testing.T) {
 	<-holding // held's List keeps its reader slot until released
 	var once sync.Once
 	n := 0
-	_, err = bigTbl.List(t.Context(), core.ListSink[wideRow]{Emit: func(ev core.Event[wideRow]) error {
+	_, err = bigTbl.List(t.Context(), driver.ListSink[wideRow]{Emit: func(ev driver.Event[wideRow]) error {
 		var err error
 		once.Do(func() { close(release); err = <-heldDone })
 		n++
@@ -257,7 +258,7 @@ func TestListTablesSideBySide(t *testing.T) {
 		wg.Go(func() {
 			first := true
 			n := 0
-			rvs[i], errs[i] = tbl.List(ctx, core.ListSink[wideRow]{Emit: func(ev core.Event[wideRow]) error {
+			rvs[i], errs[i] = tbl.List(ctx, driver.ListSink[wideRow]{Emit: func(ev driver.Event[wideRow]) error {
 				n++
 				if first {
 					first = false

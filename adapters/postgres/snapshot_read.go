@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -48,13 +49,13 @@ const (
 	// (no known keys, no TOAST columns, no Skipped count, no
 	// SyncProgress), reads through its first reader only, asks for no
 	// TOAST flags, and emits a row that does not decode as an event with
-	// Err (core.AuditLister) instead of failing.
+	// Err (driver.AuditLister) instead of failing.
 	readAudit
 )
 
 // read emits every row of the table as seen by the snapshot of r (see
 // readKind).
-func (t *Table[T]) read(ctx context.Context, r *snapReaders, rv core.ResourceVersion, how readKind, sink core.ListSink[T]) error {
+func (t *Table[T]) read(ctx context.Context, r *snapReaders, rv core.ResourceVersion, how readKind, sink driver.ListSink[T]) error {
 	s, st := t.src, t.st
 	fresh, audit := how == readFresh, how == readAudit
 	ident := st.ident.Sanitize()
@@ -65,7 +66,7 @@ func (t *Table[T]) read(ctx context.Context, r *snapReaders, rv core.ResourceVer
 		return s.wrap("read columns of "+ident, err)
 	}
 	if len(cols) == 0 {
-		return core.Permanent(fmt.Errorf("postgres %s: table %s was dropped: its relation (oid %d) is gone; a table created again under the name needs a new Table", s.where(), ident, st.oid))
+		return driver.Permanent(fmt.Errorf("postgres %s: table %s was dropped: its relation (oid %d) is gone; a table created again under the name needs a new Table", s.where(), ident, st.oid))
 	}
 	version, reltuples, blocks, err := t.snapSize(ctx, tx)
 	if err != nil {
@@ -129,7 +130,7 @@ func (t *Table[T]) snapSize(ctx context.Context, tx pgx.Tx) (version int, reltup
 // ranges when the table is large enough for several readers to pay. It
 // reports the estimate to sink and returns it (reltuples, or the planner's
 // estimate of the rows a condition keeps) for the progress count.
-func (t *Table[T]) readQueries(ctx context.Context, tx pgx.Tx, l *copyLayout, version int, reltuples float64, blocks int64, audit bool, sink core.ListSink[T]) ([]string, float64) {
+func (t *Table[T]) readQueries(ctx context.Context, tx pgx.Tx, l *copyLayout, version int, reltuples float64, blocks int64, audit bool, sink driver.ListSink[T]) ([]string, float64) {
 	s, st, ident := t.src, t.st, t.st.ident.Sanitize()
 	// Ranges of blocks (blockRanges).
 	sel := "SELECT " + joinComma(l.exprs) + " FROM " + ident
@@ -162,7 +163,7 @@ func (t *Table[T]) readQueries(ctx context.Context, tx pgx.Tx, l *copyLayout, ve
 
 // readDone turns the end of a read (lr) into read's result: the error that
 // stopped it, or, when rows did not decode, the List's failure
-// (core.ErrPermanent) or, with SkipUndecodable, a warning.
+// (driver.ErrPermanent) or, with SkipUndecodable, a warning.
 func (t *Table[T]) readDone(lr *listRead[T], rv core.ResourceVersion, audit bool) error {
 	s, st, ident := t.src, t.st, t.st.ident.Sanitize()
 	if lr.err != nil {
@@ -171,7 +172,7 @@ func (t *Table[T]) readDone(lr *listRead[T], rv core.ResourceVersion, audit bool
 		case lr.emitErr:
 			return lr.err
 		case errors.As(lr.err, &pgErr) && pgErr.Code == "42P01": // undefined_table
-			return core.Permanent(s.wrap("read table "+ident, lr.err))
+			return driver.Permanent(s.wrap("read table "+ident, lr.err))
 		}
 		return s.wrap("read table "+ident, lr.err)
 	}
@@ -301,7 +302,7 @@ type listRead[T any] struct {
 	rv    core.ResourceVersion
 	fresh bool
 	audit bool
-	sink  core.ListSink[T]
+	sink  driver.ListSink[T]
 
 	mu       sync.Mutex // serialises Emit and guards what follows
 	bad      undecodable
@@ -334,9 +335,9 @@ func (lr *listRead[T]) copy(ctx context.Context, rd *snapReader, query string) e
 	// One event per reader, decoded into and emitted by value row after
 	// row: the decoders take its object's address, which would put a new
 	// event on the heap for every row.
-	ev := new(core.Event[T])
+	ev := new(driver.Event[T])
 	cp.row = func(fields [][]byte) error {
-		*ev = core.Event[T]{Type: core.Added, RV: lr.rv}
+		*ev = driver.Event[T]{Type: driver.Added, RV: lr.rv}
 		key, err := l.key(fields)
 		if err == nil {
 			ev.Key = key
@@ -365,7 +366,7 @@ func (lr *listRead[T]) copy(ctx context.Context, rd *snapReader, query string) e
 			return lr.err
 		}
 		if err != nil {
-			de := &core.DecodeError{Source: st.sourceName(), Key: key, RV: lr.rv, Err: err}
+			de := &driver.DecodeError{Source: st.sourceName(), Key: key, RV: lr.rv, Err: err}
 			lr.bad.add(de)
 			switch {
 			case lr.audit:

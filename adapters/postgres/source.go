@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -25,12 +26,12 @@ import (
 )
 
 // ErrClosed is matched (with errors.Is) by what List and Watch return once
-// the Source is closed. It is permanent (it also matches core.ErrPermanent):
+// the Source is closed. It is permanent (it also matches driver.ErrPermanent):
 // an informer whose Source was closed stops instead of retrying.
 var ErrClosed = errors.New("pginformer: source closed")
 
 // errClosed is ErrClosed marked permanent.
-var errClosed = core.Permanent(ErrClosed)
+var errClosed = driver.Permanent(ErrClosed)
 
 // Options configures a Source. The zero value of every field means the
 // default.
@@ -101,7 +102,7 @@ type Options struct {
 	StatusInterval time.Duration
 	// History is how many acknowledged changes per table stay in memory
 	// so that a Watch may start from a version before the newest one a
-	// consumer acknowledged. Older starts get core.ErrExpired and relist.
+	// consumer acknowledged. Older starts get driver.ErrExpired and relist.
 	// Default 10000; negative keeps none.
 	History int
 	// Logger receives connection-level events. Default: discard.
@@ -121,7 +122,7 @@ type Options struct {
 
 // Source streams a set of tables over one logical replication slot and one
 // walsender. Register every table with NewTable before the first List; each
-// table is then its own core.ListerWatcher, typically run by its own
+// table is then its own driver.ListerWatcher, typically run by its own
 // informer. Close releases the connections.
 type Source struct {
 	opts     Options

@@ -8,6 +8,7 @@ import (
 
 	"github.com/dbinformer/dbinformer/adapters/postgres/internal/wal"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -58,7 +59,7 @@ func (s *Source) stream(ctx context.Context, sess *session, gen uint64) {
 	}
 	temporary := !s.opts.PermanentSlot
 	if temporary {
-		err = fmt.Errorf("postgres %s: replication stream of temporary slot %q ended at %s (the server dropped the slot with its connection): %w: %w", s.where(), s.slot, lsn(at), core.ErrExpired, err)
+		err = fmt.Errorf("postgres %s: replication stream of temporary slot %q ended at %s (the server dropped the slot with its connection): %w: %w", s.where(), s.slot, lsn(at), driver.ErrExpired, err)
 	} else {
 		err = fmt.Errorf("postgres %s: replication stream of slot %q ended at %s: %w", s.where(), s.slot, lsn(at), err)
 		s.resumable = true
@@ -91,7 +92,7 @@ const (
 	// no keepalive) for this many status intervals, though a keepalive
 	// was requested after the first, ends as half-open (but see
 	// silenceLimit).
-	silentIntervals = core.StuckIntervals
+	silentIntervals = driver.StuckIntervals
 )
 
 // errHalfOpen is matched by the error with which a stream that heard

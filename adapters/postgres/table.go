@@ -10,6 +10,8 @@ import (
 
 	"github.com/dbinformer/dbinformer/adapters/postgres/internal/wal"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/codec"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/filter"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -27,7 +29,7 @@ type TableOptions[T any] struct {
 	Omit []string
 	// SkipUndecodable keeps the sync going over rows that do not decode
 	// into T (or whose primary key is empty): each is reported as an event
-	// with a *core.DecodeError (counted by the informer's DecodeFailed
+	// with a *driver.DecodeError (counted by the informer's DecodeFailed
 	// metric) and counted by Table.Skipped. A listed row that fails is
 	// missing from the cache. A streamed change that fails keeps its type
 	// and its key (when the key itself decodes): the informer applies the
@@ -35,7 +37,7 @@ type TableOptions[T any] struct {
 	// never leaves the key's previous object looking current (the key
 	// leaves the cache, or the informer stops, by the core's policy); a
 	// change whose key does not decode cannot name its object. Default:
-	// such a row fails the List with core.ErrPermanent, naming how many
+	// such a row fails the List with driver.ErrPermanent, naming how many
 	// rows failed and why, and a watch that meets one fails the same way.
 	SkipUndecodable bool
 	// Where, when set, makes the Table a partial sync (package filter):
@@ -57,7 +59,7 @@ type TableOptions[T any] struct {
 	OnSchemaChange SchemaPolicy
 }
 
-// Table is one table of a Source as a core.ListerWatcher[T]. T is a struct
+// Table is one table of a Source as a driver.ListerWatcher[T]. T is a struct
 // whose exported fields map to columns by `db` tag or by name (case and
 // underscores ignored, like pgx.RowToStructByName; `db:"-"` leaves a field
 // out), or map[string]any.
@@ -71,13 +73,13 @@ type Table[T any] struct {
 	changes atomic.Int64    // row changes the stream delivered
 
 	codecOnce sync.Once // Codec
-	codec     core.Codec[T]
+	codec     codec.Codec[T]
 }
 
 var (
-	_ core.ListerWatcher[map[string]any] = (*Table[map[string]any])(nil)
-	_ core.HeadReader                    = (*Table[map[string]any])(nil)
-	_ core.ProgressReporter              = (*Table[map[string]any])(nil)
+	_ driver.ListerWatcher[map[string]any] = (*Table[map[string]any])(nil)
+	_ driver.HeadReader                    = (*Table[map[string]any])(nil)
+	_ driver.ProgressReporter              = (*Table[map[string]any])(nil)
 )
 
 // NewTable registers table (a raw name, quoted by this package) of
@@ -340,7 +342,7 @@ func (t *Table[T]) Skipped() int64 { return t.skipped.Load() }
 // consistent point); a later one, once the stream runs, inside the
 // snapshot of a short-lived temporary helper slot (RV = its consistent
 // point).
-func (t *Table[T]) List(ctx context.Context, sink core.ListSink[T]) (core.ResourceVersion, error) {
+func (t *Table[T]) List(ctx context.Context, sink driver.ListSink[T]) (core.ResourceVersion, error) {
 	sink = t.filtered(sink)
 	return t.src.snapshotFor(ctx, t.st, func(r *snapReaders, rv core.ResourceVersion, fresh bool) error {
 		how := readList
@@ -353,10 +355,10 @@ func (t *Table[T]) List(ctx context.Context, sink core.ListSink[T]) (core.Resour
 
 // filtered applies a partial sync's residue (what the snapshot query's
 // WHERE does not evaluate) to the rows a List or an audit emits.
-func (t *Table[T]) filtered(sink core.ListSink[T]) core.ListSink[T] {
+func (t *Table[T]) filtered(sink driver.ListSink[T]) driver.ListSink[T] {
 	if t.filter != nil {
 		emit := sink.Emit
-		sink.Emit = func(ev core.Event[T]) error {
+		sink.Emit = func(ev driver.Event[T]) error {
 			if !t.filter.keep(&ev) {
 				return nil
 			}
@@ -387,5 +389,5 @@ func (u *undecodable) err(what string) error {
 	for i, e := range u.first {
 		reasons[i] = e.Error()
 	}
-	return core.Permanent(fmt.Errorf("%s: %d could not be decoded (first: %s); fix the data or the mapping, or set TableOptions.SkipUndecodable to leave such rows out: %w", what, u.n, strings.Join(reasons, "; "), u.first[0]))
+	return driver.Permanent(fmt.Errorf("%s: %d could not be decoded (first: %s); fix the data or the mapping, or set TableOptions.SkipUndecodable to leave such rows out: %w", what, u.n, strings.Join(reasons, "; "), u.first[0]))
 }

@@ -52,7 +52,7 @@ type tableState struct {
 	toastCols map[string]uint8 // per column name: toastAlways, toastNever, toastIfLong
 	toastGen  uint64           // bumped when toastCols changes
 	// filled: a watch whose consumer fills unchanged TOASTed values from
-	// its cache (core.WatchOptions.Fills) has run, so vals are not kept;
+	// its cache (driver.WatchOptions.Fills) has run, so vals are not kept;
 	// plain: a watch whose consumer does not has run, so they are kept
 	// again (both stay set: see watchFills).
 	filled, plain bool

@@ -99,9 +99,9 @@ func (t *tableState) toastOf(p *rowPlan) []uint8 {
 // unchanged TOASTed values the table did not fill in (fillin.go). The
 // first consumer that fills them from its cache (a core informer) ends the
 // keeping of values: they are dropped, and updates of keys whose values
-// are not kept carry a core.Event.Fill. A consumer that does not fill (a
+// are not kept carry a driver.Event.Fill. A consumer that does not fill (a
 // relay) makes the table keep them again from then on: its watch ends on
-// the first event it cannot take (core.ErrExpired), and the List it then
+// the first event it cannot take (driver.ErrExpired), and the List it then
 // runs records them again. Called with knownMu not held.
 func (t *tableState) watchFills(fills bool) {
 	t.knownMu.Lock()

@@ -7,6 +7,8 @@ import (
 
 	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/checkpoint"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	"github.com/jackc/pgx/v5"
@@ -18,7 +20,7 @@ func runWarmToast(t *testing.T, pg *harness.Postgres, table, dir string) (*core.
 	t.Helper()
 	src := newSource(t, pg, pginformer.Options{PermanentSlot: true, Slot: "warm_" + table})
 	spy := informertest.Wrap[toastRow](newTable[toastRow](t, src, table))
-	store, err := core.NewDirCheckpointStore(dir)
+	store, err := checkpoint.NewDirStore(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,9 +140,9 @@ func TestWarmRestartToast(t *testing.T) {
 
 // plainLW hides from its table that its consumer fills from a cache, as a
 // consumer other than the core's informer (a relay) would.
-type plainLW[T any] struct{ core.ListerWatcher[T] }
+type plainLW[T any] struct{ driver.ListerWatcher[T] }
 
-func (p plainLW[T]) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[T]) error {
+func (p plainLW[T]) Watch(ctx context.Context, from core.ResourceVersion, opts driver.WatchOptions[T]) error {
 	opts.Fills = false
 	return p.ListerWatcher.Watch(ctx, from, opts)
 }

@@ -7,6 +7,7 @@ import (
 
 	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/integration/harness"
 )
@@ -21,7 +22,7 @@ type docRow struct {
 // TestUndecodableUpdateNeverLeavesTheOldRow: with SkipUndecodable, an
 // update whose new row does not decode into T (a jsonb value of another
 // shape) reaches the informer as an event carrying the row's key and a
-// *core.DecodeError, and the row's previous object does not stay in the
+// *driver.DecodeError, and the row's previous object does not stay in the
 // cache looking current: the key leaves the cache (or the informer stops
 // with a permanent error, by the core's policy). Needs the core's rule for
 // undecodable updates (issue 36 item 5).
@@ -37,7 +38,7 @@ func TestUndecodableUpdateNeverLeavesTheOldRow(t *testing.T) {
 	inf, errs := informertest.Run[docRow](t, tbl, core.InformerOptions[docRow]{})
 	at := write(t, conn, `UPDATE uj SET doc = '{"a": "not a number"}' WHERE id = 2`)
 	eventually(t, "the undecodable update applied, or the informer stopped", func() error {
-		if inf.AppliedVersion() >= at || errs.Is(core.ErrPermanent) != nil {
+		if inf.AppliedVersion() >= at || errs.Is(driver.ErrPermanent) != nil {
 			return nil
 		}
 		return fmt.Errorf("applied %d, want %d", inf.AppliedVersion(), at)
@@ -45,7 +46,7 @@ func TestUndecodableUpdateNeverLeavesTheOldRow(t *testing.T) {
 	if old, ok := inf.Lister().Get("2"); ok && old.Doc.A == 2 {
 		t.Errorf("row 2 still holds its old value %+v after an update the cache could not decode: a stale object looking current", old)
 	}
-	var de *core.DecodeError
+	var de *driver.DecodeError
 	if err := errs.Find(func(err error) bool { return errors.As(err, &de) }); err == nil || de.Key != "2" {
 		t.Errorf("errors %v: want a DecodeError for key 2", errs.All())
 	}

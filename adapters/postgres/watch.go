@@ -8,6 +8,7 @@ import (
 
 	"github.com/dbinformer/dbinformer/adapters/postgres/internal/wal"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // Watch delivers the table's changes after from through opts.Emit, one
@@ -16,15 +17,15 @@ import (
 // answered). Emit's return acknowledges the batch: only then may the server
 // discard its WAL. from must be a version this Source keeps the table's
 // changes since: one returned by List, or one a watch delivered within the
-// last Options.History changes; anything older is core.ErrExpired. A
+// last Options.History changes; anything older is driver.ErrExpired. A
 // Bookmark never passes the WAL position the Source's catalog check last
 // vouched for (see "Schema changes" in the package doc), and a change of
 // the table's schema ends the watch with a *SchemaChangeError after the
 // transactions before it.
-func (t *Table[T]) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[T]) error {
+func (t *Table[T]) Watch(ctx context.Context, from core.ResourceVersion, opts driver.WatchOptions[T]) error {
 	s, fan := t.src, t.src.fan
 	if ctx.Err() != nil {
-		return core.Stopped(ctx)
+		return driver.Stopped(ctx)
 	}
 	w, err := fan.register(&t.st.feed, from)
 	if err != nil {
@@ -39,12 +40,12 @@ func (t *Table[T]) Watch(ctx context.Context, from core.ResourceVersion, opts co
 	if err := fan.begin(w); err != nil {
 		return stopped(ctx, err)
 	}
-	var buf []core.Event[T]
+	var buf []driver.Event[T]
 	var todo []*batch
 	var asked ticket // the progress request to answer; zero: none
 	for {
 		if ctx.Err() != nil {
-			return core.Stopped(ctx)
+			return driver.Stopped(ctx)
 		}
 		next, err := fan.next(w, asked, todo[:0])
 		if err != nil {
@@ -59,7 +60,7 @@ func (t *Table[T]) Watch(ctx context.Context, from core.ResourceVersion, opts co
 			if next.answered {
 				asked = ticket{}
 			}
-			buf = append(buf[:0], core.Event[T]{Type: core.Bookmark, RV: next.bookmark})
+			buf = append(buf[:0], driver.Event[T]{Type: driver.Bookmark, RV: next.bookmark})
 			if err = opts.Emit(buf); err == nil {
 				fan.ack(w, next.bookmark)
 			}
@@ -67,7 +68,7 @@ func (t *Table[T]) Watch(ctx context.Context, from core.ResourceVersion, opts co
 			select {
 			case <-next.wait:
 			case <-ctx.Done():
-				return core.Stopped(ctx)
+				return driver.Stopped(ctx)
 			case <-opts.Progress:
 				asked = fan.requestProgress()
 			}
@@ -83,7 +84,7 @@ func (t *Table[T]) Watch(ctx context.Context, from core.ResourceVersion, opts co
 // that fell behind catches up without paying the hand-over once per
 // transaction. What precedes a TRUNCATE or a transaction that does not
 // decode is delivered before the watch ends on it. buf is reused.
-func (t *Table[T]) deliver(w *watcher, batches []*batch, emit func([]core.Event[T]) error, fills bool, buf *[]core.Event[T]) error {
+func (t *Table[T]) deliver(w *watcher, batches []*batch, emit func([]driver.Event[T]) error, fills bool, buf *[]driver.Event[T]) error {
 	fan, st := t.src.fan, t.st
 	out := (*buf)[:0]
 	defer func() { *buf = out }()
@@ -104,13 +105,13 @@ func (t *Table[T]) deliver(w *watcher, batches []*batch, emit func([]core.Event[
 			if err := flush(); err != nil {
 				return err
 			}
-			return fmt.Errorf("%s: truncated by the transaction at %s, so its keys are gone; list again: %w", st.sourceName(), lsn(b.rv), core.ErrExpired)
+			return fmt.Errorf("%s: truncated by the transaction at %s, so its keys are gone; list again: %w", st.sourceName(), lsn(b.rv), driver.ErrExpired)
 		}
 		if b.relist != "" {
 			if err := flush(); err != nil {
 				return err
 			}
-			return fmt.Errorf("%s: at %s: %s; list again: %w", st.sourceName(), lsn(b.rv), b.relist, core.ErrExpired)
+			return fmt.Errorf("%s: at %s: %s; list again: %w", st.sourceName(), lsn(b.rv), b.relist, driver.ErrExpired)
 		}
 		if failed > 0 && !t.opts.SkipUndecodable {
 			if err := flush(); err != nil {
@@ -145,7 +146,7 @@ func (t *Table[T]) deliver(w *watcher, batches []*batch, emit func([]core.Event[
 	return nil
 }
 
-// ProgressInterval implements core.ProgressIntervaler: an open watch emits
+// ProgressInterval implements driver.ProgressIntervaler: an open watch emits
 // a Bookmark whenever the stream moves on without touching the table, and
 // answers a progress request within one round trip to the server (a
 // status update asking for a keepalive). The stream hears from a live
@@ -153,14 +154,14 @@ func (t *Table[T]) deliver(w *watcher, batches []*batch, emit func([]core.Event[
 // one quiet interval) and ends its session after the Source's silence
 // limit (see silenceLimit: 3 status intervals, at least half the server's
 // wal_sender_timeout plus two). The interval is that limit divided by
-// core.StuckIntervals, so that the reflector's stuck-watch detection and
+// driver.StuckIntervals, so that the reflector's stuck-watch detection and
 // the stream's half-open detection agree, and neither takes a walsender
 // busy with a large transaction for a dead one.
 func (t *Table[T]) ProgressInterval() time.Duration {
-	return t.src.silence / core.StuckIntervals
+	return t.src.silence / driver.StuckIntervals
 }
 
-var _ core.ProgressIntervaler = (*Table[int])(nil)
+var _ driver.ProgressIntervaler = (*Table[int])(nil)
 
 // A watch hands every transaction it has ready to one Emit, up to
 // emitMaxBatches transactions or, past emitMax events, the transaction
@@ -170,11 +171,11 @@ const (
 	emitMax        = 4096
 )
 
-// stopped is what Watch returns for err: core.Stopped once ctx is done,
+// stopped is what Watch returns for err: driver.Stopped once ctx is done,
 // whatever failed meanwhile.
 func stopped(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
-		return core.Stopped(ctx)
+		return driver.Stopped(ctx)
 	}
 	return err
 }
@@ -182,7 +183,7 @@ func stopped(ctx context.Context, err error) error {
 // decodeUpTo decodes, in version order, every batch up to b that is not
 // decoded yet (batches a watch from a later version skipped still move the
 // known keys and values), and returns b's events and how many failed.
-func (t *Table[T]) decodeUpTo(b *batch) ([]core.Event[T], int) {
+func (t *Table[T]) decodeUpTo(b *batch) ([]driver.Event[T], int) {
 	fan, st := t.src.fan, t.st
 	st.knownMu.Lock()
 	defer st.knownMu.Unlock()
@@ -197,7 +198,7 @@ func (t *Table[T]) decodeUpTo(b *batch) ([]core.Event[T], int) {
 			t.decode(b)
 		}
 	}
-	return b.events.([]core.Event[T]), b.failed
+	return b.events.([]driver.Event[T]), b.failed
 }
 
 // decode turns one transaction into events, in order, keeping the table's
@@ -209,7 +210,7 @@ func (t *Table[T]) decode(b *batch) {
 		t:   t,
 		b:   b,
 		src: st.sourceName(),
-		out: make([]core.Event[T], 0, len(b.changes)), // one per change, mostly
+		out: make([]driver.Event[T], 0, len(b.changes)), // one per change, mostly
 	}
 	var lastRel *wal.Relation
 	var lastPlan *rowPlan
@@ -224,7 +225,7 @@ func (t *Table[T]) decode(b *batch) {
 			continue
 		}
 		if c.Rel == nil {
-			d.fail(core.Modified, "", errors.New("change before its Relation message"))
+			d.fail(driver.Modified, "", errors.New("change before its Relation message"))
 			continue
 		}
 		if c.Rel != lastRel { // a transaction's rows mostly share a layout
@@ -233,13 +234,13 @@ func (t *Table[T]) decode(b *batch) {
 		}
 		p, err := lastPlan, lastErr
 		if err != nil {
-			d.fail(core.Modified, "", err)
+			d.fail(driver.Modified, "", err)
 			continue
 		}
 		var oldKey string
 		if c.Old != nil {
 			if oldKey, err = encodeKey(p, c.Old); err != nil {
-				d.fail(core.Deleted, "", err)
+				d.fail(driver.Deleted, "", err)
 				continue
 			}
 		}
@@ -255,7 +256,7 @@ func (t *Table[T]) decode(b *batch) {
 	if len(out) == 0 {
 		// A transaction that touched the table without a visible change
 		// (e.g. TRUNCATE of an empty table) still moves the version.
-		out = append(out, core.Event[T]{Type: core.Bookmark, RV: b.rv})
+		out = append(out, driver.Event[T]{Type: driver.Bookmark, RV: b.rv})
 	}
 	if failed > 0 && t.opts.SkipUndecodable {
 		t.skipped.Add(int64(failed))
@@ -272,22 +273,22 @@ type txDecoder[T any] struct {
 	t      *Table[T]
 	b      *batch
 	src    string // the source's name, for DecodeErrors
-	out    []core.Event[T]
+	out    []driver.Event[T]
 	failed int
 }
 
 // fail records a change that does not decode as an event carrying a
-// *core.DecodeError, keeping its type and key (when the key decoded).
-func (d *txDecoder[T]) fail(typ core.EventType, key string, err error) {
+// *driver.DecodeError, keeping its type and key (when the key decoded).
+func (d *txDecoder[T]) fail(typ driver.EventType, key string, err error) {
 	d.failed++
-	d.out = append(d.out, core.Event[T]{Type: typ, Key: key, RV: d.b.rv, Err: &core.DecodeError{Source: d.src, Key: key, RV: d.b.rv, Err: err}})
+	d.out = append(d.out, driver.Event[T]{Type: typ, Key: key, RV: d.b.rv, Err: &driver.DecodeError{Source: d.src, Key: key, RV: d.b.rv, Err: err}})
 }
 
 // deleted is a delete's event, with the last object when the old row came
 // whole (FULL).
-func (d *txDecoder[T]) deleted(p *rowPlan, key string, c wal.Change) core.Event[T] {
+func (d *txDecoder[T]) deleted(p *rowPlan, key string, c wal.Change) driver.Event[T] {
 	t, st := d.t, d.t.st
-	ev := core.Event[T]{Type: core.Deleted, Key: key, RV: d.b.rv}
+	ev := driver.Event[T]{Type: driver.Deleted, Key: key, RV: d.b.rv}
 	if c.OldKind == 'O' {
 		if err := t.m.decode(p, st.fillToast(p, key, c.Old, nil), &ev.Object); err == nil {
 			ev.HasObject = true
@@ -304,9 +305,9 @@ func (d *txDecoder[T]) deleted(p *rowPlan, key string, c wal.Change) core.Event[
 // values, the consumer's cache (Event.Fill), or a List (batch.relist).
 func (d *txDecoder[T]) upsert(p *rowPlan, oldKey string, c wal.Change) {
 	t, st, b := d.t, d.t.st, d.b
-	typ := core.Added
+	typ := driver.Added
 	if c.Kind == wal.Update {
-		typ = core.Modified
+		typ = driver.Modified
 	}
 	key, err := encodeKey(p, c.New)
 	if err != nil {
@@ -318,7 +319,7 @@ func (d *txDecoder[T]) upsert(p *rowPlan, oldKey string, c wal.Change) {
 		// Primary key changed: the old key is gone.
 		prevKey = oldKey
 		d.out = append(d.out, d.deleted(p, oldKey, c))
-		typ = core.Added
+		typ = driver.Added
 	}
 	vals := st.fillToast(p, prevKey, c.New, c.Old)
 	if prevKey != key {
@@ -336,7 +337,7 @@ func (d *txDecoder[T]) upsert(p *rowPlan, oldKey string, c wal.Change) {
 		b.relist = fmt.Sprintf("key %q moved to %q beside the unchanged TOASTed column %q, whose value this table does not keep", prevKey, key, p.rel.Names[missing[0]])
 		return
 	}
-	if len(missing) > 0 && (typ != core.Modified || t.filter != nil) {
+	if len(missing) > 0 && (typ != driver.Modified || t.filter != nil) {
 		// Only the consumer's cached object of the same key can
 		// fill them in, and a filter must see the whole row.
 		d.fail(typ, key, fmt.Errorf("unchanged TOASTed column %q has no known previous value", p.rel.Names[missing[0]]))
@@ -345,7 +346,7 @@ func (d *txDecoder[T]) upsert(p *rowPlan, oldKey string, c wal.Change) {
 	st.remember(p, key, vals)
 	// Decoded in place: the decoder takes the object's address,
 	// which would put an event of its own on the heap per row.
-	d.out = append(d.out, core.Event[T]{Type: typ, Key: key, HasObject: true, RV: b.rv})
+	d.out = append(d.out, driver.Event[T]{Type: typ, Key: key, HasObject: true, RV: b.rv})
 	ev := &d.out[len(d.out)-1]
 	if err := t.m.decode(p, vals, &ev.Object); err != nil {
 		d.out = d.out[:len(d.out)-1]

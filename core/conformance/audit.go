@@ -10,11 +10,12 @@ import (
 	"time"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 )
 
 // RunAudit checks the consistency audit (core.InformerOptions.Audit) over
-// newHarness's ListerWatcher, which must implement core.AuditLister: an
+// newHarness's ListerWatcher, which must implement driver.AuditLister: an
 // informer fed through an informertest.Lossy (the source's truth reaches
 // only the audit) is audited
 //
@@ -33,7 +34,7 @@ func RunAudit[T any](t *testing.T, caps Capabilities, newHarness func(t *testing
 	t.Helper()
 	h := newHarness(t)
 	lw := h.ListerWatcher()
-	if _, ok := core.Capability[core.AuditLister[T]](lw); !ok {
+	if _, ok := driver.Capability[driver.AuditLister[T]](lw); !ok {
 		t.Fatalf("conformance: RunAudit needs a ListerWatcher that implements core.AuditLister; %T does not", lw)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*caps.timeout())
@@ -122,10 +123,10 @@ func (a *auditRun[T]) seed() {
 
 // start runs the audited informer over lw through a Lossy, so that the
 // source's truth reaches only the audit.
-func (a *auditRun[T]) start(lw core.ListerWatcher[T]) {
+func (a *auditRun[T]) start(lw driver.ListerWatcher[T]) {
 	a.lossy = informertest.NewLossy[T](slowAudit[T]{lw}, informertest.LossyOptions[T]{})
 	a.log = &auditLog[T]{version: a.h.Version}
-	a.inf, _ = informertest.Run(a.t, core.ListerWatcher[T](a.lossy), core.InformerOptions[T]{
+	a.inf, _ = informertest.Run(a.t, driver.ListerWatcher[T](a.lossy), core.InformerOptions[T]{
 		Name:  "audit",
 		Audit: &core.AuditOptions[T]{Period: time.Hour, Pace: -1},
 	}, a.log)
@@ -364,12 +365,12 @@ func (l *auditLog[T]) OnDelete(key string, _ T, _ bool) { l.add(key, "delete "+k
 // slowAudit stretches each audit's read (a millisecond per row) so that
 // the concurrent writers' changes land while it reads: the window in which
 // a false positive would show.
-type slowAudit[T any] struct{ core.ListerWatcher[T] }
+type slowAudit[T any] struct{ driver.ListerWatcher[T] }
 
-func (s slowAudit[T]) AuditList(ctx context.Context, atLeast core.ResourceVersion, sink core.ListSink[T]) (core.ResourceVersion, error) {
-	al, _ := core.Capability[core.AuditLister[T]](s.ListerWatcher)
+func (s slowAudit[T]) AuditList(ctx context.Context, atLeast core.ResourceVersion, sink driver.ListSink[T]) (core.ResourceVersion, error) {
+	al, _ := driver.Capability[driver.AuditLister[T]](s.ListerWatcher)
 	emit := sink.Emit
-	sink.Emit = func(ev core.Event[T]) error {
+	sink.Emit = func(ev driver.Event[T]) error {
 		time.Sleep(time.Millisecond)
 		return emit(ev)
 	}

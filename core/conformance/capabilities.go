@@ -4,17 +4,17 @@ import (
 	"fmt"
 	"reflect"
 
-	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/filter"
 )
 
 // embedded is the wrapper a user writes by default: a struct that embeds
 // the ListerWatcher and adds nothing the core can see.
-type embedded[T any] struct{ core.ListerWatcher[T] }
+type embedded[T any] struct{ driver.ListerWatcher[T] }
 
 // wrappers returns lw behind each wrapper a capability must survive.
-func wrappers[T any](lw core.ListerWatcher[T]) []namedLW[T] {
+func wrappers[T any](lw driver.ListerWatcher[T]) []namedLW[T] {
 	return []namedLW[T]{
 		{"filter.Wrap", filter.Wrap(lw, nil)},
 		{"informertest.Spy", informertest.Wrap(lw)},
@@ -26,12 +26,12 @@ func wrappers[T any](lw core.ListerWatcher[T]) []namedLW[T] {
 
 type namedLW[T any] struct {
 	name string
-	lw   core.ListerWatcher[T]
+	lw   driver.ListerWatcher[T]
 }
 
 // capabilitiesSurviveWrappers: every optional capability the ListerWatcher
 // has (progress, head, heal wait, stuck-watch interval, codec, restore,
-// durable acknowledgement) is found by core.Capability behind filter.Wrap,
+// durable acknowledgement) is found by driver.Capability behind filter.Wrap,
 // informertest.Spy and a plain embedding struct, and it is the
 // ListerWatcher's own, not a stand-in; none is found that the
 // ListerWatcher lacks.
@@ -43,7 +43,7 @@ func capabilitiesSurviveWrappers[T any](e *env[T]) {
 	// What is found also answers as the ListerWatcher's own does.
 	ctx, cancel := e.opCtx()
 	defer cancel()
-	h, ok := core.Capability[core.HeadReader](e.lw)
+	h, ok := driver.Capability[driver.HeadReader](e.lw)
 	if !ok {
 		return
 	}
@@ -52,7 +52,7 @@ func capabilitiesSurviveWrappers[T any](e *env[T]) {
 		e.t.Fatalf("Head of the bare ListerWatcher: %v", err)
 	}
 	for _, w := range wrappers(e.lw) {
-		wh, _ := core.Capability[core.HeadReader](w.lw)
+		wh, _ := driver.Capability[driver.HeadReader](w.lw)
 		head, err := wh.Head(ctx)
 		if err != nil || head < before {
 			e.t.Errorf("Head through %s = %d, %v; want at least %d, as the bare ListerWatcher said", w.name, head, err, before)
@@ -61,23 +61,23 @@ func capabilitiesSurviveWrappers[T any](e *env[T]) {
 }
 
 // checkCapabilities checks each capability of bare against each wrapper.
-func checkCapabilities[T any](t tb, bare core.ListerWatcher[T], ws []namedLW[T]) {
+func checkCapabilities[T any](t tb, bare driver.ListerWatcher[T], ws []namedLW[T]) {
 	t.Helper()
 	for _, w := range ws {
-		sameCapability[core.ProgressReporter](t, "core.ProgressReporter", bare, w)
-		sameCapability[core.ProgressIntervaler](t, "core.ProgressIntervaler", bare, w)
-		sameCapability[core.HealWaiter](t, "core.HealWaiter", bare, w)
-		sameCapability[core.HeadReader](t, "core.HeadReader", bare, w)
-		sameCapability[core.CodecProvider[T]](t, "core.CodecProvider", bare, w)
-		sameCapability[core.Restorer[T]](t, "core.Restorer", bare, w)
-		sameCapability[core.DurableAcknowledger](t, "core.DurableAcknowledger", bare, w)
+		sameCapability[driver.ProgressReporter](t, "core.ProgressReporter", bare, w)
+		sameCapability[driver.ProgressIntervaler](t, "core.ProgressIntervaler", bare, w)
+		sameCapability[driver.HealWaiter](t, "core.HealWaiter", bare, w)
+		sameCapability[driver.HeadReader](t, "core.HeadReader", bare, w)
+		sameCapability[driver.CodecProvider[T]](t, "core.CodecProvider", bare, w)
+		sameCapability[driver.Restorer[T]](t, "core.Restorer", bare, w)
+		sameCapability[driver.DurableAcknowledger](t, "core.DurableAcknowledger", bare, w)
 	}
 }
 
-func sameCapability[C any, T any](t tb, name string, bare core.ListerWatcher[T], w namedLW[T]) {
+func sameCapability[C any, T any](t tb, name string, bare driver.ListerWatcher[T], w namedLW[T]) {
 	t.Helper()
-	b, has := core.Capability[C](bare)
-	got, found := core.Capability[C](w.lw)
+	b, has := driver.Capability[C](bare)
+	got, found := driver.Capability[C](w.lw)
 	switch {
 	case has && !found:
 		t.Errorf("%s: the ListerWatcher (%T) implements it, but core.Capability does not find it behind %s: an informer over the wrapper would run without it", name, bare, w.name)

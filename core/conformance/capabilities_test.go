@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/codec"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/memory"
 )
 
@@ -16,7 +18,7 @@ type fullSource struct{ *memory.Source[obj] }
 
 func (fullSource) ProgressInterval() time.Duration      { return time.Minute }
 func (fullSource) WaitHealed(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }
-func (fullSource) Codec() core.Codec[obj]               { return core.JSON[obj]{} }
+func (fullSource) Codec() codec.Codec[obj]              { return codec.JSON[obj]{} }
 func (fullSource) Restore(context.Context, core.ResourceVersion, iter.Seq2[string, obj]) error {
 	return nil
 }
@@ -24,20 +26,20 @@ func (fullSource) GateAcknowledgements(bool)               {}
 func (fullSource) AcknowledgeDurable(core.ResourceVersion) {}
 
 var (
-	_ core.ProgressReporter    = fullSource{}
-	_ core.ProgressIntervaler  = fullSource{}
-	_ core.HealWaiter          = fullSource{}
-	_ core.HeadReader          = fullSource{}
-	_ core.CodecProvider[obj]  = fullSource{}
-	_ core.Restorer[obj]       = fullSource{}
-	_ core.DurableAcknowledger = fullSource{}
+	_ driver.ProgressReporter    = fullSource{}
+	_ driver.ProgressIntervaler  = fullSource{}
+	_ driver.HealWaiter          = fullSource{}
+	_ driver.HeadReader          = fullSource{}
+	_ driver.CodecProvider[obj]  = fullSource{}
+	_ driver.Restorer[obj]       = fullSource{}
+	_ driver.DurableAcknowledger = fullSource{}
 )
 
 func TestCapabilitiesSurviveWrappers(t *testing.T) {
 	c := caseNamed(t, "CapabilitiesSurviveWrappers")
 	for _, name := range []string{"every capability", "only the memory source's"} {
 		s := memory.New[obj](memory.Options{})
-		var lw core.ListerWatcher[obj] = s
+		var lw driver.ListerWatcher[obj] = s
 		if name == "every capability" {
 			lw = fullSource{s}
 		}
@@ -49,12 +51,12 @@ func TestCapabilitiesSurviveWrappers(t *testing.T) {
 
 // hiding keeps the ListerWatcher in a named field and has no Unwrap: it
 // hides every capability, which the check must report, one by one.
-type hiding struct{ lw core.ListerWatcher[obj] }
+type hiding struct{ lw driver.ListerWatcher[obj] }
 
-func (h hiding) List(ctx context.Context, sink core.ListSink[obj]) (core.ResourceVersion, error) {
+func (h hiding) List(ctx context.Context, sink driver.ListSink[obj]) (core.ResourceVersion, error) {
 	return h.lw.List(ctx, sink)
 }
-func (h hiding) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[obj]) error {
+func (h hiding) Watch(ctx context.Context, from core.ResourceVersion, opts driver.WatchOptions[obj]) error {
 	return h.lw.Watch(ctx, from, opts)
 }
 

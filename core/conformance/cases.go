@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 func cases[T any]() []testCase[T] {
@@ -90,7 +91,7 @@ func listEmitError[T any](e *env[T]) {
 	calls := 0
 	ctx, cancel := e.opCtx()
 	defer cancel()
-	_, err := e.lw.List(ctx, core.ListSink[T]{Emit: func(core.Event[T]) error {
+	_, err := e.lw.List(ctx, driver.ListSink[T]{Emit: func(driver.Event[T]) error {
 		calls++
 		return boom
 	}})
@@ -198,7 +199,7 @@ func resume[T any](e *env[T]) {
 	n := 0
 	for _, ev := range r.buf {
 		last = ev.RV
-		if ev.Type != core.Bookmark {
+		if ev.Type != driver.Bookmark {
 			if n == len(e.writes) {
 				e.t.Fatalf("Watch(%d): got %s after the events of all %d writes", rv, describe(e, ev), n)
 			}
@@ -215,9 +216,9 @@ func resume[T any](e *env[T]) {
 	r2.expectNoMore()
 }
 
-func slicesContainsChange[T any](evs []core.Event[T]) bool {
+func slicesContainsChange[T any](evs []driver.Event[T]) bool {
 	for _, ev := range evs {
-		if ev.Type != core.Bookmark {
+		if ev.Type != driver.Bookmark {
 			return true
 		}
 	}
@@ -246,9 +247,9 @@ func transaction[T any](e *env[T]) {
 	}
 	want := make(map[string]write)
 	for _, k := range keys {
-		typ := core.Added
+		typ := driver.Added
 		if _, ok := e.live[k]; ok {
-			typ = core.Modified
+			typ = driver.Modified
 		}
 		w := write{key: k, n: 2, typ: typ, rv: rv, after: e.lastRV()}
 		want[e.eventKey(k)] = w
@@ -264,7 +265,7 @@ func transaction[T any](e *env[T]) {
 	}
 	var first core.ResourceVersion
 	for _, ev := range r.buf {
-		if ev.Type == core.Bookmark {
+		if ev.Type == driver.Bookmark {
 			continue
 		}
 		w, ok := want[ev.Key]
@@ -287,14 +288,14 @@ func transaction[T any](e *env[T]) {
 	}
 	// Later writes are compared with the transaction as the previous write.
 	for _, k := range keys {
-		e.writes = append(e.writes, write{key: k, n: 2, typ: core.Modified, rv: rv, after: rv})
+		e.writes = append(e.writes, write{key: k, n: 2, typ: driver.Modified, rv: rv, after: rv})
 	}
 	r.next = len(e.writes)
 	r.expectNoMore()
 }
 
 // expired: after Expire, watching from an RV before it fails with an error
-// matching core.ErrExpired, having emitted nothing, and the relist the
+// matching driver.ErrExpired, having emitted nothing, and the relist the
 // Reflector then does works.
 func expired[T any](e *env[T]) {
 	x, ok := e.h.(Expirer)
@@ -315,7 +316,7 @@ func expired[T any](e *env[T]) {
 	err, ok := r.result(e.caps.timeout())
 	if !ok {
 		e.t.Errorf("Watch(%d) after Expire did not return within %s; want an error matching core.ErrExpired", from, e.caps.timeout())
-	} else if !errors.Is(err, core.ErrExpired) {
+	} else if !errors.Is(err, driver.ErrExpired) {
 		e.t.Errorf("Watch(%d) after Expire returned %v, want an error matching core.ErrExpired", from, err)
 	}
 	r.mu.Lock()
@@ -339,7 +340,7 @@ func expired[T any](e *env[T]) {
 
 // bookmark: a version that touched no watched key is still reachable: after
 // PutUnwatched returns R, the watch delivers a Bookmark at R or later, on
-// request (core.ProgressReporter: a receive on WatchOptions.Progress) or on
+// request (driver.ProgressReporter: a receive on WatchOptions.Progress) or on
 // its own.
 func bookmark[T any](e *env[T]) {
 	e.put("alpha", 1)
@@ -358,7 +359,7 @@ func bookmark[T any](e *env[T]) {
 		}
 		target = max(target, rv)
 	}
-	pr, canRequest := core.Capability[core.ProgressReporter](e.lw)
+	pr, canRequest := driver.Capability[driver.ProgressReporter](e.lw)
 	canRequest = canRequest && pr.ReportsProgress()
 	if !unwatched && !canRequest {
 		e.t.Logf("the Harness does not implement conformance.Unwatched and the ListerWatcher does not report progress (core.ProgressReporter); bookmarks not checked")
@@ -375,7 +376,7 @@ func bookmark[T any](e *env[T]) {
 		if err != nil {
 			e.t.Fatalf("Watch(%d): waiting for a Bookmark at RV %d or later (requested: %t): %v", r.from, target, canRequest, err)
 		}
-		if ev.Type != core.Bookmark {
+		if ev.Type != driver.Bookmark {
 			e.t.Fatalf("Watch(%d): got %s while no watched key was written", r.from, describe(e, ev))
 		}
 		if ev.RV >= target {
@@ -396,7 +397,7 @@ func bookmark[T any](e *env[T]) {
 			if err != nil {
 				e.t.Fatalf("Watch(%d): waiting for the Bookmark answering a second progress request: %v", r.from, err)
 			}
-			if ev.Type != core.Bookmark {
+			if ev.Type != driver.Bookmark {
 				e.t.Fatalf("Watch(%d): got %s while no watched key was written", r.from, describe(e, ev))
 			}
 			if ev.RV >= target {

@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // stopQuietly cancels the watch and waits for it without judging what it
@@ -24,7 +24,7 @@ func (r *reader[T]) stopQuietly() {
 }
 
 // cancelCase: cancelling the context given to Watch makes Watch return an
-// error matching core.ErrWatchStopped and the context's cause, whatever the
+// error matching driver.ErrWatchStopped and the context's cause, whatever the
 // watch was doing: waiting for a change, or blocked inside Emit (the
 // consumer busy) when the context ended. Watch called with a context that
 // is already done returns the same way. Afterwards no goroutine the watch
@@ -50,7 +50,7 @@ func cancelCase[T any](e *env[T]) {
 	before = goroutines()
 	entered := make(chan struct{})
 	var once sync.Once
-	r = e.watchWith(e.lastRV(), len(e.writes), func(ctx context.Context, batch []core.Event[T]) error {
+	r = e.watchWith(e.lastRV(), len(e.writes), func(ctx context.Context, batch []driver.Event[T]) error {
 		once.Do(func() { close(entered) })
 		<-ctx.Done()
 		return nil
@@ -71,7 +71,7 @@ func cancelCase[T any](e *env[T]) {
 	ctx, cancel := context.WithCancelCause(e.ctx)
 	cancel(errCancelled)
 	var emitted atomic.Bool // not e.t: a broken source may call Emit after the case ended
-	err := e.lw.Watch(ctx, e.lastRV(), core.WatchOptions[T]{Emit: func([]core.Event[T]) error {
+	err := e.lw.Watch(ctx, e.lastRV(), driver.WatchOptions[T]{Emit: func([]driver.Event[T]) error {
 		emitted.Store(true)
 		return nil
 	}})
@@ -89,7 +89,7 @@ func emitError[T any](e *env[T]) {
 	e.put("alpha", 1)
 	before := goroutines()
 	boom := errors.New("conformance: the consumer refused the batch")
-	r := e.watchWith(e.lastRV(), len(e.writes), func(context.Context, []core.Event[T]) error { return boom })
+	r := e.watchWith(e.lastRV(), len(e.writes), func(context.Context, []driver.Event[T]) error { return boom })
 	e.put("bravo", 1)
 	e.put("charlie", 1)
 	err, ok := r.result(e.caps.timeout())
@@ -115,7 +115,7 @@ func emitError[T any](e *env[T]) {
 
 // dropped: when the watched set is gone for good (Dropper: a dropped table,
 // a deleted bucket or resource type), an open watch ends with an error
-// matching core.ErrPermanent, after emitting whatever it received before.
+// matching driver.ErrPermanent, after emitting whatever it received before.
 func dropped[T any](e *env[T]) {
 	d, ok := e.h.(Dropper)
 	if !ok {
@@ -137,7 +137,7 @@ func dropped[T any](e *env[T]) {
 	switch {
 	case !ok:
 		e.t.Errorf("Watch(%d) did not return within %s after the watched set was dropped; want an error matching core.ErrPermanent", r.from, e.caps.timeout())
-	case !errors.Is(err, core.ErrPermanent):
+	case !errors.Is(err, driver.ErrPermanent):
 		e.t.Errorf("Watch(%d) returned %v after the watched set was dropped; want an error matching core.ErrPermanent (core.Permanent)", r.from, err)
 	}
 	// Whatever it emitted before (the deletes some sources send first)

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 const (
@@ -287,11 +288,11 @@ func foldConcurrentWatch[T any](e *env[T], seqs map[string][]keyOp, pos map[stri
 		want := write{key: key, n: op.n, rv: op.rv, after: max(op.after, rv)}
 		switch {
 		case op.del:
-			want.typ = core.Deleted
+			want.typ = driver.Deleted
 		case i == 0 || seq[i-1].del:
-			want.typ = core.Added
+			want.typ = driver.Added
 		default:
-			want.typ = core.Modified
+			want.typ = driver.Modified
 		}
 		if msg := e.mismatch(ev, want); msg != "" {
 			e.t.Errorf("Watch(%d): want the event of %s, got %s: %s", rv, want, describe(e, ev), msg)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // Capabilities tells the suite what the source promises beyond the
@@ -57,7 +58,7 @@ type Capabilities struct {
 	Timeout time.Duration
 	// BookmarkTimeout bounds the wait for a bookmark the source sends on
 	// its own, used when the ListerWatcher does not report progress on
-	// request (core.ProgressReporter). Zero means 2 minutes (a Kubernetes apiserver
+	// request (driver.ProgressReporter). Zero means 2 minutes (a Kubernetes apiserver
 	// sends a watch bookmark about once a minute).
 	BookmarkTimeout time.Duration
 }
@@ -129,14 +130,14 @@ func runCase[T any](t tb, caps Capabilities, h Harness[T], run func(e *env[T])) 
 // write is one write the suite made, with what the watch must report for it.
 type write struct {
 	key   string
-	n     int64          // version written; for a delete, the last version
-	typ   core.EventType // Added, Modified or Deleted as the source saw it
+	n     int64            // version written; for a delete, the last version
+	typ   driver.EventType // Added, Modified or Deleted as the source saw it
 	rv    core.ResourceVersion
 	after core.ResourceVersion // RV of the writer's previous write: the event's RV is above it
 }
 
 func (w write) String() string {
-	if w.typ == core.Deleted {
+	if w.typ == driver.Deleted {
 		return fmt.Sprintf("delete %q (last version %d) at RV %d", w.key, w.n, w.rv)
 	}
 	return fmt.Sprintf("put %q version %d (%s) at RV %d", w.key, w.n, w.typ, w.rv)
@@ -148,7 +149,7 @@ type env[T any] struct {
 	t    tb
 	caps Capabilities
 	h    Harness[T]
-	lw   core.ListerWatcher[T]
+	lw   driver.ListerWatcher[T]
 	ctx  context.Context // lives as long as the case
 
 	writes   []write
@@ -207,9 +208,9 @@ func (e *env[T]) put(key string, n int64) write {
 	e.eventKey(key)
 	ctx, cancel := e.opCtx()
 	defer cancel()
-	typ := core.Added
+	typ := driver.Added
 	if _, ok := e.live[key]; ok {
-		typ = core.Modified
+		typ = driver.Modified
 	}
 	rv, err := e.h.Put(ctx, key, n)
 	w := e.record(write{key: key, n: n, typ: typ, rv: rv}, err)
@@ -226,7 +227,7 @@ func (e *env[T]) del(key string) write {
 	ctx, cancel := e.opCtx()
 	defer cancel()
 	rv, err := e.h.Delete(ctx, key)
-	w := e.record(write{key: key, n: last, typ: core.Deleted, rv: rv}, err)
+	w := e.record(write{key: key, n: last, typ: driver.Deleted, rv: rv}, err)
 	delete(e.live, key)
 	return w
 }
@@ -244,11 +245,11 @@ func (e *env[T]) list() (map[string]int64, core.ResourceVersion) {
 		rv  core.ResourceVersion
 	}
 	var items []itemRV // checked once the List's RV is known
-	rv, err := e.lw.List(ctx, core.ListSink[T]{Emit: func(ev core.Event[T]) error {
+	rv, err := e.lw.List(ctx, driver.ListSink[T]{Emit: func(ev driver.Event[T]) error {
 		switch {
 		case ev.Err != nil:
 			bad = append(bad, fmt.Sprintf("item %q has Err: %v", ev.Key, ev.Err))
-		case ev.Type != core.Added:
+		case ev.Type != driver.Added:
 			bad = append(bad, fmt.Sprintf("item %q has type %s, want Added", ev.Key, ev.Type))
 		case ev.Key == "":
 			bad = append(bad, "item with an empty key")
@@ -315,7 +316,7 @@ func (e *env[T]) watch(from core.ResourceVersion, next int) *reader[T] {
 
 // watchWith is watch with a hook that runs inside Emit, after the batch
 // was queued; its result is Emit's.
-func (e *env[T]) watchWith(from core.ResourceVersion, next int, hook func(ctx context.Context, batch []core.Event[T]) error) *reader[T] {
+func (e *env[T]) watchWith(from core.ResourceVersion, next int, hook func(ctx context.Context, batch []driver.Event[T]) error) *reader[T] {
 	e.t.Helper()
 	ctx, cancel := context.WithCancel(e.ctx)
 	r := &reader[T]{
@@ -329,7 +330,7 @@ func (e *env[T]) watchWith(from core.ResourceVersion, next int, hook func(ctx co
 	}
 	go func() {
 		defer close(r.done)
-		err := e.lw.Watch(ctx, from, core.WatchOptions[T]{Emit: r.emit, Progress: r.progress})
+		err := e.lw.Watch(ctx, from, driver.WatchOptions[T]{Emit: r.emit, Progress: r.progress})
 		r.mu.Lock()
 		r.err = err
 		r.returned = true

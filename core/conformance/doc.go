@@ -1,9 +1,9 @@
-// Package conformance is a test suite that any core.ListerWatcher can run to
+// Package conformance is a test suite that any driver.ListerWatcher can run to
 // show that it keeps the contract the informer relies on: List is one
 // consistent snapshot even while others write, Watch(from) pushes exactly
 // the changes after from in version order with the right event types,
 // deletes carry the key (and the last object when the source has it), an
-// expired position yields core.ErrExpired, bookmarks reach versions that
+// expired position yields driver.ErrExpired, bookmarks reach versions that
 // touched no watched key, and a watch ends the one way the contract names.
 //
 // An adapter's test provides a Harness (harness.go): a fresh, empty watched
@@ -14,7 +14,7 @@
 //			func(t *testing.T) conformance.Harness[*Item] { return newTestHarness(t) })
 //	}
 //
-// An adapter whose ListerWatcher implements core.AuditLister also calls
+// An adapter whose ListerWatcher implements driver.AuditLister also calls
 // RunAudit with the same Harness: the consistency audit finds and heals
 // each lie an informertest.Lossy tells the informer, and reports nothing
 // while writers race it (RunFiltered's Filtered harness audits a partial
@@ -34,7 +34,7 @@
 //   - Transactor: several keys can be written in one transaction, whose
 //     events must then share one RV and arrive in one batch.
 //   - Dropper: the watched set can be removed for good (DROP TABLE, a
-//     deleted bucket): an open watch must end with core.ErrPermanent.
+//     deleted bucket): an open watch must end with driver.ErrPermanent.
 //   - Truth and Faults: used by integration/reliability, not by this suite.
 //
 // The cases, each a subtest of Run:
@@ -52,20 +52,20 @@
 //     of that batch continues.
 //   - Transaction: a transaction's events share an RV and one batch.
 //   - Expired: Watch from before Expirer.Expire returns an error matching
-//     core.ErrExpired, having emitted nothing (not even a Bookmark).
+//     driver.ErrExpired, having emitted nothing (not even a Bookmark).
 //   - Bookmark: a receive on WatchOptions.Progress (for a ListerWatcher
-//     whose core.ProgressReporter reports true) is answered by a Bookmark
+//     whose driver.ProgressReporter reports true) is answered by a Bookmark
 //     at or after the head, and PutUnwatched's RV is reached by a Bookmark.
 //   - Cancel: cancelling the context given to Watch makes Watch return an
-//     error matching core.ErrWatchStopped and the context's cause
-//     (core.Stopped), whether the watch was waiting for a change or blocked
+//     error matching driver.ErrWatchStopped and the context's cause
+//     (driver.Stopped), whether the watch was waiting for a change or blocked
 //     inside Emit, and also when the context was done before Watch was
 //     called; afterwards Emit is never called again and, with
 //     StrictGoroutines, no goroutine the watch started is left.
 //   - EmitError: an error from Emit ends Watch, which returns an error
 //     matching it and never calls Emit again.
 //   - Dropped: with a Dropper, an open watch ends with an error matching
-//     core.ErrPermanent once the watched set is gone.
+//     driver.ErrPermanent once the watched set is gone.
 //
 // Every watch is also checked batch by batch: no empty batch, RVs strictly
 // after from and after every earlier batch or Bookmark, non-decreasing

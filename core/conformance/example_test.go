@@ -7,6 +7,7 @@ import (
 
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/conformance"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/memory"
 )
 
@@ -19,8 +20,8 @@ type item struct{ Version int64 }
 // to the server directly rather than through the ListerWatcher.
 type itemHarness struct{ s *memory.Source[item] }
 
-func (x itemHarness) ListerWatcher() core.ListerWatcher[item] { return x.s }
-func (x itemHarness) Version(it item) int64                   { return it.Version }
+func (x itemHarness) ListerWatcher() driver.ListerWatcher[item] { return x.s }
+func (x itemHarness) Version(it item) int64                     { return it.Version }
 
 func (x itemHarness) Put(_ context.Context, key string, n int64) (core.ResourceVersion, error) {
 	return x.s.Put(key, item{n}), nil
@@ -75,7 +76,7 @@ func ExampleHarness() {
 	ctx := context.Background()
 	var h conformance.Harness[item] = itemHarness{memory.New[item](memory.Options{})}
 	put, _ := h.Put(ctx, "alpha", 7)
-	listRV, _ := h.ListerWatcher().List(ctx, core.ListSink[item]{Emit: func(ev core.Event[item]) error {
+	listRV, _ := h.ListerWatcher().List(ctx, driver.ListSink[item]{Emit: func(ev driver.Event[item]) error {
 		fmt.Println(ev.Key, "version", h.Version(ev.Object))
 		return nil
 	}})

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 )
 
@@ -71,7 +72,7 @@ func RunFiltered[T any](t *testing.T, caps Capabilities, newHarness func(t *test
 	held := r.checkSettled(last)
 	r.checkWaitForOutside()
 	r.checkRelist(held)
-	if err := errs.Find(func(err error) bool { return !errors.Is(err, core.ErrExpired) }); err != nil {
+	if err := errs.Find(func(err error) bool { return !errors.Is(err, driver.ErrExpired) }); err != nil {
 		t.Errorf("unexpected error reported: %v", err)
 	}
 }
@@ -200,7 +201,7 @@ func (r *filteredRun[T]) checkSettled(last core.ResourceVersion) string {
 // ProgressReporter for.
 func (r *filteredRun[T]) checkWaitForOutside() {
 	r.t.Helper()
-	if pr, ok := core.Capability[core.ProgressReporter](r.h.ListerWatcher()); ok && pr.ReportsProgress() {
+	if pr, ok := driver.Capability[driver.ProgressReporter](r.h.ListerWatcher()); ok && pr.ReportsProgress() {
 		rv, n := r.put("out.x")
 		if r.f.Matches("out.x", n) {
 			r.t.Logf("out.x at version %d matches the filter: WaitFor of a write outside it is not checked", n)
@@ -223,7 +224,7 @@ func (r *filteredRun[T]) checkRelist(held string) {
 		}
 	}
 	gate := r.spy.HoldLists()
-	r.spy.Break(fmt.Errorf("conformance: %w", core.ErrExpired))
+	r.spy.Break(fmt.Errorf("conformance: %w", driver.ErrExpired))
 	if err := gate.Wait(r.ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // Harness is one fresh, empty watched set on a real server (a new etcd
@@ -18,7 +19,7 @@ import (
 // writer with its own keys.
 type Harness[T any] interface {
 	// ListerWatcher is the adapter under test.
-	ListerWatcher() core.ListerWatcher[T]
+	ListerWatcher() driver.ListerWatcher[T]
 	// Put creates or updates key so that the object the ListerWatcher
 	// reports for it carries version n; returns the RV of that write.
 	Put(ctx context.Context, key string, n int64) (core.ResourceVersion, error)
@@ -66,7 +67,7 @@ type Transactor interface {
 // Dropper is implemented by a Harness that can make the watched set gone
 // for good (DROP TABLE, delete the bucket or stream, delete the resource's
 // CustomResourceDefinition). The suite then checks that an open watch ends
-// with an error matching core.ErrPermanent (core.Permanent), which stops
+// with an error matching driver.ErrPermanent (driver.Permanent), which stops
 // the informer instead of retrying forever.
 type Dropper interface {
 	Drop(ctx context.Context) error

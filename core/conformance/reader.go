@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // reader is one running watch: its Emit queues copies of the batches, and
@@ -20,7 +21,7 @@ type reader[T any] struct {
 	from     core.ResourceVersion
 	ctx      context.Context // the watch's
 	cancel   context.CancelFunc
-	hook     func(ctx context.Context, batch []core.Event[T]) error
+	hook     func(ctx context.Context, batch []driver.Event[T]) error
 	progress chan struct{}
 	notify   chan struct{} // a batch was queued or Watch returned
 	done     chan struct{} // closed once Watch returned
@@ -28,23 +29,23 @@ type reader[T any] struct {
 	inEmit atomic.Int32 // Emit calls running now
 
 	mu       sync.Mutex
-	queued   [][]core.Event[T] // emitted, not yet read by the case
-	emits    int               // Emit calls
-	err      error             // what Watch returned
+	queued   [][]driver.Event[T] // emitted, not yet read by the case
+	emits    int                 // Emit calls
+	err      error               // what Watch returned
 	returned bool
 	faults   []string // contract violations seen inside Emit
 	reported int      // faults already reported
 
 	// Read by the case's goroutine only.
 	floor   core.ResourceVersion // a change must be above it: last RV of earlier batches, or a bookmark
-	buf     []core.Event[T]
+	buf     []driver.Event[T]
 	next    int // index in e.writes of the next write this watch must deliver
 	batches int // batches read
 }
 
 // emit is the watch's Emit: it runs on the adapter's goroutine, so it only
 // records; the case checks what it recorded.
-func (r *reader[T]) emit(batch []core.Event[T]) error {
+func (r *reader[T]) emit(batch []driver.Event[T]) error {
 	if r.inEmit.Add(1) != 1 {
 		r.fault("Emit called while another Emit call of the same watch was running")
 	}
@@ -102,7 +103,7 @@ func (r *reader[T]) result(d time.Duration) (err error, ok bool) {
 }
 
 // stop cancels the watch and checks that Watch returns, with an error
-// matching core.ErrWatchStopped and the context's cause.
+// matching driver.ErrWatchStopped and the context's cause.
 func (r *reader[T]) stop() {
 	e := r.e
 	e.t.Helper()
@@ -121,7 +122,7 @@ func (e *env[T]) checkStopped(what string, err error, ctx context.Context) {
 	switch {
 	case err == nil:
 		e.t.Errorf("%s returned nil after its context ended; want an error matching core.ErrWatchStopped (core.Stopped(ctx))", what)
-	case !errors.Is(err, core.ErrWatchStopped):
+	case !errors.Is(err, driver.ErrWatchStopped):
 		e.t.Errorf("%s returned %q after its context ended; want an error matching core.ErrWatchStopped (core.Stopped(ctx))", what, err)
 	case !errors.Is(err, context.Cause(ctx)):
 		e.t.Errorf("%s returned %q after its context ended; want it to match the context's cause %q too (core.Stopped(ctx))", what, err, context.Cause(ctx))
@@ -160,7 +161,7 @@ func (r *reader[T]) fill(ctx context.Context) error {
 	}
 }
 
-func (r *reader[T]) check(batch []core.Event[T]) {
+func (r *reader[T]) check(batch []driver.Event[T]) {
 	t := r.e.t
 	t.Helper()
 	if len(batch) == 0 {
@@ -169,7 +170,7 @@ func (r *reader[T]) check(batch []core.Event[T]) {
 	prev := r.floor
 	for _, ev := range batch {
 		switch ev.Type {
-		case core.Bookmark:
+		case driver.Bookmark:
 			if ev.RV < prev {
 				t.Errorf("Watch(%d): Bookmark at RV %d after RV %d: versions went backwards", r.from, ev.RV, prev)
 			}
@@ -177,7 +178,7 @@ func (r *reader[T]) check(batch []core.Event[T]) {
 				t.Errorf("Watch(%d): Bookmark at RV %d has key %q", r.from, ev.RV, ev.Key)
 			}
 			r.floor = max(r.floor, ev.RV)
-		case core.Added, core.Modified, core.Deleted:
+		case driver.Added, driver.Modified, driver.Deleted:
 			if ev.RV <= r.from {
 				t.Errorf("Watch(%d): %s %q at RV %d is not after the watch's start", r.from, ev.Type, ev.Key, ev.RV)
 			}
@@ -202,13 +203,13 @@ func (r *reader[T]) check(batch []core.Event[T]) {
 }
 
 // nextEvent returns the next event, bookmarks included, waiting at most d.
-func (r *reader[T]) nextEvent(d time.Duration) (core.Event[T], error) {
+func (r *reader[T]) nextEvent(d time.Duration) (driver.Event[T], error) {
 	if len(r.buf) == 0 {
 		ctx, cancel := context.WithTimeout(r.e.ctx, d)
 		defer cancel()
 		for len(r.buf) == 0 {
 			if err := r.fill(ctx); err != nil {
-				return core.Event[T]{}, err
+				return driver.Event[T]{}, err
 			}
 		}
 	}
@@ -218,19 +219,19 @@ func (r *reader[T]) nextEvent(d time.Duration) (core.Event[T], error) {
 }
 
 // nextChange returns the next event that is not a bookmark.
-func (r *reader[T]) nextChange() (core.Event[T], error) {
+func (r *reader[T]) nextChange() (driver.Event[T], error) {
 	ctx, cancel := context.WithTimeout(r.e.ctx, r.e.caps.timeout())
 	defer cancel()
 	for {
 		for len(r.buf) > 0 {
 			ev := r.buf[0]
 			r.buf = r.buf[1:]
-			if ev.Type != core.Bookmark {
+			if ev.Type != driver.Bookmark {
 				return ev, nil
 			}
 		}
 		if err := r.fill(ctx); err != nil {
-			return core.Event[T]{}, err
+			return driver.Event[T]{}, err
 		}
 	}
 }
@@ -276,7 +277,7 @@ func (r *reader[T]) expectNoMore() bool {
 	return r.expectAll()
 }
 
-func describe[T any](e *env[T], ev core.Event[T]) string {
+func describe[T any](e *env[T], ev driver.Event[T]) string {
 	s := fmt.Sprintf("%s %q at RV %d", ev.Type, ev.Key, ev.RV)
 	if ev.HasObject {
 		s += fmt.Sprintf(" (version %d)", e.h.Version(ev.Object))
@@ -286,13 +287,13 @@ func describe[T any](e *env[T], ev core.Event[T]) string {
 
 // mismatch says how ev differs from the event write w must produce, or ""
 // when it matches.
-func (e *env[T]) mismatch(ev core.Event[T], w write) string {
+func (e *env[T]) mismatch(ev driver.Event[T], w write) string {
 	if want := e.eventKey(w.key); ev.Key != want {
 		return fmt.Sprintf("key %q, want %q (an event is missing, repeated or out of order)", ev.Key, want)
 	}
 	switch {
 	case ev.Type == w.typ:
-	case w.typ != core.Deleted && !e.caps.DistinguishesUpdate && (ev.Type == core.Added || ev.Type == core.Modified):
+	case w.typ != driver.Deleted && !e.caps.DistinguishesUpdate && (ev.Type == driver.Added || ev.Type == driver.Modified):
 	default:
 		return fmt.Sprintf("type %s, want %s", ev.Type, w.typ)
 	}
@@ -308,7 +309,7 @@ func (e *env[T]) mismatch(ev core.Event[T], w write) string {
 	} else if ev.RV <= w.after || ev.RV > w.rv {
 		return fmt.Sprintf("RV %d, want one after %d (the previous write) and at most %d (the write's RV)", ev.RV, w.after, w.rv)
 	}
-	if ev.Type == core.Deleted {
+	if ev.Type == driver.Deleted {
 		if e.caps.DeletesCarryObject && !ev.HasObject {
 			return "the delete has no object, want the last object (Capabilities.DeletesCarryObject)"
 		}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/memory"
 )
 
@@ -65,10 +66,10 @@ func runRecorded(caps Capabilities, h Harness[obj], c testCase[obj]) *recorder {
 // replaced by a broken wrapper, with no optional capability.
 type memHarness struct {
 	s  *memory.Source[obj]
-	lw core.ListerWatcher[obj]
+	lw driver.ListerWatcher[obj]
 }
 
-func (m memHarness) ListerWatcher() core.ListerWatcher[obj] { return m.lw }
+func (m memHarness) ListerWatcher() driver.ListerWatcher[obj] { return m.lw }
 func (m memHarness) Put(_ context.Context, key string, n int64) (core.ResourceVersion, error) {
 	return m.s.Put(key, obj{n}), nil
 }
@@ -81,7 +82,7 @@ func (m memHarness) Version(o obj) int64 { return o.N }
 // memSource is a memHarness with every optional capability.
 type memSource struct{ memHarness }
 
-func newMemSource(s *memory.Source[obj], lw core.ListerWatcher[obj]) memSource {
+func newMemSource(s *memory.Source[obj], lw driver.ListerWatcher[obj]) memSource {
 	return memSource{memHarness{s: s, lw: lw}}
 }
 
@@ -113,11 +114,11 @@ var errDropped = errors.New("the watched set was dropped")
 type brokenLW struct {
 	s *memory.Source[obj]
 	// list replaces List when set.
-	list func(ctx context.Context, sink core.ListSink[obj]) (core.ResourceVersion, error)
+	list func(ctx context.Context, sink driver.ListSink[obj]) (core.ResourceVersion, error)
 	// from rewrites the version Watch starts from.
 	from func(from core.ResourceVersion) core.ResourceVersion
 	// batch rewrites each batch (a copy); st is the watch's state.
-	batch func(st *watchState, b []core.Event[obj]) []core.Event[obj]
+	batch func(st *watchState, b []driver.Event[obj]) []driver.Event[obj]
 	// ignoreCtx keeps the watch running after its context ends.
 	ignoreCtx bool
 	// noProgress reports progress but never reads the requests.
@@ -154,7 +155,7 @@ type brokenLW struct {
 type watchState struct {
 	changes int
 	last    core.ResourceVersion // RV of the last change delivered
-	held    []core.Event[obj]
+	held    []driver.Event[obj]
 }
 
 // end cancels every running watch with cause, and the ones started later.
@@ -202,14 +203,14 @@ func (b *brokenLW) register(cancel *context.CancelCauseFunc) func() {
 
 func (b *brokenLW) ReportsProgress() bool { return !b.noReport }
 
-func (b *brokenLW) List(ctx context.Context, sink core.ListSink[obj]) (core.ResourceVersion, error) {
+func (b *brokenLW) List(ctx context.Context, sink driver.ListSink[obj]) (core.ResourceVersion, error) {
 	if b.list != nil {
 		return b.list(ctx, sink)
 	}
 	return b.s.List(ctx, sink)
 }
 
-func (b *brokenLW) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[obj]) error {
+func (b *brokenLW) Watch(ctx context.Context, from core.ResourceVersion, opts driver.WatchOptions[obj]) error {
 	if b.from != nil {
 		from = b.from(from)
 	}
@@ -228,10 +229,10 @@ func (b *brokenLW) Watch(ctx context.Context, from core.ResourceVersion, opts co
 
 	st := &watchState{}
 	var emitted, cancelledInEmit bool
-	emit := func(batch []core.Event[obj]) error {
+	emit := func(batch []driver.Event[obj]) error {
 		if b.emptyFirst && !emitted {
 			emitted = true
-			if err := opts.Emit([]core.Event[obj]{}); err != nil {
+			if err := opts.Emit([]driver.Event[obj]{}); err != nil {
 				return err
 			}
 		}
@@ -245,7 +246,7 @@ func (b *brokenLW) Watch(ctx context.Context, from core.ResourceVersion, opts co
 		var err error
 		if b.split {
 			for _, ev := range batch {
-				if err = opts.Emit([]core.Event[obj]{ev}); err != nil {
+				if err = opts.Emit([]driver.Event[obj]{ev}); err != nil {
 					break
 				}
 			}
@@ -264,32 +265,32 @@ func (b *brokenLW) Watch(ctx context.Context, from core.ResourceVersion, opts co
 	if b.noProgress {
 		progress = nil
 	}
-	err := b.s.Watch(inner, from, core.WatchOptions[obj]{Emit: emit, Progress: progress})
+	err := b.s.Watch(inner, from, driver.WatchOptions[obj]{Emit: emit, Progress: progress})
 	if context.Cause(inner) == errDropped && ctx.Err() == nil {
 		if b.dropTransient {
 			err = errDropped
 		} else {
-			err = core.Permanent(errDropped)
+			err = driver.Permanent(errDropped)
 		}
 	}
-	if b.bookmarkBeforeExpired && errors.Is(err, core.ErrExpired) {
-		_ = opts.Emit([]core.Event[obj]{{Type: core.Bookmark, RV: b.s.HeadRV()}})
+	if b.bookmarkBeforeExpired && errors.Is(err, driver.ErrExpired) {
+		_ = opts.Emit([]driver.Event[obj]{{Type: driver.Bookmark, RV: b.s.HeadRV()}})
 	}
 	if b.result != nil {
 		err = b.result(ctx, err, cancelledInEmit)
 	}
 	if b.emitAfterReturn {
-		go func() { _ = opts.Emit([]core.Event[obj]{{Type: core.Bookmark, RV: b.s.HeadRV()}}) }()
+		go func() { _ = opts.Emit([]driver.Event[obj]{{Type: driver.Bookmark, RV: b.s.HeadRV()}}) }()
 	}
 	return err
 }
 
 // eachChange applies f to every change event, in order, keeping bookmarks.
-func eachChange(f func(st *watchState, ev core.Event[obj]) []core.Event[obj]) func(*watchState, []core.Event[obj]) []core.Event[obj] {
-	return func(st *watchState, b []core.Event[obj]) []core.Event[obj] {
-		var out []core.Event[obj]
+func eachChange(f func(st *watchState, ev driver.Event[obj]) []driver.Event[obj]) func(*watchState, []driver.Event[obj]) []driver.Event[obj] {
+	return func(st *watchState, b []driver.Event[obj]) []driver.Event[obj] {
+		var out []driver.Event[obj]
 		for _, ev := range b {
-			if ev.Type == core.Bookmark {
+			if ev.Type == driver.Bookmark {
 				out = append(out, ev)
 				continue
 			}
@@ -311,29 +312,29 @@ type mutant struct {
 func mutants() []mutant {
 	return []mutant{
 		{name: "drops the second change", mustFail: "WatchFromList", lw: func(s *memory.Source[obj]) *brokenLW {
-			return &brokenLW{s: s, batch: eachChange(func(st *watchState, ev core.Event[obj]) []core.Event[obj] {
+			return &brokenLW{s: s, batch: eachChange(func(st *watchState, ev driver.Event[obj]) []driver.Event[obj] {
 				if st.changes == 2 {
 					return nil
 				}
-				return []core.Event[obj]{ev}
+				return []driver.Event[obj]{ev}
 			})}
 		}},
 		{name: "repeats the first change", mustFail: "WatchFromList", lw: func(s *memory.Source[obj]) *brokenLW {
-			return &brokenLW{s: s, batch: eachChange(func(st *watchState, ev core.Event[obj]) []core.Event[obj] {
+			return &brokenLW{s: s, batch: eachChange(func(st *watchState, ev driver.Event[obj]) []driver.Event[obj] {
 				if st.changes == 1 {
-					return []core.Event[obj]{ev, ev}
+					return []driver.Event[obj]{ev, ev}
 				}
-				return []core.Event[obj]{ev}
+				return []driver.Event[obj]{ev}
 			})}
 		}},
 		{name: "reverses each batch", mustFail: "WatchFromList", lw: func(s *memory.Source[obj]) *brokenLW {
-			return &brokenLW{s: s, batch: func(_ *watchState, b []core.Event[obj]) []core.Event[obj] {
+			return &brokenLW{s: s, batch: func(_ *watchState, b []driver.Event[obj]) []driver.Event[obj] {
 				slices.Reverse(b)
 				return b
 			}}
 		}},
 		{name: "delivers the first change after the second batch", mustFail: "WatchFromList", maxBatch: 1, lw: func(s *memory.Source[obj]) *brokenLW {
-			return &brokenLW{s: s, batch: func(st *watchState, b []core.Event[obj]) []core.Event[obj] {
+			return &brokenLW{s: s, batch: func(st *watchState, b []driver.Event[obj]) []driver.Event[obj] {
 				st.changes++
 				switch st.changes {
 				case 1:
@@ -346,25 +347,25 @@ func mutants() []mutant {
 			}}
 		}},
 		{name: "reports updates as Added", mustFail: "WatchFromList", lw: func(s *memory.Source[obj]) *brokenLW {
-			return &brokenLW{s: s, batch: eachChange(func(_ *watchState, ev core.Event[obj]) []core.Event[obj] {
-				if ev.Type == core.Modified {
-					ev.Type = core.Added
+			return &brokenLW{s: s, batch: eachChange(func(_ *watchState, ev driver.Event[obj]) []driver.Event[obj] {
+				if ev.Type == driver.Modified {
+					ev.Type = driver.Added
 				}
-				return []core.Event[obj]{ev}
+				return []driver.Event[obj]{ev}
 			})}
 		}},
 		{name: "loses the object of deletes", mustFail: "Deletes", lw: func(s *memory.Source[obj]) *brokenLW {
-			return &brokenLW{s: s, batch: eachChange(func(_ *watchState, ev core.Event[obj]) []core.Event[obj] {
-				if ev.Type == core.Deleted {
+			return &brokenLW{s: s, batch: eachChange(func(_ *watchState, ev driver.Event[obj]) []driver.Event[obj] {
+				if ev.Type == driver.Deleted {
 					ev.Object, ev.HasObject = obj{}, false
 				}
-				return []core.Event[obj]{ev}
+				return []driver.Event[obj]{ev}
 			})}
 		}},
 		{name: "reports the wrong RV", mustFail: "WatchFromMiddle", lw: func(s *memory.Source[obj]) *brokenLW {
-			return &brokenLW{s: s, batch: eachChange(func(_ *watchState, ev core.Event[obj]) []core.Event[obj] {
+			return &brokenLW{s: s, batch: eachChange(func(_ *watchState, ev driver.Event[obj]) []driver.Event[obj] {
 				ev.RV += 100
-				return []core.Event[obj]{ev}
+				return []driver.Event[obj]{ev}
 			})}
 		}},
 		{name: "watches from the requested RV inclusive", mustFail: "WatchFromMiddle", lw: func(s *memory.Source[obj]) *brokenLW {
@@ -381,13 +382,13 @@ func mutants() []mutant {
 			return &brokenLW{s: s, bookmarkBeforeExpired: true}
 		}},
 		{name: "lists at a stale RV", mustFail: "ListAfterWrites", lw: func(s *memory.Source[obj]) *brokenLW {
-			return &brokenLW{s: s, list: func(ctx context.Context, sink core.ListSink[obj]) (core.ResourceVersion, error) {
+			return &brokenLW{s: s, list: func(ctx context.Context, sink driver.ListSink[obj]) (core.ResourceVersion, error) {
 				rv, err := s.List(ctx, sink)
 				return max(rv, 1) - 1, err
 			}}
 		}},
 		{name: "tears List across concurrent writes", mustFail: "ListConsistentUnderWrites", lw: func(s *memory.Source[obj]) *brokenLW {
-			return &brokenLW{s: s, list: func(ctx context.Context, sink core.ListSink[obj]) (core.ResourceVersion, error) {
+			return &brokenLW{s: s, list: func(ctx context.Context, sink driver.ListSink[obj]) (core.ResourceVersion, error) {
 				// Take the version first and the items once a write has
 				// landed, as a List that forgot to pin its pages would.
 				rv := s.HeadRV()
@@ -399,9 +400,9 @@ func mutants() []mutant {
 			}}
 		}},
 		{name: "keeps emitting after Emit fails", mustFail: "ListEmitError", lw: func(s *memory.Source[obj]) *brokenLW {
-			return &brokenLW{s: s, list: func(ctx context.Context, sink core.ListSink[obj]) (core.ResourceVersion, error) {
+			return &brokenLW{s: s, list: func(ctx context.Context, sink driver.ListSink[obj]) (core.ResourceVersion, error) {
 				var first error
-				rv, err := s.List(ctx, core.ListSink[obj]{Emit: func(ev core.Event[obj]) error {
+				rv, err := s.List(ctx, driver.ListSink[obj]{Emit: func(ev driver.Event[obj]) error {
 					if err := sink.Emit(ev); err != nil && first == nil {
 						first = err
 					}
@@ -414,9 +415,9 @@ func mutants() []mutant {
 			}}
 		}},
 		{name: "answers progress at its last change, not the head", mustFail: "Bookmark", lw: func(s *memory.Source[obj]) *brokenLW {
-			return &brokenLW{s: s, batch: func(st *watchState, b []core.Event[obj]) []core.Event[obj] {
+			return &brokenLW{s: s, batch: func(st *watchState, b []driver.Event[obj]) []driver.Event[obj] {
 				for i, ev := range b {
-					if ev.Type == core.Bookmark {
+					if ev.Type == driver.Bookmark {
 						b[i].RV = st.last
 					} else {
 						st.last = ev.RV
@@ -426,20 +427,20 @@ func mutants() []mutant {
 			}}
 		}},
 		{name: "lists a deleted key", mustFail: "ListAfterWrites", lw: func(s *memory.Source[obj]) *brokenLW {
-			return &brokenLW{s: s, list: func(ctx context.Context, sink core.ListSink[obj]) (core.ResourceVersion, error) {
+			return &brokenLW{s: s, list: func(ctx context.Context, sink driver.ListSink[obj]) (core.ResourceVersion, error) {
 				rv, err := s.List(ctx, sink)
 				if err == nil {
-					err = sink.Emit(core.Event[obj]{Type: core.Added, Key: "charlie", Object: obj{1}, HasObject: true, RV: 1})
+					err = sink.Emit(driver.Event[obj]{Type: driver.Added, Key: "charlie", Object: obj{1}, HasObject: true, RV: 1})
 				}
 				return rv, err
 			}}
 		}},
 		{name: "reports a delete with the wrong object", mustFail: "Deletes", lw: func(s *memory.Source[obj]) *brokenLW {
-			return &brokenLW{s: s, batch: eachChange(func(_ *watchState, ev core.Event[obj]) []core.Event[obj] {
-				if ev.Type == core.Deleted {
+			return &brokenLW{s: s, batch: eachChange(func(_ *watchState, ev driver.Event[obj]) []driver.Event[obj] {
+				if ev.Type == driver.Deleted {
 					ev.Object = obj{}
 				}
-				return []core.Event[obj]{ev}
+				return []driver.Event[obj]{ev}
 			})}
 		}},
 		{name: "emits an empty batch", mustFail: "WatchFromList", lw: func(s *memory.Source[obj]) *brokenLW {
@@ -449,7 +450,7 @@ func mutants() []mutant {
 			return &brokenLW{s: s, split: true}
 		}},
 		{name: "gives each event of a transaction its own RV", mustFail: "Transaction", lw: func(s *memory.Source[obj]) *brokenLW {
-			return &brokenLW{s: s, batch: func(_ *watchState, b []core.Event[obj]) []core.Event[obj] {
+			return &brokenLW{s: s, batch: func(_ *watchState, b []driver.Event[obj]) []driver.Event[obj] {
 				for i := range b {
 					b[i].RV += core.ResourceVersion(i)
 				}
@@ -492,7 +493,7 @@ func mutants() []mutant {
 		{name: "loses the context's cause", mustFail: "Cancel", lw: func(s *memory.Source[obj]) *brokenLW {
 			return &brokenLW{s: s, result: func(ctx context.Context, err error, _ bool) error {
 				if ctx.Err() != nil {
-					return fmt.Errorf("%w: %w", core.ErrWatchStopped, ctx.Err())
+					return fmt.Errorf("%w: %w", driver.ErrWatchStopped, ctx.Err())
 				}
 				return err
 			}}
@@ -597,9 +598,9 @@ func TestSuitePassesBareHarness(t *testing.T) {
 // them: the suite never writes bad data, so an Err is the adapter's bug.
 func TestSuiteRejectsEventErrors(t *testing.T) {
 	s := memory.New[obj](memory.Options{})
-	lw := &brokenLW{s: s, batch: eachChange(func(_ *watchState, ev core.Event[obj]) []core.Event[obj] {
-		ev.Err = &core.DecodeError{Source: "test", Key: ev.Key, RV: ev.RV, Err: fmt.Errorf("bad")}
-		return []core.Event[obj]{ev}
+	lw := &brokenLW{s: s, batch: eachChange(func(_ *watchState, ev driver.Event[obj]) []driver.Event[obj] {
+		ev.Err = &driver.DecodeError{Source: "test", Key: ev.Key, RV: ev.RV, Err: fmt.Errorf("bad")}
+		return []driver.Event[obj]{ev}
 	})}
 	if rec := runRecorded(controlCaps, newMemSource(s, lw), caseNamed(t, "WatchLive")); !rec.Failed() {
 		t.Errorf("events with Err set passed WatchLive")
@@ -639,17 +640,17 @@ func TestIgnoreGoroutines(t *testing.T) {
 // prefixLW reports every key with a namespace-like prefix, as the
 // Kubernetes adapter reports "namespace/name".
 func prefixLW(s *memory.Source[obj]) *brokenLW {
-	prefixed := func(ev core.Event[obj]) core.Event[obj] {
-		if ev.Type != core.Bookmark {
+	prefixed := func(ev driver.Event[obj]) driver.Event[obj] {
+		if ev.Type != driver.Bookmark {
 			ev.Key = "ns/" + ev.Key
 		}
 		return ev
 	}
 	return &brokenLW{s: s,
-		list: func(ctx context.Context, sink core.ListSink[obj]) (core.ResourceVersion, error) {
-			return s.List(ctx, core.ListSink[obj]{Emit: func(ev core.Event[obj]) error { return sink.Emit(prefixed(ev)) }})
+		list: func(ctx context.Context, sink driver.ListSink[obj]) (core.ResourceVersion, error) {
+			return s.List(ctx, driver.ListSink[obj]{Emit: func(ev driver.Event[obj]) error { return sink.Emit(prefixed(ev)) }})
 		},
-		batch: func(_ *watchState, b []core.Event[obj]) []core.Event[obj] {
+		batch: func(_ *watchState, b []driver.Event[obj]) []driver.Event[obj] {
 			for i := range b {
 				b[i] = prefixed(b[i])
 			}
@@ -714,9 +715,9 @@ func TestInexactWriteRV(t *testing.T) {
 	caps.Timeout = selfCaps.Timeout
 	for _, name := range []string{"WatchFromMiddle", "ListConsistentUnderWrites"} {
 		s := memory.New[obj](memory.Options{})
-		lw := &brokenLW{s: s, batch: eachChange(func(_ *watchState, ev core.Event[obj]) []core.Event[obj] {
+		lw := &brokenLW{s: s, batch: eachChange(func(_ *watchState, ev driver.Event[obj]) []driver.Event[obj] {
 			ev.RV += 100
-			return []core.Event[obj]{ev}
+			return []driver.Event[obj]{ev}
 		})}
 		if rec := runRecorded(caps, laggySource{newMemSource(s, lw)}, caseNamed(t, name)); !rec.Failed() {
 			t.Errorf("case %s passed events whose RV is after their write's", name)
@@ -731,11 +732,11 @@ func TestPutsAllAdded(t *testing.T) {
 	caps.DistinguishesUpdate = false
 	for _, c := range cases[obj]() {
 		s := memory.New[obj](memory.Options{})
-		lw := &brokenLW{s: s, batch: eachChange(func(_ *watchState, ev core.Event[obj]) []core.Event[obj] {
-			if ev.Type == core.Modified {
-				ev.Type = core.Added
+		lw := &brokenLW{s: s, batch: eachChange(func(_ *watchState, ev driver.Event[obj]) []driver.Event[obj] {
+			if ev.Type == driver.Modified {
+				ev.Type = driver.Added
 			}
-			return []core.Event[obj]{ev}
+			return []driver.Event[obj]{ev}
 		})}
 		if rec := runRecorded(caps, newMemSource(s, lw), c); rec.Failed() {
 			t.Errorf("case %s: %s", c.name, rec.failures())

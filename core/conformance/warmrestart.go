@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/checkpoint"
+	codecs "github.com/dbinformer/dbinformer/core/codec"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 )
 
@@ -30,7 +33,7 @@ func warmRestart[T any](e *env[T]) {
 		e.t.Fatalf("temporary directory: %v", err)
 	}
 	e.t.Cleanup(func() { os.RemoveAll(dir) })
-	store, err := core.NewDirCheckpointStore(dir)
+	store, err := checkpoint.NewDirStore(dir)
 	if err != nil {
 		e.t.Fatalf("%v", err)
 	}
@@ -89,15 +92,15 @@ func (nameTB) Name() string { return "conformance" }
 // warmInformer runs a checkpointing informer over the harness until it has
 // applied every write so far and its handler holds exactly the live keys;
 // stop ends it (saving its final checkpoint).
-func (e *env[T]) warmInformer(store core.CheckpointStore, what string) (stop func(), rec *informertest.Recorder[T]) {
+func (e *env[T]) warmInformer(store checkpoint.Store, what string) (stop func(), rec *informertest.Recorder[T]) {
 	e.t.Helper()
 	t := nameTB{e.t}
-	var codec core.Codec[T]
-	if p, ok := core.Capability[core.CodecProvider[T]](e.lw); ok {
+	var codec codecs.Codec[T]
+	if p, ok := driver.Capability[driver.CodecProvider[T]](e.lw); ok {
 		codec = p.Codec()
 	}
 	if codec == nil {
-		codec = core.JSON[T]{}
+		codec = codecs.JSON[T]{}
 	}
 	errs := &informertest.Errors{}
 	inf := core.NewSharedIndexInformer(e.lw, core.InformerOptions[T]{

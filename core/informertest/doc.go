@@ -8,16 +8,16 @@
 //     version goes backwards (or an update's old object or a delete does
 //     not match what the handler holds), and waits for expected lines or
 //     an expected view.
-//   - Lossy wraps any core.ListerWatcher and makes its Watch drop, alter
+//   - Lossy wraps any driver.ListerWatcher and makes its Watch drop, alter
 //     or replay a stale change, seeded or armed, while List and
 //     AuditList tell the truth: what proves the consistency audit
 //     (core.InformerOptions.Audit) finds each divergence.
-//   - Spy wraps any core.ListerWatcher, core/memory or a real adapter: it
+//   - Spy wraps any driver.ListerWatcher, core/memory or a real adapter: it
 //     records each List and Watch (Calls, Lists, Watches, Open), holds them
 //     at a Gate until released, fails the next one (FailNextList,
 //     FailNextWatch) and breaks the open watches as a dropped connection
-//     would (Break), forwarding core.ProgressReporter, core.HeadReader and
-//     core.HealWaiter.
+//     would (Break), forwarding driver.ProgressReporter, driver.HeadReader and
+//     driver.HealWaiter.
 //     A Gate makes an interleaving deterministic where a sleep would only
 //     make it likely.
 //   - Run starts an informer for the length of a test, collects what it

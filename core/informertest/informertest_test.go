@@ -15,6 +15,7 @@ import (
 
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/conformance"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/core/memory"
 )
@@ -186,7 +187,7 @@ type harness struct {
 	spy *informertest.Spy[item]
 }
 
-func (h harness) ListerWatcher() core.ListerWatcher[item] { return h.spy }
+func (h harness) ListerWatcher() driver.ListerWatcher[item] { return h.spy }
 func (h harness) Put(_ context.Context, k string, n int64) (core.ResourceVersion, error) {
 	return h.s.Put(k, item{n}), nil
 }
@@ -205,24 +206,24 @@ func TestSpyFailsHoldsAndBreaks(t *testing.T) {
 	src := memory.New[item](memory.Options{})
 	src.Put("a", item{1})
 	spy := informertest.Wrap[item](src)
-	// The Spy's Unwrap keeps what it wraps visible to core.Capability,
+	// The Spy's Unwrap keeps what it wraps visible to driver.Capability,
 	// and only that.
-	if pr, ok := core.Capability[core.ProgressReporter](spy); !ok || !pr.ReportsProgress() {
+	if pr, ok := driver.Capability[driver.ProgressReporter](spy); !ok || !pr.ReportsProgress() {
 		t.Error("ProgressReporter not found through the Spy")
 	}
-	if h, ok := core.Capability[core.HeadReader](spy); !ok {
+	if h, ok := driver.Capability[driver.HeadReader](spy); !ok {
 		t.Error("HeadReader not found through the Spy")
 	} else if head, err := h.Head(ctx); err != nil || head != 1 {
 		t.Errorf("Head = %d, %v; want 1", head, err)
 	}
-	if _, ok := core.Capability[core.HeadReader](informertest.Wrap[item](noHead{src})); ok {
+	if _, ok := driver.Capability[driver.HeadReader](informertest.Wrap[item](noHead{src})); ok {
 		t.Error("a HeadReader found through a Spy of a ListerWatcher without one")
 	}
-	if _, ok := core.Capability[core.HealWaiter](spy); ok {
+	if _, ok := driver.Capability[driver.HealWaiter](spy); ok {
 		t.Error("a HealWaiter found through a Spy of a ListerWatcher without one")
 	}
 	healed := errors.New("healed answer")
-	if h, ok := core.Capability[core.HealWaiter](informertest.Wrap[item](healer{noHead{src}, healed})); !ok {
+	if h, ok := driver.Capability[driver.HealWaiter](informertest.Wrap[item](healer{noHead{src}, healed})); !ok {
 		t.Error("HealWaiter not found through the Spy")
 	} else if err := h.WaitHealed(ctx); err != healed {
 		t.Errorf("WaitHealed not the wrapped one's: %v", err)
@@ -233,17 +234,17 @@ func TestSpyFailsHoldsAndBreaks(t *testing.T) {
 	spy.FailNextList(boom)
 	spy.FailNextWatch(boom)
 	for range 2 {
-		if _, err := spy.List(ctx, core.ListSink[item]{Emit: func(core.Event[item]) error { return nil }}); !errors.Is(err, boom) {
+		if _, err := spy.List(ctx, driver.ListSink[item]{Emit: func(driver.Event[item]) error { return nil }}); !errors.Is(err, boom) {
 			t.Fatalf("List with a failure planned: %v", err)
 		}
 	}
-	if rv, err := spy.List(ctx, core.ListSink[item]{Emit: func(core.Event[item]) error { return nil }}); err != nil || rv != 1 {
+	if rv, err := spy.List(ctx, driver.ListSink[item]{Emit: func(driver.Event[item]) error { return nil }}); err != nil || rv != 1 {
 		t.Fatalf("List after the planned failures: %d, %v", rv, err)
 	}
 	if c, ok := spy.LastList(); !ok || c.RV != 1 || c.Err != nil {
 		t.Errorf("LastList = %v, %v", c, ok)
 	}
-	if err := spy.Watch(ctx, 1, core.WatchOptions[item]{Emit: func([]core.Event[item]) error { return nil }}); !errors.Is(err, boom) {
+	if err := spy.Watch(ctx, 1, driver.WatchOptions[item]{Emit: func([]driver.Event[item]) error { return nil }}); !errors.Is(err, boom) {
 		t.Fatalf("Watch with a failure planned: %v", err)
 	}
 
@@ -254,7 +255,7 @@ func TestSpyFailsHoldsAndBreaks(t *testing.T) {
 	}
 	listed := make(chan error, 1)
 	go func() {
-		_, err := spy.List(ctx, core.ListSink[item]{Emit: func(core.Event[item]) error { return nil }})
+		_, err := spy.List(ctx, driver.ListSink[item]{Emit: func(driver.Event[item]) error { return nil }})
 		listed <- err
 	}()
 	if err := gate.Wait(ctx); err != nil {
@@ -273,21 +274,21 @@ func TestSpyFailsHoldsAndBreaks(t *testing.T) {
 	wctx, cancel := context.WithCancel(ctx)
 	watched := make(chan error, 1)
 	go func() {
-		watched <- spy.Watch(wctx, 1, core.WatchOptions[item]{Emit: func([]core.Event[item]) error { return nil }})
+		watched <- spy.Watch(wctx, 1, driver.WatchOptions[item]{Emit: func([]driver.Event[item]) error { return nil }})
 	}()
 	if err := wgate.Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
 	cancel()
-	if err := <-watched; !errors.Is(err, core.ErrWatchStopped) {
+	if err := <-watched; !errors.Is(err, driver.ErrWatchStopped) {
 		t.Errorf("held Watch cancelled: %v", err)
 	}
 	wgate.Release()
 
 	// Break ends open watches with the given error, after what they emitted.
-	got := make(chan []core.Event[item], 10)
+	got := make(chan []driver.Event[item], 10)
 	go func() {
-		watched <- spy.Watch(ctx, 1, core.WatchOptions[item]{Emit: func(b []core.Event[item]) error {
+		watched <- spy.Watch(ctx, 1, driver.WatchOptions[item]{Emit: func(b []driver.Event[item]) error {
 			got <- slices.Clone(b)
 			return nil
 		}})
@@ -330,10 +331,10 @@ type healer struct {
 
 func (h healer) WaitHealed(context.Context) error { return h.err }
 
-func (n noHead) List(ctx context.Context, sink core.ListSink[item]) (core.ResourceVersion, error) {
+func (n noHead) List(ctx context.Context, sink driver.ListSink[item]) (core.ResourceVersion, error) {
 	return n.s.List(ctx, sink)
 }
-func (n noHead) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[item]) error {
+func (n noHead) Watch(ctx context.Context, from core.ResourceVersion, opts driver.WatchOptions[item]) error {
 	return n.s.Watch(ctx, from, opts)
 }
 
@@ -363,15 +364,15 @@ func TestRunCollectsErrors(t *testing.T) {
 	if err := spy.WaitOpen(t.Context(), 1); err != nil {
 		t.Fatal(err)
 	}
-	if n := spy.Break(fmt.Errorf("reset: %w", core.ErrExpired)); n != 1 {
+	if n := spy.Break(fmt.Errorf("reset: %w", driver.ErrExpired)); n != 1 {
 		t.Fatalf("Break broke %d watches, want 1", n)
 	}
 	src.Put("a", item{1})
 	informertest.WaitFor(t, inf, src.HeadRV())
-	if err := errs.Wait(t, "the expired watch", func(err error) bool { return errors.Is(err, core.ErrExpired) }); err == nil {
+	if err := errs.Wait(t, "the expired watch", func(err error) bool { return errors.Is(err, driver.ErrExpired) }); err == nil {
 		t.Fatal("Wait returned nil")
 	}
-	if errs.Is(core.ErrExpired) == nil || errs.Len() == 0 || len(errs.All()) != errs.Len() {
+	if errs.Is(driver.ErrExpired) == nil || errs.Len() == 0 || len(errs.All()) != errs.Len() {
 		t.Errorf("errors: %v", errs.All())
 	}
 	mu.Lock()
@@ -383,7 +384,7 @@ func TestRunCollectsErrors(t *testing.T) {
 	// The reflector relists after an expired watch.
 	informertest.Eventually(t, "a relist", func() bool { return spy.Lists() >= 2 })
 	src.InjectDecodeError("bad", errors.New("not json"))
-	de := informertest.As[*core.DecodeError](t, errs)
+	de := informertest.As[*driver.DecodeError](t, errs)
 	if de.Key != "bad" {
 		t.Errorf("DecodeError for %q", de.Key)
 	}

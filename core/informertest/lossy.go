@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // LossKind is a way a Lossy source's watch lies.
@@ -34,7 +35,7 @@ type Loss struct {
 	Kind LossKind
 	Key  string
 	RV   core.ResourceVersion
-	Type core.EventType // the change it lied about
+	Type driver.EventType // the change it lied about
 }
 
 func (l Loss) String() string {
@@ -59,24 +60,24 @@ type LossyOptions[T any] struct {
 // optional capability pass through untouched (Unwrap), AuditList
 // included: the audit sees the source's truth while the cache is fed lies.
 type Lossy[T any] struct {
-	lw   core.ListerWatcher[T]
+	lw   driver.ListerWatcher[T]
 	opts LossyOptions[T]
 
 	mu     sync.Mutex
 	rng    *rand.Rand
 	armed  []LossKind
-	last   map[string]core.Event[T] // each key's last change delivered
-	prev   *core.Event[T]           // the last change delivered, any key
+	last   map[string]driver.Event[T] // each key's last change delivered
+	prev   *driver.Event[T]           // the last change delivered, any key
 	losses []Loss
 }
 
 // NewLossy returns a Lossy around lw.
-func NewLossy[T any](lw core.ListerWatcher[T], opts LossyOptions[T]) *Lossy[T] {
-	return &Lossy[T]{lw: lw, opts: opts, rng: rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)), last: map[string]core.Event[T]{}}
+func NewLossy[T any](lw driver.ListerWatcher[T], opts LossyOptions[T]) *Lossy[T] {
+	return &Lossy[T]{lw: lw, opts: opts, rng: rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)), last: map[string]driver.Event[T]{}}
 }
 
-// Unwrap returns the wrapped ListerWatcher, for core.Capability.
-func (l *Lossy[T]) Unwrap() core.ListerWatcher[T] { return l.lw }
+// Unwrap returns the wrapped ListerWatcher, for driver.Capability.
+func (l *Lossy[T]) Unwrap() driver.ListerWatcher[T] { return l.lw }
 
 // Arm makes the Lossy tell lie k about the next watched change it
 // applies to (LossStale waits for an update of a key it saw before).
@@ -93,10 +94,10 @@ func (l *Lossy[T]) Losses() []Loss {
 	return append([]Loss(nil), l.losses...)
 }
 
-// List implements core.ListerWatcher; it tells no lies.
-func (l *Lossy[T]) List(ctx context.Context, sink core.ListSink[T]) (core.ResourceVersion, error) {
+// List implements driver.ListerWatcher; it tells no lies.
+func (l *Lossy[T]) List(ctx context.Context, sink driver.ListSink[T]) (core.ResourceVersion, error) {
 	emit := sink.Emit
-	sink.Emit = func(ev core.Event[T]) error {
+	sink.Emit = func(ev driver.Event[T]) error {
 		l.mu.Lock()
 		l.last[ev.Key] = ev
 		l.mu.Unlock()
@@ -105,33 +106,33 @@ func (l *Lossy[T]) List(ctx context.Context, sink core.ListSink[T]) (core.Resour
 	return l.lw.List(ctx, sink)
 }
 
-// Watch implements core.ListerWatcher.
-func (l *Lossy[T]) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[T]) error {
+// Watch implements driver.ListerWatcher.
+func (l *Lossy[T]) Watch(ctx context.Context, from core.ResourceVersion, opts driver.WatchOptions[T]) error {
 	emit := opts.Emit
-	var out []core.Event[T]
-	opts.Emit = func(batch []core.Event[T]) error {
+	var out []driver.Event[T]
+	opts.Emit = func(batch []driver.Event[T]) error {
 		out = l.lie(out[:0], batch)
 		if len(out) == 0 {
 			// Everything was dropped: a bookmark keeps the version moving,
 			// so that waits for it do not hang on the lie.
-			out = append(out, core.Event[T]{Type: core.Bookmark, RV: batch[len(batch)-1].RV})
+			out = append(out, driver.Event[T]{Type: driver.Bookmark, RV: batch[len(batch)-1].RV})
 		}
 		return emit(out)
 	}
 	return l.lw.Watch(ctx, from, opts)
 }
 
-func (l *Lossy[T]) lie(out, batch []core.Event[T]) []core.Event[T] {
+func (l *Lossy[T]) lie(out, batch []driver.Event[T]) []driver.Event[T] {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, ev := range batch {
-		if ev.Type == core.Bookmark || ev.Err != nil {
+		if ev.Type == driver.Bookmark || ev.Err != nil {
 			out = append(out, ev)
 			continue
 		}
 		prevOfKey, seen := l.last[ev.Key]
 		kind, ok := l.choose(ev, seen && prevOfKey.HasObject)
-		if ev.Type == core.Deleted {
+		if ev.Type == driver.Deleted {
 			delete(l.last, ev.Key)
 		} else {
 			l.last[ev.Key] = ev
@@ -156,7 +157,7 @@ func (l *Lossy[T]) lie(out, batch []core.Event[T]) []core.Event[T] {
 			out = append(out, ev)
 		case LossStale:
 			stale := prevOfKey
-			stale.Type, stale.RV = core.Modified, ev.RV
+			stale.Type, stale.RV = driver.Modified, ev.RV
 			out = append(out, ev, stale)
 		}
 	}
@@ -165,15 +166,15 @@ func (l *Lossy[T]) lie(out, batch []core.Event[T]) []core.Event[T] {
 
 // choose says whether to lie about ev and how: an armed lie first, else
 // one at Rate.
-func (l *Lossy[T]) choose(ev core.Event[T], hasPrev bool) (LossKind, bool) {
+func (l *Lossy[T]) choose(ev driver.Event[T], hasPrev bool) (LossKind, bool) {
 	can := func(k LossKind) bool {
 		switch k {
 		case LossAlter:
-			return ev.Type != core.Deleted && (l.opts.Alter != nil || (l.prev != nil && l.prev.Key != ev.Key))
+			return ev.Type != driver.Deleted && (l.opts.Alter != nil || (l.prev != nil && l.prev.Key != ev.Key))
 		case LossStale:
 			// An Added of a key seen before is an update from a source
 			// that cannot tell them apart (a stateless event stream).
-			return ev.Type != core.Deleted && hasPrev
+			return ev.Type != driver.Deleted && hasPrev
 		}
 		return true
 	}

@@ -10,12 +10,13 @@ import (
 	"time"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // Run starts an informer over lw for the length of the test (Start) and
 // waits for its cache to sync, failing the test (Fatalf) with
 // WaitForCacheSync's reason when it does not within Timeout.
-func Run[T any](t TB, lw core.ListerWatcher[T], opts core.InformerOptions[T], handlers ...core.ResourceEventHandler[T]) (*core.SharedIndexInformer[T], *Errors) {
+func Run[T any](t TB, lw driver.ListerWatcher[T], opts core.InformerOptions[T], handlers ...core.ResourceEventHandler[T]) (*core.SharedIndexInformer[T], *Errors) {
 	t.Helper()
 	inf, errs := Start(t, lw, opts, handlers...)
 	sctx, scancel := waitContext(t)
@@ -37,7 +38,7 @@ func Run[T any](t TB, lw core.ListerWatcher[T], opts core.InformerOptions[T], ha
 // (and still passed to opts.ErrorHandler when set); Start never fails the
 // test for them, since faults are what many tests inject. opts.Name
 // defaults to the test's name.
-func Start[T any](t TB, lw core.ListerWatcher[T], opts core.InformerOptions[T], handlers ...core.ResourceEventHandler[T]) (*core.SharedIndexInformer[T], *Errors) {
+func Start[T any](t TB, lw driver.ListerWatcher[T], opts core.InformerOptions[T], handlers ...core.ResourceEventHandler[T]) (*core.SharedIndexInformer[T], *Errors) {
 	t.Helper()
 	errs := &Errors{}
 	if opts.Name == "" {
@@ -196,7 +197,7 @@ func (e *Errors) Wait(t TB, what string, match func(error) bool) error {
 }
 
 // As is Errors.Wait for the first reported error that errors.As can
-// assign to E, such as *core.DecodeError or *core.OrderError.
+// assign to E, such as *driver.DecodeError or *core.OrderError.
 func As[E error](t TB, errs *Errors) E {
 	t.Helper()
 	var target E

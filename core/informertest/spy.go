@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // Op names a ListerWatcher call.
@@ -48,14 +49,14 @@ func (c Call) String() string {
 	return s
 }
 
-// Spy wraps any core.ListerWatcher (core/memory or a real adapter) and lets
+// Spy wraps any driver.ListerWatcher (core/memory or a real adapter) and lets
 // a test see and steer the calls the informer makes: it counts and records
 // Lists and Watches, holds them at a Gate, fails the next one, and breaks
 // the open watches as a dropped connection would. Its Unwrap keeps every
-// optional capability of what it wraps visible to core.Capability. All
+// optional capability of what it wraps visible to driver.Capability. All
 // methods are safe for concurrent use.
 type Spy[T any] struct {
-	lw core.ListerWatcher[T]
+	lw driver.ListerWatcher[T]
 
 	mu        sync.Mutex
 	calls     []Call
@@ -72,17 +73,17 @@ type spyWatch struct {
 	broken error // set by Break
 }
 
-var _ core.ListerWatcher[int] = (*Spy[int])(nil)
+var _ driver.ListerWatcher[int] = (*Spy[int])(nil)
 
 // Wrap returns a Spy around lw.
-func Wrap[T any](lw core.ListerWatcher[T]) *Spy[T] {
+func Wrap[T any](lw driver.ListerWatcher[T]) *Spy[T] {
 	return &Spy[T]{lw: lw, open: map[*spyWatch]struct{}{}}
 }
 
-// Unwrap returns the wrapped ListerWatcher: through it core.Capability
+// Unwrap returns the wrapped ListerWatcher: through it driver.Capability
 // finds every optional capability of what the Spy wraps (and only those),
 // so an informer over a Spy runs as it would over the bare ListerWatcher.
-func (s *Spy[T]) Unwrap() core.ListerWatcher[T] { return s.lw }
+func (s *Spy[T]) Unwrap() driver.ListerWatcher[T] { return s.lw }
 
 // begin records a call and returns its index.
 func (s *Spy[T]) begin(c Call) int {
@@ -118,7 +119,7 @@ func (s *Spy[T]) next(op Op) (error, *Gate) {
 
 // List records the call, waits at the list Gate if one is set, returns the
 // next planned failure if any, and otherwise calls the wrapped List.
-func (s *Spy[T]) List(ctx context.Context, sink core.ListSink[T]) (rv core.ResourceVersion, err error) {
+func (s *Spy[T]) List(ctx context.Context, sink driver.ListSink[T]) (rv core.ResourceVersion, err error) {
 	i := s.begin(Call{Op: OpList})
 	defer func() { s.end(i, rv, err) }()
 	fail, gate := s.next(OpList)
@@ -136,13 +137,13 @@ func (s *Spy[T]) List(ctx context.Context, sink core.ListSink[T]) (rv core.Resou
 // Watch records the call, waits at the watch Gate if one is set, returns
 // the next planned failure if any, and otherwise runs the wrapped Watch,
 // which Break can end.
-func (s *Spy[T]) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[T]) (err error) {
+func (s *Spy[T]) Watch(ctx context.Context, from core.ResourceVersion, opts driver.WatchOptions[T]) (err error) {
 	i := s.begin(Call{Op: OpWatch, From: from})
 	defer func() { s.end(i, 0, err) }()
 	fail, gate := s.next(OpWatch)
 	if gate != nil {
 		if err := gate.pass(ctx); err != nil {
-			return core.Stopped(ctx)
+			return driver.Stopped(ctx)
 		}
 	}
 	if fail != nil {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/conformance"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/memory"
 )
 
@@ -20,7 +21,7 @@ var (
 	_ conformance.Transactor   = harness{}
 )
 
-func (h harness) ListerWatcher() core.ListerWatcher[obj] { return h.s }
+func (h harness) ListerWatcher() driver.ListerWatcher[obj] { return h.s }
 
 func (h harness) Put(_ context.Context, key string, n int64) (core.ResourceVersion, error) {
 	return h.s.Put(key, obj{int(n)}), nil

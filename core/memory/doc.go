@@ -1,4 +1,4 @@
-// Package memory is an in-memory core.ListerWatcher: a versioned map with a
+// Package memory is an in-memory driver.ListerWatcher: a versioned map with a
 // retained change history, for tests and examples that need a source without
 // a database.
 //
@@ -7,10 +7,10 @@
 // one version) return the version of the write. Watch replays the retained
 // history strictly after the requested version and then follows new writes;
 // Compact drops history so that watching from before it fails with an error
-// matching core.ErrExpired, which is how a test drives a Reflector into a
+// matching driver.ErrExpired, which is how a test drives a Reflector into a
 // relist. Advance moves the head without touching a key, as a write to an
 // unwatched part of a database would, so that tests can exercise bookmarks
-// (Source implements core.ProgressReporter) and WaitFor.
+// (Source implements driver.ProgressReporter) and WaitFor.
 //
 // What a Source does is what a database does: InjectDecodeError puts a
 // change that could not be decoded into the history, NotifyProgress sends

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/memory"
 )
 
@@ -19,26 +19,26 @@ func Example() {
 	src.Put("u2", user{"bob"})
 
 	// List, then watch from the List's version, as a Reflector does.
-	rv, _ := src.List(ctx, core.ListSink[user]{Emit: func(ev core.Event[user]) error {
+	rv, _ := src.List(ctx, driver.ListSink[user]{Emit: func(ev driver.Event[user]) error {
 		fmt.Println("listed", ev.Key, ev.Object.Name)
 		return nil
 	}})
 
 	// Two keys in one transaction share a version and arrive in one batch.
 	src.Apply(memory.PutOp("u1", user{"ada lovelace"}), memory.DeleteOp[user]("u2"))
-	err := src.Watch(ctx, rv, core.WatchOptions[user]{Emit: func(batch []core.Event[user]) error {
+	err := src.Watch(ctx, rv, driver.WatchOptions[user]{Emit: func(batch []driver.Event[user]) error {
 		for _, ev := range batch {
 			fmt.Println(ev.Type, ev.Key, ev.Object.Name, "at", ev.RV)
 		}
 		cancel() // seen enough: the watch ends with ErrWatchStopped
 		return nil
 	}})
-	fmt.Println("stopped:", errors.Is(err, core.ErrWatchStopped))
+	fmt.Println("stopped:", errors.Is(err, driver.ErrWatchStopped))
 
 	// Compaction makes old versions unwatchable: the caller must relist.
 	src.Compact(src.HeadRV())
-	err = src.Watch(context.Background(), rv, core.WatchOptions[user]{Emit: func([]core.Event[user]) error { return nil }})
-	fmt.Println("expired:", errors.Is(err, core.ErrExpired))
+	err = src.Watch(context.Background(), rv, driver.WatchOptions[user]{Emit: func([]driver.Event[user]) error { return nil }})
+	fmt.Println("expired:", errors.Is(err, driver.ErrExpired))
 	// Output:
 	// listed u1 ada
 	// listed u2 bob
@@ -58,8 +58,8 @@ func ExampleSource_Advance() {
 
 	progress := make(chan struct{}, 1)
 	progress <- struct{}{} // ask for a bookmark
-	src.Watch(ctx, from, core.WatchOptions[user]{
-		Emit: func(batch []core.Event[user]) error {
+	src.Watch(ctx, from, driver.WatchOptions[user]{
+		Emit: func(batch []driver.Event[user]) error {
 			fmt.Println(batch[0].Type, batch[0].RV == rv)
 			cancel()
 			return nil
@@ -77,7 +77,7 @@ func ExampleSource_InjectDecodeError() {
 	defer cancel()
 	src := memory.New[user](memory.Options{Name: "users"})
 	src.InjectDecodeError("u1", errors.New("invalid character 'x'"))
-	src.Watch(ctx, 0, core.WatchOptions[user]{Emit: func(batch []core.Event[user]) error {
+	src.Watch(ctx, 0, driver.WatchOptions[user]{Emit: func(batch []driver.Event[user]) error {
 		fmt.Println(batch[0].Type, batch[0].Key, batch[0].Err)
 		cancel()
 		return nil

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // ErrDuplicateKey is returned by Apply when two operations name the same
@@ -36,7 +37,7 @@ type Options struct {
 	// HistoryLimit, when positive, compacts automatically so that at most
 	// about this many events stay watchable (whole transactions are dropped,
 	// so a little more may remain), as a database with a retention window
-	// does: a watch that falls behind it gets core.ErrExpired.
+	// does: a watch that falls behind it gets driver.ErrExpired.
 	HistoryLimit int
 }
 
@@ -59,8 +60,8 @@ type item[T any] struct {
 	bad error                // set by InjectDecodeError: the value does not decode
 }
 
-// Source is an in-memory versioned map that implements core.ListerWatcher
-// and core.HeadReader. Objects are stored as given: do not mutate an object
+// Source is an in-memory versioned map that implements driver.ListerWatcher
+// and driver.HeadReader. Objects are stored as given: do not mutate an object
 // after passing it to Put or Apply, since List and Watch hand out the same
 // value. All methods are safe for concurrent use.
 type Source[T any] struct {
@@ -73,7 +74,7 @@ type Source[T any] struct {
 	head      core.ResourceVersion
 	compacted core.ResourceVersion // Watch(from) needs from >= compacted
 	items     map[string]item[T]
-	history   []core.Event[T] // every event with RV > compacted, RV ascending
+	history   []driver.Event[T] // every event with RV > compacted, RV ascending
 	// changed is closed and replaced on every state change, so that a
 	// waiting watch wakes up without a goroutine per waiter.
 	changed  chan struct{}
@@ -81,9 +82,9 @@ type Source[T any] struct {
 }
 
 var (
-	_ core.ListerWatcher[int] = (*Source[int])(nil)
-	_ core.HeadReader         = (*Source[int])(nil)
-	_ core.ProgressReporter   = (*Source[int])(nil)
+	_ driver.ListerWatcher[int] = (*Source[int])(nil)
+	_ driver.HeadReader         = (*Source[int])(nil)
+	_ driver.ProgressReporter   = (*Source[int])(nil)
 )
 
 // New returns an empty Source at version 0.
@@ -151,21 +152,21 @@ func (s *Source[T]) applyLocked(ops []Op[T]) core.ResourceVersion {
 	n := 0
 	for _, op := range ops {
 		old, existed := s.items[op.Key]
-		ev := core.Event[T]{Key: op.Key, RV: rv}
+		ev := driver.Event[T]{Key: op.Key, RV: rv}
 		switch {
 		case op.Delete && !existed:
 			continue
 		case op.Delete:
 			delete(s.items, op.Key)
-			ev.Type = core.Deleted
+			ev.Type = driver.Deleted
 			if !s.noDelObj && old.bad == nil {
 				ev.Object, ev.HasObject = old.obj, true
 			}
 		default:
 			s.items[op.Key] = item[T]{obj: op.Object, rv: rv}
-			ev.Type = core.Added
+			ev.Type = driver.Added
 			if existed {
-				ev.Type = core.Modified
+				ev.Type = driver.Modified
 			}
 			ev.Object, ev.HasObject = op.Object, true
 		}
@@ -215,7 +216,7 @@ func (s *Source[T]) Advance() core.ResourceVersion {
 
 // InjectDecodeError writes to key a value that does not decode, as a
 // producer's new deploy might, and returns its version: the watch reports
-// a Modified (Added for a new key) event whose Err is a *core.DecodeError
+// a Modified (Added for a new key) event whose Err is a *driver.DecodeError
 // wrapping err, and List reports the key with that error too, until the
 // next Put or Delete of key. Get and Items leave the key out (what a cache
 // can hold of the source); a Delete of it carries no object.
@@ -223,20 +224,20 @@ func (s *Source[T]) InjectDecodeError(key string, err error) core.ResourceVersio
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.head++
-	typ := core.Added
+	typ := driver.Added
 	if _, ok := s.items[key]; ok {
-		typ = core.Modified
+		typ = driver.Modified
 	}
-	de := &core.DecodeError{Source: s.name, Key: key, RV: s.head, Err: err}
+	de := &driver.DecodeError{Source: s.name, Key: key, RV: s.head, Err: err}
 	s.items[key] = item[T]{rv: s.head, bad: de}
-	s.history = append(s.history, core.Event[T]{Type: typ, Key: key, RV: s.head, Err: de})
+	s.history = append(s.history, driver.Event[T]{Type: typ, Key: key, RV: s.head, Err: de})
 	s.trimLocked()
 	s.notifyLocked()
 	return s.head
 }
 
 // Compact discards the history up to and including rv: afterwards Watch
-// from any version before rv fails with an error matching core.ErrExpired,
+// from any version before rv fails with an error matching driver.ErrExpired,
 // and so does an open watch that had not yet emitted up to rv.
 // Compacting to a version at or below an earlier compaction does nothing.
 func (s *Source[T]) Compact(rv core.ResourceVersion) error {
@@ -260,7 +261,7 @@ func (s *Source[T]) HeadRV() core.ResourceVersion {
 	return s.head
 }
 
-// Head implements core.HeadReader.
+// Head implements driver.HeadReader.
 func (s *Source[T]) Head(ctx context.Context) (core.ResourceVersion, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
@@ -320,7 +321,7 @@ func (s *Source[T]) NotifyProgress() {
 // last write, in key order, and returns the head at the time of the
 // snapshot. The snapshot is taken under the lock, so writes racing with
 // List land either wholly before or wholly after it.
-func (s *Source[T]) List(ctx context.Context, opts core.ListSink[T]) (core.ResourceVersion, error) {
+func (s *Source[T]) List(ctx context.Context, opts driver.ListSink[T]) (core.ResourceVersion, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
@@ -330,11 +331,11 @@ func (s *Source[T]) List(ctx context.Context, opts core.ListSink[T]) (core.Resou
 	for k := range s.items {
 		keys = append(keys, k)
 	}
-	snap := make([]core.Event[T], 0, len(keys))
+	snap := make([]driver.Event[T], 0, len(keys))
 	slices.Sort(keys)
 	for _, k := range keys {
 		it := s.items[k]
-		ev := core.Event[T]{Type: core.Added, Key: k, Object: it.obj, HasObject: true, RV: it.rv}
+		ev := driver.Event[T]{Type: driver.Added, Key: k, Object: it.obj, HasObject: true, RV: it.rv}
 		if it.bad != nil {
 			var zero T
 			ev.Object, ev.HasObject, ev.Err = zero, false, it.bad
@@ -364,18 +365,18 @@ func (s *Source[T]) List(ctx context.Context, opts core.ListSink[T]) (core.Resou
 	return rv, nil
 }
 
-// ReportsProgress implements core.ProgressReporter: a watch answers each
+// ReportsProgress implements driver.ProgressReporter: a watch answers each
 // request on WatchOptions.Progress with a Bookmark at the head, once it has
 // emitted every pending event.
 func (s *Source[T]) ReportsProgress() bool { return true }
 
 // Watch emits the retained history after from and then every new write,
-// until ctx is done (it returns core.Stopped(ctx)), the watch falls behind
-// a compaction (an error matching core.ErrExpired; from before the
+// until ctx is done (it returns driver.Stopped(ctx)), the watch falls behind
+// a compaction (an error matching driver.ErrExpired; from before the
 // compacted version fails at once), or Emit fails (its error is returned).
-func (s *Source[T]) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[T]) error {
+func (s *Source[T]) Watch(ctx context.Context, from core.ResourceVersion, opts driver.WatchOptions[T]) error {
 	if ctx.Err() != nil {
-		return core.Stopped(ctx)
+		return driver.Stopped(ctx)
 	}
 	s.mu.Lock()
 	if from < s.compacted {
@@ -388,7 +389,7 @@ func (s *Source[T]) Watch(ctx context.Context, from core.ResourceVersion, opts c
 	s.notifyLocked()
 	s.mu.Unlock()
 
-	var batch []core.Event[T]
+	var batch []driver.Event[T]
 	for {
 		select {
 		case <-opts.Progress:
@@ -401,7 +402,7 @@ func (s *Source[T]) Watch(ctx context.Context, from core.ResourceVersion, opts c
 		if ctx.Err() != nil {
 			s.endLocked(w, nil)
 			s.mu.Unlock()
-			return core.Stopped(ctx)
+			return driver.Stopped(ctx)
 		}
 		if w.err != nil {
 			err := w.err
@@ -418,7 +419,7 @@ func (s *Source[T]) Watch(ctx context.Context, from core.ResourceVersion, opts c
 				s.mu.Lock()
 				s.endLocked(w, nil)
 				s.mu.Unlock()
-				return core.Stopped(ctx)
+				return driver.Stopped(ctx)
 			}
 			if err != nil {
 				s.mu.Lock()
@@ -440,7 +441,7 @@ func (s *Source[T]) Watch(ctx context.Context, from core.ResourceVersion, opts c
 }
 
 func (s *Source[T]) expiredLocked(from core.ResourceVersion) error {
-	return fmt.Errorf("%s: watch from version %d: history compacted up to %d: %w", s.name, from, s.compacted, core.ErrExpired)
+	return fmt.Errorf("%s: watch from version %d: history compacted up to %d: %w", s.name, from, s.compacted, driver.ErrExpired)
 }
 
 // endLocked makes err the watch's final answer, unless it already has one,
@@ -465,7 +466,7 @@ type watcher[T any] struct {
 // collectLocked appends to batch the pending events after the watch's
 // position, at most MaxBatch of them (never splitting a transaction), and
 // a Bookmark when one is owed and nothing else is pending.
-func (w *watcher[T]) collectLocked(s *Source[T], batch []core.Event[T]) []core.Event[T] {
+func (w *watcher[T]) collectLocked(s *Source[T], batch []driver.Event[T]) []driver.Event[T] {
 	h := s.history
 	i := sort.Search(len(h), func(i int) bool { return h[i].RV > w.pos })
 	j := min(i+s.maxBatch, len(h))
@@ -482,15 +483,15 @@ func (w *watcher[T]) collectLocked(s *Source[T], batch []core.Event[T]) []core.E
 		// behind pos for a watch from a future version, which must never
 		// see its position go backwards.
 		rv := max(s.head, w.pos)
-		batch = append(batch, core.Event[T]{Type: core.Bookmark, RV: rv})
+		batch = append(batch, driver.Event[T]{Type: driver.Bookmark, RV: rv})
 		w.pos = rv
 	}
 	return batch
 }
 
-// AuditList implements core.AuditLister: the snapshot List reads, which
+// AuditList implements driver.AuditLister: the snapshot List reads, which
 // touches nothing a watch keeps. The head never goes back, so it is
 // always at least atLeast.
-func (s *Source[T]) AuditList(ctx context.Context, atLeast core.ResourceVersion, sink core.ListSink[T]) (core.ResourceVersion, error) {
+func (s *Source[T]) AuditList(ctx context.Context, atLeast core.ResourceVersion, sink driver.ListSink[T]) (core.ResourceVersion, error) {
 	return s.List(ctx, sink)
 }

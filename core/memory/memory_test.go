@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/memory"
 )
 
@@ -27,7 +28,7 @@ type obj struct{ N int }
 type pullWatch struct {
 	cancel   context.CancelFunc
 	entered  chan struct{}
-	batches  chan []core.Event[obj]
+	batches  chan []driver.Event[obj]
 	progress chan struct{}
 	done     chan struct{}
 	err      error // Watch's result, set before done is closed
@@ -35,18 +36,18 @@ type pullWatch struct {
 
 func startWatch(ctx context.Context, s *memory.Source[obj], from core.ResourceVersion) *pullWatch {
 	ctx, cancel := context.WithCancel(ctx)
-	w := &pullWatch{cancel: cancel, entered: make(chan struct{}), batches: make(chan []core.Event[obj]), progress: make(chan struct{}, 1), done: make(chan struct{})}
+	w := &pullWatch{cancel: cancel, entered: make(chan struct{}), batches: make(chan []driver.Event[obj]), progress: make(chan struct{}, 1), done: make(chan struct{})}
 	var once sync.Once
 	go func() {
 		defer close(w.done)
-		w.err = s.Watch(ctx, from, core.WatchOptions[obj]{
-			Emit: func(b []core.Event[obj]) error {
+		w.err = s.Watch(ctx, from, driver.WatchOptions[obj]{
+			Emit: func(b []driver.Event[obj]) error {
 				once.Do(func() { close(w.entered) })
 				select {
 				case w.batches <- slices.Clone(b):
 					return nil
 				case <-ctx.Done():
-					return core.Stopped(ctx)
+					return driver.Stopped(ctx)
 				}
 			},
 			Progress: w.progress,
@@ -56,7 +57,7 @@ func startWatch(ctx context.Context, s *memory.Source[obj], from core.ResourceVe
 }
 
 // Next returns the next batch, or Watch's error once it returned.
-func (w *pullWatch) Next(ctx context.Context) ([]core.Event[obj], error) {
+func (w *pullWatch) Next(ctx context.Context) ([]driver.Event[obj], error) {
 	select {
 	case b := <-w.batches:
 		return b, nil
@@ -80,7 +81,7 @@ func (w *pullWatch) Stop() {
 }
 
 // next calls Next with a deadline that only a wedged watch reaches.
-func next(t *testing.T, w *pullWatch) []core.Event[obj] {
+func next(t *testing.T, w *pullWatch) []driver.Event[obj] {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -112,7 +113,7 @@ func ended(t *testing.T, w *pullWatch) error {
 func watchErr(s *memory.Source[obj], from core.ResourceVersion) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	return s.Watch(ctx, from, core.WatchOptions[obj]{Emit: func([]core.Event[obj]) error {
+	return s.Watch(ctx, from, driver.WatchOptions[obj]{Emit: func([]driver.Event[obj]) error {
 		return errors.New("a watch that should have failed emitted")
 	}})
 }
@@ -132,13 +133,13 @@ func quiet(t *testing.T, s *memory.Source[obj], w *pullWatch) error {
 	head := s.HeadRV()
 	w.RequestProgress()
 	b := next(t, w)
-	if len(b) != 1 || b[0].Type != core.Bookmark || b[0].RV < head {
+	if len(b) != 1 || b[0].Type != driver.Bookmark || b[0].RV < head {
 		return fmt.Errorf("pending: %s", fmtBatch(b))
 	}
 	return nil
 }
 
-func fmtBatch(b []core.Event[obj]) string {
+func fmtBatch(b []driver.Event[obj]) string {
 	s := ""
 	for i, ev := range b {
 		if i > 0 {
@@ -209,10 +210,10 @@ func TestListSnapshot(t *testing.T) {
 	s.Put("a", obj{1})
 	s.Put("b", obj{2})
 	s.Advance()
-	var got []core.Event[obj]
+	var got []driver.Event[obj]
 	var estimate int64 = -1
-	rv, err := s.List(context.Background(), core.ListSink[obj]{
-		Emit:     func(ev core.Event[obj]) error { got = append(got, ev); return nil },
+	rv, err := s.List(context.Background(), driver.ListSink[obj]{
+		Emit:     func(ev driver.Event[obj]) error { got = append(got, ev); return nil },
 		Estimate: func(n int64) { estimate = n },
 	})
 	if err != nil || rv != 4 {
@@ -226,7 +227,7 @@ func TestListSnapshot(t *testing.T) {
 	}
 	boom := errors.New("boom")
 	calls := 0
-	if _, err := s.List(context.Background(), core.ListSink[obj]{Emit: func(core.Event[obj]) error { calls++; return boom }}); !errors.Is(err, boom) || calls != 1 {
+	if _, err := s.List(context.Background(), driver.ListSink[obj]{Emit: func(driver.Event[obj]) error { calls++; return boom }}); !errors.Is(err, boom) || calls != 1 {
 		t.Errorf("List with failing Emit: %v after %d calls, want boom after 1", err, calls)
 	}
 	if items, at := s.Items(); len(items) != 2 || items["a"].N != 1 || items["b"].N != 2 || at != 4 {
@@ -250,10 +251,10 @@ func TestCompactExpires(t *testing.T) {
 	if err := s.Compact(2); err != nil {
 		t.Fatal(err)
 	}
-	if err := watchErr(s, 1); !errors.Is(err, core.ErrExpired) {
+	if err := watchErr(s, 1); !errors.Is(err, driver.ErrExpired) {
 		t.Errorf("Watch(1) after Compact(2): %v, want ErrExpired", err)
 	}
-	if err := ended(t, behind); !errors.Is(err, core.ErrExpired) {
+	if err := ended(t, behind); !errors.Is(err, driver.ErrExpired) {
 		t.Errorf("a watch behind the compaction: %v, want ErrExpired", err)
 	}
 	if got, want := fmtBatch(next(t, caughtUp)), "Modified:a@3=3"; got != want {
@@ -276,8 +277,8 @@ func TestProgressBookmark(t *testing.T) {
 	w.RequestProgress()
 	// The pending event comes first, then the bookmark at the head that
 	// Advance moved past it (in one batch or two).
-	var got []core.Event[obj]
-	for len(got) == 0 || got[len(got)-1].Type != core.Bookmark {
+	var got []driver.Event[obj]
+	for len(got) == 0 || got[len(got)-1].Type != driver.Bookmark {
 		got = append(got, next(t, w)...)
 	}
 	if got, want := fmtBatch(got), "Added:a@1=1 Bookmark:@3"; got != want {
@@ -318,14 +319,14 @@ func TestInjectDecodeError(t *testing.T) {
 	if len(b) != 2 {
 		t.Fatalf("got %s, want the bad event then b", fmtBatch(b))
 	}
-	var de *core.DecodeError
+	var de *driver.DecodeError
 	if !errors.As(b[0].Err, &de) || de.Key != "a" || de.RV != rv || de.Source != "fake" || !errors.Is(b[0].Err, cause) {
 		t.Errorf("bad event Err = %#v, want a DecodeError for a at %d from fake wrapping the cause", b[0].Err, rv)
 	}
 	if b[0].Key != "a" || b[0].RV != rv || b[0].HasObject {
 		t.Errorf("bad event %s, want key a at %d with no object", fmtBatch(b[:1]), rv)
 	}
-	if b[0].Type != core.Modified {
+	if b[0].Type != driver.Modified {
 		t.Errorf("bad event of a key that existed is %v, want Modified", b[0].Type)
 	}
 	// The bad value replaced the good one: Get and Items leave a out, List
@@ -336,8 +337,8 @@ func TestInjectDecodeError(t *testing.T) {
 	if items, _ := s.Items(); len(items) != 1 {
 		t.Errorf("Items = %v, want only b", items)
 	}
-	var listed []core.Event[obj]
-	if _, err := s.List(context.Background(), core.ListSink[obj]{Emit: func(ev core.Event[obj]) error {
+	var listed []driver.Event[obj]
+	if _, err := s.List(context.Background(), driver.ListSink[obj]{Emit: func(ev driver.Event[obj]) error {
 		listed = append(listed, ev)
 		return nil
 	}}); err != nil {
@@ -366,11 +367,11 @@ func TestWatchEnds(t *testing.T) {
 	cancel(cause)
 	for _, w := range []*pullWatch{idle, blocked} {
 		<-w.done
-		if !errors.Is(w.err, core.ErrWatchStopped) || !errors.Is(w.err, cause) {
+		if !errors.Is(w.err, driver.ErrWatchStopped) || !errors.Is(w.err, cause) {
 			t.Errorf("Watch after its context was cancelled: %v, want ErrWatchStopped and the cause", w.err)
 		}
 	}
-	if err := s.Watch(ctx, 0, core.WatchOptions[obj]{}); !errors.Is(err, core.ErrWatchStopped) {
+	if err := s.Watch(ctx, 0, driver.WatchOptions[obj]{}); !errors.Is(err, driver.ErrWatchStopped) {
 		t.Errorf("Watch with a done context: %v, want ErrWatchStopped", err)
 	}
 }
@@ -449,7 +450,7 @@ func TestHistoryLimit(t *testing.T) {
 	if got := s.CompactedRV(); got != 2 {
 		t.Errorf("compacted to %d, want 2", got)
 	}
-	if err := ended(t, slow); !errors.Is(err, core.ErrExpired) {
+	if err := ended(t, slow); !errors.Is(err, driver.ErrExpired) {
 		t.Errorf("a watch that fell behind the limit: %v, want ErrExpired", err)
 	}
 	w2 := watch(t, s, 2)

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/memory"
 )
 
@@ -21,7 +22,7 @@ func TestAgainstModel(t *testing.T) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 1))
 			s := memory.New[obj](memory.Options{MaxBatch: 1 + rng.IntN(5)})
-			var events []core.Event[obj] // the model's history
+			var events []driver.Event[obj] // the model's history
 			state := map[string]int{}
 			var head, compacted core.ResourceVersion
 			key := func() string { return fmt.Sprintf("k%d", rng.IntN(6)) }
@@ -29,16 +30,16 @@ func TestAgainstModel(t *testing.T) {
 				switch r := rng.IntN(10); {
 				case r < 5:
 					k := key()
-					typ := core.Added
+					typ := driver.Added
 					if _, ok := state[k]; ok {
-						typ = core.Modified
+						typ = driver.Modified
 					}
 					head++
 					if got := s.Put(k, obj{step}); got != head {
 						t.Fatalf("Put returned %d, want %d", got, head)
 					}
 					state[k] = step
-					events = append(events, core.Event[obj]{Type: typ, Key: k, Object: obj{step}, HasObject: true, RV: head})
+					events = append(events, driver.Event[obj]{Type: typ, Key: k, Object: obj{step}, HasObject: true, RV: head})
 				case r < 7:
 					k := key()
 					last, ok := state[k]
@@ -49,34 +50,34 @@ func TestAgainstModel(t *testing.T) {
 					if ok {
 						head++
 						delete(state, k)
-						events = append(events, core.Event[obj]{Type: core.Deleted, Key: k, Object: obj{last}, HasObject: true, RV: head})
+						events = append(events, driver.Event[obj]{Type: driver.Deleted, Key: k, Object: obj{last}, HasObject: true, RV: head})
 					}
 					if rv != head {
 						t.Fatalf("Delete returned %d, want %d", rv, head)
 					}
 				case r < 8:
 					var ops []memory.Op[obj]
-					var evs []core.Event[obj]
+					var evs []driver.Event[obj]
 					for _, k := range []string{"t1", "t2", key()} {
 						if slices.ContainsFunc(ops, func(o memory.Op[obj]) bool { return o.Key == k }) {
 							continue
 						}
 						if last, ok := state[k]; ok && rng.IntN(2) == 0 {
 							ops = append(ops, memory.DeleteOp[obj](k))
-							evs = append(evs, core.Event[obj]{Type: core.Deleted, Key: k, Object: obj{last}, HasObject: true})
+							evs = append(evs, driver.Event[obj]{Type: driver.Deleted, Key: k, Object: obj{last}, HasObject: true})
 							continue
 						}
-						typ := core.Added
+						typ := driver.Added
 						if _, ok := state[k]; ok {
-							typ = core.Modified
+							typ = driver.Modified
 						}
 						ops = append(ops, memory.PutOp(k, obj{step}))
-						evs = append(evs, core.Event[obj]{Type: typ, Key: k, Object: obj{step}, HasObject: true})
+						evs = append(evs, driver.Event[obj]{Type: typ, Key: k, Object: obj{step}, HasObject: true})
 					}
 					head++
 					for i, ev := range evs {
 						evs[i].RV = head
-						if ev.Type == core.Deleted {
+						if ev.Type == driver.Deleted {
 							delete(state, ev.Key)
 						} else {
 							state[ev.Key] = step
@@ -101,7 +102,7 @@ func TestAgainstModel(t *testing.T) {
 			}
 
 			items := map[string]int{}
-			rv, err := s.List(context.Background(), core.ListSink[obj]{Emit: func(ev core.Event[obj]) error {
+			rv, err := s.List(context.Background(), driver.ListSink[obj]{Emit: func(ev driver.Event[obj]) error {
 				items[ev.Key] = ev.Object.N
 				return nil
 			}})
@@ -112,14 +113,14 @@ func TestAgainstModel(t *testing.T) {
 				t.Errorf("List %v, model %v", items, state)
 			}
 			for from := compacted; from <= head; from++ {
-				i, _ := slices.BinarySearchFunc(events, from+1, func(ev core.Event[obj], rv core.ResourceVersion) int { return int(ev.RV) - int(rv) })
+				i, _ := slices.BinarySearchFunc(events, from+1, func(ev driver.Event[obj], rv core.ResourceVersion) int { return int(ev.RV) - int(rv) })
 				want := events[i:]
 				if got := drain(t, s, from, len(want)); fmtBatch(got) != fmtBatch(want) {
 					t.Errorf("Watch(%d):\n got %s\nwant %s", from, fmtBatch(got), fmtBatch(want))
 				}
 			}
 			if compacted > 0 {
-				if err := watchErr(s, compacted-1); !errors.Is(err, core.ErrExpired) {
+				if err := watchErr(s, compacted-1); !errors.Is(err, driver.ErrExpired) {
 					t.Errorf("Watch(%d) below the compaction at %d succeeded", compacted-1, compacted)
 				}
 			}
@@ -129,10 +130,10 @@ func TestAgainstModel(t *testing.T) {
 
 // drain reads n events from a watch from `from`, then checks that nothing
 // else is pending, and that no batch split a version.
-func drain(t *testing.T, s *memory.Source[obj], from core.ResourceVersion, n int) []core.Event[obj] {
+func drain(t *testing.T, s *memory.Source[obj], from core.ResourceVersion, n int) []driver.Event[obj] {
 	t.Helper()
 	w := watch(t, s, from)
-	var got []core.Event[obj]
+	var got []driver.Event[obj]
 	for len(got) < n {
 		b := next(t, w)
 		if len(got) > 0 && b[0].RV == got[len(got)-1].RV {

@@ -7,17 +7,18 @@ import (
 
 	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/checkpoint"
 )
 
 // checkpoints sets up -checkpoint: a directory store, and a permanent slot
 // (the server keeps the changes made while the program is down; the
 // informers acknowledge only what a saved checkpoint covers). nil without
 // -checkpoint.
-func checkpoints(cfg config, opts *pginformer.Options) (core.CheckpointStore, error) {
+func checkpoints(cfg config, opts *pginformer.Options) (checkpoint.Store, error) {
 	if cfg.checkpoint == "" {
 		return nil, nil
 	}
-	store, err := core.NewDirCheckpointStore(cfg.checkpoint)
+	store, err := checkpoint.NewDirStore(cfg.checkpoint)
 	if err != nil {
 		return nil, err
 	}
@@ -27,7 +28,7 @@ func checkpoints(cfg config, opts *pginformer.Options) (core.CheckpointStore, er
 
 // checkpointFor is an informer's checkpoint option: saved every 10s and
 // when the program stops.
-func checkpointFor[T any](store core.CheckpointStore) *core.CheckpointOptions[T] {
+func checkpointFor[T any](store checkpoint.Store) *core.CheckpointOptions[T] {
 	if store == nil {
 		return nil
 	}

@@ -23,15 +23,17 @@ import (
 	natsinformer "github.com/dbinformer/dbinformer/adapters/nats"
 	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/codec"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/integration/harness"
 )
 
-// decodeError waits for the *core.DecodeError reported for key: a bad
+// decodeError waits for the *driver.DecodeError reported for key: a bad
 // value must be reported, never dropped in silence.
-func decodeError(t *testing.T, errs *informertest.Errors, key string) *core.DecodeError {
+func decodeError(t *testing.T, errs *informertest.Errors, key string) *driver.DecodeError {
 	t.Helper()
-	var de *core.DecodeError
+	var de *driver.DecodeError
 	errs.Wait(t, fmt.Sprintf("a DecodeError for key %q", key), func(err error) bool {
 		return errors.As(err, &de) && de.Key == key
 	})
@@ -64,7 +66,7 @@ func TestEtcdEmptyAndHugeKeysAndValues(t *testing.T) {
 	put("listed-huge", huge)
 	put("", []byte("the prefix itself"))
 
-	raw, err := etcdinformer.NewPrefix(ctx, c, "/bad", etcdinformer.Options[[]byte]{Codec: core.Raw{}})
+	raw, err := etcdinformer.NewPrefix(ctx, c, "/bad", etcdinformer.Options[[]byte]{Codec: codec.Raw{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +122,7 @@ func TestNATSEmptyAndHugeValues(t *testing.T) {
 	if _, err := kv.Put(ctx, "listed-huge", huge); err != nil {
 		t.Fatal(err)
 	}
-	raw, err := natsinformer.NewKV(ctx, js, "bad", natsinformer.KVOptions[[]byte]{Codec: core.Raw{}})
+	raw, err := natsinformer.NewKV(ctx, js, "bad", natsinformer.KVOptions[[]byte]{Codec: codec.Raw{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,8 +234,8 @@ func TestPostgresEmptyAndHugeKeysAndValues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = strict.List(ctx, core.ListSink[row]{Emit: func(core.Event[row]) error { return nil }})
-	if !errors.Is(err, core.ErrPermanent) || !strings.Contains(err.Error(), "primary key is empty") {
+	_, err = strict.List(ctx, driver.ListSink[row]{Emit: func(driver.Event[row]) error { return nil }})
+	if !errors.Is(err, driver.ErrPermanent) || !strings.Contains(err.Error(), "primary key is empty") {
 		t.Errorf("List of a table with an empty primary key, without SkipUndecodable: %v; want a permanent error naming the empty key", err)
 	}
 	inf, e := informertest.Run[row](t, table, core.InformerOptions[row]{})
@@ -283,7 +285,7 @@ func TestPostgresHostileNamesAndSecrets(t *testing.T) {
 		if err == nil {
 			var table *pginformer.Table[row]
 			if table, err = pginformer.NewTable[row](ctx, src, "keep", pginformer.TableOptions[row]{}); err == nil {
-				_, err = table.List(ctx, core.ListSink[row]{Emit: func(core.Event[row]) error { return nil }})
+				_, err = table.List(ctx, driver.ListSink[row]{Emit: func(driver.Event[row]) error { return nil }})
 			}
 			_ = src.Close()
 		}

@@ -255,7 +255,7 @@ func (k keyMapped) Truth(ctx context.Context) (map[string]int64, error) {
 // expired position (etcd compaction, 410 Gone, a purged stream, a lost
 // slot), which makes the informer relist, fails the last start. It does
 // not see what an adapter's Watch(from) reads on its own: the NATS event
-// stream has no parked fold state on a warm start (no core.Restorer) and
+// stream has no parked fold state on a warm start (no driver.Restorer) and
 // rebuilds it by replaying the stream up to the checkpoint, which reads as
 // much as a List without emitting anything. (The NATS KV, without its
 // parked revisions on a warm start, takes a first retained sequence past

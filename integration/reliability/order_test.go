@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/core/memory"
 )
@@ -15,12 +16,12 @@ import (
 // swapOnce wraps a ListerWatcher whose first watch hands over its first
 // two changes in reverse order, in two batches, as a broken adapter might.
 type swapOnce[T any] struct {
-	core.ListerWatcher[T]
+	driver.ListerWatcher[T]
 	mu      sync.Mutex
 	swapped bool
 }
 
-func (s *swapOnce[T]) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[T]) error {
+func (s *swapOnce[T]) Watch(ctx context.Context, from core.ResourceVersion, opts driver.WatchOptions[T]) error {
 	s.mu.Lock()
 	first := !s.swapped
 	s.swapped = true
@@ -28,15 +29,15 @@ func (s *swapOnce[T]) Watch(ctx context.Context, from core.ResourceVersion, opts
 	if !first {
 		return s.ListerWatcher.Watch(ctx, from, opts)
 	}
-	var held []core.Event[T]
+	var held []driver.Event[T]
 	done := false
 	emit := opts.Emit
-	opts.Emit = func(b []core.Event[T]) error {
+	opts.Emit = func(b []driver.Event[T]) error {
 		if done {
 			return emit(b)
 		}
 		for _, ev := range b {
-			if ev.Type != core.Bookmark {
+			if ev.Type != driver.Bookmark {
 				held = append(held, ev)
 			}
 		}
@@ -90,7 +91,7 @@ func TestOutOfOrderWatchIsDetectedAndRepaired(t *testing.T) {
 		_, okB := inf.Lister().Get("b")
 		return okA && okB
 	})
-	if err := errs.Find(func(err error) bool { return errors.Is(err, core.ErrPermanent) }); err != nil {
+	if err := errs.Find(func(err error) bool { return errors.Is(err, driver.ErrPermanent) }); err != nil {
 		t.Errorf("an out-of-order delivery was reported as permanent: %v", err)
 	}
 }

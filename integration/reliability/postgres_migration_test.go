@@ -19,6 +19,7 @@ import (
 
 	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/integration/harness"
 	"github.com/dbinformer/dbinformer/integration/proxy"
@@ -161,7 +162,7 @@ func runMigrationMatrix(t *testing.T, seed uint64) {
 		return errors.As(err, &sc) && sc.Action == pginformer.SchemaFail
 	})
 	var sc *pginformer.SchemaChangeError
-	if !errors.As(err, &sc) || !strings.Contains(sc.Table, "mig") || !errors.Is(err, core.ErrPermanent) {
+	if !errors.As(err, &sc) || !strings.Contains(sc.Table, "mig") || !errors.Is(err, driver.ErrPermanent) {
 		t.Errorf("seed %d: after %s: %v, want a permanent SchemaChangeError naming table mig", seed, breaking, err)
 	}
 	app.stop()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/conformance"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/core/memory"
 	"github.com/dbinformer/dbinformer/integration/reliability"
@@ -26,7 +27,7 @@ type memHarness struct {
 func newMemHarness(dropDeletes bool) reliability.MakeHarness[reliability.Obj] {
 	return func(t testing.TB, _ *rand.Rand) (conformance.Harness[reliability.Obj], string) {
 		src := memory.New[reliability.Obj](memory.Options{})
-		var lw core.ListerWatcher[reliability.Obj] = src
+		var lw driver.ListerWatcher[reliability.Obj] = src
 		variant := "faithful"
 		if dropDeletes {
 			lw, variant = lossy{src}, "drops deletes"
@@ -37,7 +38,7 @@ func newMemHarness(dropDeletes bool) reliability.MakeHarness[reliability.Obj] {
 
 var _ reliability.Harness[reliability.Obj] = (*memHarness)(nil)
 
-func (m *memHarness) ListerWatcher() core.ListerWatcher[reliability.Obj] { return m.spy }
+func (m *memHarness) ListerWatcher() driver.ListerWatcher[reliability.Obj] { return m.spy }
 
 func (m *memHarness) Put(_ context.Context, key string, ver int64) (core.ResourceVersion, error) {
 	return m.src.Put(key, reliability.Obj{K: key, V: ver}), nil
@@ -88,19 +89,19 @@ type lossy struct {
 	*memory.Source[reliability.Obj]
 }
 
-func (l lossy) Watch(ctx context.Context, from core.ResourceVersion, opts core.WatchOptions[reliability.Obj]) error {
+func (l lossy) Watch(ctx context.Context, from core.ResourceVersion, opts driver.WatchOptions[reliability.Obj]) error {
 	emit := opts.Emit
-	opts.Emit = func(evs []core.Event[reliability.Obj]) error {
-		var kept []core.Event[reliability.Obj]
+	opts.Emit = func(evs []driver.Event[reliability.Obj]) error {
+		var kept []driver.Event[reliability.Obj]
 		for _, e := range evs {
-			if e.Type != core.Deleted {
+			if e.Type != driver.Deleted {
 				kept = append(kept, e)
 			}
 		}
 		if len(kept) == 0 {
 			// Keep the batch's version moving, as the lost delete's
 			// bookmark.
-			kept = append(kept, core.Event[reliability.Obj]{Type: core.Bookmark, RV: evs[len(evs)-1].RV})
+			kept = append(kept, driver.Event[reliability.Obj]{Type: driver.Bookmark, RV: evs[len(evs)-1].RV})
 		}
 		return emit(kept)
 	}

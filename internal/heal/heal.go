@@ -6,7 +6,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // Options paces Wait and names what it probes.
@@ -38,8 +38,8 @@ var ErrNotDown = errors.New("the server answers: no outage to wait out")
 // Wait probes until a probe succeeds after at least one failed (nil: the
 // server, or the path to it, was down and is back), or the first succeeds
 // (nil when Options.Down says it was down all the same, else ErrNotDown).
-// A probe error matching core.ErrPermanent is returned as is, and
-// core.Stopped(ctx) when ctx ends first.
+// A probe error matching driver.ErrPermanent is returned as is, and
+// driver.Stopped(ctx) when ctx ends first.
 func Wait(ctx context.Context, probe func(context.Context) error, o Options) error {
 	log := o.Log
 	if log == nil {
@@ -52,7 +52,7 @@ func Wait(ctx context.Context, probe func(context.Context) error, o Options) err
 		cancel()
 		switch {
 		case ctx.Err() != nil:
-			return core.Stopped(ctx)
+			return driver.Stopped(ctx)
 		case err == nil && probes == 0:
 			if o.Down != nil && o.Down() {
 				log.DebugContext(ctx, o.What+" answers again (it was down just before)")
@@ -62,7 +62,7 @@ func Wait(ctx context.Context, probe func(context.Context) error, o Options) err
 		case err == nil:
 			log.DebugContext(ctx, o.What+" answers again", "probes", probes+1)
 			return nil
-		case errors.Is(err, core.ErrPermanent):
+		case errors.Is(err, driver.ErrPermanent):
 			return err
 		}
 		log.DebugContext(ctx, o.What+" does not answer yet", "err", err)
@@ -70,7 +70,7 @@ func Wait(ctx context.Context, probe func(context.Context) error, o Options) err
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return core.Stopped(ctx)
+			return driver.Stopped(ctx)
 		case <-t.C:
 		}
 		delay = min(delay*3/2, o.Max)

@@ -44,6 +44,7 @@ import (
 
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/conformance"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/filter"
 	"github.com/dbinformer/dbinformer/internal/testkit/proxy"
 	"github.com/dbinformer/dbinformer/internal/testkit/servers"
@@ -146,7 +147,7 @@ func DeleteAt(ctx context.Context, name string,
 	if err != nil {
 		return 0, err
 	}
-	listRV, err := core.ParseResourceVersion(lm.GetResourceVersion())
+	listRV, err := driver.ParseResourceVersion(lm.GetResourceVersion())
 	if err != nil {
 		return 0, err
 	}
@@ -184,7 +185,7 @@ func DeleteAt(ctx context.Context, name string,
 				if err != nil {
 					return 0, err
 				}
-				return core.ParseResourceVersion(m.GetResourceVersion())
+				return driver.ParseResourceVersion(m.GetResourceVersion())
 			case watch.Error:
 				return 0, apierrors.FromObject(ev.Object)
 			}
@@ -262,7 +263,7 @@ func (b *base) PutUnwatched(ctx context.Context) (core.ResourceVersion, error) {
 	if err != nil {
 		return 0, err
 	}
-	return core.ParseResourceVersion(cm.ResourceVersion)
+	return driver.ParseResourceVersion(cm.ResourceVersion)
 }
 
 // Head reads the apiserver's current version with a consistent one-object
@@ -272,7 +273,7 @@ func (b *base) Head(ctx context.Context) (core.ResourceVersion, error) {
 	if err != nil {
 		return 0, err
 	}
-	return core.ParseResourceVersion(l.ResourceVersion)
+	return driver.ParseResourceVersion(l.ResourceVersion)
 }
 
 // Faults lists the faults Inject supports (conformance.Faults).
@@ -363,7 +364,7 @@ func NewConfigMaps(tb testing.TB, kube *servers.Kube, opts Options) *ConfigMaps 
 }
 
 // ListerWatcher is the Resource under test.
-func (h *ConfigMaps) ListerWatcher() core.ListerWatcher[*corev1.ConfigMap] { return h.res }
+func (h *ConfigMaps) ListerWatcher() driver.ListerWatcher[*corev1.ConfigMap] { return h.res }
 
 // Resource is the Resource under test, with its concrete type.
 func (h *ConfigMaps) Resource() *kubeinformer.Resource[*corev1.ConfigMap] { return h.res }
@@ -378,7 +379,7 @@ func (h *ConfigMaps) Put(ctx context.Context, key string, n int64) (core.Resourc
 	if err != nil {
 		return 0, err
 	}
-	return core.ParseResourceVersion(cm.ResourceVersion)
+	return driver.ParseResourceVersion(cm.ResourceVersion)
 }
 
 // Delete deletes the ConfigMap key and returns the delete's version.

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/internal/testkit/servers"
 	kubeinformer "github.com/dbinformer/dbinformer/kubeadapter"
 )
@@ -147,7 +148,7 @@ func NewWidgets(tb testing.TB, kube *servers.Kube, opts Options) *Widgets {
 }
 
 // ListerWatcher is the Resource under test.
-func (h *Widgets) ListerWatcher() core.ListerWatcher[*unstructured.Unstructured] { return h.res }
+func (h *Widgets) ListerWatcher() driver.ListerWatcher[*unstructured.Unstructured] { return h.res }
 
 // Resource is the Resource under test, with its concrete type.
 func (h *Widgets) Resource() *kubeinformer.Resource[*unstructured.Unstructured] { return h.res }
@@ -171,7 +172,7 @@ func (h *Widgets) Put(ctx context.Context, key string, n int64) (core.ResourceVe
 	if err != nil {
 		return 0, err
 	}
-	return core.ParseResourceVersion(out.GetResourceVersion())
+	return driver.ParseResourceVersion(out.GetResourceVersion())
 }
 
 // Delete deletes the widget key and returns the delete's version.

@@ -32,7 +32,7 @@
 //	dbinformer_informer_pending_notifications{handler}
 //	dbinformer_informer_handler_panics_total{handler}
 //	dbinformer_informer_decode_errors_total
-//	dbinformer_informer_schema_changes_total{action="relist|fail"}  source schema changes (core.SchemaChange)
+//	dbinformer_informer_schema_changes_total{action="relist|fail"}  source schema changes (driver.SchemaChange)
 //	dbinformer_informer_head_resource_version     the source's newest version (TrackLag only)
 //	dbinformer_informer_lag                       head − applied, in the source's version units
 //	dbinformer_informer_head_errors_total         failed head reads (TrackLag only)

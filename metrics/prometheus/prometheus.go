@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/workqueue"
 )
 
@@ -281,9 +282,9 @@ func (m *informerMetrics) WatchRestarted(reason error) {
 	switch {
 	case reason == nil:
 		m.restartTimout.Inc()
-	case errors.Is(reason, core.ErrExpired):
+	case errors.Is(reason, driver.ErrExpired):
 		m.restartExpire.Inc()
-	case errors.Is(reason, core.ErrWatchStuck):
+	case errors.Is(reason, driver.ErrWatchStuck):
 		m.restartStuck.Inc()
 	default:
 		m.restartError.Inc()

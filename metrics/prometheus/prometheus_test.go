@@ -16,6 +16,7 @@ import (
 
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/clock"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	"github.com/dbinformer/dbinformer/core/memory"
 	"github.com/dbinformer/dbinformer/core/workqueue"
@@ -239,7 +240,7 @@ func TestInformerMetrics(t *testing.T) {
 	if err := spy.WaitWatch(ctx, n+1); err != nil {
 		t.Fatal(err)
 	}
-	spy.Break(fmt.Errorf("history gone: %w", core.ErrExpired))
+	spy.Break(fmt.Errorf("history gone: %w", driver.ErrExpired))
 	eventually(t, reg, "dbinformer_informer_watch_restarts_total", map[string]string{"informer": "things", "reason": "expired"}, 1)
 	eventually(t, reg, "dbinformer_informer_lists_total", map[string]string{"informer": "things", "kind": "relist", "result": "success"}, 1)
 	want(t, reg, "dbinformer_informer_listed_objects", inf1, 4)
@@ -358,9 +359,9 @@ func TestWatchRestartReasons(t *testing.T) {
 	m := pm.InformerMetrics("i")
 	m.WatchRestarted(nil)
 	m.WatchRestarted(nil)
-	m.WatchRestarted(fmt.Errorf("compacted: %w", core.ErrExpired))
+	m.WatchRestarted(fmt.Errorf("compacted: %w", driver.ErrExpired))
 	m.WatchRestarted(errors.New("eof"))
-	m.WatchRestarted(fmt.Errorf("watch from version 5: %w (no event or bookmark for 30s)", core.ErrWatchStuck))
+	m.WatchRestarted(fmt.Errorf("watch from version 5: %w (no event or bookmark for 30s)", driver.ErrWatchStuck))
 	m.Listed(false, 0, errors.New("denied"))
 	for reason, n := range map[string]float64{"timeout": 2, "expired": 1, "stuck": 1, "error": 1} {
 		want(t, reg, "x_informer_watch_restarts_total", map[string]string{"informer": "i", "reason": reason, "role": "test"}, n)
@@ -375,7 +376,7 @@ func TestWatchRestartReasons(t *testing.T) {
 // named gives a HeadReader the name TrackLag needs.
 type named struct {
 	name string
-	core.HeadReader
+	driver.HeadReader
 }
 
 func (n named) Name() string { return n.name }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/conformance"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/leader"
 	"github.com/dbinformer/dbinformer/relay"
 )
@@ -219,7 +220,7 @@ func (h *Harness[T]) waitKey(ctx context.Context, key string, rv core.ResourceVe
 	}
 	// The relay's "Dbi" header starts with the source version.
 	version, _, _ := strings.Cut(m.Header.Get("Dbi"), " ")
-	v, err := core.ParseResourceVersion(version)
+	v, err := driver.ParseResourceVersion(version)
 	if err != nil {
 		return 0, err
 	}
@@ -285,7 +286,7 @@ func (h *Harness[T]) NewShardDownstream(ctx context.Context, js jetstream.JetStr
 }
 
 // ListerWatcher is the Downstream.
-func (h *Harness[T]) ListerWatcher() core.ListerWatcher[T] { return h.down }
+func (h *Harness[T]) ListerWatcher() driver.ListerWatcher[T] { return h.down }
 
 // Put writes to the source and waits until the relay has published it.
 func (h *Harness[T]) Put(ctx context.Context, key string, n int64) (core.ResourceVersion, error) {

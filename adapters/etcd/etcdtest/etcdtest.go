@@ -17,6 +17,7 @@ import (
 	etcdinformer "github.com/dbinformer/dbinformer/adapters/etcd"
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/conformance"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/filter"
 	"github.com/dbinformer/dbinformer/internal/testkit/proxy"
 	"github.com/dbinformer/dbinformer/internal/testkit/servers"
@@ -116,7 +117,7 @@ func New(tb testing.TB, srv *servers.Etcd, opts Options) *Harness {
 }
 
 // ListerWatcher returns the Prefix under test.
-func (h *Harness) ListerWatcher() core.ListerWatcher[Item] { return h.lw }
+func (h *Harness) ListerWatcher() driver.ListerWatcher[Item] { return h.lw }
 
 // Prefix returns the Prefix under test.
 func (h *Harness) Prefix() *etcdinformer.Prefix[Item] { return h.lw }

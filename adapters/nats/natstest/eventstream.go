@@ -15,6 +15,7 @@ import (
 	natsinformer "github.com/dbinformer/dbinformer/adapters/nats"
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/conformance"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // EventStream is a harness over a fresh stream "S<n>" on the subjects
@@ -112,7 +113,7 @@ func NewEventStream(t testing.TB, cfg Config) *EventStream {
 }
 
 // ListerWatcher is the adapter under test.
-func (h *EventStream) ListerWatcher() core.ListerWatcher[Obj] { return h.lw }
+func (h *EventStream) ListerWatcher() driver.ListerWatcher[Obj] { return h.lw }
 
 // EventStream is the adapter under test, typed.
 func (h *EventStream) EventStream() *natsinformer.EventStream[Obj] { return h.lw }

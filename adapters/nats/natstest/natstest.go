@@ -19,6 +19,7 @@ import (
 	natsinformer "github.com/dbinformer/dbinformer/adapters/nats"
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/conformance"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/filter"
 	"github.com/dbinformer/dbinformer/internal/testkit/proxy"
 	"github.com/dbinformer/dbinformer/internal/testkit/servers"
@@ -389,7 +390,7 @@ func NewKV(t testing.TB, cfg Config) *KV {
 }
 
 // ListerWatcher is the adapter under test.
-func (h *KV) ListerWatcher() core.ListerWatcher[Obj] { return h.lw }
+func (h *KV) ListerWatcher() driver.ListerWatcher[Obj] { return h.lw }
 
 // KV is the adapter under test, typed.
 func (h *KV) KV() *natsinformer.KV[Obj] { return h.lw }

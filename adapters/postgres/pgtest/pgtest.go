@@ -22,6 +22,7 @@ import (
 	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/core"
 	"github.com/dbinformer/dbinformer/core/conformance"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/filter"
 	"github.com/dbinformer/dbinformer/internal/testkit/proxy"
 	"github.com/dbinformer/dbinformer/internal/testkit/servers"
@@ -129,7 +130,7 @@ func New(tb testing.TB, srv *servers.Postgres, opts Options) *Harness {
 	if h.table, err = pginformer.NewTable[Row](ctx, h.src, h.name, pginformer.TableOptions[Row]{Where: opts.Where}); err != nil {
 		tb.Fatal(err)
 	}
-	if _, err := h.table.List(ctx, core.ListSink[Row]{Emit: func(core.Event[Row]) error { return nil }}); err != nil {
+	if _, err := h.table.List(ctx, driver.ListSink[Row]{Emit: func(driver.Event[Row]) error { return nil }}); err != nil {
 		tb.Fatal(err)
 	}
 	return h
@@ -163,7 +164,7 @@ func (h *Harness) TableName() string { return h.name }
 func (h *Harness) Proxy() *proxy.Proxy { return h.px }
 
 // ListerWatcher is the Table.
-func (h *Harness) ListerWatcher() core.ListerWatcher[Row] { return h.table }
+func (h *Harness) ListerWatcher() driver.ListerWatcher[Row] { return h.table }
 
 // Version is the row's v.
 func (h *Harness) Version(r Row) int64 { return r.V }

@@ -24,18 +24,19 @@ import (
 	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/bench/internal/userprog"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // firstRow notes when its List hands over the first row; the rest of the
 // ListerWatcher, capabilities included, is the embedded Table's.
 type firstRow struct {
-	core.ListerWatcher[userprog.Account]
+	driver.ListerWatcher[userprog.Account]
 	at atomic.Int64
 }
 
-func (f *firstRow) List(ctx context.Context, sink core.ListSink[userprog.Account]) (core.ResourceVersion, error) {
+func (f *firstRow) List(ctx context.Context, sink driver.ListSink[userprog.Account]) (core.ResourceVersion, error) {
 	emit := sink.Emit
-	sink.Emit = func(ev core.Event[userprog.Account]) error {
+	sink.Emit = func(ev driver.Event[userprog.Account]) error {
 		if f.at.Load() == 0 {
 			f.at.Store(time.Now().UnixNano())
 		}

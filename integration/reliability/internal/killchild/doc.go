@@ -1,7 +1,7 @@
 // Command killchild is the informer process that the reliability suite's
 // kill fault (TestKillRestart) runs as a child and kills with SIGKILL at a
 // random instant: a checkpointing informer (core.CheckpointOptions over a
-// DirCheckpointStore, saving every 20ms) over one of the adapters, chosen
+// checkpoint.DirStore, saving every 20ms) over one of the adapters, chosen
 // by -adapter:
 //
 //   - postgres: a table of pgtest rows (k text, v bigint) on a permanent

@@ -24,6 +24,9 @@ import (
 	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/adapters/postgres/pgtest"
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/checkpoint"
+	"github.com/dbinformer/dbinformer/core/codec"
+	"github.com/dbinformer/dbinformer/core/driver"
 	"github.com/dbinformer/dbinformer/core/informertest"
 	kubeinformer "github.com/dbinformer/dbinformer/kubeadapter"
 	"github.com/dbinformer/dbinformer/kubeadapter/kubetest"
@@ -53,10 +56,10 @@ func (v *versions[T]) OnDelete(key string, obj T, _ bool) { v.see("delete", key,
 
 // target is one adapter's ListerWatcher and what the child needs of it.
 type target[T any] struct {
-	lw      core.ListerWatcher[T]
+	lw      driver.ListerWatcher[T]
 	head    func(context.Context) (core.ResourceVersion, error)
 	version func(T) int64
-	codec   core.Codec[T] // nil: the ListerWatcher's own
+	codec   codec.Codec[T] // nil: the ListerWatcher's own
 }
 
 type flags struct {
@@ -115,7 +118,7 @@ func start(f flags) error {
 		if err != nil {
 			return err
 		}
-		return run(target[etcdtest.Item]{lw: p, head: p.Head, version: func(it etcdtest.Item) int64 { return it.Version }, codec: core.JSON[etcdtest.Item]{}}, f)
+		return run(target[etcdtest.Item]{lw: p, head: p.Head, version: func(it etcdtest.Item) int64 { return it.Version }, codec: codec.JSON[etcdtest.Item]{}}, f)
 	case "nats-kv", "nats-stream":
 		nc, err := nats.Connect(conn, nats.Name("killchild"), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 		if err != nil {
@@ -132,13 +135,13 @@ func start(f flags) error {
 			if err != nil {
 				return err
 			}
-			return run(target[natstest.Obj]{lw: kv, head: kv.Head, version: version, codec: core.JSON[natstest.Obj]{}}, f)
+			return run(target[natstest.Obj]{lw: kv, head: kv.Head, version: version, codec: codec.JSON[natstest.Obj]{}}, f)
 		}
 		es, err := natsinformer.NewEventStream(ctx, js, f.stream, natsinformer.EventStreamOptions[natstest.Obj]{Filter: f.filter, Reduce: natstest.Reduce})
 		if err != nil {
 			return err
 		}
-		return run(target[natstest.Obj]{lw: es, head: es.Head, version: version, codec: core.JSON[natstest.Obj]{}}, f)
+		return run(target[natstest.Obj]{lw: es, head: es.Head, version: version, codec: codec.JSON[natstest.Obj]{}}, f)
 	case "kube":
 		cfg, err := clientcmd.BuildConfigFromFlags("", conn)
 		if err != nil {
@@ -161,14 +164,14 @@ func start(f flags) error {
 			}
 			return n
 		}
-		return run(target[*corev1.ConfigMap]{lw: res, head: res.Head, version: version, codec: core.JSON[*corev1.ConfigMap]{}}, f)
+		return run(target[*corev1.ConfigMap]{lw: res, head: res.Head, version: version, codec: codec.JSON[*corev1.ConfigMap]{}}, f)
 	}
 	return fmt.Errorf("unknown -adapter %q", f.adapter)
 }
 
 func run[T any](tg target[T], f flags) error {
 	ctx := context.Background()
-	store, err := core.NewDirCheckpointStore(f.dir)
+	store, err := checkpoint.NewDirStore(f.dir)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package core
+package driver
 
 import (
 	"context"
@@ -118,8 +118,8 @@ type Event[T any] struct {
 // CodecProvider, Restorer, DurableAcknowledger, AuditLister); the informer finds them
 // with Capability. A wrapper of your own (metrics, logging, a filter)
 // keeps every one of them when it embeds the ListerWatcher
-// (struct{ core.ListerWatcher[T]; ... }) or has a method
-// Unwrap() core.ListerWatcher[T] returning what it wraps; a wrapper that
+// (struct{ driver.ListerWatcher[T]; ... }) or has a method
+// Unwrap() driver.ListerWatcher[T] returning what it wraps; a wrapper that
 // keeps it in a named field and has no Unwrap hides them, and the informer
 // then runs without heal wake-ups, stuck-watch detection, WaitFor of an
 // untouched version, lag, or a checkpoint's restore and acknowledgement
@@ -224,7 +224,7 @@ type ProgressReporter interface {
 // not silence, and neither is time this process did not run (stopped by
 // SIGSTOP, a long stop-the-world pause, a suspended VM: seen as the
 // watchdog's timer firing more than half an interval late). Zero or a negative value means the source promises nothing:
-// no stuck-watch detection. InformerOptions.ProgressInterval overrides it.
+// no stuck-watch detection. core.InformerOptions.ProgressInterval overrides it.
 type ProgressIntervaler interface {
 	ProgressInterval() time.Duration
 }

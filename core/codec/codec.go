@@ -1,4 +1,4 @@
-package core
+package codec
 
 import (
 	"encoding/json"
@@ -39,24 +39,24 @@ func (Raw) Encode(obj []byte) ([]byte, error) { return obj, nil }
 // Decode returns a copy of data.
 func (Raw) Decode(data []byte) ([]byte, error) { return append([]byte(nil), data...), nil }
 
-// CodecFuncs builds a Codec from two functions. A nil EncodeFunc makes
+// Funcs builds a Codec from two functions. A nil EncodeFunc makes
 // Encode fail (a source that only decodes never calls it; a checkpoint
 // reports the error).
-type CodecFuncs[T any] struct {
+type Funcs[T any] struct {
 	EncodeFunc func(T) ([]byte, error)
 	DecodeFunc func([]byte) (T, error)
 }
 
 // Encode calls EncodeFunc.
-func (c CodecFuncs[T]) Encode(obj T) ([]byte, error) {
+func (c Funcs[T]) Encode(obj T) ([]byte, error) {
 	if c.EncodeFunc == nil {
-		return nil, fmt.Errorf("dbinformer: this codec cannot encode (CodecFuncs.EncodeFunc is nil)")
+		return nil, fmt.Errorf("dbinformer: this codec cannot encode (codec.Funcs.EncodeFunc is nil)")
 	}
 	return c.EncodeFunc(obj)
 }
 
 // Decode calls DecodeFunc.
-func (c CodecFuncs[T]) Decode(data []byte) (T, error) { return c.DecodeFunc(data) }
+func (c Funcs[T]) Decode(data []byte) (T, error) { return c.DecodeFunc(data) }
 
 // Decode runs c.Decode and turns a panic into an error, so that one value
 // that crashes a codec cannot take a watch or a list down. Adapters call it
@@ -83,5 +83,5 @@ func Encode[T any](c Codec[T], obj T) (data []byte, err error) {
 var (
 	_ Codec[struct{}] = JSON[struct{}]{}
 	_ Codec[[]byte]   = Raw{}
-	_ Codec[int]      = CodecFuncs[int]{}
+	_ Codec[int]      = Funcs[int]{}
 )

@@ -1,4 +1,4 @@
-package core_test
+package codec_test
 
 import (
 	"fmt"
@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/dbinformer/dbinformer/core"
+	"github.com/dbinformer/dbinformer/core/checkpoint"
+	"github.com/dbinformer/dbinformer/core/codec"
 )
 
 type binInner struct {
@@ -42,7 +44,7 @@ type binRow struct {
 }
 
 func TestBinaryRoundTrip(t *testing.T) {
-	c, err := core.NewBinary[binRow]()
+	c, err := codec.NewBinary[binRow]()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,13 +129,13 @@ func TestBinaryRefusesWhatItCannotEncode(t *testing.T) {
 			t.Errorf("error %v, want one saying %q", err, want)
 		}
 	}
-	_, err := core.NewBinary[withMap]()
+	_, err := codec.NewBinary[withMap]()
 	check(err, "map")
-	_, err = core.NewBinary[withAny]()
+	_, err = codec.NewBinary[withAny]()
 	check(err, "interface")
-	_, err = core.NewBinary[withHidden]()
+	_, err = codec.NewBinary[withHidden]()
 	check(err, "unexported field")
-	_, err = core.NewBinary[list]()
+	_, err = codec.NewBinary[list]()
 	check(err, "recursive")
 	_ = withHidden{}.b
 }
@@ -147,7 +149,7 @@ func TestBinaryStringsShareOneAllocation(t *testing.T) {
 		P    *string
 		S    []string
 	}
-	c, err := core.NewBinary[row]()
+	c, err := codec.NewBinary[row]()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +184,7 @@ func ExampleNewBinary() {
 		Limits  []int32
 		Manager *string
 	}
-	codec, err := core.NewBinary[Account]()
+	c, err := codec.NewBinary[Account]()
 	if err != nil {
 		panic(err)
 	}
@@ -191,19 +193,19 @@ func ExampleNewBinary() {
 		panic(err)
 	}
 	defer os.RemoveAll(dir)
-	store, err := core.NewDirCheckpointStore(dir)
+	store, err := checkpoint.NewDirStore(dir)
 	if err != nil {
 		panic(err)
 	}
 	_ = core.InformerOptions[Account]{
 		Name:       "accounts",
-		Checkpoint: &core.CheckpointOptions[Account]{Store: store, Codec: codec},
+		Checkpoint: &core.CheckpointOptions[Account]{Store: store, Codec: c},
 	}
-	data, _ := codec.Encode(Account{ID: 7, Owner: "ada", Limits: []int32{10, 20}})
-	back, _ := codec.Decode(data)
+	data, _ := c.Encode(Account{ID: 7, Owner: "ada", Limits: []int32{10, 20}})
+	back, _ := c.Decode(data)
 	fmt.Println(len(data), back.ID, back.Owner, back.Limits, back.Manager == nil)
 
-	_, err = core.NewBinary[struct{ Attrs map[string]string }]()
+	_, err = codec.NewBinary[struct{ Attrs map[string]string }]()
 	fmt.Println(err != nil)
 	// Output:
 	// 9 7 ada [10 20] true
@@ -226,7 +228,7 @@ func TestBinaryOverflow(t *testing.T) {
 		I int32
 		U uint32
 	}](t)
-	enc, _ := core.NewBinary[binWide]()
+	enc, _ := codec.NewBinary[binWide]()
 	one, _ := enc.Encode(binWide{I: 1 << 40})
 	if _, err := decodeWith[[2]int32](one); err == nil {
 		t.Error("an array element took an overflowing value")
@@ -242,7 +244,7 @@ type binWide struct {
 // signed and unsigned field.
 func overflows[T any](t *testing.T) {
 	t.Helper()
-	enc, err := core.NewBinary[binWide]()
+	enc, err := codec.NewBinary[binWide]()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +261,7 @@ func overflows[T any](t *testing.T) {
 }
 
 func decodeWith[T any](data []byte) (T, error) {
-	c, err := core.NewBinary[T]()
+	c, err := codec.NewBinary[T]()
 	if err != nil {
 		var zero T
 		return zero, err

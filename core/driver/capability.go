@@ -1,4 +1,4 @@
-package core
+package driver
 
 import "reflect"
 
@@ -16,7 +16,7 @@ import "reflect"
 //     informertest.Spy have one), as net/http's ResponseController finds
 //     a ResponseWriter's capabilities; or else
 //   - the ListerWatcher[T] a struct embeds, as in
-//     struct{ core.ListerWatcher[T]; log *slog.Logger } (through a pointer
+//     struct{ driver.ListerWatcher[T]; log *slog.Logger } (through a pointer
 //     too): the wrapper Go programmers write by default, whose method set
 //     has only List and Watch.
 //
@@ -34,7 +34,7 @@ func Capability[C any, T any](lw ListerWatcher[T]) (C, bool) {
 		if c, ok := lw.(C); ok {
 			return c, true
 		}
-		if lw = unwrap(lw); lw == nil {
+		if lw = Unwrap(lw); lw == nil {
 			break
 		}
 	}
@@ -48,8 +48,11 @@ type unwrapper[T any] interface {
 	Unwrap() ListerWatcher[T]
 }
 
-// unwrap returns what lw wraps (see Capability), or nil.
-func unwrap[T any](lw ListerWatcher[T]) ListerWatcher[T] {
+// Unwrap returns what lw wraps, as Capability sees it (its Unwrap method,
+// else the ListerWatcher its struct embeds), or nil when lw wraps nothing.
+// The informer follows it down to name its source's kind
+// (SharedIndexInformer.Source) beneath the wrappers.
+func Unwrap[T any](lw ListerWatcher[T]) ListerWatcher[T] {
 	if u, ok := lw.(unwrapper[T]); ok {
 		return u.Unwrap()
 	}

@@ -1,4 +1,4 @@
-package core
+package codec
 
 import (
 	"encoding"
@@ -11,7 +11,7 @@ import (
 )
 
 // binCompiler turns a Go type into the ops Binary encodes and decodes it
-// with; binarycodec.go holds the codec and its decoder.
+// with; binary.go holds the codec and its decoder.
 
 type binCompiler struct {
 	busy   map[reflect.Type]bool
