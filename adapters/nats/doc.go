@@ -126,10 +126,21 @@
 //
 // Both ListerWatchers implement core.ProgressReporter. When a watch is
 // idle (KVOptions.IdleCheck) or receives a request on
-// WatchOptions.Progress, it reads the stream's last sequence and, if no
-// message its filter matches lies between its position and that sequence,
+// WatchOptions.Progress, it reads the stream's last sequence and, if the
+// leader then holds no message its filter matches after its position,
 // sends a Bookmark there. WaitFor then returns for a revision written to
-// another key or outside the filter.
+// another key or outside the filter. (A watched message past the head
+// read counts too: it may have superseded one up to the head after the
+// head was read, and the watch delivers it first.)
+//
+// Known limit: a watch whose consumer reaches a key's message only after
+// a later write of the key removed it (a bucket's History, a stream's
+// MaxMsgsPerSubject) skips it, and delivers the later message at its own
+// revision. Until the later message is applied, WaitFor of the skipped
+// revision can return while the cache still holds the key's value from
+// before it: the watch cannot tell which key a removed message was of.
+// Keys written faster than the watch reads them show it
+// (TestKVReadYourWritesBusyKeys, run with NATS_RYW=1).
 //
 // # Consistency audit
 //

@@ -7,11 +7,13 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	natsinformer "github.com/dbinformer/dbinformer/adapters/nats"
@@ -238,5 +240,86 @@ func (l *traceLW) dump(t *testing.T) {
 	defer l.mu.Unlock()
 	for _, b := range l.batches[max(len(l.batches)-30, 0):] {
 		t.Log(b)
+	}
+}
+
+// A progress request reads the stream's head, then asks the leader whether
+// a watched message lies between the watch's position and it. When the
+// message there (k = "b") is superseded in between by one past the head
+// (k = "c"), nothing is left up to the head, but a Bookmark there would
+// let WaitFor of "b" return before the watch delivered either value: the
+// watch must deliver k first. The test serves the JetStream API through a
+// prefix and makes both writes while the head read is answered.
+func TestHeadBookmarkWaitsForSupersedingMessage(t *testing.T) {
+	srv := harness.StartNATS(t)
+	ctx := context.Background()
+	nc := srv.Conn(t)
+	writer := srv.JetStream(t)
+	var (
+		trap      atomic.Bool
+		b, c      atomic.Uint64
+		trapErr   atomic.Pointer[error]
+		published = func(v *atomic.Uint64, data string) {
+			ack, err := writer.Publish(ctx, "busy.k", []byte(data))
+			if err != nil {
+				trapErr.Store(&err)
+				return
+			}
+			v.Store(ack.Sequence)
+		}
+	)
+	js := servedJetStream(t, nc, func(m, fwd *nats.Msg) bool {
+		if !strings.HasPrefix(fwd.Subject, "$JS.API.STREAM.INFO.") || !trap.CompareAndSwap(true, false) {
+			return false
+		}
+		published(&b, "b") // the head includes it
+		fwd.Reply = ""
+		resp, err := nc.RequestMsg(fwd, testWait)
+		if err != nil {
+			trapErr.Store(&err)
+			return true
+		}
+		published(&c, "c") // past the head, and b is gone
+		_ = m.Respond(resp.Data)
+		return true
+	})
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "BUSY", Subjects: []string{"busy.>"}, MaxMsgsPerSubject: 1}); err != nil {
+		t.Fatal(err)
+	}
+	lw, err := natsinformer.NewEventStream(ctx, js, "BUSY", natsinformer.EventStreamOptions[string]{
+		Reduce:    func(_ string, _ bool, m natsinformer.Message) (string, bool, error) { return string(m.Data), true, nil },
+		Stateless: true,
+		IdleCheck: -1, // head reads on request only
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := func() uint64 {
+		var v atomic.Uint64
+		published(&v, "a")
+		return v.Load()
+	}()
+	_, from := listAll[string](t, lw)
+	w := startWatch[string](t, lw, from)
+	w.requestProgress()
+	w.wait(t, "a bookmark at the list's version", hasRV[string](from))
+	trap.Store(true)
+	w.requestProgress()
+	evs := w.wait(t, `k = "c"`, func(evs []core.Event[string]) bool {
+		return c.Load() > 0 && len(evs) > 0 && evs[len(evs)-1].RV >= core.ResourceVersion(c.Load())
+	})
+	if p := trapErr.Load(); p != nil {
+		t.Fatal(*p)
+	}
+	if a == 0 || b.Load() == 0 {
+		t.Fatalf("writes a = %d, b = %d", a, b.Load())
+	}
+	for _, ev := range evs {
+		if ev.Type != core.Bookmark {
+			break
+		}
+		if ev.RV >= core.ResourceVersion(b.Load()) {
+			t.Fatalf("Bookmark at %d before k's write at %d (superseded by %d) was delivered: events %v", ev.RV, b.Load(), c.Load(), evs)
+		}
 	}
 }
