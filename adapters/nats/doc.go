@@ -133,14 +133,19 @@
 // read counts too: it may have superseded one up to the head after the
 // head was read, and the watch delivers it first.)
 //
-// Known limit: a watch whose consumer reaches a key's message only after
-// a later write of the key removed it (a bucket's History, a stream's
-// MaxMsgsPerSubject) skips it, and delivers the later message at its own
-// revision. Until the later message is applied, WaitFor of the skipped
-// revision can return while the cache still holds the key's value from
-// before it: the watch cannot tell which key a removed message was of.
-// Keys written faster than the watch reads them show it
-// (TestKVReadYourWritesBusyKeys, run with NATS_RYW=1).
+// Superseded messages: a watch whose consumer reaches a key's message only
+// after a later write of the key removed it (a bucket's History, a
+// stream's MaxMsgsPerSubject) skips it and delivers the later message at
+// its own revision; it cannot tell which key a removed message was of. So
+// a change it delivers does not prove that the revisions before it were
+// delivered, and both ListerWatchers of such a stream implement
+// core.SupersededSkipper: the informer counts a revision applied only once
+// a Bookmark (the head proof above) reaches it, not a change or a List
+// (whose version a skipped key's later message may still be on its way
+// to). WaitFor is then exact for busy keys too
+// (TestKVReadYourWritesBusyKeys, TestEventStreamReadYourWritesBusyKeys);
+// under writes to the watched keys it returns at the first head proof after
+// its request, about one InformerOptions.ProgressRequestInterval later.
 //
 // # Consistency audit
 //

@@ -21,25 +21,15 @@ import (
 	"github.com/dbinformer/dbinformer/integration/harness"
 )
 
-// rywKnownGap skips the read-your-writes tests below unless NATS_RYW=1:
-// the watch still counts a version applied while a change it skipped
-// (superseded before its consumer reached it) is only stood for by a
-// later message not delivered yet, and they fail in nearly every run (the
-// head proof no longer does; see streamReader.covered). Run them with
-// NATS_RYW=1 (and NATS_RYW_ROUNDS) when working on that.
-func rywKnownGap(t *testing.T) {
-	if os.Getenv("NATS_RYW") != "1" {
-		t.Skip("known read-your-writes gap for superseded messages the watch skipped; NATS_RYW=1 runs it")
-	}
-}
-
 // rywRounds is how many put → WaitFor → read rounds each case runs:
-// NATS_RYW_ROUNDS for a long run, a few seconds' worth by default.
+// NATS_RYW_ROUNDS for a long run, a few seconds' worth by default (a
+// WaitFor under these writes waits for the watch's head proof, about one
+// ProgressRequestInterval).
 func rywRounds() int {
 	if n, _ := strconv.Atoi(os.Getenv("NATS_RYW_ROUNDS")); n > 0 {
 		return n
 	}
-	return 150
+	return 20
 }
 
 // rywSource is what readYourWritesUnderWrites drives: a ListerWatcher, a
@@ -138,7 +128,6 @@ func busyKeys(prefix string, n int) []string {
 // changes of its key it superseded, and neither it nor a Bookmark may let
 // the queue count their versions applied before it is.
 func TestKVReadYourWritesBusyKeys(t *testing.T) {
-	rywKnownGap(t)
 	for _, tc := range []struct {
 		name   string
 		prefix string // the informer's KVOptions.Prefix
@@ -177,7 +166,6 @@ func TestKVReadYourWritesBusyKeys(t *testing.T) {
 // The same for a Stateless event stream that keeps one message per
 // subject, watched through a subject filter.
 func TestEventStreamReadYourWritesBusyKeys(t *testing.T) {
-	rywKnownGap(t)
 	srv := harness.StartNATS(t)
 	js := srv.JetStream(t)
 	ctx := context.Background()

@@ -49,6 +49,12 @@ type streamReader struct {
 	id      identity
 	// relocateAt is relocateMin, lowered by tests.
 	relocateAt uint64
+	// supersedes: the stream keeps at most MaxMsgsPerSubject messages of
+	// a subject (a bucket keeps History), so a message a reader has not
+	// reached yet can be removed by a later one of its subject: a skipped
+	// sequence may be a change whose successor is still to come (see
+	// core.SupersededSkipper).
+	supersedes bool
 }
 
 func (r *streamReader) init(js jetstream.JetStream, stream jetstream.Stream, source, filter string, batch int, idle time.Duration, log *slog.Logger) {
@@ -58,6 +64,7 @@ func (r *streamReader) init(js jetstream.JetStream, stream jetstream.Stream, sou
 		stateOf(r.nc).chain(r.nc)
 	}
 	r.batch, r.idle, r.log = batch, idle, log
+	r.supersedes = stream.CachedInfo().Config.MaxMsgsPerSubject > 0
 	r.relocateAt = relocateMin
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)

@@ -71,6 +71,7 @@ func checkCapabilities[T any](t tb, bare core.ListerWatcher[T], ws []namedLW[T])
 		sameCapability[core.CodecProvider[T]](t, "core.CodecProvider", bare, w)
 		sameCapability[core.Restorer[T]](t, "core.Restorer", bare, w)
 		sameCapability[core.DurableAcknowledger](t, "core.DurableAcknowledger", bare, w)
+		sameCapability[core.SupersededSkipper](t, "core.SupersededSkipper", bare, w)
 	}
 }
 
