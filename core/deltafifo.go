@@ -112,7 +112,7 @@ func (f *DeltaFIFO[T]) Add(deltas []Delta[T], rv ResourceVersion) error {
 	defer f.mu.Unlock()
 	for i := range deltas {
 		d := deltas[i]
-		f.wm.advance(d.RV)
+		f.wm.advanceChange(d.RV)
 		if d.Type == DeltaDeleted {
 			if last, pending := f.lastDeltaLocked(d.Key); pending {
 				if !d.HasObject && last.HasObject {

@@ -85,7 +85,7 @@ func (f *FIFO[T]) Add(deltas []Delta[T], rv ResourceVersion) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for i := range deltas {
-		f.wm.advance(deltas[i].RV)
+		f.wm.advanceChange(deltas[i].RV)
 		f.appendLocked(deltas[i])
 	}
 	f.wm.advance(rv)

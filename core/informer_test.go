@@ -687,3 +687,46 @@ func TestIndexErrorIsReportedOutsideTheCacheLock(t *testing.T) {
 		t.Fatal("object whose index failed was cached")
 	}
 }
+
+// skippingLW is a fakeLW whose watch may skip superseded changes.
+type skippingLW struct{ *fakeLW }
+
+func (skippingLW) SkipsSuperseded() bool { return true }
+
+// A source that may skip a superseded change (SupersededSkipper): neither
+// its list at 5 nor the change it delivers at 8 proves the versions before
+// them (a skipped change at 7 may still come, as its key's later message),
+// so WaitFor(7) waits for a Bookmark, in both queue modes; the change is
+// applied at once all the same.
+func TestSupersededSkipperAppliesAtBookmarksOnly(t *testing.T) {
+	bothModes(t, func(t *testing.T, deltaFIFO bool) {
+		lw := newFakeLW()
+		fc := clock.NewFake(t0)
+		inf := NewSharedIndexInformer[string](skippingLW{lw}, InformerOptions[string]{Name: "skipping", Clock: fc, DeltaFIFO: deltaFIFO, ErrorHandler: (&errCollector{}).handle})
+		started(t, inf)
+		lw.list(t, 5)
+		must(t, inf.WaitForCacheSync(testCtx(t)))
+		w := lw.watch(t)
+		w.send(t, add("b", "b8", 8))
+		eventually(t, "b applied", func() bool { _, ok := inf.Indexer().Get("b"); return ok })
+		if v := inf.AppliedVersion(); v != 0 {
+			t.Fatalf("applied %d after a list at 5 and a change at 8 from a source that skips superseded changes, want 0 (no bookmark yet)", v)
+		}
+		done := make(chan error, 1)
+		go func() { done <- inf.WaitFor(testCtx(t), 7) }()
+		eventually(t, "progress request", func() bool { return w.progress.Load() > 0 })
+		select {
+		case err := <-done:
+			t.Fatalf("WaitFor(7) returned before a bookmark: %v", err)
+		default:
+		}
+		w.send(t, add("a", "a9", 9), driver.Event[string]{Type: driver.Bookmark, RV: 9})
+		must(t, <-done)
+		if _, ok := inf.Indexer().Get("a"); !ok {
+			t.Fatal("WaitFor(7) returned before the change delivered with the bookmark")
+		}
+		if v := inf.AppliedVersion(); v != 9 {
+			t.Fatalf("applied %d after the bookmark at 9", v)
+		}
+	})
+}

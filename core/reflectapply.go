@@ -13,10 +13,12 @@ import (
 func (r *Reflector[T]) apply(ctx context.Context, batch []driver.Event[T]) error {
 	last := r.LastSyncResourceVersion()
 	prev, top := last, last
+	var marked ResourceVersion // the highest bookmark
 	for i := range batch {
 		ev := &batch[i]
 		top = max(top, ev.RV)
 		if ev.Type == driver.Bookmark {
+			marked = max(marked, ev.RV)
 			// A stale bookmark says nothing new; the queue keeps the
 			// highest version it saw.
 			continue
@@ -61,7 +63,14 @@ func (r *Reflector[T]) apply(ctx context.Context, batch []driver.Event[T]) error
 			deltas = append(deltas, d)
 		}
 	}
-	if err := r.q.Add(deltas, top); err != nil {
+	// Everything up to handed was handed to the queue: the batch's top,
+	// or, from a source that may have skipped a superseded change before
+	// one of these, its bookmark only.
+	handed := top
+	if r.skips {
+		handed = marked
+	}
+	if err := r.q.Add(deltas, handed); err != nil {
 		r.cfg.rep.report(ctx, fmt.Errorf("%s: %w", r.cfg.name, err))
 	}
 	clear(deltas)

@@ -26,7 +26,10 @@ type Reflector[T any] struct {
 
 	lastRV     atomic.Uint64
 	lastListRV atomic.Uint64 // the version of the last successful list (the audit's, auditrun.go)
-	catchUp    atomic.Bool   // a warm start asks its first watch for a bookmark
+	// skips: the source may skip superseded changes (SupersededSkipper),
+	// so a batch's changes prove nothing of the versions before them.
+	skips   bool
+	catchUp atomic.Bool // a warm start asks its first watch for a bookmark
 
 	mu          sync.Mutex
 	progress    chan struct{}           // the open watch's Progress; nil when none can answer
@@ -92,8 +95,19 @@ func newReflector[T any](lw driver.ListerWatcher[T], q Queue[T], cfg reflectorCo
 	if cfg.minWatchTimeout == 0 {
 		cfg.minWatchTimeout = 5 * time.Minute
 	}
-	return &Reflector[T]{lw: lw, q: q, cfg: cfg}
+	r := &Reflector[T]{lw: lw, q: q, cfg: cfg}
+	if sk, ok := driver.Capability[driver.SupersededSkipper](lw); ok && sk.SkipsSuperseded() {
+		r.skips = true
+		if b, ok := q.(bookmarksOnlySetter); ok {
+			b.setBookmarksOnly()
+		}
+	}
+	return r
 }
+
+// bookmarksOnlySetter is implemented by both queues: a change's version
+// no longer moves the applied version (see SupersededSkipper).
+type bookmarksOnlySetter interface{ setBookmarksOnly() }
 
 // LastSyncResourceVersion is the version of the last list or watch batch
 // handed to the queue.

@@ -26,6 +26,9 @@ type watermark struct {
 	listing int
 	floor   ResourceVersion
 	lists   uint64 // lists begun
+	// bookmarksOnly: neither a change's version nor a finished list's
+	// moves queued (see SupersededSkipper); bookmarks do.
+	bookmarksOnly bool
 }
 
 // applied is the applied version, given the smallest version of a change
@@ -48,6 +51,15 @@ func (w *watermark) advance(rv ResourceVersion) {
 	}
 }
 
+// advanceChange records a change at rv handed to the queue: everything up
+// to rv was, unless the source may have skipped a superseded change
+// before it (bookmarksOnly).
+func (w *watermark) advanceChange(rv ResourceVersion) {
+	if !w.bookmarksOnly {
+		w.advance(rv)
+	}
+}
+
 // beginList records a list starting to stream when the applied version is
 // applied; endList or abortList ends it.
 func (w *watermark) beginList(applied ResourceVersion) {
@@ -56,10 +68,13 @@ func (w *watermark) beginList(applied ResourceVersion) {
 	w.lists++
 }
 
-// endList records a list that ended at version rv.
+// endList records a list that ended at version rv. From a source that may
+// skip superseded changes, a list proves its version no more than a change
+// does (a key's message up to rv may have been skipped for a later one the
+// watch delivers): the next bookmark moves the version.
 func (w *watermark) endList(rv ResourceVersion) {
 	w.listing--
-	w.advance(rv)
+	w.advanceChange(rv)
 }
 
 // abortList records a list that failed: what it queued still holds the
@@ -222,6 +237,13 @@ func (q *queueBase) waitLocked(ctx context.Context, ch chan struct{}) error {
 }
 
 // Close implements Queue.
+// setBookmarksOnly: see bookmarksOnlySetter. Called before the queue is used.
+func (q *queueBase) setBookmarksOnly() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.wm.bookmarksOnly = true
+}
+
 func (q *queueBase) Close() {
 	q.mu.Lock()
 	defer q.mu.Unlock()

@@ -126,10 +126,26 @@
 //
 // Both ListerWatchers implement driver.ProgressReporter. When a watch is
 // idle (KVOptions.IdleCheck) or receives a request on
-// WatchOptions.Progress, it reads the stream's last sequence and, if no
-// message its filter matches lies between its position and that sequence,
+// WatchOptions.Progress, it reads the stream's last sequence and, if the
+// leader then holds no message its filter matches after its position,
 // sends a Bookmark there. WaitFor then returns for a revision written to
-// another key or outside the filter.
+// another key or outside the filter. (A watched message past the head
+// read counts too: it may have superseded one up to the head after the
+// head was read, and the watch delivers it first.)
+//
+// Superseded messages: a watch whose consumer reaches a key's message only
+// after a later write of the key removed it (a bucket's History, a
+// stream's MaxMsgsPerSubject) skips it and delivers the later message at
+// its own revision; it cannot tell which key a removed message was of. So
+// a change it delivers does not prove that the revisions before it were
+// delivered, and both ListerWatchers of such a stream implement
+// driver.SupersededSkipper: the informer counts a revision applied only once
+// a Bookmark (the head proof above) reaches it, not a change or a List
+// (whose version a skipped key's later message may still be on its way
+// to). WaitFor is then exact for busy keys too
+// (TestKVReadYourWritesBusyKeys, TestEventStreamReadYourWritesBusyKeys);
+// under writes to the watched keys it returns at the first head proof after
+// its request, about one InformerOptions.ProgressRequestInterval later.
 //
 // # Consistency audit
 //

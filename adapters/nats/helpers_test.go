@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/dbinformer/dbinformer/core"
@@ -228,4 +230,28 @@ func newStream(t testing.TB, js jetstream.JetStream, cfg jetstream.StreamConfig)
 		t.Fatalf("create stream %q: %v", cfg.Name, err)
 	}
 	return st, root
+}
+
+// servedJetStream returns a JetStream context on nc whose API requests go
+// through the prefix "TEST.API", served by the test: serve gets each
+// request (m) and the same request to the real API (fwd, replying to m's
+// requester) and reports whether it answered; if not, fwd is sent and the
+// server answers the client itself.
+func servedJetStream(t *testing.T, nc *nats.Conn, serve func(m, fwd *nats.Msg) bool) jetstream.JetStream {
+	t.Helper()
+	sub, err := nc.Subscribe("TEST.API.>", func(m *nats.Msg) {
+		fwd := &nats.Msg{Subject: "$JS.API." + strings.TrimPrefix(m.Subject, "TEST.API."), Reply: m.Reply, Data: m.Data, Header: m.Header}
+		if !serve(m, fwd) {
+			_ = nc.PublishMsg(fwd)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	js, err := jetstream.NewWithAPIPrefix(nc, "TEST.API")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
 }

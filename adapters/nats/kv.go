@@ -77,6 +77,7 @@ var (
 	_ driver.ListerWatcher[int] = (*KV[int])(nil)
 	_ driver.HeadReader         = (*KV[int])(nil)
 	_ driver.ProgressReporter   = (*KV[int])(nil)
+	_ driver.SupersededSkipper  = (*KV[int])(nil)
 )
 
 // kvPark is the live key → revision map at rv, left by the last List or
@@ -156,6 +157,15 @@ func (k *KV[T]) Head(ctx context.Context) (core.ResourceVersion, error) {
 // WatchOptions.Progress with a Bookmark at the stream's head once nothing
 // it watches is pending there.
 func (k *KV[T]) ReportsProgress() bool { return true }
+
+// SkipsSuperseded is true for a bucket (driver.SupersededSkipper): it keeps a key's
+// last History values, and a watch that reaches a key's message after a
+// later one removed it skips it; the later one follows, but until it has
+// been delivered no version from the skipped one on counts as applied.
+// The informer then takes its applied version from the watch's bookmarks
+// (head proofs: nothing the watch matches left after its position), and
+// WaitFor asks for one.
+func (k *KV[T]) SkipsSuperseded() bool { return k.supersedes }
 
 // maxListAttempts bounds how many times a List starts over when its
 // consumer is lost (a node restarted, the consumer moved).

@@ -29,16 +29,14 @@ func TestStaleHeadIsReadAgain(t *testing.T) {
 	nc := srv.Conn(t)
 	var stale atomic.Bool
 	var served atomic.Int64
-	sub, err := nc.Subscribe("TEST.API.>", func(m *nats.Msg) {
-		fwd := &nats.Msg{Subject: "$JS.API." + strings.TrimPrefix(m.Subject, "TEST.API."), Reply: m.Reply, Data: m.Data, Header: m.Header}
+	js := servedJetStream(t, nc, func(m, fwd *nats.Msg) bool {
 		if !strings.HasPrefix(fwd.Subject, "$JS.API.STREAM.INFO.") || !stale.Load() {
-			_ = nc.PublishMsg(fwd) // the server answers the client itself
-			return
+			return false // the server answers the client itself
 		}
 		fwd.Reply = ""
 		resp, err := nc.RequestMsg(fwd, testWait)
 		if err != nil {
-			return
+			return true
 		}
 		var info map[string]any
 		if err := json.Unmarshal(resp.Data, &info); err == nil {
@@ -49,15 +47,8 @@ func TestStaleHeadIsReadAgain(t *testing.T) {
 		}
 		data, _ := json.Marshal(info)
 		_ = m.Respond(data)
+		return true
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	js, err := jetstream.NewWithAPIPrefix(nc, "TEST.API")
-	if err != nil {
-		t.Fatal(err)
-	}
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "STALE", Subjects: []string{"stale.>"}}); err != nil {
 		t.Fatal(err)
 	}

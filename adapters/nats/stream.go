@@ -114,6 +114,7 @@ var (
 	_ driver.ListerWatcher[int] = (*EventStream[int])(nil)
 	_ driver.HeadReader         = (*EventStream[int])(nil)
 	_ driver.ProgressReporter   = (*EventStream[int])(nil)
+	_ driver.SupersededSkipper  = (*EventStream[int])(nil)
 )
 
 type streamPark[S any] struct {
@@ -197,6 +198,11 @@ func (s *EventStream[S]) Head(ctx context.Context) (core.ResourceVersion, error)
 
 // ReportsProgress is true: see KV.ReportsProgress.
 func (s *EventStream[S]) ReportsProgress() bool { return true }
+
+// SkipsSuperseded is true when the stream keeps at most MaxMsgsPerSubject
+// messages of a subject (as NewEventStream found its configuration): see
+// KV.SkipsSuperseded.
+func (s *EventStream[S]) SkipsSuperseded() bool { return s.supersedes }
 
 // List replays the stream (from the snapshot, if any) up to its head, read
 // from the stream leader first (or further, if more arrives meanwhile),

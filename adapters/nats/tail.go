@@ -317,6 +317,13 @@ func (w *tail[T]) take(ctx context.Context) error {
 		}
 		last := seqs[len(seqs)-1]
 		if len(out) == 0 {
+			if w.r.supersedes && !contiguous(w.pos, seqs) {
+				// A bookmark here would claim the skipped sequences,
+				// whose changes may be superseded by messages still to
+				// come: the position moves, the head proof bookmarks.
+				w.pos = last
+				return bad
+			}
 			// Messages that changed nothing (a reducer's no-op) still move
 			// the position, which WaitFor can use.
 			out = append(out, driver.Event[T]{Type: driver.Bookmark, RV: core.ResourceVersion(last)})
@@ -326,6 +333,11 @@ func (w *tail[T]) take(ctx context.Context) error {
 		}
 	}
 	return bad
+}
+
+// contiguous reports whether seqs follow pos with no sequence skipped.
+func contiguous(pos uint64, seqs []uint64) bool {
+	return len(seqs) > 0 && seqs[0] == pos+1 && seqs[len(seqs)-1]-seqs[0] == uint64(len(seqs)-1)
 }
 
 // send emits a batch that ends at version last.

@@ -64,13 +64,14 @@ func capabilitiesSurviveWrappers[T any](e *env[T]) {
 func checkCapabilities[T any](t tb, bare driver.ListerWatcher[T], ws []namedLW[T]) {
 	t.Helper()
 	for _, w := range ws {
-		sameCapability[driver.ProgressReporter](t, "core.ProgressReporter", bare, w)
-		sameCapability[driver.ProgressIntervaler](t, "core.ProgressIntervaler", bare, w)
-		sameCapability[driver.HealWaiter](t, "core.HealWaiter", bare, w)
-		sameCapability[driver.HeadReader](t, "core.HeadReader", bare, w)
-		sameCapability[driver.CodecProvider[T]](t, "core.CodecProvider", bare, w)
-		sameCapability[driver.Restorer[T]](t, "core.Restorer", bare, w)
-		sameCapability[driver.DurableAcknowledger](t, "core.DurableAcknowledger", bare, w)
+		sameCapability[driver.ProgressReporter](t, "driver.ProgressReporter", bare, w)
+		sameCapability[driver.ProgressIntervaler](t, "driver.ProgressIntervaler", bare, w)
+		sameCapability[driver.HealWaiter](t, "driver.HealWaiter", bare, w)
+		sameCapability[driver.HeadReader](t, "driver.HeadReader", bare, w)
+		sameCapability[driver.CodecProvider[T]](t, "driver.CodecProvider", bare, w)
+		sameCapability[driver.Restorer[T]](t, "driver.Restorer", bare, w)
+		sameCapability[driver.DurableAcknowledger](t, "driver.DurableAcknowledger", bare, w)
+		sameCapability[driver.SupersededSkipper](t, "driver.SupersededSkipper", bare, w)
 	}
 }
 

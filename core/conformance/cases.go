@@ -362,7 +362,7 @@ func bookmark[T any](e *env[T]) {
 	pr, canRequest := driver.Capability[driver.ProgressReporter](e.lw)
 	canRequest = canRequest && pr.ReportsProgress()
 	if !unwatched && !canRequest {
-		e.t.Logf("the Harness does not implement conformance.Unwatched and the ListerWatcher does not report progress (core.ProgressReporter); bookmarks not checked")
+		e.t.Logf("the Harness does not implement conformance.Unwatched and the ListerWatcher does not report progress (driver.ProgressReporter); bookmarks not checked")
 		return
 	}
 	wait := e.caps.bookmarkTimeout()

@@ -4,7 +4,7 @@ import "reflect"
 
 // Capability returns the optional interface C (ProgressReporter,
 // HeadReader, HealWaiter, ProgressIntervaler, CodecProvider[T], Restorer[T],
-// DurableAcknowledger, AuditLister[T]) as implemented by lw or by a ListerWatcher lw wraps,
+// DurableAcknowledger, AuditLister[T], SupersededSkipper) as implemented by lw or by a ListerWatcher lw wraps,
 // and false when none of them implements it. Every place the library looks
 // for an optional interface goes through it; code of your own that looks
 // for one should too, or it will miss it behind a wrapper.

@@ -253,6 +253,21 @@ type HealWaiter interface {
 	WaitHealed(ctx context.Context) error
 }
 
+// SupersededSkipper is implemented by a ListerWatcher whose watch may skip
+// a change that a later change of the same key removed from the source
+// before the watch read it (a NATS KV bucket, or a stream keeping the last
+// message per subject): a change it delivers at version V then does not
+// prove that every change before V was delivered (a skipped one's
+// successor may still be on its way), nor does a List's version (a key
+// whose message it skipped is missing from it until the watch delivers
+// the later one), so the informer counts a version applied only once a
+// Bookmark reaches it. Such a watch must send a Bookmark at V only when it
+// has delivered every change up to V or its successor; WaitFor asks it for
+// one (ProgressReporter).
+type SupersededSkipper interface {
+	SkipsSuperseded() bool
+}
+
 // HeadReader is implemented by a ListerWatcher that can tell the newest
 // version of its source, used for lag metrics and by tests that wait for the
 // cache to catch up.
