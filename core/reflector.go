@@ -442,7 +442,10 @@ func (r *Reflector[T]) watch(ctx context.Context) error {
 	var progress chan struct{}
 	if pr, ok := driver.Capability[driver.ProgressReporter](r.lw); ok && pr.ReportsProgress() {
 		progress = make(chan struct{}, 1)
-		if r.catchUp.Swap(false) {
+		// A source that may skip superseded changes moves the applied
+		// version by bookmarks only: each watch asks for one at once, so
+		// that a list's version counts soon after it (SupersededSkipper).
+		if r.catchUp.Swap(false) || r.skips {
 			notify(progress)
 		}
 		r.mu.Lock()

@@ -180,7 +180,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(out, "synced %d items from bucket %q at revision %d in %v\n",
-		items.Indexer().Len(), cfg.bucket, items.AppliedVersion(), time.Since(start).Round(time.Millisecond))
+		items.Indexer().Len(), cfg.bucket, items.LastSyncResourceVersion(), time.Since(start).Round(time.Millisecond))
 
 	fmt.Fprintf(out, "serving http://%s (/items, /items/{sku}, /items?warehouse={code}, /metrics, /debug/informers/); Ctrl-C stops\n", ln.Addr())
 

@@ -178,7 +178,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(out, "cache synced: %d orders at revision %d in %v (handlers saw %d initial adds)\n",
-		len(informer.Lister().List(nil)), informer.AppliedVersion(), time.Since(start).Round(time.Millisecond), initialAdds.Load())
+		len(informer.Lister().List(nil)), informer.LastSyncResourceVersion(), time.Since(start).Round(time.Millisecond), initialAdds.Load())
 
 	// 3. Index queries: no scan, no round trip.
 	open, _ := informer.Lister().ByIndex("status", "open")
