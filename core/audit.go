@@ -1,7 +1,6 @@
 package core
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"time"
@@ -183,23 +182,4 @@ func (t teeMetrics) Audited(r AuditResult) {
 			a.Audited(r)
 		}
 	}
-}
-
-// LastAudit returns the latest audit run's result; false when none ran.
-func (i *SharedIndexInformer[T]) LastAudit() (AuditResult, bool) {
-	r := i.lastAudit.Load()
-	if r == nil {
-		return AuditResult{}, false
-	}
-	return *r, true
-}
-
-// AuditNow runs one audit at once (whatever InformerOptions.Audit says,
-// with its options or the defaults) and returns its result: for tests, and
-// for an operator's "check now" button. It waits for the cache to sync.
-func (i *SharedIndexInformer[T]) AuditNow(ctx context.Context) AuditResult {
-	if err := i.WaitForCacheSync(ctx); err != nil {
-		return AuditResult{Outcome: AuditFailed, Err: err}
-	}
-	return i.audit(ctx, i.auditOptions())
 }

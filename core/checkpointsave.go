@@ -3,28 +3,10 @@ package core
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"iter"
 	"sync"
 )
-
-// Checkpoint saves a checkpoint now, if the cache is synced and has moved
-// since the last one. Without InformerOptions.Checkpoint it returns an
-// error.
-func (i *SharedIndexInformer[T]) Checkpoint(ctx context.Context) error {
-	i.mu.Lock()
-	err := i.setupCheckpoint()
-	c := i.ckpt
-	i.mu.Unlock()
-	if err != nil {
-		return err
-	}
-	if c == nil {
-		return fmt.Errorf("%s: no checkpoint store (set InformerOptions.Checkpoint)", i.name)
-	}
-	return i.saveCheckpoint(ctx, c)
-}
 
 func (i *SharedIndexInformer[T]) saveCheckpoint(ctx context.Context, c *checkpointer[T]) error {
 	c.mu.Lock()

@@ -367,17 +367,6 @@ func (i *SharedIndexInformer[T]) readHead(ctx context.Context, from ResourceVers
 	return 0, false
 }
 
-// ServingCheckpoint reports whether the cache serves a loaded checkpoint
-// that has not caught up with the source yet, and the checkpoint's
-// version. Once the informer has synced it reports false.
-func (i *SharedIndexInformer[T]) ServingCheckpoint() (ResourceVersion, bool) {
-	ws := i.warm.Load()
-	if ws == nil || i.checkSynced() {
-		return 0, false
-	}
-	return ws.from, true
-}
-
 // warmSynced is checkSynced's extra condition during a warm start.
 func (i *SharedIndexInformer[T]) warmSynced() bool {
 	ws := i.warm.Load()

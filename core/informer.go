@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -361,3 +363,127 @@ func (i *SharedIndexInformer[T]) LastSyncResourceVersion() ResourceVersion {
 
 // AppliedVersion is the version up to which every change is in the cache.
 func (i *SharedIndexInformer[T]) AppliedVersion() ResourceVersion { return i.queue.AppliedVersion() }
+
+// Head returns the newest version of the informer's source (driver.HeadReader,
+// found through wrappers by driver.Capability), for lag: AppliedVersion's
+// distance to it. Calls within a second of a finished read get that
+// read's answer, and concurrent calls share one read, so every observer
+// of the informer (a status page, Prometheus) reads through it at no extra
+// cost to the source. When the source cannot tell its head, the error
+// matches errors.ErrUnsupported.
+func (i *SharedIndexInformer[T]) Head(ctx context.Context) (ResourceVersion, error) {
+	h, ok := driver.Capability[driver.HeadReader](i.lw)
+	if !ok {
+		return 0, errNoHead
+	}
+	c := &i.head
+	for {
+		c.mu.Lock()
+		if c.readOnce && c.reading == nil && i.clk.Since(c.at) < headReuse {
+			rv, err := c.rv, c.err
+			c.mu.Unlock()
+			return rv, err
+		}
+		if wait := c.reading; wait != nil {
+			c.mu.Unlock()
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			}
+		}
+		done := make(chan struct{})
+		c.reading = done
+		c.mu.Unlock()
+		rv, err := h.Head(ctx)
+		c.mu.Lock()
+		c.reading = nil
+		close(done)
+		// A read that ended because its caller gave up says nothing about
+		// the source: the next caller reads again.
+		if ctx.Err() == nil || err == nil {
+			c.rv, c.err, c.at, c.readOnce = rv, err, i.clk.Now(), true
+		}
+		c.mu.Unlock()
+		if err != nil {
+			return 0, fmt.Errorf("%s: read the source's head: %w", i.name, err)
+		}
+		return rv, nil
+	}
+}
+
+// Source names the kind of the informer's source: the Go type of the
+// driver.ListerWatcher beneath any wrappers (see driver.Capability), without package
+// path or type arguments, such as "etcdinformer.Prefix" for an
+// *etcdinformer.Prefix[User] inside a filter.Wrap (what SyncStatus.Source
+// holds).
+func (i *SharedIndexInformer[T]) Source() string {
+	lw := i.lw
+	for range 64 {
+		next := driver.Unwrap(lw)
+		if next == nil {
+			break
+		}
+		lw = next
+	}
+	t := reflect.TypeOf(lw)
+	if t == nil {
+		return ""
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	s := t.String()
+	if j := strings.IndexByte(s, '['); j >= 0 {
+		s = s[:j]
+	}
+	return s
+}
+
+// LastAudit returns the latest audit run's result; false when none ran.
+func (i *SharedIndexInformer[T]) LastAudit() (AuditResult, bool) {
+	r := i.lastAudit.Load()
+	if r == nil {
+		return AuditResult{}, false
+	}
+	return *r, true
+}
+
+// AuditNow runs one audit at once (whatever InformerOptions.Audit says,
+// with its options or the defaults) and returns its result: for tests, and
+// for an operator's "check now" button. It waits for the cache to sync.
+func (i *SharedIndexInformer[T]) AuditNow(ctx context.Context) AuditResult {
+	if err := i.WaitForCacheSync(ctx); err != nil {
+		return AuditResult{Outcome: AuditFailed, Err: err}
+	}
+	return i.audit(ctx, i.auditOptions())
+}
+
+// Checkpoint saves a checkpoint now, if the cache is synced and has moved
+// since the last one. Without InformerOptions.Checkpoint it returns an
+// error.
+func (i *SharedIndexInformer[T]) Checkpoint(ctx context.Context) error {
+	i.mu.Lock()
+	err := i.setupCheckpoint()
+	c := i.ckpt
+	i.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if c == nil {
+		return fmt.Errorf("%s: no checkpoint store (set InformerOptions.Checkpoint)", i.name)
+	}
+	return i.saveCheckpoint(ctx, c)
+}
+
+// ServingCheckpoint reports whether the cache serves a loaded checkpoint
+// that has not caught up with the source yet, and the checkpoint's
+// version. Once the informer has synced it reports false.
+func (i *SharedIndexInformer[T]) ServingCheckpoint() (ResourceVersion, bool) {
+	ws := i.warm.Load()
+	if ws == nil || i.checkSynced() {
+		return 0, false
+	}
+	return ws.from, true
+}

@@ -1,15 +1,10 @@
 package core
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"reflect"
-	"strings"
 	"sync"
 	"time"
-
-	"github.com/dbinformer/dbinformer/core/driver"
 )
 
 // errNoHead is Head's error for a source that cannot tell its newest
@@ -28,83 +23,6 @@ type headCache struct {
 	rv       ResourceVersion
 	err      error
 	readOnce bool
-}
-
-// Head returns the newest version of the informer's source (driver.HeadReader,
-// found through wrappers by driver.Capability), for lag: AppliedVersion's
-// distance to it. Calls within a second of a finished read get that
-// read's answer, and concurrent calls share one read, so every observer
-// of the informer (a status page, Prometheus) reads through it at no extra
-// cost to the source. When the source cannot tell its head, the error
-// matches errors.ErrUnsupported.
-func (i *SharedIndexInformer[T]) Head(ctx context.Context) (ResourceVersion, error) {
-	h, ok := driver.Capability[driver.HeadReader](i.lw)
-	if !ok {
-		return 0, errNoHead
-	}
-	c := &i.head
-	for {
-		c.mu.Lock()
-		if c.readOnce && c.reading == nil && i.clk.Since(c.at) < headReuse {
-			rv, err := c.rv, c.err
-			c.mu.Unlock()
-			return rv, err
-		}
-		if wait := c.reading; wait != nil {
-			c.mu.Unlock()
-			select {
-			case <-wait:
-				continue
-			case <-ctx.Done():
-				return 0, ctx.Err()
-			}
-		}
-		done := make(chan struct{})
-		c.reading = done
-		c.mu.Unlock()
-		rv, err := h.Head(ctx)
-		c.mu.Lock()
-		c.reading = nil
-		close(done)
-		// A read that ended because its caller gave up says nothing about
-		// the source: the next caller reads again.
-		if ctx.Err() == nil || err == nil {
-			c.rv, c.err, c.at, c.readOnce = rv, err, i.clk.Now(), true
-		}
-		c.mu.Unlock()
-		if err != nil {
-			return 0, fmt.Errorf("%s: read the source's head: %w", i.name, err)
-		}
-		return rv, nil
-	}
-}
-
-// Source names the kind of the informer's source: the Go type of the
-// driver.ListerWatcher beneath any wrappers (see driver.Capability), without package
-// path or type arguments, such as "etcdinformer.Prefix" for an
-// *etcdinformer.Prefix[User] inside a filter.Wrap (what SyncStatus.Source
-// holds).
-func (i *SharedIndexInformer[T]) Source() string {
-	lw := i.lw
-	for range 64 {
-		next := driver.Unwrap(lw)
-		if next == nil {
-			break
-		}
-		lw = next
-	}
-	t := reflect.TypeOf(lw)
-	if t == nil {
-		return ""
-	}
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	s := t.String()
-	if j := strings.IndexByte(s, '['); j >= 0 {
-		s = s[:j]
-	}
-	return s
 }
 
 // CheckpointStatus is what an informer's checkpoints are doing
