@@ -105,10 +105,6 @@ func newReflector[T any](lw driver.ListerWatcher[T], q Queue[T], cfg reflectorCo
 	return r
 }
 
-// bookmarksOnlySetter is implemented by both queues: a change's version
-// no longer moves the applied version (see SupersededSkipper).
-type bookmarksOnlySetter interface{ setBookmarksOnly() }
-
 // LastSyncResourceVersion is the version of the last list or watch batch
 // handed to the queue.
 func (r *Reflector[T]) LastSyncResourceVersion() ResourceVersion {

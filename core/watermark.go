@@ -237,7 +237,12 @@ func (q *queueBase) waitLocked(ctx context.Context, ch chan struct{}) error {
 }
 
 // Close implements Queue.
-// setBookmarksOnly: see bookmarksOnlySetter. Called before the queue is used.
+// bookmarksOnlySetter is implemented by both queues: neither a change's
+// version nor a list's moves the applied version (see
+// driver.SupersededSkipper); the reflector sets it before the queue is used.
+type bookmarksOnlySetter interface{ setBookmarksOnly() }
+
+// setBookmarksOnly implements bookmarksOnlySetter.
 func (q *queueBase) setBookmarksOnly() {
 	q.mu.Lock()
 	defer q.mu.Unlock()

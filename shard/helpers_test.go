@@ -78,3 +78,45 @@ func settled(t *testing.T, shards int, rs ...*replica) []string {
 	}
 	return shardtest.Settled(t, shards, live...)
 }
+
+// changedSignals checks that a join, a release and a graceful leave of
+// one session wake another's Changed at once. first names the signal a
+// new session gives once it watches (for whatever it missed before).
+// Without the backend's signal nothing ever comes: each wait is a
+// liveness guard, not a timing.
+func changedSignals(t *testing.T, b shard.Backend, first string) {
+	t.Helper()
+	ctx := context.Background()
+	join := func(id string) shard.Session {
+		s, err := b.Join(ctx, shard.Member{ID: id, Weight: 1}, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	watcher := join("watcher")
+	defer func() { _ = watcher.Close(ctx) }()
+	signalled := func(what string) {
+		t.Helper()
+		select {
+		case <-watcher.Changed():
+		case <-time.After(time.Minute):
+			t.Fatalf("%s: no signal on Changed", what)
+		}
+	}
+	signalled(first)
+	a := join("a")
+	signalled("a joined")
+	term, ok, err := a.Acquire(ctx, 3)
+	if err != nil || !ok {
+		t.Fatalf("acquire shard 3: %v, %v", ok, err)
+	}
+	if err := a.Release(ctx, 3, term); err != nil {
+		t.Fatal(err)
+	}
+	signalled("a released shard 3")
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	signalled("a left")
+}

@@ -1,7 +1,6 @@
 package shard_test
 
 import (
-	"context"
 	"net/url"
 	"testing"
 	"time"
@@ -93,39 +92,7 @@ func TestKubeChangedSignals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	join := func(id string) shard.Session {
-		s, err := b.Join(ctx, shard.Member{ID: id, Weight: 1}, time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
-	watcher := join("watcher")
-	defer func() { _ = watcher.Close(ctx) }()
-	signalled := func(what string) {
-		t.Helper()
-		select {
-		case <-watcher.Changed():
-		case <-time.After(time.Minute): // a liveness guard: without the watch no signal ever comes
-			t.Fatalf("%s: no signal on Changed", what)
-		}
-	}
-	signalled("watching") // the Leases as they are, when the watch starts
-	a := join("a")
-	signalled("a joined")
-	term, ok, err := a.Acquire(ctx, 3)
-	if err != nil || !ok {
-		t.Fatalf("acquire shard 3: %v, %v", ok, err)
-	}
-	if err := a.Release(ctx, 3, term); err != nil {
-		t.Fatal(err)
-	}
-	signalled("a released shard 3")
-	if err := a.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-	signalled("a left")
+	changedSignals(t, b, "watching") // the Leases as they are, when the watch starts
 
 	held, empty := "a/uid", ""
 	member := &coordv1.Lease{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"shard.dbinformer.io/group": "changed-members"}}, Spec: coordv1.LeaseSpec{HolderIdentity: &held}}

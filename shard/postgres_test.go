@@ -146,44 +146,6 @@ func TestPostgresFrozenMemberLeaves(t *testing.T) {
 // their next periodic look a third of the lease later.
 func TestPostgresChangedSignals(t *testing.T) {
 	pg := harness.StartPostgres(t)
-	b := pgBackend(t, pgPool(t, pg, nil), "changed_shards")
-	ctx := context.Background()
-	join := func(id string) shard.Session {
-		s, err := b.Join(ctx, shard.Member{ID: id, Weight: 1}, time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
-	a, watcher := join("a"), join("watcher")
-	defer func() { _ = watcher.Close(ctx) }()
-	signalled := func(what string) {
-		t.Helper()
-		select {
-		case <-watcher.Changed():
-		case <-time.After(time.Minute): // a liveness guard: without the NOTIFY no signal ever comes
-			t.Fatalf("%s: no signal on Changed", what)
-		}
-	}
-	// Once when its connection listens (whatever it missed before), and
-	// then nothing until a change: each wait below needs its own NOTIFY.
-	signalled("listening")
-	term, ok, err := a.Acquire(ctx, 3)
-	if err != nil || !ok {
-		t.Fatalf("acquire shard 3: %v, %v", ok, err)
-	}
-	if err := a.Release(ctx, 3, term); err != nil {
-		t.Fatal(err)
-	}
-	signalled("a released shard 3")
-	c := join("c")
-	signalled("c joined")
-	if err := c.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-	signalled("c left")
-	if err := a.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-	signalled("a left")
+	// Once when its connection listens, then once per NOTIFY.
+	changedSignals(t, pgBackend(t, pgPool(t, pg, nil), "changed_shards"), "listening")
 }
