@@ -376,3 +376,62 @@ func replaceAll[T any](s *Indexer[T], items map[string]T) error {
 	}
 	return nil
 }
+
+// A key filed under more index values than a key page's 16-bit count holds
+// keeps its id until the last of them is gone, and the id is then reused.
+func TestIndexerKeyWithManyIndexValues(t *testing.T) {
+	many := make([]string, maxPageRefs+10)
+	for i := range many {
+		many[i] = "g" + strconv.Itoa(i)
+	}
+	s := NewIndexer(Indexers[*user]{"group": byGroup})
+	if err := s.Add("wide", &user{Name: "wide", Groups: many}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Add("narrow", &user{Name: "narrow", Groups: []string{"g0"}}); err != nil {
+		t.Fatal(err)
+	}
+	id, ok := s.keys.ids()["wide"]
+	if !ok || s.keys.refs(id) != uint32(len(many)) {
+		t.Fatalf("wide: id %d found %v, %d references, want %d", id, ok, s.keys.refs(id), len(many))
+	}
+	// Shrink it across the page count's limit, one value at a time at the edge.
+	for _, n := range []int{maxPageRefs + 1, maxPageRefs, maxPageRefs - 1, 3} {
+		if err := s.Add("wide", &user{Name: "wide", Groups: many[:n]}); err != nil {
+			t.Fatal(err)
+		}
+		if got := s.keys.refs(id); got != uint32(n) {
+			t.Fatalf("after shrinking to %d values: %d references", n, got)
+		}
+		keys, err := s.IndexKeys("group", many[n-1])
+		if err != nil || !reflect.DeepEqual(keys, []string{"wide"}) {
+			t.Fatalf("after shrinking to %d values: group %s holds %v (%v)", n, many[n-1], keys, err)
+		}
+		if keys, _ := s.IndexKeys("group", many[n]); len(keys) != 0 {
+			t.Fatalf("after shrinking to %d values: group %s still holds %v", n, many[n], keys)
+		}
+	}
+	if len(s.keys.manyRefs) != 0 {
+		t.Fatalf("counts past the page's limit left behind: %v", s.keys.manyRefs)
+	}
+	if err := s.Add("wide", &user{Name: "wide", Groups: many}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete("wide"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s.keys.ids()["wide"]; ok || len(s.keys.manyRefs) != 0 {
+		t.Fatalf("a deleted key keeps its id (%v) or its count (%v)", ok, s.keys.manyRefs)
+	}
+	if err := s.Add("again", &user{Name: "again", Groups: []string{"g1"}}); err != nil {
+		t.Fatal(err)
+	}
+	keys, _ := s.IndexKeys("group", "g0")
+	sort.Strings(keys)
+	if !reflect.DeepEqual(keys, []string{"narrow"}) {
+		t.Fatalf("group g0 holds %v, want [narrow]", keys)
+	}
+	if keys, _ := s.IndexKeys("group", "g1"); !reflect.DeepEqual(keys, []string{"again"}) {
+		t.Fatalf("group g1 holds %v, want [again]", keys)
+	}
+}
