@@ -84,7 +84,7 @@ func partialSyncPostgres(b *testing.B) {
 		return syncSample{secs: d.Seconds(), heapMB: (float64(heap) - float64(base)) / (1 << 20)}
 	}
 	for range b.N {
-		reportPartialSync(b, rounds, func() syncSample { return run(nil, rows) }, func() syncSample { return run(f, matching) })
+		reportPartialSync(b, rounds, func() syncSample { return run(nil, rows) }, func() syncSample { return run(f, matching) }, nil)
 	}
 
 	// Writes that touch only non-matching rows: the filtered Table decodes

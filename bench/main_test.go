@@ -33,6 +33,11 @@ func TestMain(m *testing.M) {
 		// own (warmmemory_test.go).
 		os.Exit(runWarmMemSide(spec))
 	}
+	if spec := os.Getenv(partialNATSEnv); spec != "" {
+		// One side of BenchmarkPartialSync's NATS half, whose heap is
+		// its own (filter_test.go).
+		os.Exit(runPartialNATSChild(spec))
+	}
 	code := m.Run()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
