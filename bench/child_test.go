@@ -8,6 +8,9 @@ import (
 	"os"
 	"os/exec"
 	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // startChild re-executes this test binary as a child process that TestMain
@@ -55,6 +58,36 @@ func childCommand(tb testing.TB, env string, spec any) *exec.Cmd {
 	cmd.Stderr = os.Stderr
 	dieWithParent(cmd)
 	return cmd
+}
+
+// runChild is a child process's main: spec (JSON) decoded into S, then
+// role; the exit code is 2 for a spec it cannot read, 1 when role fails
+// (the error on stderr after name).
+func runChild[S any](name, spec string, role func(S) error) int {
+	var s S
+	if err := json.Unmarshal([]byte(spec), &s); err != nil {
+		fmt.Fprintln(os.Stderr, name+":", err)
+		return 2
+	}
+	if err := role(s); err != nil {
+		fmt.Fprintln(os.Stderr, name+":", err)
+		return 1
+	}
+	return 0
+}
+
+// dialJetStream connects a child process to the NATS server at url.
+func dialJetStream(url string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, js, nil
 }
 
 // procStatusKB is field (VmRSS:, VmHWM:, …) of /proc/self/status, in kB;

@@ -17,8 +17,6 @@ import (
 	codecs "github.com/dbinformer/dbinformer/core/codec"
 	"github.com/dbinformer/dbinformer/filter"
 	"github.com/dbinformer/dbinformer/integration/harness"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // filterKeys is the bucket size of BenchmarkPartialSync: 1,000,000, the
@@ -121,7 +119,7 @@ func partialSyncNATS(b *testing.B) {
 		}
 		return inf, func() { stop(); <-done }
 	}
-	// Each side runs in a process of its own (runPartialNATSChild): the
+	// Each side runs in a process of its own (partialNATSChild): the
 	// server runs in this one, and its filtered reads of the 1M-message
 	// stream take 8 MB block buffers from its pools (41 of the 42 MB a
 	// filtered informer seemed to hold, measured here in session 22).
@@ -239,37 +237,21 @@ func measurePartialNATS(b *testing.B, spec partialNATSSpec) syncSample {
 	return syncSample{secs: r.Secs, heapMB: r.HeapMB}
 }
 
-// runPartialNATSChild is one side's process: it syncs an informer over the
-// bucket (through the filter, or whole) and prints as JSON the time from
-// the ListerWatcher made to HasSynced and the live heap the synced
-// informer holds (the lowest of three samples less the heap before it);
-// for Raw, the time nats.go's KV watcher takes to read the same values.
-func runPartialNATSChild(spec string) int {
-	var s partialNATSSpec
-	err := json.Unmarshal([]byte(spec), &s)
-	if err == nil {
-		err = partialNATSChild(s)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "partial sync:", err)
-		return 1
-	}
-	return 0
-}
-
+// partialNATSChild is one side's process (TestMain runs it through
+// runChild): it syncs an informer over the bucket (through the filter, or
+// whole) and prints as JSON the time from the ListerWatcher made to
+// HasSynced and the live heap the synced informer holds (the lowest of
+// three samples less the heap before it); for Raw, the time nats.go's KV
+// watcher takes to read the same values.
 func partialNATSChild(s partialNATSSpec) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	base := liveHeap()
-	nc, err := nats.Connect(s.URL)
+	nc, js, err := dialJetStream(s.URL)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
 	if s.Raw {
 		kv, err := js.KeyValue(ctx, s.Bucket)
 		if err != nil {

@@ -26,7 +26,7 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(shardHeapEnv); spec != "" {
 		// One downstream of BenchmarkShardRelayHeap, its heap its own
 		// (shardrelay_test.go).
-		os.Exit(runShardHeapChild(spec))
+		os.Exit(runChild("downstream", spec, shardHeapChild))
 	}
 	if spec := os.Getenv(warmMemEnv); spec != "" {
 		// One side of BenchmarkWarmRestartMemory, whose RSS is its
@@ -36,7 +36,7 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(partialNATSEnv); spec != "" {
 		// One side of BenchmarkPartialSync's NATS half, whose heap is
 		// its own (filter_test.go).
-		os.Exit(runPartialNATSChild(spec))
+		os.Exit(runChild("partial sync", spec, partialNATSChild))
 	}
 	code := m.Run()
 	if code == 0 {

@@ -158,15 +158,11 @@ func relayReplica(ctx context.Context, s relayReplicaSpec) error {
 	if err != nil {
 		return err
 	}
-	nc, err := nats.Connect(s.NATS, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	nc, js, err := dialJetStream(s.NATS, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
 	el, closeEl, err := failoverElector(s)
 	if err != nil {
 		return err

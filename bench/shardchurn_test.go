@@ -24,7 +24,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -364,15 +363,11 @@ func relayMember(ctx context.Context, s shardMemberSpec, log *slog.Logger, out *
 	if err != nil {
 		return err
 	}
-	nc, err := nats.Connect(s.NATS, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	nc, js, err := dialJetStream(s.NATS, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
 	down, err := relay.NewDownstream[pgtest.Row](ctx, js, s.Stream, s.Prefix, relay.DownstreamOptions[pgtest.Row]{Logger: log, Shards: s.RelayShards})
 	if err != nil {
 		return err

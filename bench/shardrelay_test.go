@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/dbinformer/dbinformer/adapters/postgres/pgtest"
 	"github.com/dbinformer/dbinformer/core"
@@ -136,36 +134,19 @@ func measureDownstreamHeap(b *testing.B, spec shardHeapSpec) shardHeapResult {
 	return r
 }
 
-// runShardHeapChild is the downstream's process: it measures the live heap
-// before and after a Downstream and its informer hold every key they
-// should (the lowest of three samples after), prints the result as JSON
-// and stops.
-func runShardHeapChild(spec string) int {
-	var s shardHeapSpec
-	if err := json.Unmarshal([]byte(spec), &s); err != nil {
-		fmt.Fprintln(os.Stderr, "downstream:", err)
-		return 2
-	}
-	if err := shardHeapChild(s); err != nil {
-		fmt.Fprintln(os.Stderr, "downstream:", err)
-		return 1
-	}
-	return 0
-}
-
+// shardHeapChild is the downstream's process (TestMain runs it through
+// runChild): it measures the live heap before and after a Downstream and
+// its informer hold every key they should (the lowest of three samples
+// after), prints the result as JSON and stops.
 func shardHeapChild(s shardHeapSpec) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	base := liveHeap()
-	nc, err := nats.Connect(s.URL)
+	nc, js, err := dialJetStream(s.URL)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
 	down, err := relay.NewDownstream[pgtest.Row](ctx, js, s.Stream, s.Prefix, relay.DownstreamOptions[pgtest.Row]{IdleCheck: time.Second, Shards: s.Shards, Owned: s.Owned})
 	if err != nil {
 		return err
