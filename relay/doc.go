@@ -30,9 +30,10 @@
 // parks state between watches (driver.Restorer: a Postgres table over a
 // permanent slot) is first handed the stream's keys at that version, so
 // that a process that never listed it resumes from its slot — no relist,
-// no temporary slot. Only where the source no longer holds the changes
-// (the slot was dropped or moved past the version) does the new leader
-// relist, and it logs why. A group of changes
+// no temporary slot (a late write of a deposed term is repaired from the
+// slot in the same way: see Pipelining). Only where the source no longer
+// holds the changes (the slot was dropped or moved past the version) does
+// the new leader relist, and it logs why. A group of changes
 // that a dead leader left half-published is closed with an abort message
 // (downstreams drop what they hold of it) and its keys are published again
 // from a relist of the source, even where the source still equals what
@@ -61,12 +62,30 @@
 // very sequence, is stored behind it. Both sides of that are caught: the
 // relay whose message failed sees a later one acknowledged and relists,
 // and a term that finds an earlier term's message stored after a later
-// one's relists too (republishing those keys, so that the next term does
-// not find them again), unless the message that late write cost provably
-// carried no change (the later term's first progress message took the
-// place of the earlier term's progress message: the earlier term's next
-// message starts a group with the same last complete group), when it
-// resumes from the stream. A relist republishes whatever the stream lacks.
+// one's (a late write) mends what it cost. Where the message it cost
+// provably carried no change (the later term's first progress message
+// took the place of the earlier term's progress message: the earlier
+// term's next message starts a group with the same last complete group),
+// the term resumes from the stream. Where it may have carried one, and
+// the late writes follow that progress message alone, no relay
+// acknowledged the source past its version (a pipeline acknowledges in
+// order and nothing after its first failure), so the term repairs from
+// the source instead of relisting: it watches the source from that
+// version (a Postgres permanent slot still holds the changes), collapses
+// the changes up to the first version past the stream's last into one
+// group with each key's last change, and publishes it as a relist's group
+// is (see below): every downstream, also one that read the late writes
+// and confirmed their version without the lost change, gets every key
+// the late writes and the lost change touched again, and a Watch from the
+// late writes' version (a checkpoint taken after them) finds the group,
+// which is past it. Any other shape of late writes, or a source that no
+// longer holds those changes (driver.ErrExpired), relists instead,
+// republishing the late writes' keys so that the next term does not find
+// them again, and logs why. A relist republishes whatever the stream
+// lacks. (The term's first message supersedes the later term's progress
+// message that shows the late write: if the term ends before its repair
+// or relist is stored, its own next attempt carries what it was mending,
+// but a leader in another process finds no trace of the late write.)
 // (Chaining by message id, Nats-Expected-Last-Msg-Id, is not an option:
 // a replicated stream checks it only when its replicas apply the message,
 // and nats-server 2.15 then stops the stream on every replica.) Each

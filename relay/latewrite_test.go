@@ -30,15 +30,32 @@ import (
 // change. A new leader (epoch 3, its own Source over the permanent slot)
 // resumes from the stream when the refused message provably carried no
 // change (its late successor starts a group with the same last complete
-// group), and relists when it may have (the late successor names a group
-// the stream does not hold): either way every downstream ends with the
-// table.
+// group). When it carried one (the late successor names a group the
+// stream does not hold), the new leader repairs it from the slot, which
+// still holds every change since the intruder's version: no List, no
+// relist, and the downstream that already read the late write (and
+// confirmed its version without the lost change) gets the lost change
+// too. Only a slot that lost those changes makes it relist. Every
+// downstream ends with the table, and no key's version goes backwards.
 func TestLateWriteOfDeposedTerm(t *testing.T) {
-	t.Run("lost progress: resume", func(t *testing.T) { lateWrite(t, false) })
-	t.Run("lost change: relist", func(t *testing.T) { lateWrite(t, true) })
+	t.Run("lost progress: resume", func(t *testing.T) { lateWrite(t, lostProgress) })
+	t.Run("lost change: repair", func(t *testing.T) { lateWrite(t, lostChange) })
+	// Nothing written after the late write: the table's bookmark, as
+	// its stream moves on, is the first version past it.
+	t.Run("lost change, idle table: repair", func(t *testing.T) { lateWrite(t, lostChangeIdle) })
+	t.Run("lost change, slot lost: relist", func(t *testing.T) { lateWrite(t, lostChangeSlotLost) })
 }
 
-func lateWrite(t *testing.T, lostChange bool) {
+// What the deposed term's refused message carried, and whether the slot
+// still holds the changes since.
+const (
+	lostProgress = iota
+	lostChange
+	lostChangeIdle
+	lostChangeSlotLost
+)
+
+func lateWrite(t *testing.T, lost int) {
 	nsrv := harness.StartNATS(t)
 	pg := harness.StartPostgres(t)
 	h := pgtest.New(t, pg, pgtest.Options{Slot: "relay_late"})
@@ -119,11 +136,13 @@ func lateWrite(t *testing.T, lostChange bool) {
 	// was a change ("lost", completing a group whose version the late one
 	// names as its prev), or progress (carrying nothing).
 	prev := lastChange
-	if lostChange {
+	if lost != lostProgress {
 		prev = put("lost", 5)
 	}
 	late := put("late", 7)
-	put("gap", 1)
+	if lost != lostChangeIdle {
+		put("gap", 1)
+	}
 
 	publish := func(m *nats.Msg, after uint64) {
 		t.Helper()
@@ -148,6 +167,23 @@ func lateWrite(t *testing.T, lostChange bool) {
 	lateMsg.Header.Set("Dbi", strconv.FormatUint(late, 10)+" "+strconv.FormatUint(prev, 10)+" 1 put 0 1 commit")
 	lateMsg.Data = data
 	publish(lateMsg, top+1)
+	if lost != lostProgress {
+		// The downstream reads the late write and confirms its version
+		// without the lost change (a late write cannot be told from a
+		// superseded message), before the new leader repairs it.
+		informertest.WaitFor(t, inf, core.ResourceVersion(late))
+		if _, ok := inf.Indexer().Get("late"); !ok {
+			t.Fatal("the downstream confirmed the late write's version without it")
+		}
+		if _, ok := inf.Indexer().Get("lost"); ok {
+			t.Fatal("the downstream holds the lost change before the repair: the test lost nothing")
+		}
+	}
+	if lost == lostChangeSlotLost {
+		if err := pgtest.DropSlot(ctx, pg.ConnString(), "relay_late"); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	// The new leader: a Source of its own over the same permanent slot.
 	srcB, err := pginformer.NewSource(ctx, pg.ConnString(), pginformer.Options{PermanentSlot: true, Slot: "relay_late"})
@@ -160,23 +196,27 @@ func lateWrite(t *testing.T, lostChange bool) {
 		t.Fatal(err)
 	}
 	lw := &countLists{Table: tableB}
-	want := "late write of an earlier term that lost no change; resuming"
-	if lostChange {
-		want = "late write of an earlier term; relisting"
-	}
+	want := map[int]string{
+		lostProgress:       "late write of an earlier term that lost no change; resuming",
+		lostChange:         "repaired a late write of an earlier term from the source (no relist)",
+		lostChangeIdle:     "repaired a late write of an earlier term from the source (no relist)",
+		lostChangeSlotLost: "cannot repair a late write of an earlier term from the source",
+	}[lost]
 	logged := &flagHandler{want: want, t: t}
 	rB, stopB := run(lw, 3, slog.New(logged))
 	defer stopB()
-	informertest.WaitFor(t, inf, core.ResourceVersion(put("after", 1)))
-	if lostChange {
+	if lost == lostChangeIdle {
+		informertest.Eventually(t, "the new leader repairs before the next write", logged.seen.Load)
+	}
+	after := put("after", 1)
+	informertest.WaitFor(t, inf, core.ResourceVersion(after))
+	wantLists := int64(0)
+	if lost == lostChangeSlotLost {
+		wantLists = 1
 		informertest.Eventually(t, "the new leader counts its relist", func() bool { return rB.Relists() > 0 })
 	}
 	stopB()
 
-	wantLists := int64(0)
-	if lostChange {
-		wantLists = 1
-	}
 	if n := lw.lists.Load(); n != wantLists {
 		t.Errorf("the new leader listed the table %d times, want %d", n, wantLists)
 	}
@@ -190,16 +230,26 @@ func lateWrite(t *testing.T, lostChange bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := map[string]int64{}
-	for _, row := range inf.Indexer().List() {
-		got[row.K] = row.V
+	// A downstream that lists the stream after the new term reads the
+	// same.
+	down2, err := relay.NewDownstream[pgtest.Row](ctx, js, "L", "l", relay.DownstreamOptions[pgtest.Row]{})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if len(got) != len(truth) {
-		t.Errorf("the cache holds %d keys, the table %d", len(got), len(truth))
-	}
-	for k, v := range truth {
-		if g, ok := got[k]; !ok || g != v {
-			t.Errorf("key %s: cache %d (present %v), table %d", k, g, ok, v)
+	inf2, _ := informertest.Run(t, down2, core.InformerOptions[pgtest.Row]{Name: "down2"}, informertest.NewRecorder(t, h.Version))
+	informertest.WaitFor(t, inf2, core.ResourceVersion(after))
+	for name, inf := range map[string]*core.SharedIndexInformer[pgtest.Row]{"the downstream": inf, "a downstream listing after": inf2} {
+		got := map[string]int64{}
+		for _, row := range inf.Indexer().List() {
+			got[row.K] = row.V
+		}
+		if len(got) != len(truth) {
+			t.Errorf("%s: the cache holds %d keys, the table %d", name, len(got), len(truth))
+		}
+		for k, v := range truth {
+			if g, ok := got[k]; !ok || g != v {
+				t.Errorf("%s: key %s: cache %d (present %v), table %d", name, k, g, ok, v)
+			}
 		}
 	}
 }

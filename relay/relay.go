@@ -273,15 +273,18 @@ func (r *Relay[T]) term(ctx context.Context, t leader.Term, ts *termState) (err 
 			ts.relist = true
 		}
 	}()
-	relist := st.committed == 0 || st.late != nil || ts.relist
+	relist := st.carry(ts, st.committed == 0 || ts.relist || partial != nil)
 	first := r.progress(st, st.committed)
 	if partial != nil {
-		relist = true
 		first = message(r.opts.Prefix+"."+tokAbort+"."+strconv.FormatUint(partialV, 10), partialV, st.lastChange, st.epoch, nil)
+	}
+	ack := st.committed
+	if st.repair != nil {
+		ack = st.repair.from // the source must keep what the repair replays
 	}
 	// The term's first message: from here on a relay of an earlier term
 	// finds a later epoch in the stream and stops.
-	if err := p.send(st, []*nats.Msg{first}, st.committed); err != nil {
+	if err := p.send(st, []*nats.Msg{first}, ack); err != nil {
 		return err
 	}
 	if err := r.takeOver(p); err != nil {
@@ -294,7 +297,7 @@ func (r *Relay[T]) term(ctx context.Context, t leader.Term, ts *termState) (err 
 		}
 	}
 	st.puts = nil
-	r.log.Info("relay term starts", "relay", r.source, "epoch", t.Epoch, "from", st.committed, "relist", relist)
+	r.log.Info("relay term starts", "relay", r.source, "epoch", t.Epoch, "from", st.committed, "relist", relist, "repair", st.repair != nil)
 	for {
 		if relist {
 			force := partial
@@ -306,7 +309,7 @@ func (r *Relay[T]) term(ctx context.Context, t leader.Term, ts *termState) (err 
 			if err := r.relist(p.ctx, p, st, force); err != nil {
 				return err
 			}
-			partial, relist, ts.relist = nil, false, false
+			partial, relist, ts.relist, ts.repair, ts.late = nil, false, false, nil, nil
 		}
 		err := r.watch(p.ctx, p, st)
 		if ctx.Err() != nil {
@@ -316,7 +319,7 @@ func (r *Relay[T]) term(ctx context.Context, t leader.Term, ts *termState) (err 
 			return perr
 		}
 		if errors.Is(err, driver.ErrExpired) {
-			r.log.Info("relay source expired; relisting", "relay", r.source, "from", st.committed, "err", err)
+			r.expired(st, err)
 			relist = true
 			continue
 		}
@@ -396,8 +399,13 @@ func (r *Relay[T]) relist(ctx context.Context, p *pipeline, st *state, force map
 	return nil
 }
 
-// watch relays the source's changes after st.committed.
+// watch relays the source's changes after st.committed, or, while the
+// term repairs, after the version the repair replays from.
 func (r *Relay[T]) watch(ctx context.Context, p *pipeline, st *state) error {
+	from := st.committed
+	if st.repair != nil {
+		from, st.repair.changes = st.repair.from, nil
+	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var progress chan struct{}
@@ -419,7 +427,7 @@ func (r *Relay[T]) watch(ctx context.Context, p *pipeline, st *state) error {
 			}
 		}()
 	}
-	return r.src.Watch(wctx, core.ResourceVersion(st.committed), driver.WatchOptions[T]{
+	return r.src.Watch(wctx, core.ResourceVersion(from), driver.WatchOptions[T]{
 		Progress: progress,
 		Emit: func(batch []driver.Event[T]) error {
 			for i := 0; i < len(batch); {
@@ -432,6 +440,12 @@ func (r *Relay[T]) watch(ctx context.Context, p *pipeline, st *state) error {
 					}
 				}
 				i = j
+				if st.repair != nil {
+					if err := r.repairStep(p, st, v, changes); err != nil {
+						return err
+					}
+					continue
+				}
 				if len(changes) == 0 {
 					// A bookmark: the source's head, published as progress
 					// when it moved.

@@ -20,10 +20,19 @@ import (
 // the relay acknowledging to it only what the stream stored). It reports
 // whether the term must relist: the source answered that the changes are
 // gone (driver.ErrExpired: the slot was dropped or moved past the version),
-// which is logged with the source's reason.
+// which is logged with the source's reason. A term that repairs a late
+// write (state.repair) resumes the source from the version the repair
+// replays from instead.
 func (r *Relay[T]) restore(ctx context.Context, st *state) (relist bool, err error) {
 	rs, ok := r.src.(driver.Restorer[T])
-	if !ok || st.committed == 0 {
+	from := st.committed
+	if st.repair != nil {
+		// The source resumes from the version the repair replays from
+		// (the stream's keys are as of a later one: a Postgres table
+		// does not read them).
+		from = st.repair.from
+	}
+	if !ok || from == 0 {
 		return false, nil
 	}
 	puts := st.puts
@@ -42,16 +51,22 @@ func (r *Relay[T]) restore(ctx context.Context, st *state) (relist bool, err err
 		}
 	}
 	var seq iter.Seq2[string, T] = objects
-	err = rs.Restore(ctx, core.ResourceVersion(st.committed), seq)
+	err = rs.Restore(ctx, core.ResourceVersion(from), seq)
 	switch {
-	case err == nil:
-		r.log.Info("relay resumes the source from the stream's last version", "relay", r.source, "version", st.committed, "keys", len(puts))
+	case err == nil && st.repair != nil:
+		r.log.Info("relay resumes the source from the version before the late write's lost change, to repair it", "relay", r.source, "version", from, "keys", len(puts))
 		return false, nil
+	case err == nil:
+		r.log.Info("relay resumes the source from the stream's last version", "relay", r.source, "version", from, "keys", len(puts))
+		return false, nil
+	case errors.Is(err, driver.ErrExpired) && st.repair != nil:
+		r.expired(st, err)
+		return true, nil
 	case errors.Is(err, driver.ErrExpired):
-		r.log.Warn("relay cannot resume the source from the stream's last version (the source no longer holds the changes since); relisting", "relay", r.source, "version", st.committed, "err", err)
+		r.log.Warn("relay cannot resume the source from the stream's last version (the source no longer holds the changes since); relisting", "relay", r.source, "version", from, "err", err)
 		return true, nil
 	default:
-		return false, fmt.Errorf("resume the source at version %d: %w", st.committed, err)
+		return false, fmt.Errorf("resume the source at version %d: %w", from, err)
 	}
 }
 

@@ -12,8 +12,10 @@ import (
 
 // termState is what one attempt of an election term tells the next.
 type termState struct {
-	wrote  bool // a message of the term was stored
-	relist bool // the next attempt relists (a broken chain)
+	wrote  bool            // a message of the term was stored
+	relist bool            // the next attempt relists (a broken chain)
+	late   map[string]bool // the late writes' keys the term relists for, until its relist is stored (see carry)
+	repair *repair         // the repair the term started, until an attempt finds it stored (see carry)
 }
 
 // state is what the stream holds, as a term starts, and what the relay
@@ -26,6 +28,7 @@ type state struct {
 	lastChange uint64              // the version of the last complete group of changes sent
 	hashes     map[string][32]byte // key -> hash of its last put (absent: deleted or never)
 	late       map[string]bool     // non-nil: the stream may lack a message (lateWrites); relist first, republishing these keys
+	repair     *repair             // non-nil: the stream lacks a change the source still holds (lateLoss); repair it first
 	puts       []entry             // the stream's puts as read, for the source's Restore; dropped once used
 }
 
@@ -76,10 +79,16 @@ func (r *Relay[T]) read(ctx context.Context, epoch uint64, wrote bool) (*state, 
 		// A deposed relay's message landed after a later term's: it
 		// was fenced by position only (see pipeline), so the message
 		// before it may be missing. A relist republishes what is,
-		// unless what is missing provably carried no change.
-		if last.commitPoint() && harmlessLate(entries) {
+		// unless what is missing provably carried no change, or the
+		// source still holds it (a repair, see repair).
+		from, harmless, ok := lateLoss(entries)
+		switch {
+		case ok && harmless && last.commitPoint():
 			r.log.Info("relay stream holds a late write of an earlier term that lost no change; resuming after it", "relay", r.source, "epoch", epoch, "late", late)
-		} else {
+		case ok && from > 0 && last.commitPoint():
+			r.log.Warn("relay stream holds a late write of an earlier term that lost a change; repairing it from the source", "relay", r.source, "epoch", epoch, "late", late, "from", from, "to", st.committed)
+			st.repair = &repair{from: from, to: st.committed, keys: keys}
+		default:
 			r.log.Warn("relay stream holds a late write of an earlier term; relisting", "relay", r.source, "epoch", epoch, "late", late)
 			st.late = keys
 		}
@@ -171,32 +180,42 @@ func lateWrites(entries []entry, last entry, ours bool) (string, map[string]bool
 	return first, keys
 }
 
-// harmlessLate reports whether the late writes among entries (see
-// lateWrites) provably lost no change, so that the stream, ending at a
-// commit point after them, holds every change up to its last version and
-// a new term may resume from it instead of relisting.
+// lateLoss examines the late writes among entries (see lateWrites). ok
+// reports the one shape of them this package can reason about:
 //
 // A late write is the deposed term A's message stored at sequence s+1
 // after the later term B's message at s: A's own message for s, expecting
 // the stream to end at s-1 as B's did, was refused, and nothing else
-// holds what it carried. That is harmless only when it was a progress
-// message. It is proved so when, for every message of a later term stored
-// before A's last late write (each took the place of one of A's):
-//   - it is a progress message written from a read of the stream that
-//     ended at s-1 with A's message (its version and prev are that
-//     message's committed and lastChange), and
-//   - A's message at s+1 is in the stream, starts a group or is progress,
-//     and has the same prev: A's last complete group of changes did not
-//     move across the lost message, which therefore completed no group
-//     and was no part of the group at s+1 (a key message at s would have
-//     been either the last of its group, moving prev, or not the last,
-//     making s+1 the same group's next); and
+// holds what it carried. The shape is: every late write is of one term A,
+// a key or progress message, stored behind exactly one message of a later
+// term (the intruder), with nothing of another term behind them; and the
+// intruder is a progress message written from a read of the stream that
+// ended at s-1 with A's message at a commit point (its version and prev
+// are that message's committed and lastChange).
 //
-// all late writes are of one term and follow one message of a later term,
-// with nothing of another term behind them. Anything else (a message superseded
-// by a later one of its subject, several terms) is not proved harmless:
-// the caller relists.
-func harmlessLate(entries []entry) bool {
+// In that shape, from (the intruder's version, the committed version of
+// A's message at s-1) is a version no relay acknowledged the source past:
+// A's pipeline acknowledges in order and stopped at its refused message,
+// B's acknowledged its own intruder, and B's next message was refused in
+// turn (A's late write took its sequence), its pipeline acknowledging
+// nothing after a failure. Every change the stream may lack is after
+// from, and at or before the stream's last version: the source, watched
+// from from, still holds them all (see repair).
+//
+// harmless reports that the lost message provably carried no change, so
+// that the stream, ending at a commit point after the late writes, holds
+// every change up to its last version and a new term may resume from it:
+// A's message at s+1 is in the stream, starts a group or is progress, and
+// has the intruder's prev: A's last complete group of changes did not move
+// across the lost message, which therefore completed no group and was no
+// part of the group at s+1 (a key message at s would have been either the
+// last of its group, moving prev, or not the last, making s+1 the same
+// group's next).
+//
+// Anything else (several terms, a later term's message behind the late
+// writes, which may have been stored after one of its own they refused)
+// is not ok: the caller relists.
+func lateLoss(entries []entry) (from uint64, harmless, ok bool) {
 	bySeq := slices.SortedFunc(slices.Values(entries), func(a, b entry) int { return cmp.Compare(a.seq, b.seq) })
 	at := make(map[uint64]entry, len(entries))
 	var top entry
@@ -206,7 +225,7 @@ func harmlessLate(entries []entry) bool {
 		switch {
 		case e.epoch < top.epoch:
 			if a != 0 && e.epoch != a {
-				return false
+				return 0, false, false
 			}
 			a, lastLate = e.epoch, e.seq
 		case e.epoch > top.epoch:
@@ -214,31 +233,27 @@ func harmlessLate(entries []entry) bool {
 		}
 	}
 	if lastLate == 0 {
-		return false
+		return 0, false, false
 	}
-	var intruder uint64
+	var intruder entry
+	harmless = true
 	for _, e := range bySeq {
 		switch {
-		case intruder != 0 && e.epoch != a:
-			// Only the late writes follow the one message of a later
-			// term: a later term's message behind them may have been
-			// stored after one of its own that they refused, a change
-			// the stream then lacks (that term's pipeline saw its chain
-			// broken, but the term may be gone).
-			return false
+		case intruder.seq != 0 && (e.epoch != a || (e.kind != kindKey && e.kind != kindProgress)):
+			return 0, false, false
 		case e.seq >= lastLate || e.epoch <= a:
 			continue
 		}
-		intruder = e.seq
+		intruder = e
 		before, ok := at[e.seq-1]
 		if !ok || before.epoch != a || !before.commitPoint() || e.kind != kindProgress ||
 			e.version != before.committed() || e.prev != before.lastChange() {
-			return false
+			return 0, false, false
 		}
 		after, ok := at[e.seq+1]
 		if !ok || after.epoch != a || (after.kind != kindProgress && (after.kind != kindKey || after.index != 0)) || after.prev != e.prev {
-			return false
+			harmless = false
 		}
 	}
-	return true
+	return intruder.version, harmless, intruder.seq != 0
 }

@@ -1,0 +1,146 @@
+package relay
+
+import (
+	"fmt"
+	"maps"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/dbinformer/dbinformer/core/driver"
+)
+
+// repair mends, without a relist, a stream that lacks a change because a
+// deposed term's message was refused and its next one stored behind a
+// later term's (a late write: see lateLoss). The source, watched from
+// from (a version no relay acknowledged it past), replays every change
+// the stream may lack: all are after from and at or before to (the
+// stream's last version). The term collapses the replayed changes, up to
+// and including the first version past to, into one group at that version
+// with each key's last change (a delete for a key deleted since from),
+// published as a relist's group is: its prev is the stream's last change,
+// and a Downstream delivers it right after the last version it delivered,
+// then a Bookmark at the group's version. A downstream that read the late
+// writes (and confirmed to without the lost change) gets every key they
+// and the lost change touched again, as of the group's version: never
+// older than what it holds. Every late write's key is in the group, so
+// the late writes are superseded and no later term finds them again.
+//
+// The group's version is past to, not to itself, so that it is a version
+// the stream did not hold before: a Watch from to (a checkpoint taken
+// after the late writes) starts at the first message past to, which is
+// the repair; a group at to would look delivered to it and to every watch
+// that confirmed to, and every reader of the stream (translator,
+// catch-up, List, the shard views, the audit) would have to take a group
+// at or below its version. The first version past to is the source's next
+// change or Bookmark (a Postgres table bookmarks as its stream moves on;
+// other sources when the relay asks for progress,
+// Options.ProgressInterval).
+//
+// Until the group is stored the term acknowledges the source no further
+// than from: its first message (progress at to) acknowledges from, and
+// the changes replayed are acknowledged with the group.
+type repair struct {
+	from, to uint64
+	keys     map[string]bool // the late writes' keys: the replay must hold a change of each
+	changes  []change        // replayed so far, in source order
+}
+
+// carry settles how the term mends late writes, across its attempts,
+// and returns whether it relists (relist: it must for another reason).
+// The first message of an attempt supersedes the intruder (both are
+// progress), so that the next attempt's read of the stream no longer
+// shows the late writes: what the attempt was mending is carried in ts.
+// A repair is taken up again while the stream still ends where the
+// attempt that started it found it (no more than that attempt's first
+// message, progress at the same version, was stored), and dropped once
+// the stream went past it (the repair's group was stored). The keys of a
+// relist for late writes are republished until a relist is stored. A
+// term that relists gives its repair up for the relist.
+func (st *state) carry(ts *termState, relist bool) bool {
+	if st.repair == nil && ts.repair != nil && st.committed == ts.repair.to {
+		st.repair = &repair{from: ts.repair.from, to: ts.repair.to, keys: ts.repair.keys}
+	}
+	if ts.late != nil {
+		if st.late == nil {
+			st.late = map[string]bool{}
+		}
+		maps.Copy(st.late, ts.late)
+	}
+	relist = relist || st.late != nil
+	if relist {
+		st.dropRepair()
+	}
+	ts.repair, ts.late = st.repair, st.late
+	return relist
+}
+
+// dropRepair gives the repair up for a relist, which republishes its keys
+// as it republishes every late write's (state.late).
+func (st *state) dropRepair() {
+	if st.repair == nil {
+		return
+	}
+	if st.late == nil {
+		st.late = map[string]bool{}
+	}
+	maps.Copy(st.late, st.repair.keys)
+	st.repair = nil
+}
+
+// expired logs that the source's watch expired, so that the term
+// relists, and gives up a repair under way (see repair) for the relist.
+func (r *Relay[T]) expired(st *state, err error) {
+	if st.repair == nil {
+		r.log.Info("relay source expired; relisting", "relay", r.source, "from", st.committed, "err", err)
+		return
+	}
+	r.log.Warn("relay cannot repair a late write of an earlier term from the source (see err); relisting", "relay", r.source, "from", st.repair.from, "err", err)
+	st.dropRepair()
+}
+
+// repairStep takes the source's changes at version v (none: a Bookmark)
+// while the term repairs (st.repair): it keeps those after from and, at
+// the first version past to, publishes the repair's group and waits until
+// it is stored. A replay that lacks a late write's key did not start
+// where the repair needs it to: that is driver.ErrExpired, and the term
+// relists.
+func (r *Relay[T]) repairStep(p *pipeline, st *state, v uint64, changes []change) error {
+	rp := st.repair
+	if v <= rp.from {
+		if len(changes) > 0 {
+			return fmt.Errorf("the source delivered a change of %q at version %d, not after version %d", changes[0].key, v, rp.from)
+		}
+		return nil
+	}
+	rp.changes = append(rp.changes, changes...)
+	if v <= rp.to {
+		return nil
+	}
+	seen := make(map[string]bool, len(rp.changes))
+	for _, c := range rp.changes {
+		seen[c.key] = true
+	}
+	for key := range rp.keys {
+		if !seen[key] {
+			return fmt.Errorf("%s: the source's changes from version %d to %d hold none of key %q, which a late write of an earlier term changed in them: %w", r.source, rp.from, v, key, driver.ErrExpired)
+		}
+	}
+	msgs := r.group(st, v, rp.changes, true)
+	if len(msgs) == 0 {
+		msgs = []*nats.Msg{r.progress(st, v)}
+	}
+	if err := p.send(st, msgs, v); err != nil {
+		return err
+	}
+	if len(rp.changes) > 0 {
+		st.applied(v, rp.changes)
+	} else {
+		st.committed = v
+	}
+	st.repair = nil
+	if err := p.sync(); err != nil {
+		return err
+	}
+	r.log.Info("relay repaired a late write of an earlier term from the source (no relist)", "relay", r.source, "from", rp.from, "late", rp.to, "version", v, "keys", len(seen))
+	return nil
+}
