@@ -2,11 +2,14 @@ package bench_test
 
 import (
 	"context"
+	"runtime"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	pginformer "github.com/dbinformer/dbinformer/adapters/postgres"
 	"github.com/dbinformer/dbinformer/core"
@@ -36,10 +39,12 @@ type partialRow struct {
 // informer's and its Source's. Reported as by partialSyncNATS: each side's
 // median initial sync time (until HasSynced) and steady heap (live heap
 // with the synced informer held, less the live heap before its Source was
-// made), their ratios filtered/all (target ≤ 0.05), and the row changes
-// the filtered Table decoded (Table.StreamedChanges) while 10,000 updates
-// in 10 transactions touched only non-matching rows (target 0: the row
-// filter keeps them on the server), after WaitFor reached their LSN.
+// made), their ratios filtered/all (target ≤ 0.05), the floor (a
+// consistent start with no informer, whole and 1%: see raw below), and the
+// row changes the filtered Table decoded (Table.StreamedChanges) while
+// 10,000 updates in 10 transactions touched only non-matching rows
+// (target 0: the row filter keeps them on the server), after WaitFor
+// reached their LSN.
 func partialSyncPostgres(b *testing.B) {
 	pg := harness.StartPostgres(b)
 	rows := size(1_000_000, 20_000)
@@ -83,8 +88,42 @@ func partialSyncPostgres(b *testing.B) {
 		stop()
 		return syncSample{secs: d.Seconds(), heapMB: (float64(heap) - float64(base)) / (1 << 20)}
 	}
+	// The floor: what any consistent start of a change stream costs,
+	// with no informer: a replication connection and a temporary slot
+	// exporting its snapshot, then binary COPY of the same columns in that
+	// snapshot through as many connections as the Source's default
+	// snapshot readers (the whole table in block ranges, as a List splits
+	// it; the 1% through one, as a List reads a filtered table).
+	readers := min(4, runtime.GOMAXPROCS(0))
+	raw := func(filtered bool) float64 {
+		t0 := time.Now()
+		repl, err := pgconn.Connect(ctx, pg.ReplicationConnString())
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer repl.Close(ctx)
+		slot, err := pglogrepl.CreateReplicationSlot(ctx, repl, "bench_partial_floor", "pgoutput", pglogrepl.CreateReplicationSlotOptions{Temporary: true, SnapshotAction: "EXPORT_SNAPSHOT"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		first, err := pgx.Connect(ctx, pg.ConnString())
+		if err != nil {
+			b.Fatal(err)
+		}
+		conns, want, queries := readers, rows, []string(nil)
+		if filtered {
+			conns, want = 1, matching
+			queries = []string{"SELECT id, n, at FROM partial_rows WHERE id <= " + strconv.Itoa(matching)}
+		} else {
+			queries = rangeQueries(b, first, readers, "partial_rows", "id, n, at", "")
+		}
+		if n := copyQueries(b, pg, first, conns, slot.SnapshotName, queries); n != want {
+			b.Fatalf("raw COPY read %d rows, want %d", n, want)
+		}
+		return time.Since(t0).Seconds()
+	}
 	for range b.N {
-		reportPartialSync(b, rounds, func() syncSample { return run(nil, rows) }, func() syncSample { return run(f, matching) }, nil)
+		reportPartialSync(b, rounds, func() syncSample { return run(nil, rows) }, func() syncSample { return run(f, matching) }, raw)
 	}
 
 	// Writes that touch only non-matching rows: the filtered Table decodes

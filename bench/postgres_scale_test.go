@@ -331,31 +331,46 @@ func rowsOf(rows int, tables ...string) int {
 // table, as a List splits a table) from one queue, and returns the rows
 // read.
 func copyRanges(b *testing.B, pg *harness.Postgres, conns int, tables ...string) int {
-	ctx := context.Background()
-	connect := func() *pgx.Conn {
-		c, err := pgx.Connect(ctx, pg.ConnString())
-		if err != nil {
-			b.Fatal(err)
-		}
-		return c
+	c0, err := pgx.Connect(context.Background(), pg.ConnString())
+	if err != nil {
+		b.Fatal(err)
 	}
-	c0 := connect()
 	var queries []string
 	for _, t := range tables {
-		var blocks int64
-		if err := c0.QueryRow(ctx, "SELECT pg_relation_size($1::regclass) / current_setting('block_size')::int", t).Scan(&blocks); err != nil {
-			b.Fatal(err)
-		}
-		n := max(1, min(blocks/1024, int64(4*conns)))
-		step := (blocks + n - 1) / n
-		for i := range n {
-			q := "SELECT " + scaleSelect + " FROM " + t + " WHERE ctid >= '(" + strconv.FormatInt(i*step, 10) + ",0)'::tid"
-			if i < n-1 {
-				q += " AND ctid < '(" + strconv.FormatInt((i+1)*step, 10) + ",0)'::tid"
-			}
-			queries = append(queries, q)
-		}
+		queries = append(queries, rangeQueries(b, c0, conns, t, scaleSelect, "")...)
 	}
+	return copyQueries(b, pg, c0, conns, "", queries)
+}
+
+// rangeQueries splits a read of cols of table (rows matching where, if
+// given) into block ranges, as a List splits it for conns snapshot
+// readers; c reads the table's size.
+func rangeQueries(b *testing.B, c *pgx.Conn, conns int, table, cols, where string) []string {
+	var blocks int64
+	if err := c.QueryRow(context.Background(), "SELECT pg_relation_size($1::regclass) / current_setting('block_size')::int", table).Scan(&blocks); err != nil {
+		b.Fatal(err)
+	}
+	n := max(1, min(blocks/1024, int64(4*conns)))
+	step := (blocks + n - 1) / n
+	var queries []string
+	for i := range n {
+		q := "SELECT " + cols + " FROM " + table + " WHERE ctid >= '(" + strconv.FormatInt(i*step, 10) + ",0)'::tid"
+		if i < n-1 {
+			q += " AND ctid < '(" + strconv.FormatInt((i+1)*step, 10) + ",0)'::tid"
+		}
+		if where != "" {
+			q += " AND " + where
+		}
+		queries = append(queries, q)
+	}
+	return queries
+}
+
+// copyQueries runs each query as a binary COPY to nowhere through conns
+// connections (first and more of pg's), in the exported snapshot if one is
+// named, and returns the rows read.
+func copyQueries(b *testing.B, pg *harness.Postgres, first *pgx.Conn, conns int, snapshot string, queries []string) int {
+	ctx := context.Background()
 	work := make(chan string, len(queries))
 	for _, q := range queries {
 		work <- q
@@ -364,9 +379,17 @@ func copyRanges(b *testing.B, pg *harness.Postgres, conns int, tables ...string)
 	var total atomic.Int64
 	var wg sync.WaitGroup
 	for i := range conns {
-		conn := c0
+		conn := first
 		if i > 0 {
-			conn = connect()
+			var err error
+			if conn, err = pgx.Connect(ctx, pg.ConnString()); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if snapshot != "" {
+			if _, err := conn.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT '"+snapshot+"'"); err != nil {
+				b.Fatal(err)
+			}
 		}
 		wg.Go(func() {
 			defer conn.Close(ctx)
