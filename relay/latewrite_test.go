@@ -195,7 +195,7 @@ func lateWrite(t *testing.T, lost int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lw := &countLists{Table: tableB}
+	lw := &countLists{ListerWatcher: tableB}
 	want := map[int]string{
 		lostProgress:       "late write of an earlier term that lost no change; resuming",
 		lostChange:         "repaired a late write of an earlier term from the source (no relist)",

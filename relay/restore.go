@@ -24,7 +24,7 @@ import (
 // write (state.repair) resumes the source from the version the repair
 // replays from instead.
 func (r *Relay[T]) restore(ctx context.Context, st *state) (relist bool, err error) {
-	rs, ok := r.src.(driver.Restorer[T])
+	rs, ok := driver.Capability[driver.Restorer[T]](r.src)
 	from := st.committed
 	if st.repair != nil {
 		// The source resumes from the version the repair replays from
@@ -83,7 +83,7 @@ type slotTaker interface {
 // taking the slot from it loses nothing. Without this, the new leader's
 // stream waits for the server to time the old walsender out.
 func (r *Relay[T]) takeOver(p *pipeline) error {
-	tk, ok := r.src.(slotTaker)
+	tk, ok := driver.Capability[slotTaker](r.src)
 	if !ok {
 		return nil
 	}

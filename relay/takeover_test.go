@@ -114,7 +114,7 @@ func takeover(t *testing.T, lost, stale bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lw := &countLists{Table: tableB}
+	lw := &countLists{ListerWatcher: tableB}
 	want := "resumes the source from the stream's last version"
 	if lost {
 		want = "cannot resume the source from the stream's last version"
@@ -170,16 +170,18 @@ func takeover(t *testing.T, lost, stale bool) {
 	}
 }
 
-// countLists is a Postgres table whose Lists are counted; embedding keeps
-// its other capabilities (Restore, the acknowledgement gate).
+// countLists is a Postgres table whose Lists are counted. It embeds the
+// interface, as a wrapper is written by default: its other capabilities
+// (Restore, the acknowledgement gate) are found only through
+// driver.Capability.
 type countLists struct {
-	*pginformer.Table[pgtest.Row]
+	driver.ListerWatcher[pgtest.Row]
 	lists atomic.Int64
 }
 
 func (c *countLists) List(ctx context.Context, sink driver.ListSink[pgtest.Row]) (core.ResourceVersion, error) {
 	c.lists.Add(1)
-	return c.Table.List(ctx, sink)
+	return c.ListerWatcher.List(ctx, sink)
 }
 
 // countMetrics counts a relay's metrics calls.
