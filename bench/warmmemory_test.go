@@ -54,10 +54,14 @@ import (
 //     1M would take twice that and its cold Lists as well, and 500k
 //     already makes a cache of hundreds of MB, past the sides' common
 //     baseline (the test binary's ~70 MB RSS).
-//     The history the churn leaves is compacted once each side has
+//     The history the churn leaves is compacted once both sides have
 //     applied it (never before the warm side watched from its revision:
 //     it would relist), so the backend stays well under etcd's quota.
 //
+// Both sides run at once (the warm one started and synced first, then the
+// cold one), so that they take the same writes and a run takes half the
+// time it took one side after the other (80 minutes for three; each
+// measures itself in its own process, which the other does not touch).
 // Each side checkpoints every 10 s and takes the writes for 5 minutes
 // (10 s under -short; DBINFORMER_WARM_MEM_SECONDS sets another duration);
 // then this process tells it the version the writes ended at, and it
@@ -277,13 +281,39 @@ func startWarmMemSide(b *testing.B, spec warmMemSpec) *warmMemSide {
 	return s
 }
 
-// finish gives the side the version to wait for and returns what it
-// measured.
-func (s *warmMemSide) finish(b *testing.B, v uint64) warmMemResult {
+// startWarmMemSides starts a process for each spec, one after the other
+// (each synced before the next starts: a cold side's List does not slow a
+// warm side's load), and returns them running.
+func startWarmMemSides(b *testing.B, specs []warmMemSpec) []*warmMemSide {
 	b.Helper()
-	if _, err := fmt.Fprintf(s.in, "wait %d\n", v); err != nil {
-		s.fail(b, err.Error())
+	procs := make([]*warmMemSide, len(specs))
+	for i, spec := range specs {
+		procs[i] = startWarmMemSide(b, spec)
 	}
+	return procs
+}
+
+// finishWarmMemSides gives every side the version to wait for and returns
+// what each measured, in order. They wait at once: each measures itself
+// in its own process.
+func finishWarmMemSides(b *testing.B, procs []*warmMemSide, v uint64) []warmMemResult {
+	b.Helper()
+	for _, p := range procs {
+		if _, err := fmt.Fprintf(p.in, "wait %d\n", v); err != nil {
+			p.fail(b, err.Error())
+		}
+	}
+	out := make([]warmMemResult, len(procs))
+	for i, p := range procs {
+		out[i] = p.result(b)
+	}
+	return out
+}
+
+// result reads what the side measured, once it was told what to wait for,
+// and waits for it to exit.
+func (s *warmMemSide) result(b *testing.B) warmMemResult {
+	b.Helper()
 	var r warmMemResult
 	if !s.out.Scan() || !scanLine(s.out.Text(), "measured", &r.heap, &r.rss, &r.peakRSS, &r.lists) {
 		s.fail(b, "measured nothing")
@@ -344,8 +374,9 @@ func warmMemPostgres(b *testing.B, pg *harness.Postgres, rows, seconds int) {
 	first.stop(b)
 
 	next := 1 // the first id of the next transaction
-	side := func(spec warmMemSpec) warmMemResult {
-		proc := startWarmMemSide(b, spec)
+	// Both sides take the same writes at once, each in its own process.
+	sides := func(specs ...warmMemSpec) []warmMemResult {
+		procs := startWarmMemSides(b, specs)
 		tick := time.NewTicker(time.Second * perTxn / warmMemPerSecond)
 		defer tick.Stop()
 		for range seconds * warmMemPerSecond / perTxn {
@@ -362,17 +393,17 @@ func warmMemPostgres(b *testing.B, pg *harness.Postgres, rows, seconds int) {
 		if err := conn.QueryRow(ctx, "SELECT pg_current_wal_lsn()").Scan(&lsn); err != nil {
 			b.Fatal(err)
 		}
-		return proc.finish(b, uint64(lsn))
+		return finishWarmMemSides(b, procs, uint64(lsn))
 	}
-	warm := side(warmMemSpec{Source: "postgres", Side: "warm", Conn: pg.ConnString(), Slot: slot, Dir: dir, Rows: rows})
-	// The permanent slot would hold WAL back while the cold side runs.
+	r := sides(warmMemSpec{Source: "postgres", Side: "warm", Conn: pg.ConnString(), Slot: slot, Dir: dir, Rows: rows},
+		warmMemSpec{Source: "postgres", Side: "cold", Conn: pg.ConnString(), Dir: b.TempDir(), Rows: rows})
+	// The next run's first process makes the permanent slot again.
 	dctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if err := pgtest.DropSlot(dctx, pg.ConnString(), slot); err != nil {
 		b.Fatal(err)
 	}
-	cold := side(warmMemSpec{Source: "postgres", Side: "cold", Conn: pg.ConnString(), Dir: b.TempDir(), Rows: rows})
-	reportWarmMem(b, warm, cold)
+	reportWarmMem(b, r[0], r[1])
 }
 
 // etcdWarmValue is the etcd sub-benchmark's value: warmRow's fields, as
@@ -475,8 +506,9 @@ func warmMemEtcd(b *testing.B, e *harness.Etcd, client *clientv3.Client, keys, s
 	inf = nil
 
 	next, pass := 0, 1 // the first key of the next transaction, the pass over the keys
-	side := func(spec warmMemSpec) warmMemResult {
-		proc := startWarmMemSide(b, spec)
+	// Both sides take the same writes at once, each in its own process.
+	sides := func(specs ...warmMemSpec) []warmMemResult {
+		procs := startWarmMemSides(b, specs)
 		tick := time.NewTicker(time.Second * perTxn / warmMemPerSecond)
 		defer tick.Stop()
 		var rev int64
@@ -497,14 +529,15 @@ func warmMemEtcd(b *testing.B, e *harness.Etcd, client *clientv3.Client, keys, s
 				next, pass = 0, pass+1
 			}
 		}
-		r := proc.finish(b, uint64(rev))
-		// The side applied everything up to rev: its history can go.
+		r := finishWarmMemSides(b, procs, uint64(rev))
+		// Both sides applied everything up to rev: its history can go.
 		if _, err := client.Compact(ctx, rev); err != nil {
 			b.Fatal(err)
 		}
 		return r
 	}
-	warm := side(warmMemSpec{Source: "etcd", Side: "warm", Conn: strings.Join(e.Endpoints(), ","), Dir: dir, Rows: keys})
-	cold := side(warmMemSpec{Source: "etcd", Side: "cold", Conn: strings.Join(e.Endpoints(), ","), Dir: b.TempDir(), Rows: keys})
-	reportWarmMem(b, warm, cold)
+	endpoints := strings.Join(e.Endpoints(), ",")
+	r := sides(warmMemSpec{Source: "etcd", Side: "warm", Conn: endpoints, Dir: dir, Rows: keys},
+		warmMemSpec{Source: "etcd", Side: "cold", Conn: endpoints, Dir: b.TempDir(), Rows: keys})
+	reportWarmMem(b, r[0], r[1])
 }
