@@ -130,8 +130,10 @@ var printRounds = os.Getenv("DBINFORMER_BENCH_ROUNDS") != ""
 // slowdown of the shared machine hits both, and reports for each side the
 // median of its rounds as "<side>-s" (seconds per run) and, with a unit,
 // "<side>-<unit>s/s", "<side>-allocs/<unit>" and "<side>-B/<unit>"
-// (allocations of every goroutine of the process during the run).
-func alternate(b *testing.B, rounds int, sides ...side) {
+// (allocations of every goroutine of the process during the run). It
+// returns the sides' median seconds by name, for metrics derived from
+// them.
+func alternate(b *testing.B, rounds int, sides ...side) (secs map[string]float64) {
 	b.Helper()
 	type sample struct{ secs, rate, allocs, bytes, peak float64 }
 	got := make([][]sample, len(sides))
@@ -172,8 +174,10 @@ func alternate(b *testing.B, rounds int, sides ...side) {
 		}
 	}
 	med := median[sample]
+	secs = make(map[string]float64, len(sides))
 	for i, s := range sides {
-		b.ReportMetric(med(got[i], func(x sample) float64 { return x.secs }), s.name+"-s")
+		secs[s.name] = med(got[i], func(x sample) float64 { return x.secs })
+		b.ReportMetric(secs[s.name], s.name+"-s")
 		if s.unit != "" {
 			b.ReportMetric(med(got[i], func(x sample) float64 { return x.rate }), s.name+"-"+s.unit+"s/s")
 			b.ReportMetric(med(got[i], func(x sample) float64 { return x.allocs }), s.name+"-allocs/"+s.unit)
@@ -183,6 +187,7 @@ func alternate(b *testing.B, rounds int, sides ...side) {
 			b.ReportMetric(med(got[i], func(x sample) float64 { return x.peak }), s.name+"-peak-heap-MB")
 		}
 	}
+	return secs
 }
 
 // median returns the median of f over xs (the upper one of an even count).

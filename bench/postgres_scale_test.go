@@ -298,12 +298,15 @@ func BenchmarkPostgresScale(b *testing.B) {
 		}
 		cpu, busy := cpuSides{}, machineBusy{}
 		three, largest := []string{"scale_rows", "scale_b", "scale_c"}, []string{"scale_rows"}
-		alternate(b, rounds,
+		secs := alternate(b, rounds,
 			side{name: "three", prepare: setup(0, three...), run: busy.wrap("three", cpu.wrap(b, "three", run)), finish: finish},
 			side{name: "largest", prepare: setup(0, largest...), run: busy.wrap("largest", cpu.wrap(b, "largest", run)), finish: finish},
 			side{name: "largestone", prepare: setup(1, largest...), run: busy.wrap("largestone", run), finish: finish},
 			side{name: "copythree", run: busy.wrap("copythree", floor(three...))},
 			side{name: "copylargest", run: busy.wrap("copylargest", floor(largest...))})
+		// What three tables cost beyond the largest, over what they cost
+		// raw COPY beyond its largest: the floor two cores set (#40).
+		b.ReportMetric(secs["three"]/secs["largest"]/(secs["copythree"]/secs["copylargest"]), "three-vs-floor")
 		cpu.report(b)
 		busy.report(b)
 	})
