@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -44,6 +45,13 @@ func TestLateWriteOfDeposedTerm(t *testing.T) {
 	// its stream moves on, is the first version past it.
 	t.Run("lost change, idle table: repair", func(t *testing.T) { lateWrite(t, lostChangeIdle) })
 	t.Run("lost change, slot lost: relist", func(t *testing.T) { lateWrite(t, lostChangeSlotLost) })
+	// A leader (epoch 3) that found the late write ended before its
+	// repair or relist was stored: its first message, which superseded
+	// the later term's progress message that showed the late write, is
+	// the stream's last. A leader in another process (epoch 4) carries
+	// on with the same repair, or relists.
+	t.Run("lost change, repairing leader died: repair", func(t *testing.T) { lateWrite(t, lostChangeRepairDied) })
+	t.Run("lost change, relisting leader died: relist", func(t *testing.T) { lateWrite(t, lostChangeRelistDied) })
 }
 
 // What the deposed term's refused message carried, and whether the slot
@@ -53,6 +61,11 @@ const (
 	lostChange
 	lostChangeIdle
 	lostChangeSlotLost
+	lostChangeRepairDied
+	// The late write changes the key of the deposed term's message
+	// before the intruder, superseding it: nothing proves which version
+	// the source was acknowledged up to, and the new leader relists.
+	lostChangeRelistDied
 )
 
 func lateWrite(t *testing.T, lost int) {
@@ -139,7 +152,11 @@ func lateWrite(t *testing.T, lost int) {
 	if lost != lostProgress {
 		prev = put("lost", 5)
 	}
-	late := put("late", 7)
+	lateKey, lateV := "late", int64(7)
+	if lost == lostChangeRelistDied {
+		lateKey, lateV = "a", 107 // a row's value is its version, for the recorder
+	}
+	late := put(lateKey, lateV)
 	if lost != lostChangeIdle {
 		put("gap", 1)
 	}
@@ -159,11 +176,11 @@ func lateWrite(t *testing.T, lost int) {
 	intruder.Header.Set("Dbi", strconv.FormatUint(committed, 10)+" "+strconv.FormatUint(lastChange, 10)+" 2")
 	publish(intruder, top)
 	// The deposed leader's next message, stored behind it.
-	data, err := json.Marshal(pgtest.Row{K: "late", V: 7})
+	data, err := json.Marshal(pgtest.Row{K: lateKey, V: lateV})
 	if err != nil {
 		t.Fatal(err)
 	}
-	lateMsg := nats.NewMsg(relay.KeySubject("l", "late"))
+	lateMsg := nats.NewMsg(relay.KeySubject("l", lateKey))
 	lateMsg.Header.Set("Dbi", strconv.FormatUint(late, 10)+" "+strconv.FormatUint(prev, 10)+" 1 put 0 1 commit")
 	lateMsg.Data = data
 	publish(lateMsg, top+1)
@@ -172,7 +189,7 @@ func lateWrite(t *testing.T, lost int) {
 		// without the lost change (a late write cannot be told from a
 		// superseded message), before the new leader repairs it.
 		informertest.WaitFor(t, inf, core.ResourceVersion(late))
-		if _, ok := inf.Indexer().Get("late"); !ok {
+		if got, ok := inf.Indexer().Get(lateKey); !ok || got.V != lateV {
 			t.Fatal("the downstream confirmed the late write's version without it")
 		}
 		if _, ok := inf.Indexer().Get("lost"); ok {
@@ -185,25 +202,65 @@ func lateWrite(t *testing.T, lost int) {
 		}
 	}
 
-	// The new leader: a Source of its own over the same permanent slot.
-	srcB, err := pginformer.NewSource(ctx, pg.ConnString(), pginformer.Options{PermanentSlot: true, Slot: "relay_late"})
-	if err != nil {
-		t.Fatal(err)
+	// A new leader: a Source of its own over the same permanent slot,
+	// as in another process.
+	table := func() (driver.ListerWatcher[pgtest.Row], *pginformer.Source) {
+		src, err := pginformer.NewSource(ctx, pg.ConnString(), pginformer.Options{PermanentSlot: true, Slot: "relay_late"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { src.Close() })
+		tbl, err := pginformer.NewTable[pgtest.Row](ctx, src, h.TableName(), pginformer.TableOptions[pgtest.Row]{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tbl, src
 	}
-	defer srcB.Close()
-	tableB, err := pginformer.NewTable[pgtest.Row](ctx, srcB, h.TableName(), pginformer.TableOptions[pgtest.Row]{})
-	if err != nil {
-		t.Fatal(err)
+	epoch := uint64(3)
+	if lost == lostChangeRepairDied || lost == lostChangeRelistDied {
+		// The leader that finds the late write stops once it has
+		// stored its first message and started to mend: its source
+		// never answers the repair's watch or the relist's List.
+		tableC, srcC := table()
+		stalled := &stallSource{ListerWatcher: tableC, entered: make(chan struct{})}
+		logged := &flagHandler{want: map[int]string{
+			lostChangeRepairDied: "late write of an earlier term that lost a change; repairing it from the source",
+			lostChangeRelistDied: "late write of an earlier term; relisting",
+		}[lost], t: t}
+		_, stopC := run(stalled, epoch, slog.New(logged))
+		<-stalled.entered
+		stopC()
+		if err := srcC.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if !logged.seen.Load() {
+			t.Fatalf("the leader that died did not log %q", logged.want)
+		}
+		info, err := stream.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := stream.GetMsg(ctx, info.State.LastSeq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f := strings.Fields(m.Header.Get("Dbi")); m.Subject != "l.progress" || len(f) != 3 || f[2] != "3" {
+			t.Fatalf("the stream ends with %s %v, not the first message of the leader that died", m.Subject, f)
+		}
+		epoch++
 	}
+	tableB, _ := table()
 	lw := &countLists{ListerWatcher: tableB}
 	want := map[int]string{
-		lostProgress:       "late write of an earlier term that lost no change; resuming",
-		lostChange:         "repaired a late write of an earlier term from the source (no relist)",
-		lostChangeIdle:     "repaired a late write of an earlier term from the source (no relist)",
-		lostChangeSlotLost: "cannot repair a late write of an earlier term from the source",
+		lostProgress:         "late write of an earlier term that lost no change; resuming",
+		lostChange:           "repaired a late write of an earlier term from the source (no relist)",
+		lostChangeIdle:       "repaired a late write of an earlier term from the source (no relist)",
+		lostChangeSlotLost:   "cannot repair a late write of an earlier term from the source",
+		lostChangeRepairDied: "repaired a late write of an earlier term from the source (no relist)",
+		lostChangeRelistDied: "ended before its relist was stored",
 	}[lost]
 	logged := &flagHandler{want: want, t: t}
-	rB, stopB := run(lw, 3, slog.New(logged))
+	rB, stopB := run(lw, epoch, slog.New(logged))
 	defer stopB()
 	if lost == lostChangeIdle {
 		informertest.Eventually(t, "the new leader repairs before the next write", logged.seen.Load)
@@ -211,7 +268,7 @@ func lateWrite(t *testing.T, lost int) {
 	after := put("after", 1)
 	informertest.WaitFor(t, inf, core.ResourceVersion(after))
 	wantLists := int64(0)
-	if lost == lostChangeSlotLost {
+	if lost == lostChangeSlotLost || lost == lostChangeRelistDied {
 		wantLists = 1
 		informertest.Eventually(t, "the new leader counts its relist", func() bool { return rB.Relists() > 0 })
 	}
@@ -252,4 +309,25 @@ func lateWrite(t *testing.T, lost int) {
 			}
 		}
 	}
+}
+
+// stallSource is a Postgres table whose List and Watch never answer:
+// a leader over it stops after its first message, before it stores a
+// relist or a repair. entered is closed at the first call.
+type stallSource struct {
+	driver.ListerWatcher[pgtest.Row]
+	entered chan struct{}
+	once    sync.Once
+}
+
+func (s *stallSource) List(ctx context.Context, _ driver.ListSink[pgtest.Row]) (core.ResourceVersion, error) {
+	s.once.Do(func() { close(s.entered) })
+	<-ctx.Done()
+	return 0, ctx.Err()
+}
+
+func (s *stallSource) Watch(ctx context.Context, _ core.ResourceVersion, _ driver.WatchOptions[pgtest.Row]) error {
+	s.once.Do(func() { close(s.entered) })
+	<-ctx.Done()
+	return ctx.Err()
 }

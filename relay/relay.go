@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -274,14 +273,7 @@ func (r *Relay[T]) term(ctx context.Context, t leader.Term, ts *termState) (err 
 		}
 	}()
 	relist := st.carry(ts, st.committed == 0 || ts.relist || partial != nil)
-	first := r.progress(st, st.committed)
-	if partial != nil {
-		first = message(r.opts.Prefix+"."+tokAbort+"."+strconv.FormatUint(partialV, 10), partialV, st.lastChange, st.epoch, nil)
-	}
-	ack := st.committed
-	if st.repair != nil {
-		ack = st.repair.from // the source must keep what the repair replays
-	}
+	first, ack := r.first(st, partialV, partial != nil, relist)
 	// The term's first message: from here on a relay of an earlier term
 	// finds a later epoch in the stream and stops.
 	if err := p.send(st, []*nats.Msg{first}, ack); err != nil {

@@ -3,6 +3,7 @@ package relay
 import (
 	"fmt"
 	"maps"
+	"strconv"
 
 	"github.com/nats-io/nats.go"
 
@@ -37,8 +38,9 @@ import (
 // Options.ProgressInterval).
 //
 // Until the group is stored the term acknowledges the source no further
-// than from: its first message (progress at to) acknowledges from, and
-// the changes replayed are acknowledged with the group.
+// than from: its first message (progress at to, recording the repair:
+// see pending) acknowledges from, and the changes replayed are
+// acknowledged with the group.
 type repair struct {
 	from, to uint64
 	keys     map[string]bool // the late writes' keys: the replay must hold a change of each
@@ -49,7 +51,9 @@ type repair struct {
 // and returns whether it relists (relist: it must for another reason).
 // The first message of an attempt supersedes the intruder (both are
 // progress), so that the next attempt's read of the stream no longer
-// shows the late writes: what the attempt was mending is carried in ts.
+// shows the late writes: what the attempt was mending is carried in ts
+// (the message records it too, for a term in another process: see
+// takeUp; ts also keeps the late writes' keys of a relist).
 // A repair is taken up again while the stream still ends where the
 // attempt that started it found it (no more than that attempt's first
 // message, progress at the same version, was stored), and dropped once
@@ -72,6 +76,65 @@ func (st *state) carry(ts *termState, relist bool) bool {
 	}
 	ts.repair, ts.late = st.repair, st.late
 	return relist
+}
+
+// first returns the term's first message and the source version it
+// acknowledges: an abort of the unfinished group at version partialV the
+// stream ends with (partial), else progress at the stream's last version,
+// which records the repair or relist the term starts with (hdrPending),
+// because it supersedes the trace of a late write that made the term
+// mend it (see pending). A repair acknowledges no further than the
+// version it replays the source from: the source must keep those changes.
+func (r *Relay[T]) first(st *state, partialV uint64, partial, relist bool) (*nats.Msg, uint64) {
+	if partial {
+		return message(r.opts.Prefix+"."+tokAbort+"."+strconv.FormatUint(partialV, 10), partialV, st.lastChange, st.epoch, nil), st.committed
+	}
+	m := r.progress(st, st.committed)
+	switch {
+	case st.repair != nil:
+		setPending(m, pending{from: st.repair.from})
+		return m, st.repair.from
+	case relist:
+		setPending(m, pending{relist: true})
+	}
+	return m, st.committed
+}
+
+// takeUp carries on with what the term that wrote the stream's last
+// message was mending, when that message is the term's first and records
+// it (see pending): the term ended before its repair or relist was
+// stored, and its record is the only trace of the change the stream
+// lacks (the message superseded the late write's evidence, and a
+// repair's or relist's group would come after it). A repair is taken up
+// as it was started (from its version to the record's, the stream's
+// last; the late writes are the stream's key messages past from, as no
+// term stored anything after them but the record), unless the stream
+// also shows late writes of its own that make the term relist (read):
+// the repair's keys are then republished with theirs.
+func (r *Relay[T]) takeUp(st *state, last entry, entries []entry) {
+	pd := last.pending
+	if pd == nil {
+		return
+	}
+	if pd.relist {
+		if st.late == nil {
+			st.late = map[string]bool{}
+		}
+		r.log.Warn("relay stream ends with the first message of a term that ended before its relist was stored (a relist that mends a late write of an earlier term, or a broken chain); relisting", "relay", r.source, "epoch", last.epoch, "sequence", last.seq)
+		return
+	}
+	keys := map[string]bool{}
+	for _, e := range entries {
+		if e.kind == kindKey && e.version > pd.from {
+			keys[e.key] = true
+		}
+	}
+	if st.late != nil {
+		maps.Copy(st.late, keys)
+		return
+	}
+	st.repair = &repair{from: pd.from, to: last.version, keys: keys}
+	r.log.Warn("relay stream ends with the first message of a term that ended before its repair of a late write of an earlier term was stored; repairing it from the source", "relay", r.source, "epoch", last.epoch, "sequence", last.seq, "from", pd.from, "to", last.version)
 }
 
 // dropRepair gives the repair up for a relist, which republishes its keys

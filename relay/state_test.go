@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"log/slog"
 	"maps"
 	"slices"
 	"testing"
@@ -78,6 +79,53 @@ func TestCarry(t *testing.T) {
 			}
 			if got := slices.Sorted(maps.Keys(ts.late)); !slices.Equal(got, tc.wantLate) {
 				t.Errorf("the term's late keys %v, want %v", got, tc.wantLate)
+			}
+		})
+	}
+}
+
+// A stream that ends with a term's record of a repair it did not store
+// (hdrPending) has a new term carry on with it: from the recorded version
+// to the record's, with the keys of the late writes (every key message
+// past the repair's version) for the replay to hold. A relist recorded is
+// a relist; late writes the stream still shows that make the term relist
+// win over a recorded repair, whose keys the relist republishes. Nothing
+// is taken up when the stream's last message records nothing.
+func TestTakeUp(t *testing.T) {
+	key := func(k string, seq, v uint64) entry {
+		return entry{kind: kindKey, key: k, seq: seq, epoch: 1, version: v, prev: v - 1, index: 0, count: 1}
+	}
+	entries := []entry{key("old", 9, 5), key("late", 11, 7), key("late2", 12, 8)}
+	record := func(pd pending) entry {
+		return entry{kind: kindProgress, seq: 13, epoch: 3, version: 8, prev: 7, pending: &pd}
+	}
+	for _, tc := range []struct {
+		name       string
+		last       entry
+		late       map[string]bool // the read's, from late writes it still shows
+		wantRepair *repair
+		wantLate   []string // nil: no relist
+	}{
+		{name: "no record", last: key("late2", 12, 8)},
+		{name: "repair", last: record(pending{from: 5}), wantRepair: &repair{from: 5, to: 8, keys: map[string]bool{"late": true, "late2": true}}},
+		{name: "relist", last: record(pending{relist: true}), wantLate: []string{}},
+		{name: "repair, but late writes relist", last: record(pending{from: 5}), late: map[string]bool{"x": true}, wantLate: []string{"late", "late2", "x"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &Relay[int]{log: slog.New(slog.DiscardHandler)}
+			st := &state{late: tc.late}
+			r.takeUp(st, tc.last, append(slices.Clone(entries), tc.last))
+			switch {
+			case (st.repair == nil) != (tc.wantRepair == nil):
+				t.Fatalf("repair %+v, want %+v", st.repair, tc.wantRepair)
+			case st.repair != nil && (st.repair.from != tc.wantRepair.from || st.repair.to != tc.wantRepair.to || !maps.Equal(st.repair.keys, tc.wantRepair.keys)):
+				t.Fatalf("repair %+v, want %+v", st.repair, tc.wantRepair)
+			}
+			if (st.late == nil) != (tc.wantLate == nil) {
+				t.Fatalf("late %v, want %v", st.late, tc.wantLate)
+			}
+			if got := slices.Sorted(maps.Keys(st.late)); st.late != nil && !slices.Equal(got, tc.wantLate) {
+				t.Errorf("late keys %v, want %v", got, tc.wantLate)
 			}
 		})
 	}
