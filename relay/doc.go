@@ -46,7 +46,11 @@
 // changes happened at versions up to the list's, not at it: a Downstream
 // delivers them at the version right after the last one it delivered,
 // followed by a Bookmark at the list's version, so that WaitFor of a
-// version before the list's cannot return before they are applied.
+// version before the list's cannot return before they are applied. A
+// list at the version the stream already ends at (an etcd prefix nobody
+// wrote to since) is published at the source's next version instead,
+// with the changes up to it: a group at a version a downstream confirmed
+// would look delivered to it.
 //
 // # Pipelining
 //

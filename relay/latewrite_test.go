@@ -125,16 +125,8 @@ func lateWrite(t *testing.T, lost int) {
 
 	// The stream's last message: where the deposed leader's chain was
 	// when the new term read the stream.
-	info, err := stream.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	top := info.State.LastSeq
-	m, err := stream.GetMsg(ctx, top)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := strings.Fields(m.Header.Get("Dbi"))
+	m, f := lastMessage(t, stream)
+	top := m.Sequence
 	committed, _ := strconv.ParseUint(f[0], 10, 64)
 	lastChange, _ := strconv.ParseUint(f[1], 10, 64)
 	switch {
@@ -236,15 +228,7 @@ func lateWrite(t *testing.T, lost int) {
 		if !logged.seen.Load() {
 			t.Fatalf("the leader that died did not log %q", logged.want)
 		}
-		info, err := stream.Info(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m, err := stream.GetMsg(ctx, info.State.LastSeq)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if f := strings.Fields(m.Header.Get("Dbi")); m.Subject != "l.progress" || len(f) != 3 || f[2] != "3" {
+		if m, f := lastMessage(t, stream); m.Subject != "l.progress" || len(f) != 3 || f[2] != "3" {
 			t.Fatalf("the stream ends with %s %v, not the first message of the leader that died", m.Subject, f)
 		}
 		epoch++
@@ -330,4 +314,20 @@ func (s *stallSource) Watch(ctx context.Context, _ core.ResourceVersion, _ drive
 	s.once.Do(func() { close(s.entered) })
 	<-ctx.Done()
 	return ctx.Err()
+}
+
+// lastMessage returns the stream's last message and the fields of its
+// Dbi header.
+func lastMessage(t *testing.T, stream jetstream.Stream) (*jetstream.RawStreamMsg, []string) {
+	t.Helper()
+	ctx := context.Background()
+	info, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := stream.GetMsg(ctx, info.State.LastSeq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, strings.Fields(m.Header.Get("Dbi"))
 }

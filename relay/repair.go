@@ -41,10 +41,18 @@ import (
 // than from: its first message (progress at to, recording the repair:
 // see pending) acknowledges from, and the changes replayed are
 // acknowledged with the group.
+//
+// A relist whose source listed at the version the stream already ends at
+// (an etcd prefix or the memory source list at their current revision,
+// which does not move while nothing is written) is published the same
+// way (listed): its group at that version would look delivered to a
+// downstream that confirmed it, which would never get its changes.
 type repair struct {
 	from, to uint64
 	keys     map[string]bool // the late writes' keys: the replay must hold a change of each
 	changes  []change        // replayed so far, in source order
+	listed   []change        // a relist's changes at from, before the replayed ones (nil: a repair of a late write)
+	nListed  int             // for a relist: the keys it listed
 }
 
 // carry settles how the term mends late writes, across its attempts,
@@ -153,8 +161,9 @@ func (st *state) dropRepair() {
 // expired logs that the source's watch expired, so that the term
 // relists, and gives up a repair under way (see repair) for the relist.
 func (r *Relay[T]) expired(st *state, err error) {
-	if st.repair == nil {
+	if st.repair == nil || st.repair.listed != nil {
 		r.log.Info("relay source expired; relisting", "relay", r.source, "from", st.committed, "err", err)
+		st.repair = nil
 		return
 	}
 	r.log.Warn("relay cannot repair a late write of an earlier term from the source (see err); relisting", "relay", r.source, "from", st.repair.from, "err", err)
@@ -203,6 +212,12 @@ func (r *Relay[T]) repairStep(p *pipeline, st *state, v uint64, changes []change
 	st.repair = nil
 	if err := p.sync(); err != nil {
 		return err
+	}
+	if rp.listed != nil {
+		r.relists.Add(1)
+		r.opts.Metrics.Relisted(len(msgs), rp.nListed)
+		r.log.Info("relay published a relist of the source", "relay", r.source, "version", v, "listed_at", rp.from, "changed", len(msgs), "listed", rp.nListed)
+		return nil
 	}
 	r.log.Info("relay repaired a late write of an earlier term from the source (no relist)", "relay", r.source, "from", rp.from, "late", rp.to, "version", v, "keys", len(seen))
 	return nil
