@@ -89,7 +89,8 @@
 // lacks. The term's first message supersedes the later term's progress
 // message that showed the late write, so it records what the term mends
 // (a header, Dbi-Pending: the repair's version, or a relist): a term
-// that finds a stream ending with that record, the term having ended
+// that finds that record with nothing of its term after it (only, maybe,
+// more late writes, which it mends with it), the term having ended
 // before its repair or relist was stored, carries on with the same
 // repair, or relists, in whichever process it runs, and records it in
 // its own first message in turn.

@@ -52,6 +52,9 @@ func TestLateWriteOfDeposedTerm(t *testing.T) {
 	// on with the same repair, or relists.
 	t.Run("lost change, repairing leader died: repair", func(t *testing.T) { lateWrite(t, lostChangeRepairDied) })
 	t.Run("lost change, relisting leader died: relist", func(t *testing.T) { lateWrite(t, lostChangeRelistDied) })
+	// The deposed leader's next pipelined message lands behind the
+	// first message of the leader that died: the repair covers both.
+	t.Run("lost change, repairing leader died, late again: repair", func(t *testing.T) { lateWrite(t, lostChangeRepairDiedLate) })
 }
 
 // What the deposed term's refused message carried, and whether the slot
@@ -66,6 +69,7 @@ const (
 	// before the intruder, superseding it: nothing proves which version
 	// the source was acknowledged up to, and the new leader relists.
 	lostChangeRelistDied
+	lostChangeRepairDiedLate
 )
 
 func lateWrite(t *testing.T, lost int) {
@@ -113,7 +117,10 @@ func lateWrite(t *testing.T, lost int) {
 	}
 
 	// The first leader (epoch 1) relays a few writes, then stops.
-	_, stopA := run(h.ListerWatcher(), 1, nil)
+	rA, stopA := run(h.ListerWatcher(), 1, nil)
+	// Its relist of the empty table first, so that the writes are
+	// groups of their own and key a's is the last.
+	informertest.Eventually(t, "the first leader relists", func() bool { return rA.Relists() > 0 })
 	for i := range 10 {
 		put("a"+strconv.Itoa(i), int64(i))
 	}
@@ -136,6 +143,9 @@ func lateWrite(t *testing.T, lost int) {
 	default:
 		t.Fatalf("the first leader's last message (sequence %d) ends no group: %v", top, f)
 	}
+	if lost == lostChangeRelistDied && len(f) != 3 && m.Subject != relay.KeySubject("l", "a") {
+		t.Fatalf("the first leader's last message (sequence %d) is %s, not key a's or progress: the late write would not supersede it", top, m.Subject)
+	}
 
 	// The deposed leader's writes, in the slot only: the refused message
 	// was a change ("lost", completing a group whose version the late one
@@ -149,6 +159,10 @@ func lateWrite(t *testing.T, lost int) {
 		lateKey, lateV = "a", 107 // a row's value is its version, for the recorder
 	}
 	late := put(lateKey, lateV)
+	var late2 uint64
+	if lost == lostChangeRepairDiedLate {
+		late2 = put("late2", 9)
+	}
 	if lost != lostChangeIdle {
 		put("gap", 1)
 	}
@@ -209,15 +223,16 @@ func lateWrite(t *testing.T, lost int) {
 		return tbl, src
 	}
 	epoch := uint64(3)
-	if lost == lostChangeRepairDied || lost == lostChangeRelistDied {
+	if lost == lostChangeRepairDied || lost == lostChangeRelistDied || lost == lostChangeRepairDiedLate {
 		// The leader that finds the late write stops once it has
 		// stored its first message and started to mend: its source
 		// never answers the repair's watch or the relist's List.
 		tableC, srcC := table()
 		stalled := &stallSource{ListerWatcher: tableC, entered: make(chan struct{})}
 		logged := &flagHandler{want: map[int]string{
-			lostChangeRepairDied: "late write of an earlier term that lost a change; repairing it from the source",
-			lostChangeRelistDied: "late write of an earlier term; relisting",
+			lostChangeRepairDied:     "late write of an earlier term that lost a change; repairing it from the source",
+			lostChangeRepairDiedLate: "late write of an earlier term that lost a change; repairing it from the source",
+			lostChangeRelistDied:     "late write of an earlier term; relisting",
 		}[lost], t: t}
 		_, stopC := run(stalled, epoch, slog.New(logged))
 		<-stalled.entered
@@ -228,20 +243,33 @@ func lateWrite(t *testing.T, lost int) {
 		if !logged.seen.Load() {
 			t.Fatalf("the leader that died did not log %q", logged.want)
 		}
-		if m, f := lastMessage(t, stream); m.Subject != "l.progress" || len(f) != 3 || f[2] != "3" {
+		m, f := lastMessage(t, stream)
+		if m.Subject != "l.progress" || len(f) != 3 || f[2] != "3" {
 			t.Fatalf("the stream ends with %s %v, not the first message of the leader that died", m.Subject, f)
+		}
+		if lost == lostChangeRepairDiedLate {
+			data, err := json.Marshal(pgtest.Row{K: "late2", V: 9})
+			if err != nil {
+				t.Fatal(err)
+			}
+			late2Msg := nats.NewMsg(relay.KeySubject("l", "late2"))
+			late2Msg.Header.Set("Dbi", strconv.FormatUint(late2, 10)+" "+strconv.FormatUint(late, 10)+" 1 put 0 1 commit")
+			late2Msg.Data = data
+			publish(late2Msg, m.Sequence)
+			informertest.WaitFor(t, inf, core.ResourceVersion(late2))
 		}
 		epoch++
 	}
 	tableB, _ := table()
 	lw := &countLists{ListerWatcher: tableB}
 	want := map[int]string{
-		lostProgress:         "late write of an earlier term that lost no change; resuming",
-		lostChange:           "repaired a late write of an earlier term from the source (no relist)",
-		lostChangeIdle:       "repaired a late write of an earlier term from the source (no relist)",
-		lostChangeSlotLost:   "cannot repair a late write of an earlier term from the source",
-		lostChangeRepairDied: "repaired a late write of an earlier term from the source (no relist)",
-		lostChangeRelistDied: "ended before its relist was stored",
+		lostProgress:             "late write of an earlier term that lost no change; resuming",
+		lostChange:               "repaired a late write of an earlier term from the source (no relist)",
+		lostChangeIdle:           "repaired a late write of an earlier term from the source (no relist)",
+		lostChangeSlotLost:       "cannot repair a late write of an earlier term from the source",
+		lostChangeRepairDied:     "repaired a late write of an earlier term from the source (no relist)",
+		lostChangeRelistDied:     "ended before its relist was stored",
+		lostChangeRepairDiedLate: "repaired a late write of an earlier term from the source (no relist)",
 	}[lost]
 	logged := &flagHandler{want: want, t: t}
 	rB, stopB := run(lw, epoch, slog.New(logged))

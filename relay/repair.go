@@ -108,41 +108,64 @@ func (r *Relay[T]) first(st *state, partialV uint64, partial, relist bool) (*nat
 	return m, st.committed
 }
 
-// takeUp carries on with what the term that wrote the stream's last
-// message was mending, when that message is the term's first and records
-// it (see pending): the term ended before its repair or relist was
-// stored, and its record is the only trace of the change the stream
-// lacks (the message superseded the late write's evidence, and a
-// repair's or relist's group would come after it). A repair is taken up
-// as it was started (from its version to the record's, the stream's
-// last; the late writes are the stream's key messages past from, as no
-// term stored anything after them but the record), unless the stream
-// also shows late writes of its own that make the term relist (read):
-// the repair's keys are then republished with theirs.
-func (r *Relay[T]) takeUp(st *state, last entry, entries []entry) {
-	pd := last.pending
+// takeUp carries on with what a term was mending when the stream holds
+// that term's first message recording it (see pending) and nothing of
+// the term, or of a later one, after it: the term ended before its
+// repair or relist was stored, and its record is the only trace of the
+// change the stream lacks (the message superseded the late write's
+// evidence). The stream holds one progress message, so one record at
+// most. A repair is taken up from its version to the stream's last (the
+// late writes are the stream's key messages past that version, as no
+// term stored anything after them but the record and, maybe, more late
+// writes). Late writes stored after the record (a deposed term's
+// pipelined messages, the record their intruder: see lateLoss) are
+// mended with it: a repair the read found for them starts from the
+// record's version instead (what the record mends comes first), one it
+// found harmless is the record's repair, and a relist for them
+// republishes the record's keys too.
+func (r *Relay[T]) takeUp(st *state, entries []entry) {
+	var rec entry
+	for _, e := range entries {
+		if e.pending != nil {
+			rec = e
+		}
+	}
+	pd := rec.pending
 	if pd == nil {
 		return
 	}
-	if pd.relist {
-		if st.late == nil {
-			st.late = map[string]bool{}
+	for _, e := range entries {
+		if e.seq > rec.seq && e.epoch >= rec.epoch {
+			return // the term went on: its repair or relist was stored, or read finds it unfinished
 		}
-		r.log.Warn("relay stream ends with the first message of a term that ended before its relist was stored (a relist that mends a late write of an earlier term, or a broken chain); relisting", "relay", r.source, "epoch", last.epoch, "sequence", last.seq)
-		return
 	}
 	keys := map[string]bool{}
 	for _, e := range entries {
-		if e.kind == kindKey && e.version > pd.from {
+		if e.kind == kindKey && !pd.relist && e.version > pd.from {
 			keys[e.key] = true
 		}
 	}
-	if st.late != nil {
+	switch {
+	case pd.relist:
+		if st.late == nil {
+			st.late = map[string]bool{}
+		}
+		st.dropRepair()
+		r.log.Warn("relay stream holds the first message of a term that ended before its relist was stored (a relist that mends a late write of an earlier term, or a broken chain); relisting", "relay", r.source, "epoch", rec.epoch, "sequence", rec.seq)
+	case st.late != nil:
 		maps.Copy(st.late, keys)
-		return
+		r.log.Warn("relay stream holds the first message of a term that ended before its repair of a late write of an earlier term was stored, and later late writes; relisting", "relay", r.source, "epoch", rec.epoch, "sequence", rec.seq, "from", pd.from)
+	case st.repair != nil:
+		st.repair.from = min(st.repair.from, pd.from)
+		if st.repair.keys == nil {
+			st.repair.keys = map[string]bool{}
+		}
+		maps.Copy(st.repair.keys, keys)
+		r.log.Warn("relay stream holds the first message of a term that ended before its repair of a late write of an earlier term was stored; repairing it with the late writes after it", "relay", r.source, "epoch", rec.epoch, "sequence", rec.seq, "from", st.repair.from, "to", st.repair.to)
+	default:
+		st.repair = &repair{from: pd.from, to: st.committed, keys: keys}
+		r.log.Warn("relay stream holds the first message of a term that ended before its repair of a late write of an earlier term was stored; repairing it from the source", "relay", r.source, "epoch", rec.epoch, "sequence", rec.seq, "from", pd.from, "to", st.committed)
 	}
-	st.repair = &repair{from: pd.from, to: last.version, keys: keys}
-	r.log.Warn("relay stream ends with the first message of a term that ended before its repair of a late write of an earlier term was stored; repairing it from the source", "relay", r.source, "epoch", last.epoch, "sequence", last.seq, "from", pd.from, "to", last.version)
 }
 
 // dropRepair gives the repair up for a relist, which republishes its keys

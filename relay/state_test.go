@@ -84,37 +84,52 @@ func TestCarry(t *testing.T) {
 	}
 }
 
-// A stream that ends with a term's record of a repair it did not store
-// (hdrPending) has a new term carry on with it: from the recorded version
-// to the record's, with the keys of the late writes (every key message
-// past the repair's version) for the replay to hold. A relist recorded is
-// a relist; late writes the stream still shows that make the term relist
-// win over a recorded repair, whose keys the relist republishes. Nothing
-// is taken up when the stream's last message records nothing.
+// A stream that holds a term's record of a repair it did not store
+// (hdrPending), and nothing of that term or a later one after it, has a
+// new term carry on with it: from the recorded version to the stream's
+// last, with the keys of the late writes (every key message past the
+// repair's version) for the replay to hold. A relist recorded is a
+// relist. Late writes after the record (a deposed term's pipelined
+// messages, the record their intruder) are mended with it: the repair
+// read found for them starts from the record's version, one read found
+// harmless is the record's, and a relist for them republishes the
+// record's keys too. A record the term went on from is done.
 func TestTakeUp(t *testing.T) {
-	key := func(k string, seq, v uint64) entry {
-		return entry{kind: kindKey, key: k, seq: seq, epoch: 1, version: v, prev: v - 1, index: 0, count: 1}
+	key := func(k string, seq, epoch, v uint64) entry {
+		return entry{kind: kindKey, key: k, seq: seq, epoch: epoch, version: v, prev: v - 1, index: 0, count: 1}
 	}
-	entries := []entry{key("old", 9, 5), key("late", 11, 7), key("late2", 12, 8)}
+	entries := []entry{key("old", 9, 1, 5), key("late", 11, 1, 7), key("late2", 12, 1, 8)}
 	record := func(pd pending) entry {
 		return entry{kind: kindProgress, seq: 13, epoch: 3, version: 8, prev: 7, pending: &pd}
 	}
+	repairing := record(pending{from: 5})
+	lateAfter := key("late3", 14, 1, 9) // a late write behind the record
 	for _, tc := range []struct {
 		name       string
-		last       entry
-		late       map[string]bool // the read's, from late writes it still shows
+		more       []entry
+		repair     *repair         // the read's, for late writes it still shows
+		late       map[string]bool // the read's relist keys, likewise
 		wantRepair *repair
 		wantLate   []string // nil: no relist
 	}{
-		{name: "no record", last: key("late2", 12, 8)},
-		{name: "repair", last: record(pending{from: 5}), wantRepair: &repair{from: 5, to: 8, keys: map[string]bool{"late": true, "late2": true}}},
-		{name: "relist", last: record(pending{relist: true}), wantLate: []string{}},
-		{name: "repair, but late writes relist", last: record(pending{from: 5}), late: map[string]bool{"x": true}, wantLate: []string{"late", "late2", "x"}},
+		{name: "no record"},
+		{name: "repair", more: []entry{repairing}, wantRepair: &repair{from: 5, to: 8, keys: map[string]bool{"late": true, "late2": true}}},
+		{name: "relist", more: []entry{record(pending{relist: true})}, wantLate: []string{}},
+		{name: "relist, and a repair for late writes", more: []entry{record(pending{relist: true}), lateAfter},
+			repair: &repair{from: 8, to: 9, keys: map[string]bool{"late3": true}}, wantLate: []string{"late3"}},
+		{name: "the term went on", more: []entry{repairing, key("lost", 14, 3, 10)}},
+		{name: "late writes after it: relist", more: []entry{repairing, lateAfter}, late: map[string]bool{"late3": true},
+			wantLate: []string{"late", "late2", "late3"}},
+		{name: "late writes after it: repair", more: []entry{repairing, lateAfter}, repair: &repair{from: 8, to: 9, keys: map[string]bool{"late3": true}},
+			wantRepair: &repair{from: 5, to: 9, keys: map[string]bool{"late": true, "late2": true, "late3": true}}},
+		{name: "late writes after it: harmless", more: []entry{repairing, lateAfter},
+			wantRepair: &repair{from: 5, to: 9, keys: map[string]bool{"late": true, "late2": true, "late3": true}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := &Relay[int]{log: slog.New(slog.DiscardHandler)}
-			st := &state{late: tc.late}
-			r.takeUp(st, tc.last, append(slices.Clone(entries), tc.last))
+			all := append(slices.Clone(entries), tc.more...)
+			st := &state{committed: all[len(all)-1].version, repair: tc.repair, late: tc.late}
+			r.takeUp(st, all)
 			switch {
 			case (st.repair == nil) != (tc.wantRepair == nil):
 				t.Fatalf("repair %+v, want %+v", st.repair, tc.wantRepair)
