@@ -46,7 +46,11 @@
 // changes happened at versions up to the list's, not at it: a Downstream
 // delivers them at the version right after the last one it delivered,
 // followed by a Bookmark at the list's version, so that WaitFor of a
-// version before the list's cannot return before they are applied.
+// version before the list's cannot return before they are applied. A
+// list at the version the stream already ends at (an etcd prefix nobody
+// wrote to since) is published at the source's next version instead,
+// with the changes up to it: a group at a version a downstream confirmed
+// would look delivered to it.
 //
 // # Pipelining
 //
@@ -82,10 +86,14 @@
 // longer holds those changes (driver.ErrExpired), relists instead,
 // republishing the late writes' keys so that the next term does not find
 // them again, and logs why. A relist republishes whatever the stream
-// lacks. (The term's first message supersedes the later term's progress
-// message that shows the late write: if the term ends before its repair
-// or relist is stored, its own next attempt carries what it was mending,
-// but a leader in another process finds no trace of the late write.)
+// lacks. The term's first message supersedes the later term's progress
+// message that showed the late write, so it records what the term mends
+// (a header, Dbi-Pending: the repair's version, or a relist): a term
+// that finds that record with nothing of its term after it (only, maybe,
+// more late writes, which it mends with it), the term having ended
+// before its repair or relist was stored, carries on with the same
+// repair, or relists, in whichever process it runs, and records it in
+// its own first message in turn.
 // (Chaining by message id, Nats-Expected-Last-Msg-Id, is not an option:
 // a replicated stream checks it only when its replicas apply the message,
 // and nats-server 2.15 then stops the stream on every replica.) Each
@@ -141,7 +149,9 @@
 // flags commit (the group's last) and relist; key messages also carry a
 // Nats-Msg-Id (version, position, key, term), so that a repeated
 // publish is stored once. A transaction that changes one key twice is
-// published as its last change of that key.
+// published as its last change of that key. A term's first progress
+// message may also carry Dbi-Pending (the repair or relist the term
+// starts with, see Pipelining), which downstreams ignore.
 //
 // # Downstreams
 //

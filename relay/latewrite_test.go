@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -44,6 +45,16 @@ func TestLateWriteOfDeposedTerm(t *testing.T) {
 	// its stream moves on, is the first version past it.
 	t.Run("lost change, idle table: repair", func(t *testing.T) { lateWrite(t, lostChangeIdle) })
 	t.Run("lost change, slot lost: relist", func(t *testing.T) { lateWrite(t, lostChangeSlotLost) })
+	// A leader (epoch 3) that found the late write ended before its
+	// repair or relist was stored: its first message, which superseded
+	// the later term's progress message that showed the late write, is
+	// the stream's last. A leader in another process (epoch 4) carries
+	// on with the same repair, or relists.
+	t.Run("lost change, repairing leader died: repair", func(t *testing.T) { lateWrite(t, lostChangeRepairDied) })
+	t.Run("lost change, relisting leader died: relist", func(t *testing.T) { lateWrite(t, lostChangeRelistDied) })
+	// The deposed leader's next pipelined message lands behind the
+	// first message of the leader that died: the repair covers both.
+	t.Run("lost change, repairing leader died, late again: repair", func(t *testing.T) { lateWrite(t, lostChangeRepairDiedLate) })
 }
 
 // What the deposed term's refused message carried, and whether the slot
@@ -53,6 +64,12 @@ const (
 	lostChange
 	lostChangeIdle
 	lostChangeSlotLost
+	lostChangeRepairDied
+	// The late write changes the key of the deposed term's message
+	// before the intruder, superseding it: nothing proves which version
+	// the source was acknowledged up to, and the new leader relists.
+	lostChangeRelistDied
+	lostChangeRepairDiedLate
 )
 
 func lateWrite(t *testing.T, lost int) {
@@ -100,7 +117,10 @@ func lateWrite(t *testing.T, lost int) {
 	}
 
 	// The first leader (epoch 1) relays a few writes, then stops.
-	_, stopA := run(h.ListerWatcher(), 1, nil)
+	rA, stopA := run(h.ListerWatcher(), 1, nil)
+	// Its relist of the empty table first, so that the writes are
+	// groups of their own and key a's is the last.
+	informertest.Eventually(t, "the first leader relists", func() bool { return rA.Relists() > 0 })
 	for i := range 10 {
 		put("a"+strconv.Itoa(i), int64(i))
 	}
@@ -112,16 +132,8 @@ func lateWrite(t *testing.T, lost int) {
 
 	// The stream's last message: where the deposed leader's chain was
 	// when the new term read the stream.
-	info, err := stream.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	top := info.State.LastSeq
-	m, err := stream.GetMsg(ctx, top)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := strings.Fields(m.Header.Get("Dbi"))
+	m, f := lastMessage(t, stream)
+	top := m.Sequence
 	committed, _ := strconv.ParseUint(f[0], 10, 64)
 	lastChange, _ := strconv.ParseUint(f[1], 10, 64)
 	switch {
@@ -131,6 +143,9 @@ func lateWrite(t *testing.T, lost int) {
 	default:
 		t.Fatalf("the first leader's last message (sequence %d) ends no group: %v", top, f)
 	}
+	if lost == lostChangeRelistDied && len(f) != 3 && m.Subject != relay.KeySubject("l", "a") {
+		t.Fatalf("the first leader's last message (sequence %d) is %s, not key a's or progress: the late write would not supersede it", top, m.Subject)
+	}
 
 	// The deposed leader's writes, in the slot only: the refused message
 	// was a change ("lost", completing a group whose version the late one
@@ -139,7 +154,15 @@ func lateWrite(t *testing.T, lost int) {
 	if lost != lostProgress {
 		prev = put("lost", 5)
 	}
-	late := put("late", 7)
+	lateKey, lateV := "late", int64(7)
+	if lost == lostChangeRelistDied {
+		lateKey, lateV = "a", 107 // a row's value is its version, for the recorder
+	}
+	late := put(lateKey, lateV)
+	var late2 uint64
+	if lost == lostChangeRepairDiedLate {
+		late2 = put("late2", 9)
+	}
 	if lost != lostChangeIdle {
 		put("gap", 1)
 	}
@@ -159,11 +182,11 @@ func lateWrite(t *testing.T, lost int) {
 	intruder.Header.Set("Dbi", strconv.FormatUint(committed, 10)+" "+strconv.FormatUint(lastChange, 10)+" 2")
 	publish(intruder, top)
 	// The deposed leader's next message, stored behind it.
-	data, err := json.Marshal(pgtest.Row{K: "late", V: 7})
+	data, err := json.Marshal(pgtest.Row{K: lateKey, V: lateV})
 	if err != nil {
 		t.Fatal(err)
 	}
-	lateMsg := nats.NewMsg(relay.KeySubject("l", "late"))
+	lateMsg := nats.NewMsg(relay.KeySubject("l", lateKey))
 	lateMsg.Header.Set("Dbi", strconv.FormatUint(late, 10)+" "+strconv.FormatUint(prev, 10)+" 1 put 0 1 commit")
 	lateMsg.Data = data
 	publish(lateMsg, top+1)
@@ -172,7 +195,7 @@ func lateWrite(t *testing.T, lost int) {
 		// without the lost change (a late write cannot be told from a
 		// superseded message), before the new leader repairs it.
 		informertest.WaitFor(t, inf, core.ResourceVersion(late))
-		if _, ok := inf.Indexer().Get("late"); !ok {
+		if got, ok := inf.Indexer().Get(lateKey); !ok || got.V != lateV {
 			t.Fatal("the downstream confirmed the late write's version without it")
 		}
 		if _, ok := inf.Indexer().Get("lost"); ok {
@@ -185,25 +208,71 @@ func lateWrite(t *testing.T, lost int) {
 		}
 	}
 
-	// The new leader: a Source of its own over the same permanent slot.
-	srcB, err := pginformer.NewSource(ctx, pg.ConnString(), pginformer.Options{PermanentSlot: true, Slot: "relay_late"})
-	if err != nil {
-		t.Fatal(err)
+	// A new leader: a Source of its own over the same permanent slot,
+	// as in another process.
+	table := func() (driver.ListerWatcher[pgtest.Row], *pginformer.Source) {
+		src, err := pginformer.NewSource(ctx, pg.ConnString(), pginformer.Options{PermanentSlot: true, Slot: "relay_late"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { src.Close() })
+		tbl, err := pginformer.NewTable[pgtest.Row](ctx, src, h.TableName(), pginformer.TableOptions[pgtest.Row]{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tbl, src
 	}
-	defer srcB.Close()
-	tableB, err := pginformer.NewTable[pgtest.Row](ctx, srcB, h.TableName(), pginformer.TableOptions[pgtest.Row]{})
-	if err != nil {
-		t.Fatal(err)
+	epoch := uint64(3)
+	if lost == lostChangeRepairDied || lost == lostChangeRelistDied || lost == lostChangeRepairDiedLate {
+		// The leader that finds the late write stops once it has
+		// stored its first message and started to mend: its source
+		// never answers the repair's watch or the relist's List.
+		tableC, srcC := table()
+		stalled := &stallSource{ListerWatcher: tableC, entered: make(chan struct{})}
+		logged := &flagHandler{want: map[int]string{
+			lostChangeRepairDied:     "late write of an earlier term that lost a change; repairing it from the source",
+			lostChangeRepairDiedLate: "late write of an earlier term that lost a change; repairing it from the source",
+			lostChangeRelistDied:     "late write of an earlier term; relisting",
+		}[lost], t: t}
+		_, stopC := run(stalled, epoch, slog.New(logged))
+		<-stalled.entered
+		stopC()
+		if err := srcC.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if !logged.seen.Load() {
+			t.Fatalf("the leader that died did not log %q", logged.want)
+		}
+		m, f := lastMessage(t, stream)
+		if m.Subject != "l.progress" || len(f) != 3 || f[2] != "3" {
+			t.Fatalf("the stream ends with %s %v, not the first message of the leader that died", m.Subject, f)
+		}
+		if lost == lostChangeRepairDiedLate {
+			data, err := json.Marshal(pgtest.Row{K: "late2", V: 9})
+			if err != nil {
+				t.Fatal(err)
+			}
+			late2Msg := nats.NewMsg(relay.KeySubject("l", "late2"))
+			late2Msg.Header.Set("Dbi", strconv.FormatUint(late2, 10)+" "+strconv.FormatUint(late, 10)+" 1 put 0 1 commit")
+			late2Msg.Data = data
+			publish(late2Msg, m.Sequence)
+			informertest.WaitFor(t, inf, core.ResourceVersion(late2))
+		}
+		epoch++
 	}
+	tableB, _ := table()
 	lw := &countLists{ListerWatcher: tableB}
 	want := map[int]string{
-		lostProgress:       "late write of an earlier term that lost no change; resuming",
-		lostChange:         "repaired a late write of an earlier term from the source (no relist)",
-		lostChangeIdle:     "repaired a late write of an earlier term from the source (no relist)",
-		lostChangeSlotLost: "cannot repair a late write of an earlier term from the source",
+		lostProgress:             "late write of an earlier term that lost no change; resuming",
+		lostChange:               "repaired a late write of an earlier term from the source (no relist)",
+		lostChangeIdle:           "repaired a late write of an earlier term from the source (no relist)",
+		lostChangeSlotLost:       "cannot repair a late write of an earlier term from the source",
+		lostChangeRepairDied:     "repaired a late write of an earlier term from the source (no relist)",
+		lostChangeRelistDied:     "ended before its relist was stored",
+		lostChangeRepairDiedLate: "repaired a late write of an earlier term from the source (no relist)",
 	}[lost]
 	logged := &flagHandler{want: want, t: t}
-	rB, stopB := run(lw, 3, slog.New(logged))
+	rB, stopB := run(lw, epoch, slog.New(logged))
 	defer stopB()
 	if lost == lostChangeIdle {
 		informertest.Eventually(t, "the new leader repairs before the next write", logged.seen.Load)
@@ -211,7 +280,7 @@ func lateWrite(t *testing.T, lost int) {
 	after := put("after", 1)
 	informertest.WaitFor(t, inf, core.ResourceVersion(after))
 	wantLists := int64(0)
-	if lost == lostChangeSlotLost {
+	if lost == lostChangeSlotLost || lost == lostChangeRelistDied {
 		wantLists = 1
 		informertest.Eventually(t, "the new leader counts its relist", func() bool { return rB.Relists() > 0 })
 	}
@@ -252,4 +321,41 @@ func lateWrite(t *testing.T, lost int) {
 			}
 		}
 	}
+}
+
+// stallSource is a Postgres table whose List and Watch never answer:
+// a leader over it stops after its first message, before it stores a
+// relist or a repair. entered is closed at the first call.
+type stallSource struct {
+	driver.ListerWatcher[pgtest.Row]
+	entered chan struct{}
+	once    sync.Once
+}
+
+func (s *stallSource) List(ctx context.Context, _ driver.ListSink[pgtest.Row]) (core.ResourceVersion, error) {
+	s.once.Do(func() { close(s.entered) })
+	<-ctx.Done()
+	return 0, ctx.Err()
+}
+
+func (s *stallSource) Watch(ctx context.Context, _ core.ResourceVersion, _ driver.WatchOptions[pgtest.Row]) error {
+	s.once.Do(func() { close(s.entered) })
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// lastMessage returns the stream's last message and the fields of its
+// Dbi header.
+func lastMessage(t *testing.T, stream jetstream.Stream) (*jetstream.RawStreamMsg, []string) {
+	t.Helper()
+	ctx := context.Background()
+	info, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := stream.GetMsg(ctx, info.State.LastSeq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, strings.Fields(m.Header.Get("Dbi"))
 }

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -274,14 +273,7 @@ func (r *Relay[T]) term(ctx context.Context, t leader.Term, ts *termState) (err 
 		}
 	}()
 	relist := st.carry(ts, st.committed == 0 || ts.relist || partial != nil)
-	first := r.progress(st, st.committed)
-	if partial != nil {
-		first = message(r.opts.Prefix+"."+tokAbort+"."+strconv.FormatUint(partialV, 10), partialV, st.lastChange, st.epoch, nil)
-	}
-	ack := st.committed
-	if st.repair != nil {
-		ack = st.repair.from // the source must keep what the repair replays
-	}
+	first, ack := r.first(st, partialV, partial != nil, relist)
 	// The term's first message: from here on a relay of an earlier term
 	// finds a later epoch in the stream and stops.
 	if err := p.send(st, []*nats.Msg{first}, ack); err != nil {
@@ -377,6 +369,14 @@ func (r *Relay[T]) relist(ctx context.Context, p *pipeline, st *state, force map
 	for _, key := range slices.Sorted(maps.Keys(gone)) {
 		changes = append(changes, change{key: key, op: opDel})
 	}
+	if ver == st.committed && len(changes) > 0 {
+		// A downstream that confirmed ver would take the group for one
+		// it delivered: it waits for the source's next version (see
+		// repair.listed).
+		st.repair = &repair{from: ver, to: ver, listed: changes, nListed: len(objs)}
+		r.log.Info("relay source listed at the version the stream ends at; its relist's group waits for the source's next version", "relay", r.source, "version", ver, "changed", len(changes))
+		return nil
+	}
 	msgs := r.group(st, ver, changes, true)
 	if len(msgs) == 0 {
 		msgs = append(msgs, r.progress(st, ver))
@@ -404,7 +404,7 @@ func (r *Relay[T]) relist(ctx context.Context, p *pipeline, st *state, force map
 func (r *Relay[T]) watch(ctx context.Context, p *pipeline, st *state) error {
 	from := st.committed
 	if st.repair != nil {
-		from, st.repair.changes = st.repair.from, nil
+		from, st.repair.changes = st.repair.from, slices.Clone(st.repair.listed)
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()

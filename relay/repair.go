@@ -3,6 +3,7 @@ package relay
 import (
 	"fmt"
 	"maps"
+	"strconv"
 
 	"github.com/nats-io/nats.go"
 
@@ -37,19 +38,30 @@ import (
 // Options.ProgressInterval).
 //
 // Until the group is stored the term acknowledges the source no further
-// than from: its first message (progress at to) acknowledges from, and
-// the changes replayed are acknowledged with the group.
+// than from: its first message (progress at to, recording the repair:
+// see pending) acknowledges from, and the changes replayed are
+// acknowledged with the group.
+//
+// A relist whose source listed at the version the stream already ends at
+// (an etcd prefix or the memory source list at their current revision,
+// which does not move while nothing is written) is published the same
+// way (listed): its group at that version would look delivered to a
+// downstream that confirmed it, which would never get its changes.
 type repair struct {
 	from, to uint64
 	keys     map[string]bool // the late writes' keys: the replay must hold a change of each
 	changes  []change        // replayed so far, in source order
+	listed   []change        // a relist's changes at from, before the replayed ones (nil: a repair of a late write)
+	nListed  int             // for a relist: the keys it listed
 }
 
 // carry settles how the term mends late writes, across its attempts,
 // and returns whether it relists (relist: it must for another reason).
 // The first message of an attempt supersedes the intruder (both are
 // progress), so that the next attempt's read of the stream no longer
-// shows the late writes: what the attempt was mending is carried in ts.
+// shows the late writes: what the attempt was mending is carried in ts
+// (the message records it too, for a term in another process: see
+// takeUp; ts also keeps the late writes' keys of a relist).
 // A repair is taken up again while the stream still ends where the
 // attempt that started it found it (no more than that attempt's first
 // message, progress at the same version, was stored), and dropped once
@@ -74,6 +86,88 @@ func (st *state) carry(ts *termState, relist bool) bool {
 	return relist
 }
 
+// first returns the term's first message and the source version it
+// acknowledges: an abort of the unfinished group at version partialV the
+// stream ends with (partial), else progress at the stream's last version,
+// which records the repair or relist the term starts with (hdrPending),
+// because it supersedes the trace of a late write that made the term
+// mend it (see pending). A repair acknowledges no further than the
+// version it replays the source from: the source must keep those changes.
+func (r *Relay[T]) first(st *state, partialV uint64, partial, relist bool) (*nats.Msg, uint64) {
+	if partial {
+		return message(r.opts.Prefix+"."+tokAbort+"."+strconv.FormatUint(partialV, 10), partialV, st.lastChange, st.epoch, nil), st.committed
+	}
+	m := r.progress(st, st.committed)
+	switch {
+	case st.repair != nil:
+		setPending(m, pending{from: st.repair.from})
+		return m, st.repair.from
+	case relist:
+		setPending(m, pending{relist: true})
+	}
+	return m, st.committed
+}
+
+// takeUp carries on with what a term was mending when the stream holds
+// that term's first message recording it (see pending) and nothing of
+// the term, or of a later one, after it: the term ended before its
+// repair or relist was stored, and its record is the only trace of the
+// change the stream lacks (the message superseded the late write's
+// evidence). The stream holds one progress message, so one record at
+// most. A repair is taken up from its version to the stream's last (the
+// late writes are the stream's key messages past that version, as no
+// term stored anything after them but the record and, maybe, more late
+// writes). Late writes stored after the record (a deposed term's
+// pipelined messages, the record their intruder: see lateLoss) are
+// mended with it: a repair the read found for them starts from the
+// record's version instead (what the record mends comes first), one it
+// found harmless is the record's repair, and a relist for them
+// republishes the record's keys too.
+func (r *Relay[T]) takeUp(st *state, entries []entry) {
+	var rec entry
+	for _, e := range entries {
+		if e.pending != nil {
+			rec = e
+		}
+	}
+	pd := rec.pending
+	if pd == nil {
+		return
+	}
+	for _, e := range entries {
+		if e.seq > rec.seq && e.epoch >= rec.epoch {
+			return // the term went on: its repair or relist was stored, or read finds it unfinished
+		}
+	}
+	keys := map[string]bool{}
+	for _, e := range entries {
+		if e.kind == kindKey && !pd.relist && e.version > pd.from {
+			keys[e.key] = true
+		}
+	}
+	switch {
+	case pd.relist:
+		if st.late == nil {
+			st.late = map[string]bool{}
+		}
+		st.dropRepair()
+		r.log.Warn("relay stream holds the first message of a term that ended before its relist was stored (a relist that mends a late write of an earlier term, or a broken chain); relisting", "relay", r.source, "epoch", rec.epoch, "sequence", rec.seq)
+	case st.late != nil:
+		maps.Copy(st.late, keys)
+		r.log.Warn("relay stream holds the first message of a term that ended before its repair of a late write of an earlier term was stored, and later late writes; relisting", "relay", r.source, "epoch", rec.epoch, "sequence", rec.seq, "from", pd.from)
+	case st.repair != nil:
+		st.repair.from = min(st.repair.from, pd.from)
+		if st.repair.keys == nil {
+			st.repair.keys = map[string]bool{}
+		}
+		maps.Copy(st.repair.keys, keys)
+		r.log.Warn("relay stream holds the first message of a term that ended before its repair of a late write of an earlier term was stored; repairing it with the late writes after it", "relay", r.source, "epoch", rec.epoch, "sequence", rec.seq, "from", st.repair.from, "to", st.repair.to)
+	default:
+		st.repair = &repair{from: pd.from, to: st.committed, keys: keys}
+		r.log.Warn("relay stream holds the first message of a term that ended before its repair of a late write of an earlier term was stored; repairing it from the source", "relay", r.source, "epoch", rec.epoch, "sequence", rec.seq, "from", pd.from, "to", st.committed)
+	}
+}
+
 // dropRepair gives the repair up for a relist, which republishes its keys
 // as it republishes every late write's (state.late).
 func (st *state) dropRepair() {
@@ -90,8 +184,9 @@ func (st *state) dropRepair() {
 // expired logs that the source's watch expired, so that the term
 // relists, and gives up a repair under way (see repair) for the relist.
 func (r *Relay[T]) expired(st *state, err error) {
-	if st.repair == nil {
+	if st.repair == nil || st.repair.listed != nil {
 		r.log.Info("relay source expired; relisting", "relay", r.source, "from", st.committed, "err", err)
+		st.repair = nil
 		return
 	}
 	r.log.Warn("relay cannot repair a late write of an earlier term from the source (see err); relisting", "relay", r.source, "from", st.repair.from, "err", err)
@@ -140,6 +235,12 @@ func (r *Relay[T]) repairStep(p *pipeline, st *state, v uint64, changes []change
 	st.repair = nil
 	if err := p.sync(); err != nil {
 		return err
+	}
+	if rp.listed != nil {
+		r.relists.Add(1)
+		r.opts.Metrics.Relisted(len(msgs), rp.nListed)
+		r.log.Info("relay published a relist of the source", "relay", r.source, "version", v, "listed_at", rp.from, "changed", len(msgs), "listed", rp.nListed)
+		return nil
 	}
 	r.log.Info("relay repaired a late write of an earlier term from the source (no relist)", "relay", r.source, "from", rp.from, "late", rp.to, "version", v, "keys", len(seen))
 	return nil

@@ -93,6 +93,7 @@ func (r *Relay[T]) read(ctx context.Context, epoch uint64, wrote bool) (*state, 
 			st.late = keys
 		}
 	}
+	r.takeUp(st, entries)
 	if last.seq == 0 || last.commitPoint() {
 		return st, 0, nil, nil
 	}

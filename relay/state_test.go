@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"log/slog"
 	"maps"
 	"slices"
 	"testing"
@@ -78,6 +79,68 @@ func TestCarry(t *testing.T) {
 			}
 			if got := slices.Sorted(maps.Keys(ts.late)); !slices.Equal(got, tc.wantLate) {
 				t.Errorf("the term's late keys %v, want %v", got, tc.wantLate)
+			}
+		})
+	}
+}
+
+// A stream that holds a term's record of a repair it did not store
+// (hdrPending), and nothing of that term or a later one after it, has a
+// new term carry on with it: from the recorded version to the stream's
+// last, with the keys of the late writes (every key message past the
+// repair's version) for the replay to hold. A relist recorded is a
+// relist. Late writes after the record (a deposed term's pipelined
+// messages, the record their intruder) are mended with it: the repair
+// read found for them starts from the record's version, one read found
+// harmless is the record's, and a relist for them republishes the
+// record's keys too. A record the term went on from is done.
+func TestTakeUp(t *testing.T) {
+	key := func(k string, seq, epoch, v uint64) entry {
+		return entry{kind: kindKey, key: k, seq: seq, epoch: epoch, version: v, prev: v - 1, index: 0, count: 1}
+	}
+	entries := []entry{key("old", 9, 1, 5), key("late", 11, 1, 7), key("late2", 12, 1, 8)}
+	record := func(pd pending) entry {
+		return entry{kind: kindProgress, seq: 13, epoch: 3, version: 8, prev: 7, pending: &pd}
+	}
+	repairing := record(pending{from: 5})
+	lateAfter := key("late3", 14, 1, 9) // a late write behind the record
+	for _, tc := range []struct {
+		name       string
+		more       []entry
+		repair     *repair         // the read's, for late writes it still shows
+		late       map[string]bool // the read's relist keys, likewise
+		wantRepair *repair
+		wantLate   []string // nil: no relist
+	}{
+		{name: "no record"},
+		{name: "repair", more: []entry{repairing}, wantRepair: &repair{from: 5, to: 8, keys: map[string]bool{"late": true, "late2": true}}},
+		{name: "relist", more: []entry{record(pending{relist: true})}, wantLate: []string{}},
+		{name: "relist, and a repair for late writes", more: []entry{record(pending{relist: true}), lateAfter},
+			repair: &repair{from: 8, to: 9, keys: map[string]bool{"late3": true}}, wantLate: []string{"late3"}},
+		{name: "the term went on", more: []entry{repairing, key("lost", 14, 3, 10)}},
+		{name: "late writes after it: relist", more: []entry{repairing, lateAfter}, late: map[string]bool{"late3": true},
+			wantLate: []string{"late", "late2", "late3"}},
+		{name: "late writes after it: repair", more: []entry{repairing, lateAfter}, repair: &repair{from: 8, to: 9, keys: map[string]bool{"late3": true}},
+			wantRepair: &repair{from: 5, to: 9, keys: map[string]bool{"late": true, "late2": true, "late3": true}}},
+		{name: "late writes after it: harmless", more: []entry{repairing, lateAfter},
+			wantRepair: &repair{from: 5, to: 9, keys: map[string]bool{"late": true, "late2": true, "late3": true}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &Relay[int]{log: slog.New(slog.DiscardHandler)}
+			all := append(slices.Clone(entries), tc.more...)
+			st := &state{committed: all[len(all)-1].version, repair: tc.repair, late: tc.late}
+			r.takeUp(st, all)
+			switch {
+			case (st.repair == nil) != (tc.wantRepair == nil):
+				t.Fatalf("repair %+v, want %+v", st.repair, tc.wantRepair)
+			case st.repair != nil && (st.repair.from != tc.wantRepair.from || st.repair.to != tc.wantRepair.to || !maps.Equal(st.repair.keys, tc.wantRepair.keys)):
+				t.Fatalf("repair %+v, want %+v", st.repair, tc.wantRepair)
+			}
+			if (st.late == nil) != (tc.wantLate == nil) {
+				t.Fatalf("late %v, want %v", st.late, tc.wantLate)
+			}
+			if got := slices.Sorted(maps.Keys(st.late)); st.late != nil && !slices.Equal(got, tc.wantLate) {
+				t.Errorf("late keys %v, want %v", got, tc.wantLate)
 			}
 		})
 	}

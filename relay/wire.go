@@ -29,9 +29,24 @@ import (
 // One header rather than one per field: every downstream consumer parses
 // every message's headers (nats.go builds a map entry and strings for
 // each), which made them the largest cost of a downstream watch.
+//
+// A term's first message, when the term starts by mending what a late
+// write of an earlier term cost, is progress with a second header that
+// records it until the repair or relist is stored (see pending):
+//
+//	Dbi-Pending: repair <from>                                  a repair replaying the source from version <from>
+//	Dbi-Pending: relist
+//
+// A header of its own, not a field of Dbi, so that a reader that does not
+// know it (a downstream, or a relay of an earlier release) reads the
+// message as the progress it also is.
 const (
-	hdrMeta  = "Dbi"
-	hdrError = "Dbi-Error" // on an "err" key message: why the source could not decode the object
+	hdrMeta    = "Dbi"
+	hdrError   = "Dbi-Error"   // on an "err" key message: why the source could not decode the object
+	hdrPending = "Dbi-Pending" // on a term's first progress message: the repair or relist it starts with
+
+	pendRepair = "repair"
+	pendRelist = "relist"
 
 	flagCommit = "commit"
 	flagRelist = "relist"
@@ -96,6 +111,17 @@ type entry struct {
 	count   uint64
 	errText string
 	data    []byte
+	pending *pending // for kindProgress: hdrPending, if any
+}
+
+// pending is what a term recorded in its first message that it mends
+// before anything else (hdrPending): the message supersedes the later
+// term's progress message that showed the late write (see lateLoss), so
+// that, should the term end before its repair or relist is stored, the
+// record is the only trace of the change the stream lacks.
+type pending struct {
+	relist bool   // a relist
+	from   uint64 // else a repair that replays the source from this version (see repair)
 }
 
 // commitPoint reports whether every change up to e.version has been
@@ -164,6 +190,12 @@ func parse(prefix, subject string, seq uint64, h nats.Header, data []byte) (entr
 	}
 	if err := e.parseMeta(meta); err != nil {
 		return e, fmt.Errorf("subject %q sequence %d: %w", subject, seq, err)
+	}
+	if p := h.Get(hdrPending); p != "" && e.kind == kindProgress {
+		var err error
+		if e.pending, err = parsePending(p); err != nil {
+			return e, fmt.Errorf("subject %q sequence %d: %w", subject, seq, err)
+		}
 	}
 	if e.kind != kindKey {
 		return e, nil
@@ -238,6 +270,28 @@ func (e *entry) parseMeta(meta string) error {
 		}
 	}
 	return nil
+}
+
+// parsePending reads hdrPending.
+func parsePending(p string) (*pending, error) {
+	if p == pendRelist {
+		return &pending{relist: true}, nil
+	}
+	if f, ok := strings.CutPrefix(p, pendRepair+" "); ok {
+		if from, err := strconv.ParseUint(f, 10, 64); err == nil && from > 0 {
+			return &pending{from: from}, nil
+		}
+	}
+	return nil, fmt.Errorf("header %s=%q is neither %q nor %q and a version (was it written by something other than a relay?)", hdrPending, p, pendRelist, pendRepair)
+}
+
+// setPending records pd in m, a term's first progress message (hdrPending).
+func setPending(m *nats.Msg, pd pending) {
+	v := pendRelist
+	if !pd.relist {
+		v = pendRepair + " " + strconv.FormatUint(pd.from, 10)
+	}
+	m.Header[hdrPending] = []string{v}
 }
 
 // message builds one relayed message whose hdrMeta holds version, prev
