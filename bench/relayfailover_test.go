@@ -576,6 +576,15 @@ func runRelayFailover(b *testing.B, pg *harness.Postgres, cl *harness.NATSCluste
 			}
 			t0 = time.Now()
 			faultNs.Store(t0.UnixNano())
+			// A follower may have applied a row the leader published
+			// between the first clock and this one: it is not the new
+			// leader's (two SIGSTOP gaps read as negative, and their
+			// lag windows started before the takeover, holding the
+			// stall). Cleared after the new clock is set, so that no
+			// row sent before it counts again.
+			for _, f := range followers {
+				f.firstAfter.Store(0)
+			}
 			if sig == syscall.SIGSTOP {
 				// Thawed after the takeover: it must find itself deposed.
 				heal = func() {
