@@ -67,11 +67,11 @@
 // relay whose message failed sees a later one acknowledged and relists,
 // and a term that finds an earlier term's message stored after a later
 // one's (a late write) mends what it cost. Where the message it cost
-// provably carried no change (the later term's first progress message
-// took the place of the earlier term's progress message: the earlier
-// term's next message starts a group with the same last complete group),
+// provably carried no change (the later term's first message took the
+// sequence of the earlier term's progress message: the earlier term's
+// next message starts a group with the same last complete group),
 // the term resumes from the stream. Where it may have carried one, and
-// the late writes follow that progress message alone, no relay
+// the late writes follow that first message alone, no relay
 // acknowledged the source past its version (a pipeline acknowledges in
 // order and nothing after its first failure), so the term repairs from
 // the source instead of relisting: it watches the source from that
@@ -86,8 +86,11 @@
 // longer holds those changes (driver.ErrExpired), relists instead,
 // republishing the late writes' keys so that the next term does not find
 // them again, and logs why. A relist republishes whatever the stream
-// lacks. The term's first message supersedes the later term's progress
-// message that showed the late write, so it records what the term mends
+// lacks. A term's first message is on a subject of its own,
+// <prefix>.term, so that a deposed term's late progress cannot take its
+// place (the stream keeps one message per subject) and hide the late
+// writes behind it. The term's first message supersedes the later term's
+// first message that showed the late write, so it records what the term mends
 // (a header, Dbi-Pending: the repair's version, or a relist): a term
 // that finds that record with nothing of its term after it (only, maybe,
 // more late writes, which it mends with it), the term having ended
@@ -140,6 +143,7 @@
 //	<prefix>.k.<key>                  a change: op put|del|err, data = Codec bytes
 //	<prefix>.s.<shards>.<shard>.<key> the same, with Options.Shards (see Shards)
 //	<prefix>.progress                 the source's head: nothing changed up to it
+//	<prefix>.term                     a term's first message: progress, kept apart (see Pipelining)
 //	<prefix>.abort.<version>          drop the unfinished group at version
 //
 // Keys are encoded into one subject token (KeySubject, ShardKeySubject). Every message

@@ -55,6 +55,12 @@ func TestLateWriteOfDeposedTerm(t *testing.T) {
 	// The deposed leader's next pipelined message lands behind the
 	// first message of the leader that died: the repair covers both.
 	t.Run("lost change, repairing leader died, late again: repair", func(t *testing.T) { lateWrite(t, lostChangeRepairDiedLate) })
+	// The later term is a real relay (epoch 2) that stored its first
+	// message and ended; the deposed leader's late writes behind it end
+	// with progress, which the stream keeps one message of per subject:
+	// were the first message progress too, the late one would remove it
+	// and, with it, every trace of the late writes.
+	t.Run("lost change, late progress: repair", func(t *testing.T) { lateWrite(t, lostChangeLateProgress) })
 }
 
 // What the deposed term's refused message carried, and whether the slot
@@ -70,6 +76,7 @@ const (
 	// the source was acknowledged up to, and the new leader relists.
 	lostChangeRelistDied
 	lostChangeRepairDiedLate
+	lostChangeLateProgress
 )
 
 func lateWrite(t *testing.T, lost int) {
@@ -177,10 +184,38 @@ func lateWrite(t *testing.T, lost int) {
 			t.Fatalf("stored at %d, not %d", ack.Sequence, after+1)
 		}
 	}
+	// A leader of a later term: a Source of its own over the same
+	// permanent slot, as in another process.
+	table := func() (driver.ListerWatcher[pgtest.Row], *pginformer.Source) {
+		src, err := pginformer.NewSource(ctx, pg.ConnString(), pginformer.Options{PermanentSlot: true, Slot: "relay_late"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { src.Close() })
+		tbl, err := pginformer.NewTable[pgtest.Row](ctx, src, h.TableName(), pginformer.TableOptions[pgtest.Row]{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tbl, src
+	}
 	// The later term's first message, from its read of the stream.
-	intruder := nats.NewMsg("l.progress")
-	intruder.Header.Set("Dbi", strconv.FormatUint(committed, 10)+" "+strconv.FormatUint(lastChange, 10)+" 2")
-	publish(intruder, top)
+	if lost == lostChangeLateProgress {
+		tableL, srcL := table()
+		stalled := &stallSource{ListerWatcher: tableL, entered: make(chan struct{})}
+		_, stopL := run(stalled, 2, nil)
+		<-stalled.entered
+		stopL()
+		if err := srcL.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if m, f := lastMessage(t, stream); m.Sequence != top+1 || len(f) != 3 || f[2] != "2" {
+			t.Fatalf("the stream ends with %s %v at %d, not the later term's first message at %d", m.Subject, f, m.Sequence, top+1)
+		}
+	} else {
+		intruder := nats.NewMsg("l.term")
+		intruder.Header.Set("Dbi", strconv.FormatUint(committed, 10)+" "+strconv.FormatUint(lastChange, 10)+" 2")
+		publish(intruder, top)
+	}
 	// The deposed leader's next message, stored behind it.
 	data, err := json.Marshal(pgtest.Row{K: lateKey, V: lateV})
 	if err != nil {
@@ -190,6 +225,13 @@ func lateWrite(t *testing.T, lost int) {
 	lateMsg.Header.Set("Dbi", strconv.FormatUint(late, 10)+" "+strconv.FormatUint(prev, 10)+" 1 put 0 1 commit")
 	lateMsg.Data = data
 	publish(lateMsg, top+1)
+	if lost == lostChangeLateProgress {
+		// The deposed leader's next pipelined message: progress at the
+		// late write's version.
+		lateProgress := nats.NewMsg("l.progress")
+		lateProgress.Header.Set("Dbi", strconv.FormatUint(late, 10)+" "+strconv.FormatUint(late, 10)+" 1")
+		publish(lateProgress, top+2)
+	}
 	if lost != lostProgress {
 		// The downstream reads the late write and confirms its version
 		// without the lost change (a late write cannot be told from a
@@ -208,20 +250,7 @@ func lateWrite(t *testing.T, lost int) {
 		}
 	}
 
-	// A new leader: a Source of its own over the same permanent slot,
-	// as in another process.
-	table := func() (driver.ListerWatcher[pgtest.Row], *pginformer.Source) {
-		src, err := pginformer.NewSource(ctx, pg.ConnString(), pginformer.Options{PermanentSlot: true, Slot: "relay_late"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { src.Close() })
-		tbl, err := pginformer.NewTable[pgtest.Row](ctx, src, h.TableName(), pginformer.TableOptions[pgtest.Row]{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tbl, src
-	}
+	// A new leader, as in another process.
 	epoch := uint64(3)
 	if lost == lostChangeRepairDied || lost == lostChangeRelistDied || lost == lostChangeRepairDiedLate {
 		// The leader that finds the late write stops once it has
@@ -244,7 +273,7 @@ func lateWrite(t *testing.T, lost int) {
 			t.Fatalf("the leader that died did not log %q", logged.want)
 		}
 		m, f := lastMessage(t, stream)
-		if m.Subject != "l.progress" || len(f) != 3 || f[2] != "3" {
+		if m.Subject != "l.term" || len(f) != 3 || f[2] != "3" {
 			t.Fatalf("the stream ends with %s %v, not the first message of the leader that died", m.Subject, f)
 		}
 		if lost == lostChangeRepairDiedLate {
@@ -270,6 +299,7 @@ func lateWrite(t *testing.T, lost int) {
 		lostChangeRepairDied:     "repaired a late write of an earlier term from the source (no relist)",
 		lostChangeRelistDied:     "ended before its relist was stored",
 		lostChangeRepairDiedLate: "repaired a late write of an earlier term from the source (no relist)",
+		lostChangeLateProgress:   "repaired a late write of an earlier term from the source (no relist)",
 	}[lost]
 	logged := &flagHandler{want: want, t: t}
 	rB, stopB := run(lw, epoch, slog.New(logged))

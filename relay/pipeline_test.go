@@ -83,7 +83,7 @@ func committedIn(ctx context.Context, st jetstream.Stream, prefix string) (uint6
 		return 0, fmt.Errorf("the stream's last message (%s) has no relay header: %v", m.Subject, m.Header)
 	}
 	n := func(i int) uint64 { v, _ := strconv.ParseUint(f[i], 10, 64); return v }
-	if m.Subject == prefix+".progress" || (len(f) >= 6 && n(4)+1 == n(5)) {
+	if m.Subject == prefix+".progress" || m.Subject == prefix+".term" || (len(f) >= 6 && n(4)+1 == n(5)) {
 		return n(0), nil
 	}
 	return n(1), nil

@@ -88,16 +88,17 @@ func (st *state) carry(ts *termState, relist bool) bool {
 
 // first returns the term's first message and the source version it
 // acknowledges: an abort of the unfinished group at version partialV the
-// stream ends with (partial), else progress at the stream's last version,
-// which records the repair or relist the term starts with (hdrPending),
-// because it supersedes the trace of a late write that made the term
-// mend it (see pending). A repair acknowledges no further than the
+// stream ends with (partial), else progress at the stream's last version
+// on the term subject (tokTerm), which records the repair or relist the
+// term starts with (hdrPending), because it supersedes the trace of a
+// late write that made the term mend it (the previous term's first
+// message: see pending). A repair acknowledges no further than the
 // version it replays the source from: the source must keep those changes.
 func (r *Relay[T]) first(st *state, partialV uint64, partial, relist bool) (*nats.Msg, uint64) {
 	if partial {
 		return message(r.opts.Prefix+"."+tokAbort+"."+strconv.FormatUint(partialV, 10), partialV, st.lastChange, st.epoch, nil), st.committed
 	}
-	m := r.progress(st, st.committed)
+	m := message(r.opts.Prefix+"."+tokTerm, st.committed, st.lastChange, st.epoch, nil)
 	switch {
 	case st.repair != nil:
 		setPending(m, pending{from: st.repair.from})
@@ -113,8 +114,8 @@ func (r *Relay[T]) first(st *state, partialV uint64, partial, relist bool) (*nat
 // the term, or of a later one, after it: the term ended before its
 // repair or relist was stored, and its record is the only trace of the
 // change the stream lacks (the message superseded the late write's
-// evidence). The stream holds one progress message, so one record at
-// most. A repair is taken up from its version to the stream's last (the
+// evidence). The stream holds one message of the term subject, so one
+// record at most. A repair is taken up from its version to the stream's last (the
 // late writes are the stream's key messages past that version, as no
 // term stored anything after them but the record and, maybe, more late
 // writes). Late writes stored after the record (a deposed term's

@@ -190,7 +190,7 @@ func lateWrites(entries []entry, last entry, ours bool) (string, map[string]bool
 // holds what it carried. The shape is: every late write is of one term A,
 // a key or progress message, stored behind exactly one message of a later
 // term (the intruder), with nothing of another term behind them; and the
-// intruder is a progress message written from a read of the stream that
+// intruder is a progress message (that term's first) written from a read of the stream that
 // ended at s-1 with A's message at a commit point (its version and prev
 // are that message's committed and lastChange).
 //

@@ -65,6 +65,14 @@ const (
 	tokShard    = "s"        // <prefix>.s.<shards>.<shard>.<encoded key>: a change, with Options.Shards
 	tokProgress = "progress" // <prefix>.progress: the source's head
 	tokAbort    = "abort"    // <prefix>.abort.<version>: drop an unfinished group
+	// <prefix>.term: a term's first message, progress (the same header)
+	// on a subject of its own, so that a deposed term's late progress,
+	// which the stream would keep instead (one message per subject),
+	// cannot remove it: it is the later term's mark that shows the late
+	// writes behind it (lateWrites), and carries the record of what the
+	// term mends (hdrPending). A first message is sent alone, never
+	// pipelined, so no term's is ever late.
+	tokTerm = "term"
 )
 
 // encodeKey turns a key into one subject token: "k" and the key in
@@ -155,7 +163,7 @@ func parse(prefix, subject string, seq uint64, h nats.Header, data []byte) (entr
 		return e, fmt.Errorf("subject %q is not below the relay prefix %q", subject, prefix)
 	}
 	switch {
-	case rest == tokProgress:
+	case rest == tokProgress || rest == tokTerm:
 		e.kind = kindProgress
 	case strings.HasPrefix(rest, tokAbort+"."):
 		e.kind = kindAbort

@@ -21,6 +21,8 @@ func TestWireRoundTrip(t *testing.T) {
 		want    entry
 		wantErr string
 	}{
+		{name: "term", msg: message(prefix+".term", 30, 20, 2, nil),
+			want: entry{kind: kindProgress, version: 30, prev: 20, epoch: 2}},
 		{name: "progress", msg: message(prefix+".progress", 30, 20, 2, nil),
 			want: entry{kind: kindProgress, version: 30, prev: 20, epoch: 2}},
 		{name: "abort", msg: message(prefix+".abort.30", 30, 20, 2, nil),
