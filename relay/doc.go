@@ -64,9 +64,15 @@
 // message another relay slipped in takes the sequence one of ours
 // expected, and the next of ours, expecting the stream to end at that
 // very sequence, is stored behind it. Both sides of that are caught: the
-// relay whose message failed sees a later one acknowledged and relists,
-// and a term that finds an earlier term's message stored after a later
-// one's (a late write) mends what it cost. Where the message it cost
+// relay whose message failed sees a later one acknowledged (a broken
+// chain), and a term that finds an earlier term's message stored after a
+// later one's (a late write) mends what it cost. A broken chain, and late
+// writes behind messages of the term that finds them (a deposed leader,
+// thawed, sends its queued publishes, and one finds the stream at the
+// length it expected, however many the new term had published), cost
+// only changes the term itself sent after the last version it
+// acknowledged the source at: its next attempt repairs the stream from
+// the source from that version (below), with no relist. Where the message it cost
 // provably carried no change (the later term's first message took the
 // sequence of the earlier term's progress message: the earlier term's
 // next message starts a group with the same last complete group),

@@ -21,18 +21,22 @@ func TestLateWrites(t *testing.T) {
 		ours     bool
 		wantLate bool
 		wantKeys []string
+		wantSeq  uint64 // the lowest late write's sequence
 	}{
 		{name: "in order", entries: []entry{key("a", 1, 1), key("b", 5, 2), progress(7, 3), key("c", 6, 2)}},
-		{name: "a key after a later epoch", entries: []entry{key("b", 9, 1), key("a", 4, 2), progress(10, 2)}, wantLate: true, wantKeys: []string{"b"}},
-		{name: "progress after a later epoch", entries: []entry{key("a", 4, 2), progress(5, 1)}, wantLate: true},
-		{name: "several", entries: []entry{key("z", 8, 1), key("y", 6, 1), key("a", 4, 3), key("b", 5, 2)}, wantLate: true, wantKeys: []string{"b", "y", "z"}},
-		{name: "ours says the last is late", entries: []entry{key("a", 4, 1)}, ours: true, wantLate: true, wantKeys: []string{"a"}},
+		{name: "a key after a later epoch", entries: []entry{key("b", 9, 1), key("a", 4, 2), progress(10, 2)}, wantLate: true, wantKeys: []string{"b"}, wantSeq: 9},
+		{name: "progress after a later epoch", entries: []entry{key("a", 4, 2), progress(5, 1)}, wantLate: true, wantSeq: 5},
+		{name: "several", entries: []entry{key("z", 8, 1), key("y", 6, 1), key("a", 4, 3), key("b", 5, 2)}, wantLate: true, wantKeys: []string{"b", "y", "z"}, wantSeq: 5},
+		{name: "ours says the last is late", entries: []entry{key("a", 4, 1)}, ours: true, wantLate: true, wantKeys: []string{"a"}, wantSeq: 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			last := slices.MaxFunc(tc.entries, func(a, b entry) int { return int(a.seq) - int(b.seq) })
-			late, keys := lateWrites(tc.entries, last, tc.ours)
+			late, keys, lowest := lateWrites(tc.entries, last, tc.ours)
 			if (late != "") != tc.wantLate {
 				t.Fatalf("late = %q, want late: %v", late, tc.wantLate)
+			}
+			if lowest != tc.wantSeq {
+				t.Errorf("lowest late sequence %d, want %d", lowest, tc.wantSeq)
 			}
 			if tc.wantLate && !strings.Contains(late, "sequence") {
 				t.Errorf("the description %q does not name the sequence", late)

@@ -80,48 +80,9 @@ const (
 )
 
 func lateWrite(t *testing.T, lost int) {
-	nsrv := harness.StartNATS(t)
-	pg := harness.StartPostgres(t)
-	h := pgtest.New(t, pg, pgtest.Options{Slot: "relay_late"})
+	env := newLateEnv(t, "relay_late")
+	pg, h, js, stream, inf, run, put := env.pg, env.h, env.js, env.stream, env.inf, env.run, env.put
 	ctx := context.Background()
-	js := nsrv.JetStream(t)
-	stream, err := js.CreateStream(ctx, relay.StreamConfig("L", "l"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	down, err := relay.NewDownstream[pgtest.Row](ctx, js, "L", "l", relay.DownstreamOptions[pgtest.Row]{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	inf, _ := informertest.Run(t, down, core.InformerOptions[pgtest.Row]{Name: "down"}, informertest.NewRecorder(t, h.Version))
-	run := func(lw driver.ListerWatcher[pgtest.Row], epoch uint64, log *slog.Logger) (*relay.Relay[pgtest.Row], func()) {
-		r, err := relay.New(ctx, js, lw, relay.Options[pgtest.Row]{Stream: "L", Prefix: "l", Elector: fixedElector{epoch}, Logger: log, ProgressInterval: -1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		rctx, cancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- r.Run(rctx) }()
-		stopped := false
-		return r, func() {
-			if stopped {
-				return
-			}
-			stopped = true
-			cancel()
-			if err := <-done; err != nil {
-				t.Error(err)
-			}
-		}
-	}
-	put := func(key string, n int64) uint64 {
-		t.Helper()
-		rv, err := h.Put(ctx, key, n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return uint64(rv)
-	}
 
 	// The first leader (epoch 1) relays a few writes, then stops.
 	rA, stopA := run(h.ListerWatcher(), 1, nil)
@@ -325,12 +286,82 @@ func lateWrite(t *testing.T, lost int) {
 	if !logged.seen.Load() {
 		t.Errorf("the new leader did not log %q", want)
 	}
+	// A downstream that lists the stream after the new term reads the
+	// same.
+	sameAsTable(t, js, h, inf, after)
+}
+
+// lateEnv is a late-write test's world: a Postgres table, a stream L
+// (prefix l) on a nats-server, and a downstream informer over it.
+type lateEnv struct {
+	t      *testing.T
+	pg     *harness.Postgres
+	h      *pgtest.Harness
+	js     jetstream.JetStream
+	stream jetstream.Stream
+	inf    *core.SharedIndexInformer[pgtest.Row]
+}
+
+func newLateEnv(t *testing.T, slot string) *lateEnv {
+	ctx := context.Background()
+	env := &lateEnv{t: t, pg: harness.StartPostgres(t)}
+	env.h = pgtest.New(t, env.pg, pgtest.Options{Slot: slot})
+	env.js = harness.StartNATS(t).JetStream(t)
+	var err error
+	if env.stream, err = env.js.CreateStream(ctx, relay.StreamConfig("L", "l")); err != nil {
+		t.Fatal(err)
+	}
+	down, err := relay.NewDownstream[pgtest.Row](ctx, env.js, "L", "l", relay.DownstreamOptions[pgtest.Row]{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.inf, _ = informertest.Run(t, down, core.InformerOptions[pgtest.Row]{Name: "down"}, informertest.NewRecorder(t, env.h.Version))
+	return env
+}
+
+// run starts a relay of term epoch over lw; the function returned stops
+// it (once; later calls do nothing).
+func (env *lateEnv) run(lw driver.ListerWatcher[pgtest.Row], epoch uint64, log *slog.Logger) (*relay.Relay[pgtest.Row], func()) {
+	t := env.t
+	r, err := relay.New(context.Background(), env.js, lw, relay.Options[pgtest.Row]{Stream: "L", Prefix: "l", Elector: fixedElector{epoch}, Logger: log, ProgressInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(rctx) }()
+	stopped := false
+	return r, func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// put upserts key with value n and returns the commit's version.
+func (env *lateEnv) put(key string, n int64) uint64 {
+	env.t.Helper()
+	rv, err := env.h.Put(context.Background(), key, n)
+	if err != nil {
+		env.t.Fatal(err)
+	}
+	return uint64(rv)
+}
+
+// sameAsTable checks that inf, and a downstream that lists stream L
+// (prefix l) once it holds version after, both hold exactly the table.
+func sameAsTable(t *testing.T, js jetstream.JetStream, h *pgtest.Harness, inf *core.SharedIndexInformer[pgtest.Row], after uint64) {
+	t.Helper()
+	ctx := context.Background()
 	truth, err := h.Truth(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A downstream that lists the stream after the new term reads the
-	// same.
 	down2, err := relay.NewDownstream[pgtest.Row](ctx, js, "L", "l", relay.DownstreamOptions[pgtest.Row]{})
 	if err != nil {
 		t.Fatal(err)

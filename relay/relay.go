@@ -253,11 +253,15 @@ func (r *Relay[T]) lead(ctx context.Context, t leader.Term) error {
 // term relays from what the stream holds until something fails. state
 // carries what one attempt of an election term tells the next.
 func (r *Relay[T]) term(ctx context.Context, t leader.Term, ts *termState) (err error) {
-	st, partialV, partial, err := r.read(ctx, t.Epoch, ts.wrote)
+	st, partialV, partial, err := r.read(ctx, t.Epoch, ts.wrote, ts.acked)
 	if err != nil {
 		return err
 	}
-	p := newPipeline(ctx, r.js, r.source, r.opts.MaxInFlight, &r.published, r.acknowledge)
+	var acked atomic.Uint64
+	p := newPipeline(ctx, r.js, r.source, r.opts.MaxInFlight, &r.published, func(v uint64) {
+		r.acknowledge(v)
+		acked.Store(v)
+	})
 	before := r.published.Load()
 	defer func() {
 		// Whatever ended the term, what is in flight is settled first;
@@ -267,12 +271,13 @@ func (r *Relay[T]) term(ctx context.Context, t leader.Term, ts *termState) (err 
 			err = perr
 		}
 		ts.wrote = ts.wrote || r.published.Load() > before
+		ts.acked = max(ts.acked, acked.Load())
 		if p.brokenChain() {
-			r.log.Warn("relay message stored after one that failed; the next attempt relists", "relay", r.source, "epoch", t.Epoch)
-			ts.relist = true
+			r.log.Warn("relay message stored after one that failed; the next attempt repairs the stream from the source, or relists", "relay", r.source, "epoch", t.Epoch, "acknowledged", ts.acked)
+			ts.broken = true
 		}
 	}()
-	relist := st.carry(ts, st.committed == 0 || ts.relist || partial != nil)
+	relist := st.carry(ts, st.committed == 0 || partial != nil)
 	first, ack := r.first(st, partialV, partial != nil, relist)
 	// The term's first message: from here on a relay of an earlier term
 	// finds a later epoch in the stream and stops.
@@ -301,7 +306,7 @@ func (r *Relay[T]) term(ctx context.Context, t leader.Term, ts *termState) (err 
 			if err := r.relist(p.ctx, p, st, force); err != nil {
 				return err
 			}
-			partial, relist, ts.relist, ts.repair, ts.late = nil, false, false, nil, nil
+			partial, relist, ts.repair, ts.late = nil, false, nil, nil
 		}
 		err := r.watch(p.ctx, p, st)
 		if ctx.Err() != nil {

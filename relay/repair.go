@@ -15,7 +15,8 @@ import (
 // later term's (a late write: see lateLoss). The source, watched from
 // from (a version no relay acknowledged it past), replays every change
 // the stream may lack: all are after from and at or before to (the
-// stream's last version). The term collapses the replayed changes, up to
+// highest version the stream holds, state.top: a downstream may have
+// confirmed any of them). The term collapses the replayed changes, up to
 // and including the first version past to, into one group at that version
 // with each key's last change (a delete for a key deleted since from),
 // published as a relist's group is: its prev is the stream's last change,
@@ -49,14 +50,16 @@ import (
 // downstream that confirmed it, which would never get its changes.
 type repair struct {
 	from, to uint64
+	broken   bool            // it mends a broken chain of this term's (see carry), not a late write
 	keys     map[string]bool // the late writes' keys: the replay must hold a change of each
 	changes  []change        // replayed so far, in source order
 	listed   []change        // a relist's changes at from, before the replayed ones (nil: a repair of a late write)
 	nListed  int             // for a relist: the keys it listed
 }
 
-// carry settles how the term mends late writes, across its attempts,
-// and returns whether it relists (relist: it must for another reason).
+// carry settles how the term mends late writes and broken chains, across
+// its attempts, and returns whether it relists (relist: it must for
+// another reason).
 // The first message of an attempt supersedes the intruder (both are
 // progress), so that the next attempt's read of the stream no longer
 // shows the late writes: what the attempt was mending is carried in ts
@@ -66,11 +69,18 @@ type repair struct {
 // attempt that started it found it (no more than that attempt's first
 // message, progress at the same version, was stored), and dropped once
 // the stream went past it (the repair's group was stored). The keys of a
-// relist for late writes are republished until a relist is stored. A
+// relist for late writes are carried until a relist is stored. A
 // term that relists gives its repair up for the relist.
+//
+// A broken chain (the last attempt's message stored after one of its own
+// that failed: the stream lacks that one, and no reading of the stream
+// can tell) is repaired from the last version the term acknowledged: the
+// pipeline acknowledges the source in order and stopped before the
+// failed message, so the source holds every change the stream may lack.
+// A term that acknowledged nothing yet, or relists anyway, relists.
 func (st *state) carry(ts *termState, relist bool) bool {
-	if st.repair == nil && ts.repair != nil && st.committed == ts.repair.to {
-		st.repair = &repair{from: ts.repair.from, to: ts.repair.to, keys: ts.repair.keys}
+	if st.repair == nil && ts.repair != nil && st.committed == ts.at {
+		st.repair = &repair{from: ts.repair.from, to: max(ts.repair.to, st.top), keys: ts.repair.keys, broken: ts.repair.broken}
 	}
 	if ts.late != nil {
 		if st.late == nil {
@@ -78,11 +88,24 @@ func (st *state) carry(ts *termState, relist bool) bool {
 		}
 		maps.Copy(st.late, ts.late)
 	}
+	if ts.broken {
+		ts.broken = false
+		switch {
+		case ts.acked == 0 || relist || st.late != nil:
+			if st.late == nil {
+				st.late = map[string]bool{}
+			}
+		case st.repair == nil:
+			st.repair = &repair{from: ts.acked, to: st.top, keys: map[string]bool{}, broken: true}
+		default:
+			st.repair.from = min(st.repair.from, ts.acked)
+		}
+	}
 	relist = relist || st.late != nil
 	if relist {
 		st.dropRepair()
 	}
-	ts.repair, ts.late = st.repair, st.late
+	ts.repair, ts.late, ts.at = st.repair, st.late, st.committed
 	return relist
 }
 
@@ -164,8 +187,8 @@ func (r *Relay[T]) takeUp(st *state, entries []entry) {
 		maps.Copy(st.repair.keys, keys)
 		r.log.Warn("relay stream holds the first message of a term that ended before its repair of a late write of an earlier term was stored; repairing it with the late writes after it", "relay", r.source, "epoch", rec.epoch, "sequence", rec.seq, "from", st.repair.from, "to", st.repair.to)
 	default:
-		st.repair = &repair{from: pd.from, to: st.committed, keys: keys}
-		r.log.Warn("relay stream holds the first message of a term that ended before its repair of a late write of an earlier term was stored; repairing it from the source", "relay", r.source, "epoch", rec.epoch, "sequence", rec.seq, "from", pd.from, "to", st.committed)
+		st.repair = &repair{from: pd.from, to: st.top, keys: keys}
+		r.log.Warn("relay stream holds the first message of a term that ended before its repair of a late write of an earlier term was stored; repairing it from the source", "relay", r.source, "epoch", rec.epoch, "sequence", rec.seq, "from", pd.from, "to", st.top)
 	}
 }
 
@@ -241,6 +264,10 @@ func (r *Relay[T]) repairStep(p *pipeline, st *state, v uint64, changes []change
 		r.relists.Add(1)
 		r.opts.Metrics.Relisted(len(msgs), rp.nListed)
 		r.log.Info("relay published a relist of the source", "relay", r.source, "version", v, "listed_at", rp.from, "changed", len(msgs), "listed", rp.nListed)
+		return nil
+	}
+	if rp.broken {
+		r.log.Info("relay repaired a broken chain from the source (no relist)", "relay", r.source, "from", rp.from, "to", rp.to, "version", v, "keys", len(seen))
 		return nil
 	}
 	r.log.Info("relay repaired a late write of an earlier term from the source (no relist)", "relay", r.source, "from", rp.from, "late", rp.to, "version", v, "keys", len(seen))

@@ -12,10 +12,16 @@ import (
 
 // termState is what one attempt of an election term tells the next.
 type termState struct {
-	wrote  bool            // a message of the term was stored
-	relist bool            // the next attempt relists (a broken chain)
+	wrote bool // a message of the term was stored
+	// acked is the last source version the term's attempts acknowledged
+	// (the pipeline acknowledges in order, and only what JetStream
+	// stored): the source still holds every change after it, and the
+	// stream every one up to it. 0: none yet.
+	acked  uint64
+	broken bool            // the last attempt's chain broke (see pipeline.brokenChain): the stream lacks a message of the term
 	late   map[string]bool // the late writes' keys the term relists for, until its relist is stored (see carry)
 	repair *repair         // the repair the term started, until an attempt finds it stored (see carry)
+	at     uint64          // the version of the first message of the attempt that carried repair
 }
 
 // state is what the stream holds, as a term starts, and what the relay
@@ -25,6 +31,7 @@ type state struct {
 	epoch      uint64
 	lastSeq    uint64              // the stream's last sequence after what was sent: the next publish expects it
 	committed  uint64              // the last source version sent completely (progress included)
+	top        uint64              // the highest version in the stream as read (a late write may end the stream below it)
 	lastChange uint64              // the version of the last complete group of changes sent
 	hashes     map[string][32]byte // key -> hash of its last put (absent: deleted or never)
 	late       map[string]bool     // non-nil: the stream may lack a message (lateWrites); relist first, republishing these keys
@@ -37,8 +44,9 @@ type state struct {
 //
 // wrote says that a message of this epoch was stored before (an earlier
 // attempt of the same term): if the stream now ends with an earlier
-// epoch's message, that one landed later.
-func (r *Relay[T]) read(ctx context.Context, epoch uint64, wrote bool) (*state, uint64, map[string]bool, error) {
+// epoch's message, that one landed later. acked is the last source
+// version the term acknowledged (termState.acked).
+func (r *Relay[T]) read(ctx context.Context, epoch uint64, wrote bool, acked uint64) (*state, uint64, map[string]bool, error) {
 	var entries []entry
 	top, err := r.down.es.List(ctx, driver.ListSink[entry]{Emit: func(ev driver.Event[entry]) error {
 		if ev.Err != nil {
@@ -52,10 +60,15 @@ func (r *Relay[T]) read(ctx context.Context, epoch uint64, wrote bool) (*state, 
 	}
 	st := &state{epoch: epoch, lastSeq: uint64(top), hashes: make(map[string][32]byte, len(entries))}
 	var last entry
+	var ours uint64 // the sequence of this term's first message the stream holds
 	for _, e := range entries {
 		if e.seq > last.seq {
 			last = e
 		}
+		if e.epoch == epoch && (ours == 0 || e.seq < ours) {
+			ours = e.seq
+		}
+		st.top = max(st.top, e.version)
 		if e.kind == kindKey && e.op == opPut {
 			st.hashes[e.key] = sha256.Sum256(e.data)
 			st.puts = append(st.puts, e)
@@ -75,7 +88,7 @@ func (r *Relay[T]) read(ctx context.Context, epoch uint64, wrote bool) (*state, 
 		}
 	}
 	st.committed, st.lastChange = last.committed(), last.lastChange()
-	if late, keys := lateWrites(entries, last, wrote && last.epoch < epoch); late != "" {
+	if late, keys, lateSeq := lateWrites(entries, last, wrote && last.epoch < epoch); late != "" {
 		// A deposed relay's message landed after a later term's: it
 		// was fenced by position only (see pipeline), so the message
 		// before it may be missing. A relist republishes what is,
@@ -86,8 +99,17 @@ func (r *Relay[T]) read(ctx context.Context, epoch uint64, wrote bool) (*state, 
 		case ok && harmless && last.commitPoint():
 			r.log.Info("relay stream holds a late write of an earlier term that lost no change; resuming after it", "relay", r.source, "epoch", epoch, "late", late)
 		case ok && from > 0 && last.commitPoint():
-			r.log.Warn("relay stream holds a late write of an earlier term that lost a change; repairing it from the source", "relay", r.source, "epoch", epoch, "late", late, "from", from, "to", st.committed)
-			st.repair = &repair{from: from, to: st.committed, keys: keys}
+			r.log.Warn("relay stream holds a late write of an earlier term that lost a change; repairing it from the source", "relay", r.source, "epoch", epoch, "late", late, "from", from, "to", st.top)
+			st.repair = &repair{from: from, to: st.top, keys: keys}
+		case acked > 0 && ours > 0 && lateSeq > ours && last.commitPoint():
+			// Every late write is behind a message of this term: it took
+			// the place of one of this term's (a deposed leader's
+			// pipelined publishes, sent when it was thawed, one of which
+			// found the stream at the length it expected), so every
+			// change the stream may lack is one this term sent and the
+			// source was not acknowledged past (see termState.acked).
+			r.log.Warn("relay stream holds a late write of an earlier term behind this term's messages; repairing from the source from the version this term acknowledged", "relay", r.source, "epoch", epoch, "late", late, "from", acked, "to", st.top)
+			st.repair = &repair{from: acked, to: st.top, keys: keys}
 		default:
 			r.log.Warn("relay stream holds a late write of an earlier term; relisting", "relay", r.source, "epoch", epoch, "late", late)
 			st.late = keys
@@ -151,15 +173,20 @@ func abortedKeys(entries []entry) map[string]bool {
 // lateWrites finds the messages of an earlier epoch stored after one of
 // a later epoch among entries (and last, when ours says so): a deposed
 // relay's messages that landed after a later term had written. It
-// describes the first and returns the keys of those that are key
-// messages: a relist republishes them even if unchanged, so that they are
-// superseded and later terms do not find them again.
-func lateWrites(entries []entry, last entry, ours bool) (string, map[string]bool) {
+// describes the first, returns the keys of those that are key messages
+// (a relist or repair republishes them even if unchanged, so that they
+// are superseded and later terms do not find them again) and the lowest
+// sequence among them.
+func lateWrites(entries []entry, last entry, ours bool) (string, map[string]bool, uint64) {
 	var first string
+	var lowest uint64
 	keys := map[string]bool{}
 	note := func(e entry, what string) {
 		if first == "" {
 			first = what
+		}
+		if lowest == 0 || e.seq < lowest {
+			lowest = e.seq
 		}
 		if e.kind == kindKey {
 			keys[e.key] = true
@@ -178,7 +205,7 @@ func lateWrites(entries []entry, last entry, ours bool) (string, map[string]bool
 			top = e
 		}
 	}
-	return first, keys
+	return first, keys, lowest
 }
 
 // lateLoss examines the late writes among entries (see lateWrites). ok

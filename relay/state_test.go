@@ -45,7 +45,11 @@ func TestAbortedKeys(t *testing.T) {
 // the attempt's first message, which superseded the intruder, was
 // stored), dropped once the repair's group is stored, and handed to a
 // relist as keys to republish when the term relists anyway. The keys of a
-// relist for late writes are carried until a relist is stored.
+// relist for late writes are carried until a relist is stored. A broken
+// chain is repaired from the version the term acknowledged (a repair
+// carried starts there if that is earlier), unless the term acknowledged
+// nothing or relists anyway; a relist for it is carried like one for late
+// writes.
 func TestCarry(t *testing.T) {
 	started := &repair{from: 5, to: 9, keys: map[string]bool{"late": true}, changes: []change{{key: "lost"}}}
 	for _, tc := range []struct {
@@ -53,17 +57,29 @@ func TestCarry(t *testing.T) {
 		committed  uint64
 		relist     bool
 		late       map[string]bool // the term's, from an earlier attempt
+		none       bool            // no repair started
+		broken     bool            // the last attempt's chain broke
+		acked      uint64          // the term's acknowledged version
 		wantRepair bool
+		wantFrom   uint64 // for a broken chain's repair
 		wantLate   []string
 	}{
-		{name: "not stored", committed: 9, wantRepair: true},
+		{name: "not stored", committed: 9, wantRepair: true, wantFrom: 5},
 		{name: "stored", committed: 12},
 		{name: "relisting", committed: 9, relist: true, wantLate: []string{"late"}},
 		{name: "relisting for late writes", committed: 9, late: map[string]bool{"x": true}, wantLate: []string{"late", "x"}},
+		{name: "broken chain", committed: 12, none: true, broken: true, acked: 11, wantRepair: true, wantFrom: 11},
+		{name: "broken chain, repair carried", committed: 9, broken: true, acked: 7, wantRepair: true, wantFrom: 5},
+		{name: "broken chain, repair carried from later", committed: 9, broken: true, acked: 3, wantRepair: true, wantFrom: 3},
+		{name: "broken chain, nothing acknowledged", committed: 12, none: true, broken: true, wantLate: []string{}},
+		{name: "broken chain, relisting", committed: 12, none: true, broken: true, acked: 11, relist: true, wantLate: []string{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ts := &termState{repair: started, late: tc.late}
-			st := &state{committed: tc.committed}
+			ts := &termState{repair: started, late: tc.late, at: 9, broken: tc.broken, acked: tc.acked}
+			if tc.none {
+				ts.repair = nil
+			}
+			st := &state{committed: tc.committed, top: tc.committed}
 			relist := st.carry(ts, tc.relist)
 			if (st.repair != nil) != tc.wantRepair || ts.repair != st.repair {
 				t.Fatalf("repair %+v (term's %+v), want one: %v", st.repair, ts.repair, tc.wantRepair)
@@ -71,8 +87,17 @@ func TestCarry(t *testing.T) {
 			if relist != (tc.wantLate != nil || tc.relist) {
 				t.Errorf("relist %v, want %v", relist, !relist)
 			}
-			if st.repair != nil && (st.repair.from != 5 || st.repair.to != 9 || !st.repair.keys["late"] || len(st.repair.changes) != 0) {
-				t.Errorf("repair %+v, want from 5 to 9, key late, no changes replayed yet", st.repair)
+			if ts.broken {
+				t.Error("the broken chain is still to mend after carry")
+			}
+			switch {
+			case st.repair == nil:
+			case tc.none:
+				if !st.repair.broken || st.repair.from != tc.wantFrom || st.repair.to != tc.committed || len(st.repair.keys) != 0 {
+					t.Errorf("repair %+v, want a broken chain's from %d to %d, no keys", st.repair, tc.wantFrom, tc.committed)
+				}
+			case st.repair.from != tc.wantFrom || st.repair.to != 9 || !st.repair.keys["late"] || len(st.repair.changes) != 0:
+				t.Errorf("repair %+v, want from %d to 9, key late, no changes replayed yet", st.repair, tc.wantFrom)
 			}
 			if got := slices.Sorted(maps.Keys(st.late)); !slices.Equal(got, tc.wantLate) {
 				t.Errorf("late keys %v, want %v", got, tc.wantLate)
@@ -114,6 +139,11 @@ func TestTakeUp(t *testing.T) {
 	}{
 		{name: "no record"},
 		{name: "repair", more: []entry{repairing}, wantRepair: &repair{from: 5, to: 8, keys: map[string]bool{"late": true, "late2": true}}},
+		// A message stored before the record with a higher version than
+		// the record's (a late write that ended the stream below it): a
+		// downstream may have confirmed it, so the repair goes past it.
+		{name: "repair past the stream's highest version", more: []entry{key("ahead", 10, 2, 12), repairing},
+			wantRepair: &repair{from: 5, to: 12, keys: map[string]bool{"late": true, "late2": true, "ahead": true}}},
 		{name: "relist", more: []entry{record(pending{relist: true})}, wantLate: []string{}},
 		{name: "relist, and a repair for late writes", more: []entry{record(pending{relist: true}), lateAfter},
 			repair: &repair{from: 8, to: 9, keys: map[string]bool{"late3": true}}, wantLate: []string{"late3"}},
@@ -129,6 +159,9 @@ func TestTakeUp(t *testing.T) {
 			r := &Relay[int]{log: slog.New(slog.DiscardHandler)}
 			all := append(slices.Clone(entries), tc.more...)
 			st := &state{committed: all[len(all)-1].version, repair: tc.repair, late: tc.late}
+			for _, e := range all {
+				st.top = max(st.top, e.version)
+			}
 			r.takeUp(st, all)
 			switch {
 			case (st.repair == nil) != (tc.wantRepair == nil):
