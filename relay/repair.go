@@ -83,18 +83,13 @@ func (st *state) carry(ts *termState, relist bool) bool {
 		st.repair = &repair{from: ts.repair.from, to: max(ts.repair.to, st.top), keys: ts.repair.keys, broken: ts.repair.broken}
 	}
 	if ts.late != nil {
-		if st.late == nil {
-			st.late = map[string]bool{}
-		}
-		maps.Copy(st.late, ts.late)
+		st.relistFor(ts.late)
 	}
 	if ts.broken {
 		ts.broken = false
 		switch {
 		case ts.acked == 0 || relist || st.late != nil:
-			if st.late == nil {
-				st.late = map[string]bool{}
-			}
+			st.relistFor(nil)
 		case st.repair == nil:
 			st.repair = &repair{from: ts.acked, to: st.top, keys: map[string]bool{}, broken: true}
 		default:
@@ -171,13 +166,11 @@ func (r *Relay[T]) takeUp(st *state, entries []entry) {
 	}
 	switch {
 	case pd.relist:
-		if st.late == nil {
-			st.late = map[string]bool{}
-		}
+		st.relistFor(nil)
 		st.dropRepair()
 		r.log.Warn("relay stream holds the first message of a term that ended before its relist was stored (a relist that mends a late write of an earlier term, or a broken chain); relisting", "relay", r.source, "epoch", rec.epoch, "sequence", rec.seq)
 	case st.late != nil:
-		maps.Copy(st.late, keys)
+		st.relistFor(keys)
 		r.log.Warn("relay stream holds the first message of a term that ended before its repair of a late write of an earlier term was stored, and later late writes; relisting", "relay", r.source, "epoch", rec.epoch, "sequence", rec.seq, "from", pd.from)
 	case st.repair != nil:
 		st.repair.from = min(st.repair.from, pd.from)
@@ -192,16 +185,23 @@ func (r *Relay[T]) takeUp(st *state, entries []entry) {
 	}
 }
 
+// relistFor makes the term relist (state.late non-nil), republishing keys
+// too, even where unchanged, so that the late writes among them are
+// superseded.
+func (st *state) relistFor(keys map[string]bool) {
+	if st.late == nil {
+		st.late = map[string]bool{}
+	}
+	maps.Copy(st.late, keys)
+}
+
 // dropRepair gives the repair up for a relist, which republishes its keys
 // as it republishes every late write's (state.late).
 func (st *state) dropRepair() {
 	if st.repair == nil {
 		return
 	}
-	if st.late == nil {
-		st.late = map[string]bool{}
-	}
-	maps.Copy(st.late, st.repair.keys)
+	st.relistFor(st.repair.keys)
 	st.repair = nil
 }
 
