@@ -25,10 +25,15 @@ type RelayStatus struct {
 	// told it may discard (a Postgres slot's confirmed position).
 	Published uint64          `json:"published"`
 	Stored    ResourceVersion `json:"stored"`
-	// Relists counts the relists of the source it published; TermRestarts
-	// the terms that failed and started again from the stream, the last
-	// one's reason in LastError at LastErrorAt.
+	// Relists counts the relists of the source it published; Repairs the
+	// times it mended the stream from the source instead (a deposed
+	// leader's late write, or a message of its own refused while a later
+	// one was stored: the changes those cost, replayed from the source,
+	// with no relist); TermRestarts the terms that failed and started
+	// again from the stream, the last one's reason in LastError at
+	// LastErrorAt.
 	Relists      uint64    `json:"relists"`
+	Repairs      uint64    `json:"repairs"`
 	TermRestarts uint64    `json:"termRestarts"`
 	LastError    string    `json:"lastError,omitempty"`
 	LastErrorAt  time.Time `json:"lastErrorAt,omitzero"`

@@ -127,6 +127,9 @@ func lateBehind(t *testing.T, broken bool) {
 	if n := r.Relists() - relists; n != 0 {
 		t.Errorf("the leader published %d more relists, want 0", n)
 	}
+	if n := r.RelayStatus(ctx).Repairs; n != 1 {
+		t.Errorf("the leader's status counts %d repairs, want 1", n)
+	}
 	want := []string{"late write of an earlier term behind this term's messages; repairing", "repaired a late write of an earlier term from the source (no relist)"}
 	if broken {
 		want = []string{"message stored after one that failed", "repaired a broken chain from the source (no relist)"}

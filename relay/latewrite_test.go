@@ -283,6 +283,13 @@ func lateWrite(t *testing.T, lost int) {
 	if n := rB.Relists(); n != uint64(wantLists) {
 		t.Errorf("the new leader published %d relists, want %d", n, wantLists)
 	}
+	wantRepairs := uint64(0)
+	if strings.Contains(want, "repaired") {
+		wantRepairs = 1
+	}
+	if n := rB.RelayStatus(ctx).Repairs; n != wantRepairs {
+		t.Errorf("the new leader's status counts %d repairs, want %d", n, wantRepairs)
+	}
 	if !logged.seen.Load() {
 		t.Errorf("the new leader did not log %q", want)
 	}

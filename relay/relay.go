@@ -88,6 +88,7 @@ type Relay[T any] struct {
 	leading   atomic.Bool
 	published atomic.Uint64 // messages published and acknowledged, for tests and metrics
 	relists   atomic.Uint64 // source relists published
+	repairs   atomic.Uint64 // repairs from the source published (see repair)
 }
 
 // New checks the options and the stream (I/O) and returns the relay; Run

@@ -266,6 +266,7 @@ func (r *Relay[T]) repairStep(p *pipeline, st *state, v uint64, changes []change
 		r.log.Info("relay published a relist of the source", "relay", r.source, "version", v, "listed_at", rp.from, "changed", len(msgs), "listed", rp.nListed)
 		return nil
 	}
+	r.repairs.Add(1)
 	if rp.broken {
 		r.log.Info("relay repaired a broken chain from the source (no relist)", "relay", r.source, "from", rp.from, "to", rp.to, "version", v, "keys", len(seen))
 		return nil

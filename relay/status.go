@@ -27,6 +27,7 @@ func (r *Relay[T]) RelayStatus(ctx context.Context) core.RelayStatus {
 	st.Leading = r.leading.Load()
 	st.Published = r.published.Load()
 	st.Relists = r.relists.Load()
+	st.Repairs = r.repairs.Load()
 	if e, ok, err := r.down.last(ctx); err != nil {
 		st.StreamError = err.Error()
 	} else if ok {

@@ -91,6 +91,9 @@ func TestRelayOnThePage(t *testing.T) {
 		if path == "/" && (!strings.Contains(s, `data-relay="users password=REDACTED"`) || !strings.Contains(s, `data-role="leader"`)) {
 			t.Errorf("the page has no leader row for the relay:\n%s", s)
 		}
+		if path == "/" && (!strings.Contains(s, `<th>Repairs</th>`) || !strings.Contains(s, `<td class="num repairs">0</td>`)) {
+			t.Errorf("the page shows no repairs column for the relays:\n%s", s)
+		}
 		if path != "/" {
 			var st statuspage.Status
 			if err := json.Unmarshal(body, &st); err != nil || len(st.Relays) != 2 || st.Relays[0].Role != "leader" || st.Relays[1].Role != "follower" {

@@ -56,6 +56,7 @@
 //	dbinformer_relay_published_messages_total     messages published and acknowledged by JetStream
 //	dbinformer_relay_stored_resource_version      source version stored completely (acknowledged to the source)
 //	dbinformer_relay_relists_total                relists of the source it published
+//	dbinformer_relay_repairs_total                repairs of the stream from the source, with no relist
 //	dbinformer_relay_term_restarts_total          terms that failed and started again from the stream
 //	dbinformer_relay_stream_sequence              the stream's last sequence
 //	dbinformer_relay_stream_resource_version      the last source version the stream holds completely

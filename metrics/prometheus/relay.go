@@ -22,7 +22,7 @@ type relayCollector struct {
 	p *Provider
 
 	leading, epoch, terms, published, stored     *prometheus.Desc
-	relists, restarts                            *prometheus.Desc
+	relists, repairs, restarts                   *prometheus.Desc
 	streamSeq, streamRV, streamErrors, head, lag *prometheus.Desc
 	headErrors                                   *prometheus.Desc
 }
@@ -38,6 +38,7 @@ func newRelayCollector(p *Provider, ns string, cl prometheus.Labels) *relayColle
 		published:    d("published_messages_total", "Messages this relay published and JetStream acknowledged."),
 		stored:       d("stored_resource_version", "The source version up to which JetStream stored everything this relay published (what the source was told it may discard)."),
 		relists:      d("relists_total", "Relists of the source this relay published."),
+		repairs:      d("repairs_total", "Repairs of the relay stream from the source, without a relist (a deposed leader's late write, or a broken chain)."),
 		restarts:     d("term_restarts_total", "Terms that failed and started again from the stream."),
 		streamSeq:    d("stream_sequence", "The relay stream's last sequence, read at scrape time."),
 		streamRV:     d("stream_resource_version", "The last source version the relay stream holds completely, read at scrape time."),
@@ -49,7 +50,7 @@ func newRelayCollector(p *Provider, ns string, cl prometheus.Labels) *relayColle
 }
 
 func (c *relayCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.leading, c.epoch, c.terms, c.published, c.stored, c.relists, c.restarts,
+	for _, d := range []*prometheus.Desc{c.leading, c.epoch, c.terms, c.published, c.stored, c.relists, c.repairs, c.restarts,
 		c.streamSeq, c.streamRV, c.streamErrors, c.head, c.lag, c.headErrors} {
 		ch <- d
 	}
@@ -89,6 +90,7 @@ func (c *relayCollector) Collect(ch chan<- prometheus.Metric) {
 			n(c.published, st.Published)
 			g(c.stored, float64(st.Stored))
 			n(c.relists, st.Relists)
+			n(c.repairs, st.Repairs)
 			n(c.restarts, st.TermRestarts)
 			if st.StreamError == "" {
 				g(c.streamSeq, float64(st.StreamSequence))
@@ -128,7 +130,7 @@ func (e *relayErrors) note(n *uint64, failed bool) uint64 {
 //
 //	dbinformer_relay_leading, _epoch, _terms_total
 //	dbinformer_relay_published_messages_total, _stored_resource_version
-//	dbinformer_relay_relists_total, _term_restarts_total
+//	dbinformer_relay_relists_total, _repairs_total, _term_restarts_total
 //	dbinformer_relay_stream_sequence, _stream_resource_version
 //	dbinformer_relay_head_resource_version, _lag
 //	dbinformer_relay_stream_errors_total, _head_errors_total

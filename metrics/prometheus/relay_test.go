@@ -49,6 +49,7 @@ func TestRelayMetrics(t *testing.T) {
 	want(t, reg, "dbinformer_relay_leading", l, 1)
 	want(t, reg, "dbinformer_relay_terms_total", l, 1)
 	want(t, reg, "dbinformer_relay_relists_total", l, 1)
+	want(t, reg, "dbinformer_relay_repairs_total", l, 0)
 	want(t, reg, "dbinformer_relay_term_restarts_total", l, 0)
 	want(t, reg, "dbinformer_relay_stream_errors_total", l, 0)
 	want(t, reg, "dbinformer_relay_head_errors_total", l, 0)
