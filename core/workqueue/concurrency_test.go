@@ -110,7 +110,7 @@ func testConcurrentProducersConsumers(t *testing.T, noTryLock bool) {
 	for {
 		q.mu.Lock()
 		q.promoteLocked()
-		idle := q.queued == 0 && q.transit.Load() == 0 && q.processingLocked() == 0 && len(q.waiting) == 0
+		idle := q.queued == 0 && q.processingLocked() == 0 && len(q.waiting) == 0
 		q.mu.Unlock()
 		if idle {
 			break

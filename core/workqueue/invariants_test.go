@@ -4,8 +4,8 @@ import "fmt"
 
 // checkInvariants checks, under every lock, the bookkeeping the fast paths
 // rely on: a state has a live ready-queue slot exactly when it is dirty and
-// not processing; queued counts the slots, and dups the stale ones; each shard's processing
-// count matches its states; a waiting state has a live delay entry; the
+// not processing; queued counts the slots, and dups the stale ones; the
+// items taken and not finished are the states processing; a waiting state has a live delay entry; the
 // states in use are the keys indexed; no two keys share a state.
 func (q *Queue[K]) checkInvariants() error {
 	q.mu.Lock()
@@ -29,11 +29,8 @@ func (q *Queue[K]) checkInvariants() error {
 	if slots != q.queued {
 		return fmt.Errorf("queued = %d, %d slots", q.queued, slots)
 	}
-	if dups := int(q.dups.Load()); slots-len(live) != dups {
+	if dups := q.dups; slots-len(live) != dups {
 		return fmt.Errorf("%d stale slots, dups = %d", slots-len(live), dups)
-	}
-	if n := q.transit.Load(); n != 0 {
-		return fmt.Errorf("transit = %d at rest", n)
 	}
 	waits := map[int32]bool{}
 	for _, e := range q.waiting {
@@ -46,9 +43,10 @@ func (q *Queue[K]) checkInvariants() error {
 	}
 	keys := 0
 	seen := map[int32]bool{}
+	processing, finished := 0, 0
 	for i := range q.shards {
 		sh := &q.shards[i]
-		processing := 0
+		finished += sh.finished
 		for _, s := range sh.index.slots {
 			if s.ref == 0 {
 				continue
@@ -77,9 +75,9 @@ func (q *Queue[K]) checkInvariants() error {
 				return fmt.Errorf("key %v: flags %b, live delay entry %v", st.key, st.flags, waits[idx])
 			}
 		}
-		if processing != sh.processing {
-			return fmt.Errorf("shard %d: processing = %d, %d states processing", i, sh.processing, processing)
-		}
+	}
+	if q.taken-finished != processing {
+		return fmt.Errorf("taken %d - finished %d, %d states processing", q.taken, finished, processing)
 	}
 	if keys != q.states {
 		return fmt.Errorf("%d keys indexed, %d states in use", keys, q.states)

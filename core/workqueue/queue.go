@@ -89,15 +89,14 @@ type Queue[K comparable] struct {
 	sweepAt  int
 	slack    int // sweepSlack; tests lower it to sweep often
 	sweepDue bool
-	_        [64]byte
-
-	// Counts that Get decrements after letting go of mu: slots popped whose
-	// item is not yet marked processing (see take), and stale slots still
-	// queued (an item re-added at a higher priority leaves its old slot
-	// behind).
-	transit atomic.Int64
-	dups    atomic.Int64
-	_       [48]byte
+	// dups counts the stale slots still queued (an item re-added at a
+	// higher priority leaves its old slot behind).
+	dups int
+	// taken counts the items Get ever marked processing; with each shard's
+	// finished count it gives the items being processed (see
+	// processingLocked).
+	taken int
+	_     [64]byte
 
 	// Read without mu; the atomics are only written under mu.
 	shutdown atomic.Bool
@@ -191,8 +190,7 @@ func (q *Queue[K]) NumRequeues(item K) int { return q.limiter.NumRequeues(item) 
 func (q *Queue[K]) Len() int {
 	q.mu.Lock()
 	q.promoteLocked()
-	// A stale slot being taken is out of queued and still in dups.
-	n := max(0, q.queued-int(q.dups.Load()))
+	n := q.queued - q.dups
 	q.unlock()
 	return n
 }
@@ -227,8 +225,9 @@ func (q *Queue[K]) getContext(ctx context.Context) (K, slot, error) {
 				return zero, slot{}, ErrShutDown
 			}
 			s := q.popLocked()
+			item, ok := q.takeLocked(s)
 			q.unlock()
-			if item, ok := q.take(s); ok {
+			if ok {
 				return item, s, nil
 			}
 		}
@@ -267,8 +266,9 @@ func (q *Queue[K]) getContext(ctx context.Context) (K, slot, error) {
 			return zero, slot{}, ErrShutDown
 		}
 		s := q.popLocked()
+		item, ok := q.takeLocked(s)
 		q.unlock()
-		if item, ok := q.take(s); ok {
+		if ok {
 			unregister(stop)
 			return item, s, nil
 		}
@@ -344,7 +344,7 @@ func (q *Queue[K]) done(s int, item K, h uint64, idx int32) {
 func (q *Queue[K]) inProcessLocked(sh *shard[K], h uint64, item K, idx int32) int32 {
 	if idx >= 0 {
 		if q.table.has(idx) {
-			if st := q.state(idx); st.flags&fProcessing != 0 && st.key == item {
+			if st := q.state(idx); st.loadFlags()&fProcessing != 0 && st.key == item {
 				return idx
 			}
 		}
@@ -354,7 +354,7 @@ func (q *Queue[K]) inProcessLocked(sh *shard[K], h uint64, item K, idx int32) in
 	if idx < 0 {
 		return -1
 	}
-	if st := q.state(idx); st.flags&fProcessing == 0 || st.key != item {
+	if st := q.state(idx); st.loadFlags()&fProcessing == 0 || st.key != item {
 		return -1
 	}
 	return idx
@@ -368,7 +368,7 @@ func (q *Queue[K]) doneStateLocked(sh *shard[K], s int, item K, idx int32) {
 	}
 	st := q.state(idx)
 	st.flags &^= fProcessing
-	sh.processing--
+	sh.finished++
 	switch {
 	case st.flags&fDirty != 0:
 		q.pushLocked(st, s, idx)
@@ -428,17 +428,21 @@ func (q *Queue[K]) add(item K, prio int) {
 // addShardLocked does, holding only the shard's lock, the adds that queue
 // nothing: false means this one needs mu.
 func (q *Queue[K]) addShardLocked(st *itemState[K], item K, prio int) bool {
+	// Loaded atomically: Get marks a queued item processing holding mu
+	// alone (see takeLocked). What this path writes, it writes only once
+	// the item is processing, when no Get touches it.
+	flags := st.loadFlags()
 	switch {
-	case st.flags&fDirty != 0:
+	case flags&fDirty != 0:
 		if prio <= st.prio {
 			return true // the dedup rule: an item already dirty is not queued twice
 		}
-		if st.flags&fProcessing != 0 {
+		if flags&fProcessing != 0 {
 			st.prio = prio
 			return true
 		}
 		return false // a raise: queued again at the higher priority
-	case st.flags&fProcessing != 0:
+	case flags&fProcessing != 0:
 		if q.metrics != nil {
 			q.metrics.add(item)
 		}
@@ -456,10 +460,9 @@ func (q *Queue[K]) addStateLocked(idx int32, s int, item K, prio int) {
 		if prio > st.prio {
 			st.prio = prio
 			if st.flags&fProcessing == 0 {
-				// Leave the old slot behind as stale; take skips it. If it
-				// is being taken right now, that take finds it stale and
-				// the item is taken from the new slot.
-				q.dups.Add(1)
+				// Leave the old slot behind as stale; takeLocked skips
+				// it.
+				q.dups++
 				q.pushLocked(st, s, idx)
 			}
 		}

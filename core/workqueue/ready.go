@@ -1,5 +1,7 @@
 package workqueue
 
+import "sync/atomic"
+
 // The ready order: one FIFO per priority, guarded by the queue's lock.
 
 type level struct {
@@ -65,43 +67,44 @@ func (q *Queue[K]) levelLocked(prio int) *level {
 }
 
 // popLocked takes the first slot of the highest non-empty priority. The
-// caller has checked q.queued > 0 and calls take once it has let go of mu:
-// the item's state, a likely cache miss, is not read under the lock every
-// producer and worker shares.
+// caller has checked q.queued > 0 and calls takeLocked before it lets go
+// of mu.
 func (q *Queue[K]) popLocked() slot {
 	for i := range q.levels {
 		if r := &q.levels[i].r; r.n > 0 {
 			q.queued--
-			q.transit.Add(1)
 			return r.pop()
 		}
 	}
 	panic("workqueue: queued count out of step with the ready queues")
 }
 
-// take marks the item of a popped slot processing, under its shard's lock
-// (which also orders the Adds the item absorbed before this Get). It
-// reports false for a stale slot: the item was re-added at a higher
-// priority meanwhile and sits in a newer slot.
-func (q *Queue[K]) take(s slot) (item K, live bool) {
-	sh := &q.shards[s.shard]
-	sh.mu.Lock()
+// takeLocked marks the item of a popped slot processing, holding mu and not
+// its shard's lock. It reports false for a stale slot: the item was
+// re-added at a higher priority meanwhile and sits in a newer slot.
+//
+// mu is enough: a live slot means the item is dirty and not processing,
+// and while it is, only holders of mu write its state (an Add under the
+// shard lock alone only reads it then: dedup; a Done under the shard lock
+// alone finds it not processing). The flags are stored atomically because
+// such shard-lock readers may look at them meanwhile. Taking the item
+// under mu rather than under its shard's lock after letting mu go saves a
+// lock and the two atomic updates of an in-transit count per Get: a third
+// of a single worker's Add-Get-Done (issue 40).
+func (q *Queue[K]) takeLocked(s slot) (item K, live bool) {
 	st := q.state(s.idx)
-	live = st.seq == s.seq
-	if live {
-		item = st.key
-		st.seq = 0
-		st.flags = st.flags&^fDirty | fProcessing
-		sh.processing++
-		if q.metrics != nil {
-			q.metrics.get(item)
-		}
+	if st.seq != s.seq {
+		q.dups--
+		return item, false
 	}
-	sh.mu.Unlock()
-	if !live {
-		q.dups.Add(-1)
+	item = st.key
+	st.seq = 0
+	q.taken++
+	if q.metrics != nil {
+		// Before the flags: an Add that sees the item processing counts
+		// its add after this get.
+		q.metrics.get(item)
 	}
-	// After processing++: ShutDownWithDrain reads transit, then the shards.
-	q.transit.Add(-1)
-	return item, live
+	atomic.StoreUint32(&st.flags, st.flags&^fDirty|fProcessing)
+	return item, true
 }

@@ -3,12 +3,13 @@ package workqueue
 import (
 	"math/bits"
 	"sync"
+	"sync/atomic"
 )
 
 const (
-	fDirty      uint8 = 1 << iota // needs processing: queued, or re-added while processing
-	fProcessing                   // handed out by Get, Done not yet called
-	fWaiting                      // has a live entry in the delay heap
+	fDirty      uint32 = 1 << iota // needs processing: queued, or re-added while processing
+	fProcessing                    // handed out by Get, Done not yet called
+	fWaiting                       // has a live entry in the delay heap
 )
 
 // itemState is everything the queue knows about one key. It is found by
@@ -20,7 +21,9 @@ const (
 // the key is here, slots, delay entries and index slots hold no pointer at
 // all and are not scanned.
 //
-// A state is guarded by its key's shard lock. Invariant: seq != 0 exactly
+// A state is guarded by its key's shard lock, except that Get marks a
+// queued item processing holding the queue's lock alone (see takeLocked).
+// Invariant: seq != 0 exactly
 // when the item has a live ready-queue slot, which is exactly when it is
 // dirty and not processing. seq and wseq are only set with the queue's lock
 // held as well, so a slot or delay entry is live iff its seq is its item's
@@ -38,8 +41,16 @@ type itemState[K comparable] struct {
 	at    int64  // ready time of the live delay-heap entry
 	prio  int    // priority the item is queued, or will be re-queued, at
 	wprio int    // priority the delayed add will use
-	flags uint8
+	// flags is written under the shard's lock (and mu, for every change
+	// but the two an Add or Done of a processing item makes), except by
+	// takeLocked, which holds mu alone and stores it atomically; readers
+	// holding only the shard's lock load it atomically (loadFlags).
+	flags uint32
 }
+
+// loadFlags reads flags holding only the shard's lock. It is a plain load
+// on amd64 and arm64.
+func (st *itemState[K]) loadFlags() uint32 { return atomic.LoadUint32(&st.flags) }
 
 // shard owns the index of the keys whose hash falls in it, and their
 // states, under its own lock. Sharding is what lets an Add of an item that
@@ -55,8 +66,9 @@ type itemState[K comparable] struct {
 type shard[K comparable] struct {
 	mu    sync.Mutex
 	index keyIndex[K]
-	// processing counts this shard's items handed out and not yet Done.
-	processing int
+	// finished counts this shard's items marked Done; Get counts the items
+	// it hands out in Queue.taken, under mu.
+	finished int
 	// idled counts the Dones that left a state idle since the last sweep
 	// (an upper bound on the idle states it could free).
 	idled int

@@ -3,21 +3,21 @@ package workqueue
 // drainedLocked wakes ShutDownWithDrain once nothing is queued or being
 // processed. It holds mu and no shard lock.
 func (q *Queue[K]) drainedLocked() {
-	if q.drain && q.queued == 0 && q.transit.Load() == 0 && q.processingLocked() == 0 {
+	if q.drain && q.queued == 0 && q.processingLocked() == 0 {
 		q.cond.Broadcast()
 	}
 }
 
 // processingLocked counts the items handed out and not yet Done, holding
-// mu and no shard lock. Only shutdown needs the figure, so it is kept per
-// shard, under the shard's lock, rather than in one counter every Get and
-// Done would write.
+// mu and no shard lock. Only shutdown needs the figure, so Get counts its
+// hand-outs under mu and Done its ends under the shard's lock, rather than
+// both writing one counter.
 func (q *Queue[K]) processingLocked() int {
-	n := 0
+	n := q.taken
 	for i := range q.shards {
 		sh := &q.shards[i]
 		sh.mu.Lock()
-		n += sh.processing
+		n -= sh.finished
 		sh.mu.Unlock()
 	}
 	return n
@@ -48,7 +48,7 @@ func (q *Queue[K]) ShutDownWithDrain() {
 	q.drain = true
 	q.draining.Store(true)
 	q.cond.Broadcast()
-	for q.drain && (q.queued > 0 || q.transit.Load() > 0 || q.processingLocked() > 0) {
+	for q.drain && (q.queued > 0 || q.processingLocked() > 0) {
 		q.cond.Wait()
 	}
 	q.unlock()
@@ -67,14 +67,14 @@ func (q *Queue[K]) shutDownLocked() {
 	q.promoteLocked()
 	q.shutdown.Store(true)
 	close(q.stop)
-	processing := 0
+	processing := q.taken
 	q.lockShards()
 	for i := range q.shards {
-		processing += q.shards[i].processing
+		processing -= q.shards[i].finished
 	}
-	if q.queued == 0 && q.transit.Load() == 0 && processing == 0 {
+	if q.queued == 0 && processing == 0 {
 		// Every key left is idle or only waiting: forget them all at once.
-		// No slot is left, and no Get is between pop and take. (An Add
+		// No slot is left. (An Add
 		// racing with this saw shutdown unset, but all it can do without mu
 		// is mark an item being processed, and there is none.)
 		for i := range q.shards {
