@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -166,13 +168,13 @@ type syncItem struct {
 	N               int
 }
 
-// BenchmarkKVSync is bench.BenchmarkNATSKV's two reads, each side in its
-// own sub-benchmark so that a CPU profile can be taken of one side alone
-// (the in-process server's share included): a History 1 bucket of 100k
-// keys below "w.", then one update of each; "list" reads the bucket
-// whole, "watch" the updates from the revision before them; "ours" with
-// the adapter, "raw" with nats.go's KV watcher, both decoding the same
-// JSON.
+// BenchmarkKVSync is bench.BenchmarkNATSKV's two reads: a History 1
+// bucket of 100k keys below "w.", then one update of each; "list" reads
+// the bucket whole, "watch" the updates from the revision before them;
+// "ours" with the adapter, "raw" with nats.go's KV watcher, both decoding
+// the same JSON. Each side has a sub-benchmark of its own, so that a CPU
+// profile can be taken of one side alone (the in-process server's share
+// included), and "both" runs the two in turn for their ratio.
 func BenchmarkKVSync(b *testing.B) {
 	const keys = 100_000
 	srv := harness.StartNATS(b)
@@ -203,38 +205,67 @@ func BenchmarkKVSync(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Run("list/ours", func(b *testing.B) {
-		for b.Loop() {
-			oursList(b, lw, keys)
-		}
-	})
-	b.Run("list/raw", func(b *testing.B) {
-		for b.Loop() {
-			rawRead[syncItem](b, kv, keys, false)
-		}
-	})
-	b.Run("watch/ours", func(b *testing.B) {
-		for b.Loop() {
-			n := 0
-			err := lw.Watch(ctx, core.ResourceVersion(mid), driver.WatchOptions[syncItem]{Emit: func(batch []driver.Event[syncItem]) error {
-				for _, ev := range batch {
-					if ev.Type != driver.Bookmark {
-						n++
-					}
+	oursWatch := func(b *testing.B) {
+		n := 0
+		err := lw.Watch(ctx, core.ResourceVersion(mid), driver.WatchOptions[syncItem]{Emit: func(batch []driver.Event[syncItem]) error {
+			for _, ev := range batch {
+				if ev.Type != driver.Bookmark {
+					n++
 				}
-				if n >= keys {
-					return context.Canceled
-				}
-				return nil
-			}})
-			if err != context.Canceled {
-				b.Fatal(err)
 			}
+			if n >= keys {
+				return context.Canceled
+			}
+			return nil
+		}})
+		if err != context.Canceled {
+			b.Fatal(err)
 		}
-	})
-	b.Run("watch/raw", func(b *testing.B) {
-		for b.Loop() {
-			rawRead[syncItem](b, kv, keys, false, jetstream.ResumeFromRevision(mid+1))
-		}
-	})
+	}
+	sides := map[string][2]func(*testing.B){
+		"list":  {func(b *testing.B) { oursList(b, lw, keys) }, func(b *testing.B) { rawRead[syncItem](b, kv, keys, false) }},
+		"watch": {oursWatch, func(b *testing.B) { rawRead[syncItem](b, kv, keys, false, jetstream.ResumeFromRevision(mid+1)) }},
+	}
+	for _, read := range []string{"list", "watch"} {
+		ours, raw := sides[read][0], sides[read][1]
+		b.Run(read+"/ours", func(b *testing.B) {
+			for b.Loop() {
+				ours(b)
+			}
+		})
+		b.Run(read+"/raw", func(b *testing.B) {
+			for b.Loop() {
+				raw(b)
+			}
+		})
+		// both: the two sides one after the other in each iteration, on a
+		// machine whose load changes by the second; ratio is the median
+		// of the iterations' ours/raw in wall time, cpu-ratio in process
+		// CPU time (server included).
+		b.Run(read+"/both", func(b *testing.B) {
+			var wall, cpu []float64
+			for b.Loop() {
+				w0, c0 := time.Now(), processCPU(b)
+				ours(b)
+				w1, c1 := time.Now(), processCPU(b)
+				raw(b)
+				w2, c2 := time.Now(), processCPU(b)
+				wall = append(wall, w1.Sub(w0).Seconds()/w2.Sub(w1).Seconds())
+				cpu = append(cpu, float64(c1-c0)/float64(c2-c1))
+			}
+			slices.Sort(wall)
+			slices.Sort(cpu)
+			b.ReportMetric(wall[len(wall)/2], "ratio")
+			b.ReportMetric(cpu[len(cpu)/2], "cpu-ratio")
+		})
+	}
+}
+
+// processCPU is the CPU time (user and system) the process has used.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
