@@ -86,3 +86,13 @@ func TestParseAckForms(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkParseAck: one message's metadata, on a List's or watch's path.
+func BenchmarkParseAck(b *testing.B) {
+	r := "$JS.ACK.KV_bucket.dbinformer_0123456789abcdef01234567.1.123456.654321.1765000000000000000.99999"
+	for b.Loop() {
+		if _, err := parseAck(r); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -197,6 +197,16 @@ func (k *KV[T]) List(ctx context.Context, sink driver.ListSink[T]) (core.Resourc
 	if err != nil {
 		return 0, err
 	}
+	if err := k.emitFold(fold, sink); err != nil {
+		return 0, err
+	}
+	k.park(rv, fold.revs)
+	k.log.Debug("nats kv listed", "bucket", k.bucket, "keys", len(fold.revs), "rv", rv)
+	return core.ResourceVersion(rv), nil
+}
+
+// emitFold hands a complete fold's live keys to sink, in revision order.
+func (k *KV[T]) emitFold(fold *kvFold[T], sink driver.ListSink[T]) error {
 	for i := range fold.events {
 		if fold.events[i].Key == "" {
 			continue // superseded or deleted during the list
@@ -206,13 +216,11 @@ func (k *KV[T]) List(ctx context.Context, sink driver.ListSink[T]) (core.Resourc
 			continue
 		}
 		if err := sink.Emit(fold.events[i]); err != nil {
-			return 0, err
+			return err
 		}
 		fold.events[i] = driver.Event[T]{} // let the object go
 	}
-	k.park(rv, fold.revs)
-	k.log.Debug("nats kv listed", "bucket", k.bucket, "keys", len(fold.revs), "rv", rv)
-	return core.ResourceVersion(rv), nil
+	return nil
 }
 
 // kvFold is a list's fold of the bucket: the live keys' latest values,
@@ -264,41 +272,47 @@ func (k *KV[T]) read(ctx context.Context, estimate func(int64)) (uint64, *kvFold
 			estimate(int64(pending))
 		}
 		// Sized for the initial set; what arrives meanwhile grows them.
-		n := int(min(pending, 1<<20))
+		n := int(min(pending, maxPresize))
 		fold.events = make([]driver.Event[T], 0, n)
 		fold.revs = make(map[string]uint64, n)
 	}
 	last, err := f.drain(ctx, 0, top, true, false, func(m jetstream.Msg, seq uint64) error {
-		key, ok := k.key(m.Subject())
-		if !ok {
-			return fmt.Errorf("%s: list: message %d on unexpected subject %q", k.source, seq, m.Subject())
-		}
-		if seq < info.State.FirstSeq {
-			// The leader had removed it (a purge, an age limit) before
-			// the list began: the consumer's node has not applied that
-			// yet, and a list from it would hold keys the bucket no
-			// longer has, at a version that claims it does not.
-			return &feedError{fmt.Errorf("message %d delivered, below the stream's first sequence %d as its leader reported it: the consumer's node lags", seq, info.State.FirstSeq)}
-		}
-		if n := len(fold.events); n > 0 && uint64(fold.events[n-1].RV) >= seq {
-			// The fold relies on delivery in stream order; a consumer
-			// that breaks it is not trusted (the list starts over).
-			return &feedError{fmt.Errorf("message %d delivered after message %d: out of stream order", seq, fold.events[n-1].RV)}
-		}
-		fold.drop(key)
-		if !isDelete(m) {
-			// Decoded in its slot: an event returned by value and then
-			// appended was a second copy per key on the reader's path.
-			fold.events = append(fold.events, driver.Event[T]{})
-			k.fill(&fold.events[len(fold.events)-1], driver.Added, key, seq, m.Data())
-			fold.revs[key] = seq
-		}
-		return nil
+		return k.foldMsg(fold, m, seq, info.State.FirstSeq)
 	})
 	if err != nil {
 		return 0, nil, fmt.Errorf("list: %w", err)
 	}
 	return max(top, last), fold, nil
+}
+
+// foldMsg folds message m at seq into a List's fold; first is the
+// stream's first sequence as its leader reported it before the list.
+func (k *KV[T]) foldMsg(fold *kvFold[T], m jetstream.Msg, seq, first uint64) error {
+	key, ok := k.key(m.Subject())
+	if !ok {
+		return fmt.Errorf("%s: list: message %d on unexpected subject %q", k.source, seq, m.Subject())
+	}
+	if seq < first {
+		// The leader had removed it (a purge, an age limit) before
+		// the list began: the consumer's node has not applied that
+		// yet, and a list from it would hold keys the bucket no
+		// longer has, at a version that claims it does not.
+		return &feedError{fmt.Errorf("message %d delivered, below the stream's first sequence %d as its leader reported it: the consumer's node lags", seq, first)}
+	}
+	if n := len(fold.events); n > 0 && uint64(fold.events[n-1].RV) >= seq {
+		// The fold relies on delivery in stream order; a consumer
+		// that breaks it is not trusted (the list starts over).
+		return &feedError{fmt.Errorf("message %d delivered after message %d: out of stream order", seq, fold.events[n-1].RV)}
+	}
+	fold.drop(key)
+	if !isDelete(m) {
+		// Decoded in its slot: an event returned by value and then
+		// appended was a second copy per key on the reader's path.
+		fold.events = append(fold.events, driver.Event[T]{})
+		k.fill(&fold.events[len(fold.events)-1], driver.Added, key, seq, m.Data())
+		fold.revs[key] = seq
+	}
+	return nil
 }
 
 // Watch delivers every put, delete and purge of a watched key after from,
@@ -387,11 +401,13 @@ func (a *kvApplier[T]) apply(m jetstream.Msg, seq uint64, out []driver.Event[T])
 		delete(a.revs, key)
 		return append(out, driver.Event[T]{Type: driver.Deleted, Key: key, RV: core.ResourceVersion(seq)})
 	}
-	typ := driver.Added
-	if _, ok := a.revs[key]; ok {
+	// A key already held leaves the map's size as it was: one hash and
+	// probe per message instead of a lookup and then an assignment.
+	typ, held := driver.Added, len(a.revs)
+	a.revs[key] = seq
+	if len(a.revs) == held {
 		typ = driver.Modified
 	}
-	a.revs[key] = seq
 	out = append(out, driver.Event[T]{})
 	a.kv.fill(&out[len(out)-1], typ, key, seq, m.Data())
 	return rewriteLast(a.kv.residue, out, len(out)-1)
@@ -447,6 +463,19 @@ const maxLostLookups = 256
 func (a *kvApplier[T]) complete() bool { return a.known }
 
 func (a *kvApplier[T]) skipsSafe() bool { return false }
+
+// expect sizes an empty key map for the keys the consumer will deliver:
+// grown from nothing, the map's growth was half of its cost on a watch
+// of 100k new keys (bench.BenchmarkNATSKV's changes; see
+// BenchmarkFoldWatch).
+func (a *kvApplier[T]) expect(keys uint64) {
+	if len(a.revs) == 0 && keys > 0 {
+		a.revs = make(map[string]uint64, min(keys, maxPresize))
+	}
+}
+
+// maxPresize bounds the keys a map or slice is sized for ahead of them.
+const maxPresize = 1 << 20
 
 func (a *kvApplier[T]) park(rv uint64) {
 	if a.known {

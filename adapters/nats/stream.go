@@ -465,3 +465,5 @@ func (f *folder[S]) complete() bool { return f.es.opts.Compacted }
 // skipsSafe: the folded state does not hold values the stream could take
 // back, and skipped sequences are the filter's doing: nothing to check.
 func (f *folder[S]) skipsSafe() bool { return true }
+
+func (f *folder[S]) expect(uint64) {}

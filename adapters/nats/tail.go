@@ -36,6 +36,10 @@ type applier[T any] interface {
 	// skipsSafe reports that lost never finds anything, so that skipped
 	// sequences and reconnects need no check.
 	skipsSafe() bool
+	// expect tells the applier that a new consumer is about to deliver
+	// at most keys keys it may not have seen, so that it can size its
+	// state once rather than grow it message by message.
+	expect(keys uint64)
 }
 
 // tail is one Watch of either mode: feeds from ephemeral consumers, one
@@ -153,6 +157,7 @@ func (w *tail[T]) open(ctx context.Context) error {
 		f.close()
 		return fmt.Errorf("%s: the consumer starts after sequence %d, not at %d: messages were removed meanwhile: %w", w.r.source, d, from+1, driver.ErrExpired)
 	}
+	w.a.expect(min(f.info().NumPending, info.State.NumSubjects))
 	w.f = f
 	w.reconnects = reconnects
 	return nil
