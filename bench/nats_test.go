@@ -161,9 +161,14 @@ func benchNATSKV(b *testing.B, cfg natstest.Config) {
 			b.Fatalf("listed %d keys, want %d", n, keys)
 		}
 	}
-	rawList := func() { rawNATSWatch(b, kv, ">", keys) }
+	// The raw watcher reads the keys ours does, "w.>": with ">" the
+	// server matched its messages on a fast path for the whole stream,
+	// ours subject by subject (0.59 against 0.66 s of the server's
+	// firstMatching per 11 Lists, session 23), a difference in the work
+	// asked, not in the readers.
+	rawList := func() { rawNATSWatch(b, kv, "w.>", keys) }
 	oursWatch := func() { oursNATSWatch(b, lw, mid, keys) }
-	rawWatch := func() { rawNATSWatch(b, kv, ">", keys, jetstream.ResumeFromRevision(mid+1)) }
+	rawWatch := func() { rawNATSWatch(b, kv, "w.>", keys, jetstream.ResumeFromRevision(mid+1)) }
 	b.Run("List", func(b *testing.B) {
 		oursList()
 		rawList()
