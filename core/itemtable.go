@@ -32,8 +32,11 @@ type stagedItems[T any] struct {
 	objs    []T
 	n       int
 	// ids is, for an indexed cache, each staged object's id in the
-	// Indexer's keyTable (noID: it has no index value), in staging order.
-	ids []uint32
+	// Indexer's keyTable (noID: it has no index value), in staging order;
+	// pend, per index function, the ids of each value not filed yet
+	// (Indexer.filePending).
+	ids  []uint32
+	pend []map[string][]uint32
 }
 
 func (s *stagedItems[T]) add(key string, obj T) {

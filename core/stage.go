@@ -68,16 +68,19 @@ func (tx indexTx[T]) stage(key string, obj T) bool {
 	if st == nil && s.items.len() != 0 {
 		return false
 	}
+	if st == nil {
+		st = &stagedItems[T]{bits: s.stageBits, minBase: s.stageMinBase}
+		s.staged = st
+	}
 	id := noID
 	if len(s.fns) > 0 {
 		var ok bool
 		if id, ok = s.indexStaged(key, obj); !ok {
+			if st.n == 0 {
+				s.staged = nil
+			}
 			return false
 		}
-	}
-	if st == nil {
-		st = &stagedItems[T]{bits: s.stageBits, minBase: s.stageMinBase}
-		s.staged = st
 	}
 	st.add(key, obj)
 	if len(s.fns) > 0 {
@@ -89,10 +92,11 @@ func (tx indexTx[T]) stage(key string, obj T) bool {
 // noID is the id of a staged object with no index value.
 const noID = ^uint32(0)
 
-// indexStaged files the index entries of obj, staged under key, and
+// indexStaged notes the index entries of obj, staged under key, as
+// pending (each holding a reference to the id, filed by filePending), and
 // returns its id (noID: it has no index value); false, changing nothing,
 // if an index function fails. Every value is computed before anything
-// changes, as putLocked does.
+// changes, as putLocked does. The caller has made s.staged.
 func (s *Indexer[T]) indexStaged(key string, obj T) (uint32, bool) {
 	var buf [4][]string
 	vals := buf[:0]
@@ -103,17 +107,38 @@ func (s *Indexer[T]) indexStaged(key string, obj T) (uint32, bool) {
 		}
 		vals = append(vals, v)
 	}
-	id, h := noID, uint32(0)
-	for k, fn := range s.fns {
+	st := s.staged
+	if st.pend == nil {
+		st.pend = make([]map[string][]uint32, len(s.fns))
+		for k := range st.pend {
+			st.pend[k] = map[string][]uint32{}
+		}
+	}
+	id := noID
+	for k := range s.fns {
 		for _, v := range vals[k] {
 			if id == noID {
-				h = keyHash(key)
-				id = s.keys.alloc(key, h)
+				id = s.keys.alloc(key, keyHash(key))
 			}
-			fn.idx.add(v, h, id, s.keys, false)
+			st.pend[k][v] = append(st.pend[k][v], id)
+			s.keys.ref(id)
 		}
 	}
 	return id, true
+}
+
+// filePending files the index entries staging left pending, value by
+// value: each value's set is made once for all its keys and filled while
+// it is in the CPU's cache. Filed as each object came, a million keys under
+// a hundred values went each into a set of 72 kB among 7 MB of them, a
+// cache miss each (a fifth of the user program's CPU after staging).
+func (s *Indexer[T]) filePending(st *stagedItems[T]) {
+	for k, pend := range st.pend {
+		for v, ids := range pend {
+			s.fns[k].idx.addAll(v, ids, s.keys)
+		}
+	}
+	st.pend = nil
 }
 
 // dropStaged takes out the index entries of obj, staged under key with id
@@ -149,6 +174,7 @@ func (s *Indexer[T]) settleLocked() {
 		return
 	}
 	s.staged = nil
+	s.filePending(st)
 	var dropped func(string, T, int)
 	if st.ids != nil {
 		dropped = func(key string, obj T, entry int) { s.dropStaged(key, obj, st.ids[entry]) }

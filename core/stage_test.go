@@ -157,7 +157,8 @@ func TestStagedFallsBackToTheMap(t *testing.T) {
 // An indexed cache's staged list files its index entries as it stages. A
 // key staged twice (into the map, or into a base that then refuses it) has
 // its earlier object's entries taken out, also when that object changed
-// since it was staged (they are found by their id); an object whose index
+// since it was staged (they are found by their id), and a value of one key
+// listed twice is no set left empty by it; an object whose index
 // function fails is not staged, and its put then reports the failure; an
 // object without index values takes no id.
 func TestStagedIndexedList(t *testing.T) {
@@ -201,8 +202,10 @@ func TestStagedIndexedList(t *testing.T) {
 				}
 				tx.stage("none", &obj{})
 				tx.stage("c", changed)
+				tx.stage("hh", &obj{groups: []string{"h", "h"}})
 				tx.stage("k3", &obj{groups: []string{"g0", "z"}}) // was g1
 				tx.stage("c", &obj{groups: []string{"y"}})
+				tx.stage("hh", &obj{})         // h must not stay behind, empty
 				changed.groups = []string{"w"} // its entries x and y now name nothing it has
 			})
 			want := map[string][]string{
@@ -219,8 +222,8 @@ func TestStagedIndexedList(t *testing.T) {
 			if got := s.ListIndexFuncValues("g"); len(got) != len(want) {
 				t.Errorf("index values %v, want those of %v", got, want)
 			}
-			if got := s.Len(); got != 12 {
-				t.Errorf("Len = %d, want 12", got)
+			if got := s.Len(); got != 13 {
+				t.Errorf("Len = %d, want 13", got)
 			}
 			if live := int(s.keys.next) - len(s.keys.free); live != 11 {
 				t.Errorf("%d ids live, want 11 (every key but none)", live)
