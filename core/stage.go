@@ -5,26 +5,26 @@ package core
 // Filing a million listed objects into a Go map cost the informer a cache
 // miss per key, 0.4–0.6 µs each while the list's readers and Postgres kept
 // the other core busy: most of what an informer added to a List's time
-// (BenchmarkPostgresScale). So an initial list into an empty Indexer
-// without index functions is staged instead: each object is appended to a
-// page without a lookup, and the staged objects are filed (settleLocked)
-// into a base, the warm start's open-addressing table that every CPU fills
-// at once, when anything else touches the Indexer. The informer files them
-// before it reports the sync, so that the time counts as the sync's; a
-// reader during the list files what is there first, so it sees what it
-// always did (the rest of the list then goes into the map, as before
-// staging).
+// (BenchmarkPostgresScale). So an initial list into an empty Indexer is
+// staged instead: each object is appended to a page without a lookup, and
+// the staged objects are filed (settleLocked) into a base, the warm
+// start's open-addressing table that every CPU fills at once, when
+// anything else touches the Indexer. The informer files them before it
+// reports the sync, so that the time counts as the sync's; a reader during
+// the list files what is there first, so it sees what it always did (the
+// rest of the list then goes into the map, as before staging).
 //
-// An indexed cache is staged too, its index entries made as each object is
-// staged (the indexes are small next to the items, and filing them as the
-// list goes costs no lookup in the items): its list into a Go map cost the
-// user program's informer a cache miss a key, 0.75 of its 2.7 s of CPU in
-// BenchmarkUserProgram's profile (a map of 150-byte objects misses the TLB
-// as well as the cache). An earlier try kept the index values of each
-// object until the filing and built the indexes then: no faster, and a
-// fifth more peak heap. A key listed twice (a list names each key once, but
-// the filing does not rely on it) ends in the map with its later object,
-// and the earlier object's index entries are taken out then (dropStaged).
+// An indexed cache is staged too, each object's index entries noted as it
+// is staged (its key's id under each of its values, not the object's
+// values) and filed value by value with the objects (filePending): its
+// list into a Go map cost the user program's informer a cache miss a key,
+// 0.75 of its 2.7 s of CPU in BenchmarkUserProgram's profile (a map of
+// 150-byte objects misses the TLB as well as the cache). An earlier try
+// kept the index values of each object until the filing and built the
+// indexes then: no faster, and a fifth more peak heap. A key listed twice
+// (a list names each key once, but the filing does not rely on it) ends in
+// the map with its later object, and the earlier object's index entries
+// are taken out then (dropStaged).
 
 // stagePageBits and minStagedBase shape an Indexer's staging: pages of
 // 1024 objects, and a base only for 4096 objects or more.
