@@ -372,6 +372,18 @@ func (l *copyLayout) mayBeExternal(fields [][]byte, c int) bool {
 	return binary.BigEndian.Uint64(fields[f])>>l.flagBit[c]&1 == 1
 }
 
+// anyFlag reports whether a column's value in fields may be stored out of
+// line: for most rows none may, and one look at the flags' fields (after
+// the columns') spares asking column by column.
+func (l *copyLayout) anyFlag(fields [][]byte) bool {
+	for _, f := range fields[len(l.rel.Names):] {
+		if len(f) == 8 && binary.BigEndian.Uint64(f) != 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // outOfLine is a SQL condition that is true for a value of the column
 // (ident, of type oid) that may be stored out of line, the only kind
 // pgoutput sends as unchanged ('u'), and false for one that cannot be:
