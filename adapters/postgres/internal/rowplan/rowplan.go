@@ -51,6 +51,9 @@ type colScan struct {
 	direct bool
 	bytes  bool
 	skip   int
+	// fast: a binary integer or timestamptz into a field of its very Go
+	// type with pgx's codec, which decodeFields decodes itself (fastKind).
+	fast fastKind
 	// asText: an AsText column in binary, decoded as its text.
 	asText bool
 }
@@ -113,6 +116,7 @@ func Compile(typ reflect.Type, l Layout, formats []int16, tm *pgtype.Map) *Plan 
 			if t == numericType && cs.oid == pgtype.NumericOID && format == pgtype.TextFormatCode {
 				cs.plan = numericText{slow: cs.plan}
 			}
+			cs.fast = fastFor(tm, cs.oid, format, t)
 			if cs.asText {
 				cs.plan = asText{text: cs.plan, buf: &sp.text}
 				if t == numericType {
@@ -173,6 +177,9 @@ func (sp *Plan) DecodeFields(obj unsafe.Pointer, row map[string]any, fields [][]
 			default:
 				*(*string)(unsafe.Add(obj, cs.offset)) = unsafe.String(unsafe.SliceData(shared[at:]), len(data))
 			}
+			continue
+		}
+		if cs.fast != 0 && cs.fast.decode(unsafe.Add(obj, cs.offset), data) {
 			continue
 		}
 		if err := sp.DecodeColumn(obj, row, c, data); err != nil {
