@@ -22,10 +22,10 @@
 // queue holds at most a few thousand deltas while the informer applies them,
 // so an initial sync holds little beside the cache itself (a relist also
 // keeps the set of keys it saw, to infer deletes). The first list into an
-// empty cache without indexes is appended to pages without a lookup and
-// filed (into the checkpoint's base, below) before the informer reports the
-// sync; a reader meanwhile files what is there first, so it sees the same
-// as ever. Watch pushes batches
+// empty cache is appended to pages without a lookup (its index entries made
+// as it goes) and filed (into the checkpoint's base, below) before the
+// informer reports the sync; a reader meanwhile files what is there first,
+// so it sees the same as ever. Watch pushes batches
 // through driver.WatchOptions.Emit; bookmarks advance the version; an error
 // matching driver.ErrExpired relists from scratch; an error matching driver.ErrPermanent
 // stops the informer (Run and WaitForCacheSync return it); any other

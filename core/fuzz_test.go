@@ -62,7 +62,35 @@ func FuzzIndexer(f *testing.F) {
 				for k := range int(val % 4) {
 					m["k"+strconv.Itoa(k)] = groups(val + byte(k))
 				}
-				if s.Len() == 0 && val%2 == 0 {
+				if s.Len() == 0 && val/32%2 == 1 {
+					// An initial list, staged with its index entries:
+					// filed by the first read (checkIndexer), into a base
+					// or, for few keys, a map; sometimes with a key listed
+					// twice, whose earlier object's entries go.
+					s.stageBits, s.stageMinBase = 1, int(val/4%2)*3
+					s.update(func(tx indexTx[[]string]) {
+						for k, v := range m {
+							if !tx.stage(k, v) {
+								t.Fatalf("stage(%s) into an empty indexer refused", k)
+							}
+						}
+					})
+					if s.Len() != len(m) {
+						t.Fatalf("Len %d with %d staged", s.Len(), len(m))
+					}
+					if val/64%2 == 1 && len(m) > 0 {
+						for k := range m {
+							again := groups(val + 1)
+							s.update(func(tx indexTx[[]string]) {
+								if !tx.stage(k, again) {
+									t.Fatalf("stage(%s) again refused", k)
+								}
+							})
+							m[k] = again
+							break
+						}
+					}
+				} else if s.Len() == 0 && val%2 == 0 {
 					// A warm start's one-pass load into an empty cache.
 					keys := slices.Collect(maps.Keys(m))
 					objs := make([][]string, len(keys))

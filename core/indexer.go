@@ -6,7 +6,6 @@ import (
 	"iter"
 	"sort"
 	"sync"
-	"sync/atomic"
 
 	"github.com/dbinformer/dbinformer/core/internal/inplace"
 )
@@ -61,9 +60,6 @@ type Indexer[T any] struct {
 	// list's estimate of its size (reserve).
 	staged *stagedItems[T]
 	expect int
-	// reserved is the map reserve is making for a large list, adopted by
-	// the first update (stage.go).
-	reserved atomic.Pointer[reservedItems[T]]
 	// seen is the running audit's set of keys, which knows positions of
 	// the base (auditseen.go); nil when no audit runs.
 	seen *auditSeen[T]
@@ -206,7 +202,6 @@ func (tx indexTx[T]) delete(key string) (old T, existed bool, err error) {
 // update runs f under the write lock: readers see everything f does or
 // nothing of it.
 func (s *Indexer[T]) update(f func(tx indexTx[T])) {
-	s.adoptReserved()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	f(indexTx[T]{s})

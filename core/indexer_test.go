@@ -319,46 +319,6 @@ func TestReserveSizesOnlyAnEmptyCache(t *testing.T) {
 	}
 }
 
-// TestReserveBesideTheList: an indexed cache's map for a large estimate is
-// made beside the list; the first update adopts it if the cache is still
-// empty, and an object stored meanwhile by Add keeps the cache as it is
-// (the map is dropped, nothing lost).
-func TestReserveBesideTheList(t *testing.T) {
-	byParity := Indexers[int]{"parity": func(v int) ([]string, error) { return []string{strconv.Itoa(v % 2)}, nil }}
-	s := NewIndexer[int](byParity)
-	s.reserve(asyncReserve)
-	if s.reserved.Load() == nil {
-		t.Fatal("a large estimate made its map at once")
-	}
-	s.update(func(tx indexTx[int]) {
-		for i := range 10 {
-			if _, _, err := tx.put(strconv.Itoa(i), i); err != nil {
-				t.Fatal(err)
-			}
-		}
-	})
-	if s.reserved.Load() != nil || s.Len() != 10 {
-		t.Fatalf("after the first update: reserved %v, Len %d; want adopted, 10", s.reserved.Load(), s.Len())
-	}
-	if odd, _ := s.ByIndex("parity", "1"); len(odd) != 5 {
-		t.Fatalf("odd values: %v", odd)
-	}
-
-	late := NewIndexer[int](byParity)
-	late.reserve(asyncReserve)
-	if err := late.Add("a", 1); err != nil {
-		t.Fatal(err)
-	}
-	late.update(func(tx indexTx[int]) {
-		if _, _, err := tx.put("b", 2); err != nil {
-			t.Fatal(err)
-		}
-	})
-	if v, ok := late.Get("a"); !ok || v != 1 || late.Len() != 2 || late.reserved.Load() != nil {
-		t.Fatalf("Get(a) = %v, %v; Len %d; reserved %v; want 1, true, 2, dropped", v, ok, late.Len(), late.reserved.Load())
-	}
-}
-
 // replaceAll makes s hold exactly items, through the Indexer's own writes
 // (the informer replaces a cache key by key too, through a relist).
 func replaceAll[T any](s *Indexer[T], items map[string]T) error {

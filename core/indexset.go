@@ -356,6 +356,42 @@ func (x index) add(value string, h, id uint32, kt *keyTable, own bool) bool {
 	return true
 }
 
+// addAll puts ids under value, each holding a reference already (an id
+// there already, or twice in ids, gives its extra one back): add for many
+// ids at once, the set made for all of them first.
+func (x index) addAll(value string, ids []uint32, kt *keyTable) {
+	vs, ok := x[value]
+	if !ok && len(ids) == 1 {
+		x[value] = valueSet{one: ids[0] + 1}
+		return
+	}
+	s := vs.set
+	if s == nil {
+		s = &idSet{}
+		n := len(ids)
+		if ok {
+			n++
+		}
+		s.rehash(n, kt)
+		if ok {
+			s.insert(kt.hash(vs.one-1), vs.one-1, kt)
+		}
+		x[value] = valueSet{set: s}
+	} else {
+		s.rehash(int(s.n)+len(ids), kt)
+	}
+	for _, id := range ids {
+		if !s.insert(kt.hash(id), id, kt) {
+			kt.unref(id)
+		}
+	}
+	if s.n == 1 {
+		// One key, listed more than once: inline, as add would leave it
+		// (remove takes a set to inline at one key, never to none).
+		x[value] = valueSet{one: s.only() + 1}
+	}
+}
+
 // remove takes id (whose key hashes to h) from value; false if it was not
 // there.
 func (x index) remove(value string, h, id uint32, kt *keyTable) bool {

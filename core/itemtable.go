@@ -31,6 +31,12 @@ type stagedItems[T any] struct {
 	keys    []string // the page being filled
 	objs    []T
 	n       int
+	// ids is, for an indexed cache, each staged object's id in the
+	// Indexer's keyTable (noID: it has no index value), in staging order;
+	// pend, per index function, the ids of each value not filed yet
+	// (Indexer.filePending).
+	ids  []uint32
+	pend []map[string][]uint32
 }
 
 func (s *stagedItems[T]) add(key string, obj T) {
@@ -46,8 +52,10 @@ func (s *stagedItems[T]) add(key string, obj T) {
 
 // file returns the staged objects as an item table: a base, or a map of
 // at least mapSize when they are few or a key was staged twice (the later
-// object wins, as it would have in a map).
-func (s *stagedItems[T]) file(mapSize int) items[T] {
+// object wins, as it would have in a map). For each object a later one of
+// the same key replaces in the map, dropped (if not nil) is called with
+// its key, the object and its place in the staging order.
+func (s *stagedItems[T]) file(mapSize int, dropped func(key string, obj T, entry int)) items[T] {
 	pages := s.pages
 	if len(s.keys) > 0 {
 		pages = append(pages, decodedPage(s.keys, s.objs))
@@ -58,10 +66,23 @@ func (s *stagedItems[T]) file(mapSize int) items[T] {
 		}
 	}
 	m := make(map[string]T, max(mapSize, s.n))
+	var from map[string]int // with dropped: the entry of each key's object
+	if dropped != nil {
+		from = make(map[string]int, s.n)
+	}
+	entry := 0
 	for _, p := range pages {
 		objs := p.objects()
 		for i := range p.n {
-			m[p.key(i)] = objs[i]
+			k := p.key(i)
+			if from != nil {
+				if e, ok := from[k]; ok {
+					dropped(k, m[k], e)
+				}
+				from[k] = entry
+			}
+			m[k] = objs[i]
+			entry++
 		}
 	}
 	return items[T]{m: m}
@@ -160,7 +181,7 @@ func (t *items[T]) compact() {
 	for k, o := range t.all {
 		st.add(k, o)
 	}
-	*t = st.file(0)
+	*t = st.file(0, nil)
 }
 
 func (t *items[T]) len() int {

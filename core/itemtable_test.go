@@ -60,7 +60,7 @@ func FuzzItems(f *testing.F) {
 			for i, k := range keys {
 				st.add(k, objs[i])
 			}
-			t1 = st.file(0)
+			t1 = st.file(0, nil)
 			if (t1.base != nil) != (mode == 1) {
 				t.Fatalf("mode %d, %d keys: filed into a base: %v", mode, n, t1.base != nil)
 			}

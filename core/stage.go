@@ -5,22 +5,26 @@ package core
 // Filing a million listed objects into a Go map cost the informer a cache
 // miss per key, 0.4–0.6 µs each while the list's readers and Postgres kept
 // the other core busy: most of what an informer added to a List's time
-// (BenchmarkPostgresScale). So an initial list into an empty Indexer
-// without index functions is staged instead: each object is appended to a
-// page without a lookup, and the staged objects are filed (settleLocked)
-// into a base, the warm start's open-addressing table that every CPU fills
-// at once, when anything else touches the Indexer. The informer files them
-// before it reports the sync, so that the time counts as the sync's; a
-// reader during the list files what is there first, so it sees what it
-// always did (the rest of the list then goes into the map, as before
-// staging).
+// (BenchmarkPostgresScale). So an initial list into an empty Indexer is
+// staged instead: each object is appended to a page without a lookup, and
+// the staged objects are filed (settleLocked) into a base, the warm
+// start's open-addressing table that every CPU fills at once, when
+// anything else touches the Indexer. The informer files them before it
+// reports the sync, so that the time counts as the sync's; a reader during
+// the list files what is there first, so it sees what it always did (the
+// rest of the list then goes into the map, as before staging).
 //
-// An indexed cache is not staged. Staging it (index values kept per
-// object, the indexes built in one pass at filing) measured no faster on
-// BenchmarkInitialSync's ours-indexed side, 1.78–1.81 s against 1.78–1.99 s,
-// and its peak heap grew from 271–285 MB to 333–342 MB: the index values
-// waited in memory, and building the indexes moved from beside the list's
-// decoding to after it.
+// An indexed cache is staged too, each object's index entries noted as it
+// is staged (its key's id under each of its values, not the object's
+// values) and filed value by value with the objects (filePending): its
+// list into a Go map cost the user program's informer a cache miss a key,
+// 0.75 of its 2.7 s of CPU in BenchmarkUserProgram's profile (a map of
+// 150-byte objects misses the TLB as well as the cache). An earlier try
+// kept the index values of each object until the filing and built the
+// indexes then: no faster, and a fifth more peak heap. A key listed twice
+// (a list names each key once, but the filing does not rely on it) ends in
+// the map with its later object, and the earlier object's index entries
+// are taken out then (dropStaged).
 
 // stagePageBits and minStagedBase shape an Indexer's staging: pages of
 // 1024 objects, and a base only for 4096 objects or more.
@@ -37,9 +41,9 @@ const maxReserve = 1 << 23
 // reserve takes a list's estimate of its size, n, for an empty indexer, so
 // that a map the list goes into is made for it instead of growing (growing
 // the map of a million-row list cost about 0.5 s of CPU in
-// BenchmarkWarmStart's profile): an indexed cache's map now, and, for a
-// staged list filed before it ends (a reader came), the map its rest goes
-// into. A non-empty indexer is left alone.
+// BenchmarkWarmStart's profile): the map a staged list's rest goes into if
+// it is filed before it ends (a reader came). A non-empty indexer is left
+// alone.
 func (s *Indexer[T]) reserve(n int64) {
 	if n <= 0 {
 		return
@@ -49,75 +53,118 @@ func (s *Indexer[T]) reserve(n int64) {
 	if s.lenLocked() != 0 {
 		return
 	}
-	n = min(n, maxReserve)
-	if len(s.fns) > 0 && n >= asyncReserve {
-		// Making the map touches every page of it (a million 150-byte
-		// objects: 0.1–0.4 s), which the list's first row waited for
-		// (BenchmarkUserProgram's start-up): it is made beside the list
-		// instead, and the first update waits for what is left of it.
-		r := &reservedItems[T]{done: make(chan struct{})}
-		s.reserved.Store(r)
-		go func() {
-			r.items = newItems[T](int(n))
-			close(r.done)
-		}()
-		return
-	}
-	if len(s.fns) > 0 {
-		s.items = newItems[T](int(n))
-		s.baseReplacedLocked()
-		return
-	}
-	s.expect = int(n)
-}
-
-// asyncReserve is the least estimate whose map reserve makes beside the
-// list rather than at once.
-const asyncReserve = 1 << 16
-
-// reservedItems is a map being made for a list's estimate.
-type reservedItems[T any] struct {
-	done  chan struct{}
-	items items[T] // set before done is closed
-}
-
-// adoptReserved waits, without the lock, for the map reserve is making,
-// and puts it in place if the indexer is still empty (else it is dropped:
-// the objects already stored stay where they are).
-func (s *Indexer[T]) adoptReserved() {
-	r := s.reserved.Load()
-	if r == nil {
-		return
-	}
-	<-r.done
-	s.mu.Lock()
-	if s.reserved.CompareAndSwap(r, nil) && s.lenLocked() == 0 {
-		s.items = r.items
-		s.baseReplacedLocked()
-	}
-	s.mu.Unlock()
+	s.expect = int(min(n, maxReserve))
 }
 
 // stage appends an initial list's obj under key without looking key up,
-// if the indexer has no index function and held nothing but staged
+// and files its index entries, if the indexer held nothing but staged
 // objects; the caller vouches that key was not staged before (a list names
-// each key once). It reports whether it staged obj; if not, the caller
-// puts obj.
+// each key once). It reports whether it staged obj; if not (the indexer
+// held objects, or an index function failed), the caller puts obj, which
+// reports the failure.
 func (tx indexTx[T]) stage(key string, obj T) bool {
 	s := tx.s
-	if len(s.fns) > 0 {
+	st := s.staged
+	if st == nil && s.items.len() != 0 {
 		return false
 	}
-	st := s.staged
 	if st == nil {
-		if s.items.len() != 0 {
-			return false
-		}
 		st = &stagedItems[T]{bits: s.stageBits, minBase: s.stageMinBase}
 		s.staged = st
 	}
+	id := noID
+	if len(s.fns) > 0 {
+		var ok bool
+		if id, ok = s.indexStaged(key, obj); !ok {
+			if st.n == 0 {
+				s.staged = nil
+			}
+			return false
+		}
+	}
 	st.add(key, obj)
+	if len(s.fns) > 0 {
+		st.ids = append(st.ids, id)
+	}
 	return true
+}
+
+// noID is the id of a staged object with no index value.
+const noID = ^uint32(0)
+
+// indexStaged notes the index entries of obj, staged under key, as
+// pending (each holding a reference to the id, filed by filePending), and
+// returns its id (noID: it has no index value); false, changing nothing,
+// if an index function fails. Every value is computed before anything
+// changes, as putLocked does. The caller has made s.staged.
+func (s *Indexer[T]) indexStaged(key string, obj T) (uint32, bool) {
+	var buf [4][]string
+	vals := buf[:0]
+	for _, fn := range s.fns {
+		v, err := indexValuesOf(fn.f, obj)
+		if err != nil {
+			return 0, false
+		}
+		vals = append(vals, v)
+	}
+	st := s.staged
+	if st.pend == nil {
+		st.pend = make([]map[string][]uint32, len(s.fns))
+		for k := range st.pend {
+			st.pend[k] = map[string][]uint32{}
+		}
+	}
+	id := noID
+	for k := range s.fns {
+		for _, v := range vals[k] {
+			if id == noID {
+				id = s.keys.alloc(key, keyHash(key))
+			}
+			st.pend[k][v] = append(st.pend[k][v], id)
+			s.keys.ref(id)
+		}
+	}
+	return id, true
+}
+
+// filePending files the index entries staging left pending, value by
+// value: each value's set is made once for all its keys and filled while
+// it is in the CPU's cache. Filed as each object came, a million keys under
+// a hundred values went each into a set of 72 kB among 7 MB of them, a
+// cache miss each (a fifth of the user program's CPU after staging).
+func (s *Indexer[T]) filePending(st *stagedItems[T]) {
+	for k, pend := range st.pend {
+		for v, ids := range pend {
+			s.fns[k].idx.addAll(v, ids, s.keys)
+		}
+	}
+	st.pend = nil
+}
+
+// dropStaged takes out the index entries of obj, staged under key with id
+// and then replaced by a later object of the same key: by its values
+// computed again, or, if they fail or no longer name the id (obj changed
+// since), from every value of every index.
+func (s *Indexer[T]) dropStaged(key string, obj T, id uint32) {
+	if id == noID {
+		return
+	}
+	h, stale := keyHash(key), false
+	for _, fn := range s.fns {
+		vals, err := indexValuesOf(fn.f, obj)
+		stale = stale || err != nil
+		for _, v := range vals {
+			// false for a value listed twice, too: the purge then
+			// finds nothing more.
+			stale = !fn.idx.remove(v, h, id, s.keys) || stale
+		}
+	}
+	if stale {
+		for _, idx := range s.indices {
+			idx.purge(id, s.keys)
+		}
+	}
+	s.keys.release(id)
 }
 
 // settleLocked files the staged objects (see above).
@@ -127,7 +174,12 @@ func (s *Indexer[T]) settleLocked() {
 		return
 	}
 	s.staged = nil
-	s.items = st.file(max(0, s.expect-st.n))
+	s.filePending(st)
+	var dropped func(string, T, int)
+	if st.ids != nil {
+		dropped = func(key string, obj T, entry int) { s.dropStaged(key, obj, st.ids[entry]) }
+	}
+	s.items = st.file(max(0, s.expect-st.n), dropped)
 	s.expect = 0
 	s.baseReplacedLocked()
 }

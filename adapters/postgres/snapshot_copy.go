@@ -19,7 +19,9 @@ import (
 // parsed as it arrives and decoded straight into T (plan.go). Columns whose
 // binary form would not decode to the same value as pgoutput's text are
 // sent as text by the server (format('%s', c) calls the type's output
-// function, as pgoutput does). Next to the table's columns the statement
+// function, as pgoutput does), but for numeric, whose text rowplan makes
+// from its binary form at less cost than the server's format()
+// (rowplan.AsText). Next to the table's columns the statement
 // asks for what TOAST memory needs (toast.go).
 
 // snapColumn is one live column as the List's snapshot sees it.
@@ -113,9 +115,13 @@ func (t *Table[T]) selectColumns(l *copyLayout, cols []snapColumn, isKey map[str
 // memory, which keeps text, and the key, which is text or an integer,
 // allow it), else as the text of its output function. It sets fi.keyInt
 // for a key column read as a binary integer.
+//
+// A column whose type rowplan decodes from binary as its text (AsText:
+// numeric) comes in binary whatever its destination, unless it is a key's.
 func (l *copyLayout) addColumn(c snapColumn, fi *fieldInfo, keep, isKey bool) {
-	binaryOK := !fi.used || rowplan.BinarySafe(c.oid, fi.typ)
-	if keep && !rowplan.TextLike(c.oid) && c.oid != pgtype.JSONBOID {
+	asText := fi.used && rowplan.AsText(c.oid)
+	binaryOK := !fi.used || asText || rowplan.BinarySafe(c.oid, fi.typ)
+	if keep && !asText && !rowplan.TextLike(c.oid) && c.oid != pgtype.JSONBOID {
 		binaryOK = false // TOAST memory keeps text
 	}
 	keyInt := 0
@@ -364,6 +370,18 @@ func (l *copyLayout) mayBeExternal(fields [][]byte, c int) bool {
 		return false
 	}
 	return binary.BigEndian.Uint64(fields[f])>>l.flagBit[c]&1 == 1
+}
+
+// anyFlag reports whether a column's value in fields may be stored out of
+// line: for most rows none may, and one look at the flags' fields (after
+// the columns') spares asking column by column.
+func (l *copyLayout) anyFlag(fields [][]byte) bool {
+	for _, f := range fields[len(l.rel.Names):] {
+		if len(f) == 8 && binary.BigEndian.Uint64(f) != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // outOfLine is a SQL condition that is true for a value of the column

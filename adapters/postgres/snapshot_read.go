@@ -350,9 +350,11 @@ func (lr *listRead[T]) copy(ctx context.Context, rd *snapReader, query string) e
 			err = sp.DecodeFields(obj, row, fields[:ncols])
 			if err == nil && lr.fresh {
 				vl = vl[:0] // rememberListed keeps the values, not the slice
-				for c := range ncols {
-					if l.mayBeExternal(fields, c) {
-						vl = append(vl, knownValue{l.rel.Names[c], sp.KeepText(obj, row, c, fields[c], l.stripVer[c])})
+				if l.anyFlag(fields) {
+					for c := range ncols {
+						if l.mayBeExternal(fields, c) {
+							vl = append(vl, knownValue{l.rel.Names[c], sp.KeepText(obj, row, c, fields[c], l.stripVer[c])})
+						}
 					}
 				}
 				st.knownMu.Lock()

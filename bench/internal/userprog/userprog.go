@@ -30,6 +30,21 @@ type Account struct {
 	Body   string          `db:"body"`
 }
 
+// Main runs a program's body: run with the exec clock and the two
+// arguments every program takes (a connection string and a table), exiting
+// 2 on a wrong command line and 1, the error on stderr, if run fails.
+func Main(name string, run func(clk Clock, conn, table string) error) {
+	clk := NewClock()
+	if len(os.Args) != 3 {
+		fmt.Fprintf(os.Stderr, "usage: %s <conn string> <table>\n", name)
+		os.Exit(2)
+	}
+	if err := run(clk, os.Args[1], os.Args[2]); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		os.Exit(1)
+	}
+}
+
 // ExecEnv names the environment variable through which the benchmark
 // passes the moment it started the process (Unix nanoseconds), so that a
 // program can say how long after its exec each of its steps ended.

@@ -12,8 +12,15 @@ import (
 // a byte slice with the same bytes (json or jsonb into json.RawMessage)
 // shares the slice (the cache's objects are read-only, as in client-go).
 // Otherwise it copies.
+//
+// The text of an AsText column read in binary is made from its binary form.
 func (sp *Plan) KeepText(obj unsafe.Pointer, row map[string]any, c int, data []byte, stripVer bool) []byte {
 	cs := sp.cols[c]
+	if cs != nil && cs.asText {
+		// The row decoded: its binary form is well formed.
+		txt, _ := AppendNumericText(nil, data)
+		return txt
+	}
 	if cs != nil && TextLike(cs.oid) {
 		var s string
 		ok := false

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/big"
+	"math/bits"
 	"reflect"
 	"time"
 	"unsafe"
@@ -42,9 +43,19 @@ type colScan struct {
 	// Map rows: the column's codec (nil: unknown type, kept as text).
 	typ *pgtype.Type
 	// direct: a text-like column into a plain string field, whose value
-	// is its bytes in either format; decodeFields copies such values of a
-	// row into one allocation.
+	// is its bytes in either format, or a json or jsonb column into a
+	// []byte (json.RawMessage) with pgx's codec, whose value is a copy of
+	// its text (bytes set; jsonb's binary form has a version byte first,
+	// skip); decodeFields copies such values of a row into one
+	// allocation.
 	direct bool
+	bytes  bool
+	skip   int
+	// fast: a binary integer or timestamptz into a field of its very Go
+	// type with pgx's codec, which decodeFields decodes itself (fastKind).
+	fast fastKind
+	// asText: an AsText column in binary, decoded as its text.
+	asText bool
 }
 
 // Plan decodes the rows of one layout. It holds its own pgtype.Map
@@ -55,6 +66,8 @@ type Plan struct {
 	cols  []*colScan // per row position; nil: not decoded
 	// direct lists the positions of the direct columns.
 	direct []int
+	// text is where an asText column's text is written, reused.
+	text []byte
 }
 
 // Layout is a row layout mapped onto T: per column its name, type oid,
@@ -77,6 +90,11 @@ func Compile(typ reflect.Type, l Layout, formats []int16, tm *pgtype.Map) *Plan 
 			continue
 		}
 		cs := &colScan{name: l.Names[c], oid: l.OIDs[c], format: formats[c]}
+		// The format the column's plan decodes.
+		format := cs.format
+		if cs.asText = format == pgtype.BinaryFormatCode && AsText(cs.oid); cs.asText {
+			format = pgtype.TextFormatCode
+		}
 		if typ == nil {
 			cs.typ, _ = tm.TypeForOID(cs.oid)
 		} else {
@@ -94,12 +112,22 @@ func Compile(typ reflect.Type, l Layout, formats []int16, tm *pgtype.Map) *Plan 
 				t = bytesType
 			}
 			cs.field = t
-			cs.plan = tm.PlanScan(cs.oid, cs.format, reflect.New(t).Interface())
-			if t == numericType && cs.oid == pgtype.NumericOID && cs.format == pgtype.TextFormatCode {
+			cs.plan = tm.PlanScan(cs.oid, format, reflect.New(t).Interface())
+			if t == numericType && cs.oid == pgtype.NumericOID && format == pgtype.TextFormatCode {
 				cs.plan = numericText{slow: cs.plan}
 			}
-			if t == stringType && TextLike(cs.oid) {
-				cs.direct = true
+			cs.fast = fastFor(tm, cs.oid, format, t)
+			if cs.asText {
+				cs.plan = asText{text: cs.plan, buf: &sp.text}
+				if t == numericType {
+					cs.plan = numericBinary{text: cs.plan}
+				}
+			}
+			if t == stringType && TextLike(cs.oid) || t == bytesType && pgxJSON(tm, cs.oid) {
+				cs.direct, cs.bytes = true, t == bytesType
+				if cs.oid == pgtype.JSONBOID && format == pgtype.BinaryFormatCode {
+					cs.skip = 1
+				}
 				sp.direct = append(sp.direct, c)
 			}
 		}
@@ -109,8 +137,9 @@ func Compile(typ reflect.Type, l Layout, formats []int16, tm *pgtype.Map) *Plan 
 }
 
 // MaxShared is the longest value DecodeFields puts in a row's shared
-// allocation: a string a program keeps after its object is gone keeps
-// the others of its row alive, and that must stay small.
+// allocation: a string (or json.RawMessage) a program keeps after its
+// object is gone keeps the others of its row alive, and that must stay
+// small.
 const MaxShared = 256
 
 // DecodeFields decodes a row of fields (one per column of the layout;
@@ -134,14 +163,23 @@ func (sp *Plan) DecodeFields(obj unsafe.Pointer, row map[string]any, fields [][]
 		if cs == nil {
 			continue
 		}
-		if cs.direct && data != nil && len(data) <= MaxShared && shared != nil {
-			if len(data) == 0 {
-				*(*string)(unsafe.Add(obj, cs.offset)) = ""
-				continue
-			}
+		if cs.direct && data != nil && len(data) <= MaxShared && shared != nil &&
+			(cs.skip == 0 || len(data) > 0 && data[0] == 1) { // else pgx's error
+			data = data[cs.skip:]
 			at := len(shared)
 			shared = append(shared, data...)
-			*(*string)(unsafe.Add(obj, cs.offset)) = unsafe.String(unsafe.SliceData(shared[at:]), len(data))
+			switch {
+			case cs.bytes:
+				// A copy, as pgx's plan makes: never nil.
+				*(*[]byte)(unsafe.Add(obj, cs.offset)) = shared[at:len(shared):len(shared)]
+			case len(data) == 0:
+				*(*string)(unsafe.Add(obj, cs.offset)) = ""
+			default:
+				*(*string)(unsafe.Add(obj, cs.offset)) = unsafe.String(unsafe.SliceData(shared[at:]), len(data))
+			}
+			continue
+		}
+		if cs.fast != 0 && cs.fast.decode(unsafe.Add(obj, cs.offset), data) {
 			continue
 		}
 		if err := sp.DecodeColumn(obj, row, c, data); err != nil {
@@ -163,11 +201,19 @@ func (sp *Plan) DecodeColumn(obj unsafe.Pointer, row map[string]any, c int, data
 			row[cs.name] = nil
 			return nil
 		}
+		format := cs.format
+		if cs.asText {
+			txt, err := AppendNumericText(sp.text[:0], data)
+			if err != nil {
+				return fmt.Errorf("column %q: %w", cs.name, err)
+			}
+			data, format, sp.text = txt, pgtype.TextFormatCode, txt
+		}
 		if cs.typ == nil {
 			row[cs.name] = string(data)
 			return nil
 		}
-		v, err := cs.typ.Codec.DecodeValue(sp.tm, cs.oid, cs.format, data)
+		v, err := cs.typ.Codec.DecodeValue(sp.tm, cs.oid, format, data)
 		if err != nil {
 			return fmt.Errorf("column %q: %w", cs.name, err)
 		}
@@ -180,6 +226,23 @@ func (sp *Plan) DecodeColumn(obj unsafe.Pointer, row map[string]any, c int, data
 		return fmt.Errorf("column %q: %w", cs.name, err)
 	}
 	return nil
+}
+
+// pgxJSON reports whether tm decodes oid, json or jsonb, with pgx's own
+// codec, which scans a value into a []byte as a copy of its text.
+func pgxJSON(tm *pgtype.Map, oid uint32) bool {
+	if oid != pgtype.JSONOID && oid != pgtype.JSONBOID {
+		return false
+	}
+	typ, ok := tm.TypeForOID(oid)
+	if !ok {
+		return false
+	}
+	switch typ.Codec.(type) {
+	case *pgtype.JSONCodec, *pgtype.JSONBCodec:
+		return true
+	}
+	return false
 }
 
 var (
@@ -299,8 +362,33 @@ func parseSmallNumeric(src []byte, n *pgtype.Numeric) bool {
 	if neg {
 		v = -v
 	}
-	*n = pgtype.Numeric{Int: new(big.Int).SetInt64(v), Exp: exp, Valid: true}
+	*n = pgtype.Numeric{Int: smallInt(v), Exp: exp, Valid: true}
 	return true
+}
+
+// wordInt is a big.Int and the one word of its value, in one allocation.
+type wordInt struct {
+	n big.Int
+	w [1]big.Word
+}
+
+// smallInt returns v as a new big.Int equal, field for field, to what
+// SetInt64 makes (zero without a word), in one allocation where SetInt64
+// makes two (the Int, then its word): a numeric a row.
+func smallInt(v int64) *big.Int {
+	if v == 0 || bits.UintSize < 64 {
+		return new(big.Int).SetInt64(v)
+	}
+	u := uint64(v)
+	if v < 0 {
+		u = -u
+	}
+	wi := &wordInt{w: [1]big.Word{big.Word(u)}}
+	wi.n.SetBits(wi.w[:])
+	if v < 0 {
+		wi.n.Neg(&wi.n)
+	}
+	return &wi.n
 }
 
 // Len is the number of columns of the plan's layout.

@@ -10,7 +10,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"time"
 
@@ -19,17 +18,7 @@ import (
 	"github.com/dbinformer/dbinformer/bench/internal/userprog"
 )
 
-func main() {
-	clk := userprog.NewClock()
-	if len(os.Args) != 3 {
-		fmt.Fprintln(os.Stderr, "usage: pgxscan <conn string> <table>")
-		os.Exit(2)
-	}
-	if err := run(clk, os.Args[1], os.Args[2]); err != nil {
-		fmt.Fprintln(os.Stderr, "pgxscan:", err)
-		os.Exit(1)
-	}
-}
+func main() { userprog.Main("pgxscan", run) }
 
 func run(clk userprog.Clock, connString, table string) error {
 	ctx := context.Background()
