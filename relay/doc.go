@@ -242,7 +242,8 @@
 //
 // A Relay reports where it stands through RelayStatus (core.RelayStatus:
 // leader or follower, its term, the messages it published, the source
-// version JetStream stored, relists and failed terms with the last
+// version JetStream stored, relists, repairs (the stream mended from the
+// source without a relist: see Pipelining) and failed terms with the last
 // reason, and, read when asked, the stream's last message and the
 // source's head, whose difference is the lag). The status page and
 // Prometheus read it as they read an informer: statuspage.Page.AddRelay(r)

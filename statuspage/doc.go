@@ -47,7 +47,8 @@
 // the source version JetStream stored (what the source was acknowledged),
 // the stream's last sequence and version, the source's head, the lag
 // (head − stream version, in the source's units; unknown while either
-// cannot be read), relists and failed terms with the last reason. A relay
+// cannot be read), relists, repairs (the stream mended from the source
+// without a relist) and failed terms with the last reason. A relay
 // is read through its RelayStatus when the page or its JSON is served;
 // the probes do not read it.
 //
